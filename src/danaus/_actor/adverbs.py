@@ -1,0 +1,207 @@
+"""Adverbs: how a message reaches a mesh — ``call``, ``call_one``, ``choose``, ``stream``,
+``broadcast``.
+
+Every adverb binds the arguments against the endpoint's signature and
+pickles them once, on the caller's thread, before anything is sent: a wrong
+call raises ``TypeError`` at the call site. The encoded body is then written
+to each destination proc's connection, so each sender→actor pair stays FIFO.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .._mesh import ValueMesh
+from .._runtime import host
+from .._runtime.runtime import CALL
+from .._wire import codec
+from .._wire.ids import ProcId
+from .collect import Collector, set_future
+from .endpoint import EndpointProperty
+from .future import Future
+
+if TYPE_CHECKING:
+    from .mesh import ActorMesh
+
+__all__ = ["Endpoint", "NotAnEndpoint"]
+
+
+def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Bind and pickle; raises ``TypeError`` naming the argument that cannot be pickled."""
+    prop.bind(args, kwargs)
+    try:
+        return codec.dumps((args, kwargs))
+    except Exception as e:
+        names = [f"argument {i}" for i in range(len(args))] + [f"argument {k!r}" for k in kwargs]
+        for name, value in zip(names, [*args, *kwargs.values()], strict=True):
+            try:
+                codec.dumps(value)
+            except Exception as inner:
+                raise TypeError(
+                    f"{name} of {prop.name}() cannot be pickled ({type(inner).__name__}: "
+                    f"{inner}): {value!r:.200}. Arguments travel to other processes, so they "
+                    "must be picklable; pass plain data instead, or give the type a __reduce__"
+                ) from inner
+        raise TypeError(f"the arguments of {prop.name}() cannot be pickled: {e}") from e
+
+
+class Endpoint:
+    """An endpoint of a mesh; pick an adverb to send a message."""
+
+    def __init__(self, mesh: ActorMesh, name: str, prop: EndpointProperty) -> None:
+        self._mesh = mesh
+        self._name = name
+        self._prop = prop
+
+    @property
+    def _what(self) -> str:
+        return f"{self._mesh._ref.name}.{self._name}()"
+
+    def _targets(self) -> list[tuple[int, int, ProcId]]:
+        """``(index in this slice, rank in the whole mesh, proc)`` for each actor addressed."""
+        procs = self._mesh._ref.procs
+        return [(i, r, procs[r]) for i, r in enumerate(self._mesh._shape.ranks())]
+
+    def _encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        payload = encode_args(self._prop, args, kwargs)
+        self._mesh._check_usable()
+        return payload
+
+    def _send(
+        self,
+        payload: Any,
+        targets: list[tuple[int, int, ProcId]],
+        collector: Collector | None,
+    ) -> None:
+        body, bufs = payload
+        rt = host.ensure_runtime()
+        ext = self._mesh._shape.extent
+        labels, sizes = tuple(ext.labels), tuple(ext.sizes)
+        mesh_id = self._mesh._ref.mesh_id
+        port = collector.port if collector is not None else None
+        if collector is not None:
+            for index, _, proc in targets:
+                collector.expect(index, proc)
+        for index, rank, proc in targets:
+            header = (CALL, mesh_id, rank, self._name, port, index, labels, sizes)
+            on_fail = (
+                (lambda reason, i=index: collector.fail(i, reason))
+                if collector is not None
+                else _warn_dropped
+            )
+            rt.send(proc, header, body, bufs, on_fail)
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[Any]]:
+        """Send to every actor of the mesh; the future holds a ``ValueMesh`` of the replies.
+
+        Does not block. The future raises ``ActorError`` if any actor raised, and
+        ``SupervisionError`` if an actor's proc died.
+        """
+        targets = self._targets()
+        payload = self._encode(args, kwargs)
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        values: list[Any] = [None] * len(targets)
+        shape = self._mesh._shape
+        left = [len(targets)]
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            if not ok:
+                set_future(cf, False, value)
+                return
+            values[index] = value
+            left[0] -= 1
+            if left[0] == 0:
+                set_future(cf, True, ValueMesh(shape, values))
+
+        if not targets:
+            cf.set_result(ValueMesh(shape, []))
+            return Future._create(cf, self._what)
+        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
+        self._send(payload, targets, collector)
+        return Future._create(cf, self._what)
+
+    def _one(self, targets: list[tuple[int, int, ProcId]], args: Any, kwargs: Any) -> Future[Any]:
+        payload = self._encode(args, kwargs)
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        collector = Collector(
+            host.ensure_runtime(), self._what, 1, lambda i, ok, v: set_future(cf, ok, v)
+        )
+        self._send(payload, targets, collector)
+        return Future._create(cf, self._what)
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Call the only actor of a one-actor mesh. ``ValueError`` (before sending) otherwise."""
+        targets = self._targets()
+        if len(targets) != 1:
+            raise ValueError(
+                f"call_one requires exactly 1 actor, but mesh {self._mesh._ref.name!r} has "
+                f"{len(targets)}; slice it first (e.g. mesh.slice(gpus=0)) or use call()"
+            )
+        return self._one(targets, args, kwargs)
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Call one actor of the mesh, chosen at random (load balancing)."""
+        targets = self._targets()
+        if not targets:
+            raise ValueError(f"choose() on the empty mesh {self._mesh._ref.name!r}")
+        index, rank, proc = random.choice(targets)
+        return self._one([(0, rank, proc)], args, kwargs)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
+        """Call every actor; yield one future per actor, in the order replies arrive."""
+        targets = self._targets()
+        payload = self._encode(args, kwargs)
+        cfs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in targets]
+        arrived = [0]
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            k = arrived[0]
+            arrived[0] += 1
+            set_future(cfs[k], ok, value)
+
+        if targets:
+            collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
+            self._send(payload, targets, collector)
+        return iter([Future._create(cf, self._what) for cf in cfs])
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Send to every actor without waiting for anything (fire and forget).
+
+        An exception in the endpoint fails the actor (there is no caller to tell).
+        """
+        self._send(self._encode(args, kwargs), self._targets(), None)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"endpoint {self._name}() of an actor mesh cannot be called directly; pick an "
+            f"adverb: .call(), .call_one(), .choose(), .stream() or .broadcast()"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self._what}>"
+
+
+class NotAnEndpoint:
+    """A method of the actor class that is not marked ``@endpoint``."""
+
+    def __init__(self, mesh: ActorMesh, name: str) -> None:
+        self._mesh = mesh
+        self._name = name
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"Actor {self._mesh._ref.cls.__qualname__}.{self._name} is not annotated as an "
+            "endpoint; decorate it with @endpoint (or wrap it with as_endpoint()) to call it "
+            "through a mesh"
+        )
+
+    call = call_one = choose = stream = broadcast = __call__ = _fail
+
+
+def _warn_dropped(reason: str) -> None:
+    import logging
+
+    logging.getLogger("danaus.actor").warning("a broadcast could not be delivered: %s", reason)

@@ -1,0 +1,332 @@
+"""``ActorCell``: hosts one actor in a proc — its thread, its inbox, its message loop.
+
+Each actor runs on a thread of its own and handles one message at a time.
+Sync actors block their thread in each endpoint (so ``Future.get()`` inside
+an endpoint is fine); async actors run an event loop on that thread and
+await each endpoint to completion before taking the next message.
+
+Messages arrive from the I/O thread through ``deliver`` in the order of the
+connection they came on, so each sender→actor pair is FIFO. The first item of
+every inbox is the actor's construction, so ``__init__`` runs before any
+message from the spawner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import RemoteException, SupervisionError
+from .._mesh import Extent, Point
+from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
+from .._wire import codec
+from .._wire.frame import Frame
+from .._wire.ids import ActorId, PortId, ProcId
+from .context import Context, Instance, _thread_ctx, set_context
+from .endpoint import EndpointProperty, endpoints_of
+
+__all__ = ["FAILED", "ActorCell", "exception_payload"]
+
+log = logging.getLogger("danaus.actor")
+
+FAILED = 23  # frame kind: (FAILED, owner, mesh_id, rank, reason, traceback)
+_STOP = "stop"
+_CALL = "call"
+
+
+def exception_payload(e: BaseException) -> tuple[BaseException, str]:
+    """``(exception, remote traceback text)``, with the exception made picklable if needed."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        codec.dumps(e)
+        exc: BaseException = e
+    except Exception:
+        exc = RemoteException(f"{type(e).__module__}.{type(e).__qualname__}", str(e))
+    return exc, tb
+
+
+class ActorCell:
+    """One actor living in this proc."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        mesh_id: str,
+        rank: int,
+        spawn: Frame,
+        on_exit: Callable[[ActorCell], None],
+    ) -> None:
+        _, _, _, init_port, _, labels, sizes, owner, mode = spawn.header[:9]
+        self.rt = rt
+        self.mesh_id = mesh_id
+        self.rank = rank
+        self.init_port: PortId = init_port
+        self.owner: ActorId | None = owner
+        self.extent = Extent(list(labels), list(sizes))
+        self.spawn_frame = spawn
+        self.creator: Instance | None = None
+        self.on_exit = on_exit
+        self.instance: Any = None
+        self.ctx_instance: Instance | None = None
+        self.endpoints: dict[str, EndpointProperty] = {}
+        self.failed: str | None = None
+        self.stopped = False
+        self.mode: str = mode
+        self._lock = threading.Lock()
+        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._aq: asyncio.Queue[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if mode == "async":
+            self._loop = asyncio.new_event_loop()
+            self._aq = asyncio.Queue()
+        self.thread = threading.Thread(
+            target=self._main, name=f"actor-{mesh_id}[{rank}]", daemon=True
+        )
+        self.thread.start()
+
+    # -- inbox (I/O thread) ---------------------------------------------
+
+    def deliver(self, frame: Frame, sender: ProcId | None) -> None:
+        self._put((_CALL, frame))
+
+    def stop(self, port: PortId | None, index: int, reason: str) -> None:
+        self._put((_STOP, port, index, reason))
+
+    def _put(self, item: Any) -> None:
+        with self._lock:
+            if not self.stopped:
+                if self._loop is not None:
+                    assert self._aq is not None
+                    self._loop.call_soon_threadsafe(self._aq.put_nowait, item)
+                else:
+                    self._q.put(item)
+                return
+        self._refuse(item)
+
+    def _refuse(self, item: Any) -> None:
+        """Answer an item that arrived after the actor stopped."""
+        if item[0] == _CALL:
+            header = item[1].header
+            self._reply_error(header[4], header[5], f"actor {self._label()} was stopped")
+        elif item[1] is not None:
+            self.rt.reply(item[1], item[2], STATUS_OK, None)
+
+    # -- the actor's thread -----------------------------------------------
+
+    def _main(self) -> None:
+        frame = self.spawn_frame
+        try:
+            cls, args, kwargs, name, self.creator = codec.loads(frame.body, frame.buffers)
+        except BaseException as e:
+            self._init_failed(e, "its class or arguments could not be unpickled")
+            if self._loop is not None:
+                self._loop.run_until_complete(self._amain(None, (), {}))
+                self._close_loop()
+            else:
+                self._sync_loop()
+            self.on_exit(self)
+            return
+        self.display_name = name
+        self.ctx_instance = Instance(
+            ActorId(self.rt.proc_id, self.mesh_id, self.rank),
+            name,
+            Point(self.rank, self.extent),
+            cls.__qualname__,
+            self.creator,
+        )
+        self.ctx_instance._cell = self
+        _thread_ctx.ctx = Context(self.ctx_instance, Point(self.rank, self.extent))
+        self.endpoints = endpoints_of(cls)
+        if self._loop is not None:
+            loop = self._loop
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self._amain(cls, args, kwargs))
+            self._close_loop()
+        else:
+            self._construct(cls, args, kwargs)
+            self._sync_loop()
+        self.on_exit(self)
+
+    def _construct(self, cls: type, args: Any, kwargs: Any) -> None:
+        try:
+            inst = cls.__new__(cls)
+            self.instance = inst
+            inst.__init__(*args, **kwargs)
+        except BaseException as e:
+            self._init_failed(e, f"{cls.__qualname__}.__init__ raised")
+            return
+        self.rt.reply(self.init_port, self.rank, STATUS_OK, None)
+
+    def _init_failed(self, e: BaseException, what: str) -> None:
+        exc, tb = exception_payload(e)
+        self.failed = f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}"
+        self.rt.reply(self.init_port, self.rank, STATUS_EXC, (exc, tb))
+        self.report_failure(self.failed, tb)
+
+    def _label(self) -> str:
+        return f"{self.mesh_id}[{self.rank}]"
+
+    def _close_loop(self) -> None:
+        assert self._loop is not None and self._aq is not None
+        self._loop.run_until_complete(asyncio.sleep(0))  # run inbox puts already scheduled
+        while not self._aq.empty():
+            self._refuse(self._aq.get_nowait())
+        self._loop.close()
+
+    def _sync_loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item[0] == _STOP:
+                self._finish(item, self._cleanup_sync)
+                return
+            self._handle_sync(item[1])
+
+    async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
+        if cls is not None:
+            self._construct(cls, args, kwargs)
+        assert self._aq is not None
+        while True:
+            item = await self._aq.get()
+            if item[0] == _STOP:
+                if self.instance is not None and self.failed is None:
+                    await self._cleanup_async(None)
+                self._finish(item, None)
+                return
+            await self._handle_async(item[1])
+
+    # -- handling one message -------------------------------------------
+
+    def _prepare(self, frame: Frame) -> tuple[Any, ...] | None:
+        """Decode a call; reply and return None if it cannot run."""
+        _, _, _, method, port, index, labels, sizes = frame.header[:8]
+        if self.failed is not None:
+            self._reply_error(port, index, self.failed)
+            return None
+        prop = self.endpoints.get(method)
+        if prop is None:
+            self._reply_exc(
+                port,
+                index,
+                AttributeError(f"{type(self.instance).__qualname__} has no endpoint {method!r}"),
+            )
+            return None
+        try:
+            args, kwargs = codec.loads(frame.body, frame.buffers)
+        except BaseException as e:
+            self._reply_exc(port, index, e)
+            return None
+        assert self.ctx_instance is not None
+        set_context(Context(self.ctx_instance, Point(index, Extent(list(labels), list(sizes)))))
+        return prop, port, index, args, kwargs
+
+    def _handle_sync(self, frame: Frame) -> None:
+        prepared = self._prepare(frame)
+        if prepared is None:
+            return
+        prop, port, index, args, kwargs = prepared
+        try:
+            result = prop.fn(self.instance, *args, **kwargs)
+            if inspect.isawaitable(result):  # a sync actor's endpoint returned a coroutine
+                result = asyncio.run(_await(result))
+        except BaseException as e:
+            self._raised(e, prop, port, index)
+            return
+        if port is not None:
+            self.rt.reply(port, index, STATUS_OK, result)
+
+    async def _handle_async(self, frame: Frame) -> None:
+        prepared = self._prepare(frame)
+        if prepared is None:
+            return
+        prop, port, index, args, kwargs = prepared
+        try:
+            result = prop.fn(self.instance, *args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as e:
+            self._raised(e, prop, port, index)
+            return
+        if port is not None:
+            self.rt.reply(port, index, STATUS_OK, result)
+
+    def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
+        if port is not None and isinstance(e, Exception):
+            self._reply_exc(port, index, e)
+            return
+        # No one to tell (broadcast), or a BaseException: the actor fails.
+        exc, tb = exception_payload(e)
+        self.failed = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
+        if port is not None:
+            self._reply_error(port, index, self.failed)
+        self.report_failure(self.failed, tb)
+
+    def report_failure(self, reason: str, tb: str) -> None:
+        """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
+        log.error("%s\n%s", reason, tb)
+        if self.owner is not None:
+            self.rt.send(
+                self.owner.proc,
+                (FAILED, self.owner, self.mesh_id, self.rank, reason, tb),
+                on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
+            )
+
+    def _reply_exc(self, port: PortId | None, index: int, e: BaseException) -> None:
+        if port is not None:
+            self.rt.reply(port, index, STATUS_EXC, exception_payload(e))
+
+    def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
+        if port is not None:
+            err = SupervisionError(
+                f"actor {self._label()} has failed: {reason}",
+                actor=self._label(),
+                reason=reason,
+            )
+            self.rt.reply(port, index, STATUS_ERROR, err)
+
+    # -- stopping ---------------------------------------------------------
+
+    def _cleanup_sync(self, exc: BaseException | None) -> None:
+        fn = getattr(self.instance, "__cleanup__", None)
+        if fn is None or self.failed is not None:
+            return
+        try:
+            r = fn(exc)
+            if inspect.isawaitable(r):
+                asyncio.run(_await(r))
+        except Exception:
+            log.exception("__cleanup__ of actor %s raised", self._label())
+
+    async def _cleanup_async(self, exc: BaseException | None) -> None:
+        fn = getattr(self.instance, "__cleanup__", None)
+        if fn is None:
+            return
+        try:
+            r = fn(exc)
+            if inspect.isawaitable(r):
+                await r
+        except Exception:
+            log.exception("__cleanup__ of actor %s raised", self._label())
+
+    def _finish(self, item: Any, cleanup: Callable[[BaseException | None], None] | None) -> None:
+        _, port, index, _reason = item
+        if cleanup is not None and self.instance is not None:
+            cleanup(None)
+        with self._lock:
+            self.stopped = True
+        while True:  # whatever arrived behind the stop is answered, never dropped
+            try:
+                self._refuse(self._q.get_nowait())
+            except queue.Empty:
+                break
+        if port is not None:
+            self.rt.reply(port, index, STATUS_OK, None)
+
+
+async def _await(aw: Any) -> Any:
+    return await aw

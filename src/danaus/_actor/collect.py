@@ -1,0 +1,137 @@
+"""Reply collectors: the local ports that turn reply frames into futures.
+
+A collector is opened for one call to ``n`` actors. It watches the procs
+those actors live on, so a proc that dies fails exactly the replies it owed
+(``SupervisionError``) and nothing waits for it. Collectors run on the I/O
+thread and complete ``concurrent.futures.Future`` objects, which the public
+:class:`~danaus._actor.future.Future` wraps.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import ActorError, InternalError, SupervisionError
+from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
+from .._wire import codec
+from .._wire.frame import Frame
+from .._wire.ids import PortId, ProcId
+
+__all__ = ["Collector", "decode_reply"]
+
+
+def decode_reply(frame: Frame, what: str) -> tuple[bool, Any]:
+    """``(True, value)`` or ``(False, exception)`` from a REPLY frame."""
+    status = frame.header[3]
+    try:
+        payload = codec.loads(frame.body, frame.buffers)
+    except Exception as e:
+        err = ActorError(e, f"The reply of {what} could not be unpickled here.")
+        return False, err
+    if status == STATUS_OK:
+        return True, payload
+    if status == STATUS_EXC:
+        if isinstance(payload, tuple) and len(payload) == 2:
+            exc, tb = payload
+            return False, ActorError(exc, f"Actor call {what} failed.", tb)
+        return False, ActorError(payload, f"Actor call {what} failed.")
+    if status == STATUS_ERROR:
+        if isinstance(payload, SupervisionError):
+            return False, SupervisionError(
+                f"Actor call {what} failed: {payload}",
+                actor=payload.actor,
+                reason=payload.reason,
+                during=payload.during,
+            )
+        return False, payload
+    return False, InternalError(f"reply with unknown status {status!r}")
+
+
+class Collector:
+    """Collects the replies of one message sent to ``n`` destinations.
+
+    ``on_value(index, ok, value)`` is called once per destination (I/O thread
+    or the failing sender's thread), then the port closes itself.
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        what: str,
+        n: int,
+        on_value: Callable[[int, bool, Any], None],
+        *,
+        lost_is_ok: bool = False,
+    ) -> None:
+        self.rt = rt
+        self.what = what
+        self.pending: dict[int, str] = {}  # index -> proc name
+        self.remaining = n
+        self.on_value = on_value
+        self.lost_is_ok = lost_is_ok
+        self._lock = threading.Lock()
+        self.port: PortId = rt.open_port(self)
+
+    def expect(self, index: int, proc: ProcId) -> None:
+        """Expect a reply for ``index`` from ``proc``; fails at once if ``proc`` is lost."""
+        self.pending[index] = proc.name
+        reason = self.rt.watch(proc, self.port.port)
+        if reason is not None:
+            self._lost_one(index, proc.name, reason)
+
+    def deliver(self, frame: Frame) -> None:
+        index = frame.header[2]
+        with self._lock:
+            if self.pending.pop(index, None) is None:
+                return  # already failed (its proc was lost), or a duplicate
+        ok, value = decode_reply(frame, self.what)
+        self._done_one(index, ok, value)
+
+    def fail(self, index: int, reason: str) -> None:
+        """The message for ``index`` could not be sent."""
+        name = self.pending.get(index)
+        if name is not None:
+            self._lost_one(index, name, reason)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        for index, name in list(self.pending.items()):
+            if name == proc:
+                self._lost_one(index, name, reason)
+
+    def _lost_one(self, index: int, proc: str, reason: str) -> None:
+        with self._lock:
+            if self.pending.pop(index, None) is None:
+                return
+        if self.lost_is_ok:
+            self._done_one(index, True, None)
+            return
+        err = SupervisionError(
+            f"Actor call {self.what} failed: the actor's proc {proc} is gone: {reason}",
+            actor=f"{self.what} (proc {proc})",
+            reason=reason,
+        )
+        self._done_one(index, False, err)
+
+    def _done_one(self, index: int, ok: bool, value: Any) -> None:
+        with self._lock:
+            self.remaining -= 1
+            last = self.remaining <= 0
+        if last:
+            self.rt.close_port(self.port.port)
+        self.on_value(index, ok, value)
+
+
+def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
+    """Complete ``cf`` unless it already is."""
+    if cf.done():
+        return
+    try:
+        if ok:
+            cf.set_result(value)
+        else:
+            cf.set_exception(value)
+    except concurrent.futures.InvalidStateError:
+        pass

@@ -1,0 +1,142 @@
+"""Who is running now: ``context()``, the actor instance and the rank of the current message."""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .._mesh import Extent, Point
+from .._runtime import host
+from .._wire.ids import ActorId
+
+if TYPE_CHECKING:
+    from .procs import ProcMesh
+
+__all__ = [
+    "Context",
+    "Instance",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+]
+
+_EMPTY = Extent([], [])
+
+
+class Instance:
+    """The running actor (or the client's root instance) as seen from inside it."""
+
+    def __init__(
+        self,
+        actor_id: ActorId,
+        name: str,
+        rank: Point,
+        class_name: str,
+        creator: Instance | None,
+        proc_mesh: Any = None,
+    ) -> None:
+        self.actor_id = actor_id
+        self.name = name
+        self.rank = rank
+        self.class_name = class_name
+        self.creator = creator
+        self._proc_mesh = proc_mesh
+        self._cell: Any = None  # the ActorCell hosting it, inside procs
+
+    @property
+    def proc_id(self) -> Any:
+        return self.actor_id.proc
+
+    @property
+    def proc(self) -> ProcMesh:
+        """This actor's own proc, as a one-proc mesh you can spawn on."""
+        from .procs import ProcMesh
+
+        return ProcMesh._singleton(self.actor_id.proc)
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        return self._proc_mesh if self._proc_mesh is not None else self.proc
+
+    def __reduce__(self) -> Any:
+        return (Instance, (self.actor_id, self.name, self.rank, self.class_name, self.creator))
+
+    def __str__(self) -> str:
+        if self.creator is None:
+            return "<root>"
+        here = f"<{self.class_name} {self.name}{self.rank}>"
+        return f"{self.creator}.{here}"
+
+    def __repr__(self) -> str:
+        return f"Instance({self})"
+
+
+class Context:
+    """``actor_instance``: the running actor; ``message_rank``: its point in the mesh messaged."""
+
+    def __init__(self, actor_instance: Instance, message_rank: Point) -> None:
+        self.actor_instance = actor_instance
+        self.message_rank = message_rank
+
+    def __repr__(self) -> str:
+        return f"Context({self.actor_instance}, message_rank={self.message_rank})"
+
+
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "danaus_context", default=None
+)
+_root: Context | None = None
+_root_lock = threading.Lock()
+
+
+def _root_context() -> Context:
+    global _root
+    if _root is not None:
+        return _root
+    with _root_lock:
+        if _root is None:
+            rt = host.ensure_runtime()
+            boot_instance = rt.boot.get("instance") if rt.boot else None
+            inst = boot_instance or Instance(
+                ActorId(rt.proc_id, "root", 0), "root", Point(0, _EMPTY), "RootClient", None
+            )
+            _root = Context(inst, Point(0, _EMPTY))
+        return _root
+
+
+def set_context(ctx: Context) -> contextvars.Token[Context | None]:
+    return _current.set(ctx)
+
+
+def context() -> Context:
+    """The current context: inside an endpoint, the actor and message; else the client's root.
+
+    Example::
+
+        rank = context().actor_instance.rank
+    """
+    ctx = _current.get()
+    if ctx is not None:
+        return ctx
+    tl = _thread_ctx.ctx if hasattr(_thread_ctx, "ctx") else None
+    return tl if tl is not None else _root_context()
+
+
+_thread_ctx = threading.local()  # an actor's own thread, outside any message
+
+
+def current_rank() -> Point:
+    """The rank of this actor within the mesh that the current message was sent to."""
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    """The sizes of the mesh that the current message was sent to."""
+    return dict(context().message_rank.extent)
+
+
+def current_actor_name() -> str:
+    """The name the current actor was spawned with (``"root"`` in the client)."""
+    return context().actor_instance.name

@@ -1,0 +1,125 @@
+"""``@endpoint``: marks the methods of an :class:`Actor` that meshes can message.
+
+On an actor instance an endpoint is an ordinary bound method; on an actor
+mesh it becomes an :class:`~danaus._actor.adverbs.Endpoint` with the adverbs
+``call``, ``call_one``, ``choose``, ``stream`` and ``broadcast``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, overload
+
+__all__ = ["EndpointProperty", "endpoint", "endpoints_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+Propagator = Literal["cached", "inspect", "mocked"] | Callable[..., Any] | None
+
+
+class EndpointProperty:
+    """The descriptor ``@endpoint`` leaves on the class."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        propagate: Propagator = None,
+        explicit_response_port: bool = False,
+        instrument: bool = True,
+        concurrent: bool = False,
+    ) -> None:
+        if isinstance(fn, EndpointProperty):
+            raise ValueError(f"{fn.name!r} is already an endpoint; apply @endpoint once")
+        if not callable(fn):
+            raise TypeError(f"@endpoint must decorate a function, got {fn!r}")
+        self.fn = fn
+        self.name: str = getattr(fn, "__name__", "endpoint")
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.propagate = propagate
+        self.explicit_response_port = explicit_response_port
+        self.instrument = instrument
+        self.concurrent = concurrent
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return self.fn.__get__(obj, objtype)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Check ``args``/``kwargs`` against the signature; ``TypeError`` if they do not fit."""
+        lead: tuple[Any, ...] = (None, None) if self.explicit_response_port else (None,)
+        try:
+            self.signature.bind(*lead, *args, **kwargs)
+        except TypeError as e:
+            raise TypeError(
+                f"bad arguments for endpoint {self.name}{self.signature}: {e}"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"<endpoint {self.name}>"
+
+
+@overload
+def endpoint(method: F) -> F: ...
+
+
+@overload
+def endpoint(
+    method: None = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Callable[[F], F]: ...
+
+
+def endpoint(
+    method: Any = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """Make an actor method callable through meshes; use bare or with options.
+
+    Example::
+
+        class Counter(Actor):
+            @endpoint
+            def value(self) -> int: ...
+
+            @endpoint(explicit_response_port=True)
+            def later(self, port, x): port.send(x)
+    """
+
+    def wrap(fn: Any) -> Any:
+        return EndpointProperty(
+            fn,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+        )
+
+    if method is not None:
+        return wrap(method)
+    return wrap
+
+
+def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
+    """Every endpoint of ``cls``, inherited ones included."""
+    found: dict[str, EndpointProperty] = {}
+    for klass in reversed(cls.__mro__):
+        for name, value in vars(klass).items():
+            if isinstance(value, EndpointProperty):
+                found[name] = value
+            elif name in found:
+                del found[name]  # overridden by a plain attribute
+    return found

@@ -1,0 +1,153 @@
+"""Future: the result of a call, usable from threads (``get``) and from asyncio (``await``)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import math
+import warnings
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from .._runtime import proc as _proc
+
+R = TypeVar("R")
+
+__all__ = ["Future"]
+
+
+class Future(Generic[R]):
+    """The eventual result of an actor call.
+
+    ``get(timeout=None)`` blocks the calling thread; ``await fut`` suspends an
+    asyncio task. A timeout raises ``TimeoutError`` and leaves the future
+    usable: a later ``get`` or ``await`` still returns the value. Futures are
+    made by danaus (endpoint adverbs, ``initialized``, ``stop()``); calling
+    ``Future(...)`` directly raises ``TypeError``.
+
+    Example::
+
+        value = counter.value.call_one().get(timeout=10)
+        value = await counter.value.call_one()
+    """
+
+    __slots__ = ("_cf", "_what")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "Future cannot be constructed directly; futures are returned by endpoint calls "
+            "(mesh.method.call(...)), .initialized and .stop()"
+        )
+
+    @classmethod
+    def _create(cls, cf: concurrent.futures.Future[Any], what: str) -> Future[Any]:
+        self: Future[Any] = object.__new__(cls)
+        self._cf = cf
+        self._what = what
+        return self
+
+    @classmethod
+    def _resolved(cls, value: Any, what: str = "value") -> Future[Any]:
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        cf.set_result(value)
+        return cls._create(cf, what)
+
+    def get(self, timeout: float | None = None) -> R:
+        """Block until the result is ready and return it (or raise the call's exception).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (the future stays usable),
+        ``ValueError`` for a negative or non-finite timeout.
+        """
+        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+            raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        if not self._cf.done():
+            _check_not_io_thread()
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                warnings.warn(
+                    "Future.get() blocks the thread of a running asyncio event loop; "
+                    "use 'await fut' instead",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        try:
+            return self._cf.result(timeout)  # type: ignore[no-any-return]
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(
+                f"timed out after {timeout} s waiting for {self._what}; the future is still "
+                "usable: call get() again or await it"
+            ) from None
+
+    def result(self, timeout: float | None = None) -> R:
+        """Same as :meth:`get`."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait like :meth:`get`; return the exception the call raised, or ``None``."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self._cf.done():
+                raise
+            return self._cf.exception()
+        except BaseException as e:
+            return e
+        return None
+
+    def done(self) -> bool:
+        return self._cf.done()
+
+    def add_done_callback(self, fn: Callable[[Future[R]], Any]) -> None:
+        """Call ``fn(self)`` when done (on the thread that completes it)."""
+        self._cf.add_done_callback(lambda _: fn(self))
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """A fresh asyncio future of the running loop that completes with this one.
+
+        Cancelling it does not affect this future or its other observers.
+        """
+        loop = asyncio.get_running_loop()
+        afut: asyncio.Future[R] = loop.create_future()
+
+        def transfer(cf: concurrent.futures.Future[Any]) -> None:
+            if afut.cancelled():
+                return
+            exc = cf.exception()
+            if exc is not None:
+                afut.set_exception(exc)
+            else:
+                afut.set_result(cf.result())
+
+        def on_done(cf: concurrent.futures.Future[Any]) -> None:
+            if loop.is_closed():
+                return
+            try:
+                loop.call_soon_threadsafe(transfer, cf)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+        self._cf.add_done_callback(on_done)
+        return afut
+
+    def __await__(self) -> Generator[Any, None, R]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
+        return self.as_asyncio().__await__()
+
+    def __repr__(self) -> str:
+        state = "done" if self._cf.done() else "pending"
+        return f"<danaus Future of {self._what} ({state})>"
+
+
+def _check_not_io_thread() -> None:
+    rt = _proc.current()
+    if rt is not None and rt.on_io_thread():
+        raise RuntimeError(
+            "Future.get() was called on danaus's I/O thread, which would deadlock; call it "
+            "from an actor endpoint or the client's own threads"
+        )

@@ -1,0 +1,66 @@
+"""Ending the client: ``shutdown_context()`` stops everything it started (also at exit)."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import threading
+from typing import Any
+
+from .._runtime import host
+from .._runtime import proc as _proc
+from .cell import ActorCell
+from .future import Future
+from .procs import owned_proc_meshes
+
+__all__ = ["shutdown_context"]
+
+_done = False
+_lock = threading.Lock()
+SHUTDOWN_TIMEOUT = 10.0
+
+
+def shutdown_context() -> Future[None]:
+    """Stop every proc mesh and actor this client started, then its host agent.
+
+    Idempotent; the client cannot start new meshes afterwards. Runs at
+    interpreter exit too. The returned future is already complete.
+    """
+    global _done
+    with _lock:
+        if _done:
+            return Future._resolved(None, "shutdown")
+        _done = True
+    rt = _proc.current()
+    if rt is not None and not rt.boot:
+        futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
+        for f in futures:
+            try:
+                f.get(timeout=SHUTDOWN_TIMEOUT)
+            except Exception:
+                pass
+        _stop_local_actors(rt)
+        host.shutdown()
+    return Future._resolved(None, "shutdown")
+
+
+def _stop_local_actors(rt: Any) -> None:
+    cells = [c for c in list(rt.mailboxes.values()) if isinstance(c, ActorCell)]
+    done: list[concurrent.futures.Future[Any]] = []
+    for cell in cells:
+        if cell.stopped:
+            continue
+        cell.stop(None, 0, "the client shut down")
+        done.append(cell)
+    for cell in done:
+        cell.thread.join(SHUTDOWN_TIMEOUT)  # type: ignore[attr-defined]
+
+
+def _at_exit() -> None:
+    try:
+        shutdown_context()
+    except Exception:  # pragma: no cover - never let shutdown break interpreter exit
+        pass
+
+
+atexit.register(_at_exit)

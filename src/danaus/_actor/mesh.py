@@ -1,0 +1,184 @@
+"""``ActorMesh``: a mesh of actors of one class, sliceable, picklable, messaged by endpoint."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .._errors import SupervisionError
+from .._mesh import MeshTrait, Shape
+from .._runtime import host
+from .._wire.ids import ActorId, ProcId
+from .adverbs import Endpoint, NotAnEndpoint
+from .collect import Collector, set_future
+from .endpoint import EndpointProperty, endpoints_of
+from .future import Future
+
+__all__ = ["STOP_ACTOR", "ActorMesh", "MeshRef", "wait_ready"]
+
+STOP_ACTOR = 21
+A = TypeVar("A")
+
+
+@dataclass(frozen=True)
+class MeshRef:
+    """What identifies an actor mesh anywhere: it travels when the mesh is pickled."""
+
+    mesh_id: str
+    name: str
+    cls: type
+    procs: tuple[ProcId, ...]  # by rank in the whole mesh
+    owner: ActorId | None
+
+
+@dataclass
+class _State:
+    """Client-side state shared by a mesh and its slices (not pickled)."""
+
+    initialized: concurrent.futures.Future[Any] | None = None
+    stopped: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
+    """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
+    rt = host.ensure_runtime()
+    if rt.on_io_thread():
+        return
+    left = [len(procs)]
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def one(_: str | None) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0] == 0:
+                done.set()
+
+    if not procs:
+        return
+    for p in procs:
+        rt.when_ready(p, one)
+    done.wait(timeout)
+
+
+class ActorMesh(MeshTrait, Generic[A]):
+    """A mesh of actors. Its endpoints are attributes: ``mesh.method.call(...)``.
+
+    Returned by ``ProcMesh.spawn`` without blocking; ``initialized`` completes
+    when every actor's ``__init__`` has run. Slicing (``mesh.slice(gpus=0)``)
+    gives a mesh of some of the same actors. Meshes can be passed to other
+    actors as arguments.
+    """
+
+    def __init__(
+        self, ref: MeshRef, shape: Shape, state: _State | None = None, proc_mesh: Any = None
+    ) -> None:
+        self._ref = ref
+        self.__shape = shape
+        self._state = state if state is not None else _State()
+        self._proc_mesh = proc_mesh
+        self._endpoints: dict[str, EndpointProperty] = endpoints_of(ref.cls)
+
+    @property
+    def _shape(self) -> Shape:
+        return self.__shape
+
+    def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
+        return ActorMesh(self._ref, shape, self._state, self._proc_mesh)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_ref", "_state", "_endpoints", "_proc_mesh"):
+            raise AttributeError(name)
+        prop = self._endpoints.get(name)
+        if prop is not None:
+            ep = Endpoint(self, name, prop)
+            object.__setattr__(self, name, ep)
+            return ep
+        if callable(getattr(self._ref.cls, name, None)):
+            return NotAnEndpoint(self, name)
+        raise AttributeError(
+            f"actor mesh {self._ref.name!r} of {self._ref.cls.__qualname__} has no endpoint "
+            f"{name!r}; its endpoints are {sorted(self._endpoints)}"
+        )
+
+    @property
+    def name(self) -> str:
+        return self._ref.name
+
+    @property
+    def proc_mesh(self) -> Any:
+        return self._proc_mesh
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Completes when every actor's ``__init__`` has run; raises if one failed."""
+        cf = self._state.initialized
+        if cf is None:
+            return Future._resolved(None, f"{self._ref.name}.initialized")
+        return Future._create(cf, f"the initialisation of actor mesh {self._ref.name!r}")
+
+    def _check_usable(self) -> None:
+        if self._state.stopped:
+            raise SupervisionError(
+                f"actor mesh {self._ref.name!r} was stopped; spawn a new one to keep working",
+                actor=self._ref.name,
+                reason="stopped",
+                during="call",
+            )
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Stop these actors: each finishes what it is doing, runs ``__cleanup__``, and goes.
+
+        Does not block; the future completes when all have stopped (a dead proc
+        counts as stopped). Later calls raise ``SupervisionError``.
+        """
+        rt = host.ensure_runtime()
+        ranks = self._shape.ranks()
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self._state.stopped or not ranks:
+            cf.set_result(None)
+            return Future._create(cf, f"stopping {self._ref.name!r}")
+        if len(ranks) == len(self._ref.procs):
+            self._state.stopped = True
+        left = [len(ranks)]
+        lock = threading.Lock()
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                set_future(cf, True, None)
+
+        what = f"{self._ref.name}.stop()"
+        collector = Collector(rt, what, len(ranks), on_value, lost_is_ok=True)
+        for index, rank in enumerate(ranks):
+            collector.expect(index, self._ref.procs[rank])
+        for index, rank in enumerate(ranks):
+            proc = self._ref.procs[rank]
+            rt.send(
+                proc,
+                (STOP_ACTOR, self._ref.mesh_id, rank, collector.port, index, reason),
+                on_fail=lambda r, i=index: collector.fail(i, r),
+            )
+        return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
+
+    async def __aenter__(self) -> ActorMesh[A]:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def __reduce__(self) -> Any:
+        wait_ready(self._ref.procs)
+        return (_rebuild, (self._ref, self._shape))
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._ref.name!r} of {self._ref.cls.__qualname__} {self.sizes}>"
+
+
+def _rebuild(ref: MeshRef, shape: Shape) -> ActorMesh[Any]:
+    return ActorMesh(ref, shape)

@@ -1,0 +1,322 @@
+"""``HostMesh`` and ``ProcMesh``: meshes of hosts and of OS processes, and spawning on them."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .._errors import ActorError, RemoteException, SupervisionError
+from .._mesh import MeshTrait, Shape, Slice
+from .._runtime import host
+from .._wire import codec
+from .._wire.ids import ProcId
+from .actor import actor_mode, validate_actor_class
+from .collect import Collector, set_future
+from .context import context
+from .future import Future
+from .mesh import ActorMesh, MeshRef, _State, wait_ready
+from .procservice import SPAWN, STOP_PROC
+
+__all__ = ["HostMesh", "ProcMesh", "owned_proc_meshes", "this_host", "this_proc"]
+
+A = TypeVar("A")
+
+# Proc meshes this process spawned and has not stopped: shutdown_context() stops them.
+_owned: list[ProcMesh] = []
+_owned_lock = threading.Lock()
+
+
+def owned_proc_meshes() -> list[ProcMesh]:
+    with _owned_lock:
+        return list(_owned)
+
+
+@dataclass
+class _ProcState:
+    """Shared by a proc mesh and its slices in the process that spawned it."""
+
+    owned: bool
+    initialized: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
+    stopped: bool = False
+
+
+class ProcMesh(MeshTrait):
+    """A mesh of procs (one OS process each). Spawn actors on it with :meth:`spawn`."""
+
+    def __init__(
+        self,
+        procs: tuple[ProcId, ...],
+        shape: Shape,
+        state: _ProcState,
+        host_mesh: HostMesh | None = None,
+    ) -> None:
+        self._procs = procs
+        self.__shape = shape
+        self._state = state
+        self._host_mesh = host_mesh
+
+    @classmethod
+    def _singleton(cls, proc: ProcId) -> ProcMesh:
+        state = _ProcState(owned=False)
+        state.initialized.set_result(True)
+        return cls((proc,), Shape.unity(), state, None)
+
+    @property
+    def _shape(self) -> Shape:
+        return self.__shape
+
+    def _new_with_shape(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._procs, shape, self._state, self._host_mesh)
+
+    def _selected(self) -> list[ProcId]:
+        return [self._procs[r] for r in self._shape.ranks()]
+
+    @property
+    def initialized(self) -> Future[bool]:
+        """Completes with ``True`` once every proc has booted; raises if one could not."""
+        return Future._create(self._state.initialized, "the procs to boot")
+
+    @property
+    def host_mesh(self) -> HostMesh:
+        if self._host_mesh is None or len(self) != 1:
+            raise NotImplementedError("host_mesh is only known for a one-proc mesh spawned here")
+        return self._host_mesh
+
+    def spawn(self, name: str, Class: type[A], *args: Any, **kwargs: Any) -> A:
+        """Spawn an actor of ``Class`` on every proc; returns its ``ActorMesh`` at once.
+
+        ``__init__(*args, **kwargs)`` runs in each proc before any message this
+        caller sends to the new actors. Raises ``ValueError`` for a class that is
+        not a valid actor, ``TypeError`` for unpicklable arguments; a failing
+        ``__init__`` surfaces on ``mesh.initialized``.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"spawn(name, Class, ...) needs a non-empty string name, got {name!r}")
+        eps = validate_actor_class(Class)
+        mode = actor_mode(Class, eps)
+        ctx = context()
+        creator = ctx.actor_instance
+        body, bufs = codec.dumps_checked(
+            (Class, args, kwargs, name, creator), f"the class or arguments of actor {name!r}"
+        )
+        procs = self._selected()
+        ext = self._shape.extent
+        shape = Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes)))
+        mesh_id = f"{name}.{secrets.token_hex(3)}"
+        ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
+        state = _State(initialized=concurrent.futures.Future())
+        mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
+        init_cf = state.initialized
+        assert init_cf is not None
+        if self._state.stopped:
+            init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
+            return mesh  # type: ignore[return-value]
+        rt = host.ensure_runtime()
+        left = [len(procs)]
+        lock = threading.Lock()
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            if not ok:
+                set_future(init_cf, False, value)
+                return
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                set_future(init_cf, True, None)
+
+        if not procs:
+            init_cf.set_result(None)
+            return mesh  # type: ignore[return-value]
+        collector = Collector(rt, f"{name}.__init__()", len(procs), on_value)
+        labels, sizes = tuple(ext.labels), tuple(ext.sizes)
+        for i, proc in enumerate(procs):
+            collector.expect(i, proc)
+        for i, proc in enumerate(procs):
+            header = (SPAWN, mesh_id, i, collector.port, i, labels, sizes, ref.owner, mode)
+            rt.send(proc, header, body, bufs, on_fail=lambda r, i=i: collector.fail(i, r))
+        return mesh  # type: ignore[return-value]
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        """Stop every actor on these procs, then the processes (they finalise normally).
+
+        Does not block; the future completes when every process has exited.
+        Raises ``ValueError`` on a slice or a mesh this process did not spawn.
+        """
+        if not self._state.owned or len(self) != len(self._procs):
+            raise ValueError(
+                "ProcMesh is not owned; must be stopped by an owner (the actor or client that "
+                "spawned it), and as a whole, not a slice"
+            )
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self._state.stopped:
+            cf.set_result(None)
+            return Future._create(cf, "the procs to stop")
+        self._state.stopped = True
+        with _owned_lock:
+            if self in _owned:
+                _owned.remove(self)
+        rt = host.ensure_runtime()
+        procs = list(self._procs)
+        left = [len(procs)]
+        lock = threading.Lock()
+
+        def exited(_: str) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                set_future(cf, True, None)
+
+        for proc in procs:
+            rt.mark_stopping(proc)
+            rt.send(proc, (STOP_PROC, None, 0, reason), on_fail=lambda r: None)
+            rt.when_exited(proc.name, exited)
+        return Future._create(cf, "the procs to stop")
+
+    async def __aenter__(self) -> ProcMesh:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    def __reduce__(self) -> Any:
+        wait_ready(self._procs)
+        return (_rebuild_proc_mesh, (self._procs, self._shape))
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self.sizes}>"
+
+
+def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:
+    state = _ProcState(owned=False)
+    state.initialized.set_result(True)
+    return ProcMesh(procs, shape, state, None)
+
+
+class HostMesh(MeshTrait):
+    """A mesh of hosts. ``this_host()`` is the (0-dimensional) mesh of the local host."""
+
+    def __init__(self, shape: Shape) -> None:
+        self.__shape = shape
+
+    @property
+    def _shape(self) -> Shape:
+        return self.__shape
+
+    def _new_with_shape(self, shape: Shape) -> HostMesh:
+        return HostMesh(shape)
+
+    @property
+    def initialized(self) -> Future[bool]:
+        return Future._resolved(True, "the hosts")
+
+    def spawn_procs(
+        self,
+        per_host: dict[str, int] | None = None,
+        bootstrap: Callable[[], Any] | None = None,
+        name: str | None = None,
+    ) -> ProcMesh:
+        """Start ``per_host`` procs on every host; returns the ``ProcMesh`` at once.
+
+        The mesh's dimensions are the hosts' followed by ``per_host``'s, row
+        major. ``bootstrap`` runs in each new proc before any actor; if it
+        raises, ``initialized`` raises. Raises ``TypeError``/``ValueError`` for
+        a malformed ``per_host``.
+        """
+        per_host = _check_per_host(per_host, self._shape.labels)
+        if bootstrap is not None and not callable(bootstrap):
+            raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
+        rt = host.ensure_runtime()
+        labels = [*self._shape.labels, *per_host]
+        sizes = [*self._shape.extent.sizes, *per_host.values()]
+        n = math.prod(sizes)
+        boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
+        procs = tuple(ProcId(nm, f"unix:{rt.job_dir}/{nm}.sock") for nm in _names(n))
+        boots = [host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon") for _ in procs]
+        host.spawn_procs(list(zip(procs, boots, strict=True)))
+        state = _ProcState(owned=True)
+        pm = ProcMesh(procs, Shape(labels, Slice.new_row_major(sizes)), state, self)
+        _track_boot(procs, state.initialized)
+        with _owned_lock:
+            _owned.append(pm)
+        return pm
+
+    def __reduce__(self) -> Any:
+        return (HostMesh, (self._shape,))
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self.sizes}>"
+
+
+def _names(n: int) -> list[str]:
+    return [host.new_proc_name() for _ in range(n)]
+
+
+def _check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
+    if per_host is None:
+        return {}
+    if not isinstance(per_host, dict):
+        raise TypeError(f"per_host must be a dict like {{'gpus': 4}}, got {per_host!r}")
+    for k, v in per_host.items():
+        if not isinstance(k, str) or not k:
+            raise TypeError(f"per_host keys must be dimension names (str), got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"per_host[{k!r}] must be an int >= 1, got {v!r}")
+        if k in host_labels:
+            raise ValueError(
+                f"per_host dimension {k!r} is already a dimension of the host mesh "
+                f"{host_labels}; choose another name"
+            )
+    return dict(per_host)
+
+
+def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -> None:
+    rt = host.ensure_runtime()
+    left = [len(procs)]
+    lock = threading.Lock()
+    if not procs:
+        cf.set_result(True)
+
+    def one(proc: ProcId, error: str | None) -> None:
+        if error is not None:
+            if "bootstrap" in error:
+                err: Exception = ActorError(RemoteException("BootstrapError", error), error, error)
+            else:
+                err = SupervisionError(
+                    f"proc {proc.name} failed to start: {error}", reason=error, during="spawn"
+                )
+            set_future(cf, False, err)
+            return
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            set_future(cf, True, True)
+
+    for p in procs:
+        rt.when_ready(p, lambda e, p=p: one(p, e))
+
+
+_local_host: HostMesh | None = None
+
+
+def this_host() -> HostMesh:
+    """The mesh of the host this code runs on (0-dimensional)."""
+    global _local_host
+    if _local_host is None:
+        _local_host = HostMesh(Shape.unity())
+    return _local_host
+
+
+def this_proc() -> ProcMesh:
+    """The proc this code runs in: the client's own process, or the current actor's proc.
+
+    Actors spawned on it run inside this process.
+    """
+    return context().actor_instance.proc

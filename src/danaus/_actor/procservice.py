@@ -1,0 +1,84 @@
+"""The proc side of spawning and stopping: frame handlers installed in every runtime.
+
+::
+
+    spawner --SPAWN(mesh, rank, init_port, ...)--> proc     creates the ActorCell at once,
+                                                            so later calls queue behind __init__
+    proc    --REPLY(init_port)--> spawner                   after __init__ (or its error)
+    caller  --STOP_ACTOR(mesh, rank, port)--> proc          cell drains, runs __cleanup__, replies
+    owner   --STOP_PROC(port)--> proc                       stops every cell, replies, exits
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._runtime import proc as _proc
+from .._runtime.runtime import STATUS_OK, Runtime
+from .._wire.frame import Frame
+from .cell import FAILED, ActorCell
+from .mesh import STOP_ACTOR
+
+__all__ = ["SPAWN", "STOP_PROC", "install"]
+
+log = logging.getLogger("danaus.actor")
+
+SPAWN, STOP_PROC = 20, 22
+STOP_TIMEOUT = 10.0  # seconds a stopping proc waits for its actors before exiting anyway
+
+
+def install(rt: Runtime, boot: dict[str, Any]) -> None:
+    """Register the actor layer's frame handlers on ``rt``."""
+    rt.handlers[SPAWN] = lambda conn, frame: _on_spawn(rt, frame)
+    rt.handlers[STOP_ACTOR] = lambda conn, frame: _on_stop_actor(rt, frame)
+    rt.handlers[STOP_PROC] = lambda conn, frame: _on_stop_proc(rt, frame)
+    rt.handlers.setdefault(FAILED, lambda conn, frame: _on_failed_default(frame))
+
+
+def _on_spawn(rt: Runtime, frame: Frame) -> None:
+    mesh_id, rank = frame.header[1], frame.header[2]
+    if (mesh_id, rank) in rt.mailboxes:
+        rt.undeliverable(frame.header[3], rank, f"actor {mesh_id}[{rank}] already exists")
+        return
+    rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
+
+
+def _on_exit(cell: ActorCell) -> None:
+    pass  # the cell stays registered: later messages get a clear "was stopped" error
+
+
+def _on_stop_actor(rt: Runtime, frame: Frame) -> None:
+    _, mesh_id, rank, port, index, reason = frame.header
+    cell = rt.mailboxes.get((mesh_id, rank))
+    if isinstance(cell, ActorCell):
+        cell.stop(port, index, reason)
+    elif port is not None:
+        rt.reply(port, index, STATUS_OK, None)
+
+
+def _on_stop_proc(rt: Runtime, frame: Frame) -> None:
+    _, port, index, reason = frame.header
+    cells = [c for c in rt.mailboxes.values() if isinstance(c, ActorCell)]
+    for cell in cells:
+        cell.stop(None, 0, reason)
+    deadline = rt.loop.time() + STOP_TIMEOUT
+
+    def check() -> None:
+        if any(c.thread.is_alive() for c in cells) and rt.loop.time() < deadline:
+            rt.loop.call_later(0.002, check)
+            return
+        if port is not None:
+            rt.reply(port, index, STATUS_OK, None)
+        if rt.boot:  # a spawned proc exits; the client only stops its actors
+            _proc.stop_proc(rt, 0)
+
+    check()
+
+
+def _on_failed_default(frame: Frame) -> None:
+    _, owner, mesh_id, rank, reason, tb = frame.header
+    log.error("actor %s[%s] owned by %s failed: %s", mesh_id, rank, owner, reason)
+
+
+_proc.proc_init_hooks.append(install)

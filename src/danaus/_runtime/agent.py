@@ -1,0 +1,158 @@
+"""The host agent: one per client per host; spawns, watches and reaps that client's procs.
+
+Started by the client (``python -m danaus._runtime.agent``) with a lifeline
+on its stdin: when the client exits, however it exits, the pipe reaches EOF
+and the agent kills every proc it spawned, then exits. Message flow::
+
+    requester --SPAWN_PROCS(requester, [(name, boot)])--> agent --fork--> zygote --> proc
+    proc      --READY(proc, error)--> requester                   (the proc itself)
+    zygote    --exited--> agent --LOST(name, reason)--> owner     (at once, from waitpid)
+    anyone    --KILL_PROCS([name])--> agent                       (SIGKILL)
+
+When a proc exits, the procs it owned are killed too (they would be orphans).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+from .._wire.frame import Frame
+from .._wire.ids import ProcId
+from .runtime import LOST, READY, Runtime
+from .zygote import read_msg, write_msg, zygote_loop
+
+__all__ = ["KILL_PROCS", "SPAWN_PROCS", "describe_exit", "main"]
+
+SPAWN_PROCS, KILL_PROCS = 10, 11
+
+
+def describe_exit(status: int) -> str:
+    """Say how a process ended, from its ``waitpid`` status."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the process was killed by {name} (signal {-code})"
+    if code == 0:
+        return "the process exited normally (code 0)"
+    return f"the process exited with code {code}"
+
+
+class Agent:
+    """The agent's state, living on its runtime's I/O loop."""
+
+    def __init__(self, rt: Runtime, req_w: int, resp_r: int) -> None:
+        self.rt = rt
+        self.req_w = req_w
+        self.resp_r = resp_r
+        self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
+        self.pids: dict[str, int] = {}
+        rt.handlers[SPAWN_PROCS] = self._on_spawn
+        rt.handlers[KILL_PROCS] = self._on_kill
+        rt.loop.add_reader(resp_r, self._on_zygote)
+        rt.loop.add_reader(0, self._on_lifeline)
+
+    def _on_spawn(self, conn: Any, frame: Frame) -> None:
+        _, requester, procs = frame.header
+        for proc, boot in procs:
+            self.procs[proc.name] = (proc, requester)
+            write_msg(self.req_w, ("fork", proc.name, boot))
+
+    def _on_kill(self, conn: Any, frame: Frame) -> None:
+        for name in frame.header[1]:
+            self._kill(name)
+
+    def _kill(self, name: str) -> None:
+        pid = self.pids.get(name)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _on_zygote(self) -> None:
+        msg = read_msg(self.resp_r)
+        if msg is None:
+            self._exit("the zygote died")
+            return
+        if msg[0] == "forked":
+            self.pids[msg[1]] = msg[2]
+            return
+        _, name, _pid, status = msg
+        self.pids.pop(name, None)
+        entry = self.procs.pop(name, None)
+        if entry is None:
+            return
+        proc, owner = entry
+        reason = describe_exit(status)
+        self.rt.send(owner, (LOST, name, f"proc {name} failed: {reason}"), on_fail=_ignore)
+        for other, (_, other_owner) in list(self.procs.items()):
+            if other_owner.name == name:
+                self._kill(other)
+
+    def _on_lifeline(self) -> None:
+        try:
+            data = os.read(0, 4096)
+        except OSError:
+            data = b""
+        if not data:
+            self._exit("the client went away")
+
+    def _exit(self, why: str) -> None:
+        for name in list(self.pids):
+            self._kill(name)
+        os._exit(0)
+
+
+def _child_main(name: str, boot: dict[str, Any]) -> int:
+    from .proc import proc_main
+
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return proc_main(name, boot)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m danaus._runtime.agent")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--owner", required=True, help="NAME=ADDR of the client")
+    p.add_argument("--preload", default="")
+    args = p.parse_args(argv)
+    for mod in filter(None, args.preload.split(",")):
+        try:
+            importlib.import_module(mod)
+        except Exception:  # a preload is an optimisation: report and go on
+            traceback.print_exc()
+    owner_name, _, owner_addr = args.owner.partition("=")
+    req_r, req_w = os.pipe()
+    resp_r, resp_w = os.pipe()
+    if os.fork() == 0:
+        os.close(req_w)
+        os.close(resp_r)
+        zygote_loop(req_r, resp_w, _child_main)
+        os._exit(0)  # pragma: no cover
+    os.close(req_r)
+    os.close(resp_w)
+    rt = Runtime(args.name, args.dir)
+    rt.start(in_thread=False)
+    Agent(rt, req_w, resp_r)
+    rt.send(ProcId(owner_name, owner_addr), (READY, rt.proc_id, None), on_fail=_ignore)
+    rt.loop.run_forever()
+
+
+def _ignore(reason: str) -> None:
+    pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

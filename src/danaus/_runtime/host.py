@@ -1,0 +1,139 @@
+"""This process's runtime and its host agent: started lazily, thread-safely, once.
+
+In the client, the first use starts a runtime on a background thread and,
+on the first spawn, a host agent process tied to the client by a lifeline
+pipe. In a spawned proc, the runtime already exists and the agent is the one
+that spawned it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import threading
+from typing import Any
+
+from .._transport.address import make_job_dir
+from .._wire.ids import ProcId
+from . import proc as _proc
+from .agent import KILL_PROCS, SPAWN_PROCS
+from .runtime import Runtime
+
+__all__ = ["agent", "ensure_runtime", "kill_procs", "new_proc_name", "shutdown", "spawn_procs"]
+
+_lock = threading.RLock()
+_agent_proc: subprocess.Popen[bytes] | None = None
+_agent_id: ProcId | None = None
+_shut_down = False
+
+# Modules the zygote imports once, so every forked proc starts with them loaded;
+# higher layers add themselves (this layer names none of them).
+PRELOAD: list[str] = []
+
+
+def ensure_runtime() -> Runtime:
+    """The runtime of this process; in the client, start it on first use."""
+    rt = _proc.current()
+    if rt is not None:
+        return rt
+    with _lock:
+        rt = _proc.current()
+        if rt is not None:
+            return rt
+        if _shut_down:
+            raise RuntimeError(
+                "the danaus client was shut down (shutdown_context()); it cannot be restarted "
+                "in this process"
+            )
+        rt = Runtime("c" + secrets.token_hex(3), make_job_dir())
+        rt.start(in_thread=True)
+        _proc.set_current(rt)
+        for hook in _proc.proc_init_hooks:
+            hook(rt, {})
+        return rt
+
+
+def new_proc_name() -> str:
+    return "p" + secrets.token_hex(4)
+
+
+def agent() -> ProcId:
+    """The host agent of this host, starting it if this is the client and it is not running."""
+    global _agent_proc, _agent_id
+    rt = ensure_runtime()
+    if rt.boot:
+        agent_id: ProcId = rt.boot["agent"]
+        return agent_id
+    with _lock:
+        if _agent_id is not None:
+            return _agent_id
+        name = "a" + secrets.token_hex(3)
+        agent_id = ProcId(name, f"unix:{os.path.join(rt.job_dir, name + '.sock')}")
+        rt.expect(agent_id)
+        _agent_proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "danaus._runtime.agent",
+                "--dir",
+                rt.job_dir,
+                "--name",
+                name,
+                "--owner",
+                f"{rt.proc_id.name}={rt.proc_id.addr}",
+                "--preload",
+                ",".join(PRELOAD),
+            ],
+            stdin=subprocess.PIPE,
+            start_new_session=True,  # Ctrl-C in a terminal reaches the client only
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        _agent_id = agent_id
+        return agent_id
+
+
+def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]]) -> None:
+    """Ask the host agent to start ``procs``; each will send READY to its ``boot['owner']``."""
+    rt = ensure_runtime()
+    for proc, _ in procs:
+        rt.expect(proc)
+    rt.send(agent(), (SPAWN_PROCS, rt.proc_id, procs))
+
+
+def kill_procs(names: list[str]) -> None:
+    """SIGKILL procs of this host by name (fire and forget)."""
+    rt = ensure_runtime()
+    rt.send(agent(), (KILL_PROCS, names), on_fail=lambda reason: None)
+
+
+def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
+    """The boot dictionary of a new proc owned by ``owner``."""
+    rt = ensure_runtime()
+    return {
+        "job_dir": rt.job_dir,
+        "owner": owner,
+        "agent": agent(),
+        "sys_path": list(sys.path),
+        **extra,
+    }
+
+
+def shutdown() -> None:
+    """Close the lifeline: the agent kills whatever procs remain and exits (client only)."""
+    global _shut_down, _agent_proc
+    with _lock:
+        _shut_down = True
+        p, _agent_proc = _agent_proc, None
+    if p is not None:
+        try:
+            assert p.stdin is not None
+            p.stdin.close()
+        except OSError:
+            pass
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

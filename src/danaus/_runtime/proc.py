@@ -1,0 +1,89 @@
+"""The main function of a spawned proc, and the process-wide runtime registry.
+
+A proc starts (forked by the zygote), builds its :class:`Runtime`, lets the
+higher layers install their frame handlers (``proc_init_hooks``), runs the
+user's bootstrap function, tells its owner it is READY (or why it is not),
+then serves frames until asked to stop. Stopping returns from ``proc_main``,
+so the interpreter finalises normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from .._wire import codec
+from .._wire.ids import ProcId
+from .runtime import READY, Runtime
+
+__all__ = ["current", "proc_init_hooks", "proc_main", "set_current", "stop_proc"]
+
+# Higher layers append hooks here at import time: hook(runtime, boot).
+proc_init_hooks: list[Callable[[Runtime, dict[str, Any]], None]] = []
+
+_current: Runtime | None = None
+_current_lock = threading.Lock()
+_exit_code = 0
+
+
+def current() -> Runtime | None:
+    """The runtime of this process, if one has been started."""
+    return _current
+
+
+def set_current(rt: Runtime) -> None:
+    global _current
+    with _current_lock:
+        _current = rt
+
+
+def proc_main(name: str, boot: dict[str, Any]) -> int:
+    """Run a proc until it is stopped; returns the exit code."""
+    os.environ.update(boot.get("env", {}))
+    for entry in boot.get("sys_path", ()):
+        if entry not in sys.path:
+            sys.path.append(entry)
+    rt = Runtime(name, boot["job_dir"])
+    set_current(rt)
+    rt.boot = boot
+    rt.start(in_thread=False)
+    for hook in proc_init_hooks:
+        hook(rt, boot)
+    error = None
+    if boot.get("bootstrap") is not None:
+        try:
+            fn = codec.loads(boot["bootstrap"])
+            result = fn()
+            if inspect.isawaitable(result):
+                asyncio.run(_await(result))
+        except BaseException:
+            error = f"the bootstrap function failed in proc {name}:\n{traceback.format_exc()}"
+    owner: ProcId = boot["owner"]
+    rt.send(owner, (READY, rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
+    rt.loop.run_forever()
+    return _exit_code
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+def stop_proc(rt: Runtime, code: int = 0) -> None:
+    """Close the runtime once its frames are written, then leave ``proc_main`` (I/O thread)."""
+    global _exit_code
+    _exit_code = code
+    rt.close()
+
+    def check(tries: int = 0) -> None:
+        if rt.flushed() or tries > 200:
+            rt.loop.stop()
+        else:
+            rt.loop.call_later(0.005, check, tries + 1)
+
+    check()

@@ -1,0 +1,436 @@
+"""The runtime of one proc: its I/O loop, its peers, its ports and its mailboxes.
+
+Every danaus process (the client, a host agent, a spawned proc) runs exactly
+one :class:`Runtime`. It listens on one address, keeps one outbound
+connection per peer proc (so each sender→receiver pair is FIFO), and routes
+each incoming frame by its kind::
+
+    CALL   -> a local mailbox (an actor)            header: (CALL, mesh, rank, ...)
+    REPLY  -> a local port (a caller waiting)        header: (REPLY, port, index, status)
+    HELLO  -> names the proc at the other end of an inbound connection
+    READY  -> a proc we are waiting for is up (or failed to boot)
+    LOST   -> the host agent saw a proc exit
+    other  -> a handler registered by a higher layer (spawn, stop, ...)
+
+Failure detection: a peer is *lost* when its connection hits EOF or an
+error, when connecting to it is refused, or when the host agent reports its
+exit. Everything waiting on a lost peer is told at once (ports watching it,
+frames queued for it); a lost peer never comes back, since proc names are
+never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .._errors import SupervisionError
+from .._transport.address import connect_socket, listen
+from .._transport.conn import Connection
+from .._wire import codec
+from .._wire.frame import Frame, encode_frame
+from .._wire.ids import PortId, ProcId
+
+__all__ = [
+    "CALL",
+    "HELLO",
+    "LOST",
+    "READY",
+    "REPLY",
+    "STATUS_ERROR",
+    "STATUS_EXC",
+    "STATUS_OK",
+    "Mailbox",
+    "PortHandler",
+    "Runtime",
+]
+
+log = logging.getLogger("danaus.runtime")
+
+CALL, REPLY, HELLO, READY, LOST = 1, 2, 3, 4, 5
+STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
+
+
+class PortHandler(Protocol):
+    """What a port does with the frames sent to it (called on the I/O thread)."""
+
+    def deliver(self, frame: Frame) -> None: ...
+
+    def peer_lost(self, proc: str, reason: str) -> None: ...
+
+
+class Mailbox(Protocol):
+    """An actor's inbox (called on the I/O thread)."""
+
+    def deliver(self, frame: Frame, sender: ProcId | None) -> None: ...
+
+
+class _Peer:
+    """Our outbound side towards one proc."""
+
+    __slots__ = ("conn", "lost", "pending", "proc", "queue", "ready_cbs", "stopping")
+
+    def __init__(self, proc: ProcId, pending: bool) -> None:
+        self.proc = proc
+        self.conn: Connection | None = None
+        self.pending = pending  # waiting for READY before connecting
+        self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
+        self.lost: str | None = None
+        self.stopping = False
+        self.ready_cbs: list[Callable[[str | None], None]] = []
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop()  # type: ignore[no-any-return]
+    except ImportError:
+        return asyncio.new_event_loop()
+
+
+class Runtime:
+    """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
+
+    def __init__(self, name: str, job_dir: str) -> None:
+        self.job_dir = job_dir
+        self.proc_id = ProcId(name, f"unix:{os.path.join(job_dir, name + '.sock')}")
+        self.loop = _new_loop()
+        self.thread: threading.Thread | None = None
+        self.handlers: dict[int, Callable[[Connection, Frame], None]] = {
+            CALL: self._on_call,
+            REPLY: self._on_reply,
+            HELLO: self._on_hello,
+            READY: self._on_ready,
+            LOST: self._on_lost_report,
+        }
+        self.mailboxes: dict[tuple[str, int], Mailbox] = {}
+        self.ports: dict[int, PortHandler] = {}
+        self._port_ids = itertools.count(1)
+        self._watchers: dict[str, set[int]] = {}
+        self._peers: dict[str, _Peer] = {}
+        self._inbound: dict[str, Connection] = {}
+        self._lock = threading.RLock()
+        self.lost_callbacks: list[Callable[[str, str], None]] = []
+        self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
+        self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
+        self._listener: socket.socket | None = None
+        self.closed = False
+        self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def start(self, *, in_thread: bool) -> None:
+        """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
+        self._listener = listen(self.proc_id.addr)
+        self.loop.add_reader(self._listener.fileno(), self._on_accept)
+        if in_thread:
+            self.thread = threading.Thread(
+                target=self.loop.run_forever, name="danaus-io", daemon=True
+            )
+            self.thread.start()
+
+    def on_io_thread(self) -> bool:
+        try:
+            return asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            return False
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the I/O thread (soon, in order)."""
+        if self.on_io_thread():
+            self.loop.call_soon(fn, *args)
+        else:
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def close(self) -> None:
+        """Stop listening and close every connection (I/O thread). Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._listener is not None:
+            self.loop.remove_reader(self._listener.fileno())
+            self._listener.close()
+            try:
+                os.unlink(self.proc_id.addr.partition(":")[2])
+            except OSError:
+                pass
+        for peer in list(self._peers.values()):
+            if peer.conn is not None:
+                peer.conn.flush_and_close()
+        for conn in list(self._inbound.values()):
+            conn.flush_and_close()
+
+    def flushed(self) -> bool:
+        """True once every connection is closed (after ``close()``)."""
+        return all(p.conn is None or p.conn.closed for p in list(self._peers.values())) and all(
+            c.closed for c in list(self._inbound.values())
+        )
+
+    # -- accepting and hello ------------------------------------------------
+
+    def _on_accept(self) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                s, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # pragma: no cover - e.g. EMFILE
+                log.warning("accept failed: %s", e)
+                return
+            Connection(s, self.loop, self._dispatch, self._on_inbound_closed)
+
+    def _on_hello(self, conn: Connection, frame: Frame) -> None:
+        proc = frame.header[1]
+        conn.peer = proc
+        self._inbound[proc.name] = conn
+
+    def _dispatch(self, conn: Connection, frame: Frame) -> None:
+        handler = self.handlers.get(frame.header[0])
+        if handler is None:
+            log.warning("dropping frame of unknown kind %r from %s", frame.header[0], conn.peer)
+            return
+        try:
+            handler(conn, frame)
+        except Exception:
+            log.exception(
+                "danaus internal error while handling a frame of kind %r", frame.header[0]
+            )
+
+    def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
+        proc = conn.peer
+        if proc is None:
+            return
+        if self._inbound.get(proc.name) is conn:
+            del self._inbound[proc.name]
+        peer = self._peers.get(proc.name)
+        reason = "it stopped" if peer is not None and peer.stopping else "its process exited"
+        self.peer_lost(proc.name, f"the connection from proc {proc.name} closed: {reason}")
+
+    # -- sending ------------------------------------------------------------
+
+    def send(
+        self,
+        proc: ProcId,
+        header: tuple[Any, ...],
+        body: bytes | memoryview = b"",
+        buffers: Any = (),
+        on_fail: Callable[[str], None] | None = None,
+    ) -> None:
+        """Send one frame to ``proc``, from any thread; never blocks.
+
+        If it cannot be delivered (the peer is lost, now or while the frame
+        waits for the peer to come up), ``on_fail(reason)`` is called, or
+        :class:`SupervisionError` raised if there is no ``on_fail``.
+        """
+        parts = encode_frame(header, body, buffers)
+        peer = self._peers.get(proc.name)
+        if peer is not None and peer.conn is not None and not peer.conn.closed:
+            try:
+                peer.conn.send(parts)
+                return
+            except Exception:
+                pass  # lost: fall through to the slow path, which reports it
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is None:
+                peer = self._peers[proc.name] = _Peer(proc, pending=False)
+            if peer.lost is None and (peer.pending or peer.conn is None):
+                peer.queue.append((parts, on_fail))
+                if not peer.pending and len(peer.queue) == 1:
+                    self.call_soon(self._connect, peer)
+                return
+            lost = peer.lost
+        if lost is None:
+            assert peer.conn is not None
+            try:
+                peer.conn.send(parts)
+                return
+            except Exception as e:
+                lost = f"sending to proc {proc.name} failed: {e}"
+        if on_fail is not None:
+            on_fail(lost)
+        else:
+            raise SupervisionError(f"proc {proc.name} is unreachable: {lost}", reason=lost)
+
+    def _connect(self, peer: _Peer) -> None:
+        if peer.conn is not None or peer.lost is not None or peer.pending:
+            return
+        try:
+            s = connect_socket(peer.proc.addr)
+        except OSError as e:
+            self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
+            return
+        conn = Connection(s, self.loop, self._dispatch, self._on_outbound_closed)
+        conn.peer = peer.proc
+        conn.send(encode_frame((HELLO, self.proc_id)))
+        with self._lock:
+            # Flush under the lock, before publishing the connection: a sender on
+            # another thread must not overtake the frames queued before it.
+            for parts, _ in peer.queue:
+                conn.send(parts)
+            peer.queue = []
+            peer.conn = conn
+
+    def _on_outbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
+        proc = conn.peer
+        if self.closed:
+            return
+        reason = f"the connection to proc {proc.name} broke: {exc}"
+        inbound = self._inbound.get(proc.name)
+        if inbound is not None and not inbound.closed:
+            # Replies may still be in flight on the inbound connection: let it drain
+            # first (its EOF declares the loss), but never wait for long.
+            self.loop.call_later(1.0, self.peer_lost, proc.name, reason)
+        else:
+            self.peer_lost(proc.name, reason)
+
+    # -- peers: expected, ready, lost ----------------------------------------
+
+    def expect(self, proc: ProcId, on_ready: Callable[[str | None], None] | None = None) -> None:
+        """Declare a proc being spawned for us: frames to it wait for its READY."""
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+            if on_ready is not None:
+                peer.ready_cbs.append(on_ready)
+
+    def when_ready(self, proc: ProcId, cb: Callable[[str | None], None]) -> None:
+        """``cb(None)`` once ``proc`` is up, or ``cb(reason)`` if it is lost first."""
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is not None and peer.pending and peer.lost is None:
+                peer.ready_cbs.append(cb)
+                return
+            reason = peer.lost if peer is not None else None
+        cb(reason)
+
+    def _on_ready(self, conn: Connection, frame: Frame) -> None:
+        _, proc, error = frame.header
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+            cbs, peer.ready_cbs = peer.ready_cbs, []
+            peer.pending = False
+            start = bool(peer.queue) and peer.lost is None
+        if error is None and start:
+            self._connect(peer)
+        for cb in cbs:
+            cb(error)
+
+    def _on_lost_report(self, conn: Connection, frame: Frame) -> None:
+        _, name, reason = frame.header
+        with self._lock:
+            self.exited[name] = reason
+            waiters = self._exit_waiters.pop(name, [])
+        self.peer_lost(name, reason)
+        for cb in waiters:
+            cb(reason)
+
+    def when_exited(self, name: str, cb: Callable[[str], None]) -> None:
+        """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it)."""
+        with self._lock:
+            how = self.exited.get(name)
+            if how is None:
+                self._exit_waiters.setdefault(name, []).append(cb)
+                return
+        cb(how)
+
+    def mark_stopping(self, proc: ProcId) -> None:
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
+            peer.stopping = True
+
+    def is_lost(self, name: str) -> str | None:
+        peer = self._peers.get(name)
+        return peer.lost if peer is not None else None
+
+    def peer_lost(self, name: str, reason: str) -> None:
+        """Declare proc ``name`` lost (I/O thread): fail everything that waits on it."""
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is None:
+                return  # never talked to it: nothing waits on it
+            if peer.lost is not None:
+                return
+            peer.lost = reason
+            queued, peer.queue = peer.queue, []
+            cbs, peer.ready_cbs = peer.ready_cbs, []
+            conn = peer.conn
+            watchers = self._watchers.pop(name, set())
+        if conn is not None and not conn.closed:
+            conn.close()
+        for _, on_fail in queued:
+            if on_fail is not None:
+                on_fail(reason)
+        for cb in cbs:
+            cb(reason)
+        for port in watchers:
+            handler = self.ports.get(port)
+            if handler is not None:
+                handler.peer_lost(name, reason)
+        for lost_cb in list(self.lost_callbacks):
+            lost_cb(name, reason)
+
+    # -- ports ----------------------------------------------------------------
+
+    def open_port(self, handler: PortHandler) -> PortId:
+        no = next(self._port_ids)
+        self.ports[no] = handler
+        return PortId(self.proc_id, no)
+
+    def close_port(self, no: int) -> None:
+        self.ports.pop(no, None)
+
+    def watch(self, proc: ProcId, port: int) -> str | None:
+        """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is None:
+                peer = self._peers[proc.name] = _Peer(proc, pending=False)
+            if peer.lost is not None:
+                return peer.lost
+            self._watchers.setdefault(proc.name, set()).add(port)
+            return None
+
+    def _on_reply(self, conn: Connection, frame: Frame) -> None:
+        handler = self.ports.get(frame.header[1])
+        if handler is not None:
+            handler.deliver(frame)
+
+    def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
+        """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
+        try:
+            body, bufs = codec.dumps(value)
+        except Exception as e:
+            status = STATUS_EXC
+            body, bufs = codec.dumps(
+                TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
+            )
+        self.send(port.proc, (REPLY, port.port, index, status), body, bufs, on_fail or _ignore)
+
+    # -- mailboxes ----------------------------------------------------------
+
+    def _on_call(self, conn: Connection, frame: Frame) -> None:
+        _, mesh, rank, _method, port, index = frame.header[:6]
+        mb = self.mailboxes.get((mesh, rank))
+        if mb is not None:
+            mb.deliver(frame, conn.peer)
+            return
+        self.undeliverable(port, index, f"no actor {mesh}[{rank}] on proc {self.proc_id.name}")
+
+    def undeliverable(self, port: PortId | None, index: int, reason: str) -> None:
+        if port is None:
+            log.warning("dropping a message without a reply port: %s", reason)
+            return
+        err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
+        self.reply(port, index, STATUS_ERROR, err)
+
+
+def _ignore(reason: str) -> None:
+    pass

@@ -1,0 +1,130 @@
+"""The zygote: a pre-imported, thread-free process that forks new procs on request.
+
+The host agent forks its zygote before it starts any thread or event loop,
+so the zygote can fork safely. Requests and reports are length-prefixed
+pickles on two pipes::
+
+    agent -> zygote   ("fork", name, boot)
+    zygote -> agent   ("forked", name, pid) | ("exited", name, pid, wait_status)
+
+When the agent goes away (its request pipe reaches EOF) the zygote kills
+every proc it forked and exits. Each forked proc also asks the kernel to
+kill it if the zygote dies (``PR_SET_PDEATHSIG``), so nothing is orphaned.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import pickle
+import select
+import signal
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["read_msg", "set_pdeathsig", "write_msg", "zygote_loop"]
+
+_LEN = struct.Struct("<I")
+_PR_SET_PDEATHSIG = 1
+
+
+def write_msg(fd: int, msg: Any) -> None:
+    data = pickle.dumps(msg, protocol=5)
+    data = _LEN.pack(len(data)) + data
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        try:
+            b = os.read(fd, n)
+        except InterruptedError:  # pragma: no cover
+            continue
+        if not b:
+            return None
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def read_msg(fd: int) -> Any:
+    """One message, or ``None`` at EOF."""
+    head = _read_exact(fd, _LEN.size)
+    if head is None:
+        return None
+    data = _read_exact(fd, _LEN.unpack(head)[0])
+    return None if data is None else pickle.loads(data)
+
+
+def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def zygote_loop(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], int]) -> None:
+    """Serve fork requests until the request pipe closes. In a child, raise SystemExit."""
+    parent = os.getppid()
+    set_pdeathsig()
+    if os.getppid() != parent:  # pragma: no cover - the agent died while we started
+        os._exit(1)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    children: dict[int, str] = {}
+    while True:
+        try:
+            ready, _, _ = select.select([req_r, wake_r], [], [])
+        except InterruptedError:  # pragma: no cover
+            continue
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        _reap(children, resp_w)
+        if req_r not in ready:
+            continue
+        msg = read_msg(req_r)
+        if msg is None:
+            for pid in children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os._exit(0)
+        _, name, boot = msg
+        pid = os.fork()
+        if pid == 0:
+            # The new proc: drop the zygote's fds and signal set-up, then run.
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in (req_r, resp_w, wake_r, wake_w):
+                os.close(fd)
+            zygote_pid = os.getppid()
+            set_pdeathsig()
+            if os.getppid() != zygote_pid:  # pragma: no cover
+                os._exit(1)
+            raise SystemExit(child_main(name, boot))
+        children[pid] = name
+        write_msg(resp_w, ("forked", name, pid))
+
+
+def _reap(children: dict[int, str], resp_w: int) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        name = children.pop(pid, None)
+        if name is not None:
+            write_msg(resp_w, ("exited", name, pid, status))

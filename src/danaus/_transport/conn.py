@@ -1,0 +1,229 @@
+"""A framed, ordered, thread-safe connection on a non-blocking stream socket.
+
+Reading happens on the I/O thread's event loop (``loop.add_reader``); frames
+go to ``on_frame(conn, frame)`` in arrival order. Writing may happen from any
+thread: ``send(parts)`` writes straight to the socket while nothing is queued
+(no thread hop on the hot path) and otherwise appends to a backlog that the
+I/O thread drains, so the bytes of one connection are never interleaved and
+frames keep their order. When the peer breaks (EOF, reset, a bad frame)
+``on_close(conn, exc)`` runs once on the I/O thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
+from .._wire.frame import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError
+
+__all__ = ["Connection"]
+
+_MAX_IOV = 512
+_READ_BUDGET = 64  # reads per wakeup before yielding to other connections
+
+
+class Connection:
+    """One end of a framed connection. Create on the I/O thread, use from anywhere."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        on_frame: Callable[[Connection, Frame], None],
+        on_close: Callable[[Connection, BaseException | None], None],
+        *,
+        max_frame: int = DEFAULT_MAX_FRAME,
+    ) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.loop = loop
+        self.fd = sock.fileno()
+        self._on_frame = on_frame
+        self._on_close = on_close
+        self._decoder = FrameDecoder(max_frame)
+        self._lock = threading.Lock()
+        self._backlog: collections.deque[memoryview] = collections.deque()
+        self._writer_armed = False
+        self.closed = False
+        self.close_exc: BaseException | None = None
+        self.peer: Any = None  # set by the runtime after the hello frame
+        loop.add_reader(self.fd, self._on_readable)
+
+    # -- writing (any thread) ---------------------------------------------
+
+    def send(self, parts: list[Any]) -> None:
+        """Queue ``parts`` (one encoded frame) for sending, in order. Never blocks.
+
+        Raises :class:`TransportError` if the connection is already closed.
+        """
+        with self._lock:
+            if self.closed:
+                raise (
+                    self.close_exc
+                    if isinstance(self.close_exc, TransportError)
+                    else ConnectionClosedError("connection is closed")
+                )
+            if self._backlog:
+                self._backlog.extend(_views(parts))
+                return
+            try:
+                sent = self.sock.sendmsg(parts) if len(parts) <= _MAX_IOV else 0
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as e:
+                # The reader will notice too; keep the frame so nothing is silently lost.
+                self._backlog.extend(_views(parts))
+                self._arm_writer_locked()
+                del e
+                return
+            total = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+            if sent == total:
+                return
+            self._backlog.extend(_skip(_views(parts), sent))
+            self._arm_writer_locked()
+
+    def _arm_writer_locked(self) -> None:
+        if self._writer_armed:
+            return
+        self._writer_armed = True
+        if _on_loop_thread(self.loop):
+            self.loop.add_writer(self.fd, self._on_writable)
+        else:
+            self.loop.call_soon_threadsafe(self._add_writer)
+
+    def _add_writer(self) -> None:
+        if not self.closed:
+            self.loop.add_writer(self.fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        with self._lock:
+            while self._backlog:
+                batch = list(_take(self._backlog, _MAX_IOV))
+                try:
+                    sent = self.sock.sendmsg(batch)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as e:
+                    err: BaseException = e
+                    break
+                rest = list(_skip(batch, sent))
+                for _ in batch:
+                    self._backlog.popleft()
+                self._backlog.extendleft(reversed(rest))
+                if rest:
+                    return
+            else:
+                self._writer_armed = False
+                self.loop.remove_writer(self.fd)
+                return
+        self._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
+
+    # -- reading (I/O thread) -------------------------------------------
+
+    def _on_readable(self) -> None:
+        for _ in range(_READ_BUDGET):
+            buf = self._decoder.buffer()
+            try:
+                n = self.sock.recv_into(buf)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                self._fail(PeerBrokenError(f"read failed: {e}"), cause=e)
+                return
+            if n == 0:
+                self._fail(PeerBrokenError("connection closed by peer (EOF)"), cause=None)
+                return
+            try:
+                frames = self._decoder.feed(n)
+            except FrameError as e:
+                self._fail(e, cause=None)
+                return
+            for f in frames:
+                if self.closed:
+                    return
+                self._on_frame(self, f)
+            if n < len(buf):
+                return
+
+    # -- closing ------------------------------------------------------------
+
+    def _fail(self, exc: BaseException, cause: BaseException | None) -> None:
+        if cause is not None:
+            exc.__cause__ = cause
+        self._close(exc)
+
+    def close(self) -> None:
+        """Close from this side (I/O thread). Queued bytes not yet written are dropped."""
+        self._close(None)
+
+    def close_threadsafe(self) -> None:
+        self.loop.call_soon_threadsafe(self.close)
+
+    def flush_and_close(self) -> None:
+        """Close once the backlog is written (I/O thread)."""
+        with self._lock:
+            pending = bool(self._backlog)
+        if pending and not self.closed:
+            self.loop.call_later(0.01, self.flush_and_close)
+        else:
+            self.close()
+
+    def _close(self, exc: BaseException | None) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
+            self._backlog.clear()
+        try:
+            self.loop.remove_reader(self.fd)
+            self.loop.remove_writer(self.fd)
+        except (ValueError, OSError, RuntimeError):
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self._on_close(self, exc)
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+def _views(parts: list[Any]) -> list[memoryview]:
+    return [memoryview(p).cast("B") for p in parts]
+
+
+def _skip(views: list[memoryview], n: int) -> list[memoryview]:
+    out = []
+    for v in views:
+        if n >= len(v):
+            n -= len(v)
+            continue
+        out.append(v[n:] if n else v)
+        n = 0
+    return out
+
+
+def _take(dq: collections.deque[memoryview], k: int) -> list[memoryview]:
+    out = []
+    for v in dq:
+        out.append(v)
+        if len(out) == k:
+            break
+    return out
+
+
+def is_refused(e: OSError) -> bool:
+    """True when a connect failed because nobody listens there (the peer is gone)."""
+    return e.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ECONNRESET, errno.ENOTSOCK)

@@ -1,0 +1,96 @@
+"""Message bodies: pickle protocol 5 with out-of-band buffers, cloudpickle for ``__main__``.
+
+``dumps(obj)`` returns ``(body, buffers)``; large numpy arrays and CPU torch
+tensors contribute their memory as buffers, which the transport writes
+without copying. ``loads(body, buffers)`` rebuilds the object; arrays come
+back as views of the received frame.
+
+Torch is never imported here: tensors are recognised only when the sender
+has already imported torch.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from typing import Any
+
+import cloudpickle
+
+__all__ = ["dumps", "dumps_checked", "loads"]
+
+_OOB_MIN = 4096  # tensors smaller than this are pickled in band
+
+
+def _rebuild_tensor(buf: Any, dtype_name: str, shape: tuple[int, ...], view_dtype: str) -> Any:
+    import numpy as np
+    import torch
+
+    arr = np.frombuffer(buf, dtype=np.dtype(dtype_name)).reshape(shape)
+    t = torch.from_numpy(arr)
+    if view_dtype:
+        t = t.view(getattr(torch, view_dtype))
+    return t
+
+
+_NUMPY_UNSUPPORTED = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
+
+
+def _reduce_tensor(t: Any) -> Any:
+    """Reduce a CPU tensor to a zero-copy out-of-band buffer, or NotImplemented."""
+    torch = sys.modules["torch"]
+    if (
+        type(t) is not torch.Tensor
+        or t.device.type != "cpu"
+        or t.requires_grad
+        or t.is_sparse
+        or t.is_quantized
+        or t.nbytes < _OOB_MIN
+        or not t.is_contiguous()
+    ):
+        return NotImplemented
+    dtype = str(t.dtype).removeprefix("torch.")
+    view_dtype = ""
+    if dtype in _NUMPY_UNSUPPORTED:
+        view_dtype = dtype
+        t = t.view(getattr(torch, _NUMPY_UNSUPPORTED[dtype]))
+    try:
+        arr = t.numpy()
+    except (TypeError, RuntimeError):
+        return NotImplemented
+    return _rebuild_tensor, (pickle.PickleBuffer(arr), arr.dtype.str, tuple(arr.shape), view_dtype)
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    def reducer_override(self, obj: Any) -> Any:
+        torch = sys.modules.get("torch")
+        if torch is not None and isinstance(obj, torch.Tensor):
+            r = _reduce_tensor(obj)
+            if r is not NotImplemented:
+                return r
+        return super().reducer_override(obj)
+
+
+def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    f = io.BytesIO()
+    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)
+    return f.getvalue(), buffers
+
+
+def dumps_checked(obj: Any, what: str) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """``dumps`` whose failure raises ``TypeError`` naming ``what`` could not be pickled."""
+    try:
+        return dumps(obj)
+    except Exception as e:
+        raise TypeError(
+            f"{what} cannot be pickled: {type(e).__name__}: {e}. Only picklable values can be "
+            "sent to actors; pass something picklable instead (or define __reduce__)."
+        ) from e
+
+
+def loads(body: bytes | memoryview, buffers: list[Any] | tuple[Any, ...] = ()) -> Any:
+    """Unpickle a body produced by :func:`dumps`."""
+    return pickle.loads(body, buffers=buffers)

@@ -1,0 +1,168 @@
+"""Frames: the unit a connection carries — a header, a body and out-of-band buffers.
+
+Layout (little-endian)::
+
+    u64 length of everything after this field
+    u32 header length  | u32 number of buffers | u64 body length
+    u64 length of each buffer
+    header bytes (a pickled tuple of builtins and ids)
+    body bytes   (a pickle-5 stream, decoded later by the receiver of the message)
+    buffer bytes (pickle-5 out-of-band buffers, back to back)
+
+``encode_frame`` returns a list of byte-likes for a vectored write (no copy of
+the buffers); ``FrameDecoder`` is an incremental decoder that tells its caller
+where to read next, so a large frame is received straight into its own
+memory and its buffers are views of it (no further copy).
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .._errors import PeerBrokenError
+
+__all__ = ["DEFAULT_MAX_FRAME", "Frame", "FrameDecoder", "FrameError", "encode_frame"]
+
+_PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
+_LEN = struct.Struct("<Q")
+_FIXED = _PREFIX.size - 8  # bytes counted in `total` before the buffer lengths
+
+DEFAULT_MAX_FRAME = 64 << 30
+MAX_BUFFERS = 4096
+MAX_HEADER = 1 << 20
+_STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
+
+
+class FrameError(PeerBrokenError):
+    """A frame was malformed, truncated or larger than allowed; the connection is closed."""
+
+
+class Frame(NamedTuple):
+    header: tuple[Any, ...]
+    body: memoryview
+    buffers: list[memoryview]
+
+
+def encode_frame(
+    header: tuple[Any, ...], body: bytes | memoryview = b"", buffers: Sequence[Any] = ()
+) -> list[Any]:
+    """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
+    h = pickle.dumps(header, protocol=5)
+    raws = [memoryview(b).cast("B") if not isinstance(b, bytes) else b for b in buffers]
+    lens = b"".join(_LEN.pack(len(r)) for r in raws)
+    body_len = len(body)
+    total = _FIXED + len(lens) + len(h) + body_len + sum(len(r) for r in raws)
+    parts: list[Any] = [_PREFIX.pack(total, len(h), len(raws), body_len) + lens + h]
+    if body_len:
+        parts.append(body)
+    parts.extend(r for r in raws if len(r))
+    return parts
+
+
+def _parse(frame: memoryview) -> Frame:
+    """Parse one complete frame (``frame`` excludes the leading u64 length)."""
+    header_len, nbufs, body_len = struct.unpack_from("<IIQ", frame, 0)
+    if nbufs > MAX_BUFFERS or header_len > MAX_HEADER:
+        raise FrameError(f"frame announces {nbufs} buffers and a {header_len}-byte header")
+    pos = _FIXED
+    end_lens = pos + 8 * nbufs
+    if end_lens > len(frame):
+        raise FrameError("frame too short for its buffer table")
+    lens = [_LEN.unpack_from(frame, pos + 8 * i)[0] for i in range(nbufs)]
+    pos = end_lens
+    if pos + header_len + body_len + sum(lens) != len(frame):
+        raise FrameError(
+            f"frame lengths do not add up: {len(frame)} bytes for header {header_len}, "
+            f"body {body_len}, buffers {lens}"
+        )
+    try:
+        header = pickle.loads(frame[pos : pos + header_len])
+    except Exception as e:
+        raise FrameError(f"undecodable frame header: {e!r}") from e
+    if not isinstance(header, tuple) or not header:
+        raise FrameError(f"frame header is not a non-empty tuple: {header!r:.100}")
+    pos += header_len
+    body = frame[pos : pos + body_len]
+    pos += body_len
+    bufs = []
+    for n in lens:
+        bufs.append(frame[pos : pos + n])
+        pos += n
+    return Frame(header, body, bufs)
+
+
+class FrameDecoder:
+    """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
+
+    Raises :class:`FrameError` on malformed input; the caller closes the connection.
+    """
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._staging = bytearray(_STAGING)
+        self._start = 0  # first unparsed byte in staging
+        self._end = 0  # end of valid bytes in staging
+        self._big: bytearray | None = None  # a large frame being received in place
+        self._big_filled = 0
+
+    def buffer(self) -> memoryview:
+        """The memory the next read should fill."""
+        if self._big is not None:
+            return memoryview(self._big)[self._big_filled :]
+        if self._end == len(self._staging):
+            self._compact()
+        return memoryview(self._staging)[self._end :]
+
+    def _compact(self) -> None:
+        n = self._end - self._start
+        if self._start:
+            self._staging[:n] = self._staging[self._start : self._end]
+        self._start, self._end = 0, n
+
+    def feed(self, n: int) -> list[Frame]:
+        """Account for ``n`` bytes just read; return the frames now complete."""
+        frames: list[Frame] = []
+        if self._big is not None:
+            self._big_filled += n
+            if self._big_filled < len(self._big):
+                return frames
+            frames.append(_parse(memoryview(self._big)))
+            self._big = None
+            return frames
+        self._end += n
+        while True:
+            avail = self._end - self._start
+            if avail < 8:
+                break
+            (total,) = _LEN.unpack_from(self._staging, self._start)
+            if total > self.max_frame or total < _FIXED:
+                raise FrameError(
+                    f"frame of {total} bytes refused (allowed: {_FIXED}..{self.max_frame})"
+                )
+            if avail - 8 >= total:
+                begin = self._start + 8
+                # Small frames are copied out so the staging buffer can be reused.
+                data = bytearray(self._staging[begin : begin + total])
+                self._start = begin + total
+                frames.append(_parse(memoryview(data)))
+                continue
+            if total + 8 > len(self._staging):
+                # Large frame: receive the rest straight into its own memory.
+                big = bytearray(total)
+                have = avail - 8
+                big[:have] = self._staging[self._start + 8 : self._end]
+                self._start = self._end = 0
+                self._big, self._big_filled = big, have
+                if have == total:  # pragma: no cover - covered by the loop above
+                    self._big = None
+                    frames.append(_parse(memoryview(big)))
+                break
+            if len(self._staging) - self._start < total + 8:
+                self._compact()
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+        return frames

@@ -1,0 +1,76 @@
+"""``danaus.actor``: actors, meshes, adverbs, futures and context — Monarch's ``monarch.actor``.
+
+Example::
+
+    from danaus.actor import Actor, endpoint, this_host
+
+    class Counter(Actor):
+        def __init__(self, start: int):
+            self.n = start
+
+        @endpoint
+        def incr(self) -> int:
+            self.n += 1
+            return self.n
+
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    counters = procs.spawn("counters", Counter, 0)
+    print(counters.incr.call().get())
+"""
+
+from __future__ import annotations
+
+from ._actor.actor import Actor as Actor
+from ._actor.adverbs import Endpoint as Endpoint
+from ._actor.context import Context as Context
+from ._actor.context import Instance as Instance
+from ._actor.context import context as context
+from ._actor.context import current_actor_name as current_actor_name
+from ._actor.context import current_rank as current_rank
+from ._actor.context import current_size as current_size
+from ._actor.endpoint import endpoint as endpoint
+from ._actor.future import Future as Future
+from ._actor.lifecycle import shutdown_context as shutdown_context
+from ._actor.mesh import ActorMesh as ActorMesh
+from ._actor.procs import HostMesh as HostMesh
+from ._actor.procs import ProcMesh as ProcMesh
+from ._actor.procs import this_host as this_host
+from ._actor.procs import this_proc as this_proc
+from ._errors import ActorError as ActorError
+from ._errors import SupervisionError as SupervisionError
+from ._mesh import Extent as Extent
+from ._mesh import Point as Point
+from ._mesh import ValueMesh as ValueMesh
+
+__all__ = [
+    "Actor",
+    "ActorError",
+    "ActorMesh",
+    "Context",
+    "Endpoint",
+    "Extent",
+    "Future",
+    "HostMesh",
+    "Instance",
+    "Point",
+    "ProcMesh",
+    "SupervisionError",
+    "ValueMesh",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+    "endpoint",
+    "shutdown_context",
+    "this_host",
+    "this_proc",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) or callable(_obj):
+        try:
+            _obj.__module__ = __name__
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj
