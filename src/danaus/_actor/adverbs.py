@@ -10,6 +10,7 @@ to each destination proc's connection, so each sender→actor pair stays FIFO.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,7 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
 class Endpoint:
     """An endpoint of a mesh; pick an adverb to send a message."""
 
-    def __init__(self, mesh: ActorMesh, name: str, prop: EndpointProperty) -> None:
+    def __init__(self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty) -> None:
         self._mesh = mesh
         self._name = name
         self._prop = prop
@@ -88,9 +89,7 @@ class Endpoint:
         for index, rank, proc in targets:
             header = (CALL, mesh_id, rank, self._name, port, index, labels, sizes)
             on_fail = (
-                (lambda reason, i=index: collector.fail(i, reason))
-                if collector is not None
-                else _warn_dropped
+                functools.partial(collector.fail, index) if collector is not None else _warn_dropped
             )
             rt.send(proc, header, body, bufs, on_fail)
 
@@ -147,7 +146,7 @@ class Endpoint:
         targets = self._targets()
         if not targets:
             raise ValueError(f"choose() on the empty mesh {self._mesh._ref.name!r}")
-        index, rank, proc = random.choice(targets)
+        _, rank, proc = random.choice(targets)
         return self._one([(0, rank, proc)], args, kwargs)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
@@ -187,7 +186,7 @@ class Endpoint:
 class NotAnEndpoint:
     """A method of the actor class that is not marked ``@endpoint``."""
 
-    def __init__(self, mesh: ActorMesh, name: str) -> None:
+    def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
         self._mesh = mesh
         self._name = name
 

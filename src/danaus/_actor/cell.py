@@ -153,7 +153,7 @@ class ActorCell:
             self._sync_loop()
         self.on_exit(self)
 
-    def _construct(self, cls: type, args: Any, kwargs: Any) -> None:
+    def _construct(self, cls: Any, args: Any, kwargs: Any) -> None:
         try:
             inst = cls.__new__(cls)
             self.instance = inst
@@ -260,7 +260,7 @@ class ActorCell:
             self._reply_exc(port, index, e)
             return
         # No one to tell (broadcast), or a BaseException: the actor fails.
-        exc, tb = exception_payload(e)
+        _, tb = exception_payload(e)
         self.failed = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
         if port is not None:
             self._reply_error(port, index, self.failed)

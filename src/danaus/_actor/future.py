@@ -32,6 +32,8 @@ class Future(Generic[R]):
     """
 
     __slots__ = ("_cf", "_what")
+    _cf: concurrent.futures.Future[Any]
+    _what: str
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -98,7 +100,7 @@ class Future(Generic[R]):
         return None
 
     def done(self) -> bool:
-        return self._cf.done()
+        return bool(self._cf.done())
 
     def add_done_callback(self, fn: Callable[[Future[R]], Any]) -> None:
         """Call ``fn(self)`` when done (on the thread that completes it)."""

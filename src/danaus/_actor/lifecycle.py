@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import threading
 from typing import Any
 
@@ -46,14 +45,14 @@ def shutdown_context() -> Future[None]:
 
 def _stop_local_actors(rt: Any) -> None:
     cells = [c for c in list(rt.mailboxes.values()) if isinstance(c, ActorCell)]
-    done: list[concurrent.futures.Future[Any]] = []
+    done: list[ActorCell] = []
     for cell in cells:
         if cell.stopped:
             continue
         cell.stop(None, 0, "the client shut down")
         done.append(cell)
     for cell in done:
-        cell.thread.join(SHUTDOWN_TIMEOUT)  # type: ignore[attr-defined]
+        cell.thread.join(SHUTDOWN_TIMEOUT)
 
 
 def _at_exit() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -162,7 +163,7 @@ class ActorMesh(MeshTrait, Generic[A]):
             rt.send(
                 proc,
                 (STOP_ACTOR, self._ref.mesh_id, rank, collector.port, index, reason),
-                on_fail=lambda r, i=index: collector.fail(i, r),
+                on_fail=functools.partial(collector.fail, index),
             )
         return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import math
 import secrets
 import threading
@@ -139,7 +140,7 @@ class ProcMesh(MeshTrait):
             collector.expect(i, proc)
         for i, proc in enumerate(procs):
             header = (SPAWN, mesh_id, i, collector.port, i, labels, sizes, ref.owner, mode)
-            rt.send(proc, header, body, bufs, on_fail=lambda r, i=i: collector.fail(i, r))
+            rt.send(proc, header, body, bufs, on_fail=functools.partial(collector.fail, i))
         return mesh  # type: ignore[return-value]
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
@@ -300,7 +301,7 @@ def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -
             set_future(cf, True, True)
 
     for p in procs:
-        rt.when_ready(p, lambda e, p=p: one(p, e))
+        rt.when_ready(p, functools.partial(one, p))
 
 
 _local_host: HostMesh | None = None

@@ -77,7 +77,7 @@ def _on_stop_proc(rt: Runtime, frame: Frame) -> None:
 
 
 def _on_failed_default(frame: Frame) -> None:
-    _, owner, mesh_id, rank, reason, tb = frame.header
+    _, owner, mesh_id, rank, reason, _tb = frame.header
     log.error("actor %s[%s] owned by %s failed: %s", mesh_id, rank, owner, reason)
 
 

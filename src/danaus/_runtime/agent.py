@@ -18,7 +18,6 @@ import argparse
 import importlib
 import os
 import signal
-import sys
 import traceback
 from typing import Any
 
@@ -91,7 +90,7 @@ class Agent:
         entry = self.procs.pop(name, None)
         if entry is None:
             return
-        proc, owner = entry
+        _, owner = entry
         reason = describe_exit(status)
         self.rt.send(owner, (LOST, name, f"proc {name} failed: {reason}"), on_fail=_ignore)
         for other, (_, other_owner) in list(self.procs.items()):
@@ -155,4 +154,4 @@ def _ignore(reason: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

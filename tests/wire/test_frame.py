@@ -1,0 +1,121 @@
+"""Frames round-trip through any chunking, and garbage never gets past the decoder."""
+
+from __future__ import annotations
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from danaus._errors import PeerBrokenError
+from danaus._wire import codec
+from danaus._wire.frame import FrameDecoder, FrameError, encode_frame
+from danaus._wire.ids import PortId, ProcId
+
+
+def _wire_bytes(parts: list) -> bytes:
+    return b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+
+
+def _feed_all(dec: FrameDecoder, data: bytes, chunks: list[int]) -> list:
+    frames, pos, i = [], 0, 0
+    while pos < len(data):
+        buf = dec.buffer()
+        n = min(len(buf), len(data) - pos, max(1, chunks[i % len(chunks)]))
+        i += 1
+        buf[:n] = data[pos : pos + n]
+        pos += n
+        frames.extend(dec.feed(n))
+    return frames
+
+
+headers = st.tuples(
+    st.integers(0, 50), st.text(max_size=20), st.integers(-(2**40), 2**40), st.none()
+)
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    msgs=st.lists(
+        st.tuples(headers, st.binary(max_size=300), st.lists(st.binary(max_size=200), max_size=3)),
+        min_size=1,
+        max_size=6,
+    ),
+    chunks=st.lists(st.integers(1, 5000), min_size=1, max_size=8),
+)
+def test_frames_round_trip_through_any_chunking(msgs, chunks) -> None:
+    data = b"".join(_wire_bytes(encode_frame(h, b, bufs)) for h, b, bufs in msgs)
+    frames = _feed_all(FrameDecoder(), data, chunks)
+    assert [(f.header, bytes(f.body), [bytes(x) for x in f.buffers]) for f in frames] == [
+        (h, b, list(bufs)) for h, b, bufs in msgs
+    ]
+
+
+def test_a_large_frame_is_received_in_place_and_its_buffers_are_writable_views() -> None:
+    arr = np.arange(1 << 20, dtype=np.float32)  # 4 MiB, larger than the staging buffer
+    body, bufs = codec.dumps(arr)
+    data = _wire_bytes(encode_frame((1, "x"), body, bufs))
+    frames = _feed_all(FrameDecoder(), data, [65536])
+    assert len(frames) == 1
+    out = codec.loads(frames[0].body, frames[0].buffers)
+    assert out.dtype == np.float32 and np.array_equal(out, arr)
+    out[0] = 42.0  # a view of the received frame: writable, no copy was needed
+
+
+def test_ids_travel_in_headers() -> None:
+    proc = ProcId("p1", "unix:/tmp/x.sock")
+    header = (2, PortId(proc, 7), 3, 0)
+    (frame,) = _feed_all(FrameDecoder(), _wire_bytes(encode_frame(header)), [10_000])
+    assert frame.header == header and frame.header[1].proc.name == "p1"
+
+
+def test_an_absurd_length_is_refused_before_any_allocation() -> None:
+    dec = FrameDecoder(max_frame=1 << 20)
+    buf = dec.buffer()
+    buf[:8] = struct.pack("<Q", 1 << 50)
+    with pytest.raises(FrameError, match="refused"):
+        dec.feed(8)
+
+
+def test_lengths_that_do_not_add_up_are_refused() -> None:
+    h = pickle.dumps((1,))
+    bad = struct.pack("<QIIQ", 16 + len(h) + 5, len(h), 0, 99) + h + b"12345"
+    dec = FrameDecoder()
+    buf = dec.buffer()
+    buf[: len(bad)] = bad
+    with pytest.raises(FrameError, match="do not add up"):
+        dec.feed(len(bad))
+
+
+def test_frame_errors_are_peer_broken_transport_errors() -> None:
+    assert issubclass(FrameError, PeerBrokenError)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    garbage=st.binary(min_size=1, max_size=600), chunks=st.lists(st.integers(1, 700), min_size=1)
+)
+def test_garbage_either_decodes_or_raises_frame_error_only(garbage: bytes, chunks) -> None:
+    """Fuzz: the decoder never raises anything but FrameError, whatever the bytes."""
+    dec = FrameDecoder(max_frame=1 << 16)
+    try:
+        frames = _feed_all(dec, garbage, chunks)
+    except FrameError:
+        return
+    for f in frames:
+        assert isinstance(f.header, tuple)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(data=st.data())
+def test_corrupting_one_byte_of_a_valid_frame_never_escapes_as_another_error(data) -> None:
+    raw = bytearray(_wire_bytes(encode_frame((1, "mesh", 3, "m", None, 0), b"body", [b"buf"])))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] = data.draw(st.integers(0, 255))
+    try:
+        _feed_all(FrameDecoder(max_frame=1 << 16), bytes(raw), [len(raw)])
+    except FrameError:
+        pass
