@@ -88,6 +88,7 @@ FACADES = {
         "Future",
         "HostMesh",
         "Instance",
+        "MeshFailure",
         "Point",
         "ProcMesh",
         "SupervisionError",
@@ -100,6 +101,7 @@ FACADES = {
         "shutdown_context",
         "this_host",
         "this_proc",
+        "unhandled_fault_hook",
     ],
 }
 

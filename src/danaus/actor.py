@@ -41,6 +41,8 @@ from ._errors import SupervisionError as SupervisionError
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import ValueMesh as ValueMesh
+from ._supervision.failure import MeshFailure as MeshFailure
+from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
 
 __all__ = [
     "Actor",
@@ -52,6 +54,7 @@ __all__ = [
     "Future",
     "HostMesh",
     "Instance",
+    "MeshFailure",
     "Point",
     "ProcMesh",
     "SupervisionError",
@@ -64,9 +67,12 @@ __all__ = [
     "shutdown_context",
     "this_host",
     "this_proc",
+    "unhandled_fault_hook",
 ]
 
 for _name in __all__:
+    if _name == "unhandled_fault_hook":
+        continue  # users replace it by assignment; keep the function's own name
     _obj = globals()[_name]
     if isinstance(_obj, type) or callable(_obj):
         try:

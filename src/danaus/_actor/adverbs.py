@@ -15,6 +15,7 @@ import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._errors import SupervisionError
 from .._mesh import ValueMesh
 from .._runtime import host
 from .._runtime.runtime import CALL
@@ -83,10 +84,27 @@ class Endpoint:
         labels, sizes = tuple(ext.labels), tuple(ext.sizes)
         mesh_id = self._mesh._ref.mesh_id
         port = collector.port if collector is not None else None
+        failed = [(i, r, self._mesh._failed_reason(r)) for i, r, _ in targets]
+        failed = [f for f in failed if f[2] is not None]
+        if failed and collector is None:
+            _, rank, reason = failed[0]
+            raise SupervisionError(
+                f"cannot broadcast {self._what}: actor {self._mesh._ref.name}[{rank}] has "
+                f"failed: {reason}; slice the mesh to its healthy ranks",
+                actor=f"{self._mesh._ref.name}[{rank}]",
+                reason=str(reason),
+            )
         if collector is not None:
             for index, _, proc in targets:
                 collector.expect(index, proc)
+            for index, rank, reason in failed:
+                collector.fail_supervision(
+                    index, f"actor {self._mesh._ref.name}[{rank}] has failed: {reason}"
+                )
+        skip = {i for i, _, _ in failed}
         for index, rank, proc in targets:
+            if index in skip:
+                continue
             header = (CALL, mesh_id, rank, self._name, port, index, labels, sizes)
             on_fail = (
                 functools.partial(collector.fail, index) if collector is not None else _warn_dropped

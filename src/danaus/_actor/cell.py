@@ -28,6 +28,7 @@ from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from .._wire import codec
 from .._wire.frame import Frame
 from .._wire.ids import ActorId, PortId, ProcId
+from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
 from .endpoint import EndpointProperty, endpoints_of
 
@@ -38,11 +39,26 @@ log = logging.getLogger("danaus.actor")
 FAILED = 23  # frame kind: (FAILED, owner, mesh_id, rank, reason, traceback)
 _STOP = "stop"
 _CALL = "call"
+_SUPERVISE = "supervise"
+
+
+class Aborted(BaseException):
+    """Raised inside an actor by ``context().actor_instance.abort()`` to fail it."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason if reason is not None else "no reason provided"
 
 
 def exception_payload(e: BaseException) -> tuple[BaseException, str]:
-    """``(exception, remote traceback text)``, with the exception made picklable if needed."""
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    """``(exception, remote traceback text)``, with the exception made picklable if needed.
+
+    The frames of danaus's own dispatch code are left out of the traceback.
+    """
+    tb_obj = e.__traceback__
+    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
+        tb_obj = tb_obj.tb_next
+    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
     try:
         codec.dumps(e)
         exc: BaseException = e
@@ -98,6 +114,10 @@ class ActorCell:
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
 
+    def supervise(self, failure: Any) -> None:
+        """Queue ``__supervise__(failure)`` to run on the actor's thread, between messages."""
+        self._put((_SUPERVISE, failure))
+
     def _put(self, item: Any) -> None:
         with self._lock:
             if not self.stopped:
@@ -114,6 +134,8 @@ class ActorCell:
         if item[0] == _CALL:
             header = item[1].header
             self._reply_error(header[4], header[5], f"actor {self._label()} was stopped")
+        elif item[0] == _SUPERVISE:
+            log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
         elif item[1] is not None:
             self.rt.reply(item[1], item[2], STATUS_OK, None)
 
@@ -165,9 +187,8 @@ class ActorCell:
 
     def _init_failed(self, e: BaseException, what: str) -> None:
         exc, tb = exception_payload(e)
-        self.failed = f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}"
         self.rt.reply(self.init_port, self.rank, STATUS_EXC, (exc, tb))
-        self.report_failure(self.failed, tb)
+        self.fail(f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}", tb)
 
     def _label(self) -> str:
         return f"{self.mesh_id}[{self.rank}]"
@@ -183,8 +204,12 @@ class ActorCell:
         while True:
             item = self._q.get()
             if item[0] == _STOP:
+                self._stop_children(item[3])
                 self._finish(item, self._cleanup_sync)
                 return
+            if item[0] == _SUPERVISE:
+                self._supervise_done(item[1], *_call_hook(self._hook("__supervise__"), item[1]))
+                continue
             self._handle_sync(item[1])
 
     async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
@@ -194,10 +219,21 @@ class ActorCell:
         while True:
             item = await self._aq.get()
             if item[0] == _STOP:
+                self._stop_children(item[3])
                 if self.instance is not None and self.failed is None:
                     await self._cleanup_async(None)
                 self._finish(item, None)
                 return
+            if item[0] == _SUPERVISE:
+                fn = self._hook("__supervise__")
+                try:
+                    r = fn(item[1]) if fn is not None else False
+                    if inspect.isawaitable(r):
+                        r = await r
+                    self._supervise_done(item[1], bool(r), None)
+                except Exception as e:
+                    self._supervise_done(item[1], False, e)
+                continue
             await self._handle_async(item[1])
 
     # -- handling one message -------------------------------------------
@@ -261,10 +297,59 @@ class ActorCell:
             return
         # No one to tell (broadcast), or a BaseException: the actor fails.
         _, tb = exception_payload(e)
-        self.failed = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
+        if isinstance(e, Aborted):
+            reason = f"actor {self._label()} aborted: {e.reason}"
+            tb = ""
+        elif port is None:
+            reason = (
+                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
+                "in a message with no reply (broadcast)"
+            )
+        else:
+            reason = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
+        self.fail(reason, tb)
         if port is not None:
-            self._reply_error(port, index, self.failed)
-        self.report_failure(self.failed, tb)
+            self._reply_error(port, index, reason)
+
+    def _hook(self, name: str) -> Any:
+        return getattr(self.instance, name, None) if self.instance is not None else None
+
+    def _supervise_done(self, failure: Any, handled: bool, error: BaseException | None) -> None:
+        if handled or self.failed is not None:
+            return
+        if error is not None:
+            _, tb = exception_payload(error)
+            reason = (
+                f"actor {self._label()} failed: __supervise__ raised {type(error).__name__}: "
+                f"{error} while handling {failure}"
+            )
+        else:
+            has_hook = self._hook("__supervise__") is not None
+            how = "declined" if has_hook else "has no __supervise__ for"
+            reason = f"actor {self._label()} failed: it {how} {failure}"
+            tb = getattr(failure, "traceback", "") or ""
+        self.fail(reason, tb)
+
+    def fail(self, reason: str, tb: str) -> None:
+        """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
+
+        The meshes it owns are stopped: no one is left to supervise them.
+        """
+        with self._lock:
+            if self.failed is not None:
+                return
+            self.failed = reason
+        self.report_failure(reason, tb)
+        if self.ctx_instance is not None:
+            threading.Thread(
+                target=owned.stop_owned,
+                args=(self.ctx_instance.actor_id, f"its owner failed: {reason}"),
+                daemon=True,
+            ).start()
+
+    def _stop_children(self, reason: str) -> None:
+        if self.ctx_instance is not None:
+            owned.stop_owned(self.ctx_instance.actor_id, f"its owner stopped: {reason}")
 
     def report_failure(self, reason: str, tb: str) -> None:
         """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
@@ -330,3 +415,16 @@ class ActorCell:
 
 async def _await(aw: Any) -> Any:
     return await aw
+
+
+def _call_hook(fn: Any, arg: Any) -> tuple[bool, BaseException | None]:
+    """Run a sync (or, from a sync actor, async) hook; ``(truthy result, exception)``."""
+    if fn is None:
+        return False, None
+    try:
+        r = fn(arg)
+        if inspect.isawaitable(r):
+            r = asyncio.run(_await(r))
+        return bool(r), None
+    except Exception as e:
+        return False, e

@@ -96,6 +96,14 @@ class Collector:
         if name is not None:
             self._lost_one(index, name, reason)
 
+    def fail_supervision(self, index: int, why: str) -> None:
+        """Resolve ``index`` with ``SupervisionError(why)`` without sending anything."""
+        with self._lock:
+            if self.pending.pop(index, None) is None:
+                return
+        err = SupervisionError(f"Actor call {self.what} failed: {why}", actor=self.what, reason=why)
+        self._done_one(index, False, err)
+
     def peer_lost(self, proc: str, reason: str) -> None:
         for index, name in list(self.pending.items()):
             if name == proc:

@@ -63,6 +63,23 @@ class Instance:
     def __reduce__(self) -> Any:
         return (Instance, (self.actor_id, self.name, self.rank, self.class_name, self.creator))
 
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor now (call it from one of its endpoints); its owner is told.
+
+        Raises a ``BaseException`` that unwinds the endpoint; do not catch it.
+        """
+        if self._cell is None:
+            raise RuntimeError("abort() can only be called by an actor, from inside an endpoint")
+        from .cell import Aborted
+
+        raise Aborted(reason)
+
+    def stop(self, reason: str = "stopped by itself") -> None:
+        """Stop this actor once the current message is done (a clean stop, not a failure)."""
+        if self._cell is None:
+            raise RuntimeError("stop() on an instance can only be called by an actor")
+        self._cell.stop(None, 0, reason)
+
     def __str__(self) -> str:
         if self.creator is None:
             return "<root>"

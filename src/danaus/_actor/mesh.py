@@ -40,6 +40,7 @@ class _State:
 
     initialized: concurrent.futures.Future[Any] | None = None
     stopped: bool = False
+    failed: dict[int, str] = field(default_factory=dict)  # rank -> why (owner's view)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -129,6 +130,10 @@ class ActorMesh(MeshTrait, Generic[A]):
                 reason="stopped",
                 during="call",
             )
+
+    def _failed_reason(self, rank: int) -> str | None:
+        """Why actor ``rank`` (of the whole mesh) is known to have failed, if it has."""
+        return self._state.failed.get(rank) if self._state.failed else None
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop these actors: each finishes what it is doing, runs ``__cleanup__``, and goes.

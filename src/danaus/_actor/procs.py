@@ -16,6 +16,7 @@ from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
 from .._wire import codec
 from .._wire.ids import ProcId
+from . import owned
 from .actor import actor_mode, validate_actor_class
 from .collect import Collector, set_future
 from .context import context
@@ -112,6 +113,7 @@ class ProcMesh(MeshTrait):
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         state = _State(initialized=concurrent.futures.Future())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
+        owned.register_actor_mesh(mesh)
         init_cf = state.initialized
         assert init_cf is not None
         if self._state.stopped:
@@ -246,6 +248,7 @@ class HostMesh(MeshTrait):
         _track_boot(procs, state.initialized)
         with _owned_lock:
             _owned.append(pm)
+        owned.register_proc_mesh(context().actor_instance.actor_id, pm)
         return pm
 
     def __reduce__(self) -> Any:

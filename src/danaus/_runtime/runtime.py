@@ -74,7 +74,7 @@ class Mailbox(Protocol):
 class _Peer:
     """Our outbound side towards one proc."""
 
-    __slots__ = ("conn", "lost", "pending", "proc", "queue", "ready_cbs", "stopping")
+    __slots__ = ("conn", "lost", "pending", "proc", "queue", "ready_cbs", "spawned", "stopping")
 
     def __init__(self, proc: ProcId, pending: bool) -> None:
         self.proc = proc
@@ -83,6 +83,7 @@ class _Peer:
         self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
         self.lost: str | None = None
         self.stopping = False
+        self.spawned = pending  # we spawned it: its host agent will report how it exited
         self.ready_cbs: list[Callable[[str | None], None]] = []
 
 
@@ -212,7 +213,19 @@ class Runtime:
             del self._inbound[proc.name]
         peer = self._peers.get(proc.name)
         reason = "it stopped" if peer is not None and peer.stopping else "its process exited"
-        self.peer_lost(proc.name, f"the connection from proc {proc.name} closed: {reason}")
+        self._lose_soon(proc.name, f"the connection from proc {proc.name} closed: {reason}")
+
+    # How long to wait for the host agent's report of how a proc we spawned
+    # exited (it usually comes within a millisecond) before declaring it lost
+    # on the strength of a closed connection alone.
+    EXIT_REPORT_GRACE = 0.05
+
+    def _lose_soon(self, name: str, reason: str) -> None:
+        peer = self._peers.get(name)
+        if peer is not None and peer.spawned and not peer.stopping and name not in self.exited:
+            self.loop.call_later(self.EXIT_REPORT_GRACE, self.peer_lost, name, reason)
+        else:
+            self.peer_lost(name, reason)
 
     # -- sending ------------------------------------------------------------
 
@@ -290,7 +303,7 @@ class Runtime:
             # first (its EOF declares the loss), but never wait for long.
             self.loop.call_later(1.0, self.peer_lost, proc.name, reason)
         else:
-            self.peer_lost(proc.name, reason)
+            self._lose_soon(proc.name, reason)
 
     # -- peers: expected, ready, lost ----------------------------------------
 
@@ -345,6 +358,11 @@ class Runtime:
         with self._lock:
             peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
             peer.stopping = True
+
+    def is_stopping(self, name: str) -> bool:
+        """True once we asked proc ``name`` to stop (its loss is then no failure)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.stopping
 
     def is_lost(self, name: str) -> str | None:
         peer = self._peers.get(name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import types
 from typing import Any
 
 import cloudpickle
@@ -62,8 +63,17 @@ def _reduce_tensor(t: Any) -> Any:
     return _rebuild_tensor, (pickle.PickleBuffer(arr), arr.dtype.str, tuple(arr.shape), view_dtype)
 
 
+def _reduce_code(obj: types.CodeType) -> Any:
+    """cloudpickle's code reduction, keeping the file name so remote tracebacks show it."""
+    fn, args = cloudpickle.cloudpickle._code_reduce(obj)
+    args = tuple(obj.co_filename if a == "<dynamic-code>" else a for a in args)
+    return fn, args
+
+
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
     def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is types.CodeType:
+            return _reduce_code(obj)
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor):
             r = _reduce_tensor(obj)

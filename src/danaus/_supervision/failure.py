@@ -1,0 +1,53 @@
+"""``MeshFailure``: what an owner is told when actors of a mesh it owns fail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["MeshFailure"]
+
+
+class MeshFailure:
+    """The failure of ``crashed_ranks`` of the actor mesh named ``mesh_name``.
+
+    ``reason`` says what happened (an exception with no reply, a process
+    killed by a signal, ...); ``traceback`` is the remote traceback text when
+    there is one. ``mesh`` is the owner's ``ActorMesh`` (compare it, or
+    ``mesh_name``, with the meshes you own).
+    """
+
+    def __init__(
+        self,
+        mesh_name: str,
+        crashed_ranks: list[int],
+        reason: str,
+        traceback: str = "",
+        mesh: Any = None,
+    ) -> None:
+        self.mesh_name = mesh_name
+        self.crashed_ranks = list(crashed_ranks)
+        self.reason = reason
+        self.traceback = traceback
+        self.mesh = mesh
+
+    def report(self) -> str:
+        """A readable multi-line report, with the remote traceback if any."""
+        lines = [
+            f"MeshFailure on actor mesh {self.mesh_name!r}, crashed_ranks={self.crashed_ranks}:",
+            f"  {self.reason}",
+        ]
+        if self.traceback.strip():
+            lines.append("  Traceback of the failure (remote):")
+            lines.extend("    " + line for line in self.traceback.rstrip().splitlines())
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return (
+            f"MeshFailure(mesh_name={self.mesh_name!r}, crashed_ranks={self.crashed_ranks}, "
+            f"reason={self.reason!r})"
+        )
+
+    __repr__ = __str__
+
+    def __reduce__(self) -> Any:
+        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.reason, self.traceback))

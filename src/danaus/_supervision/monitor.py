@@ -1,0 +1,76 @@
+"""Turns FAILED reports and lost procs into ``MeshFailure`` events for their owners."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._actor import owned
+from .._actor.cell import FAILED, ActorCell
+from .._runtime import proc as _proc
+from .._runtime.runtime import Runtime
+from .._wire.frame import Frame
+from .._wire.ids import ActorId
+from . import hook
+from .failure import MeshFailure
+
+__all__ = ["deliver", "install"]
+
+log = logging.getLogger("danaus.supervision")
+
+
+def install(rt: Runtime, boot: dict[str, Any]) -> None:
+    rt.handlers[FAILED] = lambda conn, frame: _on_failed(rt, frame)
+    rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, name, reason))
+
+
+def _record(mesh_id: str, rank: int, reason: str) -> tuple[bool, Any, str]:
+    """Mark ``rank`` failed; False if it already was. Returns (new, mesh, name)."""
+    om = owned.get(mesh_id)
+    if om is None:
+        return True, None, mesh_id.rsplit(".", 1)[0]
+    with om.state.lock:
+        if rank in om.state.failed:
+            return False, om.mesh, om.ref.name
+        om.state.failed[rank] = reason
+    return True, om.mesh, om.ref.name
+
+
+def _on_failed(rt: Runtime, frame: Frame) -> None:
+    _, owner, mesh_id, rank, reason, tb = frame.header
+    new, mesh, name = _record(mesh_id, rank, reason)
+    if new:
+        deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))
+
+
+def _on_lost(rt: Runtime, proc_name: str, reason: str) -> None:
+    if rt.is_stopping(proc_name):
+        return
+    for om in owned.actor_meshes():
+        if om.state.stopped:
+            continue
+        for rank, proc in enumerate(om.ref.procs):
+            if proc.name != proc_name:
+                continue
+            why = f"the process of actor {om.ref.name}[{rank}] failed: {reason}"
+            new, mesh, name = _record(om.ref.mesh_id, rank, why)
+            if new and om.owner is not None:
+                deliver(rt, om.owner, MeshFailure(name, [rank], why, "", mesh))
+
+
+def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
+    """Give ``failure`` to its owner in this process: an actor's ``__supervise__`` or the hook."""
+    if owner.proc.name != rt.proc_id.name:
+        log.error("a failure for owner %s reached proc %s: %s", owner, rt.proc_id, failure)
+        return
+    if owner.mesh == "root" and not rt.boot:
+        hook.submit(failure)
+        return
+    cell = rt.mailboxes.get((owner.mesh, owner.rank))
+    if isinstance(cell, ActorCell) and not cell.stopped:
+        cell.supervise(failure)
+    else:
+        log.error("the owner %s of a failed mesh is gone; dropping %s", owner, failure.report())
+
+
+_proc.proc_init_hooks.append(install)
