@@ -21,17 +21,25 @@ Example::
 from __future__ import annotations
 
 from ._actor.actor import Actor as Actor
+from ._actor.adverbs import Accumulator as Accumulator
 from ._actor.adverbs import Endpoint as Endpoint
+from ._actor.adverbs import as_endpoint as as_endpoint
+from ._actor.adverbs import send as send
 from ._actor.context import Context as Context
 from ._actor.context import Instance as Instance
 from ._actor.context import context as context
 from ._actor.context import current_actor_name as current_actor_name
 from ._actor.context import current_rank as current_rank
 from ._actor.context import current_size as current_size
+from ._actor.controller import get_or_spawn_controller as get_or_spawn_controller
+from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
 from ._actor.endpoint import endpoint as endpoint
 from ._actor.future import Future as Future
 from ._actor.lifecycle import shutdown_context as shutdown_context
 from ._actor.mesh import ActorMesh as ActorMesh
+from ._actor.ports import Channel as Channel
+from ._actor.ports import Port as Port
+from ._actor.ports import PortReceiver as PortReceiver
 from ._actor.procs import HostMesh as HostMesh
 from ._actor.procs import ProcMesh as ProcMesh
 from ._actor.procs import this_host as this_host
@@ -45,9 +53,11 @@ from ._supervision.failure import MeshFailure as MeshFailure
 from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
 
 __all__ = [
+    "Accumulator",
     "Actor",
     "ActorError",
     "ActorMesh",
+    "Channel",
     "Context",
     "Endpoint",
     "Extent",
@@ -56,14 +66,20 @@ __all__ = [
     "Instance",
     "MeshFailure",
     "Point",
+    "Port",
+    "PortReceiver",
     "ProcMesh",
     "SupervisionError",
     "ValueMesh",
+    "as_endpoint",
+    "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
     "endpoint",
+    "get_or_spawn_controller",
+    "send",
     "shutdown_context",
     "this_host",
     "this_proc",

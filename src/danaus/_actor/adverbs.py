@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import random
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +22,18 @@ from .._runtime import host
 from .._runtime.runtime import CALL
 from .._wire import codec
 from .._wire.ids import ProcId
+from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import Collector, set_future
+from .context import context
 from .endpoint import EndpointProperty
 from .future import Future
+from .ports import Port, current_sender
+from .undeliverable import return_to_sender
 
 if TYPE_CHECKING:
     from .mesh import ActorMesh
 
-__all__ = ["Endpoint", "NotAnEndpoint"]
+__all__ = ["Accumulator", "Endpoint", "NotAnEndpoint", "as_endpoint", "send"]
 
 
 def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -53,10 +58,13 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
 class Endpoint:
     """An endpoint of a mesh; pick an adverb to send a message."""
 
-    def __init__(self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty) -> None:
+    def __init__(
+        self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty, flags: int = 0
+    ) -> None:
         self._mesh = mesh
         self._name = name
         self._prop = prop
+        self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
 
     @property
     def _what(self) -> str:
@@ -76,10 +84,13 @@ class Endpoint:
         self,
         payload: Any,
         targets: list[tuple[int, int, ProcId]],
-        collector: Collector | None,
+        collector: Collector | _PortSink | None,
     ) -> None:
         body, bufs = payload
         rt = host.ensure_runtime()
+        ctx = context()
+        sender = current_sender()
+        chain = ctx._outgoing_chain() if collector is not None else ()
         ext = self._mesh._shape.extent
         labels, sizes = tuple(ext.labels), tuple(ext.sizes)
         mesh_id = self._mesh._ref.mesh_id
@@ -105,9 +116,25 @@ class Endpoint:
         for index, rank, proc in targets:
             if index in skip:
                 continue
-            header = (CALL, mesh_id, rank, self._name, port, index, labels, sizes)
+            header = (
+                CALL,
+                mesh_id,
+                rank,
+                self._name,
+                port,
+                index,
+                labels,
+                sizes,
+                sender,
+                chain,
+                self._flags,
+            )
             on_fail = (
-                functools.partial(collector.fail, index) if collector is not None else _warn_dropped
+                functools.partial(collector.fail, index)
+                if collector is not None
+                else functools.partial(
+                    return_to_sender, sender, f"{self._mesh._ref.name}[{rank}].{self._name}()"
+                )
             )
             rt.send(proc, header, body, bufs, on_fail)
 
@@ -191,6 +218,26 @@ class Endpoint:
         """
         self._send(self._encode(args, kwargs), self._targets(), None)
 
+    def _send_to_port(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        port: Port[Any] | None,
+        selection: str,
+    ) -> None:
+        """The primitive under the adverbs: replies (one per actor) go to ``port``."""
+        targets = self._targets()
+        if selection == "choose":
+            targets = [random.choice(targets)] if targets else []
+        elif selection != "all":
+            raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
+        payload = self._encode(args, kwargs)
+        if port is None:
+            self._send(payload, targets, None)
+            return
+        forward = _PortSink(port, len(targets))
+        self._send(payload, targets, forward)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"endpoint {self._name}() of an actor mesh cannot be called directly; pick an "
@@ -199,6 +246,109 @@ class Endpoint:
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._what}>"
+
+
+class _PortSink:
+    """Stands in for a collector when replies go to a user's port: forwards each one."""
+
+    def __init__(self, port: Port[Any], n: int) -> None:
+        self._port = port
+        self.port = port._port_id
+
+    def expect(self, index: int, proc: ProcId) -> None:
+        pass
+
+    def fail(self, index: int, reason: str) -> None:
+        self._port.exception(SupervisionError(f"message undeliverable: {reason}", reason=reason))
+
+    def fail_supervision(self, index: int, why: str) -> None:
+        self._port.exception(SupervisionError(why, reason=why))
+
+
+def send(
+    endpoint: Endpoint,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    port: Port[Any] | None = None,
+    selection: str = "all",
+) -> None:
+    """Send ``endpoint(*args, **kwargs)`` to its mesh; each actor's reply goes to ``port``.
+
+    ``selection`` is ``"all"`` or ``"choose"`` (one actor at random). Does not block.
+    """
+    if not isinstance(endpoint, Endpoint):
+        raise TypeError(
+            f"send() needs an endpoint of an actor mesh (mesh.method), got {endpoint!r}"
+        )
+    endpoint._send_to_port(tuple(args), dict(kwargs), port, selection)
+
+
+def as_endpoint(
+    not_an_endpoint: Any,
+    *,
+    propagate: Any = None,
+    explicit_response_port: bool = False,
+) -> Endpoint:
+    """Make a plain method of an actor mesh callable with the adverbs.
+
+    ``as_endpoint(mesh.helper).call(...)``. Raises ``TypeError`` for anything
+    but a mesh's non-endpoint method.
+    """
+    if isinstance(not_an_endpoint, Endpoint):
+        return not_an_endpoint
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise TypeError(
+            f"as_endpoint() takes a method of an actor mesh (mesh.method), got {not_an_endpoint!r}"
+        )
+    mesh, name = not_an_endpoint._mesh, not_an_endpoint._name
+    fn = getattr(mesh._ref.cls, name)
+    prop = EndpointProperty(fn, propagate=propagate, explicit_response_port=explicit_response_port)
+    return Endpoint(mesh, name, prop, FLAG_AS_ENDPOINT)
+
+
+class Accumulator:
+    """A client-side left fold over the replies of an endpoint, in arrival order.
+
+    ``Accumulator(mesh.value, 0, operator.add).accumulate().get()``; an empty
+    mesh yields ``identity``.
+    """
+
+    def __init__(self, endpoint: Endpoint, identity: Any, combine: Any) -> None:
+        if not isinstance(endpoint, Endpoint):
+            raise TypeError(f"Accumulator needs an actor mesh's endpoint, got {endpoint!r}")
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Call every actor; the future holds ``combine(...combine(identity, r1)..., rn)``."""
+        futures = list(self._endpoint.stream(*args, **kwargs))
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        state = {"acc": self._identity, "left": len(futures)}
+        lock = threading.Lock()
+        if not futures:
+            cf.set_result(self._identity)
+
+        def one(f: Future[Any]) -> None:
+            exc = f._cf.exception()
+            with lock:
+                if cf.done():
+                    return
+                if exc is not None:
+                    set_future(cf, False, exc)
+                    return
+                try:
+                    state["acc"] = self._combine(state["acc"], f._cf.result())
+                except Exception as e:
+                    set_future(cf, False, e)
+                    return
+                state["left"] -= 1
+                if state["left"] == 0:
+                    set_future(cf, True, state["acc"])
+
+        for f in futures:
+            f.add_done_callback(one)
+        return Future._create(cf, f"accumulating {self._endpoint._what}")
 
 
 class NotAnEndpoint:
@@ -216,9 +366,3 @@ class NotAnEndpoint:
         )
 
     call = call_one = choose = stream = broadcast = __call__ = _fail
-
-
-def _warn_dropped(reason: str) -> None:
-    import logging
-
-    logging.getLogger("danaus.actor").warning("a broadcast could not be delivered: %s", reason)

@@ -31,6 +31,7 @@ from .._wire.ids import ActorId, PortId, ProcId
 from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
 from .endpoint import EndpointProperty, endpoints_of
+from .ports import Port, _DroppingPort
 
 __all__ = ["FAILED", "ActorCell", "exception_payload"]
 
@@ -40,6 +41,8 @@ FAILED = 23  # frame kind: (FAILED, owner, mesh_id, rank, reason, traceback)
 _STOP = "stop"
 _CALL = "call"
 _SUPERVISE = "supervise"
+_BOUNCED = "bounced"
+FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 
 
 class Aborted(BaseException):
@@ -95,6 +98,11 @@ class ActorCell:
         self.stopped = False
         self.mode: str = mode
         self._lock = threading.Lock()
+        self.waiting = False
+        self._queued: dict[int, Frame] = {}  # calls in the inbox, for deadlock checks
+        self._answered: set[int] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._adhoc: dict[tuple[str, int], EndpointProperty] = {}
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -109,7 +117,56 @@ class ActorCell:
     # -- inbox (I/O thread) ---------------------------------------------
 
     def deliver(self, frame: Frame, sender: ProcId | None) -> None:
+        if self.waiting and self._closes_cycle(frame):
+            self._refuse_deadlock(frame)
+            return
+        with self._lock:
+            self._queued[id(frame)] = frame
         self._put((_CALL, frame))
+
+    def undeliverable(self, envelope: Any) -> None:
+        """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
+        self._put((_BOUNCED, envelope))
+
+    # -- deadlock detection ---------------------------------------------
+    #
+    # Each call carries the chain of actors that are (transitively) waiting on
+    # it. An actor blocked in Future.get()/await that receives a call whose chain
+    # contains itself can never run it: it is waiting on that very chain.
+
+    def _closes_cycle(self, frame: Frame) -> bool:
+        chain = frame.header[9]
+        if not chain or self.ctx_instance is None or self.ctx_instance.actor_id not in chain:
+            return False
+        prop = self.endpoints.get(frame.header[3])
+        return prop is None or not prop.concurrent  # concurrent bodies may run meanwhile
+
+    def _refuse_deadlock(self, frame: Frame) -> None:
+        _, _, _, method, port, index = frame.header[:6]
+        chain = " -> ".join(f"{a.mesh}[{a.rank}]" for a in frame.header[9])
+        err = RuntimeError(
+            f"deadlock: actor {self._label()} is blocked waiting on a call that has come back "
+            f"to it as {method}() through {chain}; it cannot run this message until that call "
+            "returns. Make one side an async @concurrent_endpoint, or do not block on the reply"
+        )
+        if port is not None:
+            self.rt.reply(port, index, STATUS_EXC, (err, ""))
+        else:
+            log.error("%s", err)
+
+    def begin_wait(self) -> None:
+        """The actor's thread is about to block on a future: refuse calls that cycle back."""
+        self.waiting = True
+        with self._lock:
+            cycling = [f for f in self._queued.values() if self._closes_cycle(f)]
+            for f in cycling:
+                del self._queued[id(f)]
+                self._answered.add(id(f))
+        for f in cycling:
+            self._refuse_deadlock(f)
+
+    def end_wait(self) -> None:
+        self.waiting = False
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
@@ -133,7 +190,10 @@ class ActorCell:
         """Answer an item that arrived after the actor stopped."""
         if item[0] == _CALL:
             header = item[1].header
-            self._reply_error(header[4], header[5], f"actor {self._label()} was stopped")
+            if header[4] is None and header[8] is not None:
+                self.rt.bounce(header[8], f"{self._label()}.{header[3]}()", "the actor was stopped")
+            else:
+                self._reply_stopped(header[4], header[5])
         elif item[0] == _SUPERVISE:
             log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
         elif item[1] is not None:
@@ -210,41 +270,81 @@ class ActorCell:
             if item[0] == _SUPERVISE:
                 self._supervise_done(item[1], *_call_hook(self._hook("__supervise__"), item[1]))
                 continue
+            if item[0] == _BOUNCED:
+                self._bounced(
+                    *_call_hook(self._hook("_handle_undeliverable_message"), item[1]), item[1]
+                )
+                continue
             self._handle_sync(item[1])
 
     async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
+        """Dispatch: concurrent endpoints start at once, everything else runs in order."""
         if cls is not None:
             self._construct(cls, args, kwargs)
-        assert self._aq is not None
+        assert self._aq is not None and self._loop is not None
+        serial: asyncio.Queue[Any] = asyncio.Queue()
+        worker = self._loop.create_task(self._serial(serial))
         while True:
             item = await self._aq.get()
+            if item[0] == _CALL and self._is_concurrent(item[1]):
+                prepared = self._prepare(item[1])
+                if prepared is not None:
+                    task = self._loop.create_task(self._invoke_async(*prepared))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                continue
+            serial.put_nowait(item)
             if item[0] == _STOP:
+                break
+        await worker
+
+    def _is_concurrent(self, frame: Frame) -> bool:
+        prop = self.endpoints.get(frame.header[3])
+        return prop is not None and prop.concurrent and self.failed is None
+
+    async def _serial(self, serial: asyncio.Queue[Any]) -> None:
+        """Run the non-concurrent items one at a time, each to completion."""
+        while True:
+            item = await serial.get()
+            if item[0] == _STOP:
+                await self._cancel_tasks()
                 self._stop_children(item[3])
                 if self.instance is not None and self.failed is None:
                     await self._cleanup_async(None)
                 self._finish(item, None)
                 return
-            if item[0] == _SUPERVISE:
-                fn = self._hook("__supervise__")
+            if item[0] in (_SUPERVISE, _BOUNCED):
+                name = "__supervise__" if item[0] == _SUPERVISE else "_handle_undeliverable_message"
+                done = self._supervise_done if item[0] == _SUPERVISE else self._bounced_done
+                fn = self._hook(name)
                 try:
                     r = fn(item[1]) if fn is not None else False
                     if inspect.isawaitable(r):
                         r = await r
-                    self._supervise_done(item[1], bool(r), None)
+                    done(item[1], bool(r), None)
                 except Exception as e:
-                    self._supervise_done(item[1], False, e)
+                    done(item[1], False, e)
                 continue
-            await self._handle_async(item[1])
+            prepared = self._prepare(item[1])
+            if prepared is not None:
+                await self._invoke_async(*prepared)
 
     # -- handling one message -------------------------------------------
 
     def _prepare(self, frame: Frame) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
-        _, _, _, method, port, index, labels, sizes = frame.header[:8]
+        _, _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
+        with self._lock:
+            self._queued.pop(id(frame), None)
+            if id(frame) in self._answered:
+                self._answered.discard(id(frame))
+                return None
         if self.failed is not None:
             self._reply_error(port, index, self.failed)
             return None
         prop = self.endpoints.get(method)
+        if prop is None and flags & FLAG_AS_ENDPOINT:
+            prop = self._adhoc_endpoint(method, flags)
         if prop is None:
             self._reply_exc(
                 port,
@@ -258,8 +358,24 @@ class ActorCell:
             self._reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
-        set_context(Context(self.ctx_instance, Point(index, Extent(list(labels), list(sizes)))))
+        rank = Point(index, Extent(list(labels), list(sizes)))
+        set_context(Context(self.ctx_instance, rank, chain))
+        if prop.explicit_response_port:  # the endpoint answers through the port itself
+            reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
+            args = (reply_to, *args)
         return prop, port, index, args, kwargs
+
+    def _adhoc_endpoint(self, method: str, flags: int) -> EndpointProperty | None:
+        """A method called through ``as_endpoint``: treat it as an endpoint."""
+        key = (method, flags)
+        if key not in self._adhoc:
+            fn = getattr(type(self.instance), method, None)
+            if not callable(fn):
+                return None
+            self._adhoc[key] = EndpointProperty(
+                fn, explicit_response_port=bool(flags & FLAG_EXPLICIT)
+            )
+        return self._adhoc[key]
 
     def _handle_sync(self, frame: Frame) -> None:
         prepared = self._prepare(frame)
@@ -273,14 +389,20 @@ class ActorCell:
         except BaseException as e:
             self._raised(e, prop, port, index)
             return
-        if port is not None:
+        if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
 
-    async def _handle_async(self, frame: Frame) -> None:
-        prepared = self._prepare(frame)
-        if prepared is None:
-            return
-        prop, port, index, args, kwargs = prepared
+    async def _cancel_tasks(self) -> None:
+        """Cancel the bodies of concurrent endpoints still running (before __cleanup__)."""
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _invoke_async(
+        self, prop: EndpointProperty, port: Any, index: int, args: Any, kwargs: Any
+    ) -> None:
         try:
             result = prop.fn(self.instance, *args, **kwargs)
             if inspect.isawaitable(result):
@@ -288,10 +410,20 @@ class ActorCell:
         except BaseException as e:
             self._raised(e, prop, port, index)
             return
-        if port is not None:
+        if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
 
     def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
+        if isinstance(e, asyncio.CancelledError) and self.stopped:
+            return  # a concurrent endpoint cancelled because the actor is stopping
+        if prop.explicit_response_port and isinstance(e, Exception):
+            reason = (
+                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
+                "instead of answering through its response port"
+            )
+            self.fail(reason, exception_payload(e)[1])
+            self._reply_error(port, index, reason)
+            return
         if port is not None and isinstance(e, Exception):
             self._reply_exc(port, index, e)
             return
@@ -310,6 +442,26 @@ class ActorCell:
         self.fail(reason, tb)
         if port is not None:
             self._reply_error(port, index, reason)
+
+    def _bounced_done(self, env: Any, handled: bool, error: BaseException | None) -> None:
+        self._bounced(handled, error, env)
+
+    def _bounced(self, handled: bool, error: BaseException | None, env: Any) -> None:
+        if handled or self.failed is not None:
+            return
+        if error is not None:
+            _, tb = exception_payload(error)
+            reason = (
+                f"actor {self._label()} failed: _handle_undeliverable_message raised "
+                f"{type(error).__name__}: {error}"
+            )
+        else:
+            tb = ""
+            reason = (
+                f"actor {self._label()} failed: a message it sent to {env.dest()} could not be "
+                f"delivered ({env.error_msg()}) and it did not handle it"
+            )
+        self.fail(reason, tb)
 
     def _hook(self, name: str) -> Any:
         return getattr(self.instance, name, None) if self.instance is not None else None
@@ -364,6 +516,13 @@ class ActorCell:
     def _reply_exc(self, port: PortId | None, index: int, e: BaseException) -> None:
         if port is not None:
             self.rt.reply(port, index, STATUS_EXC, exception_payload(e))
+
+    def _reply_stopped(self, port: PortId | None, index: int) -> None:
+        if port is not None:
+            err = SupervisionError(
+                f"actor {self._label()} was stopped", actor=self._label(), reason="stopped"
+            )
+            self.rt.reply(port, index, STATUS_ERROR, err)
 
     def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
         if port is not None:

@@ -93,9 +93,18 @@ class Instance:
 class Context:
     """``actor_instance``: the running actor; ``message_rank``: its point in the mesh messaged."""
 
-    def __init__(self, actor_instance: Instance, message_rank: Point) -> None:
+    def __init__(
+        self, actor_instance: Instance, message_rank: Point, chain: tuple[Any, ...] = ()
+    ) -> None:
         self.actor_instance = actor_instance
         self.message_rank = message_rank
+        self._chain = chain  # actors waiting (transitively) on the message being handled
+
+    def _outgoing_chain(self) -> tuple[Any, ...]:
+        """The chain a call sent from here carries: ours plus this actor, if it is one."""
+        if self.actor_instance._cell is None:
+            return self._chain
+        return (*self._chain, self.actor_instance.actor_id)
 
     def __repr__(self) -> str:
         return f"Context({self.actor_instance}, message_rank={self.message_rank})"

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, overload
 
-__all__ = ["EndpointProperty", "endpoint", "endpoints_of"]
+__all__ = ["EndpointProperty", "concurrent_endpoint", "endpoint", "endpoints_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -106,6 +106,43 @@ def endpoint(
             propagate=propagate,
             explicit_response_port=explicit_response_port,
             instrument=instrument,
+        )
+
+    if method is not None:
+        return wrap(method)
+    return wrap
+
+
+def concurrent_endpoint(
+    method: Any = None,
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: bool = False,
+    instrument: bool = True,
+) -> Any:
+    """An async endpoint whose bodies may overlap later messages to the same actor.
+
+    Bodies start in the order messages arrive from one sender (up to their
+    first ``await``); bodies still running when the actor stops are cancelled
+    before ``__cleanup__``. Raises ``ValueError`` for a sync function or when
+    stacked on ``@endpoint``.
+    """
+
+    def wrap(fn: Any) -> Any:
+        if isinstance(fn, EndpointProperty):
+            raise ValueError(
+                "@concurrent_endpoint does not wrap @endpoint; use @concurrent_endpoint alone"
+            )
+        if not inspect.iscoroutinefunction(fn):
+            raise ValueError(
+                f"@concurrent_endpoint can only wrap async endpoints; {fn!r} is not 'async def'"
+            )
+        return EndpointProperty(
+            fn,
+            propagate=propagate,
+            explicit_response_port=explicit_response_port,
+            instrument=instrument,
+            concurrent=True,
         )
 
     if method is not None:

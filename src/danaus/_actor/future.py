@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import math
+import threading
+import time
 import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
@@ -76,12 +78,43 @@ class Future(Generic[R]):
                     stacklevel=2,
                 )
         try:
-            return self._cf.result(timeout)  # type: ignore[no-any-return]
+            return self._wait(timeout)
         except concurrent.futures.TimeoutError:
+            if self._cf.done():  # the call itself raised a TimeoutError
+                raise _clean(self._cf.exception()) from None
             raise TimeoutError(
                 f"timed out after {timeout} s waiting for {self._what}; the future is still "
                 "usable: call get() again or await it"
             ) from None
+        except BaseException as e:
+            if e is self._cf.exception():
+                raise _clean(e) from e.__cause__
+            raise
+
+    def _wait(self, timeout: float | None) -> R:
+        """``result(timeout)``, waking up now and then so the interpreter can deliver an
+        asynchronous exit (an unhandled failure ends the program from another thread)."""
+        cell = _waiting_cell()
+        if cell is not None:
+            cell.begin_wait()
+        try:
+            if timeout is None:
+                while True:
+                    try:
+                        return self._cf.result(_WAKE)  # type: ignore[no-any-return]
+                    except concurrent.futures.TimeoutError:
+                        continue
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    return self._cf.result(max(0.0, min(left, _WAKE)))  # type: ignore[no-any-return]
+                except concurrent.futures.TimeoutError:
+                    if left <= _WAKE:
+                        raise
+        finally:
+            if cell is not None:
+                cell.end_wait()
 
     def result(self, timeout: float | None = None) -> R:
         """Same as :meth:`get`."""
@@ -139,11 +172,38 @@ class Future(Generic[R]):
             asyncio.get_running_loop()
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
-        return self.as_asyncio().__await__()
+        cell = _waiting_cell()
+        if cell is None or self._cf.done():
+            return (yield from self.as_asyncio().__await__())
+        cell.begin_wait()
+        try:
+            return (yield from self.as_asyncio().__await__())
+        finally:
+            cell.end_wait()
 
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"
         return f"<danaus Future of {self._what} ({state})>"
+
+
+_WAKE = 0.1  # seconds between wake-ups of a blocked get()
+
+
+def _clean(e: BaseException | None) -> BaseException:
+    """The call's exception without danaus's waiting frames in its traceback."""
+    assert e is not None
+    return e.with_traceback(None)
+
+
+def _waiting_cell() -> Any:
+    """The actor cell whose own thread is running this code, if any."""
+    from .context import _current
+
+    ctx = _current.get()
+    cell = ctx.actor_instance._cell if ctx is not None else None
+    if cell is not None and cell.thread is threading.current_thread():
+        return cell
+    return None
 
 
 def _check_not_io_thread() -> None:

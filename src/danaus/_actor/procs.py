@@ -28,6 +28,9 @@ __all__ = ["HostMesh", "ProcMesh", "owned_proc_meshes", "this_host", "this_proc"
 
 A = TypeVar("A")
 
+# Called before procs are spawned (the controller registry makes itself reachable).
+before_spawn_procs: list[Callable[[], None]] = []
+
 # Proc meshes this process spawned and has not stopped: shutdown_context() stops them.
 _owned: list[ProcMesh] = []
 _owned_lock = threading.Lock()
@@ -97,6 +100,11 @@ class ProcMesh(MeshTrait):
         not a valid actor, ``TypeError`` for unpicklable arguments; a failing
         ``__init__`` surfaces on ``mesh.initialized``.
         """
+        return self._spawn(name, Class, args, kwargs, None)  # type: ignore[return-value]
+
+    def _spawn(
+        self, name: str, Class: Any, args: Any, kwargs: Any, mesh_id: str | None
+    ) -> ActorMesh[Any]:
         if not isinstance(name, str) or not name:
             raise TypeError(f"spawn(name, Class, ...) needs a non-empty string name, got {name!r}")
         eps = validate_actor_class(Class)
@@ -109,7 +117,7 @@ class ProcMesh(MeshTrait):
         procs = self._selected()
         ext = self._shape.extent
         shape = Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes)))
-        mesh_id = f"{name}.{secrets.token_hex(3)}"
+        mesh_id = mesh_id or f"{name}.{secrets.token_hex(3)}"
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         state = _State(initialized=concurrent.futures.Future())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
@@ -118,7 +126,7 @@ class ProcMesh(MeshTrait):
         assert init_cf is not None
         if self._state.stopped:
             init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
-            return mesh  # type: ignore[return-value]
+            return mesh
         rt = host.ensure_runtime()
         left = [len(procs)]
         lock = threading.Lock()
@@ -135,7 +143,7 @@ class ProcMesh(MeshTrait):
 
         if not procs:
             init_cf.set_result(None)
-            return mesh  # type: ignore[return-value]
+            return mesh
         collector = Collector(rt, f"{name}.__init__()", len(procs), on_value)
         labels, sizes = tuple(ext.labels), tuple(ext.sizes)
         for i, proc in enumerate(procs):
@@ -143,7 +151,7 @@ class ProcMesh(MeshTrait):
         for i, proc in enumerate(procs):
             header = (SPAWN, mesh_id, i, collector.port, i, labels, sizes, ref.owner, mode)
             rt.send(proc, header, body, bufs, on_fail=functools.partial(collector.fail, i))
-        return mesh  # type: ignore[return-value]
+        return mesh
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every actor on these procs, then the processes (they finalise normally).
@@ -233,6 +241,8 @@ class HostMesh(MeshTrait):
         a malformed ``per_host``.
         """
         per_host = _check_per_host(per_host, self._shape.labels)
+        for fn in before_spawn_procs:
+            fn()
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
         rt = host.ensure_runtime()

@@ -116,6 +116,7 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
         "owner": owner,
         "agent": agent(),
         "sys_path": list(sys.path),
+        "client": rt.boot.get("client", rt.proc_id),
         **extra,
     }
 

@@ -5,8 +5,10 @@ one :class:`Runtime`. It listens on one address, keeps one outbound
 connection per peer proc (so each sender→receiver pair is FIFO), and routes
 each incoming frame by its kind::
 
-    CALL   -> a local mailbox (an actor)            header: (CALL, mesh, rank, ...)
-    REPLY  -> a local port (a caller waiting)        header: (REPLY, port, index, status)
+    CALL   -> a local mailbox (an actor)   (CALL, mesh, rank, method, port, index, labels,
+                                                sizes, sender, chain, flags)
+    REPLY  -> a local port                 (REPLY, port, index, status[, sender])
+    BOUNCE -> a message we sent came back undelivered (BOUNCE, sender, dest, reason)
     HELLO  -> names the proc at the other end of an inbound connection
     READY  -> a proc we are waiting for is up (or failed to boot)
     LOST   -> the host agent saw a proc exit
@@ -38,6 +40,7 @@ from .._wire.frame import Frame, encode_frame
 from .._wire.ids import PortId, ProcId
 
 __all__ = [
+    "BOUNCE",
     "CALL",
     "HELLO",
     "LOST",
@@ -53,7 +56,7 @@ __all__ = [
 
 log = logging.getLogger("danaus.runtime")
 
-CALL, REPLY, HELLO, READY, LOST = 1, 2, 3, 4, 5
+CALL, REPLY, HELLO, READY, LOST, BOUNCE = 1, 2, 3, 4, 5, 6
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
@@ -124,6 +127,8 @@ class Runtime:
         self._listener: socket.socket | None = None
         self.closed = False
         self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
+        # bounce(sender, dest, reason): return an undeliverable message (set by the actor layer)
+        self.bounce: Callable[[Any, str, str], None] = _log_bounce
 
     # -- lifecycle --------------------------------------------------------
 
@@ -420,6 +425,11 @@ class Runtime:
         handler = self.ports.get(frame.header[1])
         if handler is not None:
             handler.deliver(frame)
+            return
+        sender = frame.header[4] if len(frame.header) > 4 else None
+        if sender is not None:
+            reason = f"port {frame.header[1]} on proc {self.proc_id.name} is closed"
+            self.bounce(sender, f"port {self.proc_id.name}:{frame.header[1]}", reason)
 
     def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
         """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
@@ -435,16 +445,21 @@ class Runtime:
     # -- mailboxes ----------------------------------------------------------
 
     def _on_call(self, conn: Connection, frame: Frame) -> None:
-        _, mesh, rank, _method, port, index = frame.header[:6]
+        _, mesh, rank, method, port, index = frame.header[:6]
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
             mb.deliver(frame, conn.peer)
             return
-        self.undeliverable(port, index, f"no actor {mesh}[{rank}] on proc {self.proc_id.name}")
+        reason = f"no actor {mesh}[{rank}] on proc {self.proc_id.name}"
+        if port is None and len(frame.header) > 8 and frame.header[8] is not None:
+            self.bounce(frame.header[8], f"{mesh}[{rank}].{method}()", reason)
+        else:
+            self.undeliverable(port, index, reason)
 
     def undeliverable(self, port: PortId | None, index: int, reason: str) -> None:
+        """Answer a call that cannot be delivered with ``SupervisionError``."""
         if port is None:
-            log.warning("dropping a message without a reply port: %s", reason)
+            log.error("dropping a message that has neither a reply port nor a sender: %s", reason)
             return
         err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
         self.reply(port, index, STATUS_ERROR, err)
@@ -452,3 +467,7 @@ class Runtime:
 
 def _ignore(reason: str) -> None:
     pass
+
+
+def _log_bounce(sender: Any, dest: str, reason: str) -> None:
+    log.error("a message from %s to %s could not be delivered: %s", sender, dest, reason)

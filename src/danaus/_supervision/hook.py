@@ -11,6 +11,7 @@ default, and is not called again.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import logging
 import os
 import queue
@@ -21,7 +22,7 @@ from typing import Any
 
 from .failure import MeshFailure
 
-__all__ = ["default_unhandled_fault_hook", "exit_program", "submit"]
+__all__ = ["FaultExit", "default_unhandled_fault_hook", "exit_program", "exiting", "submit"]
 
 log = logging.getLogger("danaus.supervision")
 
@@ -31,9 +32,32 @@ _lock = threading.Lock()
 _exiting = threading.Event()
 
 
-def exit_program(code: int) -> None:
-    """Run the at-exit handlers, flush, and end the process with ``code`` (any thread)."""
+class FaultExit(SystemExit):
+    """Raised in the client's main thread to end the program after an unhandled failure."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+
+
+MAIN_EXIT_GRACE = 5.0  # seconds the main thread gets to unwind before we exit for it
+
+
+def exit_program(code: int = 1) -> None:
+    """End the program with exit code 1, at-exit handlers included (from any thread).
+
+    The main thread gets ``SystemExit(1)`` at its next Python instruction (danaus's
+    own blocking waits wake up for it), so it unwinds and the interpreter exits
+    normally. If it has not done so within ``MAIN_EXIT_GRACE`` seconds (blocked
+    in C code, or it caught the exception), the handlers run here and the
+    process ends anyway.
+    """
     _exiting.set()
+    main = threading.main_thread()
+    if main.is_alive() and threading.current_thread() is not main and main.ident is not None:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(main.ident), ctypes.py_object(FaultExit)
+        )
+        main.join(MAIN_EXIT_GRACE)
     try:
         atexit._run_exitfuncs()
     finally:
@@ -43,6 +67,11 @@ def exit_program(code: int) -> None:
             except Exception:
                 pass
         os._exit(code)
+
+
+def exiting() -> bool:
+    """True once an unhandled failure is ending the program."""
+    return _exiting.is_set()
 
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:

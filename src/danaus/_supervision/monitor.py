@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._actor import owned
+from .._actor import owned, undeliverable
 from .._actor.cell import FAILED, ActorCell
 from .._runtime import proc as _proc
 from .._runtime.runtime import Runtime
@@ -74,3 +74,17 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
 
 
 _proc.proc_init_hooks.append(install)
+
+
+def _client_undeliverable(env: Any) -> None:
+    """A message the client itself sent could not be delivered: like a failure, unhandled."""
+    hook.submit(
+        MeshFailure(
+            env.dest(),
+            [],
+            f"a message the client sent to {env.dest()} could not be delivered: {env.error_msg()}",
+        )
+    )
+
+
+undeliverable.client_handler.append(_client_undeliverable)

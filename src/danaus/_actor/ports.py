@@ -1,0 +1,186 @@
+"""Ports and channels: the one-way mailboxes every adverb is built from.
+
+``Channel.open()`` gives a ``(Port, PortReceiver)`` pair. The receiver stays
+where it was opened; the port is picklable and can be passed to any actor,
+which sends back through it. Messages from one sender arrive in order.
+A send to a port whose receiver is gone comes back to the sender as an
+undeliverable message (see ``_handle_undeliverable_message``).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+from typing import Any, Generic, TypeVar
+
+from .._errors import ActorError
+from .._runtime import host
+from .._runtime.runtime import REPLY, STATUS_EXC, STATUS_OK
+from .._wire import codec
+from .._wire.frame import Frame
+from .._wire.ids import ActorId, PortId
+from .collect import decode_reply, set_future
+from .future import Future
+
+__all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
+
+R = TypeVar("R")
+
+
+def current_sender() -> ActorId | None:
+    """The actor on whose behalf this thread sends (None in the client's own threads)."""
+    from .context import context
+
+    inst = context().actor_instance
+    return inst.actor_id if inst._cell is not None else None
+
+
+class Undeliverable:
+    """A message that could not be delivered, returned to its sender."""
+
+    def __init__(self, sender: ActorId | None, dest: str, error: str) -> None:
+        self._sender = sender
+        self._dest = dest
+        self._error = error
+
+    def sender(self) -> ActorId | None:
+        return self._sender
+
+    def dest(self) -> str:
+        return self._dest
+
+    def error_msg(self) -> str:
+        return self._error
+
+    def __repr__(self) -> str:
+        return f"Undeliverable(dest={self._dest!r}, error={self._error!r})"
+
+
+class Port(Generic[R]):
+    """The sending end of a channel. Picklable: pass it to an actor to get answers back.
+
+    ``send(value)`` and ``exception(exc)`` never block.
+    """
+
+    def __init__(self, port_id: PortId, index: int = 0, *, once: bool = False) -> None:
+        self._port_id = port_id
+        self._index = index
+        self._once = once
+        self._used = False
+        self.return_undeliverable = True
+
+    def send(self, value: R) -> None:
+        """Send ``value`` to the receiver. ``TypeError`` if it cannot be pickled."""
+        self._send(STATUS_OK, value)
+
+    def exception(self, exc: BaseException) -> None:
+        """Make the receiver's ``recv()`` (or the caller's future) raise ``exc``."""
+        from .cell import exception_payload
+
+        self._send(STATUS_EXC, exception_payload(exc))
+
+    def _send(self, status: int, value: Any) -> None:
+        if self._once and self._used:
+            raise RuntimeError("this port was opened with once=True and has already been used")
+        self._used = True
+        body, bufs = codec.dumps_checked(value, "the value sent on the port")
+        rt = host.ensure_runtime()
+        sender = current_sender() if self.return_undeliverable else None
+        header = (REPLY, self._port_id.port, self._index, status, sender)
+        dest = f"port {self._port_id}"
+        rt.send(
+            self._port_id.proc,
+            header,
+            body,
+            bufs,
+            on_fail=lambda reason: (
+                _return_to_sender(sender, dest, reason) if self.return_undeliverable else None
+            ),
+        )
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_port, (self._port_id, self._index, self._once))
+
+    def __repr__(self) -> str:
+        return f"<Port {self._port_id}#{self._index}>"
+
+
+def _rebuild_port(port_id: PortId, index: int, once: bool) -> Port[Any]:
+    return Port(port_id, index, once=once)
+
+
+class _DroppingPort(Port[Any]):
+    """The port an explicit-response endpoint gets when its caller wants no answer."""
+
+    def __init__(self) -> None:
+        pass
+
+    def _send(self, status: int, value: Any) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "<Port (no reply wanted)>"
+
+
+def _return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
+    from .undeliverable import return_to_sender
+
+    return_to_sender(sender, dest, reason)
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel; ``recv()`` returns a future of the next message."""
+
+    def __init__(self, once: bool = False) -> None:
+        self._rt = host.ensure_runtime()
+        self._lock = threading.Lock()
+        self._values: collections.deque[tuple[bool, Any]] = collections.deque()
+        self._waiters: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+        self._once = once
+        self.port_id = self._rt.open_port(self)
+
+    # PortHandler, on the I/O thread
+    def deliver(self, frame: Frame) -> None:
+        ok, value = decode_reply(frame, f"a message on port {self.port_id}")
+        if not ok and frame.header[3] == STATUS_EXC and isinstance(value, ActorError):
+            value = value.exception  # Port.exception(exc): recv() raises exc itself
+        with self._lock:
+            waiter = self._waiters.popleft() if self._waiters else None
+            if waiter is None:
+                self._values.append((ok, value))
+        if waiter is not None:
+            set_future(waiter, ok, value)
+        if self._once:
+            self._rt.close_port(self.port_id.port)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        pass  # any proc may hold the port; none is awaited in particular
+
+    def recv(self) -> Future[R]:
+        """A future of the next message (or the exception sent with ``Port.exception``)."""
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._values:
+                ok, value = self._values.popleft()
+                set_future(cf, ok, value)
+            else:
+                self._waiters.append(cf)
+        return Future._create(cf, f"a message on port {self.port_id}")
+
+    def close(self) -> None:
+        """Stop receiving: later sends come back to their senders as undeliverable."""
+        self._rt.close_port(self.port_id.port)
+
+    def __repr__(self) -> str:
+        return f"<PortReceiver {self.port_id}>"
+
+
+class Channel(Generic[R]):
+    """Factory of ``(Port, PortReceiver)`` pairs."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """Open a channel; ``once=True`` for a single message."""
+        receiver: PortReceiver[R] = PortReceiver(once)
+        return Port(receiver.port_id, 0, once=once), receiver

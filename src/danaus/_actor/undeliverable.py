@@ -1,0 +1,72 @@
+"""Undeliverable messages come back to their sender, never silently dropped.
+
+::
+
+    receiver proc --BOUNCE(sender, dest, reason)--> sender's proc   (no such actor, no port)
+    sender's runtime (peer lost) ------------------> return_to_sender(...) locally
+
+An actor sender gets ``_handle_undeliverable_message(envelope)`` on its own
+thread; returning True survives it, anything else fails the actor. For the
+client (no actor), ``client_handler`` decides (the supervision layer sets it).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .._runtime import host
+from .._runtime.runtime import BOUNCE, Runtime
+from .._wire.frame import Frame
+from .._wire.ids import ActorId
+from .ports import Undeliverable
+
+__all__ = ["client_handler", "install", "return_to_sender"]
+
+log = logging.getLogger("danaus.actor")
+
+# Called with the envelope when a message the client itself sent comes back.
+client_handler: list[Callable[[Undeliverable], None]] = []
+
+
+def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
+    """Give an undeliverable message back to ``sender`` (any thread)."""
+    env = Undeliverable(sender, dest, reason)
+    rt = host.ensure_runtime()
+    if sender is None or (sender.mesh == "root" and not rt.boot):
+        if client_handler:
+            client_handler[-1](env)
+        else:
+            log.error("a message from the client could not be delivered: %s", env)
+        return
+    if sender.proc.name != rt.proc_id.name:
+        rt.send(sender.proc, (BOUNCE, sender, dest, reason), on_fail=_log_lost)
+        return
+    _to_local_actor(rt, env)
+
+
+def _to_local_actor(rt: Runtime, env: Undeliverable) -> None:
+    from .cell import ActorCell
+
+    sender = env.sender()
+    assert sender is not None
+    cell = rt.mailboxes.get((sender.mesh, sender.rank))
+    if isinstance(cell, ActorCell):
+        cell.undeliverable(env)
+    else:
+        log.error("undeliverable message for actor %s, which is gone: %s", sender, env)
+
+
+def _log_lost(reason: str) -> None:
+    log.error("an undeliverable message could not be returned to its sender: %s", reason)
+
+
+def _on_bounce(rt: Runtime, frame: Frame) -> None:
+    _, sender, dest, reason = frame.header
+    _to_local_actor(rt, Undeliverable(sender, dest, reason))
+
+
+def install(rt: Runtime, boot: dict[str, Any]) -> None:
+    rt.handlers[BOUNCE] = lambda conn, frame: _on_bounce(rt, frame)
+    rt.bounce = return_to_sender
