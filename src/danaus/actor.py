@@ -35,20 +35,23 @@ from ._actor.controller import get_or_spawn_controller as get_or_spawn_controlle
 from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
 from ._actor.endpoint import endpoint as endpoint
 from ._actor.future import Future as Future
+from ._actor.hosts import HostMesh as HostMesh
+from ._actor.hosts import attach_to_workers as attach_to_workers
+from ._actor.hosts import enable_transport as enable_transport
+from ._actor.hosts import this_host as this_host
 from ._actor.lifecycle import shutdown_context as shutdown_context
 from ._actor.mesh import ActorMesh as ActorMesh
 from ._actor.ports import Channel as Channel
 from ._actor.ports import Port as Port
 from ._actor.ports import PortReceiver as PortReceiver
-from ._actor.procs import HostMesh as HostMesh
 from ._actor.procs import ProcMesh as ProcMesh
-from ._actor.procs import this_host as this_host
 from ._actor.procs import this_proc as this_proc
 from ._errors import ActorError as ActorError
 from ._errors import SupervisionError as SupervisionError
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import ValueMesh as ValueMesh
+from ._runtime.worker import run_worker_loop_forever as run_worker_loop_forever
 from ._supervision.failure import MeshFailure as MeshFailure
 from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
 
@@ -72,13 +75,16 @@ __all__ = [
     "SupervisionError",
     "ValueMesh",
     "as_endpoint",
+    "attach_to_workers",
     "concurrent_endpoint",
     "context",
     "current_actor_name",
     "current_rank",
     "current_size",
+    "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "run_worker_loop_forever",
     "send",
     "shutdown_context",
     "this_host",

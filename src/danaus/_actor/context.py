@@ -132,6 +132,13 @@ def _root_context() -> Context:
         return _root
 
 
+def refresh_root() -> None:
+    """The client's address changed (it started listening on TCP): re-address its root."""
+    if _root is not None and _root.actor_instance.creator is None:
+        rt = host.ensure_runtime()
+        _root.actor_instance.actor_id = ActorId(rt.proc_id, "root", 0)
+
+
 def set_context(ctx: Context) -> contextvars.Token[Context | None]:
     return _current.set(ctx)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import functools
 import threading
 from dataclasses import dataclass, field
@@ -180,7 +181,9 @@ class ActorMesh(MeshTrait, Generic[A]):
 
     def __reduce__(self) -> Any:
         wait_ready(self._ref.procs)
-        return (_rebuild, (self._ref, self._shape))
+        rt = host.ensure_runtime()
+        ref = dataclasses.replace(self._ref, procs=tuple(rt.resolve(p) for p in self._ref.procs))
+        return (_rebuild, (ref, self._shape))
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._ref.name!r} of {self._ref.cls.__qualname__} {self.sizes}>"

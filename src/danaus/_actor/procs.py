@@ -24,7 +24,7 @@ from .future import Future
 from .mesh import ActorMesh, MeshRef, _State, wait_ready
 from .procservice import SPAWN, STOP_PROC
 
-__all__ = ["HostMesh", "ProcMesh", "owned_proc_meshes", "this_host", "this_proc"]
+__all__ = ["ProcMesh", "check_per_host", "owned_proc_meshes", "spawn_on", "this_proc"]
 
 A = TypeVar("A")
 
@@ -58,7 +58,7 @@ class ProcMesh(MeshTrait):
         procs: tuple[ProcId, ...],
         shape: Shape,
         state: _ProcState,
-        host_mesh: HostMesh | None = None,
+        host_mesh: Any = None,
     ) -> None:
         self._procs = procs
         self.__shape = shape
@@ -87,7 +87,7 @@ class ProcMesh(MeshTrait):
         return Future._create(self._state.initialized, "the procs to boot")
 
     @property
-    def host_mesh(self) -> HostMesh:
+    def host_mesh(self) -> Any:
         if self._host_mesh is None or len(self) != 1:
             raise NotImplementedError("host_mesh is only known for a one-proc mesh spawned here")
         return self._host_mesh
@@ -198,7 +198,8 @@ class ProcMesh(MeshTrait):
 
     def __reduce__(self) -> Any:
         wait_ready(self._procs)
-        return (_rebuild_proc_mesh, (self._procs, self._shape))
+        rt = host.ensure_runtime()
+        return (_rebuild_proc_mesh, (tuple(rt.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.sizes}>"
@@ -210,69 +211,46 @@ def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:
     return ProcMesh(procs, shape, state, None)
 
 
-class HostMesh(MeshTrait):
-    """A mesh of hosts. ``this_host()`` is the (0-dimensional) mesh of the local host."""
+def spawn_on(
+    agents: list[ProcId | None],
+    per_host: dict[str, int],
+    host_shape: Shape,
+    bootstrap: Callable[[], Any] | None,
+    name: str | None,
+    host_mesh: Any,
+) -> ProcMesh:
+    """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).
 
-    def __init__(self, shape: Shape) -> None:
-        self.__shape = shape
-
-    @property
-    def _shape(self) -> Shape:
-        return self.__shape
-
-    def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape)
-
-    @property
-    def initialized(self) -> Future[bool]:
-        return Future._resolved(True, "the hosts")
-
-    def spawn_procs(
-        self,
-        per_host: dict[str, int] | None = None,
-        bootstrap: Callable[[], Any] | None = None,
-        name: str | None = None,
-    ) -> ProcMesh:
-        """Start ``per_host`` procs on every host; returns the ``ProcMesh`` at once.
-
-        The mesh's dimensions are the hosts' followed by ``per_host``'s, row
-        major. ``bootstrap`` runs in each new proc before any actor; if it
-        raises, ``initialized`` raises. Raises ``TypeError``/``ValueError`` for
-        a malformed ``per_host``.
-        """
-        per_host = _check_per_host(per_host, self._shape.labels)
-        for fn in before_spawn_procs:
-            fn()
-        if bootstrap is not None and not callable(bootstrap):
-            raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
-        rt = host.ensure_runtime()
-        labels = [*self._shape.labels, *per_host]
-        sizes = [*self._shape.extent.sizes, *per_host.values()]
-        n = math.prod(sizes)
-        boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
-        procs = tuple(ProcId(nm, f"unix:{rt.job_dir}/{nm}.sock") for nm in _names(n))
-        boots = [host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon") for _ in procs]
-        host.spawn_procs(list(zip(procs, boots, strict=True)))
-        state = _ProcState(owned=True)
-        pm = ProcMesh(procs, Shape(labels, Slice.new_row_major(sizes)), state, self)
-        _track_boot(procs, state.initialized)
-        with _owned_lock:
-            _owned.append(pm)
-        owned.register_proc_mesh(context().actor_instance.actor_id, pm)
-        return pm
-
-    def __reduce__(self) -> Any:
-        return (HostMesh, (self._shape,))
-
-    def __repr__(self) -> str:
-        return f"<HostMesh {self.sizes}>"
+    Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
+    """
+    for fn in before_spawn_procs:
+        fn()
+    if bootstrap is not None and not callable(bootstrap):
+        raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
+    rt = host.ensure_runtime()
+    labels = [*host_shape.labels, *per_host]
+    sizes = [*host_shape.extent.sizes, *per_host.values()]
+    local = math.prod(per_host.values())
+    boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
+    procs: list[ProcId] = []
+    for agent in agents:
+        batch = []
+        for _ in range(local):
+            nm = host.new_proc_name()
+            proc = ProcId(nm, f"unix:{rt.job_dir}/{nm}.sock")
+            batch.append((proc, host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")))
+            procs.append(proc)
+        host.spawn_procs(batch, agent)
+    state = _ProcState(owned=True)
+    pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
+    _track_boot(tuple(procs), state.initialized)
+    with _owned_lock:
+        _owned.append(pm)
+    owned.register_proc_mesh(context().actor_instance.actor_id, pm)
+    return pm
 
 
-def _names(n: int) -> list[str]:
-    return [host.new_proc_name() for _ in range(n)]
-
-
-def _check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
+def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
     if per_host is None:
         return {}
     if not isinstance(per_host, dict):
@@ -315,17 +293,6 @@ def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -
 
     for p in procs:
         rt.when_ready(p, functools.partial(one, p))
-
-
-_local_host: HostMesh | None = None
-
-
-def this_host() -> HostMesh:
-    """The mesh of the host this code runs on (0-dimensional)."""
-    global _local_host
-    if _local_host is None:
-        _local_host = HostMesh(Shape.unity())
-    return _local_host
 
 
 def this_proc() -> ProcMesh:

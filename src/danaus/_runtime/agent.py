@@ -17,18 +17,27 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import secrets
 import signal
 import traceback
 from typing import Any
 
 from .._wire.frame import Frame
 from .._wire.ids import ProcId
-from .runtime import LOST, READY, Runtime
+from .runtime import LOST, READY, STATUS_EXC, STATUS_OK, Runtime
 from .zygote import read_msg, write_msg, zygote_loop
 
-__all__ = ["KILL_PROCS", "SPAWN_PROCS", "describe_exit", "main"]
+__all__ = [
+    "ATTACH",
+    "KILL_PROCS",
+    "SHUTDOWN_HOST",
+    "SPAWN_PROCS",
+    "describe_exit",
+    "main",
+    "run_worker",
+]
 
-SPAWN_PROCS, KILL_PROCS = 10, 11
+SPAWN_PROCS, KILL_PROCS, ATTACH, SHUTDOWN_HOST = 10, 11, 12, 13
 
 
 def describe_exit(status: int) -> str:
@@ -46,22 +55,71 @@ def describe_exit(status: int) -> str:
 
 
 class Agent:
-    """The agent's state, living on its runtime's I/O loop."""
+    """The agent's state, living on its runtime's I/O loop.
 
-    def __init__(self, rt: Runtime, req_w: int, resp_r: int) -> None:
+    A *local* agent serves the one client that started it and dies with it
+    (lifeline on stdin). A *worker* agent (``danaus worker``) serves one
+    attached client at a time over TCP; when that client goes away it kills
+    the client's procs and waits for the next.
+    """
+
+    def __init__(self, rt: Runtime, req_w: int, resp_r: int, *, worker: bool = False) -> None:
         self.rt = rt
         self.req_w = req_w
         self.resp_r = resp_r
+        self.worker = worker
+        self.client: ProcId | None = None
         self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
         self.pids: dict[str, int] = {}
         rt.handlers[SPAWN_PROCS] = self._on_spawn
         rt.handlers[KILL_PROCS] = self._on_kill
+        rt.handlers[ATTACH] = self._on_attach
+        rt.handlers[SHUTDOWN_HOST] = self._on_shutdown
         rt.loop.add_reader(resp_r, self._on_zygote)
-        rt.loop.add_reader(0, self._on_lifeline)
+        if worker:
+            rt.lost_callbacks.append(self._on_lost)
+        else:
+            rt.loop.add_reader(0, self._on_lifeline)
+
+    def _on_attach(self, conn: Any, frame: Frame) -> None:
+        _, client, port = frame.header
+        current = self.client
+        busy = current is not None and current.name != client.name
+        if busy and current is not None and self.rt.is_lost(current.name) is None:
+            err = RuntimeError(
+                f"worker {self.rt.proc_id.name} already serves client {current.name}; "
+                "a worker serves one client at a time"
+            )
+            self.rt.reply(port, 0, STATUS_EXC, (err, ""))
+            return
+        self.client = client
+        local_ip = conn.sock.getsockname()[0] if conn.tcp else "127.0.0.1"
+        info = {"name": self.rt.proc_id.name, "host": self.rt.host, "ip": local_ip}
+        self.rt.reply(port, 0, STATUS_OK, info)
+
+    def _on_lost(self, name: str, reason: str) -> None:
+        if self.client is not None and name == self.client.name:
+            self.client = None
+            for proc in list(self.pids):
+                self._kill(proc)
+
+    def _on_shutdown(self, conn: Any, frame: Frame) -> None:
+        self._exit("the client shut the host down")
 
     def _on_spawn(self, conn: Any, frame: Frame) -> None:
         _, requester, procs = frame.header
         for proc, boot in procs:
+            if self.worker:
+                # The boot comes from another host: point it at this host's resources.
+                local_ip = conn.sock.getsockname()[0] if conn.tcp else None
+                boot = {
+                    **boot,
+                    "job_dir": self.rt.job_dir,
+                    "agent": self.rt.proc_id,
+                    "host": self.rt.host,
+                    "secret": self.rt.secret,
+                    "tcp_advertise": boot.get("tcp_advertise_override") or local_ip,
+                }
             self.procs[proc.name] = (proc, requester)
             write_msg(self.req_w, ("fork", proc.name, boot))
 
@@ -120,19 +178,16 @@ def _child_main(name: str, boot: dict[str, Any]) -> int:
     return proc_main(name, boot)
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m danaus._runtime.agent")
-    p.add_argument("--dir", required=True)
-    p.add_argument("--name", required=True)
-    p.add_argument("--owner", required=True, help="NAME=ADDR of the client")
-    p.add_argument("--preload", default="")
-    args = p.parse_args(argv)
-    for mod in filter(None, args.preload.split(",")):
+def _preload(modules: list[str]) -> None:
+    for mod in modules:
         try:
             importlib.import_module(mod)
         except Exception:  # a preload is an optimisation: report and go on
             traceback.print_exc()
-    owner_name, _, owner_addr = args.owner.partition("=")
+
+
+def _fork_zygote() -> tuple[int, int]:
+    """Fork the zygote now, while this process has no thread: returns the agent's pipe ends."""
     req_r, req_w = os.pipe()
     resp_r, resp_w = os.pipe()
     if os.fork() == 0:
@@ -142,10 +197,49 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(0)  # pragma: no cover
     os.close(req_r)
     os.close(resp_w)
+    return req_w, resp_r
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The local host agent, started by a client."""
+    p = argparse.ArgumentParser(prog="python -m danaus._runtime.agent")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--name", required=True)
+    p.add_argument("--owner", required=True, help="NAME=ADDR of the client")
+    p.add_argument("--preload", default="")
+    args = p.parse_args(argv)
+    _preload(list(filter(None, args.preload.split(","))))
+    owner_name, _, owner_addr = args.owner.partition("=")
+    req_w, resp_r = _fork_zygote()
     rt = Runtime(args.name, args.dir)
     rt.start(in_thread=False)
     Agent(rt, req_w, resp_r)
     rt.send(ProcId(owner_name, owner_addr), (READY, rt.proc_id, None), on_fail=_ignore)
+    rt.loop.run_forever()
+
+
+def run_worker(
+    bind: str,
+    port: int,
+    *,
+    secret: bytes | None,
+    preload: list[str],
+    on_listening: Any = None,
+) -> None:
+    """Serve as a worker host agent on ``bind:port`` until shut down (blocks; never returns).
+
+    ``on_listening(address)`` is called once the TCP listener is up.
+    """
+    from .._transport.address import make_job_dir
+
+    _preload(preload)
+    req_w, resp_r = _fork_zygote()
+    rt = Runtime("w" + secrets.token_hex(3), make_job_dir(), secret=secret)
+    rt.start(in_thread=False)
+    advertised = rt.listen_tcp(bind, bind if bind not in ("0.0.0.0", "::") else "127.0.0.1", port)
+    Agent(rt, req_w, resp_r, worker=True)
+    if on_listening is not None:
+        on_listening(advertised)
     rt.loop.run_forever()
 
 

@@ -88,18 +88,25 @@ def agent() -> ProcId:
             ],
             stdin=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches the client only
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+                "DANAUS_HOST_TOKEN": rt.host,
+            },
         )
         _agent_id = agent_id
         return agent_id
 
 
-def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]]) -> None:
-    """Ask the host agent to start ``procs``; each will send READY to its ``boot['owner']``."""
+def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = None) -> None:
+    """Ask host agent ``on`` (default: this host's) to start ``procs``.
+
+    Each proc sends READY to its ``boot['owner']`` once up.
+    """
     rt = ensure_runtime()
     for proc, _ in procs:
         rt.expect(proc)
-    rt.send(agent(), (SPAWN_PROCS, rt.proc_id, procs))
+    rt.send(on or agent(), (SPAWN_PROCS, rt.proc_id, procs))
 
 
 def kill_procs(names: list[str]) -> None:
@@ -117,6 +124,9 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
         "agent": agent(),
         "sys_path": list(sys.path),
         "client": rt.boot.get("client", rt.proc_id),
+        "host": rt.host,
+        "secret": rt.secret,
+        "tcp_advertise": rt.tcp_advertise,
         **extra,
     }
 

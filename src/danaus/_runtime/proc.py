@@ -49,10 +49,12 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     for entry in boot.get("sys_path", ()):
         if entry not in sys.path:
             sys.path.append(entry)
-    rt = Runtime(name, boot["job_dir"])
+    rt = Runtime(name, boot["job_dir"], secret=boot.get("secret"), host=boot.get("host"))
     set_current(rt)
     rt.boot = boot
     rt.start(in_thread=False)
+    if boot.get("tcp_advertise"):
+        rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])
     for hook in proc_init_hooks:
         hook(rt, boot)
     error = None

@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._errors import SupervisionError
-from .._transport.address import connect_socket, listen
+from .._transport.address import choose, connect_socket, host_token, join, listen
+from .._transport.auth import Handshake
 from .._transport.conn import Connection
 from .._wire import codec
 from .._wire.frame import Frame, encode_frame
@@ -56,7 +57,12 @@ __all__ = [
 
 log = logging.getLogger("danaus.runtime")
 
-CALL, REPLY, HELLO, READY, LOST, BOUNCE = 1, 2, 3, 4, 5, 6
+CALL, REPLY, HELLO, READY, LOST, BOUNCE, PING = 1, 2, 3, 4, 5, 6, 7
+
+# Heartbeats on TCP connections: a ping after this much quiet, and a peer that
+# has been silent this long is declared lost (a partitioned or frozen host).
+HEARTBEAT_INTERVAL = float(os.environ.get("DANAUS_HEARTBEAT_INTERVAL", "0.5"))
+HEARTBEAT_TIMEOUT = float(os.environ.get("DANAUS_HEARTBEAT_TIMEOUT", "5.0"))
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
@@ -102,9 +108,14 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Runtime:
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
-    def __init__(self, name: str, job_dir: str) -> None:
+    def __init__(
+        self, name: str, job_dir: str, *, secret: bytes | None = None, host: str | None = None
+    ) -> None:
         self.job_dir = job_dir
-        self.proc_id = ProcId(name, f"unix:{os.path.join(job_dir, name + '.sock')}")
+        self.host = host or host_token()
+        self.secret = secret
+        self._unix = f"unix:{os.path.join(job_dir, name + '.sock')}"
+        self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
         self.loop = _new_loop()
         self.thread: threading.Thread | None = None
         self.handlers: dict[int, Callable[[Connection, Frame], None]] = {
@@ -113,6 +124,7 @@ class Runtime:
             HELLO: self._on_hello,
             READY: self._on_ready,
             LOST: self._on_lost_report,
+            PING: _ignore_frame,
         }
         self.mailboxes: dict[tuple[str, int], Mailbox] = {}
         self.ports: dict[int, PortHandler] = {}
@@ -120,11 +132,16 @@ class Runtime:
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
         self._inbound: dict[str, Connection] = {}
+        self._accepted: set[Connection] = set()
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
+        self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
+        self._tcp_listener: socket.socket | None = None
+        self._advertised = ""
+        self.tcp_advertise: str | None = None  # the IP peers on other hosts reach us at
         self.closed = False
         self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
         # bounce(sender, dest, reason): return an undeliverable message (set by the actor layer)
@@ -134,13 +151,64 @@ class Runtime:
 
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
-        self._listener = listen(self.proc_id.addr)
-        self.loop.add_reader(self._listener.fileno(), self._on_accept)
+        self._listener = listen(self._unix)
+        self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
+        self.loop.call_later(HEARTBEAT_INTERVAL, self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
             )
             self.thread.start()
+
+    def listen_tcp(self, bind: str, advertise: str, port: int = 0) -> str:
+        """Also accept TCP connections on ``bind:port``; advertise ``advertise`` to peers.
+
+        Returns the advertised ``tcp://`` entry. Call before the address travels
+        (it changes ``proc_id``). Connections must authenticate when a secret is set.
+        """
+        if self._tcp_listener is not None:
+            return f"tcp://{self._advertised}"
+        entry = f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}"
+        lsock = listen(entry)
+        tcp_port = lsock.getsockname()[1]
+        self._tcp_listener = lsock
+        self.tcp_advertise = advertise
+        adv = f"[{advertise}]" if ":" in advertise else advertise
+        self._advertised = f"{adv}:{tcp_port}"
+        self.proc_id = ProcId(
+            self.proc_id.name, join(self._unix, f"tcp://{self._advertised}", f"host:{self.host}")
+        )
+
+        def add() -> None:
+            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
+
+        if self.thread is not None and not self.on_io_thread():
+            self.loop.call_soon_threadsafe(add)
+        else:
+            add()
+        return f"tcp://{self._advertised}"
+
+    def _heartbeat(self) -> None:
+        """Ping quiet TCP connections; drop those whose peer has gone silent."""
+        if self.closed:
+            return
+        now = self.loop.time()
+        conns = [p.conn for p in list(self._peers.values()) if p.conn is not None]
+        conns += list(self._accepted)
+        ping = None
+        for conn in conns:
+            if conn.closed or not conn.tcp:
+                continue
+            if now - conn.last_recv > HEARTBEAT_TIMEOUT:
+                conn.fail_now(f"no heartbeat from the peer for {HEARTBEAT_TIMEOUT:.1f} s")
+                continue
+            if conn.authenticated and now - conn.last_send > HEARTBEAT_INTERVAL:
+                ping = ping or encode_frame((PING,))
+                try:
+                    conn.send(ping)
+                except Exception:
+                    pass
+        self.loop.call_later(HEARTBEAT_INTERVAL, self._heartbeat)
 
     def on_io_thread(self) -> bool:
         try:
@@ -164,9 +232,12 @@ class Runtime:
             self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
             try:
-                os.unlink(self.proc_id.addr.partition(":")[2])
+                os.unlink(self._unix.partition(":")[2])
             except OSError:
                 pass
+        if self._tcp_listener is not None:
+            self.loop.remove_reader(self._tcp_listener.fileno())
+            self._tcp_listener.close()
         for peer in list(self._peers.values()):
             if peer.conn is not None:
                 peer.conn.flush_and_close()
@@ -181,17 +252,21 @@ class Runtime:
 
     # -- accepting and hello ------------------------------------------------
 
-    def _on_accept(self) -> None:
-        assert self._listener is not None
+    def _on_accept(self, lsock: socket.socket, tcp: bool) -> None:
         while True:
             try:
-                s, _ = self._listener.accept()
+                s, _ = lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as e:  # pragma: no cover - e.g. EMFILE
                 log.warning("accept failed: %s", e)
                 return
-            Connection(s, self.loop, self._dispatch, self._on_inbound_closed)
+            if tcp:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hs = Handshake(self.secret, "server") if tcp and self.secret is not None else None
+            conn = Connection(s, self.loop, self._dispatch, self._on_inbound_closed, handshake=hs)
+            conn.tcp = tcp
+            self._accepted.add(conn)
 
     def _on_hello(self, conn: Connection, frame: Frame) -> None:
         proc = frame.header[1]
@@ -211,6 +286,7 @@ class Runtime:
             )
 
     def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
+        self._accepted.discard(conn)
         proc = conn.peer
         if proc is None:
             return
@@ -282,11 +358,15 @@ class Runtime:
         if peer.conn is not None or peer.lost is not None or peer.pending:
             return
         try:
-            s = connect_socket(peer.proc.addr)
-        except OSError as e:
+            entry = choose(peer.proc.addr, self.host)
+            s = connect_socket(entry)
+        except (OSError, ValueError) as e:
             self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
             return
-        conn = Connection(s, self.loop, self._dispatch, self._on_outbound_closed)
+        tcp = entry.startswith("tcp://")
+        hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
+        conn = Connection(s, self.loop, self._dispatch, self._on_outbound_closed, handshake=hs)
+        conn.tcp = tcp
         conn.peer = peer.proc
         conn.send(encode_frame((HELLO, self.proc_id)))
         with self._lock:
@@ -333,6 +413,7 @@ class Runtime:
         _, proc, error = frame.header
         with self._lock:
             peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+            peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
             cbs, peer.ready_cbs = peer.ready_cbs, []
             peer.pending = False
             start = bool(peer.queue) and peer.lost is None
@@ -350,19 +431,45 @@ class Runtime:
         for cb in waiters:
             cb(reason)
 
-    def when_exited(self, name: str, cb: Callable[[str], None]) -> None:
-        """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it)."""
+    def when_exited(self, name: str, cb: Callable[[str], None], grace: float = 1.0) -> None:
+        """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it).
+
+        If the proc is lost but no report comes within ``grace`` seconds (its
+        agent is gone too), ``cb`` runs anyway: nothing waits forever.
+        """
+        done = [False]
+
+        def once(how: str) -> None:
+            if not done[0]:
+                done[0] = True
+                cb(how)
+
         with self._lock:
             how = self.exited.get(name)
             if how is None:
-                self._exit_waiters.setdefault(name, []).append(cb)
-                return
-        cb(how)
+                self._exit_waiters.setdefault(name, []).append(once)
+                self._lost_waiters.setdefault(name, []).append(
+                    lambda reason: _discard(self.loop.call_later(grace, once, reason))
+                )
+                lost = self._peers[name].lost if name in self._peers else None
+            else:
+                lost = None
+        if how is not None:
+            once(how)
+        elif lost is not None:
+            self.call_soon(self.loop.call_later, grace, once, lost)
 
     def mark_stopping(self, proc: ProcId) -> None:
         with self._lock:
             peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
             peer.stopping = True
+
+    def resolve(self, proc: ProcId) -> ProcId:
+        """``proc`` with the freshest address known here (procs report theirs when READY)."""
+        if proc.name == self.proc_id.name:
+            return self.proc_id
+        peer = self._peers.get(proc.name)
+        return peer.proc if peer is not None else proc
 
     def is_stopping(self, name: str) -> bool:
         """True once we asked proc ``name`` to stop (its loss is then no failure)."""
@@ -399,6 +506,8 @@ class Runtime:
                 handler.peer_lost(name, reason)
         for lost_cb in list(self.lost_callbacks):
             lost_cb(name, reason)
+        for waiter in self._lost_waiters.pop(name, []):
+            waiter(reason)
 
     # -- ports ----------------------------------------------------------------
 
@@ -466,6 +575,14 @@ class Runtime:
 
 
 def _ignore(reason: str) -> None:
+    pass
+
+
+def _ignore_frame(conn: Connection, frame: Frame) -> None:
+    pass
+
+
+def _discard(_: Any) -> None:
     pass
 
 

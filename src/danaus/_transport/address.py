@@ -1,22 +1,79 @@
-"""Addresses (``unix:/path``) and the private socket directory they live in."""
+"""Addresses and the private socket directory.
+
+A proc's address is a ``;``-separated list of entries:
+
+    unix:/tmp/danaus-0/ab12cd34/p1.sock      Unix socket (same host only)
+    tcp://10.0.0.2:41234                     TCP (any host; authenticated)
+    host:3f9a1c                              the token of the host it runs on
+
+A connecting proc uses the Unix socket when the peer runs on its own host
+(same host token) and TCP otherwise.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
 import stat
 import tempfile
 
-__all__ = ["connect_socket", "listen", "make_job_dir", "parse"]
+__all__ = [
+    "choose",
+    "connect_socket",
+    "host_token",
+    "join",
+    "listen",
+    "make_job_dir",
+    "parse",
+    "split_tcp",
+]
 
 
-def parse(addr: str) -> tuple[str, str]:
-    """Split ``addr`` into ``(scheme, rest)``; raises ``ValueError`` for unknown schemes."""
-    scheme, sep, rest = addr.partition(":")
-    if not sep or scheme not in ("unix",):
-        raise ValueError(f"unsupported address {addr!r}; expected 'unix:/path/to/socket'")
+def parse(entry: str) -> tuple[str, str]:
+    """Split one address entry into ``(scheme, rest)``; ``ValueError`` for unknown schemes."""
+    if entry.startswith("tcp://"):
+        return "tcp", entry[len("tcp://") :]
+    scheme, sep, rest = entry.partition(":")
+    if not sep or scheme not in ("unix", "host"):
+        raise ValueError(
+            f"unsupported address {entry!r}; expected 'unix:/path/to/socket' or 'tcp://HOST:PORT'"
+        )
     return scheme, rest
+
+
+def split_tcp(rest: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` (or ``"[v6]:PORT"``) -> ``(host, port)``; ``ValueError`` if malformed."""
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"malformed TCP address 'tcp://{rest}'; expected 'tcp://HOST:PORT'")
+    return host.strip("[]"), int(port)
+
+
+def join(*entries: str) -> str:
+    return ";".join(e for e in entries if e)
+
+
+def choose(addr: str, my_host: str) -> str:
+    """The entry of ``addr`` to connect to from a proc on host ``my_host``."""
+    entries = [e for e in addr.split(";") if e]
+    host = next((e[5:] for e in entries if e.startswith("host:")), None)
+    unix = next((e for e in entries if e.startswith("unix:")), None)
+    tcp = next((e for e in entries if e.startswith("tcp://")), None)
+    if unix is not None and (tcp is None or host is None or host == my_host):
+        return unix
+    if tcp is not None:
+        return tcp
+    raise ValueError(f"no usable entry in address {addr!r}")
+
+
+_host_token = os.environ.get("DANAUS_HOST_TOKEN") or secrets.token_hex(3)
+
+
+def host_token() -> str:
+    """This host's token (inherited by the procs a host agent spawns)."""
+    return _host_token
 
 
 def _private_dir(path: str) -> str:
@@ -43,26 +100,48 @@ def make_job_dir() -> str:
     return _private_dir(os.path.join(base, secrets.token_hex(4)))
 
 
-def listen(addr: str) -> socket.socket:
-    """Bind and listen on ``addr``."""
-    _, path = parse(addr)
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    s.bind(path)
+def listen(entry: str) -> socket.socket:
+    """Bind and listen on one entry (``unix:PATH`` or ``tcp://HOST:PORT``, port 0 = any)."""
+    scheme, rest = parse(entry)
+    if scheme == "tcp":
+        host, port = split_tcp(rest)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+    else:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            os.unlink(rest)
+        except FileNotFoundError:
+            pass
+        s.bind(rest)
     s.listen(512)
     s.setblocking(False)
     return s
 
 
-def connect_socket(addr: str) -> socket.socket:
-    """A non-blocking socket, connected or connecting to ``addr``. Raises ``OSError``."""
-    _, path = parse(addr)
+def connect_socket(entry: str) -> socket.socket:
+    """A non-blocking socket, connected (Unix) or connecting (TCP) to ``entry``.
+
+    Raises ``OSError`` when a Unix peer is not there.
+    """
+    scheme, rest = parse(entry)
+    if scheme == "tcp":
+        host, port = split_tcp(rest)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        s.setblocking(False)
+        err = s.connect_ex((host, port))
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            s.close()
+            raise OSError(err, os.strerror(err))
+        return s
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        s.connect(path)  # Unix sockets connect at once or fail at once
+        s.connect(rest)  # Unix sockets connect at once or fail at once
     except BaseException:
         s.close()
         raise

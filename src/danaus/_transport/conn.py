@@ -21,6 +21,7 @@ from typing import Any
 
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError
+from .auth import Handshake
 
 __all__ = ["Connection"]
 
@@ -39,6 +40,8 @@ class Connection:
         on_close: Callable[[Connection, BaseException | None], None],
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
+        handshake: Handshake | None = None,
+        handshake_timeout: float = 5.0,
     ) -> None:
         sock.setblocking(False)
         self.sock = sock
@@ -53,7 +56,66 @@ class Connection:
         self.closed = False
         self.close_exc: BaseException | None = None
         self.peer: Any = None  # set by the runtime after the hello frame
+        self.last_recv = loop.time()
+        self.last_send = loop.time()
+        self.tcp = False  # set by the runtime: TCP connections are heartbeated
+        # Until the handshake is done, nothing is decoded and nothing is sent but it.
+        self._hs = handshake
+        self._hs_buf = b""
+        if handshake is not None:
+            first = handshake.start()
+            if first:
+                self._raw_send(first)
+            loop.call_later(handshake_timeout, self._handshake_deadline, handshake_timeout)
         loop.add_reader(self.fd, self._on_readable)
+
+    @property
+    def authenticated(self) -> bool:
+        return self._hs is None
+
+    def _raw_send(self, data: bytes) -> None:
+        try:
+            self.sock.send(data)  # a few dozen bytes into a fresh socket: fits the buffer
+        except OSError as e:
+            self._fail(PeerBrokenError(f"handshake write failed: {e}"), cause=e)
+
+    def _handshake_deadline(self, timeout: float) -> None:
+        if self._hs is not None and not self.closed:
+            self._fail(PeerBrokenError(f"no handshake within {timeout} s"), cause=None)
+
+    def _on_handshake_bytes(self) -> bool:
+        """Advance the handshake; True while it is still in progress."""
+        hs = self._hs
+        assert hs is not None
+        try:
+            chunk = self.sock.recv(hs.want() - len(self._hs_buf))
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError as e:
+            self._fail(PeerBrokenError(f"read failed during handshake: {e}"), cause=e)
+            return True
+        if not chunk:
+            self._fail(PeerBrokenError("connection closed during the handshake"), cause=None)
+            return True
+        self.last_recv = self.loop.time()
+        self._hs_buf += chunk
+        if len(self._hs_buf) < hs.want():
+            return True
+        data, self._hs_buf = self._hs_buf, b""
+        try:
+            out = hs.feed(data)
+        except PeerBrokenError as e:
+            self._fail(e, cause=None)
+            return True
+        if out:
+            self._raw_send(out)
+        if not hs.done:
+            return True
+        with self._lock:
+            self._hs = None
+            if self._backlog:
+                self._arm_writer_locked()
+        return False
 
     # -- writing (any thread) ---------------------------------------------
 
@@ -69,7 +131,8 @@ class Connection:
                     if isinstance(self.close_exc, TransportError)
                     else ConnectionClosedError("connection is closed")
                 )
-            if self._backlog:
+            self.last_send = self.loop.time()
+            if self._backlog or self._hs is not None:
                 self._backlog.extend(_views(parts))
                 return
             try:
@@ -127,6 +190,9 @@ class Connection:
     # -- reading (I/O thread) -------------------------------------------
 
     def _on_readable(self) -> None:
+        if self._hs is not None and self._on_handshake_bytes():
+            return
+        self.last_recv = self.loop.time()
         for _ in range(_READ_BUDGET):
             buf = self._decoder.buffer()
             try:
@@ -157,6 +223,10 @@ class Connection:
         if cause is not None:
             exc.__cause__ = cause
         self._close(exc)
+
+    def fail_now(self, why: str) -> None:
+        """Close as if the peer broke (I/O thread): everything waiting on it is told."""
+        self._fail(PeerBrokenError(why), cause=None)
 
     def close(self) -> None:
         """Close from this side (I/O thread). Queued bytes not yet written are dropped."""

@@ -1,0 +1,4 @@
+"""The ``danaus`` command.
+
+Imports: every lower layer.
+"""

@@ -1,0 +1,49 @@
+"""``danaus``: the command line (``danaus worker --listen tcp://0.0.0.0:26600``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _worker(args: argparse.Namespace) -> int:
+    import danaus.actor  # noqa: F401  (the zygote preloads the actor layer)
+    from danaus._runtime.worker import run_worker_loop_forever
+
+    def listening(addr: str) -> None:
+        print(f"danaus worker listening on {addr}", flush=True)
+
+    try:
+        run_worker_loop_forever(
+            address=args.listen,
+            secret_file=args.secret_file,
+            insecure=args.insecure,
+            on_listening=listening,
+        )
+    except (ValueError, RuntimeError) as e:
+        print(f"danaus worker: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="danaus", description="danaus command line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("worker", help="serve this machine as a worker host for danaus clients")
+    w.add_argument("--listen", required=True, help="tcp://HOST:PORT to listen on (port 0: any)")
+    w.add_argument("--secret-file", help="file holding the job secret (else $DANAUS_SECRET)")
+    w.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow listening on a non-loopback address without a secret",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        return _worker(args)
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())
