@@ -1,0 +1,22 @@
+"""``danaus.job``: how hosts are obtained — Monarch's ``monarch.job``.
+
+Example::
+
+    from danaus.job import ProcessJob
+
+    job = ProcessJob({"trainers": 2})
+    procs = job.state().trainers.spawn_procs(per_host={"gpus": 2})
+"""
+
+from __future__ import annotations
+
+from ._job.jobs import JobState as JobState
+from ._job.jobs import JobTrait as JobTrait
+from ._job.jobs import LocalJob as LocalJob
+from ._job.jobs import ProcessJob as ProcessJob
+
+__all__ = ["JobState", "JobTrait", "LocalJob", "ProcessJob"]
+
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name
