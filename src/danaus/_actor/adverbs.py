@@ -42,7 +42,11 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
     try:
         return codec.dumps((args, kwargs))
     except Exception as e:
-        names = [f"argument {i}" for i in range(len(args))] + [f"argument {k!r}" for k in kwargs]
+        params = list(prop.signature.parameters)[2 if prop.explicit_response_port else 1 :]
+        names = [
+            f"argument {params[i]!r} (position {i})" if i < len(params) else f"argument {i}"
+            for i in range(len(args))
+        ] + [f"argument {k!r}" for k in kwargs]
         for name, value in zip(names, [*args, *kwargs.values()], strict=True):
             try:
                 codec.dumps(value)
@@ -191,8 +195,8 @@ class Endpoint:
         targets = self._targets()
         if not targets:
             raise ValueError(f"choose() on the empty mesh {self._mesh._ref.name!r}")
-        _, rank, proc = random.choice(targets)
-        return self._one([(0, rank, proc)], args, kwargs)
+        # The chosen actor sees its own position in the mesh as its message rank.
+        return self._one([random.choice(targets)], args, kwargs)
 
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
         """Call every actor; yield one future per actor, in the order replies arrive."""

@@ -31,6 +31,8 @@ def shutdown_context() -> Future[None]:
             return Future._resolved(None, "shutdown")
         _done = True
     rt = _proc.current()
+    if rt is None or not rt.boot:
+        host.mark_shut_down()  # from here on, spawning says why it cannot
     if rt is not None and not rt.boot:
         futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
         for f in futures:

@@ -109,6 +109,7 @@ class ProcMesh(MeshTrait):
             raise TypeError(f"spawn(name, Class, ...) needs a non-empty string name, got {name!r}")
         eps = validate_actor_class(Class)
         mode = actor_mode(Class, eps)
+        host.check_running()
         ctx = context()
         creator = ctx.actor_instance
         body, bufs = codec.dumps_checked(
@@ -223,6 +224,7 @@ def spawn_on(
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     """
+    host.check_running()
     for fn in before_spawn_procs:
         fn()
     if bootstrap is not None and not callable(bootstrap):

@@ -55,6 +55,15 @@ def ensure_runtime() -> Runtime:
         return rt
 
 
+def check_running() -> None:
+    """Raise ``RuntimeError`` if this client was shut down."""
+    if _shut_down:
+        raise RuntimeError(
+            "the danaus client was shut down (shutdown_context()); it cannot spawn anything "
+            "in this process any more"
+        )
+
+
 def new_proc_name() -> str:
     return "p" + secrets.token_hex(4)
 
@@ -129,6 +138,11 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
         "tcp_advertise": rt.tcp_advertise,
         **extra,
     }
+
+
+def mark_shut_down() -> None:
+    global _shut_down
+    _shut_down = True
 
 
 def shutdown() -> None:

@@ -51,7 +51,7 @@ def encode_frame(
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
     h = pickle.dumps(header, protocol=5)
-    raws = [memoryview(b).cast("B") if not isinstance(b, bytes) else b for b in buffers]
+    raws = [_flat(b) for b in buffers]
     lens = b"".join(_LEN.pack(len(r)) for r in raws)
     body_len = len(body)
     total = _FIXED + len(lens) + len(h) + body_len + sum(len(r) for r in raws)
@@ -60,6 +60,16 @@ def encode_frame(
         parts.append(body)
     parts.extend(r for r in raws if len(r))
     return parts
+
+
+def _flat(b: Any) -> Any:
+    """A flat byte view of a buffer (empty and n-dimensional buffers included)."""
+    if isinstance(b, bytes):
+        return b
+    if isinstance(b, pickle.PickleBuffer):
+        return b.raw()
+    m = memoryview(b)
+    return m.cast("B") if m.nbytes else b""
 
 
 def _parse(frame: memoryview) -> Frame:

@@ -1,0 +1,17 @@
+"""RDMA layer (the data plane): one-sided buffers whose bytes never pass through mailboxes.
+
+Owns ``RDMABuffer`` (a registered region of local memory and the small
+picklable handle that names it), ``RDMAAction`` (a batch of transfers), the
+process-wide registry of registered memory, the ``RDMA_CHECK`` /
+``RDMA_DROP`` frame handlers that every runtime answers on its I/O thread,
+and the copy engine (``process_vm_readv`` / ``process_vm_writev`` between
+the processes of one host).
+
+Imports: ``_errors``, ``_wire``, ``_transport``, ``_runtime``, ``_actor``.
+"""
+
+from .._runtime import host as _host
+from . import registry as _registry  # noqa: F401  (installs the frame handlers)
+
+if "danaus._rdma" not in _host.PRELOAD:
+    _host.PRELOAD.append("danaus._rdma")

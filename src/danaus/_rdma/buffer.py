@@ -1,0 +1,389 @@
+"""``RDMABuffer`` (registered memory and its picklable handle) and ``RDMAAction`` (a batch).
+
+The handle is a handful of integers and strings: the owner's proc and pid,
+the memory's address and size, a buffer id and the owner actor's name. It
+travels inside ordinary actor messages (the control plane); the bytes move
+with ``read_into`` / ``write_from`` (the data plane), copied by the kernel
+between the two processes with no actor of the owner taking part.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from typing import Any
+
+from .._actor.collect import Collector, set_future
+from .._actor.context import context
+from .._actor.future import Future
+from .._runtime.host import ensure_runtime
+from .._wire.ids import ProcId
+from . import registry, vm
+from .memory import LocalMemory, local_memory, overlaps
+from .transfer import Op, Transfer, check_timeout
+
+__all__ = [
+    "RDMAAction",
+    "RDMABuffer",
+    "get_rdma_backend",
+    "is_ibverbs_available",
+    "is_rdma_available",
+]
+
+BACKEND = "process_vm"
+
+
+def is_rdma_available() -> bool:
+    """True if this platform can move bytes one-sidedly (Linux: ``process_vm_readv``)."""
+    return vm.available()
+
+
+def is_ibverbs_available() -> bool:
+    """Always False: danaus does not use InfiniBand verbs (kept for Monarch programs)."""
+    return False
+
+
+def get_rdma_backend() -> str:
+    """``"process_vm"`` (one-sided copies between the processes of one host), else ``"none"``.
+
+    Monarch returns ``"ibverbs"``, ``"tcp"`` or ``"none"``; danaus has its own backend.
+    """
+    return BACKEND if vm.available() else "none"
+
+
+class RDMABuffer:
+    """Memory registered for one-sided reads and writes by whoever holds the handle.
+
+    ``RDMABuffer(data)`` takes a contiguous CPU ``torch.Tensor`` or a
+    C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
+    array) and does not copy it: the buffer *is* that memory, kept alive by
+    this process until :meth:`drop`. Read-only memory (``bytes``) may be
+    registered; such a buffer can be read but not written. Pickle the buffer
+    (pass it to an endpoint) and the receiver can ``read_into`` /
+    ``write_from`` it. Does not block. Raises ``ValueError`` for empty or
+    non-contiguous memory, ``TypeError`` for other objects,
+    ``NotImplementedError`` for a CUDA tensor.
+
+    Example::
+
+        class Holder(Actor):
+            def __init__(self):
+                self.data = bytearray(1 << 20)
+                self.buf = RDMABuffer(self.data)
+
+            @endpoint
+            def handle(self) -> RDMABuffer:
+                return self.buf
+
+        buf = holders.slice(gpus=0).handle.call_one().get()
+        dst = bytearray(buf.size())
+        buf.read_into(dst).get()
+    """
+
+    __slots__ = ("_addr", "_host", "_id", "_owner", "_owner_proc", "_pid", "_readonly", "_size")
+
+    _owner_proc: ProcId
+    _pid: int
+    _host: str
+    _addr: int
+    _size: int
+    _id: int
+    _owner: str
+    _readonly: bool
+
+    def __init__(self, data: Any) -> None:
+        if not vm.available():
+            raise RuntimeError(
+                "RDMABuffer needs Linux's process_vm_readv, which this platform lacks "
+                "(get_rdma_backend() == 'none'); send the data in an ordinary message instead"
+            )
+        mem = local_memory(data, "RDMABuffer data", allow_empty=False)
+        rt = ensure_runtime()
+        registry.install(rt)
+        vm.allow_peers(is_proc=bool(rt.boot))
+        self._owner = str(context().actor_instance.actor_id)
+        self._owner_proc = rt.proc_id
+        self._pid = os.getpid()
+        self._host = vm.host_key()
+        self._addr = mem.addr
+        self._size = mem.nbytes
+        self._readonly = mem.readonly
+        self._id = registry.register(mem)
+
+    # -- what it is --
+
+    def size(self) -> int:
+        """The number of bytes registered."""
+        return self._size
+
+    @property
+    def owner(self) -> str:
+        """The actor that registered the memory, as a string (``proc/mesh[rank]``)."""
+        return self._owner
+
+    @property
+    def backend(self) -> str:
+        """How the bytes move: ``"process_vm"``."""
+        return BACKEND
+
+    @property
+    def readonly(self) -> bool:
+        """True if the registered memory is read-only (then only reads are allowed)."""
+        return self._readonly
+
+    # -- moving bytes --
+
+    def read_into(self, dst: Any, *, timeout: float = 60) -> Future[None]:
+        """Copy the buffer's bytes into the local ``dst``; returns at once.
+
+        ``dst`` (a writable contiguous tensor or buffer) must hold at least
+        ``size()`` bytes; a larger ``dst`` gets the buffer in its leading
+        bytes and the rest untouched. The future fails with ``RDMAError``
+        (the buffer was dropped, or the copy failed), ``RDMAOwnerLostError``
+        (the owner's process died) or ``TimeoutError`` (after ``timeout``
+        seconds). Raises ``ValueError`` / ``TypeError`` for a bad ``dst``.
+
+        Example::
+
+            await buf.read_into(tensor)
+        """
+        t = check_timeout(timeout)
+        mem = local_memory(dst, "dst")
+        _check_writable(mem, "dst", "read_into")
+        if mem.nbytes < self._size:
+            raise ValueError(
+                f"dst ({mem.kind}) holds {mem.nbytes} bytes but {self} has {self._size}; "
+                f"read_into needs a destination of at least {self._size} bytes"
+            )
+        self._check_reachable()
+        return Transfer([Op(False, self, mem, self._size)], t, f"read_into from {self}").start()
+
+    def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
+        """Copy the local ``src`` into the buffer's leading bytes; returns at once.
+
+        ``src`` (a contiguous tensor or buffer, read-only allowed) must be no
+        larger than ``size()``. Fails like :meth:`read_into`; raises
+        ``ValueError`` for a larger ``src`` or a read-only buffer.
+
+        Example::
+
+            buf.write_from(np.arange(10, dtype=np.int64)).get()
+        """
+        t = check_timeout(timeout)
+        mem = local_memory(src, "src")
+        if mem.nbytes > self._size:
+            raise ValueError(
+                f"src ({mem.kind}) has {mem.nbytes} bytes but {self} holds only {self._size}; "
+                f"write_from needs a source of at most {self._size} bytes"
+            )
+        self._check_writable_buffer()
+        self._check_reachable()
+        return Transfer([Op(True, self, mem, mem.nbytes)], t, f"write_from to {self}").start()
+
+    def drop(self) -> Future[None]:
+        """Release the registration: the owner stops holding the memory. Returns at once.
+
+        Later transfers with this buffer, anywhere, fail with ``RDMAError``.
+        Dropping twice, or after the owner died, is harmless. Do not drop
+        while a transfer with the buffer is still running.
+        """
+        rt = ensure_runtime()
+        what = f"drop of {self}"
+        if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
+            registry.drop([self._id])
+            return Future._resolved(None, what)
+        cf: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            set_future(cf, ok, value)
+
+        coll = Collector(rt, what, 1, on_value, lost_is_ok=True)
+        coll.expect(0, self._owner_proc)
+        rt.send(
+            self._owner_proc,
+            (registry.RDMA_DROP, (self._id,), coll.port, 0),
+            on_fail=lambda reason: coll.fail(0, reason),
+        )
+        return Future._create(cf, what)
+
+    def _check_reachable(self) -> None:
+        if self._host != vm.host_key():
+            raise NotImplementedError(
+                f"{self} lives on another host (or pid namespace); danaus moves RDMA bytes "
+                "between the processes of one host only, for now. Send the data in a message, "
+                "or read it from a proc on the owner's host"
+            )
+
+    def _check_writable_buffer(self) -> None:
+        if self._readonly:
+            raise ValueError(
+                f"{self} was registered from read-only memory; it can be read, not written. "
+                "Register writable memory (a bytearray, numpy array or tensor) to write to it"
+            )
+
+    # -- identity and pickling --
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild,
+            (
+                self._owner_proc,
+                self._pid,
+                self._host,
+                self._addr,
+                self._size,
+                self._id,
+                self._owner,
+                self._readonly,
+            ),
+        )
+
+    def _key(self) -> tuple[str, int, int]:
+        return (self._owner_proc.name, self._pid, self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RDMABuffer) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        return f"RDMABuffer #{self._id} ({self._size} bytes, owner {self._owner})"
+
+    def __repr__(self) -> str:
+        return f"<{self}>"
+
+
+def _rebuild(
+    owner_proc: ProcId,
+    pid: int,
+    host: str,
+    addr: int,
+    size: int,
+    buffer_id: int,
+    owner: str,
+    readonly: bool,
+) -> RDMABuffer:
+    buf = object.__new__(RDMABuffer)
+    buf._owner_proc = owner_proc
+    buf._pid = pid
+    buf._host = host
+    buf._addr = addr
+    buf._size = size
+    buf._id = buffer_id
+    buf._owner = owner
+    buf._readonly = readonly
+    return buf
+
+
+def _check_writable(mem: LocalMemory, role: str, verb: str) -> None:
+    if mem.readonly:
+        raise ValueError(
+            f"{role} ({mem.kind}) is read-only; {verb} writes into it. Pass writable memory: "
+            "a bytearray, a writable numpy array or a tensor"
+        )
+
+
+def _check_buffer(buf: Any, role: str) -> RDMABuffer:
+    if not isinstance(buf, RDMABuffer):
+        raise TypeError(f"{role} must be an RDMABuffer, got {type(buf).__name__} {buf!r:.60}")
+    return buf
+
+
+class RDMAAction:
+    """A batch of transfers submitted together; they run in parallel.
+
+    Build it with :meth:`read_remote` and :meth:`write_remote` (each returns
+    the action, so calls chain), then :meth:`submit`. Two operations of one
+    batch may not touch the same bytes where one of them writes: a local
+    destination overlapping any other operation's local memory, or a write
+    to a buffer another operation also uses, raises ``ValueError`` when the
+    operation is added. ``submit`` can be called again to run the batch again.
+
+    Example::
+
+        RDMAAction().read_remote(a, buf_a).write_remote(buf_b, b).submit().get()
+    """
+
+    def __init__(self) -> None:
+        self._ops: list[Op] = []
+
+    def read_remote(self, dst: Any, buf: RDMABuffer) -> RDMAAction:
+        """Add: copy ``buf`` into the local ``dst`` (as :meth:`RDMABuffer.read_into`)."""
+        buf = _check_buffer(buf, "buf")
+        mem = local_memory(dst, "dst")
+        _check_writable(mem, "dst", "read_remote")
+        if mem.nbytes < buf._size:
+            raise ValueError(
+                f"dst ({mem.kind}) holds {mem.nbytes} bytes but {buf} has {buf._size}; "
+                f"read_remote needs a destination of at least {buf._size} bytes"
+            )
+        buf._check_reachable()
+        return self._add(Op(False, buf, mem, buf._size))
+
+    def write_remote(self, buf: RDMABuffer, src: Any) -> RDMAAction:
+        """Add: copy the local ``src`` into ``buf`` (as :meth:`RDMABuffer.write_from`)."""
+        buf = _check_buffer(buf, "buf")
+        mem = local_memory(src, "src")
+        if mem.nbytes > buf._size:
+            raise ValueError(
+                f"src ({mem.kind}) has {mem.nbytes} bytes but {buf} holds only {buf._size}; "
+                f"write_remote needs a source of at most {buf._size} bytes"
+            )
+        buf._check_writable_buffer()
+        buf._check_reachable()
+        return self._add(Op(True, buf, mem, mem.nbytes))
+
+    def read_into(self, src: RDMABuffer, dst: Any) -> RDMAAction:
+        """Monarch's spelling of :meth:`read_remote`: read buffer ``src`` into local ``dst``."""
+        return self.read_remote(dst, src)
+
+    def write_from(self, src: RDMABuffer, dst: Any) -> RDMAAction:
+        """Monarch's spelling of :meth:`write_remote`: write local ``dst`` into buffer ``src``."""
+        return self.write_remote(src, dst)
+
+    def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> RDMAAction:
+        """Not supported (as in Monarch): raises ``NotImplementedError``."""
+        raise NotImplementedError("RDMAAction.fetch_add is not supported")
+
+    def compare_and_swap(self, src: RDMABuffer, dst: Any, compare: int, swap: int) -> RDMAAction:
+        """Not supported (as in Monarch): raises ``NotImplementedError``."""
+        raise NotImplementedError("RDMAAction.compare_and_swap is not supported")
+
+    def _add(self, op: Op) -> RDMAAction:
+        for i, other in enumerate(self._ops):
+            if (not op.write or not other.write) and overlaps(op.local, other.local):
+                raise ValueError(
+                    f"RDMAAction: the local memory of this {_verb(op)} ({op.local!r}) "
+                    f"overlaps that of operation #{i} ({_verb(other)}, {other.local!r}), and "
+                    "one of them writes it; the operations of a batch run in parallel, so "
+                    "the result would be undefined. Use separate memory, or submit two actions"
+                )
+            if (op.write or other.write) and op.buf == other.buf and op.nbytes and other.nbytes:
+                raise ValueError(
+                    f"RDMAAction: this {_verb(op)} and operation #{i} ({_verb(other)}) both "
+                    f"use {op.buf} and one of them writes it; the operations of a batch run "
+                    "in parallel, so the result would be undefined. Submit two actions instead"
+                )
+        self._ops.append(op)
+        return self
+
+    def submit(self, *, timeout: float = 60) -> Future[None]:
+        """Start every operation; the future completes when all have, or fails with the first error.
+
+        Returns at once. Failures are those of :meth:`RDMABuffer.read_into`.
+        """
+        t = check_timeout(timeout)
+        n = len(self._ops)
+        what = f"RDMAAction of {n} transfer{'s' if n != 1 else ''}"
+        return Transfer(list(self._ops), t, what).start()
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __repr__(self) -> str:
+        return f"<RDMAAction of {len(self._ops)} operations>"
+
+
+def _verb(op: Op) -> str:
+    return f"write_remote to {op.buf}" if op.write else f"read_remote from {op.buf}"

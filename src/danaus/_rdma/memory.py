@@ -1,0 +1,158 @@
+"""Local memory: the address, length and writability of a tensor or buffer, without a copy.
+
+``local_memory(obj, role)`` accepts a contiguous CPU ``torch.Tensor`` or any
+C-contiguous object with the buffer protocol (``bytearray``, ``memoryview``,
+a numpy array, ``mmap``, ``bytes``) and returns a :class:`LocalMemory` that
+keeps the object alive (and, for buffers, exported, so a ``bytearray`` cannot
+be resized and move while we hold it). torch is never imported here: a
+tensor is recognised only if the caller's program has imported torch already.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any
+
+__all__ = ["LocalMemory", "local_memory", "overlaps"]
+
+_ACCEPTED = (
+    "a 1-D contiguous CPU torch.Tensor, or a C-contiguous buffer (bytearray, memoryview, "
+    "numpy array; bytes only where the memory is only read)"
+)
+
+
+class LocalMemory:
+    """A contiguous range of this process's memory and the object that owns it."""
+
+    __slots__ = ("addr", "keepalive", "kind", "nbytes", "readonly")
+
+    def __init__(self, addr: int, nbytes: int, readonly: bool, keepalive: Any, kind: str) -> None:
+        self.addr = addr
+        self.nbytes = nbytes
+        self.readonly = readonly
+        self.keepalive = keepalive  # holds the memory valid (and a buffer exported)
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        ro = ", read-only" if self.readonly else ""
+        return f"<{self.kind} of {self.nbytes} bytes at {self.addr:#x}{ro}>"
+
+
+def overlaps(a: LocalMemory, b: LocalMemory) -> bool:
+    """True if the two ranges share at least one byte."""
+    if a.nbytes == 0 or b.nbytes == 0:
+        return False
+    return a.addr < b.addr + b.nbytes and b.addr < a.addr + a.nbytes
+
+
+def local_memory(obj: Any, role: str, *, allow_empty: bool = True) -> LocalMemory:
+    """Describe ``obj``'s memory; ``role`` names the argument in error messages.
+
+    Raises ``TypeError`` for an object that is neither a tensor nor a buffer,
+    ``ValueError`` for non-contiguous memory (or empty memory when not
+    ``allow_empty``), ``NotImplementedError`` for a tensor not on the CPU.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        mem = _tensor_memory(obj, role)
+    else:
+        mem = _buffer_memory(obj, role)
+    if mem.nbytes == 0 and not allow_empty:
+        raise ValueError(
+            f"{role} is empty ({mem.kind} of 0 bytes): an RDMABuffer needs at least one "
+            "byte; pass a non-empty tensor or buffer"
+        )
+    return mem
+
+
+def _tensor_memory(t: Any, role: str) -> LocalMemory:
+    if t.device.type != "cpu":
+        raise NotImplementedError(
+            f"{role} is a tensor on device {str(t.device)!r}; danaus RDMA moves CPU memory "
+            "only for now. Copy it to the CPU first (t.cpu()), or keep the data in a CPU tensor"
+        )
+    if t.layout is not sys.modules["torch"].strided:
+        raise ValueError(
+            f"{role} is a tensor with layout {t.layout}; pass a dense (strided) tensor, "
+            "e.g. t.to_dense()"
+        )
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{role} is a non-contiguous tensor (shape {tuple(t.shape)}, stride "
+            f"{tuple(t.stride())}); pass t.contiguous() (a copy) or a contiguous view"
+        )
+    nbytes = t.numel() * t.element_size()
+    kind = f"tensor({tuple(t.shape)}, {t.dtype})"
+    # data_ptr() already includes the storage offset of a view.
+    return LocalMemory(int(t.data_ptr()), nbytes, False, t, kind)
+
+
+def _buffer_memory(obj: Any, role: str) -> LocalMemory:
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(
+            f"{role} must be {_ACCEPTED}; got {type(obj).__name__} {_short(obj)}"
+        ) from None
+    except ValueError as e:  # e.g. a numpy dtype the buffer protocol cannot express
+        raise ValueError(f"{role} cannot be used as memory ({e}); pass {_ACCEPTED}") from None
+    kind = type(obj).__name__
+    if not view.c_contiguous:
+        hint = "np.ascontiguousarray(x)" if kind == "ndarray" else "a contiguous copy"
+        raise ValueError(
+            f"{role} is a non-contiguous {kind} (shape {view.shape}, strides {view.strides}); "
+            f"pass {hint} or another C-contiguous buffer"
+        )
+    nbytes = view.nbytes
+    if nbytes == 0:
+        return LocalMemory(0, 0, view.readonly, view, kind)
+    return LocalMemory(_address(view), nbytes, view.readonly, view, kind)
+
+
+class _PyBuffer(ctypes.Structure):
+    """CPython's ``Py_buffer`` (stable layout since 3.3; part of the limited API in 3.11)."""
+
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+def _address(view: memoryview) -> int:
+    """The address of a C-contiguous, non-empty memoryview's first byte.
+
+    ``ctypes.c_char.from_buffer`` refuses read-only memory, so ask CPython
+    for the buffer directly; ``view`` (which the caller keeps) holds the
+    export that keeps the address valid.
+    """
+    if not view.readonly:
+        return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B")))
+    pb = _PyBuffer()
+    _get_buffer(view, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: contiguous bytes
+    try:
+        return int(pb.buf or 0)
+    finally:
+        _release_buffer(ctypes.byref(pb))
+
+
+def _short(obj: Any) -> str:
+    text = repr(obj)
+    return text if len(text) <= 60 else text[:57] + "..."

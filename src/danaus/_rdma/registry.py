@@ -1,0 +1,110 @@
+"""This process's registered memory, and the runtime handlers that answer for it.
+
+A buffer's owner keeps ``id -> Registration`` here until ``drop()``. Other
+processes ask the owner's *runtime* (its I/O thread, never an actor thread)
+whether their handles are still good, just before each transfer::
+
+    reader --RDMA_CHECK(ids, port, 0)--> owner   I/O thread looks the ids up
+    owner  --REPLY(port, 0, [None | why, ...])--> reader
+    anyone --RDMA_DROP(ids, port, 0)--> owner    forgets the ids (the data is released)
+    owner  --REPLY(port, 0, None)--> anyone
+
+Buffer ids count up from 1 in each process and are never reused, so a
+handle to a dropped buffer can never name a later one.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .._runtime import proc as _proc
+from .._runtime.runtime import STATUS_OK, Runtime
+from .._wire.frame import Frame
+from .memory import LocalMemory
+
+__all__ = ["RDMA_CHECK", "RDMA_DROP", "Registration", "check", "drop", "install", "register"]
+
+RDMA_CHECK, RDMA_DROP = 40, 41
+
+
+class Registration:
+    """Registered memory: where it is, and the object that keeps it alive."""
+
+    __slots__ = ("addr", "memory", "nbytes", "readonly")
+
+    def __init__(self, memory: LocalMemory) -> None:
+        self.memory = memory
+        self.addr = memory.addr
+        self.nbytes = memory.nbytes
+        self.readonly = memory.readonly
+
+
+_lock = threading.Lock()
+_next_id = 1  # ids count up and are never reused
+_registered: dict[int, Registration] = {}
+
+
+def register(memory: LocalMemory) -> int:
+    """Keep ``memory`` alive and reachable under a new id; returns the id."""
+    global _next_id
+    with _lock:
+        buffer_id = _next_id
+        _next_id += 1
+        _registered[buffer_id] = Registration(memory)
+    return buffer_id
+
+
+def check(buffer_id: int, addr: int, nbytes: int) -> str | None:
+    """None if ``buffer_id`` is registered here as ``(addr, nbytes)``, else why not."""
+    with _lock:
+        reg = _registered.get(buffer_id)
+        issued = buffer_id < _next_id
+    if reg is None:
+        return "it was dropped" if issued else "it is not registered"
+    if reg.addr != addr or reg.nbytes != nbytes:  # pragma: no cover - ids are never reused
+        return "its registration does not match the handle"
+    return None
+
+
+def drop(buffer_ids: list[int]) -> None:
+    """Forget ``buffer_ids`` (unknown ids are ignored): their memory is no longer held."""
+    with _lock:
+        for buffer_id in buffer_ids:
+            _registered.pop(buffer_id, None)
+
+
+def registered_count() -> int:
+    """How many buffers this process has registered and not dropped."""
+    with _lock:
+        return len(_registered)
+
+
+# -- the runtime side: answered on the I/O thread ----------------------------------
+
+
+def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
+    """Register the RDMA frame handlers on ``rt`` (idempotent)."""
+    if rt.handlers.get(RDMA_CHECK) is None:
+        rt.handlers[RDMA_CHECK] = lambda conn, frame: _on_check(rt, frame)
+        rt.handlers[RDMA_DROP] = lambda conn, frame: _on_drop(rt, frame)
+
+
+def _on_check(rt: Runtime, frame: Frame) -> None:
+    _, entries, port, index = frame.header
+    answers = [check(buffer_id, addr, nbytes) for buffer_id, addr, nbytes in entries]
+    rt.reply(port, index, STATUS_OK, answers)
+
+
+def _on_drop(rt: Runtime, frame: Frame) -> None:
+    _, buffer_ids, port, index = frame.header
+    drop(list(buffer_ids))
+    if port is not None:
+        rt.reply(port, index, STATUS_OK, None)
+
+
+_proc.proc_init_hooks.append(install)
+_current = _proc.current()
+if _current is not None:  # imported after this process's runtime started
+    install(_current)
+del _current

@@ -1,0 +1,313 @@
+"""Running transfers: check the handles with their owners, then copy on worker threads.
+
+One :class:`Transfer` runs one ``read_into`` / ``write_from`` or one
+``RDMAAction`` batch::
+
+    caller thread   validate arguments, group the ops by owner, arm the deadline
+    I/O thread      RDMA_CHECK to each owner (skipped when the owner is this process);
+                    its reply or the owner's loss arrives here
+    worker threads  the copies: process_vm_readv/writev (or memmove for our own
+                    buffers), a large one split across threads, in chunks
+    any of them     the first failure, or the deadline, completes the future;
+                    unfinished copies stop at their next chunk
+
+Nothing runs on the owner's actor threads, and nothing waits without a
+deadline: the check is a Collector that fails at once if the owner's proc
+is lost, and the deadline fails the future with ``TimeoutError``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from .._actor.collect import Collector, set_future
+from .._actor.future import Future
+from .._errors import InternalError, SupervisionError
+from .._runtime.host import ensure_runtime
+from .._runtime.runtime import Runtime
+from . import registry, vm
+from .errors import RDMAError, RDMAOwnerLostError
+from .memory import LocalMemory
+
+if TYPE_CHECKING:
+    from .buffer import RDMABuffer
+
+__all__ = ["Op", "Transfer", "check_timeout"]
+
+SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
+PART_MIN = 16 << 20  # ... into parts of at least this many bytes
+
+
+class Op(NamedTuple):
+    """One transfer: ``nbytes`` between ``local`` and the start of ``buf``."""
+
+    write: bool  # True: local -> buf; False: buf -> local
+    buf: RDMABuffer
+    local: LocalMemory
+    nbytes: int
+
+    def describe(self) -> str:
+        verb = "write_from" if self.write else "read_into"
+        return f"{verb} of {self.nbytes} bytes {'to' if self.write else 'from'} {self.buf}"
+
+
+def check_timeout(timeout: Any) -> float:
+    """``timeout`` as a float, or ``ValueError`` saying what is accepted."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds > 0, got {timeout!r}")
+    t = float(timeout)
+    if not (t > 0 and t < float("inf")):
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return t
+
+
+# -- worker threads ------------------------------------------------------------------
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+_pool_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """The process's copy threads (made on first use; remade in a forked child)."""
+    global _pool, _pool_pid
+    pid = os.getpid()
+    if _pool is not None and _pool_pid == pid:
+        return _pool
+    with _pool_lock:
+        if _pool is None or _pool_pid != pid:
+            _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="danaus-rdma")
+            _pool_pid = pid
+        return _pool
+
+
+def _workers() -> int:
+    return max(4, min(16, 2 * (os.cpu_count() or 1)))
+
+
+def _split(nbytes: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` parts of a copy: one, or one per core for a large copy."""
+    if nbytes < SPLIT_MIN:
+        return [(0, nbytes)] if nbytes else []
+    n = max(1, min(os.cpu_count() or 1, 8, nbytes // PART_MIN))
+    step = -(-nbytes // n)
+    step = (step + 4095) & ~4095  # page-aligned parts
+    return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
+
+
+# -- one transfer ---------------------------------------------------------------------
+
+
+class Transfer:
+    """Runs ``ops`` in parallel; ``start()`` returns a Future that fails with the first error."""
+
+    def __init__(self, ops: list[Op], timeout: float, what: str) -> None:
+        self.ops = ops
+        self.timeout = timeout
+        self.what = what
+        self.cf: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._lock = threading.Lock()
+        self._left = 0  # owner checks and copy parts not yet done
+        self._timer: Any = None
+        self._rt: Runtime | None = None
+
+    def start(self) -> Future[None]:
+        rt = self._rt = ensure_runtime()
+        groups: dict[tuple[str, int], list[Op]] = {}
+        for op in self.ops:
+            groups.setdefault((op.buf._owner_proc.name, op.buf._pid), []).append(op)
+        self._left = len(groups)
+        if not groups:
+            self.cf.set_result(None)
+            return Future._create(self.cf, self.what)
+        rt.call_soon(self._arm)
+        self.cf.add_done_callback(lambda _: self._disarm_soon())
+        me = (rt.proc_id.name, os.getpid())
+        for key, ops in groups.items():
+            if key == me:
+                self._checked(ops, [registry.check(*_entry(op)) for op in ops], local=True)
+            else:
+                self._check_remote(rt, ops)
+        return Future._create(self.cf, self.what)
+
+    # -- deadline (I/O thread) --
+
+    def _arm(self) -> None:
+        if self.cf.done() or self._rt is None:
+            return
+        self._timer = self._rt.loop.call_later(self.timeout, self._expire)
+
+    def _disarm_soon(self) -> None:
+        rt = self._rt
+        if rt is None or rt.closed:
+            return
+        try:
+            rt.call_soon(self._disarm)
+        except RuntimeError:  # the loop is closed: nothing left to cancel
+            pass
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.cf.done():
+            return
+        self._fail(
+            TimeoutError(
+                f"{self.what} timed out after {self.timeout:g} s (waiting for "
+                f"{self._pending_text()}); local memory it was writing may be partly written"
+            )
+        )
+
+    def _pending_text(self) -> str:
+        bufs = sorted({str(op.buf) for op in self.ops})
+        return ", ".join(bufs[:3]) + (f" and {len(bufs) - 3} more" if len(bufs) > 3 else "")
+
+    # -- owner checks --
+
+    def _check_remote(self, rt: Runtime, ops: list[Op]) -> None:
+        owner = ops[0].buf._owner_proc
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            if ok:
+                self._checked(ops, list(value), local=False)
+            elif isinstance(value, SupervisionError):
+                reason = value.reason or str(value)
+                self._fail(_owner_lost(self._label(ops[0]), ops[0].buf, reason, value))
+            else:
+                self._fail(value)
+
+        coll = Collector(rt, f"the RDMA check of {ops[0].buf}", 1, on_value)
+        coll.expect(0, owner)
+        if self.cf.done():
+            return
+        entries = tuple(_entry(op) for op in ops)
+        rt.send(
+            owner,
+            (registry.RDMA_CHECK, entries, coll.port, 0),
+            on_fail=lambda reason: coll.fail(0, reason),
+        )
+
+    def _checked(self, ops: list[Op], answers: list[str | None], *, local: bool) -> None:
+        """The owner answered for ``ops``: fail on the first bad handle, else copy."""
+        for op, why in zip(ops, answers, strict=True):
+            if why is not None:
+                self._fail(
+                    RDMAError(
+                        f"{self._label(op)} failed: the buffer cannot be used: {why} (its "
+                        f"owner {op.buf.owner} no longer holds the memory). A buffer cannot "
+                        "be used after drop(); register the memory again with RDMABuffer(data)",
+                        buffer=str(op.buf),
+                        owner=op.buf.owner,
+                    )
+                )
+                return
+        if self.cf.done():
+            return
+        parts = [(op, off, n) for op in ops for off, n in _split(op.nbytes)]
+        with self._lock:
+            self._left += len(parts) - 1
+            last = self._left == 0
+        pool = _executor()
+        for op, off, n in parts:
+            try:
+                pool.submit(self._run_part, op, off, n, local)
+            except RuntimeError as e:  # the interpreter is shutting down
+                self._fail(RDMAError(f"{self.what} failed: {e}", buffer=str(op.buf)))
+                return
+        if last:
+            set_future(self.cf, True, None)
+
+    # -- copies (worker threads) --
+
+    def _run_part(self, op: Op, off: int, n: int, local: bool) -> None:
+        if self.cf.done():
+            return
+        stop: Callable[[], bool] = self.cf.done
+        try:
+            if local:  # our own buffer: a plain memmove, no system call needed
+                if op.write:
+                    dst, src = op.buf._addr, op.local.addr
+                else:
+                    dst, src = op.local.addr, op.buf._addr
+                finished = vm.memmove(dst + off, src + off, n, stop=stop)
+            else:
+                finished = vm.copy(
+                    op.buf._pid, op.local.addr + off, op.buf._addr + off, n,
+                    write=op.write, stop=stop,
+                )  # fmt: skip
+        except OSError as e:
+            self._fail(_os_error(self._label(op), op.buf, e))
+            return
+        except Exception as e:  # pragma: no cover - a bug
+            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+            return
+        if finished:
+            with self._lock:
+                self._left -= 1
+                last = self._left == 0
+            if last:
+                set_future(self.cf, True, None)
+
+    def _fail(self, error: BaseException) -> None:
+        set_future(self.cf, False, error)
+
+    def _label(self, op: Op) -> str:
+        """Names ``op`` in an error: the op itself, within its batch if there is one."""
+        return op.describe() if len(self.ops) == 1 else f"{self.what}: {op.describe()}"
+
+
+def _entry(op: Op) -> tuple[int, int, int]:
+    return (op.buf._id, op.buf._addr, op.buf._size)
+
+
+def _owner_lost(
+    label: str, buf: RDMABuffer, reason: str, cause: BaseException | None = None
+) -> RDMAOwnerLostError:
+    err = RDMAOwnerLostError(
+        f"{label} failed: the owner {buf.owner} (proc {buf._owner_proc.name}, pid "
+        f"{buf._pid}) is gone: {reason}",
+        buffer=str(buf),
+        owner=buf.owner,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def _os_error(label: str, buf: RDMABuffer, e: OSError) -> RDMAError:
+    if e.errno == errno.ESRCH:
+        return _owner_lost(label, buf, "its process exited during the transfer", e)
+    if e.errno in (errno.EPERM, errno.EACCES):
+        scope = vm.ptrace_scope()
+        hint = (
+            f" Yama's kernel.yama.ptrace_scope is {scope}: at 2 or 3 only privileged "
+            "processes may do this; at 1 the owner must have declared us, which danaus does "
+            "for the procs of one job (set DANAUS_RDMA_PTRACER=any in the owner's environment "
+            "to allow any process of this user)."
+            if scope
+            else " Both processes must run as the same user, and the owner must be dumpable."
+        )
+        msg = (
+            f"{label} failed: the kernel refused this process (pid {os.getpid()}) "
+            f"access to the memory of the owner (pid {buf._pid}): {e.strerror}.{hint}"
+        )
+    elif e.errno == errno.EFAULT:
+        msg = (
+            f"{label} failed: part of the memory is not mapped ({e.strerror}): the "
+            "owner's data was probably freed while still registered, or the local memory "
+            "was released during the transfer"
+        )
+    else:
+        msg = f"{label} failed: {e.strerror} (errno {e.errno})"
+    err = RDMAError(msg, buffer=str(buf), owner=buf.owner)
+    err.__cause__ = e
+    return err

@@ -1,0 +1,55 @@
+"""``danaus.rdma``: one-sided buffers for bulk data — Monarch's ``monarch.rdma``.
+
+Bulk bytes never pass through mailboxes: register memory with
+``RDMABuffer``, send the small handle in any message, and whoever holds it
+copies bytes straight from or into the owner's memory, with no actor of the
+owner taking part. On one host the kernel copies between the two processes
+(``process_vm_readv``/``process_vm_writev``: one copy, no socket).
+
+Example::
+
+    from danaus.actor import Actor, endpoint, this_host
+    from danaus.rdma import RDMABuffer
+
+    class Weights(Actor):
+        def __init__(self):
+            self.data = bytearray(64 << 20)
+            self.buf = RDMABuffer(self.data)
+
+        @endpoint
+        def handle(self) -> RDMABuffer:
+            return self.buf
+
+    weights = this_host().spawn_procs(per_host={"gpus": 1}).spawn("w", Weights)
+    buf = weights.handle.call_one().get()
+    local = bytearray(buf.size())
+    buf.read_into(local).get()
+"""
+
+from __future__ import annotations
+
+from ._rdma.buffer import RDMAAction as RDMAAction
+from ._rdma.buffer import RDMABuffer as RDMABuffer
+from ._rdma.buffer import get_rdma_backend as get_rdma_backend
+from ._rdma.buffer import is_ibverbs_available as is_ibverbs_available
+from ._rdma.buffer import is_rdma_available as is_rdma_available
+from ._rdma.errors import RDMAError as RDMAError
+from ._rdma.errors import RDMAOwnerLostError as RDMAOwnerLostError
+
+__all__ = [
+    "RDMAAction",
+    "RDMABuffer",
+    "RDMAError",
+    "RDMAOwnerLostError",
+    "get_rdma_backend",
+    "is_ibverbs_available",
+    "is_rdma_available",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    try:
+        _obj.__module__ = __name__
+    except (AttributeError, TypeError):
+        pass
+del _name, _obj

@@ -1,0 +1,139 @@
+"""Monarch's getting-started walkthrough, with ``monarch.actor`` replaced by ``danaus.actor``,
+run as a client script in its own process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+GETTING_STARTED = """
+import json
+
+from danaus.actor import Actor, endpoint, this_proc
+
+
+class Counter(Actor):
+    def __init__(self, initial_value: int):
+        self.value = initial_value
+
+    @endpoint
+    def increment(self) -> None:
+        self.value += 1
+
+    @endpoint
+    def get_value(self) -> int:
+        return self.value
+
+
+# Spawning an actor in the local process.
+counter: Counter = this_proc().spawn("counter", Counter, initial_value=0)
+
+# Sending a simple message.
+from danaus.actor import Future
+
+fut: Future[int] = counter.get_value.call_one()
+value: int = fut.get()
+print(f"Counter value: {value}")
+results = {"local": value}
+
+# Multiple actors at once.
+from danaus.actor import ProcMesh, this_host
+
+procs: ProcMesh = this_host().spawn_procs(per_host={"gpus": 8})
+counters: Counter = procs.spawn("counters", Counter, 0)
+
+# Broadcasting messages, then to a slice (gpus 0 through 4).
+counters.increment.broadcast()
+counters.slice(gpus=slice(0, 4)).increment.broadcast()
+
+# call aggregates the responses.
+values = counters.get_value.call().get()
+print(values)
+results["counters"] = list(values.values())
+results["extent"] = dict(procs.extent)
+
+# call_one is a special case of call for a single actor.
+results["one"] = counters.slice(gpus=7).get_value.call_one().get()
+
+# Trainers that take a step, knowing their point in the mesh.
+from danaus.actor import context
+
+
+class Trainer(Actor):
+    @endpoint
+    def step(self):
+        my_point = context().message_rank
+        return f"Trainer {my_point} taking a step."
+
+
+trainer_procs: ProcMesh = this_host().spawn_procs(per_host={"gpus": 4})
+print(f"Process mesh extent: {trainer_procs.extent}")
+trainers = trainer_procs.spawn("trainer", Trainer)
+steps = trainers.step.call().get()
+print(steps)
+results["steps"] = list(steps.values())
+
+
+# Actor and process references: pass data loaders to the trainers.
+class DataLoader(Actor):
+    def __init__(self):
+        self.i = 0
+
+    @endpoint
+    def example(self):
+        self.i += 1
+        return f"<fake data {self.i}>"
+
+
+class Trainer(Actor):
+    def __init__(self, dataloader: DataLoader):
+        my_rank = context().actor_instance.rank
+        # select or single corresponding data loader to work with.
+        self.dataloader = dataloader.slice(**my_rank)
+
+    @endpoint
+    def step(self, input=None):
+        data = self.dataloader.example.call_one().get()
+        return f"Step with data {data} and input = {input}"
+
+
+dataloaders = trainer_procs.spawn("dataloader", DataLoader)
+dtrainers = trainer_procs.spawn("dtrainers", Trainer, dataloaders)
+print(dtrainers.step.call().get())
+results["dsteps"] = list(dtrainers.step.call(input=1).get().values())
+
+
+# Errors in a called endpoint are routed to the caller.
+class Errorful(Actor):
+    @endpoint
+    def say_hello(self):
+        raise Exception("I don't want to")
+
+
+e = this_proc().spawn("errorful", Errorful)
+try:
+    e.say_hello.call_one().get()
+except Exception as exc:
+    print("It didn't say hello")
+    results["error"] = type(exc).__name__
+
+print("RESULTS " + json.dumps(results))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_monarch_getting_started_runs_and_exits_cleanly(client_script) -> None:
+    result = client_script.run(GETTING_STARTED, timeout=80)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "Counter value: 0" in lines
+    assert "It didn't say hello" in lines
+    results = json.loads(next(line for line in lines if line.startswith("RESULTS "))[8:])
+    assert results["local"] == 0
+    assert results["extent"] == {"gpus": 8}
+    assert results["counters"] == [2, 2, 2, 2, 1, 1, 1, 1]
+    assert results["one"] == 1
+    assert results["steps"] == [f"Trainer {{'gpus': {i}/4}} taking a step." for i in range(4)]
+    assert results["dsteps"] == ["Step with data <fake data 2> and input = 1"] * 4
+    assert results["error"] == "ActorError"

@@ -1,0 +1,378 @@
+"""Stopping: ActorMesh.stop, ProcMesh.stop, __cleanup__, async with, shutdown_context,
+and no orphaned processes when the client dies."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import pickle
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from danaus.actor import (
+    Actor,
+    ProcMesh,
+    SupervisionError,
+    endpoint,
+    this_host,
+    this_proc,
+)
+
+from .conftest import REPLY_TIMEOUT, pid_alive, wait_pids_gone
+
+
+class Worker(Actor):
+    def __init__(self, out: str = "") -> None:
+        self.out = out
+        self.seen: list[int] = []
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def record(self, i: int) -> None:
+        self.seen.append(i)
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+class SyncCleanup(Actor):
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.seen: list[int] = []
+
+    @endpoint
+    def record(self, i: int) -> None:
+        self.seen.append(i)
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        path = Path(self.out) / f"sync-{os.getpid()}"
+        path.write_text(json.dumps({"exc": repr(exc), "seen": self.seen}))
+
+
+class AsyncCleanup(Actor):
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.seen: list[int] = []
+
+    @endpoint
+    async def record(self, i: int) -> None:
+        self.seen.append(i)
+
+    @endpoint
+    async def ping(self) -> str:
+        return "pong"
+
+    async def __cleanup__(self, exc: BaseException | None) -> None:
+        await asyncio.sleep(0)
+        path = Path(self.out) / f"async-{os.getpid()}"
+        path.write_text(json.dumps({"exc": repr(exc), "seen": self.seen}))
+
+
+class _WritesOnFinalisation:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __del__(self, _open: Any = open) -> None:
+        # Builtins may already be torn down when module globals are finalised.
+        with _open(self.path, "w") as f:
+            f.write("finalised")
+
+
+_keepalive: Any = None  # a module global of the proc, finalised when the interpreter exits
+
+
+class Finaliser(Actor):
+    @endpoint
+    def arm(self, out: str) -> int:
+        global _keepalive
+        pid = os.getpid()
+        atexit.register(_write, os.path.join(out, f"atexit-{pid}"), "atexit ran")
+        _keepalive = _WritesOnFinalisation(os.path.join(out, f"del-{pid}"))
+        return pid
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _call_fails_with_supervision_error(mesh: Any) -> None:
+    with pytest.raises(SupervisionError):
+        mesh.ping.call().get(timeout=REPLY_TIMEOUT)
+
+
+# -- ActorMesh.stop -------------------------------------------------------------------
+
+
+def test_stopped_actor_mesh_refuses_later_calls_with_supervision_error(procs: ProcMesh) -> None:
+    mesh = procs.spawn("to_stop", Worker)
+    assert list(mesh.ping.call().get(timeout=REPLY_TIMEOUT).values()) == ["pong", "pong"]
+    assert mesh.stop().get(timeout=REPLY_TIMEOUT) is None
+    _call_fails_with_supervision_error(mesh)
+    _call_fails_with_supervision_error(mesh.slice(gpus=1))
+    # The procs are unaffected: other actors there keep working.
+    other = procs.spawn("after_stop", Worker)
+    assert list(other.ping.call().get(timeout=REPLY_TIMEOUT).values()) == ["pong", "pong"]
+    other.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_a_copy_of_a_stopped_mesh_also_gets_supervision_error(procs: ProcMesh) -> None:
+    mesh = procs.spawn("copied_then_stopped", Worker)
+    copy = pickle.loads(pickle.dumps(mesh))
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    _call_fails_with_supervision_error(copy)
+
+
+def test_stopping_an_actor_mesh_twice_is_harmless(procs: ProcMesh) -> None:
+    mesh = procs.spawn("stopped_twice", Worker)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    assert mesh.stop().get(timeout=REPLY_TIMEOUT) is None
+
+
+@pytest.mark.parametrize("cls", [SyncCleanup, AsyncCleanup], ids=["sync", "async"])
+def test_cleanup_runs_on_stop_after_the_messages_already_sent(
+    procs: ProcMesh, tmp_path: Path, cls: type
+) -> None:
+    mesh = procs.spawn(f"cleanup_{cls.__name__}", cls, str(tmp_path))
+    for i in range(50):
+        mesh.record.broadcast(i)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    files = sorted(tmp_path.iterdir())
+    assert len(files) == 2
+    for f in files:
+        report = json.loads(f.read_text())
+        assert report == {"exc": "None", "seen": list(range(50))}
+
+
+def test_cleanup_of_an_actor_on_this_proc_runs_on_stop(tmp_path: Path) -> None:
+    mesh = this_proc().spawn("local_cleanup", SyncCleanup, str(tmp_path))
+    mesh.record.broadcast(1)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    assert json.loads((tmp_path / f"sync-{os.getpid()}").read_text()) == {
+        "exc": "None",
+        "seen": [1],
+    }
+
+
+def test_async_with_an_actor_mesh_stops_it_on_exit(procs: ProcMesh, tmp_path: Path) -> None:
+    async def main() -> Any:
+        async with procs.spawn("async_with_actors", AsyncCleanup, str(tmp_path)) as mesh:
+            assert list((await mesh.ping.call()).values()) == ["pong", "pong"]
+        return mesh
+
+    mesh = asyncio.run(main())
+    assert len(list(tmp_path.iterdir())) == 2  # both cleanups ran
+    _call_fails_with_supervision_error(mesh)
+
+
+# -- ProcMesh.stop ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(45)
+def test_proc_mesh_stop_ends_the_processes_after_a_normal_interpreter_exit(
+    tmp_path: Path,
+) -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 2}, name="finalised")
+    fin = pm.spawn("finaliser", Finaliser)
+    pids = list(fin.arm.call(str(tmp_path)).get(timeout=REPLY_TIMEOUT).values())
+    assert all(pid_alive(p) for p in pids)
+    assert pm.stop().get(timeout=REPLY_TIMEOUT) is None
+    assert wait_pids_gone(pids, timeout=10) == []
+    for pid in pids:
+        assert (tmp_path / f"atexit-{pid}").read_text() == "atexit ran"
+        assert (tmp_path / f"del-{pid}").read_text() == "finalised"
+
+
+def test_proc_mesh_stop_runs_cleanup_of_its_actors(tmp_path: Path) -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 2})
+    sync_mesh = pm.spawn("sync_cleanup_on_proc_stop", SyncCleanup, str(tmp_path))
+    async_mesh = pm.spawn("async_cleanup_on_proc_stop", AsyncCleanup, str(tmp_path))
+    sync_mesh.record.broadcast(7)
+    async_mesh.record.broadcast(8)
+    sync_mesh.ping.call().get(timeout=REPLY_TIMEOUT)
+    async_mesh.ping.call().get(timeout=REPLY_TIMEOUT)
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    reports = {f.name.split("-")[0]: json.loads(f.read_text()) for f in tmp_path.iterdir()}
+    assert len(list(tmp_path.iterdir())) == 4
+    assert reports["sync"] == {"exc": "None", "seen": [7]}
+    assert reports["async"] == {"exc": "None", "seen": [8]}
+
+
+def test_actors_of_a_stopped_proc_mesh_raise_supervision_error() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 2})
+    mesh = pm.spawn("on_stopped_procs", Worker)
+    mesh.ping.call().get(timeout=REPLY_TIMEOUT)
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    _call_fails_with_supervision_error(mesh)
+
+
+def test_spawning_on_a_stopped_proc_mesh_fails_on_initialized() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    late = pm.spawn("too_late", Worker)
+    with pytest.raises(RuntimeError, match="stopped"):
+        late.initialized.get(timeout=REPLY_TIMEOUT)
+
+
+def test_stopping_a_proc_mesh_twice_is_harmless() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    assert pm.stop().get(timeout=REPLY_TIMEOUT) is None
+
+
+def test_a_slice_of_a_proc_mesh_cannot_be_stopped(procs: ProcMesh) -> None:
+    with pytest.raises(ValueError, match="not owned"):
+        procs.slice(gpus=0).stop()
+
+
+def test_stopping_one_proc_mesh_leaves_another_working(procs: ProcMesh) -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    pm.spawn("short_lived", Worker).ping.call().get(timeout=REPLY_TIMEOUT)
+    survivor = procs.spawn("survivor", Worker)
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    assert list(survivor.ping.call().get(timeout=REPLY_TIMEOUT).values()) == ["pong", "pong"]
+    survivor.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_async_with_a_proc_mesh_stops_its_processes_on_exit(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        async with this_host().spawn_procs(per_host={"gpus": 2}) as pm:
+            mesh = pm.spawn("in_async_with", SyncCleanup, str(tmp_path))
+            await mesh.ping.call()
+            workers = pm.spawn("pids_in_async_with", Worker)
+            return list((await workers.pid.call()).values())
+
+    pids = asyncio.run(main())
+    assert wait_pids_gone(pids, timeout=10) == []
+    assert len(list(tmp_path.iterdir())) == 2  # cleanups ran before the procs exited
+
+
+# -- the whole client -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_shutdown_context_is_idempotent_and_stops_everything(client_script, tmp_path: Path) -> None:
+    result = client_script.run(
+        f"""
+        import json, os
+        from danaus.actor import Actor, endpoint, shutdown_context, this_host, this_proc
+
+        OUT = {str(tmp_path)!r}
+
+        class P(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+
+            def __cleanup__(self, exc):
+                with open(os.path.join(OUT, f"cleanup-{{os.getpid()}}"), "w") as f:
+                    f.write(repr(exc))
+
+        procs = this_host().spawn_procs(per_host={{"gpus": 2}})
+        remote = procs.spawn("remote", P)
+        local = this_proc().spawn("local", P)
+        pids = list(remote.pid.call().get(timeout=30).values())
+        local.pid.call_one().get(timeout=30)
+        first = shutdown_context().get(timeout=30)
+        second = shutdown_context().get(timeout=30)
+        try:
+            this_host().spawn_procs(per_host={{"gpus": 1}}).initialized.get(timeout=10)
+            after = "spawned"
+        except Exception as e:
+            after = [type(e).__name__, isinstance(e, RuntimeError)]
+        print(json.dumps({{"pids": pids, "first": first, "second": second, "after": after}}))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["first"] is None and out["second"] is None
+    # The client cannot be restarted: spawning afterwards fails with a RuntimeError.
+    assert out["after"] != "spawned"
+    assert out["after"][1] is True, out["after"]
+    assert wait_pids_gone(out["pids"], timeout=10) == []
+    cleaned = sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("cleanup-"))
+    assert len(cleaned) == 3  # two remote actors and the one in the client
+    for name in cleaned:
+        assert (tmp_path / name).read_text() == "None"
+
+
+@pytest.mark.timeout(60)
+def test_client_exiting_without_stopping_leaves_no_processes(client_script) -> None:
+    result = client_script.run(
+        """
+        import json, os
+        from danaus.actor import Actor, endpoint, this_host
+
+        class P(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        print(json.dumps(list(procs.spawn("p", P).pid.call().get(timeout=30).values())))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    pids = json.loads(result.stdout.strip().splitlines()[-1])
+    assert wait_pids_gone(pids, timeout=10) == []
+
+
+@pytest.mark.timeout(60)
+def test_sigkilled_client_leaves_no_orphaned_processes(client_script) -> None:
+    client = client_script.start(
+        """
+        import json, os, sys
+        from danaus.actor import Actor, endpoint, this_host
+
+        def ppid_of(pid):
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            return int(stat[stat.rindex(")") + 2:].split()[1])
+
+        class Probe(Actor):
+            @endpoint
+            def family(self):
+                zygote = os.getppid()
+                return {"proc": os.getpid(), "zygote": zygote, "agent": ppid_of(zygote)}
+
+            @endpoint
+            def spawn_nested(self):
+                self.nested = this_host().spawn_procs(per_host={"inner": 2})
+                inner = self.nested.spawn("inner", Probe)
+                return [v["proc"] for v in inner.family.call().get(timeout=30).values()]
+
+        procs = this_host().spawn_procs(per_host={"gpus": 2})
+        probes = procs.spawn("probes", Probe)
+        family = list(probes.family.call().get(timeout=30).values())
+        nested = probes.slice(gpus=0).spawn_nested.call_one().get(timeout=30)
+        print(json.dumps({"family": family, "nested": nested, "client": os.getpid()}), flush=True)
+        sys.stdin.read()  # wait to be killed
+        """
+    )
+    assert client.stdout is not None
+    line = client.stdout.readline()
+    assert line, client.stderr.read() if client.stderr else ""
+    info = json.loads(line)
+    pids = {f["proc"] for f in info["family"]} | set(info["nested"])
+    agents = {f["agent"] for f in info["family"]}
+    zygotes = {f["zygote"] for f in info["family"]}
+    assert len(pids) == 4
+    assert info["client"] not in agents | zygotes
+    every = pids | agents | zygotes
+    assert all(pid_alive(p) for p in every)
+    client.send_signal(signal.SIGKILL)
+    client.wait(timeout=10)
+    assert wait_pids_gone(every, timeout=10) == []

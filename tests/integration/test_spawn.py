@@ -1,0 +1,345 @@
+"""Spawning: this_host(), this_proc(), spawn_procs, spawn, initialized, endpoint declarations."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from danaus.actor import (
+    Actor,
+    ActorError,
+    ActorMesh,
+    Future,
+    HostMesh,
+    ProcMesh,
+    endpoint,
+    this_host,
+    this_proc,
+)
+
+from .conftest import REPLY_TIMEOUT
+
+
+class Pid(Actor):
+    def __init__(self, tag: str = "") -> None:
+        self.tag = tag
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def tag_and_env(self, var: str) -> tuple[str, str | None]:
+        return self.tag, os.environ.get(var)
+
+
+class FifoInit(Actor):
+    """``__init__`` blocks until someone writes to the FIFO at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        with open(path) as f:
+            self.token = f.read()
+
+    @endpoint
+    def token_seen(self) -> str:
+        return self.token
+
+
+class BareAndOptions(Actor):
+    @endpoint
+    def bare(self, x: int) -> int:
+        return x + 1
+
+    @endpoint(instrument=False)
+    def with_options(self, x: int) -> int:
+        return x * 2
+
+
+class AsyncActor(Actor):
+    def __init__(self) -> None:
+        self.n = 0
+
+    @endpoint
+    async def add(self, k: int) -> int:
+        self.n += k
+        return self.n
+
+    @endpoint(instrument=True)
+    async def value(self) -> int:
+        return self.n
+
+
+class Mixed(Actor):
+    @endpoint
+    def sync_one(self) -> None: ...
+
+    @endpoint
+    async def async_one(self) -> None: ...
+
+
+class NotAnActor:
+    pass
+
+
+class Spawner(Actor):
+    """Spawns its own procs and actors from inside an endpoint."""
+
+    @endpoint
+    def spawn_and_ask(self) -> tuple[int, list[int]]:
+        child_procs = this_host().spawn_procs(per_host={"workers": 2}, name="nested")
+        children = child_procs.spawn("children", Pid)
+        pids = [v for _, v in children.pid.call().get(timeout=REPLY_TIMEOUT)]
+        child_procs.stop().get(timeout=REPLY_TIMEOUT)
+        return os.getpid(), pids
+
+    @endpoint
+    def spawn_on_this_proc(self) -> tuple[int, int]:
+        local = this_proc().spawn("local_child", Pid)
+        return os.getpid(), local.pid.call_one().get(timeout=REPLY_TIMEOUT)
+
+
+def set_bootstrap_marker() -> None:
+    os.environ["DANAUS_TEST_BOOTSTRAPPED"] = f"yes:{os.getpid()}"
+
+
+async def async_bootstrap() -> None:
+    os.environ["DANAUS_TEST_ASYNC_BOOTSTRAPPED"] = "yes"
+
+
+def failing_bootstrap() -> None:
+    raise RuntimeError("bootstrap refuses to start")
+
+
+def wait_for_fifo(path: str) -> None:
+    with open(path) as f:
+        f.read()
+
+
+def _release_fifo(path: Path, token: str = "go") -> None:
+    with open(path, "w") as f:  # blocks until the reader has opened it
+        f.write(token)
+
+
+def _unblock_fifo_reader(path: Path) -> None:
+    """Best effort, never blocking: let a reader still stuck on ``path`` go (test cleanup)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no reader (ENXIO): nobody is stuck
+        return
+    os.close(fd)
+
+
+def test_this_host_is_a_zero_dimensional_host_mesh() -> None:
+    host = this_host()
+    assert isinstance(host, HostMesh)
+    assert host.sizes == {}
+    assert len(host) == 1
+    assert host.initialized.get(timeout=REPLY_TIMEOUT) is True
+
+
+def test_actor_spawned_on_this_proc_runs_in_the_client_process() -> None:
+    proc = this_proc()
+    assert isinstance(proc, ProcMesh)
+    assert len(proc) == 1
+    mesh = proc.spawn("in_client", Pid)
+    assert mesh.pid.call_one().get(timeout=REPLY_TIMEOUT) == os.getpid()
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_spawn_procs_gives_a_proc_mesh_with_the_per_host_dimensions(procs: ProcMesh) -> None:
+    assert isinstance(procs, ProcMesh)
+    assert procs.sizes == {"gpus": 2}
+    assert procs.initialized.get(timeout=REPLY_TIMEOUT) is True
+
+
+def test_spawn_procs_starts_one_os_process_per_rank(procs: ProcMesh) -> None:
+    mesh = procs.spawn("pids", Pid)
+    assert len(mesh) == 2
+    assert mesh.sizes == {"gpus": 2}
+    pids = list(mesh.pid.call().get(timeout=REPLY_TIMEOUT).values())
+    assert len(set(pids)) == 2
+    assert os.getpid() not in pids
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_spawn_procs_with_several_dimensions_is_row_major() -> None:
+    pm = this_host().spawn_procs(per_host={"replicas": 2, "gpus": 3}, name="grid")
+    try:
+        assert pm.sizes == {"replicas": 2, "gpus": 3}
+        assert pm.initialized.get(timeout=REPLY_TIMEOUT) is True
+        mesh = pm.spawn("grid_pids", Pid)
+        values = mesh.pid.call().get(timeout=REPLY_TIMEOUT)
+        assert len(set(values.values())) == 6
+        assert values.item(replicas=1, gpus=2) == mesh.slice(replicas=1, gpus=2).pid.call_one().get(
+            timeout=REPLY_TIMEOUT
+        )
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.mark.timeout(30)
+def test_spawn_procs_and_spawn_return_before_the_procs_have_booted(tmp_path: Path) -> None:
+    fifo = tmp_path / "boot.fifo"
+    os.mkfifo(fifo)
+    pm = this_host().spawn_procs(
+        per_host={"gpus": 1}, bootstrap=lambda: wait_for_fifo(str(fifo)), name="gated"
+    )
+    try:
+        assert isinstance(pm, ProcMesh)
+        booted = pm.initialized
+        assert isinstance(booted, Future)
+        mesh = pm.spawn("on_gated", Pid, "t")
+        assert isinstance(mesh, ActorMesh)
+        reply = mesh.tag_and_env.call_one("HOME")
+        # Nothing can have run yet: the bootstrap is still blocked on the FIFO.
+        assert not booted.done()
+        assert not mesh.initialized.done()
+        with pytest.raises(TimeoutError):
+            reply.get(timeout=0.2)
+        _release_fifo(fifo)
+        assert booted.get(timeout=REPLY_TIMEOUT) is True
+        assert mesh.initialized.get(timeout=REPLY_TIMEOUT) is None
+        assert reply.get(timeout=REPLY_TIMEOUT)[0] == "t"
+    finally:
+        _unblock_fifo_reader(fifo)
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.mark.timeout(30)
+def test_init_runs_before_any_message_from_the_spawner(procs: ProcMesh, tmp_path: Path) -> None:
+    fifo = tmp_path / "init.fifo"
+    os.mkfifo(fifo)
+    mesh = procs.slice(gpus=0).spawn("fifo_init", FifoInit, str(fifo))
+    try:
+        first = mesh.token_seen.call_one()  # sent while __init__ is blocked
+        assert not mesh.initialized.done()
+        with pytest.raises(TimeoutError):
+            first.get(timeout=0.2)
+        _release_fifo(fifo, "token-from-test")
+        assert first.get(timeout=REPLY_TIMEOUT) == "token-from-test"
+        assert mesh.initialized.get(timeout=REPLY_TIMEOUT) is None
+    finally:
+        _unblock_fifo_reader(fifo)
+        mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_spawn_passes_positional_and_keyword_arguments_to_init(procs: ProcMesh) -> None:
+    by_position = procs.spawn("tag_pos", Pid, "positional")
+    by_keyword = procs.spawn("tag_kw", Pid, tag="keyword")
+    assert [
+        t for t, _ in by_position.tag_and_env.call("X").get(timeout=REPLY_TIMEOUT).values()
+    ] == [
+        "positional",
+        "positional",
+    ]
+    assert by_keyword.slice(gpus=1).tag_and_env.call_one("X").get(timeout=REPLY_TIMEOUT)[0] == (
+        "keyword"
+    )
+    by_position.stop().get(timeout=REPLY_TIMEOUT)
+    by_keyword.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_bootstrap_runs_in_every_proc_before_actors() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=set_bootstrap_marker)
+    try:
+        assert pm.initialized.get(timeout=REPLY_TIMEOUT) is True
+        mesh = pm.spawn("reads_env", Pid)
+        values = mesh.tag_and_env.call("DANAUS_TEST_BOOTSTRAPPED").get(timeout=REPLY_TIMEOUT)
+        pids = mesh.pid.call().get(timeout=REPLY_TIMEOUT)
+        for (_, env), pid in zip(values.values(), pids.values(), strict=True):
+            assert env == f"yes:{pid}"
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_async_bootstrap_is_awaited_before_actors() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=async_bootstrap)
+    try:
+        assert pm.initialized.get(timeout=REPLY_TIMEOUT) is True
+        mesh = pm.spawn("reads_async_env", Pid)
+        _, env = mesh.tag_and_env.call_one("DANAUS_TEST_ASYNC_BOOTSTRAPPED").get(
+            timeout=REPLY_TIMEOUT
+        )
+        assert env == "yes"
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_bootstrap_that_raises_makes_initialized_raise_actor_error() -> None:
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap=failing_bootstrap)
+    try:
+        with pytest.raises(ActorError) as info:
+            pm.initialized.get(timeout=REPLY_TIMEOUT)
+        assert "bootstrap refuses to start" in str(info.value)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_spawn_procs_rejects_a_per_host_dimension_that_is_not_a_positive_int() -> None:
+    with pytest.raises(ValueError):
+        this_host().spawn_procs(per_host={"gpus": 0})
+    with pytest.raises(TypeError):
+        this_host().spawn_procs(per_host=["gpus"])  # type: ignore[arg-type]
+
+
+def test_spawn_rejects_a_class_that_is_not_an_actor(procs: ProcMesh) -> None:
+    with pytest.raises(ValueError):
+        procs.spawn("nope", NotAnActor)  # type: ignore[type-var]
+
+
+def test_class_mixing_sync_and_async_endpoints_is_rejected_at_spawn_naming_them(
+    procs: ProcMesh,
+) -> None:
+    with pytest.raises(ValueError) as info:
+        procs.spawn("mixed", Mixed)
+    message = str(info.value)
+    assert "sync_one" in message
+    assert "async_one" in message
+
+
+def test_spawn_with_unpicklable_init_argument_raises_type_error(procs: ProcMesh) -> None:
+    with pytest.raises(TypeError):
+        procs.spawn("bad_args", Pid, threading.Lock())  # type: ignore[arg-type]
+
+
+def test_endpoint_works_bare_and_with_options(procs: ProcMesh) -> None:
+    mesh = procs.spawn("bare_and_options", BareAndOptions)
+    assert list(mesh.bare.call(1).get(timeout=REPLY_TIMEOUT).values()) == [2, 2]
+    assert list(mesh.with_options.call(3).get(timeout=REPLY_TIMEOUT).values()) == [6, 6]
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_async_endpoints_run_and_keep_actor_state(procs: ProcMesh) -> None:
+    mesh = procs.spawn("async_actor", AsyncActor)
+    mesh.add.call(2).get(timeout=REPLY_TIMEOUT)
+    assert list(mesh.add.call(3).get(timeout=REPLY_TIMEOUT).values()) == [5, 5]
+    assert mesh.slice(gpus=0).value.call_one().get(timeout=REPLY_TIMEOUT) == 5
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_actor_mesh_initialized_resolves_once_every_init_has_run(procs: ProcMesh) -> None:
+    mesh = procs.spawn("init_done", Pid)
+    assert isinstance(mesh.initialized, Future)
+    assert mesh.initialized.get(timeout=REPLY_TIMEOUT) is None
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.mark.timeout(45)
+def test_actor_can_spawn_procs_and_actors_from_an_endpoint(procs: ProcMesh) -> None:
+    spawner = procs.slice(gpus=0).spawn("spawner", Spawner)
+    spawner_pid, child_pids = spawner.spawn_and_ask.call_one().get(timeout=REPLY_TIMEOUT)
+    assert len(set(child_pids)) == 2
+    assert spawner_pid not in child_pids
+    assert os.getpid() not in child_pids
+    spawner.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_this_proc_inside_an_actor_is_that_actors_own_proc(procs: ProcMesh) -> None:
+    spawner = procs.slice(gpus=1).spawn("local_spawner", Spawner)
+    actor_pid, child_pid = spawner.spawn_on_this_proc.call_one().get(timeout=REPLY_TIMEOUT)
+    assert child_pid == actor_pid
+    assert actor_pid != os.getpid()
+    spawner.stop().get(timeout=REPLY_TIMEOUT)
