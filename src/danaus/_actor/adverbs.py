@@ -95,8 +95,7 @@ class Endpoint:
         ctx = context()
         sender = current_sender()
         chain = ctx._outgoing_chain() if collector is not None else ()
-        ext = self._mesh._shape.extent
-        labels, sizes = tuple(ext.labels), tuple(ext.sizes)
+        labels, sizes = self._mesh._labels_sizes()
         mesh_id = self._mesh._ref.mesh_id
         port = collector.port if collector is not None else None
         failed = [(i, r, self._mesh._failed_reason(r)) for i, r, _ in targets]

@@ -42,6 +42,11 @@ class EndpointProperty:
         self.instrument = instrument
         self.concurrent = concurrent
         self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())[2 if explicit_response_port else 1 :]
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+        # When every parameter is plain, a call with exactly that many positional
+        # arguments and no keywords binds: skip inspect's slower general check.
+        self._arity: int | None = len(params) if plain else None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -55,6 +60,8 @@ class EndpointProperty:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Check ``args``/``kwargs`` against the signature; ``TypeError`` if they do not fit."""
+        if not kwargs and len(args) == self._arity:
+            return
         lead: tuple[Any, ...] = (None, None) if self.explicit_response_port else (None,)
         try:
             self.signature.bind(*lead, *args, **kwargs)

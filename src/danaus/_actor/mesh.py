@@ -89,6 +89,14 @@ class ActorMesh(MeshTrait, Generic[A]):
     def _shape(self) -> Shape:
         return self.__shape
 
+    def _labels_sizes(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """This mesh's dimension names and sizes (what each message's rank is relative to)."""
+        cached = self.__dict__.get("_ls")
+        if cached is None:
+            ext = self.__shape.extent
+            cached = self.__dict__["_ls"] = (tuple(ext.labels), tuple(ext.sizes))
+        return cached
+
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
         return ActorMesh(self._ref, shape, self._state, self._proc_mesh)
 

@@ -58,6 +58,8 @@ def exit_program(code: int = 1) -> None:
             ctypes.c_ulong(main.ident), ctypes.py_object(FaultExit)
         )
         main.join(MAIN_EXIT_GRACE)
+        if not main.is_alive():
+            return  # the main thread unwound: the interpreter exits with code 1 by itself
     try:
         atexit._run_exitfuncs()
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import os
 import socket
 import threading
 from collections.abc import Callable
@@ -27,6 +28,8 @@ __all__ = ["Connection"]
 
 _MAX_IOV = 512
 _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
+# Sends closer together than this (seconds) are coalesced by the I/O thread.
+COALESCE_WINDOW = float(os.environ.get("DANAUS_COALESCE_WINDOW", "0"))
 
 
 class Connection:
@@ -131,9 +134,17 @@ class Connection:
                     if isinstance(self.close_exc, TransportError)
                     else ConnectionClosedError("connection is closed")
                 )
-            self.last_send = self.loop.time()
+            now = self.loop.time()
+            burst = now - self.last_send < COALESCE_WINDOW
+            self.last_send = now
             if self._backlog or self._hs is not None:
                 self._backlog.extend(_views(parts))
+                return
+            if burst and COALESCE_WINDOW > 0 and not _on_loop_thread(self.loop):
+                # Frames are coming in a burst: let the I/O thread write them together
+                # (one syscall, one wake-up of the peer) instead of one by one.
+                self._backlog.extend(_views(parts))
+                self._arm_writer_locked()
                 return
             try:
                 sent = self.sock.sendmsg(parts) if len(parts) <= _MAX_IOV else 0
