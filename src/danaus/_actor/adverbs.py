@@ -108,14 +108,14 @@ class Endpoint:
                 actor=f"{self._mesh._ref.name}[{rank}]",
                 reason=str(reason),
             )
-        if collector is not None:
-            for index, _, proc in targets:
-                collector.expect(index, proc)
-            for index, rank, reason in failed:
-                collector.fail_supervision(
-                    index, f"actor {self._mesh._ref.name}[{rank}] has failed: {reason}"
-                )
         skip = {i for i, _, _ in failed}
+        if collector is not None:
+            name = self._mesh._ref.name
+            for index, rank, reason in failed:
+                collector.fail_supervision(index, f"actor {name}[{rank}] has failed: {reason}")
+            for index, rank, proc in targets:
+                if index not in skip:
+                    collector.expect(index, proc, f"{name}[{rank}]")
         for index, rank, proc in targets:
             if index in skip:
                 continue
@@ -258,7 +258,7 @@ class _PortSink:
         self._port = port
         self.port = port._port_id
 
-    def expect(self, index: int, proc: ProcId) -> None:
+    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
         pass
 
     def fail(self, index: int, reason: str) -> None:

@@ -98,7 +98,7 @@ class ActorCell:
         self.stopped = False
         self.mode: str = mode
         self._lock = threading.Lock()
-        self.waiting = False
+        self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor
         self._queued: dict[int, Frame] = {}  # calls in the inbox, for deadlock checks
         self._answered: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -156,7 +156,7 @@ class ActorCell:
 
     def begin_wait(self) -> None:
         """The actor's thread is about to block on a future: refuse calls that cycle back."""
-        self.waiting = True
+        self.waiting += 1
         with self._lock:
             cycling = [f for f in self._queued.values() if self._closes_cycle(f)]
             for f in cycling:
@@ -166,7 +166,7 @@ class ActorCell:
             self._refuse_deadlock(f)
 
     def end_wait(self) -> None:
-        self.waiting = False
+        self.waiting -= 1
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
@@ -308,7 +308,8 @@ class ActorCell:
             item = await serial.get()
             if item[0] == _STOP:
                 await self._cancel_tasks()
-                self._stop_children(item[3])
+                # Waiting for the children must not block this actor's event loop.
+                await asyncio.get_running_loop().run_in_executor(None, self._stop_children, item[3])
                 if self.instance is not None and self.failed is None:
                     await self._cleanup_async(None)
                 self._finish(item, None)

@@ -73,10 +73,16 @@ class Collector:
         self.on_value = on_value
         self.lost_is_ok = lost_is_ok
         self._lock = threading.Lock()
+        self.labels: dict[int, str] = {}
         self.port: PortId = rt.open_port(self)
 
-    def expect(self, index: int, proc: ProcId) -> None:
-        """Expect a reply for ``index`` from ``proc``; fails at once if ``proc`` is lost."""
+    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
+        """Expect a reply for ``index`` from ``proc``; fails at once if ``proc`` is lost.
+
+        ``label`` names the actor (``mesh[rank]``) in the error if it is.
+        """
+        if label:
+            self.labels[index] = label
         self.pending[index] = proc.name
         reason = self.rt.watch(proc, self.port.port)
         if reason is not None:
@@ -98,9 +104,6 @@ class Collector:
 
     def fail_supervision(self, index: int, why: str) -> None:
         """Resolve ``index`` with ``SupervisionError(why)`` without sending anything."""
-        with self._lock:
-            if self.pending.pop(index, None) is None:
-                return
         err = SupervisionError(f"Actor call {self.what} failed: {why}", actor=self.what, reason=why)
         self._done_one(index, False, err)
 
@@ -116,9 +119,11 @@ class Collector:
         if self.lost_is_ok:
             self._done_one(index, True, None)
             return
+        label = self.labels.get(index)
+        who = f"actor {label}" if label else "the actor"
         err = SupervisionError(
-            f"Actor call {self.what} failed: the actor's proc {proc} is gone: {reason}",
-            actor=f"{self.what} (proc {proc})",
+            f"Actor call {self.what} failed: {who} is gone with its proc {proc}: {reason}",
+            actor=label or f"{self.what} (proc {proc})",
             reason=reason,
         )
         self._done_one(index, False, err)

@@ -100,14 +100,16 @@ class Port(Generic[R]):
         )
 
     def __reduce__(self) -> Any:
-        return (_rebuild_port, (self._port_id, self._index, self._once))
+        return (_rebuild_port, (self._port_id, self._index, self._once, self.return_undeliverable))
 
     def __repr__(self) -> str:
         return f"<Port {self._port_id}#{self._index}>"
 
 
-def _rebuild_port(port_id: PortId, index: int, once: bool) -> Port[Any]:
-    return Port(port_id, index, once=once)
+def _rebuild_port(port_id: PortId, index: int, once: bool, bounce: bool = True) -> Port[Any]:
+    port: Port[Any] = Port(port_id, index, once=once)
+    port.return_undeliverable = bounce
+    return port
 
 
 class _DroppingPort(Port[Any]):

@@ -164,7 +164,7 @@ class Transfer:
         self._fail(
             TimeoutError(
                 f"{self.what} timed out after {self.timeout:g} s (waiting for "
-                f"{self._pending_text()}); local memory it was writing may be partly written"
+                f"{self._pending_text()}); it may have moved part of the bytes"
             )
         )
 

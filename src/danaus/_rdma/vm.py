@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "CHUNK",
@@ -43,9 +44,6 @@ class _IOVec(ctypes.Structure):
     _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
 
 
-_Fn = Callable[[int, object, int, object, int, int], int]
-
-
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
@@ -57,7 +55,7 @@ def _libc() -> ctypes.CDLL | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _functions() -> tuple[_Fn, _Fn] | None:
+def _functions() -> tuple[Any, Any] | None:
     libc = _libc()
     if libc is None:
         return None
@@ -69,7 +67,7 @@ def _functions() -> tuple[_Fn, _Fn] | None:
     for fn in fns:
         fn.argtypes = [ctypes.c_int, iov, ctypes.c_ulong, iov, ctypes.c_ulong, ctypes.c_ulong]
         fn.restype = ctypes.c_ssize_t
-    return fns  # type: ignore[return-value]
+    return fns
 
 
 def available() -> bool:

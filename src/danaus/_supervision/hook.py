@@ -52,6 +52,18 @@ def exit_program(code: int = 1) -> None:
     process ends anyway.
     """
     _exiting.set()
+
+    def force_exit_code() -> None:
+        # Registered last, so it runs first at exit: run the other handlers, then
+        # end with ``code`` whatever the main thread's exception left as status.
+        atexit.unregister(force_exit_code)
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            _flush()
+            os._exit(code)
+
+    atexit.register(force_exit_code)
     main = threading.main_thread()
     if main.is_alive() and threading.current_thread() is not main and main.ident is not None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
@@ -60,15 +72,15 @@ def exit_program(code: int = 1) -> None:
         main.join(MAIN_EXIT_GRACE)
         if not main.is_alive():
             return  # the main thread unwound: the interpreter exits with code 1 by itself
-    try:
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:
-                pass
-        os._exit(code)
+    force_exit_code()
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
 
 
 def exiting() -> bool:
