@@ -77,6 +77,16 @@ def test_the_mesh_layer_imports_nothing_else_from_danaus() -> None:
 
 
 FACADES = {
+    "danaus.rdma": [
+        "RDMAAction",
+        "RDMABuffer",
+        "RDMAError",
+        "RDMAOwnerLostError",
+        "get_rdma_backend",
+        "is_ibverbs_available",
+        "is_rdma_available",
+    ],
+    "danaus.job": ["JobState", "JobTrait", "LocalJob", "ProcessJob"],
     "danaus": ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"],
     "danaus.actor": [
         "Accumulator",

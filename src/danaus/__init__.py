@@ -5,9 +5,10 @@ them with a few verbs, hears at once when any of them fails, and computes
 across them. It implements the programming model of PyTorch Monarch in pure
 Python: a Monarch program runs with only its imports changed.
 
-Public modules: ``danaus.actor`` (actors, meshes, adverbs, futures), and at
-the top level the mesh shape algebra (``Shape``, ``Slice``/``NDSlice``,
-``Extent``, ``Point``).
+Public modules: ``danaus.actor`` (actors, meshes, adverbs, futures, ports,
+supervision, several hosts), ``danaus.rdma`` (one-sided bulk transfers),
+``danaus.job`` (local and process jobs), and at the top level the mesh shape
+algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``, ``Point``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@
      │    │    └── PeerBrokenError        ... because the peer broke (EOF, reset, bad frame)
      │    └── InternalError               a bug in danaus; please report it
      └── RuntimeError
-          └── SupervisionError            the actor (or its proc) failed or was stopped
+          ├── SupervisionError            the actor (or its proc) failed or was stopped
+          └── RDMAError (danaus.rdma)     a one-sided transfer failed (also a DanausError)
+               └── RDMAOwnerLostError     ... because the buffer's owner died (also a
+                                          SupervisionError)
 
 Misuse of the API raises builtin ``TypeError`` / ``ValueError`` /
 ``RuntimeError`` / ``IndexError`` with a message that quotes the bad value.

@@ -74,6 +74,7 @@ class Collector:
         self.lost_is_ok = lost_is_ok
         self._lock = threading.Lock()
         self.labels: dict[int, str] = {}
+        self.watched: set[str] = set()
         self.port: PortId = rt.open_port(self)
 
     def expect(self, index: int, proc: ProcId, label: str = "") -> None:
@@ -84,6 +85,7 @@ class Collector:
         if label:
             self.labels[index] = label
         self.pending[index] = proc.name
+        self.watched.add(proc.name)
         reason = self.rt.watch(proc, self.port.port)
         if reason is not None:
             self._lost_one(index, proc.name, reason)
@@ -134,6 +136,7 @@ class Collector:
             last = self.remaining <= 0
         if last:
             self.rt.close_port(self.port.port)
+            self.rt.unwatch(self.watched, self.port.port)
         self.on_value(index, ok, value)
 
 

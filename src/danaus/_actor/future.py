@@ -103,6 +103,8 @@ class Future(Generic[R]):
                     try:
                         return self._cf.result(_WAKE)  # type: ignore[no-any-return]
                     except concurrent.futures.TimeoutError:
+                        if self._cf.done():  # the call itself raised TimeoutError
+                            raise
                         continue
             deadline = time.monotonic() + timeout
             while True:
@@ -110,7 +112,7 @@ class Future(Generic[R]):
                 try:
                     return self._cf.result(max(0.0, min(left, _WAKE)))  # type: ignore[no-any-return]
                 except concurrent.futures.TimeoutError:
-                    if left <= _WAKE:
+                    if self._cf.done() or left <= _WAKE:
                         raise
         finally:
             if cell is not None:

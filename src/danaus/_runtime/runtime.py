@@ -519,6 +519,16 @@ class Runtime:
     def close_port(self, no: int) -> None:
         self.ports.pop(no, None)
 
+    def unwatch(self, procs: Any, port: int) -> None:
+        """Stop telling ``port`` about the loss of ``procs`` (names)."""
+        with self._lock:
+            for name in procs:
+                ports = self._watchers.get(name)
+                if ports is not None:
+                    ports.discard(port)
+                    if not ports:
+                        del self._watchers[name]
+
     def watch(self, proc: ProcId, port: int) -> str | None:
         """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
         with self._lock:
