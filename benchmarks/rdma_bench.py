@@ -1,4 +1,4 @@
-"""RDMA bandwidth on one host: ``read_into`` / ``write_from`` against a raw in-process copy.
+"""RDMA bandwidth: ``read_into`` / ``write_from`` against a raw in-process copy.
 
 One proc owns a buffer per size; the client reads it into, and writes it
 from, memory of its own. The baseline is ``numpy.copyto`` of the same number
@@ -7,10 +7,15 @@ transfer could hope for. Every buffer is touched before timing, so page
 faults are not counted on either side. Each figure is the median of
 ``--repeat`` runs; the whole run stops early once ``--budget`` seconds pass.
 
+Two tables: a proc on this host (``process_vm``), then a proc on another
+host (``tcp``): a ``ProcessJob`` worker on loopback, which has a host token of
+its own, so the bytes go over its authenticated data connection.
+
 Usage::
 
-    python benchmarks/rdma_bench.py            # 1, 16, 128, 512 MiB
-    python benchmarks/rdma_bench.py --smoke    # tiny sizes, a few seconds
+    python benchmarks/rdma_bench.py               # 1, 16, 128, 512 MiB, both tables
+    python benchmarks/rdma_bench.py --smoke       # tiny sizes, a few seconds
+    python benchmarks/rdma_bench.py --where tcp   # only the other host
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from danaus.actor import Actor, endpoint, this_host
+from danaus.actor import Actor, HostMesh, endpoint, this_host
+from danaus.job import ProcessJob
 from danaus.rdma import RDMABuffer, get_rdma_backend
 
 MiB = 1 << 20
@@ -79,9 +85,12 @@ def rate(nbytes: int, times: list[float]) -> float:
     return nbytes / statistics.median(times) / MiB
 
 
-def measure(owner: Any, n: int, repeat: int, deadline: float) -> tuple[int, float, float, float]:
+def measure(
+    owner: Any, n: int, repeat: int, deadline: float, backend: str
+) -> tuple[int, float, float, float]:
     """``(n, raw copy, read_into, write_from)`` in MiB/s for ``n`` bytes."""
     buf = owner.make.call_one(n).get(timeout=120)
+    assert buf.backend == backend, f"expected the {backend} backend, got {buf.backend}"
     src = np.full(n, 9, dtype=np.uint8)
     dst = np.ones(n, dtype=np.uint8)  # touched
     out = np.ones(n, dtype=np.uint8)  # touched; where read_into lands
@@ -100,29 +109,59 @@ def measure(owner: Any, n: int, repeat: int, deadline: float) -> tuple[int, floa
     return n, rate(n, raw), rate(n, read), rate(n, write)
 
 
+def run_on(
+    hosts: HostMesh, backend: str, sizes: list[int], repeat: int, deadline: float, budget: float
+) -> list[tuple[int, float, float, float]]:
+    procs = hosts.spawn_procs(per_host={"owner": 1})
+    owner = procs.spawn("owner", Owner)
+    rows = []
+    try:
+        for n in sizes:
+            if time.monotonic() > deadline:
+                print(f"(budget of {budget:g} s spent; skipping {n // 1024} KiB and up)")
+                break
+            rows.append(measure(owner, n, repeat, deadline, backend))
+    finally:
+        procs.stop().get(timeout=60)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes only (a quick check)")
     ap.add_argument("--repeat", type=int, default=7, help="timed runs per figure (median)")
     ap.add_argument("--budget", type=float, default=120.0, help="stop after this many seconds")
+    ap.add_argument(
+        "--where",
+        choices=["both", "process_vm", "tcp"],
+        default="both",
+        help="a proc on this host (process_vm), one on another host (tcp), or both",
+    )
     args = ap.parse_args(argv)
     sizes = SMOKE_SIZES if args.smoke else SIZES
     repeat = 3 if args.smoke else args.repeat
     deadline = time.monotonic() + args.budget
 
     print(f"backend: {get_rdma_backend()}; median of up to {repeat} runs; MiB/s")
-    procs = this_host().spawn_procs(per_host={"owner": 1})
-    owner = procs.spawn("owner", Owner)
-    rows = []
-    try:
-        for n in sizes:
-            if time.monotonic() > deadline:
-                print(f"(budget of {args.budget:g} s spent; skipping {n // 1024} KiB and up)")
-                break
-            rows.append(measure(owner, n, repeat, deadline))
-    finally:
-        procs.stop().get(timeout=60)
+    if args.where in ("both", "process_vm"):
+        print("\nowner on this host (process_vm):")
+        rows = run_on(this_host(), "process_vm", sizes, repeat, deadline, args.budget)
+        table(rows)
+    if args.where in ("both", "tcp"):
+        print("\nowner on another host (tcp: a ProcessJob worker on loopback):")
+        job = ProcessJob({"hosts": 1})
+        job.apply()
+        try:
+            hosts = job.state().hosts
+            rows = run_on(hosts, "tcp", sizes, repeat, deadline, args.budget)
+            hosts.shutdown().get(timeout=60)
+        finally:
+            job.kill()
+        table(rows)
+    return 0
 
+
+def table(rows: list[tuple[int, float, float, float]]) -> None:
     head = ("size", "raw copy", "read_into", "ratio", "write_from", "ratio")
     print("{:>10} {:>10} {:>10} {:>6} {:>11} {:>6}".format(*head))
     for n, r_raw, r_read, r_write in rows:
@@ -131,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{size:>10} {r_raw:>10.0f} {r_read:>10.0f} {r_read / r_raw:>6.0%} "
             f"{r_write:>11.0f} {r_write / r_raw:>6.0%}"
         )
-    return 0
 
 
 if __name__ == "__main__":

@@ -202,6 +202,20 @@ class ActorCell:
     # -- the actor's thread -----------------------------------------------
 
     def _main(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # a bug of ours: the actor fails, its callers hear
+            _, tb = exception_payload(e)
+            self.fail(f"actor {self._label()} died of an internal error in danaus: {e!r}", tb)
+            with self._lock:
+                self.stopped = True
+            while True:
+                try:
+                    self._refuse(self._q.get_nowait())
+                except queue.Empty:
+                    break
+
+    def _run(self) -> None:
         frame = self.spawn_frame
         try:
             cls, args, kwargs, name, self.creator = codec.loads(frame.body, frame.buffers)
@@ -275,7 +289,23 @@ class ActorCell:
                     *_call_hook(self._hook("_handle_undeliverable_message"), item[1]), item[1]
                 )
                 continue
-            self._handle_sync(item[1])
+            try:
+                self._handle_sync(item[1])
+            except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                self._internal_error(item[1], e)
+
+    def _internal_error(self, frame: Frame, e: BaseException) -> None:
+        """danaus itself failed while handling ``frame``: fail the actor and answer the call."""
+        _, tb = exception_payload(e)
+        reason = (
+            f"actor {self._label()} failed: danaus hit an internal error while handling a "
+            f"message ({type(e).__name__}: {e}); this is a bug in danaus, please report it"
+        )
+        self.fail(reason, tb)
+        try:
+            self._reply_error(frame.header[4], frame.header[5], reason)
+        except Exception:
+            log.exception("could not answer a call after an internal error")
 
     async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
         """Dispatch: concurrent endpoints start at once, everything else runs in order."""
@@ -287,7 +317,11 @@ class ActorCell:
         while True:
             item = await self._aq.get()
             if item[0] == _CALL and self._is_concurrent(item[1]):
-                prepared = self._prepare(item[1])
+                try:
+                    prepared = self._prepare(item[1])
+                except BaseException as e:
+                    self._internal_error(item[1], e)
+                    continue
                 if prepared is not None:
                     task = self._loop.create_task(self._invoke_async(*prepared))
                     self._tasks.add(task)
@@ -326,9 +360,12 @@ class ActorCell:
                 except Exception as e:
                     done(item[1], False, e)
                 continue
-            prepared = self._prepare(item[1])
-            if prepared is not None:
-                await self._invoke_async(*prepared)
+            try:
+                prepared = self._prepare(item[1])
+                if prepared is not None:
+                    await self._invoke_async(*prepared)
+            except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                self._internal_error(item[1], e)
 
     # -- handling one message -------------------------------------------
 

@@ -1,0 +1,62 @@
+"""danaus worker: the workloads of ``_mesh_bench`` on ``danaus.actor``.
+
+Like Monarch, danaus ends the client when an actor's proc dies and no one
+handles the failure (``danaus.actor.unhandled_fault_hook``); the crash workload
+needs the client to survive and see the error on its future, so this worker
+replaces the hook with one that drops the fault, as ``monarch_bench`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from _common import run_worker
+from _mesh_bench import MeshSystem
+
+import danaus.actor
+from danaus.actor import Actor, endpoint, shutdown_context, this_host
+
+faults: list[str] = []
+
+
+def _keep_running(failure) -> None:  # MeshFailure
+    faults.append(str(failure)[:200])
+
+
+# Set by attribute even where the installed danaus predates the hook.
+danaus.actor.unhandled_fault_hook = _keep_running  # type: ignore[attr-defined]
+
+
+class Bench(Actor):
+    @endpoint
+    def ping(self) -> int:
+        return 0
+
+    @endpoint
+    def echo(self, x):
+        return x
+
+    @endpoint
+    def nbytes(self, a) -> int:
+        return len(a)
+
+    @endpoint
+    def boom(self) -> None:
+        raise ValueError("boom")
+
+    @endpoint
+    def die(self) -> None:
+        os._exit(1)
+
+    @endpoint
+    def info(self):
+        return os.getpid(), "torch" in sys.modules
+
+
+def _teardown() -> None:
+    shutdown_context()
+
+
+if __name__ == "__main__":
+    run_worker("danaus", MeshSystem("danaus", this_host, Bench).impls(), teardown=_teardown)

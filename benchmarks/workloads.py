@@ -1,0 +1,167 @@
+"""The benchmark workloads: what each one measures, its sizes, and the targets.
+
+Shared by ``run.py`` (the driver) and the per-system workers in ``systems/``.
+Standard library only: the workers run under each comparator's own virtual
+environment, where nothing from this repository is installed.
+
+Every worker sample is one measured quantity:
+
+* ``latency`` workloads: seconds per operation (lower is better);
+* ``rate`` workloads: seconds per batch of ``work`` units (calls, MiB); the
+  table shows ``work / seconds`` (higher is better), its "p99" column being
+  the rate at the slow-tail (99th percentile) batch time;
+* ``size`` workloads: bytes (lower is better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Params:
+    """How much to run in one worker process (one round)."""
+
+    warmup: int  # untimed iterations first
+    samples: int  # timed iterations at most
+    budget_s: float  # stop taking samples after this long (at least one is taken)
+    size: int = 0  # workload-specific: calls per batch, bytes per payload, procs
+    timeout_s: float = 60.0  # the driver kills the worker after this long
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    kind: str  # "latency" | "rate" | "size"
+    title: str
+    full: Params
+    smoke: Params
+    rate_unit: str = ""  # for kind == "rate": "calls/s" or "MiB/s"
+    notes: str = ""
+
+    def params(self, smoke: bool) -> Params:
+        return self.smoke if smoke else self.full
+
+
+WORKLOADS: list[Workload] = [
+    Workload(
+        "spawn",
+        "latency",
+        "spawn 4 procs x 1 actor, until all answered",
+        full=Params(warmup=1, samples=5, budget_s=30, size=4, timeout_s=120),
+        smoke=Params(warmup=1, samples=2, budget_s=10, size=4, timeout_s=60),
+    ),
+    Workload(
+        "call_one",
+        "latency",
+        "call_one round trip (small value)",
+        full=Params(warmup=300, samples=3000, budget_s=4, timeout_s=90),
+        smoke=Params(warmup=10, samples=50, budget_s=3, timeout_s=60),
+    ),
+    Workload(
+        "throughput",
+        "rate",
+        "10,000 calls in flight, then awaited",
+        full=Params(warmup=1, samples=3, budget_s=20, size=10_000, timeout_s=150),
+        smoke=Params(warmup=1, samples=2, budget_s=5, size=200, timeout_s=60),
+        rate_unit="calls/s",
+    ),
+    Workload(
+        "gather",
+        "latency",
+        "call + gather over 4 actors",
+        full=Params(warmup=100, samples=1500, budget_s=4, size=4, timeout_s=90),
+        smoke=Params(warmup=5, samples=30, budget_s=3, size=4, timeout_s=60),
+    ),
+    Workload(
+        "payload_1MiB",
+        "rate",
+        "1 MiB numpy array to an actor (returns len)",
+        full=Params(warmup=5, samples=60, budget_s=4, size=1 * MiB, timeout_s=90),
+        smoke=Params(warmup=1, samples=3, budget_s=3, size=16 * 1024, timeout_s=60),
+        rate_unit="MiB/s",
+    ),
+    Workload(
+        "payload_16MiB",
+        "rate",
+        "16 MiB numpy array to an actor (returns len)",
+        full=Params(warmup=2, samples=20, budget_s=6, size=16 * MiB, timeout_s=120),
+        smoke=Params(warmup=1, samples=3, budget_s=3, size=64 * 1024, timeout_s=60),
+        rate_unit="MiB/s",
+    ),
+    Workload(
+        "payload_128MiB",
+        "rate",
+        "128 MiB numpy array to an actor (returns len)",
+        full=Params(warmup=2, samples=6, budget_s=12, size=128 * MiB, timeout_s=180),
+        smoke=Params(warmup=1, samples=3, budget_s=3, size=256 * 1024, timeout_s=60),
+        rate_unit="MiB/s",
+    ),
+    Workload(
+        "error",
+        "latency",
+        "endpoint raises ValueError: caller holds it",
+        full=Params(warmup=30, samples=400, budget_s=3, timeout_s=90),
+        smoke=Params(warmup=3, samples=10, budget_s=3, timeout_s=60),
+    ),
+    Workload(
+        "crash",
+        "latency",
+        "actor proc exits mid-call: caller holds the error",
+        # One fresh proc per sample; size = seconds a single crash may take before
+        # it counts as not noticed.
+        full=Params(warmup=0, samples=3, budget_s=15, size=30, timeout_s=180),
+        smoke=Params(warmup=0, samples=1, budget_s=10, size=20, timeout_s=60),
+    ),
+    Workload(
+        "memory",
+        "size",
+        "resident size (VmRSS) of an idle proc",
+        # size = procs measured; budget_s doubles as the settle time before reading.
+        full=Params(warmup=0, samples=4, budget_s=1.0, size=4, timeout_s=90),
+        smoke=Params(warmup=0, samples=2, budget_s=0.2, size=2, timeout_s=60),
+    ),
+]
+
+BY_NAME: dict[str, Workload] = {w.name: w for w in WORKLOADS}
+
+# Systems in their default order; "floor" is the physical floor (raw sockets, raw copies).
+SYSTEMS = ["floor", "danaus", "monarch", "ray"]
+COMPARATORS = ["monarch", "ray"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """``danaus / against`` (or danaus alone when ``against`` is None) ``op`` ``bound``."""
+
+    workload: str
+    against: str | None  # "floor", "monarch", "ray" or None (absolute)
+    op: str  # "<=", ">=", "<"
+    bound: float
+    text: str
+    stat: str = "median"  # which danaus statistic an absolute target reads
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+TARGETS: list[Target] = [
+    Target("call_one", "floor", "<=", 3.0, "call_one round trip <= 3x the raw socket floor"),
+    Target("call_one", "monarch", "<=", 0.25, "call_one round trip <= 0.25x Monarch"),
+    Target("throughput", "monarch", ">=", 8.0, "throughput >= 8x Monarch's calls/s"),
+    Target("gather", "monarch", "<=", 0.25, "call + gather over 4 <= 0.25x Monarch"),
+    Target("payload_16MiB", "monarch", ">=", 4.0, "payload 16 MiB >= 4x Monarch's MiB/s"),
+    Target("payload_128MiB", "monarch", ">=", 4.0, "payload 128 MiB >= 4x Monarch's MiB/s"),
+    Target("crash", "monarch", "<=", 0.01, "crash noticed in <= 0.01x Monarch's time"),
+    Target("crash", "ray", "<=", 1.0, "crash noticed no slower than Ray"),
+    Target("spawn", "monarch", "<=", 0.5, "spawn of 4 procs <= 0.5x Monarch"),
+    Target(
+        "memory",
+        None,
+        "<",
+        40e6,
+        "idle proc without torch < 40 MB resident (worst proc)",
+        stat="max",
+    ),
+]
