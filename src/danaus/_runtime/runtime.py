@@ -39,6 +39,7 @@ from .._transport.conn import Connection
 from .._wire import codec
 from .._wire.frame import Frame, encode_frame
 from .._wire.ids import PortId, ProcId
+from .offload import Offloader
 
 __all__ = [
     "BOUNCE",
@@ -135,6 +136,7 @@ class Runtime:
         self._accepted: set[Connection] = set()
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
+        self.offload = Offloader(self)
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
@@ -272,6 +274,7 @@ class Runtime:
         proc = frame.header[1]
         conn.peer = proc
         self._inbound[proc.name] = conn
+        self.offload.on_hello(conn, frame.header[2:])
 
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
         handler = self.handlers.get(frame.header[0])
@@ -324,6 +327,8 @@ class Runtime:
         waits for the peer to come up), ``on_fail(reason)`` is called, or
         :class:`SupervisionError` raised if there is no ``on_fail``.
         """
+        if buffers and self.offload.ok_peers:
+            header, buffers = self.offload.wrap(proc.name, header, buffers)
         parts = encode_frame(header, body, buffers)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and not peer.conn.closed:
@@ -368,7 +373,7 @@ class Runtime:
         conn = Connection(s, self.loop, self._dispatch, self._on_outbound_closed, handshake=hs)
         conn.tcp = tcp
         conn.peer = peer.proc
-        conn.send(encode_frame((HELLO, self.proc_id)))
+        conn.send(encode_frame((HELLO, self.proc_id, *self.offload.hello_extra())))
         with self._lock:
             # Flush under the lock, before publishing the connection: a sender on
             # another thread must not overtake the frames queued before it.
@@ -417,7 +422,7 @@ class Runtime:
             cbs, peer.ready_cbs = peer.ready_cbs, []
             peer.pending = False
             start = bool(peer.queue) and peer.lost is None
-        if error is None and start:
+        if start:  # even a proc whose bootstrap failed is up: it can still be stopped
             self._connect(peer)
         for cb in cbs:
             cb(error)

@@ -62,6 +62,7 @@ class Connection:
         self.last_recv = loop.time()
         self.last_send = loop.time()
         self.tcp = False  # set by the runtime: TCP connections are heartbeated
+        self.peer_pid: int | None = None  # the peer's pid, when it is on this host
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
         self._hs_buf = b""

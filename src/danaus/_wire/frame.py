@@ -17,6 +17,7 @@ memory and its buffers are views of it (no further copy).
 
 from __future__ import annotations
 
+import mmap
 import pickle
 import struct
 from collections.abc import Sequence
@@ -24,7 +25,7 @@ from typing import Any, NamedTuple
 
 from .._errors import PeerBrokenError
 
-__all__ = ["DEFAULT_MAX_FRAME", "Frame", "FrameDecoder", "FrameError", "encode_frame"]
+__all__ = ["DEFAULT_MAX_FRAME", "Frame", "FrameDecoder", "FrameError", "encode_frame", "flat"]
 
 _PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
 _LEN = struct.Struct("<Q")
@@ -51,7 +52,7 @@ def encode_frame(
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
     h = pickle.dumps(header, protocol=5)
-    raws = [_flat(b) for b in buffers]
+    raws = [flat(b) for b in buffers]
     lens = b"".join(_LEN.pack(len(r)) for r in raws)
     body_len = len(body)
     total = _FIXED + len(lens) + len(h) + body_len + sum(len(r) for r in raws)
@@ -62,7 +63,7 @@ def encode_frame(
     return parts
 
 
-def _flat(b: Any) -> Any:
+def flat(b: Any) -> Any:
     """A flat byte view of a buffer (empty and n-dimensional buffers included)."""
     if isinstance(b, bytes):
         return b
@@ -104,6 +105,11 @@ def _parse(frame: memoryview) -> Frame:
     return Frame(header, body, bufs)
 
 
+def _alloc(n: int) -> Any:
+    """Writable memory for a large frame, without a zero-fill pass (an anonymous mapping)."""
+    return mmap.mmap(-1, n)
+
+
 class FrameDecoder:
     """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
 
@@ -115,7 +121,7 @@ class FrameDecoder:
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging
-        self._big: bytearray | None = None  # a large frame being received in place
+        self._big: Any = None  # a large frame being received in place (mmap)
         self._big_filled = 0
 
     def buffer(self) -> memoryview:
@@ -161,7 +167,7 @@ class FrameDecoder:
                 continue
             if total + 8 > len(self._staging):
                 # Large frame: receive the rest straight into its own memory.
-                big = bytearray(total)
+                big = _alloc(total)
                 have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0
