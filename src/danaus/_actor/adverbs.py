@@ -27,7 +27,7 @@ from .collect import Collector, set_future
 from .context import context
 from .endpoint import EndpointProperty
 from .future import Future
-from .ports import Port, current_sender
+from .ports import Port
 from .undeliverable import return_to_sender
 
 if TYPE_CHECKING:
@@ -76,8 +76,12 @@ class Endpoint:
 
     def _targets(self) -> list[tuple[int, int, ProcId]]:
         """``(index in this slice, rank in the whole mesh, proc)`` for each actor addressed."""
-        procs = self._mesh._ref.procs
-        return [(i, r, procs[r]) for i, r in enumerate(self._mesh._shape.ranks())]
+        cached = self._mesh.__dict__.get("_targets")
+        if cached is None:  # a mesh's shape never changes: compute once per mesh object
+            procs = self._mesh._ref.procs
+            cached = [(i, r, procs[r]) for i, r in enumerate(self._mesh._shape.ranks())]
+            self._mesh.__dict__["_targets"] = cached
+        return list(cached)
 
     def _encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         payload = encode_args(self._prop, args, kwargs)
@@ -93,7 +97,8 @@ class Endpoint:
         body, bufs = payload
         rt = host.ensure_runtime()
         ctx = context()
-        sender = current_sender()
+        inst = ctx.actor_instance
+        sender = inst.actor_id if inst._cell is not None else None
         chain = ctx._outgoing_chain() if collector is not None else ()
         labels, sizes = self._mesh._labels_sizes()
         mesh_id = self._mesh._ref.mesh_id
