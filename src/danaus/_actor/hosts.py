@@ -97,7 +97,7 @@ class HostMesh(MeshTrait):
         return pm
 
     def _check_owned(self, what: str) -> None:
-        if not self._state.owned or len(self) != len(self._state.agents.result()):
+        if not self._state.owned or len(self) != len(self._state.agents.result(ATTACH_TIMEOUT)):
             raise RuntimeError(
                 f"cannot {what} `HostMesh` that is a reference instead of owned (a slice, or a "
                 "mesh received from elsewhere); only the client that attached it can"
@@ -116,7 +116,7 @@ class HostMesh(MeshTrait):
         self._state.proc_meshes.clear()
         self._state.shut_down = True
         rt = host.ensure_runtime()
-        agents = [a for a in self._state.agents.result() if a is not None]
+        agents = [a for a in self._state.agents.result(ATTACH_TIMEOUT) if a is not None]
         stopped = _all_done(futures, "the host mesh's procs to stop")
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -279,6 +279,8 @@ def attach_to_workers(
             )
             set_future(cf, False, err)
             return
+        if rt.is_lost(value["name"]) is not None:
+            rt.forget_peer(value["name"])  # the same worker, back after a partition
         agents[i] = ProcId(value["name"], join(addr, f"host:{value['host']}"))
         with lock:
             left[0] -= 1

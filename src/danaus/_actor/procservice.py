@@ -42,6 +42,7 @@ def _on_spawn(rt: Runtime, frame: Frame) -> None:
         rt.undeliverable(frame.header[3], rank, f"actor {mesh_id}[{rank}] already exists")
         return
     rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
+    rt.mailbox_added((mesh_id, rank))
 
 
 def _on_exit(cell: ActorCell) -> None:

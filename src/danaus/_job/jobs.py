@@ -26,6 +26,27 @@ __all__ = ["JobState", "JobTrait", "LocalJob", "ProcessJob"]
 WORKER_START_TIMEOUT = 60.0
 
 
+_secret_lock = threading.Lock()
+_secret: str | None = None
+
+
+def _job_secret() -> str:
+    """The secret this client's jobs share: its own, ``$DANAUS_SECRET``, or one made once.
+
+    A client authenticates with one secret, so every job it starts uses the same.
+    """
+    global _secret
+    from .._runtime import proc as _proc
+
+    rt = _proc.current()
+    if rt is not None and rt.secret is not None:
+        return rt.secret.decode()
+    with _secret_lock:
+        if _secret is None:
+            _secret = os.environ.get("DANAUS_SECRET") or new_secret()
+        return _secret
+
+
 class JobState:
     """One ``HostMesh`` per named mesh, as attributes (``state.trainers``)."""
 
@@ -115,7 +136,7 @@ class ProcessJob(JobTrait):
                 raise ValueError(f"mesh {name!r} needs a host count >= 1, got {n!r}")
         self._spec = dict(meshes)
         self._env = dict(env or {})
-        self._secret = new_secret()
+        self._secret = _job_secret()
         self._workers: dict[str, list[tuple[subprocess.Popen[str], str]]] = {}
 
     def _start_worker(self) -> tuple[subprocess.Popen[str], str]:

@@ -3,9 +3,10 @@
 Owns ``RDMABuffer`` (a registered region of local memory and the small
 picklable handle that names it), ``RDMAAction`` (a batch of transfers), the
 process-wide registry of registered memory, the ``RDMA_CHECK`` /
-``RDMA_DROP`` frame handlers that every runtime answers on its I/O thread,
-and the copy engine (``process_vm_readv`` / ``process_vm_writev`` between
-the processes of one host).
+``RDMA_DROP`` / ``RDMA_DATA`` frame handlers that every runtime answers on
+its I/O thread, the copy engine (``process_vm_readv`` / ``process_vm_writev``
+between the processes of one host) and the data connections across hosts
+(``net.py``: authenticated TCP, served by threads of their own).
 
 Imports: ``_errors``, ``_wire``, ``_transport``, ``_runtime``, ``_actor``.
 """

@@ -3,8 +3,9 @@
 The handle is a handful of integers and strings: the owner's proc and pid,
 the memory's address and size, a buffer id and the owner actor's name. It
 travels inside ordinary actor messages (the control plane); the bytes move
-with ``read_into`` / ``write_from`` (the data plane), copied by the kernel
-between the two processes with no actor of the owner taking part.
+with ``read_into`` / ``write_from`` (the data plane) with no actor of the
+owner taking part: copied by the kernel between the two processes on one
+host, or over a data connection of their own across hosts (``net.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 from .._actor.collect import Collector, set_future
 from .._actor.context import context
 from .._actor.future import Future
+from .._runtime import proc as _proc
 from .._runtime.host import ensure_runtime
 from .._wire.ids import ProcId
 from . import registry, vm
 from .memory import LocalMemory, local_memory, overlaps
-from .transfer import Op, Transfer, check_timeout
+from .transfer import Op, Transfer, check_timeout, same_host
 
 __all__ = [
     "RDMAAction",
@@ -123,8 +125,11 @@ class RDMABuffer:
 
     @property
     def backend(self) -> str:
-        """How the bytes move: ``"process_vm"``."""
-        return BACKEND
+        """How the bytes move from here: ``"process_vm"`` on the owner's host, else ``"tcp"``."""
+        rt = _proc.current()
+        if rt is None or self._owner_proc.name == rt.proc_id.name or same_host(self, rt):
+            return BACKEND
+        return "tcp"
 
     @property
     def readonly(self) -> bool:
@@ -138,10 +143,11 @@ class RDMABuffer:
 
         ``dst`` (a writable contiguous tensor or buffer) must hold at least
         ``size()`` bytes; a larger ``dst`` gets the buffer in its leading
-        bytes and the rest untouched. The future fails with ``RDMAError``
-        (the buffer was dropped, or the copy failed), ``RDMAOwnerLostError``
-        (the owner's process died) or ``TimeoutError`` (after ``timeout``
-        seconds). Raises ``ValueError`` / ``TypeError`` for a bad ``dst``.
+        bytes and the rest untouched. The owner may be on another host. The
+        future fails with ``RDMAError`` (the buffer was dropped, or the copy
+        failed), ``RDMAOwnerLostError`` (the owner's process died) or
+        ``TimeoutError`` (after ``timeout`` seconds). Raises ``ValueError`` /
+        ``TypeError`` for a bad ``dst``.
 
         Example::
 
@@ -155,7 +161,6 @@ class RDMABuffer:
                 f"dst ({mem.kind}) holds {mem.nbytes} bytes but {self} has {self._size}; "
                 f"read_into needs a destination of at least {self._size} bytes"
             )
-        self._check_reachable()
         return Transfer([Op(False, self, mem, self._size)], t, f"read_into from {self}").start()
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
@@ -177,7 +182,6 @@ class RDMABuffer:
                 f"write_from needs a source of at most {self._size} bytes"
             )
         self._check_writable_buffer()
-        self._check_reachable()
         return Transfer([Op(True, self, mem, mem.nbytes)], t, f"write_from to {self}").start()
 
     def drop(self) -> Future[None]:
@@ -206,14 +210,6 @@ class RDMABuffer:
         )
         return Future._create(cf, what)
 
-    def _check_reachable(self) -> None:
-        if self._host != vm.host_key():
-            raise NotImplementedError(
-                f"{self} lives on another host (or pid namespace); danaus moves RDMA bytes "
-                "between the processes of one host only, for now. Send the data in a message, "
-                "or read it from a proc on the owner's host"
-            )
-
     def _check_writable_buffer(self) -> None:
         if self._readonly:
             raise ValueError(
@@ -227,7 +223,7 @@ class RDMABuffer:
         return (
             _rebuild,
             (
-                self._owner_proc,
+                _fresh(self._owner_proc),
                 self._pid,
                 self._host,
                 self._addr,
@@ -252,6 +248,16 @@ class RDMABuffer:
 
     def __repr__(self) -> str:
         return f"<{self}>"
+
+
+def _fresh(owner_proc: ProcId) -> ProcId:
+    """The owner's proc with the freshest address this process knows.
+
+    A buffer registered before its process listened on TCP (a client that
+    attached to workers later) then travels with its TCP address too.
+    """
+    rt = _proc.current()
+    return rt.resolve(owner_proc) if rt is not None else owner_proc
 
 
 def _rebuild(
@@ -318,7 +324,6 @@ class RDMAAction:
                 f"dst ({mem.kind}) holds {mem.nbytes} bytes but {buf} has {buf._size}; "
                 f"read_remote needs a destination of at least {buf._size} bytes"
             )
-        buf._check_reachable()
         return self._add(Op(False, buf, mem, buf._size))
 
     def write_remote(self, buf: RDMABuffer, src: Any) -> RDMAAction:
@@ -331,7 +336,6 @@ class RDMAAction:
                 f"write_remote needs a source of at most {buf._size} bytes"
             )
         buf._check_writable_buffer()
-        buf._check_reachable()
         return self._add(Op(True, buf, mem, mem.nbytes))
 
     def read_into(self, src: RDMABuffer, dst: Any) -> RDMAAction:

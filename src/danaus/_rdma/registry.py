@@ -9,6 +9,9 @@ whether their handles are still good, just before each transfer::
     anyone --RDMA_DROP(ids, port, 0)--> owner    forgets the ids (the data is released)
     owner  --REPLY(port, 0, None)--> anyone
 
+Across hosts the owner's data threads look the ids up here too (``net.py``,
+which also answers ``RDMA_DATA = 42``: where its data server listens).
+
 Buffer ids count up from 1 in each process and are never reused, so a
 handle to a dropped buffer can never name a later one.
 """
@@ -23,7 +26,16 @@ from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.frame import Frame
 from .memory import LocalMemory
 
-__all__ = ["RDMA_CHECK", "RDMA_DROP", "Registration", "check", "drop", "install", "register"]
+__all__ = [
+    "RDMA_CHECK",
+    "RDMA_DROP",
+    "Registration",
+    "check",
+    "drop",
+    "install",
+    "lookup",
+    "register",
+]
 
 RDMA_CHECK, RDMA_DROP = 40, 41
 
@@ -57,14 +69,23 @@ def register(memory: LocalMemory) -> int:
 
 def check(buffer_id: int, addr: int, nbytes: int) -> str | None:
     """None if ``buffer_id`` is registered here as ``(addr, nbytes)``, else why not."""
+    return lookup(buffer_id, addr, nbytes)[1]
+
+
+def lookup(buffer_id: int, addr: int, nbytes: int) -> tuple[Registration | None, str | None]:
+    """``(registration, None)`` if ``buffer_id`` is registered here as ``(addr, nbytes)``.
+
+    Otherwise ``(None, why not)``. Holding the registration keeps its memory
+    alive, even if the buffer is dropped meanwhile.
+    """
     with _lock:
         reg = _registered.get(buffer_id)
         issued = buffer_id < _next_id
     if reg is None:
-        return "it was dropped" if issued else "it is not registered"
+        return None, "it was dropped" if issued else "it is not registered"
     if reg.addr != addr or reg.nbytes != nbytes:  # pragma: no cover - ids are never reused
-        return "its registration does not match the handle"
-    return None
+        return None, "its registration does not match the handle"
+    return reg, None
 
 
 def drop(buffer_ids: list[int]) -> None:
@@ -88,6 +109,9 @@ def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
     if rt.handlers.get(RDMA_CHECK) is None:
         rt.handlers[RDMA_CHECK] = lambda conn, frame: _on_check(rt, frame)
         rt.handlers[RDMA_DROP] = lambda conn, frame: _on_drop(rt, frame)
+    from . import net  # here, not at the top: net imports this module
+
+    net.install(rt)
 
 
 def _on_check(rt: Runtime, frame: Frame) -> None:

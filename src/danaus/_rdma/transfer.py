@@ -1,19 +1,25 @@
 """Running transfers: check the handles with their owners, then copy on worker threads.
 
 One :class:`Transfer` runs one ``read_into`` / ``write_from`` or one
-``RDMAAction`` batch::
+``RDMAAction`` batch. Each owner's operations take one of three routes:
+this process (a memmove), another process of this host (``process_vm``), or
+a process on another host (TCP, ``net.py``)::
 
     caller thread   validate arguments, group the ops by owner, arm the deadline
-    I/O thread      RDMA_CHECK to each owner (skipped when the owner is this process);
-                    its reply or the owner's loss arrives here
+    I/O thread      same host: RDMA_CHECK to the owner (skipped when it is this process);
+                    other host: RDMA_DATA (where its data server is; asked once);
+                    the reply, or the owner's loss, arrives here
     worker threads  the copies: process_vm_readv/writev (or memmove for our own
                     buffers), a large one split across threads, in chunks
+    net threads     other host: FETCH / STORE requests on pooled data connections,
+                    a large copy split across several connections
     any of them     the first failure, or the deadline, completes the future;
-                    unfinished copies stop at their next chunk
+                    unfinished copies stop at their next chunk, and data
+                    connections still in use are shut down
 
 Nothing runs on the owner's actor threads, and nothing waits without a
-deadline: the check is a Collector that fails at once if the owner's proc
-is lost, and the deadline fails the future with ``TimeoutError``.
+deadline: the owner's proc is watched for the whole transfer (its loss
+fails the future at once), and the deadline fails it with ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -21,24 +27,29 @@ from __future__ import annotations
 import concurrent.futures
 import errno
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._actor.collect import Collector, set_future
+from .._actor.collect import Collector, decode_reply, set_future
 from .._actor.future import Future
 from .._errors import InternalError, SupervisionError
 from .._runtime.host import ensure_runtime
 from .._runtime.runtime import Runtime
-from . import registry, vm
+from .._transport.auth import AuthError
+from .._wire.frame import Frame
+from .._wire.ids import PortId, ProcId
+from . import net, registry, vm
 from .errors import RDMAError, RDMAOwnerLostError
 from .memory import LocalMemory
 
 if TYPE_CHECKING:
     from .buffer import RDMABuffer
 
-__all__ = ["Op", "Transfer", "check_timeout"]
+__all__ = ["Op", "Transfer", "check_timeout", "same_host"]
 
 SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
 PART_MIN = 16 << 20  # ... into parts of at least this many bytes
@@ -55,6 +66,20 @@ class Op(NamedTuple):
     def describe(self) -> str:
         verb = "write_from" if self.write else "read_into"
         return f"{verb} of {self.nbytes} bytes {'to' if self.write else 'from'} {self.buf}"
+
+
+def same_host(buf: RDMABuffer, rt: Runtime) -> bool:
+    """True if ``process_vm`` can reach ``buf``'s owner from this process.
+
+    The owner must run under this kernel and pid namespace *and* on this
+    runtime host: the host token is what the runtime goes by to pick a Unix
+    socket over TCP, so a worker of another host on this machine (a
+    ``ProcessJob``, a network namespace) is another host here too.
+    """
+    if buf._host != vm.host_key():
+        return False
+    token = next((e[5:] for e in buf._owner_proc.addr.split(";") if e.startswith("host:")), None)
+    return token is None or token == rt.host
 
 
 def check_timeout(timeout: Any) -> float:
@@ -116,9 +141,12 @@ class Transfer:
         self._left = 0  # owner checks and copy parts not yet done
         self._timer: Any = None
         self._rt: Runtime | None = None
+        self._deadline = 0.0  # time.monotonic() at which the transfer times out
+        self._socks: set[socket.socket] = set()  # data connections in use (other hosts)
 
     def start(self) -> Future[None]:
         rt = self._rt = ensure_runtime()
+        self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int], list[Op]] = {}
         for op in self.ops:
             groups.setdefault((op.buf._owner_proc.name, op.buf._pid), []).append(op)
@@ -128,12 +156,15 @@ class Transfer:
             return Future._create(self.cf, self.what)
         rt.call_soon(self._arm)
         self.cf.add_done_callback(lambda _: self._disarm_soon())
+        self.cf.add_done_callback(lambda _: self._shut_sockets())
         me = (rt.proc_id.name, os.getpid())
         for key, ops in groups.items():
             if key == me:
                 self._checked(ops, [registry.check(*_entry(op)) for op in ops], local=True)
-            else:
+            elif same_host(ops[0].buf, rt):
                 self._check_remote(rt, ops)
+            else:
+                self._start_net(rt, key, ops)
         return Future._create(self.cf, self.what)
 
     # -- deadline (I/O thread) --
@@ -161,11 +192,12 @@ class Transfer:
         self._timer = None
         if self.cf.done():
             return
-        self._fail(
-            TimeoutError(
-                f"{self.what} timed out after {self.timeout:g} s (waiting for "
-                f"{self._pending_text()}); it may have moved part of the bytes"
-            )
+        self._fail(self._timeout_error())
+
+    def _timeout_error(self) -> TimeoutError:
+        return TimeoutError(
+            f"{self.what} timed out after {self.timeout:g} s (waiting for "
+            f"{self._pending_text()}); it may have moved part of the bytes"
         )
 
     def _pending_text(self) -> str:
@@ -201,31 +233,145 @@ class Transfer:
         """The owner answered for ``ops``: fail on the first bad handle, else copy."""
         for op, why in zip(ops, answers, strict=True):
             if why is not None:
-                self._fail(
-                    RDMAError(
-                        f"{self._label(op)} failed: the buffer cannot be used: {why} (its "
-                        f"owner {op.buf.owner} no longer holds the memory). A buffer cannot "
-                        "be used after drop(); register the memory again with RDMABuffer(data)",
-                        buffer=str(op.buf),
-                        owner=op.buf.owner,
-                    )
-                )
+                self._fail(self._unusable(op, why))
                 return
         if self.cf.done():
             return
         parts = [(op, off, n) for op in ops for off, n in _split(op.nbytes)]
+        self._launch(_executor(), self._run_part, [(*part, local) for part in parts])
+
+    def _unusable(self, op: Op, why: str) -> RDMAError:
+        return RDMAError(
+            f"{self._label(op)} failed: the buffer cannot be used: {why} (its "
+            f"owner {op.buf.owner} no longer holds the memory). A buffer cannot "
+            "be used after drop(); register the memory again with RDMABuffer(data)",
+            buffer=str(op.buf),
+            owner=op.buf.owner,
+        )
+
+    def _launch(self, pool: Any, run: Callable[..., None], parts: list[Any]) -> None:
+        """Run ``run(*part)`` for every part on ``pool``; the group they replace is done."""
         with self._lock:
             self._left += len(parts) - 1
             last = self._left == 0
-        pool = _executor()
-        for op, off, n in parts:
+        for part in parts:
             try:
-                pool.submit(self._run_part, op, off, n, local)
+                pool.submit(run, *part)
             except RuntimeError as e:  # the interpreter is shutting down
-                self._fail(RDMAError(f"{self.what} failed: {e}", buffer=str(op.buf)))
+                self._fail(RDMAError(f"{self.what} failed: {e}", buffer=str(part[0].buf)))
                 return
         if last:
             set_future(self.cf, True, None)
+
+    def _part_done(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            set_future(self.cf, True, None)
+
+    # -- other hosts: data connections (net threads) --
+
+    def _start_net(self, rt: Runtime, key: tuple[str, int], ops: list[Op]) -> None:
+        """Watch the owner for the whole transfer; learn its data server; then send parts."""
+        if self.cf.done():
+            return
+        owner = rt.resolve(ops[0].buf._owner_proc)
+        watch = _OwnerWatch(self, rt, owner, key, ops)
+        self.cf.add_done_callback(lambda _: watch.close())
+        reason = rt.watch(owner, watch.port.port)
+        if reason is not None:
+            watch.peer_lost(owner.name, reason)
+            return
+        if net.known_address(key) is not None:
+            self._net_parts(key, ops)
+            return
+        rt.send(
+            owner,
+            (net.RDMA_DATA, watch.port, 0),
+            on_fail=lambda reason: watch.peer_lost(owner.name, reason),
+        )
+
+    def _net_parts(self, key: tuple[str, int], ops: list[Op]) -> None:
+        if self.cf.done():
+            return
+        parts = [(op, off, n, key) for op in ops for off, n in net.split(op.nbytes)]
+        self._launch(net.executor(), self._run_net_part, parts)
+
+    def _run_net_part(self, op: Op, off: int, n: int, key: tuple[str, int]) -> None:
+        if self.cf.done():
+            return
+        rt = self._rt
+        assert rt is not None
+        try:
+            net.request(
+                key, rt.secret, self._deadline, self._track, self._untrack,
+                net.STORE if op.write else net.FETCH, _entry(op), off, op.local.addr + off, n,
+            )  # fmt: skip
+        except net.Refused as e:
+            self._fail(self._unusable(op, str(e)))
+            return
+        except AuthError as e:
+            self._fail(
+                RDMAError(
+                    f"{self._label(op)} failed: the data connection to the owner {op.buf.owner} "
+                    f"(proc {op.buf._owner_proc.name}) failed authentication: {e}. Both ends "
+                    "must use the same job secret",
+                    buffer=str(op.buf),
+                    owner=op.buf.owner,
+                )
+            )
+            return
+        except (net.Closed, ConnectionResetError, BrokenPipeError, ConnectionRefusedError) as e:
+            if not self.cf.done():  # else: we shut the connection down ourselves
+                why = f"its process exited during the transfer (the data connection broke: {e})"
+                self._fail(_owner_lost(self._label(op), op.buf, why, e))
+            return
+        except OSError as e:  # includes a connect that timed out
+            if self.cf.done():
+                return
+            if time.monotonic() >= self._deadline:
+                self._fail(self._timeout_error())
+                return
+            err = RDMAError(
+                f"{self._label(op)} failed: the data connection to the owner {op.buf.owner} "
+                f"(proc {op.buf._owner_proc.name}) failed: {e}",
+                buffer=str(op.buf),
+                owner=op.buf.owner,
+            )
+            err.__cause__ = e
+            self._fail(err)
+            return
+        except Exception as e:  # pragma: no cover - a bug
+            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+            return
+        self._part_done()
+
+    def _track(self, sock: socket.socket) -> bool:
+        """Note a data connection in use; False if the transfer is already over."""
+        with self._lock:
+            if self.cf.done():
+                return False
+            self._socks.add(sock)
+            return True
+
+    def _untrack(self, sock: socket.socket) -> bool:
+        """Done with ``sock``; False if the transfer ended (and shut it down) meanwhile."""
+        with self._lock:
+            if sock in self._socks:
+                self._socks.discard(sock)
+                return True
+            return False
+
+    def _shut_sockets(self) -> None:
+        """The transfer is over: wake every net thread still blocked on a connection."""
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     # -- copies (worker threads) --
 
@@ -252,11 +398,7 @@ class Transfer:
             self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
             return
         if finished:
-            with self._lock:
-                self._left -= 1
-                last = self._left == 0
-            if last:
-                set_future(self.cf, True, None)
+            self._part_done()
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
@@ -264,6 +406,52 @@ class Transfer:
     def _label(self, op: Op) -> str:
         """Names ``op`` in an error: the op itself, within its batch if there is one."""
         return op.describe() if len(self.ops) == 1 else f"{self.what}: {op.describe()}"
+
+
+class _OwnerWatch:
+    """A port that hears the owner's data address and, until the transfer ends, its loss."""
+
+    def __init__(
+        self, transfer: Transfer, rt: Runtime, owner: ProcId, key: tuple[str, int], ops: list[Op]
+    ) -> None:
+        self.transfer = transfer
+        self.rt = rt
+        self.owner = owner
+        self.key = key
+        self.ops = ops
+        self.answered = False
+        self.port: PortId = rt.open_port(self)
+
+    def deliver(self, frame: Frame) -> None:  # I/O thread: the answer to RDMA_DATA
+        if self.answered:
+            return
+        self.answered = True
+        t, op = self.transfer, self.ops[0]
+        ok, value = decode_reply(frame, f"the RDMA data address of {op.buf}")
+        if not ok:
+            t._fail(value)
+            return
+        host, port, why = value
+        if why is not None:
+            t._fail(
+                RDMAError(
+                    f"{t._label(op)} failed: the owner {op.buf.owner} (proc {self.owner.name}) "
+                    f"cannot serve it to another host: {why}",
+                    buffer=str(op.buf),
+                    owner=op.buf.owner,
+                )
+            )
+            return
+        net.remember_address(self.key, (host, port))
+        t._net_parts(self.key, self.ops)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        t, op = self.transfer, self.ops[0]
+        t._fail(_owner_lost(t._label(op), op.buf, reason))
+
+    def close(self) -> None:
+        self.rt.close_port(self.port.port)
+        self.rt.unwatch([self.owner.name], self.port.port)
 
 
 def _entry(op: Op) -> tuple[int, int, int]:

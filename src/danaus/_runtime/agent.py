@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import secrets
 import signal
@@ -38,6 +39,19 @@ __all__ = [
 ]
 
 SPAWN_PROCS, KILL_PROCS, ATTACH, SHUTDOWN_HOST = 10, 11, 12, 13
+
+log = logging.getLogger("danaus.agent")
+
+
+def _with_ip(proc: ProcId, ip: str) -> ProcId:
+    """``proc`` with the host part of its TCP address replaced by ``ip``."""
+    entries = []
+    for e in proc.addr.split(";"):
+        if e.startswith("tcp://"):
+            port = e.rsplit(":", 1)[1]
+            e = f"tcp://[{ip}]:{port}" if ":" in ip else f"tcp://{ip}:{port}"
+        entries.append(e)
+    return ProcId(proc.name, ";".join(entries))
 
 
 def describe_exit(status: int) -> str:
@@ -92,10 +106,19 @@ class Agent:
             )
             self.rt.reply(port, 0, STATUS_EXC, (err, ""))
             return
+        if self.rt.is_lost(client.name) is not None:
+            self.rt.forget_peer(client.name)  # the same client, back after a partition
+        if conn.tcp:
+            # Reach the client at the address its connection came from: that one works
+            # from here, whatever the client chose to advertise.
+            client = _with_ip(client, conn.sock.getpeername()[0])
+            self.rt.learn(client)
         self.client = client
         local_ip = conn.sock.getsockname()[0] if conn.tcp else "127.0.0.1"
         info = {"name": self.rt.proc_id.name, "host": self.rt.host, "ip": local_ip}
-        self.rt.reply(port, 0, STATUS_OK, info)
+        self.rt.reply(
+            port, 0, STATUS_OK, info, on_fail=lambda r: log.error("attach reply lost: %s", r)
+        )
 
     def _on_lost(self, name: str, reason: str) -> None:
         if self.client is not None and name == self.client.name:
@@ -118,8 +141,13 @@ class Agent:
                     "agent": self.rt.proc_id,
                     "host": self.rt.host,
                     "secret": self.rt.secret,
-                    "tcp_advertise": boot.get("tcp_advertise_override") or local_ip,
+                    "tcp_advertise": local_ip or boot.get("tcp_advertise"),
                 }
+                client = self.client
+                if client is not None:  # the address that reaches the client from here
+                    for key in ("owner", "client"):
+                        if boot.get(key) is not None and boot[key].name == client.name:
+                            boot[key] = client
             self.procs[proc.name] = (proc, requester)
             write_msg(self.req_w, ("fork", proc.name, boot))
 

@@ -64,6 +64,8 @@ CALL, REPLY, HELLO, READY, LOST, BOUNCE, PING = 1, 2, 3, 4, 5, 6, 7
 # has been silent this long is declared lost (a partitioned or frozen host).
 HEARTBEAT_INTERVAL = float(os.environ.get("DANAUS_HEARTBEAT_INTERVAL", "0.5"))
 HEARTBEAT_TIMEOUT = float(os.environ.get("DANAUS_HEARTBEAT_TIMEOUT", "5.0"))
+# How long a call to an actor not (yet) on this proc waits for its SPAWN.
+EARLY_HOLD = 1.0
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
@@ -134,6 +136,7 @@ class Runtime:
         self._peers: dict[str, _Peer] = {}
         self._inbound: dict[str, Connection] = {}
         self._accepted: set[Connection] = set()
+        self._early: dict[tuple[str, int], list[tuple[Connection, Frame]]] = {}
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
@@ -202,7 +205,10 @@ class Runtime:
             if conn.closed or not conn.tcp:
                 continue
             if now - conn.last_recv > HEARTBEAT_TIMEOUT:
-                conn.fail_now(f"no heartbeat from the peer for {HEARTBEAT_TIMEOUT:.1f} s")
+                conn.fail_now(
+                    f"no heartbeat for {HEARTBEAT_TIMEOUT:.1f} s: the host is unreachable "
+                    "(partitioned) or frozen"
+                )
                 continue
             if conn.authenticated and now - conn.last_send > HEARTBEAT_INTERVAL:
                 ping = ping or encode_frame((PING,))
@@ -296,7 +302,12 @@ class Runtime:
         if self._inbound.get(proc.name) is conn:
             del self._inbound[proc.name]
         peer = self._peers.get(proc.name)
-        reason = "it stopped" if peer is not None and peer.stopping else "its process exited"
+        if peer is not None and peer.stopping:
+            reason = "it stopped"
+        elif exc is None or "EOF" in str(exc):
+            reason = "its process exited"
+        else:
+            reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
         self._lose_soon(proc.name, f"the connection from proc {proc.name} closed: {reason}")
 
     # How long to wait for the host agent's report of how a proc we spawned
@@ -469,6 +480,29 @@ class Runtime:
             peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
             peer.stopping = True
 
+    def forget_peer(self, name: str) -> None:
+        """Forget all we know of proc ``name`` (lost included): it came back (re-attach).
+
+        Only for peers whose name is reused on purpose (a worker agent and its
+        client across a healed partition); procs never reuse names.
+        """
+        with self._lock:
+            peer = self._peers.pop(name, None)
+            self.exited.pop(name, None)
+            self._watchers.pop(name, None)
+            self._lost_waiters.pop(name, None)
+        if peer is not None and peer.conn is not None and not peer.conn.closed:
+            peer.conn.close()
+
+    def learn(self, proc: ProcId) -> None:
+        """Use ``proc``'s address (a better one than it advertises) from now on."""
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is None:
+                self._peers[proc.name] = _Peer(proc, pending=False)
+            else:
+                peer.proc = proc
+
     def resolve(self, proc: ProcId) -> ProcId:
         """``proc`` with the freshest address known here (procs report theirs when READY)."""
         if proc.name == self.proc_id.name:
@@ -569,11 +603,30 @@ class Runtime:
     # -- mailboxes ----------------------------------------------------------
 
     def _on_call(self, conn: Connection, frame: Frame) -> None:
-        _, mesh, rank, method, port, index = frame.header[:6]
+        mesh, rank = frame.header[1], frame.header[2]
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
             mb.deliver(frame, conn.peer)
             return
+        # The actor may be spawning right now: the spawner's SPAWN and a third
+        # party's call travel on different connections. Hold the call briefly.
+        early = self._early.setdefault((mesh, rank), [])
+        early.append((conn, frame))
+        if len(early) == 1:
+            self.loop.call_later(EARLY_HOLD, self._early_expired, (mesh, rank))
+
+    def mailbox_added(self, key: tuple[str, int]) -> None:
+        """A mailbox was registered (I/O thread): deliver the calls that came first."""
+        mb = self.mailboxes[key]
+        for conn, frame in self._early.pop(key, []):
+            mb.deliver(frame, conn.peer)
+
+    def _early_expired(self, key: tuple[str, int]) -> None:
+        for _conn, frame in self._early.pop(key, []):
+            self._no_such_actor(frame)
+
+    def _no_such_actor(self, frame: Frame) -> None:
+        _, mesh, rank, method, port, index = frame.header[:6]
         reason = f"no actor {mesh}[{rank}] on proc {self.proc_id.name}"
         if port is None and len(frame.header) > 8 and frame.header[8] is not None:
             self.bounce(frame.header[8], f"{mesh}[{rank}].{method}()", reason)

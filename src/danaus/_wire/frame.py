@@ -18,6 +18,7 @@ memory and its buffers are views of it (no further copy).
 from __future__ import annotations
 
 import mmap
+import os
 import pickle
 import struct
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ _PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
 _LEN = struct.Struct("<Q")
 _FIXED = _PREFIX.size - 8  # bytes counted in `total` before the buffer lengths
 
-DEFAULT_MAX_FRAME = 64 << 30
+DEFAULT_MAX_FRAME = int(os.environ.get("DANAUS_MAX_FRAME", str(64 << 30)))
 MAX_BUFFERS = 4096
 MAX_HEADER = 1 << 20
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
@@ -167,7 +168,10 @@ class FrameDecoder:
                 continue
             if total + 8 > len(self._staging):
                 # Large frame: receive the rest straight into its own memory.
-                big = _alloc(total)
+                try:
+                    big = _alloc(total)
+                except (MemoryError, OSError, ValueError, OverflowError) as e:
+                    raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
                 have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0

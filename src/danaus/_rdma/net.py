@@ -1,0 +1,479 @@
+"""The data plane across hosts: registered bytes over a dedicated, authenticated TCP connection.
+
+When a buffer's owner runs on another host, ``process_vm_readv`` cannot reach
+it, so its bytes travel over TCP. Not over the message connection: over a
+*data connection* of their own, served by threads of the data plane (never
+an actor thread, never the I/O thread), that sends straight from the
+registered memory and receives straight into the destination::
+
+    requester (caller thread)                      owner
+      RDMA_DATA(port, 0) ───── message conn ─────► I/O thread: start the data server once
+                 ◄──────── REPLY((host, port)) ──    (a listener and an accept thread)
+    requester (net worker threads)
+      connect, HMAC handshake ── data conn ──────► a data thread per connection
+      FETCH(id, addr, size, off, n) ─────────────►   look the id up in the registry,
+      recv_into(dst) ◄─────── status | n bytes ───   send from the registered memory
+      STORE(id, addr, size, off, n) | n bytes ───►   recv_into(the registered memory),
+                     ◄─────── status ─────────────   then the status
+
+- The data server's address is asked once per owner process (frame kind
+  ``RDMA_DATA = 42``, answered on the owner's I/O thread) and cached.
+- Connections are authenticated with the job secret exactly like the
+  runtime's (``_transport/auth.py``: mutual HMAC-SHA256 challenge-response
+  before any request is read), and kept in a small pool per owner for reuse.
+- A transfer is split into a few parts, each on its own connection, so a
+  large copy uses several streams (and cores) at once.
+- Nothing waits forever: the requester shuts its sockets down when its
+  transfer fails or times out (a blocked ``recv`` returns at once), and the
+  owner's data threads end when their connection does.
+
+Wire format (little-endian), after the handshake::
+
+    request   u8 op | u64 buffer id | u64 addr | u64 size | u64 offset | u64 nbytes
+              (STORE: followed by nbytes bytes)
+    response  u8 status | u32 message length | message (utf-8)
+              (FETCH with status OK: followed by nbytes bytes)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .._runtime.runtime import STATUS_OK, Runtime
+from .._transport.auth import AuthError, Handshake
+from .._wire.frame import Frame
+from . import registry
+
+__all__ = [
+    "FETCH",
+    "RDMA_DATA",
+    "STORE",
+    "Refused",
+    "executor",
+    "forget",
+    "install",
+    "known_address",
+    "remember_address",
+    "request",
+    "split",
+]
+
+RDMA_DATA = 42  # (RDMA_DATA, port, index) -> REPLY((host, port, None) | (None, None, why))
+
+FETCH, STORE = 1, 2
+_OK, _REFUSED = 0, 1
+_REQ = struct.Struct("<BQQQQQ")
+_RESP = struct.Struct("<BI")
+
+HANDSHAKE_TIMEOUT = 5.0  # as the runtime's connections
+CONNECT_TIMEOUT = 10.0
+STREAMS = max(1, int(os.environ.get("DANAUS_RDMA_STREAMS", "4")))  # parts of one large copy
+SPLIT_MIN = 8 << 20  # a copy at least this large is split across STREAMS connections
+PART_MIN = 4 << 20  # ... into parts of at least this many bytes
+POOL_MAX = 16  # idle connections kept per owner
+_DRAIN = 1 << 20
+_REFUSAL = bytes(32)  # in place of the server's MAC: fails the client's check
+
+
+class Refused(Exception):
+    """The owner refused a request (the buffer was dropped, ...); ``str`` says why."""
+
+
+class Closed(ConnectionError):
+    """The data connection ended in the middle of a request (EOF)."""
+
+
+def split(nbytes: int) -> list[tuple[int, int]]:
+    """``(offset, length)`` parts of a copy: one, or up to ``STREAMS`` for a large copy."""
+    if nbytes < SPLIT_MIN:
+        return [(0, nbytes)] if nbytes else []
+    n = max(1, min(STREAMS, nbytes // PART_MIN))
+    step = -(-nbytes // n)
+    step = (step + 4095) & ~4095
+    return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
+
+
+def _view(addr: int, nbytes: int) -> memoryview:
+    """A writable byte view of ``nbytes`` of this process's memory at ``addr`` (no copy).
+
+    The caller keeps the object that owns the memory alive while it uses the view.
+    """
+    return memoryview((ctypes.c_char * nbytes).from_address(addr)).cast("B")
+
+
+def _tune(sock: socket.socket) -> None:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, opt, value)
+            except OSError:  # pragma: no cover - a platform without it
+                pass
+
+
+def _send_all(sock: socket.socket, parts: list[Any]) -> None:
+    """Send ``parts`` back to back, in as few system calls as the kernel allows."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        sent = sock.sendmsg(views)
+        while sent and views:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    _recv_into(sock, memoryview(buf))
+    return bytes(buf)
+
+
+def _recv_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` from ``sock``; ``Closed`` on EOF before it is full."""
+    got, n = 0, len(view)
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise Closed(f"the peer closed the data connection ({got} of {n} bytes received)")
+        got += k
+
+
+def _handshake(sock: socket.socket, secret: bytes | None, role: Any) -> None:
+    """Run the job-secret handshake on a blocking socket (as the runtime's connections do)."""
+    if secret is None:
+        return
+    hs = Handshake(secret, role)
+    first = hs.start()
+    if first:
+        sock.sendall(first)
+    while not hs.done:
+        try:
+            out = hs.feed(_recv_exact(sock, hs.want()))
+        except AuthError:
+            if role == "server":
+                # Say so instead of just closing: to the client, a bare EOF means that
+                # the owner's process is gone, this means "wrong secret" (a bad MAC).
+                sock.sendall(_REFUSAL)
+            raise
+        if out:
+            sock.sendall(out)
+
+
+# -- the owner's side: the data server --------------------------------------------------
+
+
+class _Server:
+    """A listener on the runtime's TCP interface and one daemon thread per connection."""
+
+    def __init__(self, rt: Runtime) -> None:
+        # The same interface the runtime's authenticated TCP listener is bound to.
+        listener = getattr(rt, "_tcp_listener", None)
+        if listener is None or rt.tcp_advertise is None:
+            raise RuntimeError(
+                f"proc {rt.proc_id.name} does not listen on TCP, so no other host can reach it"
+            )
+        bind = listener.getsockname()[0]
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        self.rt = rt
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((bind, 0))
+        self.sock.listen(128)
+        self.address = (rt.tcp_advertise, self.sock.getsockname()[1])
+        self.pid = os.getpid()
+        threading.Thread(target=self._accept, name="danaus-rdma-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                s, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(
+                target=_serve, args=(s, self.rt.secret), name="danaus-rdma-data", daemon=True
+            ).start()
+
+
+def _serve(sock: socket.socket, secret: bytes | None) -> None:
+    """Answer the requests of one data connection until it closes (a data thread)."""
+    try:
+        _tune(sock)
+        sock.settimeout(HANDSHAKE_TIMEOUT)
+        _handshake(sock, secret, "server")
+        sock.settimeout(None)
+        head = bytearray(_REQ.size)
+        while True:
+            try:
+                _recv_into(sock, memoryview(head))
+            except Closed:
+                return
+            op, buffer_id, addr, size, offset, nbytes = _REQ.unpack(head)
+            if op not in (FETCH, STORE):
+                return  # not our protocol: close
+            reg, why = registry.lookup(buffer_id, addr, size)
+            if reg is not None and offset + nbytes > reg.nbytes:
+                why = f"a request for bytes {offset}..{offset + nbytes} is out of range"
+            elif reg is not None and op == STORE and reg.readonly:
+                why = "it is read-only"
+            if why is not None or reg is None:
+                if op == STORE:
+                    _drain(sock, nbytes)
+                msg = (why or "it is not registered").encode()
+                sock.sendall(_RESP.pack(_REFUSED, len(msg)) + msg)
+                continue
+            # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
+            view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
+            if op == FETCH:
+                _send_all(sock, [_RESP.pack(_OK, 0), view])
+            else:
+                _recv_into(sock, view)
+                sock.sendall(_RESP.pack(_OK, 0))
+            del view, reg
+    except (OSError, AuthError):
+        pass  # the requester went away or failed the handshake: it hears from its side
+    finally:
+        try:
+            sock.close()
+        except OSError:  # pragma: no cover
+            pass
+
+
+def _drain(sock: socket.socket, nbytes: int) -> None:
+    scratch = memoryview(bytearray(min(nbytes, _DRAIN) or 1))
+    left = nbytes
+    while left:
+        k = sock.recv_into(scratch, min(left, len(scratch)))
+        if k == 0:
+            raise Closed("the requester closed the data connection")
+        left -= k
+
+
+_server: _Server | None = None
+
+
+def _server_address(rt: Runtime) -> tuple[str, int]:
+    """Start this process's data server on first use (I/O thread); its ``(host, port)``."""
+    global _server
+    if _server is None or _server.pid != os.getpid() or _server.rt is not rt:
+        _server = _Server(rt)
+    return _server.address
+
+
+def _on_data_address(rt: Runtime, frame: Frame) -> None:
+    _, port, index = frame.header
+    try:
+        host, tcp_port = _server_address(rt)
+        answer: tuple[Any, ...] = (host, tcp_port, None)
+    except (OSError, RuntimeError) as e:
+        answer = (None, None, f"its data server could not start: {e}")
+    rt.reply(port, index, STATUS_OK, answer)
+
+
+def install(rt: Runtime) -> None:
+    """Answer ``RDMA_DATA`` on ``rt``, and forget pooled connections to procs it loses."""
+    if rt.handlers.get(RDMA_DATA) is None:
+        rt.handlers[RDMA_DATA] = lambda conn, frame: _on_data_address(rt, frame)
+        rt.lost_callbacks.append(lambda name, reason: forget(name))
+
+
+# -- the requester's side: pooled connections -------------------------------------------
+
+
+class Pool:
+    """Daemon threads that run the network parts of transfers, started as needed.
+
+    Separate from the copy threads: a part waiting on a slow or stopped owner
+    must not hold up copies on this host. Daemon threads, unlike a
+    ``ThreadPoolExecutor``'s, never hold up the interpreter's exit while a
+    part waits on a stopped owner (the part's deadline would end it anyway).
+    """
+
+    def __init__(self, max_threads: int) -> None:
+        self.max_threads = max_threads
+        self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]]
+        self._tasks = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            if self._idle:  # a waiting thread will take it
+                self._idle -= 1
+                start = False
+            else:  # all busy: another thread, up to the limit (then it queues)
+                start = self._threads < self.max_threads
+                self._threads += start
+        self._tasks.put((fn, args))
+        if start:
+            threading.Thread(target=self._work, name="danaus-rdma-net", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            fn, args = self._tasks.get()
+            try:
+                fn(*args)
+            except BaseException:  # pragma: no cover - the parts report their own errors
+                pass
+            with self._lock:
+                self._idle += 1
+
+
+_lock = threading.Lock()
+_pid = 0
+_addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (owner proc, pid) -> data server
+_idle: dict[tuple[str, int], list[socket.socket]] = {}
+_pool: Pool | None = None
+
+
+def _reset_after_fork() -> None:
+    global _pid, _pool
+    if _pid != os.getpid():
+        _pid = os.getpid()
+        _addresses.clear()
+        _idle.clear()  # the parent's sockets: not ours to use (closed with the process)
+        _pool = None
+
+
+def executor() -> Pool:
+    """The threads that run network parts (made on first use; remade after a fork)."""
+    global _pool
+    with _lock:
+        _reset_after_fork()
+        if _pool is None:
+            _pool = Pool(max(8, min(32, 4 * (os.cpu_count() or 1))))
+        return _pool
+
+
+def known_address(key: tuple[str, int]) -> tuple[str, int] | None:
+    with _lock:
+        _reset_after_fork()
+        return _addresses.get(key)
+
+
+def remember_address(key: tuple[str, int], address: tuple[str, int]) -> None:
+    with _lock:
+        _reset_after_fork()
+        _addresses[key] = address
+
+
+def forget(proc: str) -> None:
+    """Close the idle connections to proc ``proc`` (it was lost) and forget its address."""
+    with _lock:
+        keys = [k for k in _addresses if k[0] == proc] + [k for k in _idle if k[0] == proc]
+        socks = []
+        for key in keys:
+            _addresses.pop(key, None)
+            socks.extend(_idle.pop(key, []))
+    for s in socks:
+        _close(s)
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:  # pragma: no cover
+        pass
+
+
+def _take(key: tuple[str, int]) -> socket.socket | None:
+    with _lock:
+        _reset_after_fork()
+        idle = _idle.get(key)
+        return idle.pop() if idle else None
+
+
+def _give_back(key: tuple[str, int], sock: socket.socket) -> None:
+    with _lock:
+        idle = _idle.setdefault(key, [])
+        if len(idle) < POOL_MAX and key in _addresses:
+            idle.append(sock)
+            return
+    _close(sock)
+
+
+def connect(
+    address: tuple[str, int], secret: bytes | None, timeout: float, track: Any
+) -> socket.socket:
+    """A new authenticated data connection to ``address``.
+
+    ``track(sock)`` is called before connecting (so the caller can shut it
+    down to abort); if it returns False the transfer is over: ``Closed``.
+    """
+    host, port = address
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    if not track(sock):
+        _close(sock)
+        raise Closed("the transfer is over")
+    try:
+        _tune(sock)
+        sock.settimeout(max(0.001, min(timeout, CONNECT_TIMEOUT)))
+        sock.connect((host, port))
+        sock.settimeout(max(0.001, min(timeout, HANDSHAKE_TIMEOUT)))
+        _handshake(sock, secret, "client")
+        sock.settimeout(None)
+    except BaseException:
+        _close(sock)
+        raise
+    return sock
+
+
+def request(
+    key: tuple[str, int],
+    secret: bytes | None,
+    deadline: float,
+    track: Any,
+    untrack: Any,
+    op: int,
+    entry: tuple[int, int, int],
+    offset: int,
+    local_addr: int,
+    nbytes: int,
+) -> None:
+    """One FETCH or STORE of ``nbytes`` at ``offset`` of buffer ``entry`` (a net thread).
+
+    ``local_addr`` is where the bytes land (FETCH) or come from (STORE); the
+    caller keeps that memory alive. Raises ``Refused`` (the owner said no),
+    ``Closed`` / ``OSError`` (the connection failed), ``AuthError``.
+    """
+    address = known_address(key)
+    if address is None:  # pragma: no cover - the caller asked for it first
+        raise Closed("the owner's data server is not known")
+    sock = _take(key)
+    if sock is not None and not track(sock):
+        _give_back(key, sock)
+        raise Closed("the transfer is over")
+    if sock is None:
+        sock = connect(address, secret, deadline - time.monotonic(), track)
+    ok = False
+    try:
+        buffer_id, addr, size = entry
+        head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
+        view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
+        _send_all(sock, [head, view] if op == STORE else [head])
+        status, mlen = _RESP.unpack(_recv_exact(sock, _RESP.size))
+        if status != _OK:
+            why = _recv_exact(sock, mlen).decode(errors="replace")
+            ok = True  # the connection is still in a good state
+            raise Refused(why)
+        if op == FETCH and nbytes:
+            _recv_into(sock, view)
+        del view
+        ok = True
+    finally:
+        if untrack(sock) and ok:
+            _give_back(key, sock)
+        else:
+            _close(sock)

@@ -1,0 +1,108 @@
+"""Attaching to workers on several hosts, spawning across them, and calling across hosts.
+
+Every host is a network namespace (see ``conftest.py``); an actor proves where
+it runs by the inode of its network namespace, which the kernel fixes per
+namespace, and by the TCP address its proc advertises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from danaus.actor import Actor, ActorMesh, endpoint, this_host
+
+from .conftest import TIMEOUT, Facts, Probe, where_am_i
+
+
+def test_attach_to_workers_gives_a_host_mesh_of_one_host_per_worker(hosts, net) -> None:
+    assert hosts.sizes == {"hosts": len(net)}
+    assert [h.sizes for h in (hosts.slice(hosts=i) for i in range(len(net)))] == [{}] * len(net)
+
+
+def test_spawn_procs_places_procs_row_major_each_in_its_hosts_namespace(procs, net) -> None:
+    assert procs.sizes == {"hosts": len(net), "gpus": 2}
+    probes = procs.spawn("where", Probe)
+    facts = probes.facts.call().get(timeout=TIMEOUT)
+    seen = []
+    for point, f in facts.items():
+        host = net[point["hosts"]]
+        assert f.rank == point.rank == point["hosts"] * 2 + point["gpus"]
+        assert f.coords == {"hosts": point["hosts"], "gpus": point["gpus"]}
+        assert f.netns_inode == host.netns_inode, f"rank {f.rank} is not in {host.netns}"
+        assert f.tcp.startswith(f"tcp://{host.ip}:"), f.tcp
+        seen.append((point["hosts"], point["gpus"]))
+    assert seen == [(h, g) for h in range(len(net)) for g in range(2)]
+    assert len({f.pid for f in facts.values()}) == 2 * len(net)  # one process per proc
+
+
+def test_calls_and_slices_reach_exactly_the_addressed_hosts(procs, net) -> None:
+    probes = procs.spawn("echoes", Probe)
+    everyone = probes.echo.call("hi").get(timeout=TIMEOUT)
+    assert list(everyone.values()) == ["hi"] * (2 * len(net))
+
+    host1 = probes.slice(hosts=1)
+    assert host1.sizes == {"gpus": 2}
+    facts = host1.facts.call().get(timeout=TIMEOUT)
+    assert [f.netns_inode for f in facts.values()] == [net[1].netns_inode] * 2
+    assert [f.rank for f in facts.values()] == [2, 3]  # ranks in the whole mesh
+    assert [f.message_coords for f in facts.values()] == [{"gpus": 0}, {"gpus": 1}]
+
+    one = probes.slice(hosts=2, gpus=1).facts.call_one().get(timeout=TIMEOUT)
+    assert (one.netns_inode, one.rank) == (net[2].netns_inode, 5)
+    assert probes.slice(hosts=0).echo.choose(7).get(timeout=TIMEOUT) == 7
+    streamed = sorted(f.get(timeout=TIMEOUT).rank for f in probes.slice(gpus=0).facts.stream())
+    assert streamed == [0, 2, 4]
+
+
+class Relay(Actor):
+    """Calls a mesh it was handed, from wherever it runs."""
+
+    @endpoint
+    def call_mesh(self, mesh: ActorMesh[Probe]) -> tuple[Facts, list[Facts]]:
+        return where_am_i(), list(mesh.facts.call().get(timeout=TIMEOUT).values())
+
+
+def test_a_mesh_passed_to_an_actor_on_another_host_is_called_from_there(procs, net) -> None:
+    targets = procs.slice(hosts=2).spawn("targets", Probe)
+    relays = procs.slice(hosts=0).spawn("relays", Relay)
+    # Only messages from the spawner are ordered after the spawn: a mesh handed to
+    # a third party must exist before that party calls it.
+    targets.initialized.get(timeout=TIMEOUT)
+    me, answers = relays.slice(gpus=1).call_mesh.call_one(targets).get(timeout=TIMEOUT)
+    assert me.netns_inode == net[0].netns_inode
+    assert [a.netns_inode for a in answers] == [net[2].netns_inode] * 2
+    assert [a.message_coords for a in answers] == [{"gpus": 0}, {"gpus": 1}]
+    # And every relay, on every host, can call a mesh that spans all hosts.
+    everywhere = procs.spawn("everywhere", Probe)
+    all_relays = procs.spawn("all_relays", Relay)
+    everywhere.initialized.get(timeout=TIMEOUT)
+    for _, (_me, got) in all_relays.call_mesh.call(everywhere).get(timeout=TIMEOUT).items():
+        assert [g.netns_inode for g in got] == [h.netns_inode for h in net for _ in range(2)]
+
+
+class Spawner(Actor):
+    """Spawns procs on ``this_host()`` from inside an actor."""
+
+    def __init__(self) -> None:
+        self.inner: Any = None
+
+    @endpoint
+    def spawn_here(self) -> tuple[Facts, list[Facts], ActorMesh[Probe]]:
+        pm = this_host().spawn_procs(per_host={"gpus": 2})
+        pm.initialized.get(timeout=TIMEOUT)
+        self.inner = pm.spawn("inner", Probe)
+        inner = list(self.inner.facts.call().get(timeout=TIMEOUT).values())
+        return where_am_i(), inner, self.inner
+
+
+def test_this_host_inside_an_actor_is_the_host_it_runs_on(procs, net) -> None:
+    spawner = procs.slice(hosts=1, gpus=0).spawn("spawner", Spawner)
+    me, inner, mesh = spawner.spawn_here.call_one().get(timeout=TIMEOUT)
+    assert me.netns_inode == net[1].netns_inode
+    assert [f.netns_inode for f in inner] == [net[1].netns_inode] * 2
+    assert len({f.pid for f in inner} | {me.pid}) == 3  # new processes
+    # The mesh those procs carry is usable from the client too, across hosts, so
+    # they must be reachable over TCP like every proc on a worker host.
+    assert [f.tcp.partition(":")[0] for f in inner] == ["tcp"] * 2, inner
+    again = mesh.facts.call().get(timeout=TIMEOUT)
+    assert [f.netns_inode for f in again.values()] == [net[1].netns_inode] * 2
