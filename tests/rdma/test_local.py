@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from danaus._rdma import vm
+from danaus._wire.ids import ProcId
 from danaus.actor import SupervisionError
 from danaus.rdma import (
     RDMAAction,
@@ -76,14 +77,21 @@ def test_a_handle_pickles_small_and_compares_equal() -> None:
     buf.drop().get(timeout=REPLY_TIMEOUT)
 
 
-def test_a_handle_from_another_host_is_refused_for_now() -> None:
+def test_a_handle_from_an_unreachable_host_fails_with_owner_lost_not_a_hang() -> None:
     buf = RDMABuffer(bytearray(10))
     key = vm.host_key().encode()
     elsewhere = pickle.loads(pickle.dumps(buf).replace(key, b"x" * len(key)))
-    with pytest.raises(NotImplementedError, match="another host"):
-        elsewhere.read_into(bytearray(10))
-    with pytest.raises(NotImplementedError, match="another host"):
-        RDMAAction().write_remote(elsewhere, b"abc")
+    # Another host, and an owner proc this process cannot reach: no address but a
+    # Unix socket that does not exist. (Reachable owners: test_cross_host.py.)
+    name = "p" + "0" * 8
+    elsewhere._owner_proc = ProcId(name, "unix:/nonexistent/danaus.sock;host:elsewhere")
+    assert elsewhere.backend == "tcp"
+    for fut in (
+        elsewhere.read_into(bytearray(10)),
+        RDMAAction().write_remote(elsewhere, b"a").submit(),
+    ):
+        with pytest.raises(RDMAOwnerLostError, match="cannot connect"):
+            fut.get(timeout=REPLY_TIMEOUT)
     buf.drop().get(timeout=REPLY_TIMEOUT)
 
 
