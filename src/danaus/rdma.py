@@ -4,7 +4,9 @@ Bulk bytes never pass through mailboxes: register memory with
 ``RDMABuffer``, send the small handle in any message, and whoever holds it
 copies bytes straight from or into the owner's memory, with no actor of the
 owner taking part. On one host the kernel copies between the two processes
-(``process_vm_readv``/``process_vm_writev``: one copy, no socket).
+(``process_vm_readv``/``process_vm_writev``: one copy, no socket); across
+hosts a separate authenticated data connection, served on the owner's own
+threads, moves the bytes straight from and into the registered memory.
 
 Example::
 

@@ -10,9 +10,10 @@ tensor is recognised only if the caller's program has imported torch already.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 from typing import Any
+
+from . import vm
 
 __all__ = ["LocalMemory", "local_memory", "overlaps"]
 
@@ -110,47 +111,9 @@ def _buffer_memory(obj: Any, role: str) -> LocalMemory:
     return LocalMemory(_address(view), nbytes, view.readonly, view, kind)
 
 
-class _PyBuffer(ctypes.Structure):
-    """CPython's ``Py_buffer`` (stable layout since 3.3; part of the limited API in 3.11)."""
-
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
-_get_buffer.restype = ctypes.c_int
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
-_release_buffer.restype = None
-
-
 def _address(view: memoryview) -> int:
-    """The address of a C-contiguous, non-empty memoryview's first byte.
-
-    ``ctypes.c_char.from_buffer`` refuses read-only memory, so ask CPython
-    for the buffer directly; ``view`` (which the caller keeps) holds the
-    export that keeps the address valid.
-    """
-    if not view.readonly:
-        return ctypes.addressof(ctypes.c_char.from_buffer(view.cast("B")))
-    pb = _PyBuffer()
-    _get_buffer(view, ctypes.byref(pb), 0)  # PyBUF_SIMPLE: contiguous bytes
-    try:
-        return int(pb.buf or 0)
-    finally:
-        _release_buffer(ctypes.byref(pb))
+    """The address of a C-contiguous, non-empty memoryview's first byte."""
+    return vm.address(view)
 
 
 def _short(obj: Any) -> str:
