@@ -9,6 +9,11 @@ __all__ = ["main"]
 
 
 def _worker(args: argparse.Namespace) -> int:
+    import os
+
+    for flag, var in (("tls_cert", "CERT"), ("tls_key", "KEY"), ("tls_ca", "CA")):
+        if getattr(args, flag):
+            os.environ[f"DANAUS_TLS_{var}"] = getattr(args, flag)  # procs inherit it
     import danaus.actor  # noqa: F401  (the zygote preloads the actor layer)
     from danaus._runtime.worker import run_worker_loop_forever
 
@@ -39,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="allow listening on a non-loopback address without a secret",
     )
+    w.add_argument("--tls-cert", help="PEM certificate: makes TCP connections mutual TLS")
+    w.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._errors import SupervisionError
+from .._transport import tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
 from .._transport.conn import Connection
@@ -272,7 +273,15 @@ class Runtime:
             if tcp:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hs = Handshake(self.secret, "server") if tcp and self.secret is not None else None
-            conn = Connection(s, self.loop, self._dispatch, self._on_inbound_closed, handshake=hs)
+            conn = Connection(
+                s,
+                self.loop,
+                self._dispatch,
+                self._on_inbound_closed,
+                handshake=hs,
+                tls=tls.server_context() if tcp else None,
+                server_side=True,
+            )
             conn.tcp = tcp
             self._accepted.add(conn)
 
@@ -381,7 +390,14 @@ class Runtime:
             return
         tcp = entry.startswith("tcp://")
         hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
-        conn = Connection(s, self.loop, self._dispatch, self._on_outbound_closed, handshake=hs)
+        conn = Connection(
+            s,
+            self.loop,
+            self._dispatch,
+            self._on_outbound_closed,
+            handshake=hs,
+            tls=tls.client_context() if tcp else None,
+        )
         conn.tcp = tcp
         conn.peer = peer.proc
         conn.send(encode_frame((HELLO, self.proc_id, *self.offload.hello_extra())))

@@ -16,6 +16,7 @@ import collections
 import errno
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from .auth import Handshake
 __all__ = ["Connection"]
 
 _MAX_IOV = 512
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
 # Sends closer together than this (seconds) are coalesced by the I/O thread.
 COALESCE_WINDOW = float(os.environ.get("DANAUS_COALESCE_WINDOW", "0"))
@@ -45,8 +47,17 @@ class Connection:
         max_frame: int = DEFAULT_MAX_FRAME,
         handshake: Handshake | None = None,
         handshake_timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+        server_side: bool = False,
     ) -> None:
         sock.setblocking(False)
+        self._tls_pending = False
+        if tls is not None:
+            # TLS first (non-blocking, driven by the loop), then the secret's handshake
+            # inside it. SSL sockets have no sendmsg: frames are written part by part.
+            sock = tls.wrap_socket(sock, server_side=server_side, do_handshake_on_connect=False)
+            self._tls_pending = True
+        self.tls = tls is not None
         self.sock = sock
         self.loop = loop
         self.fd = sock.fileno()
@@ -67,11 +78,49 @@ class Connection:
         self._hs = handshake
         self._hs_buf = b""
         if handshake is not None:
-            first = handshake.start()
-            if first:
-                self._raw_send(first)
             loop.call_later(handshake_timeout, self._handshake_deadline, handshake_timeout)
         loop.add_reader(self.fd, self._on_readable)
+        if self._tls_pending:
+            loop.call_soon(self._tls_step)
+        else:
+            self._start_handshake()
+
+    def _start_handshake(self) -> None:
+        if self._hs is not None:
+            first = self._hs.start()
+            if first:
+                self._raw_send(first)
+        elif self._backlog:
+            with self._lock:
+                self._arm_writer_locked()
+
+    def _tls_step(self) -> None:
+        """Advance the TLS handshake (I/O thread)."""
+        if self.closed or not self._tls_pending:
+            return
+        try:
+            self.sock.do_handshake()  # type: ignore[attr-defined]
+        except ssl.SSLWantReadError:
+            self._tls_writer(False)
+            return
+        except ssl.SSLWantWriteError:
+            self._tls_writer(True)
+            return
+        except OSError as e:
+            if e.errno in (errno.ENOTCONN, errno.EAGAIN):  # the TCP connect is in progress
+                self._tls_writer(True)
+                return
+            self._fail(PeerBrokenError(f"TLS handshake failed: {e}"), cause=e)
+            return
+        self._tls_pending = False
+        self._tls_writer(False)
+        self._start_handshake()
+
+    def _tls_writer(self, on: bool) -> None:
+        if on:
+            self.loop.add_writer(self.fd, self._tls_step)
+        else:
+            self.loop.remove_writer(self.fd)
 
     @property
     def authenticated(self) -> bool:
@@ -93,7 +142,7 @@ class Connection:
         assert hs is not None
         try:
             chunk = self.sock.recv(hs.want() - len(self._hs_buf))
-        except (BlockingIOError, InterruptedError):
+        except _WOULD_BLOCK:
             return True
         except OSError as e:
             self._fail(PeerBrokenError(f"read failed during handshake: {e}"), cause=e)
@@ -138,7 +187,7 @@ class Connection:
             now = self.loop.time()
             burst = now - self.last_send < COALESCE_WINDOW
             self.last_send = now
-            if self._backlog or self._hs is not None:
+            if self._backlog or self._hs is not None or self._tls_pending:
                 self._backlog.extend(_views(parts))
                 return
             if burst and COALESCE_WINDOW > 0 and not _on_loop_thread(self.loop):
@@ -148,8 +197,8 @@ class Connection:
                 self._arm_writer_locked()
                 return
             try:
-                sent = self.sock.sendmsg(parts) if len(parts) <= _MAX_IOV else 0
-            except (BlockingIOError, InterruptedError):
+                sent = self._write(parts) if len(parts) <= _MAX_IOV else 0
+            except _WOULD_BLOCK:
                 sent = 0
             except OSError as e:
                 # The reader will notice too; keep the frame so nothing is silently lost.
@@ -181,8 +230,8 @@ class Connection:
             while self._backlog:
                 batch = list(_take(self._backlog, _MAX_IOV))
                 try:
-                    sent = self.sock.sendmsg(batch)
-                except (BlockingIOError, InterruptedError):
+                    sent = self._write(batch)
+                except _WOULD_BLOCK:
                     return
                 except OSError as e:
                     err: BaseException = e
@@ -201,7 +250,28 @@ class Connection:
 
     # -- reading (I/O thread) -------------------------------------------
 
+    def _write(self, parts: list[Any]) -> int:
+        """Write as much of ``parts`` as the socket takes now; returns the bytes written."""
+        if not self.tls:
+            return self.sock.sendmsg(parts)
+        sent = 0
+        for p in parts:
+            view = memoryview(p).cast("B")
+            try:
+                n = self.sock.send(view)
+            except _WOULD_BLOCK:
+                if sent:
+                    return sent
+                raise
+            sent += n
+            if n < len(view):
+                break
+        return sent
+
     def _on_readable(self) -> None:
+        if self._tls_pending:
+            self._tls_step()
+            return
         if self._hs is not None and self._on_handshake_bytes():
             return
         self.last_recv = self.loop.time()
@@ -209,7 +279,7 @@ class Connection:
             buf = self._decoder.buffer()
             try:
                 n = self.sock.recv_into(buf)
-            except (BlockingIOError, InterruptedError):
+            except _WOULD_BLOCK:
                 return
             except OSError as e:
                 self._fail(PeerBrokenError(f"read failed: {e}"), cause=e)
@@ -226,7 +296,7 @@ class Connection:
                 if self.closed:
                     return
                 self._on_frame(self, f)
-            if n < len(buf):
+            if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                 return
 
     # -- closing ------------------------------------------------------------

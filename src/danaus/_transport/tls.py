@@ -1,0 +1,63 @@
+"""Optional TLS for connections between hosts (``ssl`` from the standard library).
+
+Set ``DANAUS_TLS_CERT``, ``DANAUS_TLS_KEY`` and ``DANAUS_TLS_CA`` (PEM files)
+in the client and on every worker (``danaus worker --tls-cert ... --tls-key
+... --tls-ca ...`` sets them): every TCP connection is then mutual TLS, each
+side presenting its certificate and checking the other's against the CA,
+and the job secret's handshake runs inside it. Hostnames are not checked
+(procs are reached by IP address); the CA is what is trusted. Connections on
+one host (Unix sockets) are not affected.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+
+__all__ = ["client_context", "enabled", "server_context"]
+
+
+def _files() -> tuple[str, str, str] | None:
+    cert, key, ca = (os.environ.get(f"DANAUS_TLS_{k}") for k in ("CERT", "KEY", "CA"))
+    if not (cert or key or ca):
+        return None
+    if not (cert and key and ca):
+        raise ValueError(
+            "TLS needs all of DANAUS_TLS_CERT, DANAUS_TLS_KEY and DANAUS_TLS_CA; got "
+            f"cert={cert!r}, key={key!r}, ca={ca!r}"
+        )
+    return cert, key, ca
+
+
+def enabled() -> bool:
+    return _files() is not None
+
+
+@functools.lru_cache(maxsize=1)
+def server_context() -> ssl.SSLContext | None:
+    files = _files()
+    if files is None:
+        return None
+    cert, key, ca = files
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+@functools.lru_cache(maxsize=1)
+def client_context() -> ssl.SSLContext | None:
+    files = _files()
+    if files is None:
+        return None
+    cert, key, ca = files
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False  # peers are addressed by IP; the CA is the trust anchor
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(ca)
+    return ctx
