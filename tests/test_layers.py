@@ -87,6 +87,7 @@ FACADES = {
         "is_rdma_available",
     ],
     "danaus.job": ["JobState", "JobTrait", "LocalJob", "ProcessJob"],
+    "danaus.testing": ["FaultRecorder"],
     "danaus": ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"],
     "danaus.actor": [
         "Accumulator",

@@ -64,13 +64,13 @@ from danaus._runtime.host import ensure_runtime
 from danaus.actor import (
     Actor,
     HostMesh,
-    MeshFailure,
     ProcMesh,
     attach_to_workers,
     context,
     current_rank,
     endpoint,
 )
+from danaus.testing import FaultRecorder
 
 SRC = Path(danaus.actor.__file__).resolve().parents[1]
 IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -384,58 +384,6 @@ def fresh_worker(network: Network, secret: str) -> Iterator[Callable[..., Worker
 
 
 # -- the client ----------------------------------------------------------------------
-
-
-class FaultRecorder:
-    """Stands in for ``unhandled_fault_hook``: records failures, lets tests wait for them."""
-
-    def __init__(self) -> None:
-        self.events: list[MeshFailure] = []
-        self._seen = 0
-        self._cond = threading.Condition()
-
-    def __call__(self, failure: MeshFailure) -> None:
-        with self._cond:
-            self.events.append(failure)
-            self._cond.notify_all()
-
-    def wait_for(
-        self, pred: Callable[[list[MeshFailure]], bool], what: str, timeout: float = TIMEOUT
-    ) -> list[MeshFailure]:
-        """Block until ``pred(new failures)`` holds; returns them and marks them seen."""
-        with self._cond:
-            ok = self._cond.wait_for(lambda: pred(self.events[self._seen :]), timeout)
-            new = self.events[self._seen :]
-            if not ok:
-                raise AssertionError(
-                    f"expected {what} to reach the client within {timeout} s; got "
-                    f"{[str(e) for e in new]}"
-                )
-            self._seen = len(self.events)
-            return new
-
-    def crashed(
-        self, mesh_name: str, ranks: set[int], timeout: float = TIMEOUT
-    ) -> list[MeshFailure]:
-        """Wait for failures of exactly ``ranks`` of ``mesh_name`` (and nothing else)."""
-
-        def got(events: list[MeshFailure]) -> bool:
-            return {r for e in events if e.mesh_name == mesh_name for r in e.crashed_ranks} >= ranks
-
-        events = self.wait_for(got, f"failures of {mesh_name}{sorted(ranks)}", timeout)
-        assert {e.mesh_name for e in events} == {mesh_name}, [str(e) for e in events]
-        assert sorted(r for e in events for r in e.crashed_ranks) == sorted(ranks), [
-            str(e) for e in events
-        ]
-        return events
-
-    def mark_seen(self) -> None:
-        with self._cond:
-            self._seen = len(self.events)
-
-    def unseen(self) -> list[MeshFailure]:
-        with self._cond:
-            return self.events[self._seen :]
 
 
 @pytest.fixture(scope="session")

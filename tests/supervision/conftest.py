@@ -27,6 +27,7 @@ import pytest
 
 import danaus.actor
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
+from danaus.testing import FaultRecorder
 
 REPO = Path(__file__).resolve().parents[2]
 # Subprocess clients import the same danaus as this test run.
@@ -34,44 +35,6 @@ SRC = Path(danaus.actor.__file__).resolve().parents[1]
 
 # Bound on any single wait: far above what a healthy call or failure report needs.
 TIMEOUT = 20.0
-
-
-class FaultRecorder:
-    """Stands in for ``unhandled_fault_hook``: records failures, lets tests wait for them."""
-
-    def __init__(self) -> None:
-        self.events: list[MeshFailure] = []
-        self._seen = 0
-        self._cond = threading.Condition()
-
-    def __call__(self, failure: MeshFailure) -> None:
-        with self._cond:
-            self.events.append(failure)
-            self._cond.notify_all()
-
-    def wait(self, n: int = 1, timeout: float = TIMEOUT) -> list[MeshFailure]:
-        """Block until ``n`` failures arrived in all; return all so far (and mark them seen)."""
-        return self.wait_until(lambda events: len(events) >= n, f"{n} failure(s)", timeout)
-
-    def wait_until(
-        self,
-        done: Callable[[list[MeshFailure]], bool],
-        what: str,
-        timeout: float = TIMEOUT,
-    ) -> list[MeshFailure]:
-        """Block until ``done(events)``; return all events so far (and mark them seen)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: done(self.events), timeout):
-                raise AssertionError(
-                    f"expected {what} to reach the client within {timeout} s, got "
-                    f"{[str(e) for e in self.events]}"
-                )
-            self._seen = len(self.events)
-            return list(self.events)
-
-    def unseen(self) -> list[MeshFailure]:
-        with self._cond:
-            return self.events[self._seen :]
 
 
 @pytest.fixture(autouse=True)
