@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import threading
+import weakref
+from typing import Any
 
 import pytest
 
@@ -12,7 +15,7 @@ from danaus._actor.collect import Collector, set_future
 from danaus._errors import SupervisionError
 from danaus._runtime import host
 from danaus._runtime.runtime import CALL
-from danaus.actor import Actor, endpoint, this_host
+from danaus.actor import Actor, concurrent_endpoint, endpoint, this_host, this_proc
 
 
 class Echo(Actor):
@@ -73,5 +76,103 @@ def test_large_arrays_skip_the_socket_between_procs_of_one_host_and_arrive_intac
         # The proc proved at hello time that it can read this process's memory.
         assert mesh._ref.procs[0].name in rt.offload.ok_peers
         out[0] = -1  # what arrived is ordinary writable memory
+    finally:
+        procs.stop().get(timeout=30)
+
+
+class Holder(Actor):
+    def __init__(self) -> None:
+        import numpy
+
+        self.arr = numpy.zeros(1 << 19, dtype=numpy.int64)  # 4 MiB
+
+    @endpoint
+    def get(self):
+        return self.arr
+
+    @endpoint
+    def bump(self) -> None:
+        self.arr += 1
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_is_a_snapshot_even_if_the_actor_changes_it_right_after() -> None:
+    procs = this_host().spawn_procs(per_host={"x": 1})
+    try:
+        h = procs.spawn("holder", Holder)
+        futures = []
+        for _ in range(10):
+            futures.append(h.get.call_one())
+            h.bump.broadcast()
+        for step, f in enumerate(futures):
+            arr = f.get(timeout=30)
+            assert int(arr.min()) == int(arr.max()) == step  # never torn, never a later step
+    finally:
+        procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(60)
+def test_a_message_with_thousands_of_small_arrays_arrives() -> None:
+    np = pytest.importorskip("numpy")
+    procs = this_host().spawn_procs(per_host={"x": 1})
+    try:
+        echo = procs.spawn("echo", Echo)
+        arrays = [np.full(8, i) for i in range(5000)]
+        back = echo.echo.call_one(arrays).get(timeout=30)
+        assert len(back) == 5000 and all(int(a[0]) == i for i, a in enumerate(back))
+    finally:
+        procs.stop().get(timeout=30)
+
+
+_instances: list[Any] = []
+
+
+class Heavy(Actor):
+    def __init__(self) -> None:
+        _instances.append(weakref.ref(self))
+        self.payload = bytearray(1 << 20)
+
+    @endpoint
+    def ping(self) -> int:
+        return 1
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_actor_is_freed() -> None:
+    mesh = this_proc().spawn("heavy", Heavy)
+    assert mesh.ping.call_one().get(timeout=30) == 1
+    mesh.stop().get(timeout=30)
+    gc.collect()
+    assert _instances and _instances[-1]() is None
+    with pytest.raises(SupervisionError, match="stopped"):
+        mesh.ping.call_one().get(timeout=30)
+
+
+class Front(Actor):
+    @concurrent_endpoint
+    async def x(self, b: Any) -> str:
+        return await b.foo.call_one()
+
+    @endpoint
+    async def bar(self) -> str:
+        return "bar ran"
+
+
+class Back(Actor):
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+    @endpoint
+    async def foo(self) -> str:
+        return await self.a.bar.call_one()
+
+
+@pytest.mark.timeout(60)
+def test_a_concurrent_endpoint_waiting_does_not_make_its_actor_refuse_calls_as_deadlock() -> None:
+    procs = this_host().spawn_procs(per_host={"x": 2})
+    try:
+        a = procs.slice(x=0).spawn("front", Front)
+        b = procs.slice(x=1).spawn("back", Back, a)
+        assert a.x.call_one(b).get(timeout=30) == "bar ran"
     finally:
         procs.stop().get(timeout=30)

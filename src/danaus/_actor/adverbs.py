@@ -21,6 +21,7 @@ from .._mesh import ValueMesh
 from .._runtime import host
 from .._runtime.runtime import CALL
 from .._wire import codec
+from .._wire.frame import flat
 from .._wire.ids import ProcId
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import Collector, set_future
@@ -95,6 +96,10 @@ class Endpoint:
         collector: Collector | _PortSink | None,
     ) -> None:
         body, bufs = payload
+        if collector is None and bufs:
+            # A broadcast has no completion to wait for before reusing the arrays:
+            # send a snapshot of them.
+            bufs = [bytes(flat(b)) for b in bufs]
         rt = host.ensure_runtime()
         ctx = context()
         inst = ctx.actor_instance

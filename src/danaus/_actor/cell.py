@@ -98,6 +98,7 @@ class ActorCell:
         self.stopped = False
         self.mode: str = mode
         self._lock = threading.Lock()
+        self.serial_task: Any = None
         self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor
         self._queued: dict[int, Frame] = {}  # calls in the inbox, for deadlock checks
         self._answered: set[int] = set()
@@ -117,11 +118,13 @@ class ActorCell:
     # -- inbox (I/O thread) ---------------------------------------------
 
     def deliver(self, frame: Frame, sender: ProcId | None) -> None:
-        if self.waiting and self._closes_cycle(frame):
+        with self._lock:  # atomic with begin_wait: a cycling call is never missed
+            cycles = bool(self.waiting) and self._closes_cycle(frame)
+            if not cycles:
+                self._queued[id(frame)] = frame
+        if cycles:
             self._refuse_deadlock(frame)
             return
-        with self._lock:
-            self._queued[id(frame)] = frame
         self._put((_CALL, frame))
 
     def undeliverable(self, envelope: Any) -> None:
@@ -156,8 +159,8 @@ class ActorCell:
 
     def begin_wait(self) -> None:
         """The actor's thread is about to block on a future: refuse calls that cycle back."""
-        self.waiting += 1
         with self._lock:
+            self.waiting += 1
             cycling = [f for f in self._queued.values() if self._closes_cycle(f)]
             for f in cycling:
                 del self._queued[id(f)]
@@ -166,7 +169,8 @@ class ActorCell:
             self._refuse_deadlock(f)
 
     def end_wait(self) -> None:
-        self.waiting -= 1
+        with self._lock:
+            self.waiting -= 1
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
@@ -196,6 +200,10 @@ class ActorCell:
                 self._reply_stopped(header[4], header[5])
         elif item[0] == _SUPERVISE:
             log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
+        elif item[0] == _BOUNCED:
+            log.warning(
+                "actor %s had stopped when a message it sent came back: %s", self._label(), item[1]
+            )
         elif item[1] is not None:
             self.rt.reply(item[1], item[2], STATUS_OK, None)
 
@@ -314,6 +322,7 @@ class ActorCell:
         assert self._aq is not None and self._loop is not None
         serial: asyncio.Queue[Any] = asyncio.Queue()
         worker = self._loop.create_task(self._serial(serial))
+        self.serial_task = worker  # only its waits block the actor (concurrent tasks' do not)
         while True:
             item = await self._aq.get()
             if item[0] == _CALL and self._is_concurrent(item[1]):
@@ -606,8 +615,17 @@ class ActorCell:
                 self._refuse(self._q.get_nowait())
             except queue.Empty:
                 break
+        self._release()
         if port is not None:
             self.rt.reply(port, index, STATUS_OK, None)
+
+    def _release(self) -> None:
+        """Drop what a stopped actor holds; the cell stays only to answer "was stopped"."""
+        self.instance = None
+        self.spawn_frame = None  # type: ignore[assignment]
+        self.endpoints = {}
+        self._adhoc.clear()
+        self._queued.clear()
 
 
 async def _await(aw: Any) -> Any:

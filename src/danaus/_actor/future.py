@@ -203,9 +203,15 @@ def _waiting_cell() -> Any:
 
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
-    if cell is not None and cell.thread is threading.current_thread():
-        return cell
-    return None
+    if cell is None or cell.thread is not threading.current_thread():
+        return None
+    if cell.serial_task is not None:  # an async actor: only the serial worker blocks it
+        try:
+            if asyncio.current_task() is not cell.serial_task:
+                return None
+        except RuntimeError:
+            pass
+    return cell
 
 
 def _check_not_io_thread() -> None:

@@ -18,7 +18,7 @@ from .._errors import ActorError
 from .._runtime import host
 from .._runtime.runtime import REPLY, STATUS_EXC, STATUS_OK
 from .._wire import codec
-from .._wire.frame import Frame
+from .._wire.frame import Frame, flat
 from .._wire.ids import ActorId, PortId
 from .collect import decode_reply, set_future
 from .future import Future
@@ -85,6 +85,7 @@ class Port(Generic[R]):
             raise RuntimeError("this port was opened with once=True and has already been used")
         self._used = True
         body, bufs = codec.dumps_checked(value, "the value sent on the port")
+        snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
         rt = host.ensure_runtime()
         sender = current_sender() if self.return_undeliverable else None
         header = (REPLY, self._port_id.port, self._index, status, sender)
@@ -93,7 +94,7 @@ class Port(Generic[R]):
             self._port_id.proc,
             header,
             body,
-            bufs,
+            snapshot,
             on_fail=lambda reason: (
                 _return_to_sender(sender, dest, reason) if self.return_undeliverable else None
             ),

@@ -104,7 +104,28 @@ def agent() -> ProcId:
             },
         )
         _agent_id = agent_id
+        proc = _agent_proc
+        threading.Thread(
+            target=_watch_agent, args=(rt, agent_id, proc), name="danaus-agent-watch", daemon=True
+        ).start()
         return agent_id
+
+
+def _watch_agent(rt: Runtime, agent_id: ProcId, proc: subprocess.Popen[bytes]) -> None:
+    """The local agent exited (crashed at start, killed, or shut down): nothing may wait on it."""
+    code = proc.wait()
+    reason = f"the host agent {agent_id.name} exited with code {code}"
+    rt.call_soon(rt.peer_lost, agent_id.name, reason)
+
+
+# Procs requested from each agent, so that losing the agent fails those not yet up.
+_requested: dict[str, list[ProcId]] = {}
+
+
+def _on_agent_lost(rt: Runtime, name: str, reason: str) -> None:
+    for proc in _requested.pop(name, []):
+        if rt.is_pending(proc.name):
+            rt.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
 
 
 def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = None) -> None:
@@ -113,9 +134,14 @@ def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = 
     Each proc sends READY to its ``boot['owner']`` once up.
     """
     rt = ensure_runtime()
+    target = on or agent()
     for proc, _ in procs:
         rt.expect(proc)
-    rt.send(on or agent(), (SPAWN_PROCS, rt.proc_id, procs))
+    with _lock:
+        if not _requested:
+            rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(rt, name, reason))
+        _requested.setdefault(target.name, []).extend(p for p, _ in procs)
+    rt.send(target, (SPAWN_PROCS, rt.proc_id, procs))
 
 
 def kill_procs(names: list[str]) -> None:

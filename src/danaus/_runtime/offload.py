@@ -99,6 +99,8 @@ class Offloader:
             return header, buffers
         descs = [(i, vm.address(memoryview(raws[i])), len(raws[i])) for i in big]
         with self._lock:
+            if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
+                return header, buffers
             self._next += 1
             token = self._next
             self._held[token] = (peer, [raws[i] for i in big])
@@ -110,8 +112,8 @@ class Offloader:
             self._held.pop(frame.header[1], None)
 
     def _on_lost(self, name: str, reason: str) -> None:
-        self.ok_peers.discard(name)
         with self._lock:
+            self.ok_peers.discard(name)
             for token in [t for t, (p, _) in self._held.items() if p == name]:
                 del self._held[token]
 
@@ -128,7 +130,7 @@ class Offloader:
                 buf = memoryview(mmap.mmap(-1, n))
                 vm.copy(pid, vm.address(buf), addr, n, write=False)
                 buffers[i] = buf
-        except OSError as e:
+        except (OSError, MemoryError, ValueError) as e:
             self._undelivered(conn, inner, f"reading a large buffer from the sender failed: {e}")
             return
         finally:
@@ -137,8 +139,20 @@ class Offloader:
         self.rt._dispatch(conn, Frame(inner, frame.body, buffers))
 
     def _undelivered(self, conn: Connection, inner: tuple[Any, ...], reason: str) -> None:
-        from .runtime import CALL
+        """The frame cannot be rebuilt: whoever waits for it hears why (never silence)."""
+        from .._errors import SupervisionError
+        from .._wire import codec
+        from .runtime import CALL, REPLY, STATUS_ERROR
 
         log.error("a message from %s could not be received: %s", conn.peer, reason)
         if inner and inner[0] == CALL and len(inner) > 5 and inner[4] is not None:
             self.rt.undeliverable(inner[4], inner[5], reason)
+        elif inner and inner[0] == REPLY:
+            handler = self.rt.ports.get(inner[1])
+            if handler is not None:
+                body, _ = codec.dumps(
+                    SupervisionError(f"a reply was lost: {reason}", reason=reason)
+                )
+                handler.deliver(Frame((REPLY, inner[1], inner[2], STATUS_ERROR), memoryview(body), []))
+            elif len(inner) > 4 and inner[4] is not None:
+                self.rt.bounce(inner[4], f"port {inner[1]}", reason)

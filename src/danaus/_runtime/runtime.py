@@ -24,6 +24,7 @@ never reused.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -38,7 +39,7 @@ from .._transport.address import choose, connect_socket, host_token, join, liste
 from .._transport.auth import Handshake
 from .._transport.conn import Connection
 from .._wire import codec
-from .._wire.frame import Frame, encode_frame
+from .._wire.frame import Frame, encode_frame, flat
 from .._wire.ids import PortId, ProcId
 from .offload import Offloader
 
@@ -273,15 +274,20 @@ class Runtime:
             if tcp:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hs = Handshake(self.secret, "server") if tcp and self.secret is not None else None
-            conn = Connection(
-                s,
-                self.loop,
-                self._dispatch,
-                self._on_inbound_closed,
-                handshake=hs,
-                tls=tls.server_context() if tcp else None,
-                server_side=True,
-            )
+            try:
+                conn = Connection(
+                    s,
+                    self.loop,
+                    self._dispatch,
+                    self._on_inbound_closed,
+                    handshake=hs,
+                    tls=tls.server_context() if tcp else None,
+                    server_side=True,
+                )
+            except Exception:
+                log.exception("could not set up an incoming connection")
+                s.close()
+                continue
             conn.tcp = tcp
             self._accepted.add(conn)
 
@@ -308,7 +314,10 @@ class Runtime:
         proc = conn.peer
         if proc is None:
             return
-        if self._inbound.get(proc.name) is conn:
+        current = self._inbound.get(proc.name)
+        if current is not None and current is not conn:
+            return  # an old connection of a peer that has a newer one (re-attached)
+        if current is conn:
             del self._inbound[proc.name]
         peer = self._peers.get(proc.name)
         if peer is not None and peer.stopping:
@@ -382,22 +391,25 @@ class Runtime:
     def _connect(self, peer: _Peer) -> None:
         if peer.conn is not None or peer.lost is not None or peer.pending:
             return
+        s = None
         try:
             entry = choose(peer.proc.addr, self.host)
             s = connect_socket(entry)
-        except (OSError, ValueError) as e:
+            tcp = entry.startswith("tcp://")
+            hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
+            conn = Connection(
+                s,
+                self.loop,
+                self._dispatch,
+                self._on_outbound_closed,
+                handshake=hs,
+                tls=tls.client_context() if tcp else None,
+            )
+        except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
+            if s is not None:
+                s.close()
             self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
             return
-        tcp = entry.startswith("tcp://")
-        hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
-        conn = Connection(
-            s,
-            self.loop,
-            self._dispatch,
-            self._on_outbound_closed,
-            handshake=hs,
-            tls=tls.client_context() if tcp else None,
-        )
         conn.tcp = tcp
         conn.peer = peer.proc
         conn.send(encode_frame((HELLO, self.proc_id, *self.offload.hello_extra())))
@@ -526,6 +538,11 @@ class Runtime:
         peer = self._peers.get(proc.name)
         return peer.proc if peer is not None else proc
 
+    def is_pending(self, name: str) -> bool:
+        """True while proc ``name`` was spawned for us and has not said READY (nor been lost)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.pending and peer.lost is None
+
     def is_stopping(self, name: str) -> bool:
         """True once we asked proc ``name`` to stop (its loss is then no failure)."""
         peer = self._peers.get(name)
@@ -550,19 +567,21 @@ class Runtime:
             watchers = self._watchers.pop(name, set())
         if conn is not None and not conn.closed:
             conn.close()
-        for _, on_fail in queued:
-            if on_fail is not None:
-                on_fail(reason)
-        for cb in cbs:
-            cb(reason)
+        # Every waiter is told, even if telling one of them fails.
+        calls: list[Callable[[], Any]] = []
+        calls += [functools.partial(f, reason) for _, f in queued if f is not None]
+        calls += [functools.partial(cb, reason) for cb in cbs]
         for port in watchers:
             handler = self.ports.get(port)
             if handler is not None:
-                handler.peer_lost(name, reason)
-        for lost_cb in list(self.lost_callbacks):
-            lost_cb(name, reason)
-        for waiter in self._lost_waiters.pop(name, []):
-            waiter(reason)
+                calls.append(functools.partial(handler.peer_lost, name, reason))
+        calls += [functools.partial(cb, name, reason) for cb in list(self.lost_callbacks)]
+        calls += [functools.partial(w, reason) for w in self._lost_waiters.pop(name, [])]
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                log.exception("danaus internal error while reporting the loss of proc %s", name)
 
     # -- ports ----------------------------------------------------------------
 
@@ -614,7 +633,11 @@ class Runtime:
             body, bufs = codec.dumps(
                 TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
             )
-        self.send(port.proc, (REPLY, port.port, index, status), body, bufs, on_fail or _ignore)
+        # The replying actor goes on and may change what it returned before the
+        # bytes are read (queued on a socket, or offloaded): send a snapshot.
+        snapshot = [bytes(flat(b)) for b in bufs]
+        header = (REPLY, port.port, index, status)
+        self.send(port.proc, header, body, snapshot, on_fail or _ignore)
 
     # -- mailboxes ----------------------------------------------------------
 

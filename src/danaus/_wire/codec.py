@@ -21,7 +21,8 @@ import cloudpickle
 
 __all__ = ["dumps", "dumps_checked", "loads"]
 
-_OOB_MIN = 4096  # tensors smaller than this are pickled in band
+_OOB_MIN = 4096  # buffers smaller than this are pickled in band
+MAX_OOB_BUFFERS = 1024  # well under the frame decoder's limit (MAX_BUFFERS)
 
 
 def _rebuild_tensor(buf: Any, dtype_name: str, shape: tuple[int, ...], view_dtype: str) -> Any:
@@ -85,8 +86,17 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
 def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
     buffers: list[pickle.PickleBuffer] = []
+
+    def out_of_band(buf: pickle.PickleBuffer) -> bool:
+        # Small buffers, and any beyond the frame's buffer limit, go in band (True):
+        # a list of 10,000 tiny arrays must not make an undecodable frame.
+        if len(buffers) >= MAX_OOB_BUFFERS or memoryview(buf).nbytes < _OOB_MIN:
+            return True
+        buffers.append(buf)
+        return False
+
     f = io.BytesIO()
-    _Pickler(f, protocol=5, buffer_callback=buffers.append).dump(obj)
+    _Pickler(f, protocol=5, buffer_callback=out_of_band).dump(obj)
     return f.getvalue(), buffers
 
 
