@@ -153,6 +153,7 @@ class Offloader:
                 body, _ = codec.dumps(
                     SupervisionError(f"a reply was lost: {reason}", reason=reason)
                 )
-                handler.deliver(Frame((REPLY, inner[1], inner[2], STATUS_ERROR), memoryview(body), []))
+                header = (REPLY, inner[1], inner[2], STATUS_ERROR)
+                handler.deliver(Frame(header, memoryview(body), []))
             elif len(inner) > 4 and inner[4] is not None:
                 self.rt.bounce(inner[4], f"port {inner[1]}", reason)

@@ -484,24 +484,31 @@ class Runtime:
         done = [False]
 
         def once(how: str) -> None:
-            if not done[0]:
+            with self._lock:
+                if done[0]:
+                    return
                 done[0] = True
-                cb(how)
+                waiters = self._exit_waiters.get(name)
+                if waiters is not None and once in waiters:
+                    waiters.remove(once)
+                    if not waiters:
+                        del self._exit_waiters[name]
+            cb(how)
+
+        def after_loss(reason: str) -> None:
+            _discard(self.loop.call_later(grace, once, reason))
 
         with self._lock:
             how = self.exited.get(name)
+            lost = self._peers[name].lost if name in self._peers else None
             if how is None:
                 self._exit_waiters.setdefault(name, []).append(once)
-                self._lost_waiters.setdefault(name, []).append(
-                    lambda reason: _discard(self.loop.call_later(grace, once, reason))
-                )
-                lost = self._peers[name].lost if name in self._peers else None
-            else:
-                lost = None
+                if lost is None:
+                    self._lost_waiters.setdefault(name, []).append(after_loss)
         if how is not None:
             once(how)
         elif lost is not None:
-            self.call_soon(self.loop.call_later, grace, once, lost)
+            self.call_soon(after_loss, lost)
 
     def mark_stopping(self, proc: ProcId) -> None:
         with self._lock:
