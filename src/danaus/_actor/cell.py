@@ -18,26 +18,25 @@ import inspect
 import logging
 import queue
 import threading
-import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import RemoteException, SupervisionError
 from .._mesh import Extent, Point
-from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
+from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire import codec
 from .._wire.frame import Frame
 from .._wire.ids import ActorId, PortId, ProcId
 from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
+from .deadlock import DeadlockCheck
 from .endpoint import EndpointProperty, endpoints_of
+from .failing import FAILED, Failing, exception_payload
 from .ports import Port, _DroppingPort
 
 __all__ = ["FAILED", "ActorCell", "exception_payload"]
 
 log = logging.getLogger("danaus.actor")
 
-FAILED = 23  # frame kind: (FAILED, owner, mesh_id, rank, reason, traceback)
 _STOP = "stop"
 _CALL = "call"
 _SUPERVISE = "supervise"
@@ -45,32 +44,7 @@ _BOUNCED = "bounced"
 FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 
 
-class Aborted(BaseException):
-    """Raised inside an actor by ``context().actor_instance.abort()`` to fail it."""
-
-    def __init__(self, reason: str | None) -> None:
-        super().__init__(reason)
-        self.reason = reason if reason is not None else "no reason provided"
-
-
-def exception_payload(e: BaseException) -> tuple[BaseException, str]:
-    """``(exception, remote traceback text)``, with the exception made picklable if needed.
-
-    The frames of danaus's own dispatch code are left out of the traceback.
-    """
-    tb_obj = e.__traceback__
-    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
-        tb_obj = tb_obj.tb_next
-    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
-    try:
-        codec.dumps(e)
-        exc: BaseException = e
-    except Exception:
-        exc = RemoteException(f"{type(e).__module__}.{type(e).__qualname__}", str(e))
-    return exc, tb
-
-
-class ActorCell:
+class ActorCell(Failing, DeadlockCheck):
     """One actor living in this proc."""
 
     def __init__(
@@ -130,47 +104,6 @@ class ActorCell:
     def undeliverable(self, envelope: Any) -> None:
         """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
         self._put((_BOUNCED, envelope))
-
-    # -- deadlock detection ---------------------------------------------
-    #
-    # Each call carries the chain of actors that are (transitively) waiting on
-    # it. An actor blocked in Future.get()/await that receives a call whose chain
-    # contains itself can never run it: it is waiting on that very chain.
-
-    def _closes_cycle(self, frame: Frame) -> bool:
-        chain = frame.header[9]
-        if not chain or self.ctx_instance is None or self.ctx_instance.actor_id not in chain:
-            return False
-        prop = self.endpoints.get(frame.header[3])
-        return prop is None or not prop.concurrent  # concurrent bodies may run meanwhile
-
-    def _refuse_deadlock(self, frame: Frame) -> None:
-        _, _, _, method, port, index = frame.header[:6]
-        chain = " -> ".join(f"{a.mesh}[{a.rank}]" for a in frame.header[9])
-        err = RuntimeError(
-            f"deadlock: actor {self._label()} is blocked waiting on a call that has come back "
-            f"to it as {method}() through {chain}; it cannot run this message until that call "
-            "returns. Make one side an async @concurrent_endpoint, or do not block on the reply"
-        )
-        if port is not None:
-            self.rt.reply(port, index, STATUS_EXC, (err, ""))
-        else:
-            log.error("%s", err)
-
-    def begin_wait(self) -> None:
-        """The actor's thread is about to block on a future: refuse calls that cycle back."""
-        with self._lock:
-            self.waiting += 1
-            cycling = [f for f in self._queued.values() if self._closes_cycle(f)]
-            for f in cycling:
-                del self._queued[id(f)]
-                self._answered.add(id(f))
-        for f in cycling:
-            self._refuse_deadlock(f)
-
-    def end_wait(self) -> None:
-        with self._lock:
-            self.waiting -= 1
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
@@ -267,11 +200,6 @@ class ActorCell:
             return
         self.rt.reply(self.init_port, self.rank, STATUS_OK, None)
 
-    def _init_failed(self, e: BaseException, what: str) -> None:
-        exc, tb = exception_payload(e)
-        self.rt.reply(self.init_port, self.rank, STATUS_EXC, (exc, tb))
-        self.fail(f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}", tb)
-
     def _label(self) -> str:
         return f"{self.mesh_id}[{self.rank}]"
 
@@ -301,19 +229,6 @@ class ActorCell:
                 self._handle_sync(item[1])
             except BaseException as e:  # a bug of ours: fail loudly, never die silently
                 self._internal_error(item[1], e)
-
-    def _internal_error(self, frame: Frame, e: BaseException) -> None:
-        """danaus itself failed while handling ``frame``: fail the actor and answer the call."""
-        _, tb = exception_payload(e)
-        reason = (
-            f"actor {self._label()} failed: danaus hit an internal error while handling a "
-            f"message ({type(e).__name__}: {e}); this is a bug in danaus, please report it"
-        )
-        self.fail(reason, tb)
-        try:
-            self._reply_error(frame.header[4], frame.header[5], reason)
-        except Exception:
-            log.exception("could not answer a call after an internal error")
 
     async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
         """Dispatch: concurrent endpoints start at once, everything else runs in order."""
@@ -460,125 +375,9 @@ class ActorCell:
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
 
-    def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
-        if isinstance(e, asyncio.CancelledError) and self.stopped:
-            return  # a concurrent endpoint cancelled because the actor is stopping
-        if prop.explicit_response_port and isinstance(e, Exception):
-            reason = (
-                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
-                "instead of answering through its response port"
-            )
-            self.fail(reason, exception_payload(e)[1])
-            self._reply_error(port, index, reason)
-            return
-        if port is not None and isinstance(e, Exception):
-            self._reply_exc(port, index, e)
-            return
-        # No one to tell (broadcast), or a BaseException: the actor fails.
-        _, tb = exception_payload(e)
-        if isinstance(e, Aborted):
-            reason = f"actor {self._label()} aborted: {e.reason}"
-            tb = ""
-        elif port is None:
-            reason = (
-                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
-                "in a message with no reply (broadcast)"
-            )
-        else:
-            reason = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
-        self.fail(reason, tb)
-        if port is not None:
-            self._reply_error(port, index, reason)
-
-    def _bounced_done(self, env: Any, handled: bool, error: BaseException | None) -> None:
-        self._bounced(handled, error, env)
-
-    def _bounced(self, handled: bool, error: BaseException | None, env: Any) -> None:
-        if handled or self.failed is not None:
-            return
-        if error is not None:
-            _, tb = exception_payload(error)
-            reason = (
-                f"actor {self._label()} failed: _handle_undeliverable_message raised "
-                f"{type(error).__name__}: {error}"
-            )
-        else:
-            tb = ""
-            reason = (
-                f"actor {self._label()} failed: a message it sent to {env.dest()} could not be "
-                f"delivered ({env.error_msg()}) and it did not handle it"
-            )
-        self.fail(reason, tb)
-
-    def _hook(self, name: str) -> Any:
-        return getattr(self.instance, name, None) if self.instance is not None else None
-
-    def _supervise_done(self, failure: Any, handled: bool, error: BaseException | None) -> None:
-        if handled or self.failed is not None:
-            return
-        if error is not None:
-            _, tb = exception_payload(error)
-            reason = (
-                f"actor {self._label()} failed: __supervise__ raised {type(error).__name__}: "
-                f"{error} while handling {failure}"
-            )
-        else:
-            has_hook = self._hook("__supervise__") is not None
-            how = "declined" if has_hook else "has no __supervise__ for"
-            reason = f"actor {self._label()} failed: it {how} {failure}"
-            tb = getattr(failure, "traceback", "") or ""
-        self.fail(reason, tb)
-
-    def fail(self, reason: str, tb: str) -> None:
-        """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
-
-        The meshes it owns are stopped: no one is left to supervise them.
-        """
-        with self._lock:
-            if self.failed is not None:
-                return
-            self.failed = reason
-        self.report_failure(reason, tb)
-        if self.ctx_instance is not None:
-            threading.Thread(
-                target=owned.stop_owned,
-                args=(self.ctx_instance.actor_id, f"its owner failed: {reason}"),
-                daemon=True,
-            ).start()
-
     def _stop_children(self, reason: str) -> None:
         if self.ctx_instance is not None:
             owned.stop_owned(self.ctx_instance.actor_id, f"its owner stopped: {reason}")
-
-    def report_failure(self, reason: str, tb: str) -> None:
-        """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
-        log.error("%s\n%s", reason, tb)
-        if self.owner is not None:
-            self.rt.send(
-                self.owner.proc,
-                (FAILED, self.owner, self.mesh_id, self.rank, reason, tb),
-                on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
-            )
-
-    def _reply_exc(self, port: PortId | None, index: int, e: BaseException) -> None:
-        if port is not None:
-            self.rt.reply(port, index, STATUS_EXC, exception_payload(e))
-
-    def _reply_stopped(self, port: PortId | None, index: int) -> None:
-        if port is not None:
-            err = SupervisionError(
-                f"actor {self._label()} was stopped", actor=self._label(), reason="stopped"
-            )
-            self.rt.reply(port, index, STATUS_ERROR, err)
-
-    def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
-        if port is not None:
-            err = SupervisionError(
-                f"actor {self._label()} has failed: {reason}",
-                actor=self._label(),
-                reason=reason,
-            )
-            self.rt.reply(port, index, STATUS_ERROR, err)
 
     # -- stopping ---------------------------------------------------------
 

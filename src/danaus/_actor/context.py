@@ -70,7 +70,7 @@ class Instance:
         """
         if self._cell is None:
             raise RuntimeError("abort() can only be called by an actor, from inside an endpoint")
-        from .cell import Aborted
+        from .failing import Aborted
 
         raise Aborted(reason)
 
