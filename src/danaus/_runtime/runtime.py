@@ -24,7 +24,6 @@ never reused.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import os
@@ -42,6 +41,7 @@ from .._wire import codec
 from .._wire.frame import Frame, encode_frame, flat
 from .._wire.ids import PortId, ProcId
 from .offload import Offloader
+from .peers import PeerTable, _Peer
 
 __all__ = [
     "BOUNCE",
@@ -85,22 +85,6 @@ class Mailbox(Protocol):
     def deliver(self, frame: Frame, sender: ProcId | None) -> None: ...
 
 
-class _Peer:
-    """Our outbound side towards one proc."""
-
-    __slots__ = ("conn", "lost", "pending", "proc", "queue", "ready_cbs", "spawned", "stopping")
-
-    def __init__(self, proc: ProcId, pending: bool) -> None:
-        self.proc = proc
-        self.conn: Connection | None = None
-        self.pending = pending  # waiting for READY before connecting
-        self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
-        self.lost: str | None = None
-        self.stopping = False
-        self.spawned = pending  # we spawned it: its host agent will report how it exited
-        self.ready_cbs: list[Callable[[str | None], None]] = []
-
-
 def _new_loop() -> asyncio.AbstractEventLoop:
     try:
         import uvloop
@@ -110,7 +94,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
 
 
-class Runtime:
+class Runtime(PeerTable):
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
     def __init__(
@@ -434,162 +418,6 @@ class Runtime:
         else:
             self._lose_soon(proc.name, reason)
 
-    # -- peers: expected, ready, lost ----------------------------------------
-
-    def expect(self, proc: ProcId, on_ready: Callable[[str | None], None] | None = None) -> None:
-        """Declare a proc being spawned for us: frames to it wait for its READY."""
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
-            if on_ready is not None:
-                peer.ready_cbs.append(on_ready)
-
-    def when_ready(self, proc: ProcId, cb: Callable[[str | None], None]) -> None:
-        """``cb(None)`` once ``proc`` is up, or ``cb(reason)`` if it is lost first."""
-        with self._lock:
-            peer = self._peers.get(proc.name)
-            if peer is not None and peer.pending and peer.lost is None:
-                peer.ready_cbs.append(cb)
-                return
-            reason = peer.lost if peer is not None else None
-        cb(reason)
-
-    def _on_ready(self, conn: Connection, frame: Frame) -> None:
-        _, proc, error = frame.header
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
-            peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
-            cbs, peer.ready_cbs = peer.ready_cbs, []
-            peer.pending = False
-            start = bool(peer.queue) and peer.lost is None
-        if start:  # even a proc whose bootstrap failed is up: it can still be stopped
-            self._connect(peer)
-        for cb in cbs:
-            cb(error)
-
-    def _on_lost_report(self, conn: Connection, frame: Frame) -> None:
-        _, name, reason = frame.header
-        with self._lock:
-            self.exited[name] = reason
-            waiters = self._exit_waiters.pop(name, [])
-        self.peer_lost(name, reason)
-        for cb in waiters:
-            cb(reason)
-
-    def when_exited(self, name: str, cb: Callable[[str], None], grace: float = 1.0) -> None:
-        """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it).
-
-        If the proc is lost but no report comes within ``grace`` seconds (its
-        agent is gone too), ``cb`` runs anyway: nothing waits forever.
-        """
-        done = [False]
-
-        def once(how: str) -> None:
-            with self._lock:
-                if done[0]:
-                    return
-                done[0] = True
-                waiters = self._exit_waiters.get(name)
-                if waiters is not None and once in waiters:
-                    waiters.remove(once)
-                    if not waiters:
-                        del self._exit_waiters[name]
-            cb(how)
-
-        def after_loss(reason: str) -> None:
-            _discard(self.loop.call_later(grace, once, reason))
-
-        with self._lock:
-            how = self.exited.get(name)
-            lost = self._peers[name].lost if name in self._peers else None
-            if how is None:
-                self._exit_waiters.setdefault(name, []).append(once)
-                if lost is None:
-                    self._lost_waiters.setdefault(name, []).append(after_loss)
-        if how is not None:
-            once(how)
-        elif lost is not None:
-            self.call_soon(after_loss, lost)
-
-    def mark_stopping(self, proc: ProcId) -> None:
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
-            peer.stopping = True
-
-    def forget_peer(self, name: str) -> None:
-        """Forget all we know of proc ``name`` (lost included): it came back (re-attach).
-
-        Only for peers whose name is reused on purpose (a worker agent and its
-        client across a healed partition); procs never reuse names.
-        """
-        with self._lock:
-            peer = self._peers.pop(name, None)
-            self.exited.pop(name, None)
-            self._watchers.pop(name, None)
-            self._lost_waiters.pop(name, None)
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
-            peer.conn.close()
-
-    def learn(self, proc: ProcId) -> None:
-        """Use ``proc``'s address (a better one than it advertises) from now on."""
-        with self._lock:
-            peer = self._peers.get(proc.name)
-            if peer is None:
-                self._peers[proc.name] = _Peer(proc, pending=False)
-            else:
-                peer.proc = proc
-
-    def resolve(self, proc: ProcId) -> ProcId:
-        """``proc`` with the freshest address known here (procs report theirs when READY)."""
-        if proc.name == self.proc_id.name:
-            return self.proc_id
-        peer = self._peers.get(proc.name)
-        return peer.proc if peer is not None else proc
-
-    def is_pending(self, name: str) -> bool:
-        """True while proc ``name`` was spawned for us and has not said READY (nor been lost)."""
-        peer = self._peers.get(name)
-        return peer is not None and peer.pending and peer.lost is None
-
-    def is_stopping(self, name: str) -> bool:
-        """True once we asked proc ``name`` to stop (its loss is then no failure)."""
-        peer = self._peers.get(name)
-        return peer is not None and peer.stopping
-
-    def is_lost(self, name: str) -> str | None:
-        peer = self._peers.get(name)
-        return peer.lost if peer is not None else None
-
-    def peer_lost(self, name: str, reason: str) -> None:
-        """Declare proc ``name`` lost (I/O thread): fail everything that waits on it."""
-        with self._lock:
-            peer = self._peers.get(name)
-            if peer is None:
-                return  # never talked to it: nothing waits on it
-            if peer.lost is not None:
-                return
-            peer.lost = reason
-            queued, peer.queue = peer.queue, []
-            cbs, peer.ready_cbs = peer.ready_cbs, []
-            conn = peer.conn
-            watchers = self._watchers.pop(name, set())
-        if conn is not None and not conn.closed:
-            conn.close()
-        # Every waiter is told, even if telling one of them fails.
-        calls: list[Callable[[], Any]] = []
-        calls += [functools.partial(f, reason) for _, f in queued if f is not None]
-        calls += [functools.partial(cb, reason) for cb in cbs]
-        for port in watchers:
-            handler = self.ports.get(port)
-            if handler is not None:
-                calls.append(functools.partial(handler.peer_lost, name, reason))
-        calls += [functools.partial(cb, name, reason) for cb in list(self.lost_callbacks)]
-        calls += [functools.partial(w, reason) for w in self._lost_waiters.pop(name, [])]
-        for call in calls:
-            try:
-                call()
-            except Exception:
-                log.exception("danaus internal error while reporting the loss of proc %s", name)
-
     # -- ports ----------------------------------------------------------------
 
     def open_port(self, handler: PortHandler) -> PortId:
@@ -693,10 +521,6 @@ def _ignore(reason: str) -> None:
 
 
 def _ignore_frame(conn: Connection, frame: Frame) -> None:
-    pass
-
-
-def _discard(_: Any) -> None:
     pass
 
 
