@@ -24,7 +24,7 @@ from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import ProcId
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
-from .collect import Collector, set_future
+from .collect import Collector, Countdown, set_future
 from .context import context
 from .endpoint import EndpointProperty
 from .future import Future
@@ -162,20 +162,18 @@ class Endpoint:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         values: list[Any] = [None] * len(targets)
         shape = self._mesh._shape
-        left = [len(targets)]
+        # Replies arrive on the I/O thread, failures to send on the caller's: count safely.
+        countdown = Countdown(len(targets), lambda: set_future(cf, True, ValueMesh(shape, values)))
+        if not targets:
+            return Future._create(cf, self._what)
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if not ok:
                 set_future(cf, False, value)
                 return
             values[index] = value
-            left[0] -= 1
-            if left[0] == 0:
-                set_future(cf, True, ValueMesh(shape, values))
+            countdown.tick()
 
-        if not targets:
-            cf.set_result(ValueMesh(shape, []))
-            return Future._create(cf, self._what)
         collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)

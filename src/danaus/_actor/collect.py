@@ -20,7 +20,7 @@ from .._wire import codec
 from .._wire.frame import Frame
 from .._wire.ids import PortId, ProcId
 
-__all__ = ["Collector", "decode_reply"]
+__all__ = ["Collector", "Countdown", "decode_reply", "set_future"]
 
 
 def decode_reply(frame: Frame, what: str) -> tuple[bool, Any]:
@@ -138,6 +138,28 @@ class Collector:
             self.rt.close_port(self.port.port)
             self.rt.unwatch(self.watched, self.port.port)
         self.on_value(index, ok, value)
+
+
+class Countdown:
+    """Runs ``on_zero()`` once, after ``tick()`` has been called ``n`` times (any threads).
+
+    With ``n == 0`` it runs at once. ``tick`` ignores its arguments, so it can be
+    handed to anything that calls back with a result.
+    """
+
+    def __init__(self, n: int, on_zero: Callable[[], None]) -> None:
+        self._left = n
+        self._lock = threading.Lock()
+        self._on_zero = on_zero
+        if n == 0:
+            on_zero()
+
+    def tick(self, *_: Any) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._on_zero()
 
 
 def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:

@@ -25,7 +25,7 @@ from .._runtime.agent import ATTACH, SHUTDOWN_HOST
 from .._transport.address import join, parse, split_tcp
 from .._transport.auth import load_secret
 from .._wire.ids import ProcId
-from .collect import Collector, set_future
+from .collect import Collector, Countdown, set_future
 from .context import refresh_root
 from .future import Future
 from .procs import ProcMesh, check_per_host, spawn_on
@@ -150,20 +150,9 @@ def _rebuild(shape: Shape, agents: tuple[ProcId | None, ...]) -> HostMesh:
 
 def _all_done(futures: list[Future[None]], what: str) -> Future[None]:
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    left = [len(futures)]
-    lock = threading.Lock()
-    if not futures:
-        cf.set_result(None)
-
-    def one(_: Any) -> None:
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            set_future(cf, True, None)
-
+    countdown = Countdown(len(futures), lambda: set_future(cf, True, None))
     for f in futures:
-        f.add_done_callback(one)
+        f.add_done_callback(countdown.tick)
     return Future._create(cf, what)
 
 
@@ -268,8 +257,7 @@ def attach_to_workers(
     refresh_root()
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    left = [len(addrs)]
-    lock = threading.Lock()
+    countdown = Countdown(len(addrs), lambda: set_future(cf, True, tuple(agents)))
 
     def one(i: int, addr: str, ok: bool, value: Any) -> None:
         if not ok:
@@ -282,11 +270,7 @@ def attach_to_workers(
         if rt.is_lost(value["name"]) is not None:
             rt.forget_peer(value["name"])  # the same worker, back after a partition
         agents[i] = ProcId(value["name"], join(addr, f"host:{value['host']}"))
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            set_future(cf, True, tuple(agents))
+        countdown.tick()
 
     for i, addr in enumerate(addrs):
         provisional = ProcId(f"attach-{secrets.token_hex(3)}", addr)

@@ -14,7 +14,7 @@ from .._mesh import MeshTrait, Shape
 from .._runtime import host
 from .._wire.ids import ActorId, ProcId
 from .adverbs import Endpoint, NotAnEndpoint
-from .collect import Collector, set_future
+from .collect import Collector, Countdown, set_future
 from .endpoint import EndpointProperty, endpoints_of
 from .future import Future
 
@@ -50,20 +50,10 @@ def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0)
     rt = host.ensure_runtime()
     if rt.on_io_thread():
         return
-    left = [len(procs)]
     done = threading.Event()
-    lock = threading.Lock()
-
-    def one(_: str | None) -> None:
-        with lock:
-            left[0] -= 1
-            if left[0] == 0:
-                done.set()
-
-    if not procs:
-        return
+    countdown = Countdown(len(procs), done.set)
     for p in procs:
-        rt.when_ready(p, one)
+        rt.when_ready(p, countdown.tick)
     done.wait(timeout)
 
 
@@ -158,18 +148,9 @@ class ActorMesh(MeshTrait, Generic[A]):
             return Future._create(cf, f"stopping {self._ref.name!r}")
         if len(ranks) == len(self._ref.procs):
             self._state.stopped = True
-        left = [len(ranks)]
-        lock = threading.Lock()
-
-        def on_value(index: int, ok: bool, value: Any) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                set_future(cf, True, None)
-
+        countdown = Countdown(len(ranks), lambda: set_future(cf, True, None))
         what = f"{self._ref.name}.stop()"
-        collector = Collector(rt, what, len(ranks), on_value, lost_is_ok=True)
+        collector = Collector(rt, what, len(ranks), countdown.tick, lost_is_ok=True)
         for index, rank in enumerate(ranks):
             collector.expect(index, self._ref.procs[rank])
         for index, rank in enumerate(ranks):

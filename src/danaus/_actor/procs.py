@@ -18,7 +18,7 @@ from .._wire import codec
 from .._wire.ids import ProcId
 from . import owned
 from .actor import actor_mode, validate_actor_class
-from .collect import Collector, set_future
+from .collect import Collector, Countdown, set_future
 from .context import context
 from .future import Future
 from .mesh import ActorMesh, MeshRef, _State, wait_ready
@@ -129,22 +129,16 @@ class ProcMesh(MeshTrait):
             init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
             return mesh
         rt = host.ensure_runtime()
-        left = [len(procs)]
-        lock = threading.Lock()
+        countdown = Countdown(len(procs), lambda: set_future(init_cf, True, None))
+        if not procs:
+            return mesh
 
         def on_value(index: int, ok: bool, value: Any) -> None:
-            if not ok:
+            if ok:
+                countdown.tick()
+            else:
                 set_future(init_cf, False, value)
-                return
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                set_future(init_cf, True, None)
 
-        if not procs:
-            init_cf.set_result(None)
-            return mesh
         collector = Collector(rt, f"{name}.__init__()", len(procs), on_value)
         labels, sizes = tuple(ext.labels), tuple(ext.sizes)
         for i, proc in enumerate(procs):
@@ -175,20 +169,11 @@ class ProcMesh(MeshTrait):
                 _owned.remove(self)
         rt = host.ensure_runtime()
         procs = list(self._procs)
-        left = [len(procs)]
-        lock = threading.Lock()
-
-        def exited(_: str) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                set_future(cf, True, None)
-
+        countdown = Countdown(len(procs), lambda: set_future(cf, True, None))
         for proc in procs:
             rt.mark_stopping(proc)
             rt.send(proc, (STOP_PROC, None, 0, reason), on_fail=lambda r: None)
-            rt.when_exited(proc.name, exited)
+            rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 
     async def __aenter__(self) -> ProcMesh:
@@ -272,10 +257,7 @@ def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
 
 def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -> None:
     rt = host.ensure_runtime()
-    left = [len(procs)]
-    lock = threading.Lock()
-    if not procs:
-        cf.set_result(True)
+    countdown = Countdown(len(procs), lambda: set_future(cf, True, True))
 
     def one(proc: ProcId, error: str | None) -> None:
         if error is not None:
@@ -287,11 +269,7 @@ def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -
                 )
             set_future(cf, False, err)
             return
-        with lock:
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            set_future(cf, True, True)
+        countdown.tick()
 
     for p in procs:
         rt.when_ready(p, functools.partial(one, p))
