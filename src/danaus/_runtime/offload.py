@@ -19,13 +19,12 @@ on a socket).
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 from typing import TYPE_CHECKING, Any
 
 from .._transport import vm
-from .._wire.frame import Frame, flat
+from .._wire.frame import Frame, alloc, flat
 
 if TYPE_CHECKING:
     from .._transport.conn import Connection
@@ -127,7 +126,7 @@ class Offloader:
             for i, addr, n in descs:
                 # An anonymous mapping, not a bytearray: no zero-fill pass over memory
                 # the copy is about to overwrite.
-                buf = memoryview(mmap.mmap(-1, n))
+                buf = memoryview(alloc(n))
                 vm.copy(pid, vm.address(buf), addr, n, write=False)
                 buffers[i] = buf
         except (OSError, MemoryError, ValueError) as e:

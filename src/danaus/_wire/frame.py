@@ -26,7 +26,15 @@ from typing import Any, NamedTuple
 
 from .._errors import PeerBrokenError
 
-__all__ = ["DEFAULT_MAX_FRAME", "Frame", "FrameDecoder", "FrameError", "encode_frame", "flat"]
+__all__ = [
+    "DEFAULT_MAX_FRAME",
+    "Frame",
+    "FrameDecoder",
+    "FrameError",
+    "alloc",
+    "encode_frame",
+    "flat",
+]
 
 _PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
 _LEN = struct.Struct("<Q")
@@ -106,9 +114,19 @@ def _parse(frame: memoryview) -> Frame:
     return Frame(header, body, bufs)
 
 
-def _alloc(n: int) -> Any:
-    """Writable memory for a large frame, without a zero-fill pass (an anonymous mapping)."""
-    return mmap.mmap(-1, n)
+_MAP_FLAGS = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+    if hasattr(mmap, "MAP_ANONYMOUS")
+    else None
+)
+
+
+def alloc(n: int) -> Any:
+    """Writable memory for a large buffer: a private anonymous mapping, pre-faulted by
+    the kernel (``MAP_POPULATE``), which is faster to fill than a zeroed bytearray."""
+    if _MAP_FLAGS is None:  # pragma: no cover - not POSIX
+        return bytearray(n)
+    return mmap.mmap(-1, n, flags=_MAP_FLAGS)
 
 
 class FrameDecoder:
@@ -169,7 +187,7 @@ class FrameDecoder:
             if total + 8 > len(self._staging):
                 # Large frame: receive the rest straight into its own memory.
                 try:
-                    big = _alloc(total)
+                    big = alloc(total)
                 except (MemoryError, OSError, ValueError, OverflowError) as e:
                     raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
                 have = avail - 8
