@@ -87,7 +87,13 @@ FACADES = {
         "is_rdma_available",
     ],
     "danaus.job": ["JobState", "JobTrait", "LocalJob", "ProcessJob"],
-    "danaus.testing": ["FaultRecorder"],
+    "danaus.testing": [
+        "ClientScript",
+        "FaultRecorder",
+        "client_env",
+        "pid_alive",
+        "wait_pids_gone",
+    ],
     "danaus": ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"],
     "danaus.actor": [
         "Accumulator",

@@ -7,16 +7,122 @@ default ends the program) and lets a test wait for failures with a timeout::
     danaus.actor.unhandled_fault_hook = recorder
     ...
     recorder.crashed("workers", {2})     # exactly rank 2 of "workers" failed
+
+``ClientScript`` runs a client program in its own interpreter (for what a
+test process cannot do to itself: exit codes, ``kill -9``, at-exit handlers),
+and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from ._supervision.failure import MeshFailure
 
-__all__ = ["FaultRecorder"]
+__all__ = ["ClientScript", "FaultRecorder", "client_env", "pid_alive", "wait_pids_gone"]
+
+_SRC = str(Path(__file__).resolve().parents[1])  # the danaus this process imports
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    # The state follows the parenthesised command name, which may contain spaces.
+    return stat[stat.rindex(")") + 2] not in "ZX"
+
+
+def wait_pids_gone(pids: Iterable[int], timeout: float = 20.0) -> list[int]:
+    """Poll (bounded) until none of ``pids`` is alive; returns those still alive."""
+    pids = list(pids)
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in pids if pid_alive(p)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)  # polling an external condition (process exit), with a deadline
+
+
+def client_env() -> dict[str, str]:
+    """This process's environment, set up so a child interpreter imports the same danaus."""
+    env = dict(os.environ)
+    parts = [_SRC, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class ClientScript:
+    """Writes client scripts into a directory and runs them in their own interpreter.
+
+    ``run`` waits for the script (bounded by ``timeout``); ``start`` returns the
+    running process, talking over stdin/stdout; ``close`` kills what still runs.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.tmp_path = Path(directory)
+        self._running: list[subprocess.Popen[str]] = []
+
+    def write(self, source: str, name: str = "client.py") -> Path:
+        path = self.tmp_path / name
+        path.write_text(textwrap.dedent(source))
+        return path
+
+    def run(
+        self, source: str, name: str = "client.py", timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        path = self.write(source, name)
+        return subprocess.run(
+            [sys.executable, str(path)],
+            cwd=self.tmp_path,
+            env=client_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, source: str, name: str = "client.py") -> subprocess.Popen[str]:
+        path = self.write(source, name)
+        p = subprocess.Popen(
+            [sys.executable, str(path)],
+            cwd=self.tmp_path,
+            env=client_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._running.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in self._running:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            p.wait()
+            for stream in (p.stdin, p.stdout, p.stderr):
+                if stream is not None:
+                    stream.close()
+
 
 DEFAULT_TIMEOUT = 20.0
 

@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,9 +25,14 @@ import pytest
 
 import danaus.actor as danaus_actor
 from danaus.actor import Actor, ProcMesh, endpoint, this_host
+from danaus.testing import (  # noqa: F401  (the tests import these from here)
+    ClientScript,
+    client_env,
+    pid_alive,
+    wait_pids_gone,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-SRC = REPO / "src"
 
 # Bounded wait for any single reply in these tests: far above what a healthy call needs.
 REPLY_TIMEOUT = 30.0
@@ -152,94 +152,9 @@ def latch(_latch_meshes: tuple[Any, Any]) -> Iterable[LatchPair]:
 # -- processes ------------------------------------------------------------------
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    # The state follows the parenthesised command name, which may contain spaces.
-    return stat[stat.rindex(")") + 2] not in "ZX"
-
-
-def wait_pids_gone(pids: Iterable[int], timeout: float = 10.0) -> list[int]:
-    """Poll (bounded) until none of ``pids`` is alive; returns those still alive."""
-    pids = list(pids)
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p in pids if pid_alive(p)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.02)  # polling an external condition (process exit), with a deadline
-
-
 @pytest.fixture
 def pids_gone() -> Callable[..., list[int]]:
     return wait_pids_gone
-
-
-def client_env() -> dict[str, str]:
-    env = dict(os.environ)
-    parts = [str(SRC), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class ClientScript:
-    """Writes a client script into ``tmp_path`` and runs it with this interpreter."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self._running: list[subprocess.Popen[str]] = []
-
-    def write(self, source: str, name: str = "client.py") -> Path:
-        path = self.tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    def run(self, source: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        path = self.write(source)
-        return subprocess.run(
-            [sys.executable, str(path)],
-            cwd=self.tmp_path,
-            env=client_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def start(self, source: str) -> subprocess.Popen[str]:
-        path = self.write(source)
-        p = subprocess.Popen(
-            [sys.executable, str(path)],
-            cwd=self.tmp_path,
-            env=client_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self._running.append(p)
-        return p
-
-    def close(self) -> None:
-        for p in self._running:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
-            for stream in (p.stdin, p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
 
 
 @pytest.fixture

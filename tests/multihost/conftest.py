@@ -70,7 +70,10 @@ from danaus.actor import (
     current_rank,
     endpoint,
 )
-from danaus.testing import FaultRecorder
+from danaus.testing import (
+    FaultRecorder,
+    wait_pids_gone,  # noqa: F401  (the tests import it from here)
+)
 
 SRC = Path(danaus.actor.__file__).resolve().parents[1]
 IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -514,26 +517,6 @@ class Probe(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
-
-
-def wait_pids_gone(pids: Iterable[int], timeout: float = TIMEOUT) -> list[int]:
-    """Poll (bounded) until none of ``pids`` is alive; returns those still alive."""
-
-    def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except (FileNotFoundError, ProcessLookupError):
-            return False
-        return stat[stat.rindex(")") + 2] not in "ZX"
-
-    pids = list(pids)
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [p for p in pids if alive(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.02)  # polling an external condition (process exit), with a deadline
 
 
 def client_env() -> dict[str, str]:

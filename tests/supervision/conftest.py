@@ -12,12 +12,8 @@ stopped).
 
 from __future__ import annotations
 
-import os
 import queue
-import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -27,11 +23,16 @@ import pytest
 
 import danaus.actor
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
-from danaus.testing import FaultRecorder
+from danaus.testing import (  # noqa: F401  (the tests import these from here)
+    ClientScript,
+    FaultRecorder,
+    client_env,
+    pid_alive,
+    wait_pids_gone,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # Subprocess clients import the same danaus as this test run.
-SRC = Path(danaus.actor.__file__).resolve().parents[1]
 
 # Bound on any single wait: far above what a healthy call or failure report needs.
 TIMEOUT = 20.0
@@ -64,86 +65,6 @@ def spawn_procs() -> Iterable[Callable[..., ProcMesh]]:
 
 
 # -- processes ------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
-
-
-def wait_pids_gone(pids: Iterable[int], timeout: float = TIMEOUT) -> list[int]:
-    """Poll (bounded) until none of ``pids`` is alive; returns those still alive."""
-    pids = list(pids)
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [p for p in pids if pid_alive(p)]
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.02)  # polling an external condition (process exit), with a deadline
-
-
-def client_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(SRC), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    )
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class ClientScript:
-    """Runs client scripts (written into ``tmp_path``) in their own interpreter."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self._running: list[subprocess.Popen[str]] = []
-
-    def _write(self, source: str, name: str) -> Path:
-        path = self.tmp_path / name
-        path.write_text(textwrap.dedent(source))
-        return path
-
-    def run(
-        self, source: str, name: str = "client.py", timeout: float = 40.0
-    ) -> subprocess.CompletedProcess[str]:
-        path = self._write(source, name)
-        return subprocess.run(
-            [sys.executable, str(path)],
-            cwd=self.tmp_path,
-            env=client_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def start(self, source: str, name: str = "client.py") -> subprocess.Popen[str]:
-        """Start a client; it talks to the test over stdin/stdout, line by line."""
-        path = self._write(source, name)
-        p = subprocess.Popen(
-            [sys.executable, str(path)],
-            cwd=self.tmp_path,
-            env=client_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self._running.append(p)
-        return p
-
-    def close(self) -> None:
-        for p in self._running:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
-            for stream in (p.stdin, p.stdout, p.stderr):
-                if stream is not None:
-                    stream.close()
 
 
 @pytest.fixture
