@@ -24,7 +24,7 @@ LAYERS = [
     "_cli",
     "_observe",
 ]
-BASE = {"_errors"}  # importable from every layer
+BASE = {"_errors", "_config"}  # importable from every layer
 
 
 def _danaus_imports(path: pathlib.Path) -> set[str]:
@@ -87,6 +87,15 @@ FACADES = {
         "is_rdma_available",
     ],
     "danaus.job": ["JobState", "JobTrait", "LocalJob", "ProcessJob"],
+    "danaus.config": [
+        "SETTINGS",
+        "Setting",
+        "clear_runtime_config",
+        "configure",
+        "configured",
+        "get_global_config",
+        "get_runtime_config",
+    ],
     "danaus.testing": [
         "ClientScript",
         "FaultRecorder",

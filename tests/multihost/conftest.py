@@ -59,7 +59,7 @@ from typing import Any
 import pytest
 
 import danaus.actor
-from danaus._runtime import runtime as danaus_runtime
+import danaus.config
 from danaus._runtime.host import ensure_runtime
 from danaus.actor import (
     Actor,
@@ -393,16 +393,17 @@ def fresh_worker(network: Network, secret: str) -> Iterator[Callable[..., Worker
 def client() -> Iterator[FaultRecorder]:
     """This process as a client: heartbeats like the workers', failures recorded.
 
-    ``Runtime._heartbeat`` reads both module attributes at every tick, so
-    setting them here takes effect from the next tick on.
+    ``Runtime._heartbeat`` reads both settings at every tick, so configuring
+    them here takes effect from the next tick on.
     """
     mp = pytest.MonkeyPatch()
     recorder = FaultRecorder()
-    mp.setattr(danaus_runtime, "HEARTBEAT_INTERVAL", HEARTBEAT_INTERVAL)
-    mp.setattr(danaus_runtime, "HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT)
     mp.setattr(danaus.actor, "unhandled_fault_hook", recorder)
     try:
-        yield recorder
+        with danaus.config.configured(
+            heartbeat_interval=HEARTBEAT_INTERVAL, heartbeat_timeout=HEARTBEAT_TIMEOUT
+        ):
+            yield recorder
     finally:
         mp.undo()
 

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import danaus.config
 from danaus._transport.address import make_job_dir
 from danaus._transport.auth import AuthError, Handshake, load_secret
 
@@ -59,21 +60,20 @@ def test_a_short_secret_is_refused_with_advice() -> None:
         load_secret("short")
 
 
-def test_job_directories_are_private_to_the_user(tmp_path, monkeypatch) -> None:
+def test_job_directories_are_private_to_the_user(tmp_path) -> None:
     base = tmp_path / "sockets"
-    monkeypatch.setenv("DANAUS_SOCKET_DIR", str(base))
-    d = make_job_dir()
+    with danaus.config.configured(socket_dir=str(base)):
+        d = make_job_dir()
     for path in (base, d):
         mode = stat.S_IMODE(os.stat(path).st_mode)
         assert mode == 0o700, oct(mode)
 
 
-def test_a_socket_directory_others_can_open_is_refused(tmp_path, monkeypatch) -> None:
+def test_a_socket_directory_others_can_open_is_refused(tmp_path) -> None:
     base = tmp_path / "open"
     base.mkdir(mode=0o777)
     os.chmod(base, 0o777)
-    monkeypatch.setenv("DANAUS_SOCKET_DIR", str(base))
-    with pytest.raises(RuntimeError, match="mode 0700"):
+    with danaus.config.configured(socket_dir=str(base)), pytest.raises(RuntimeError, match="0700"):
         make_job_dir()
 
 

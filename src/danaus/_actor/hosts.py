@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import os
 import secrets
 import socket
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _config as config
 from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
 from .._runtime.agent import ATTACH, SHUTDOWN_HOST
@@ -31,8 +31,6 @@ from .future import Future
 from .procs import ProcMesh, check_per_host, spawn_on
 
 __all__ = ["HostMesh", "attach_to_workers", "enable_transport", "this_host"]
-
-ATTACH_TIMEOUT = 60.0
 
 
 @dataclass
@@ -68,10 +66,10 @@ class HostMesh(MeshTrait):
 
     def _agents(self) -> list[ProcId | None]:
         try:
-            agents = self._state.agents.result(ATTACH_TIMEOUT)
+            agents = self._state.agents.result(config.get("attach_timeout"))
         except concurrent.futures.TimeoutError:
             raise TimeoutError(
-                f"attaching to the workers took longer than {ATTACH_TIMEOUT} s"
+                f"attaching to the workers took longer than {config.get('attach_timeout')} s"
             ) from None
         return [agents[r] for r in self._shape.ranks()]
 
@@ -97,7 +95,9 @@ class HostMesh(MeshTrait):
         return pm
 
     def _check_owned(self, what: str) -> None:
-        if not self._state.owned or len(self) != len(self._state.agents.result(ATTACH_TIMEOUT)):
+        if not self._state.owned or len(self) != len(
+            self._state.agents.result(config.get("attach_timeout"))
+        ):
             raise RuntimeError(
                 f"cannot {what} `HostMesh` that is a reference instead of owned (a slice, or a "
                 "mesh received from elsewhere); only the client that attached it can"
@@ -116,7 +116,9 @@ class HostMesh(MeshTrait):
         self._state.proc_meshes.clear()
         self._state.shut_down = True
         rt = host.ensure_runtime()
-        agents = [a for a in self._state.agents.result(ATTACH_TIMEOUT) if a is not None]
+        agents = [
+            a for a in self._state.agents.result(config.get("attach_timeout")) if a is not None
+        ]
         stopped = _all_done(futures, "the host mesh's procs to stop")
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
@@ -135,7 +137,7 @@ class HostMesh(MeshTrait):
         await self.shutdown()
 
     def __reduce__(self) -> Any:
-        agents = self._state.agents.result(ATTACH_TIMEOUT)
+        agents = self._state.agents.result(config.get("attach_timeout"))
         return (_rebuild, (self._shape, tuple(agents)))
 
     def __repr__(self) -> str:
@@ -201,7 +203,7 @@ def enable_transport(transport: str) -> None:
 
 def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
     """``(bind, advertise, port)`` for this client's TCP listener."""
-    override = os.environ.get("DANAUS_ADVERTISE_ADDR") or (
+    override = config.get("advertise_addr") or (
         _transport[len("tcp://") :] if _transport and _transport.startswith("tcp://") else None
     )
     if override:

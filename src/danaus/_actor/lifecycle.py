@@ -6,6 +6,7 @@ import atexit
 import threading
 from typing import Any
 
+from .. import _config as config
 from .._runtime import host
 from .._runtime import proc as _proc
 from .cell import ActorCell
@@ -16,7 +17,6 @@ __all__ = ["shutdown_context"]
 
 _done = False
 _lock = threading.Lock()
-SHUTDOWN_TIMEOUT = 10.0
 
 
 def shutdown_context() -> Future[None]:
@@ -37,7 +37,7 @@ def shutdown_context() -> Future[None]:
         futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
         for f in futures:
             try:
-                f.get(timeout=SHUTDOWN_TIMEOUT)
+                f.get(timeout=config.get("shutdown_timeout"))
             except Exception:
                 pass
         _stop_local_actors(rt)
@@ -54,7 +54,7 @@ def _stop_local_actors(rt: Any) -> None:
         cell.stop(None, 0, "the client shut down")
         done.append(cell)
     for cell in done:
-        cell.thread.join(SHUTDOWN_TIMEOUT)
+        cell.thread.join(config.get("shutdown_timeout"))
 
 
 def _at_exit() -> None:

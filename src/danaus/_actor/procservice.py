@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .. import _config as config
 from .._runtime import proc as _proc
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.frame import Frame
@@ -25,7 +26,6 @@ __all__ = ["SPAWN", "STOP_PROC", "install"]
 log = logging.getLogger("danaus.actor")
 
 SPAWN, STOP_PROC = 20, 22
-STOP_TIMEOUT = 10.0  # seconds a stopping proc waits for its actors before exiting anyway
 
 
 def install(rt: Runtime, boot: dict[str, Any]) -> None:
@@ -63,7 +63,7 @@ def _on_stop_proc(rt: Runtime, frame: Frame) -> None:
     cells = [c for c in rt.mailboxes.values() if isinstance(c, ActorCell)]
     for cell in cells:
         cell.stop(None, 0, reason)
-    deadline = rt.loop.time() + STOP_TIMEOUT
+    deadline = rt.loop.time() + config.get("stop_proc_timeout")
 
     def check() -> None:
         if any(c.thread.is_alive() for c in cells) and rt.loop.time() < deadline:

@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from .. import _config as config
 from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
 from . import proc as _proc
@@ -99,6 +100,7 @@ def agent() -> ProcId:
             start_new_session=True,  # Ctrl-C in a terminal reaches the client only
             env={
                 **os.environ,
+                **config.env_for_children(),  # configure() values reach the procs
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                 "DANAUS_HOST_TOKEN": rt.host,
             },

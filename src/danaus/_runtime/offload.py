@@ -23,6 +23,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .. import _config as config
 from .._transport import vm
 from .._wire.frame import Frame, alloc, flat
 
@@ -30,12 +31,11 @@ if TYPE_CHECKING:
     from .._transport.conn import Connection
     from .runtime import Runtime
 
-__all__ = ["OFFLOAD", "OFFLOAD_MIN", "OFFLOAD_OK", "RELEASE", "Offloader"]
+__all__ = ["OFFLOAD", "OFFLOAD_OK", "RELEASE", "Offloader"]
 
 log = logging.getLogger("danaus.runtime")
 
 OFFLOAD, OFFLOAD_OK, RELEASE = 8, 9, 15
-OFFLOAD_MIN = int(os.environ.get("DANAUS_OFFLOAD_MIN", str(1 << 20)))  # bytes; 0 disables
 
 _PROBE = bytearray(b"danaus offload probe \x01\x02\x03")
 _probe_addr: int | None = None
@@ -53,7 +53,8 @@ class Offloader:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.enabled = OFFLOAD_MIN > 0 and vm.available()
+        self.min = config.get("offload_min")  # bytes; 0 disables
+        self.enabled = self.min > 0 and vm.available()
         self.ok_peers: set[str] = set()  # peers that can read our memory
         self._held: dict[int, tuple[str, list[Any]]] = {}
         self._next = 0
@@ -93,7 +94,7 @@ class Offloader:
         if peer not in self.ok_peers:
             return header, buffers
         raws = [flat(b) for b in buffers]
-        big = [i for i, r in enumerate(raws) if len(r) >= OFFLOAD_MIN]
+        big = [i for i, r in enumerate(raws) if len(r) >= self.min]
         if not big:
             return header, buffers
         descs = [(i, vm.address(memoryview(raws[i])), len(raws[i])) for i in big]

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .. import _config as config
 from .._errors import SupervisionError
 from .._transport import tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
@@ -62,12 +63,6 @@ log = logging.getLogger("danaus.runtime")
 
 CALL, REPLY, HELLO, READY, LOST, BOUNCE, PING = 1, 2, 3, 4, 5, 6, 7
 
-# Heartbeats on TCP connections: a ping after this much quiet, and a peer that
-# has been silent this long is declared lost (a partitioned or frozen host).
-HEARTBEAT_INTERVAL = float(os.environ.get("DANAUS_HEARTBEAT_INTERVAL", "0.5"))
-HEARTBEAT_TIMEOUT = float(os.environ.get("DANAUS_HEARTBEAT_TIMEOUT", "5.0"))
-# How long a call to an actor not (yet) on this proc waits for its SPAWN.
-EARLY_HOLD = 1.0
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
@@ -144,7 +139,7 @@ class Runtime(PeerTable):
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
         self._listener = listen(self._unix)
         self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
-        self.loop.call_later(HEARTBEAT_INTERVAL, self._heartbeat)
+        self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
@@ -184,25 +179,26 @@ class Runtime(PeerTable):
         if self.closed:
             return
         now = self.loop.time()
+        interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
         conns = [p.conn for p in list(self._peers.values()) if p.conn is not None]
         conns += list(self._accepted)
         ping = None
         for conn in conns:
             if conn.closed or not conn.tcp:
                 continue
-            if now - conn.last_recv > HEARTBEAT_TIMEOUT:
+            if now - conn.last_recv > timeout:
                 conn.fail_now(
-                    f"no heartbeat for {HEARTBEAT_TIMEOUT:.1f} s: the host is unreachable "
+                    f"no heartbeat for {timeout:.1f} s: the host is unreachable "
                     "(partitioned) or frozen"
                 )
                 continue
-            if conn.authenticated and now - conn.last_send > HEARTBEAT_INTERVAL:
+            if conn.authenticated and now - conn.last_send > interval:
                 ping = ping or encode_frame((PING,))
                 try:
                     conn.send(ping)
                 except Exception:
                     pass
-        self.loop.call_later(HEARTBEAT_INTERVAL, self._heartbeat)
+        self.loop.call_later(interval, self._heartbeat)
 
     def on_io_thread(self) -> bool:
         try:
@@ -312,15 +308,14 @@ class Runtime(PeerTable):
             reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
         self._lose_soon(proc.name, f"the connection from proc {proc.name} closed: {reason}")
 
-    # How long to wait for the host agent's report of how a proc we spawned
-    # exited (it usually comes within a millisecond) before declaring it lost
-    # on the strength of a closed connection alone.
-    EXIT_REPORT_GRACE = 0.05
-
     def _lose_soon(self, name: str, reason: str) -> None:
         peer = self._peers.get(name)
         if peer is not None and peer.spawned and not peer.stopping and name not in self.exited:
-            self.loop.call_later(self.EXIT_REPORT_GRACE, self.peer_lost, name, reason)
+            # Wait briefly for the host agent's report of how it exited (it usually
+            # comes within a millisecond) before declaring it lost on the strength
+            # of a closed connection alone.
+            grace = config.get("exit_report_grace")
+            self.loop.call_later(grace, self.peer_lost, name, reason)
         else:
             self.peer_lost(name, reason)
 
@@ -414,7 +409,9 @@ class Runtime(PeerTable):
         if inbound is not None and not inbound.closed:
             # Replies may still be in flight on the inbound connection: let it drain
             # first (its EOF declares the loss), but never wait for long.
-            self.loop.call_later(1.0, self.peer_lost, proc.name, reason)
+            self.loop.call_later(
+                config.get("inbound_drain_timeout"), self.peer_lost, proc.name, reason
+            )
         else:
             self._lose_soon(proc.name, reason)
 
@@ -487,7 +484,8 @@ class Runtime(PeerTable):
         early = self._early.setdefault((mesh, rank), [])
         early.append((conn, frame))
         if len(early) == 1:
-            self.loop.call_later(EARLY_HOLD, self._early_expired, (mesh, rank))
+            hold = config.get("early_call_hold")
+            self.loop.call_later(hold, self._early_expired, (mesh, rank))
 
     def mailbox_added(self, key: tuple[str, int]) -> None:
         """A mailbox was registered (I/O thread): deliver the calls that came first."""

@@ -20,6 +20,7 @@ import threading
 import traceback
 from typing import Any
 
+from .. import _config as config
 from .failure import MeshFailure
 
 __all__ = ["FaultExit", "default_unhandled_fault_hook", "exit_program", "exiting", "submit"]
@@ -39,15 +40,12 @@ class FaultExit(SystemExit):
         super().__init__(1)
 
 
-MAIN_EXIT_GRACE = 5.0  # seconds the main thread gets to unwind before we exit for it
-
-
 def exit_program(code: int = 1) -> None:
     """End the program with exit code 1, at-exit handlers included (from any thread).
 
     The main thread gets ``SystemExit(1)`` at its next Python instruction (danaus's
     own blocking waits wake up for it), so it unwinds and the interpreter exits
-    normally. If it has not done so within ``MAIN_EXIT_GRACE`` seconds (blocked
+    normally. If it has not done so within ``main_exit_grace`` seconds (a setting) (blocked
     in C code, or it caught the exception), the handlers run here and the
     process ends anyway.
     """
@@ -69,7 +67,7 @@ def exit_program(code: int = 1) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(main.ident), ctypes.py_object(FaultExit)
         )
-        main.join(MAIN_EXIT_GRACE)
+        main.join(config.get("main_exit_grace"))
         if not main.is_alive():
             return  # the main thread unwound: the interpreter exits with code 1 by itself
     force_exit_code()

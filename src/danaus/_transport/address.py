@@ -19,6 +19,8 @@ import socket
 import stat
 import tempfile
 
+from .. import _config as config
+
 __all__ = [
     "choose",
     "connect_socket",
@@ -93,9 +95,7 @@ def _private_dir(path: str) -> str:
 
 def make_job_dir() -> str:
     """Create a fresh directory, readable by this user only, for one job's sockets."""
-    base = os.environ.get("DANAUS_SOCKET_DIR") or os.path.join(
-        tempfile.gettempdir(), f"danaus-{os.getuid()}"
-    )
+    base = config.get("socket_dir") or os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
     _private_dir(base)
     return _private_dir(os.path.join(base, secrets.token_hex(4)))
 

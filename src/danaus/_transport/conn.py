@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
-from .._wire.frame import DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError
+from .._wire.frame import Frame, FrameDecoder, FrameError
 from .auth import Handshake
 
 __all__ = ["Connection"]
@@ -44,7 +44,7 @@ class Connection:
         on_frame: Callable[[Connection, Frame], None],
         on_close: Callable[[Connection, BaseException | None], None],
         *,
-        max_frame: int = DEFAULT_MAX_FRAME,
+        max_frame: int | None = None,
         handshake: Handshake | None = None,
         handshake_timeout: float = 5.0,
         tls: ssl.SSLContext | None = None,

@@ -12,14 +12,15 @@ one host (Unix sockets) are not affected.
 from __future__ import annotations
 
 import functools
-import os
 import ssl
+
+from .. import _config as config
 
 __all__ = ["client_context", "enabled", "server_context"]
 
 
 def _files() -> tuple[str, str, str] | None:
-    cert, key, ca = (os.environ.get(f"DANAUS_TLS_{k}") for k in ("CERT", "KEY", "CA"))
+    cert, key, ca = (config.get(f"tls_{k}") for k in ("cert", "key", "ca"))
     if not (cert or key or ca):
         return None
     if not (cert and key and ca):

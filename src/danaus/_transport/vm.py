@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
+
 __all__ = [
     "CHUNK",
     "address",
@@ -158,7 +160,7 @@ def allow_peers(is_proc: bool) -> None:
         libc = _libc()
         if libc is None:
             return
-        if os.environ.get("DANAUS_RDMA_PTRACER", "").lower() == "any":
+        if config.get("rdma_ptracer").lower() == "any":
             who = _PR_SET_PTRACER_ANY
         else:
             who = os.getppid() if is_proc else os.getpid()

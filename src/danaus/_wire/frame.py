@@ -18,16 +18,15 @@ memory and its buffers are views of it (no further copy).
 from __future__ import annotations
 
 import mmap
-import os
 import pickle
 import struct
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from .. import _config as config
 from .._errors import PeerBrokenError
 
 __all__ = [
-    "DEFAULT_MAX_FRAME",
     "Frame",
     "FrameDecoder",
     "FrameError",
@@ -40,7 +39,6 @@ _PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
 _LEN = struct.Struct("<Q")
 _FIXED = _PREFIX.size - 8  # bytes counted in `total` before the buffer lengths
 
-DEFAULT_MAX_FRAME = int(os.environ.get("DANAUS_MAX_FRAME", str(64 << 30)))
 MAX_BUFFERS = 4096
 MAX_HEADER = 1 << 20
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
@@ -135,8 +133,8 @@ class FrameDecoder:
     Raises :class:`FrameError` on malformed input; the caller closes the connection.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
-        self.max_frame = max_frame
+    def __init__(self, max_frame: int | None = None) -> None:
+        self.max_frame = config.get("codec_max_frame_length") if max_frame is None else max_frame
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging

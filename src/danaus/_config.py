@@ -1,0 +1,468 @@
+"""Every setting of danaus, in one table: defaults < environment < ``configure()``.
+
+A setting has a name, a type, a default, an environment variable
+(``DANAUS_`` + the name in capitals) and one line of documentation. Its value
+is the last of these that is set:
+
+1. the default in :data:`SETTINGS`;
+2. the environment variable, read when the setting is first needed;
+3. ``configure(**kw)`` (or the ``configured(**kw)`` context manager) in this
+   process.
+
+Durations are seconds, given as a number or as a string with units
+(``"500ms"``, ``"30s"``, ``"5m"``, ``"1h 30m"``); sizes are bytes, given as a
+number or with a binary unit (``"64MiB"``, ``"4GiB"``). An unknown name is a
+:class:`ValueError` that lists the valid ones; a value of the wrong type is a
+:class:`TypeError`; a malformed environment variable is a :class:`ValueError`
+naming the variable.
+
+This module is below every layer (it imports nothing of danaus but
+``_errors``), so any layer may read settings with :func:`get`. The process's
+settings are one :class:`Config` object; the client hands the settings it has
+configured to the host agent it starts (as environment variables), so procs
+spawned on this host see them too. Workers on other hosts read their own
+environment.
+
+Secrets are not settings: ``DANAUS_SECRET`` is read only by the
+authentication code, so that ``get_global_config()`` can be printed safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SETTINGS",
+    "Config",
+    "Setting",
+    "clear_runtime_config",
+    "configure",
+    "configured",
+    "env_for_children",
+    "get",
+    "get_global_config",
+    "get_runtime_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: its name, kind (``bool``, ``int``, ``float``, ``str``,
+    ``duration``, ``size``), default and documentation."""
+
+    name: str
+    kind: str
+    default: Any
+    doc: str
+
+    @property
+    def env(self) -> str:
+        return "DANAUS_" + self.name.upper()
+
+
+_GiB = 1 << 30
+_MiB = 1 << 20
+
+#: The table of every setting. ``docs/config.md`` is generated from the same
+#: rows (``python -m danaus._config`` prints it) and a test keeps the two equal.
+SETTINGS: tuple[Setting, ...] = (
+    # -- failure detection -------------------------------------------------
+    Setting(
+        "heartbeat_interval",
+        "duration",
+        0.5,
+        "A quiet TCP connection sends a ping after this long.",
+    ),
+    Setting(
+        "heartbeat_timeout",
+        "duration",
+        5.0,
+        "A TCP peer silent this long is declared lost (partitioned or frozen host).",
+    ),
+    Setting(
+        "exit_report_grace",
+        "duration",
+        0.05,
+        "After a spawned proc's connection closes, how long to wait for the host "
+        "agent's report of how it exited before declaring it lost anyway.",
+    ),
+    Setting(
+        "inbound_drain_timeout",
+        "duration",
+        1.0,
+        "When the connection to a peer breaks while its connection to us is open, "
+        "how long replies already sent may still arrive before the peer is lost.",
+    ),
+    # -- messages ------------------------------------------------------------
+    Setting(
+        "codec_max_frame_length",
+        "size",
+        4 * _GiB,
+        "Largest frame a connection accepts; a frame announcing more is refused "
+        "before anything is allocated and its connection closed.",
+    ),
+    Setting(
+        "offload_min",
+        "size",
+        _MiB,
+        "Message buffers at least this large travel between procs of one host as "
+        "a one-sided process_vm copy instead of through the socket (0 disables).",
+    ),
+    Setting(
+        "coalesce_window",
+        "duration",
+        0.0,
+        "Sends closer together than this are coalesced into one write by the I/O "
+        "thread (0 writes at once).",
+    ),
+    Setting(
+        "early_call_hold",
+        "duration",
+        1.0,
+        "A call that reaches a proc before the SPAWN of its actor waits this long "
+        "for it before it is answered as undeliverable.",
+    ),
+    # -- connections and hosts ------------------------------------------------
+    Setting(
+        "handshake_timeout",
+        "duration",
+        5.0,
+        "A TCP peer (message or data connection) must finish authenticating within this.",
+    ),
+    Setting(
+        "socket_dir",
+        "str",
+        "",
+        "Directory for the per-user directory of Unix sockets (default: the "
+        "system's temporary directory).",
+    ),
+    Setting(
+        "advertise_addr",
+        "str",
+        "",
+        "The IP address other hosts reach this client at (default: the source "
+        "address of the route to the first worker).",
+    ),
+    Setting("tls_cert", "str", "", "PEM certificate for mutual TLS between hosts."),
+    Setting("tls_key", "str", "", "PEM private key for mutual TLS between hosts."),
+    Setting("tls_ca", "str", "", "PEM CA bundle that peers' certificates must chain to."),
+    Setting(
+        "attach_timeout",
+        "duration",
+        60.0,
+        "How long attaching to a worker may take before it fails.",
+    ),
+    Setting(
+        "worker_start_timeout",
+        "duration",
+        60.0,
+        "How long a job waits for a worker process it started to listen.",
+    ),
+    # -- stopping ----------------------------------------------------------
+    Setting(
+        "stop_proc_timeout",
+        "duration",
+        10.0,
+        "How long a stopping proc waits for its actors' cleanup before it exits anyway.",
+    ),
+    Setting(
+        "shutdown_timeout",
+        "duration",
+        10.0,
+        "How long shutdown_context() waits for the meshes it stops.",
+    ),
+    Setting(
+        "main_exit_grace",
+        "duration",
+        5.0,
+        "After an unhandled failure, how long the client's main thread gets to "
+        "unwind (SystemExit) before danaus exits for it.",
+    ),
+    # -- data plane ----------------------------------------------------------
+    Setting(
+        "rdma_streams",
+        "int",
+        4,
+        "Parallel data connections one large cross-host RDMA copy is split across.",
+    ),
+    Setting(
+        "rdma_connect_timeout",
+        "duration",
+        10.0,
+        "Bound on connecting to another host's RDMA data server.",
+    ),
+    Setting(
+        "rdma_ptracer",
+        "str",
+        "",
+        "'any' lets any process of this user read procs' memory (for hardened "
+        "kernels whose Yama ptrace_scope blocks process_vm_readv between siblings).",
+    ),
+)
+
+_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_SIZES = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1000**4,
+    "tib": 1 << 40,
+}
+_TERM = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([a-zµ]*)\s*", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``"1.5"``, ``"500ms"``, ``"1h 30m"``; :class:`ValueError` otherwise."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    total, pos = 0.0, 0
+    while pos < len(text):
+        m = _TERM.match(text, pos)
+        if m is None or m.end() == pos or m.group(2).lower() not in _UNITS:
+            raise ValueError(
+                f"{text!r} is not a duration; write seconds (1.5) or a number with one of "
+                f"the units {', '.join(sorted(_UNITS))} ('500ms', '1h 30m')"
+            )
+        total += float(m.group(1)) * _UNITS[m.group(2).lower()]
+        pos = m.end()
+    if not text:
+        raise ValueError("an empty string is not a duration")
+    return total
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``"4096"``, ``"64MiB"``, ``"4 GiB"``; :class:`ValueError` otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", text, re.IGNORECASE)
+    if m is None or m.group(2).lower() not in _SIZES:
+        raise ValueError(
+            f"{text!r} is not a size; write bytes (4096) or a number with a unit "
+            "('64MiB', '4GiB', '10GB')"
+        )
+    return int(float(m.group(1)) * _SIZES[m.group(2).lower()])
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{text!r} is not a boolean; write 1/0, true/false, yes/no or on/off")
+
+
+_FROM_TEXT: dict[str, Callable[[str], Any]] = {
+    "bool": _parse_bool,
+    "int": int,
+    "float": float,
+    "str": str,
+    "duration": parse_duration,
+    "size": parse_size,
+}
+
+
+def _coerce(setting: Setting, value: Any) -> Any:
+    """A value given to ``configure()``, checked and converted to the setting's kind."""
+    kind = setting.kind
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+    elif kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif kind == "str":
+        if isinstance(value, str):
+            return value
+    elif kind in ("float", "duration"):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value < 0:
+                raise ValueError(f"{setting.name} must not be negative (got {value!r})")
+            return float(value)
+        if kind == "duration" and isinstance(value, str):
+            return parse_duration(value)
+    elif kind == "size":
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise ValueError(f"{setting.name} must not be negative (got {value!r})")
+            return value
+        if isinstance(value, str):
+            return parse_size(value)
+    expected = {
+        "duration": "seconds (int or float) or a string such as '30s'",
+        "size": "bytes (int) or a string such as '64MiB'",
+        "float": "a number",
+    }.get(kind, kind)
+    raise TypeError(f"{setting.name} takes {expected}, not {type(value).__name__} ({value!r})")
+
+
+def _unknown(name: str) -> ValueError:
+    near = difflib.get_close_matches(name, list(_BY_NAME), n=1)
+    hint = f" Did you mean {near[0]!r}?" if near else ""
+    return ValueError(
+        f"{name!r} is not a danaus setting.{hint} The settings are: " + ", ".join(sorted(_BY_NAME))
+    )
+
+
+class Config:
+    """The settings of one process. Read with :meth:`get`; thread-safe."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = environ if environ is not None else os.environ
+        self._lock = threading.Lock()
+        self._runtime: dict[str, Any] = {}  # set by configure()
+        self._cache: dict[str, Any] = {}  # effective values, filled on first read
+
+    def get(self, name: str) -> Any:
+        """The effective value of setting ``name`` (fast after the first read)."""
+        try:
+            return self._cache[name]
+        except KeyError:
+            pass
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise _unknown(name)
+        with self._lock:
+            value = self._resolve(setting)
+            self._cache[name] = value
+        return value
+
+    def _resolve(self, setting: Setting) -> Any:
+        if setting.name in self._runtime:
+            return self._runtime[setting.name]
+        raw = self._environ.get(setting.env)
+        if raw is None:
+            return setting.default
+        try:
+            return _FROM_TEXT[setting.kind](raw)
+        except ValueError as e:
+            raise ValueError(f"environment variable {setting.env}={raw!r}: {e}") from None
+
+    def configure(self, **kwargs: Any) -> None:
+        checked = {}
+        for name, value in kwargs.items():
+            setting = _BY_NAME.get(name)
+            if setting is None:
+                raise _unknown(name)
+            checked[name] = _coerce(setting, value)
+        with self._lock:
+            self._runtime.update(checked)
+            self._cache.clear()
+
+    def runtime(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._runtime)
+
+    def restore(self, runtime: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._runtime = dict(runtime)
+            self._cache.clear()
+
+    def effective(self) -> dict[str, Any]:
+        return {s.name: self.get(s.name) for s in SETTINGS}
+
+    def env_for_children(self) -> dict[str, str]:
+        """``DANAUS_*`` variables that give a child process this process's configured
+        values (those set by ``configure()``; the environment is inherited anyway)."""
+        out = {}
+        for name, value in self.runtime().items():
+            out[_BY_NAME[name].env] = str(int(value) if isinstance(value, bool) else value)
+        return out
+
+
+_config = Config()
+
+
+def get(name: str) -> Any:
+    """The effective value of setting ``name`` in this process."""
+    return _config.get(name)
+
+
+def configure(**kwargs: Any) -> None:
+    """Set settings for this process (and the procs it spawns on this host from now on).
+
+    Does not block. Raises :class:`ValueError` for an unknown name (listing the
+    valid ones) or a malformed duration or size, :class:`TypeError` for a value
+    of the wrong type; nothing is changed when it raises::
+
+        danaus.config.configure(heartbeat_timeout="2s", codec_max_frame_length="1GiB")
+    """
+    _config.configure(**kwargs)
+
+
+@contextlib.contextmanager
+def configured(**kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Apply ``configure(**kwargs)`` inside a ``with`` block, then restore the previous
+    values; yields the effective settings. Raises as :func:`configure`."""
+    saved = _config.runtime()
+    _config.configure(**kwargs)
+    try:
+        yield _config.effective()
+    finally:
+        _config.restore(saved)
+
+
+def get_global_config() -> dict[str, Any]:
+    """Every setting's effective value (defaults < environment < configure)."""
+    return _config.effective()
+
+
+def get_runtime_config() -> dict[str, Any]:
+    """Only the settings given to ``configure()`` in this process."""
+    return _config.runtime()
+
+
+def clear_runtime_config() -> None:
+    """Forget every ``configure()`` value: environment and defaults apply again."""
+    _config.restore({})
+
+
+def env_for_children() -> dict[str, str]:
+    """Environment variables carrying this process's ``configure()`` values to a child."""
+    return _config.env_for_children()
+
+
+def markdown_table() -> str:
+    """The settings as the Markdown table in ``docs/config.md``."""
+    rows = [
+        "| setting | environment variable | kind | default | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        default = repr(s.default) if s.default != "" else "(unset)"
+        rows.append(f"| `{s.name}` | `{s.env}` | {s.kind} | {default} | {s.doc} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown_table())
