@@ -14,7 +14,8 @@ import danaus.actor as da
 from danaus._actor.collect import Collector, set_future
 from danaus._errors import SupervisionError
 from danaus._runtime import host
-from danaus._runtime.runtime import CALL
+from danaus._wire import codec
+from danaus._wire.protocol import Call
 from danaus.actor import Actor, concurrent_endpoint, endpoint, this_host, this_proc
 
 
@@ -45,8 +46,11 @@ def test_a_call_with_a_header_from_another_version_fails_the_actor_and_answers_t
         collector = Collector(rt, "echo.echo()", 1, lambda i, ok, v: set_future(cf, ok, v))
         proc = mesh._ref.procs[0]
         collector.expect(0, proc)
-        # An 8-field CALL header, as an older peer might send: the actor cannot decode it.
-        rt.send(proc, (CALL, mesh._ref.mesh_id, 0, "echo", collector.port, 0, (), ()), b"", ())
+        # A CALL whose extent is not one (as a buggy peer might send): danaus itself
+        # fails while preparing the call, not the endpoint.
+        body, bufs = codec.dumps(((1,), {}))
+        bad = Call(mesh._ref.mesh_id, 0, "echo", collector.port, 0, None, None, None, (), 0)
+        rt.send(proc, bad, body, bufs)
         with pytest.raises(SupervisionError, match="internal error"):
             cf.result(timeout=30)
         assert seen.wait(30)

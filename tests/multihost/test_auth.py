@@ -19,9 +19,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from danaus._runtime.runtime import PING
 from danaus._transport.auth import MAGIC, Handshake, load_secret
 from danaus._wire.frame import Frame, FrameDecoder
+from danaus._wire.protocol import Kind
 from danaus.actor import this_host
 
 from .conftest import TIMEOUT, Probe, client_env, recv_until_closed
@@ -178,7 +178,7 @@ def test_bad_frames_close_only_the_senders_connection(workers, secret, legit, pa
     assert worker.proc.poll() is None
     assert set(legit.slice(hosts=0).echo.call(3).get(timeout=TIMEOUT).values()) == {3}
     with bystander:  # still open: the worker's heartbeat reaches it
-        assert _read_frame(bystander).header == (PING,)
+        assert _read_frame(bystander).header == (Kind.PING,)
     _authenticated(worker.address, secret).close()
 
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from .._errors import SupervisionError
 from .._mesh import ValueMesh
 from .._runtime import host
-from .._runtime.runtime import CALL
 from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import ProcId
+from .._wire.protocol import Call
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import Collector, Countdown, set_future
 from .context import context
@@ -129,8 +129,7 @@ class Endpoint:
         for index, rank, proc in targets:
             if index in skip:
                 continue
-            header = (
-                CALL,
+            header = Call(
                 mesh_id,
                 rank,
                 self._name,

@@ -24,16 +24,16 @@ from typing import Any
 from .._mesh import Extent, Point
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire import codec
-from .._wire.frame import Frame
 from .._wire.ids import ActorId, PortId, ProcId
+from .._wire.protocol import Message
 from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
 from .endpoint import EndpointProperty, endpoints_of
-from .failing import FAILED, Failing, exception_payload
+from .failing import Failing, exception_payload
 from .ports import Port, _DroppingPort
 
-__all__ = ["FAILED", "ActorCell", "exception_payload"]
+__all__ = ["ActorCell", "exception_payload"]
 
 log = logging.getLogger("danaus.actor")
 
@@ -52,10 +52,10 @@ class ActorCell(Failing, DeadlockCheck):
         rt: Runtime,
         mesh_id: str,
         rank: int,
-        spawn: Frame,
+        spawn: Message,
         on_exit: Callable[[ActorCell], None],
     ) -> None:
-        _, _, _, init_port, _, labels, sizes, owner, mode = spawn.header[:9]
+        _, _, init_port, _, labels, sizes, owner, mode = spawn.header
         self.rt = rt
         self.mesh_id = mesh_id
         self.rank = rank
@@ -74,7 +74,7 @@ class ActorCell(Failing, DeadlockCheck):
         self._lock = threading.Lock()
         self.serial_task: Any = None
         self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor
-        self._queued: dict[int, Frame] = {}  # calls in the inbox, for deadlock checks
+        self._queued: dict[int, Message] = {}  # calls in the inbox, for deadlock checks
         self._answered: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._adhoc: dict[tuple[str, int], EndpointProperty] = {}
@@ -91,7 +91,7 @@ class ActorCell(Failing, DeadlockCheck):
 
     # -- inbox (I/O thread) ---------------------------------------------
 
-    def deliver(self, frame: Frame, sender: ProcId | None) -> None:
+    def deliver(self, frame: Message, sender: ProcId | None) -> None:
         with self._lock:  # atomic with begin_wait: a cycling call is never missed
             cycles = bool(self.waiting) and self._closes_cycle(frame)
             if not cycles:
@@ -127,10 +127,11 @@ class ActorCell(Failing, DeadlockCheck):
         """Answer an item that arrived after the actor stopped."""
         if item[0] == _CALL:
             header = item[1].header
-            if header[4] is None and header[8] is not None:
-                self.rt.bounce(header[8], f"{self._label()}.{header[3]}()", "the actor was stopped")
+            if header.port is None and header.sender is not None:
+                what = f"{self._label()}.{header.method}()"
+                self.rt.bounce(header.sender, what, "the actor was stopped")
             else:
-                self._reply_stopped(header[4], header[5])
+                self._reply_stopped(header.port, header.slot)
         elif item[0] == _SUPERVISE:
             log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
         elif item[0] == _BOUNCED:
@@ -256,8 +257,8 @@ class ActorCell(Failing, DeadlockCheck):
                 break
         await worker
 
-    def _is_concurrent(self, frame: Frame) -> bool:
-        prop = self.endpoints.get(frame.header[3])
+    def _is_concurrent(self, frame: Message) -> bool:
+        prop = self.endpoints.get(frame.header.method)
         return prop is not None and prop.concurrent and self.failed is None
 
     async def _serial(self, serial: asyncio.Queue[Any]) -> None:
@@ -293,9 +294,9 @@ class ActorCell(Failing, DeadlockCheck):
 
     # -- handling one message -------------------------------------------
 
-    def _prepare(self, frame: Frame) -> tuple[Any, ...] | None:
+    def _prepare(self, frame: Message) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
-        _, _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
+        _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
         with self._lock:
             self._queued.pop(id(frame), None)
             if id(frame) in self._answered:
@@ -339,7 +340,7 @@ class ActorCell(Failing, DeadlockCheck):
             )
         return self._adhoc[key]
 
-    def _handle_sync(self, frame: Frame) -> None:
+    def _handle_sync(self, frame: Message) -> None:
         prepared = self._prepare(frame)
         if prepared is None:
             return

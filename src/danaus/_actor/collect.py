@@ -17,15 +17,15 @@ from typing import Any
 from .._errors import ActorError, InternalError, SupervisionError
 from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from .._wire import codec
-from .._wire.frame import Frame
 from .._wire.ids import PortId, ProcId
+from .._wire.protocol import Message
 
 __all__ = ["Collector", "Countdown", "decode_reply", "set_future"]
 
 
-def decode_reply(frame: Frame, what: str) -> tuple[bool, Any]:
+def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     """``(True, value)`` or ``(False, exception)`` from a REPLY frame."""
-    status = frame.header[3]
+    status = frame.header.status
     try:
         payload = codec.loads(frame.body, frame.buffers)
     except Exception as e:
@@ -90,8 +90,8 @@ class Collector:
         if reason is not None:
             self._lost_one(index, proc.name, reason)
 
-    def deliver(self, frame: Frame) -> None:
-        index = frame.header[2]
+    def deliver(self, frame: Message) -> None:
+        index = frame.header.slot
         with self._lock:
             if self.pending.pop(index, None) is None:
                 return  # already failed (its proc was lost), or a duplicate

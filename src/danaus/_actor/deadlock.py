@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .._runtime.runtime import STATUS_EXC, Runtime
-from .._wire.frame import Frame
+from .._wire.protocol import Message
 from .endpoint import EndpointProperty
 
 if TYPE_CHECKING:
@@ -33,22 +33,22 @@ class DeadlockCheck:
     endpoints: dict[str, EndpointProperty]
     waiting: int
     _lock: threading.Lock
-    _queued: dict[int, Frame]
+    _queued: dict[int, Message]
     _answered: set[int]
 
     def _label(self) -> str:
         raise NotImplementedError
 
-    def _closes_cycle(self, frame: Frame) -> bool:
-        chain = frame.header[9]
+    def _closes_cycle(self, frame: Message) -> bool:
+        chain = frame.header.chain
         if not chain or self.ctx_instance is None or self.ctx_instance.actor_id not in chain:
             return False
-        prop = self.endpoints.get(frame.header[3])
+        prop = self.endpoints.get(frame.header.method)
         return prop is None or not prop.concurrent  # concurrent bodies may run meanwhile
 
-    def _refuse_deadlock(self, frame: Frame) -> None:
-        _, _, _, method, port, index = frame.header[:6]
-        chain = " -> ".join(f"{a.mesh}[{a.rank}]" for a in frame.header[9])
+    def _refuse_deadlock(self, frame: Message) -> None:
+        method, port, index = frame.header.method, frame.header.port, frame.header.slot
+        chain = " -> ".join(f"{a.mesh}[{a.rank}]" for a in frame.header.chain)
         err = RuntimeError(
             f"deadlock: actor {self._label()} is blocked waiting on a call that has come back "
             f"to it as {method}() through {chain}; it cannot run this message until that call "

@@ -19,19 +19,17 @@ from typing import TYPE_CHECKING, Any
 from .._errors import RemoteException, SupervisionError
 from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, Runtime
 from .._wire import codec
-from .._wire.frame import Frame
 from .._wire.ids import ActorId, PortId
+from .._wire.protocol import Failed, Message
 from . import owned
 from .endpoint import EndpointProperty
 
 if TYPE_CHECKING:
     from .context import Instance
 
-__all__ = ["FAILED", "Aborted", "Failing", "exception_payload"]
+__all__ = ["Aborted", "Failing", "exception_payload"]
 
 log = logging.getLogger("danaus.actor")
-
-FAILED = 23  # frame kind: (FAILED, owner, mesh_id, rank, reason, traceback)
 
 
 class Aborted(BaseException):
@@ -81,7 +79,7 @@ class Failing:
         self.rt.reply(self.init_port, self.rank, STATUS_EXC, (exc, tb))
         self.fail(f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}", tb)
 
-    def _internal_error(self, frame: Frame, e: BaseException) -> None:
+    def _internal_error(self, frame: Message, e: BaseException) -> None:
         """danaus itself failed while handling ``frame``: fail the actor and answer the call."""
         _, tb = exception_payload(e)
         reason = (
@@ -90,7 +88,7 @@ class Failing:
         )
         self.fail(reason, tb)
         try:
-            self._reply_error(frame.header[4], frame.header[5], reason)
+            self._reply_error(frame.header.port, frame.header.slot, reason)
         except Exception:
             log.exception("could not answer a call after an internal error")
 
@@ -186,7 +184,7 @@ class Failing:
         if self.owner is not None:
             self.rt.send(
                 self.owner.proc,
-                (FAILED, self.owner, self.mesh_id, self.rank, reason, tb),
+                Failed(self.owner, self.mesh_id, self.rank, reason, tb),
                 on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
             )
 

@@ -21,10 +21,10 @@ from typing import Any
 from .. import _config as config
 from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
-from .._runtime.agent import ATTACH, SHUTDOWN_HOST
 from .._transport.address import join, parse, split_tcp
 from .._transport.auth import load_secret
 from .._wire.ids import ProcId
+from .._wire.protocol import Attach, ShutdownHost
 from .collect import Collector, Countdown, set_future
 from .context import refresh_root
 from .future import Future
@@ -124,7 +124,7 @@ class HostMesh(MeshTrait):
 
         def shut(_: Any) -> None:  # procs first, so their exits are reported, then the hosts
             for agent in agents:
-                rt.send(agent, (SHUTDOWN_HOST,), on_fail=lambda reason: None)
+                rt.send(agent, ShutdownHost(), on_fail=lambda reason: None)
             set_future(cf, True, None)
 
         stopped.add_done_callback(shut)
@@ -280,7 +280,7 @@ def attach_to_workers(
         collector.expect(0, provisional)
         rt.send(
             provisional,
-            (ATTACH, rt.proc_id, collector.port),
+            Attach(rt.proc_id, collector.port),
             on_fail=functools.partial(collector.fail, 0),
         )
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))

@@ -13,14 +13,14 @@ from .._errors import SupervisionError
 from .._mesh import MeshTrait, Shape
 from .._runtime import host
 from .._wire.ids import ActorId, ProcId
+from .._wire.protocol import StopActor
 from .adverbs import Endpoint, NotAnEndpoint
 from .collect import Collector, Countdown, set_future
 from .endpoint import EndpointProperty, endpoints_of
 from .future import Future
 
-__all__ = ["STOP_ACTOR", "ActorMesh", "MeshRef", "wait_ready"]
+__all__ = ["ActorMesh", "MeshRef", "wait_ready"]
 
-STOP_ACTOR = 21
 A = TypeVar("A")
 
 
@@ -157,7 +157,7 @@ class ActorMesh(MeshTrait, Generic[A]):
             proc = self._ref.procs[rank]
             rt.send(
                 proc,
-                (STOP_ACTOR, self._ref.mesh_id, rank, collector.port, index, reason),
+                StopActor(self._ref.mesh_id, rank, collector.port, index, reason),
                 on_fail=functools.partial(collector.fail, index),
             )
         return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")

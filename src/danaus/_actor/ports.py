@@ -16,10 +16,11 @@ from typing import Any, Generic, TypeVar
 
 from .._errors import ActorError
 from .._runtime import host
-from .._runtime.runtime import REPLY, STATUS_EXC, STATUS_OK
+from .._runtime.runtime import STATUS_EXC, STATUS_OK
 from .._wire import codec
-from .._wire.frame import Frame, flat
+from .._wire.frame import flat
 from .._wire.ids import ActorId, PortId
+from .._wire.protocol import Message, Reply
 from .collect import decode_reply, set_future
 from .future import Future
 
@@ -88,7 +89,7 @@ class Port(Generic[R]):
         snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
         rt = host.ensure_runtime()
         sender = current_sender() if self.return_undeliverable else None
-        header = (REPLY, self._port_id.port, self._index, status, sender)
+        header = Reply(self._port_id.port, self._index, status, sender)
         dest = f"port {self._port_id}"
         rt.send(
             self._port_id.proc,
@@ -144,9 +145,9 @@ class PortReceiver(Generic[R]):
         self.port_id = self._rt.open_port(self)
 
     # PortHandler, on the I/O thread
-    def deliver(self, frame: Frame) -> None:
+    def deliver(self, frame: Message) -> None:
         ok, value = decode_reply(frame, f"a message on port {self.port_id}")
-        if not ok and frame.header[3] == STATUS_EXC and isinstance(value, ActorError):
+        if not ok and frame.header.status == STATUS_EXC and isinstance(value, ActorError):
             value = value.exception  # Port.exception(exc): recv() raises exc itself
         with self._lock:
             waiter = self._waiters.popleft() if self._waiters else None

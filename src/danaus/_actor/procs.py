@@ -16,13 +16,13 @@ from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
 from .._wire import codec
 from .._wire.ids import ProcId
+from .._wire.protocol import Spawn, StopProc
 from . import owned
 from .actor import actor_mode, validate_actor_class
 from .collect import Collector, Countdown, set_future
 from .context import context
 from .future import Future
 from .mesh import ActorMesh, MeshRef, _State, wait_ready
-from .procservice import SPAWN, STOP_PROC
 
 __all__ = ["ProcMesh", "check_per_host", "owned_proc_meshes", "spawn_on", "this_proc"]
 
@@ -144,7 +144,7 @@ class ProcMesh(MeshTrait):
         for i, proc in enumerate(procs):
             collector.expect(i, proc)
         for i, proc in enumerate(procs):
-            header = (SPAWN, mesh_id, i, collector.port, i, labels, sizes, ref.owner, mode)
+            header = Spawn(mesh_id, i, collector.port, i, labels, sizes, ref.owner, mode)
             rt.send(proc, header, body, bufs, on_fail=functools.partial(collector.fail, i))
         return mesh
 
@@ -172,7 +172,7 @@ class ProcMesh(MeshTrait):
         countdown = Countdown(len(procs), lambda: set_future(cf, True, None))
         for proc in procs:
             rt.mark_stopping(proc)
-            rt.send(proc, (STOP_PROC, None, 0, reason), on_fail=lambda r: None)
+            rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
             rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 

@@ -17,29 +17,25 @@ from typing import Any
 from .. import _config as config
 from .._runtime import proc as _proc
 from .._runtime.runtime import STATUS_OK, Runtime
-from .._wire.frame import Frame
-from .cell import FAILED, ActorCell
-from .mesh import STOP_ACTOR
+from .._wire.protocol import Kind, Message
+from .cell import ActorCell
 
-__all__ = ["SPAWN", "STOP_PROC", "install"]
+__all__ = ["install"]
 
 log = logging.getLogger("danaus.actor")
-
-SPAWN, STOP_PROC = 20, 22
 
 
 def install(rt: Runtime, boot: dict[str, Any]) -> None:
     """Register the actor layer's frame handlers on ``rt``."""
-    rt.handlers[SPAWN] = lambda conn, frame: _on_spawn(rt, frame)
-    rt.handlers[STOP_ACTOR] = lambda conn, frame: _on_stop_actor(rt, frame)
-    rt.handlers[STOP_PROC] = lambda conn, frame: _on_stop_proc(rt, frame)
-    rt.handlers.setdefault(FAILED, lambda conn, frame: _on_failed_default(frame))
+    rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(rt, msg))
+    rt.register(Kind.STOP_ACTOR, lambda conn, msg: _on_stop_actor(rt, msg))
+    rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(rt, msg))
 
 
-def _on_spawn(rt: Runtime, frame: Frame) -> None:
-    mesh_id, rank = frame.header[1], frame.header[2]
+def _on_spawn(rt: Runtime, frame: Message) -> None:
+    mesh_id, rank = frame.header.mesh, frame.header.rank
     if (mesh_id, rank) in rt.mailboxes:
-        rt.undeliverable(frame.header[3], rank, f"actor {mesh_id}[{rank}] already exists")
+        rt.undeliverable(frame.header.port, rank, f"actor {mesh_id}[{rank}] already exists")
         return
     rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
     rt.mailbox_added((mesh_id, rank))
@@ -49,8 +45,8 @@ def _on_exit(cell: ActorCell) -> None:
     pass  # the cell stays registered: later messages get a clear "was stopped" error
 
 
-def _on_stop_actor(rt: Runtime, frame: Frame) -> None:
-    _, mesh_id, rank, port, index, reason = frame.header
+def _on_stop_actor(rt: Runtime, frame: Message) -> None:
+    mesh_id, rank, port, index, reason = frame.header
     cell = rt.mailboxes.get((mesh_id, rank))
     if isinstance(cell, ActorCell):
         cell.stop(port, index, reason)
@@ -58,8 +54,8 @@ def _on_stop_actor(rt: Runtime, frame: Frame) -> None:
         rt.reply(port, index, STATUS_OK, None)
 
 
-def _on_stop_proc(rt: Runtime, frame: Frame) -> None:
-    _, port, index, reason = frame.header
+def _on_stop_proc(rt: Runtime, frame: Message) -> None:
+    port, index, reason = frame.header
     cells = [c for c in rt.mailboxes.values() if isinstance(c, ActorCell)]
     for cell in cells:
         cell.stop(None, 0, reason)
@@ -75,11 +71,6 @@ def _on_stop_proc(rt: Runtime, frame: Frame) -> None:
             _proc.stop_proc(rt, 0)
 
     check()
-
-
-def _on_failed_default(frame: Frame) -> None:
-    _, owner, mesh_id, rank, reason, _tb = frame.header
-    log.error("actor %s[%s] owned by %s failed: %s", mesh_id, rank, owner, reason)
 
 
 _proc.proc_init_hooks.append(install)

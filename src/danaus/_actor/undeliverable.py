@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 from .._runtime import host
-from .._runtime.runtime import BOUNCE, Runtime
-from .._wire.frame import Frame
+from .._runtime.runtime import Runtime
 from .._wire.ids import ActorId
+from .._wire.protocol import Bounce, Kind, Message
 from .ports import Undeliverable
 
 __all__ = ["client_handler", "install", "return_to_sender"]
@@ -41,7 +41,7 @@ def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
             log.error("a message from the client could not be delivered: %s", env)
         return
     if sender.proc.name != rt.proc_id.name:
-        rt.send(sender.proc, (BOUNCE, sender, dest, reason), on_fail=_log_lost)
+        rt.send(sender.proc, Bounce(sender, dest, reason), on_fail=_log_lost)
         return
     _to_local_actor(rt, env)
 
@@ -62,11 +62,11 @@ def _log_lost(reason: str) -> None:
     log.error("an undeliverable message could not be returned to its sender: %s", reason)
 
 
-def _on_bounce(rt: Runtime, frame: Frame) -> None:
-    _, sender, dest, reason = frame.header
+def _on_bounce(rt: Runtime, frame: Message) -> None:
+    sender, dest, reason = frame.header
     _to_local_actor(rt, Undeliverable(sender, dest, reason))
 
 
 def install(rt: Runtime, boot: dict[str, Any]) -> None:
-    rt.handlers[BOUNCE] = lambda conn, frame: _on_bounce(rt, frame)
+    rt.register(Kind.BOUNCE, lambda conn, msg: _on_bounce(rt, msg))
     rt.bounce = return_to_sender

@@ -20,6 +20,7 @@ from .._actor.future import Future
 from .._runtime import proc as _proc
 from .._runtime.host import ensure_runtime
 from .._wire.ids import ProcId
+from .._wire.protocol import RdmaDrop
 from . import registry, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -205,7 +206,7 @@ class RDMABuffer:
         coll.expect(0, self._owner_proc)
         rt.send(
             self._owner_proc,
-            (registry.RDMA_DROP, (self._id,), coll.port, 0),
+            RdmaDrop((self._id,), coll.port, 0),
             on_fail=lambda reason: coll.fail(0, reason),
         )
         return Future._create(cf, what)

@@ -17,7 +17,7 @@ registered memory and receives straight into the destination::
                      ◄─────── status ─────────────   then the status
 
 - The data server's address is asked once per owner process (frame kind
-  ``RDMA_DATA = 42``, answered on the owner's I/O thread) and cached.
+  ``RDMA_DATA``, answered on the owner's I/O thread) and cached.
 - Connections are authenticated with the job secret exactly like the
   runtime's (``_transport/auth.py``: mutual HMAC-SHA256 challenge-response
   before any request is read), and kept in a small pool per owner for reuse.
@@ -49,12 +49,11 @@ from typing import Any
 
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._transport.auth import AuthError, Handshake
-from .._wire.frame import Frame
+from .._wire.protocol import Kind, Message
 from . import registry
 
 __all__ = [
     "FETCH",
-    "RDMA_DATA",
     "STORE",
     "Refused",
     "executor",
@@ -66,7 +65,6 @@ __all__ = [
     "split",
 ]
 
-RDMA_DATA = 42  # (RDMA_DATA, port, index) -> REPLY((host, port, None) | (None, None, why))
 
 FETCH, STORE = 1, 2
 _OK, _REFUSED = 0, 1
@@ -271,8 +269,9 @@ def _server_address(rt: Runtime) -> tuple[str, int]:
     return _server.address
 
 
-def _on_data_address(rt: Runtime, frame: Frame) -> None:
-    _, port, index = frame.header
+def _on_data_address(rt: Runtime, frame: Message) -> None:
+    # answered with REPLY((host, port, None) | (None, None, why))
+    port, index = frame.header
     try:
         host, tcp_port = _server_address(rt)
         answer: tuple[Any, ...] = (host, tcp_port, None)
@@ -283,8 +282,8 @@ def _on_data_address(rt: Runtime, frame: Frame) -> None:
 
 def install(rt: Runtime) -> None:
     """Answer ``RDMA_DATA`` on ``rt``, and forget pooled connections to procs it loses."""
-    if rt.handlers.get(RDMA_DATA) is None:
-        rt.handlers[RDMA_DATA] = lambda conn, frame: _on_data_address(rt, frame)
+    if rt.handlers.get(Kind.RDMA_DATA) is None:
+        rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
         rt.lost_callbacks.append(lambda name, reason: forget(name))
 
 

@@ -10,7 +10,7 @@ whether their handles are still good, just before each transfer::
     owner  --REPLY(port, 0, None)--> anyone
 
 Across hosts the owner's data threads look the ids up here too (``net.py``,
-which also answers ``RDMA_DATA = 42``: where its data server listens).
+which also answers ``RDMA_DATA``: where its data server listens).
 
 Buffer ids count up from 1 in each process and are never reused, so a
 handle to a dropped buffer can never name a later one.
@@ -23,12 +23,10 @@ from typing import Any
 
 from .._runtime import proc as _proc
 from .._runtime.runtime import STATUS_OK, Runtime
-from .._wire.frame import Frame
+from .._wire.protocol import Kind, Message
 from .memory import LocalMemory
 
 __all__ = [
-    "RDMA_CHECK",
-    "RDMA_DROP",
     "Registration",
     "check",
     "drop",
@@ -36,8 +34,6 @@ __all__ = [
     "lookup",
     "register",
 ]
-
-RDMA_CHECK, RDMA_DROP = 40, 41
 
 
 class Registration:
@@ -106,22 +102,22 @@ def registered_count() -> int:
 
 def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
     """Register the RDMA frame handlers on ``rt`` (idempotent)."""
-    if rt.handlers.get(RDMA_CHECK) is None:
-        rt.handlers[RDMA_CHECK] = lambda conn, frame: _on_check(rt, frame)
-        rt.handlers[RDMA_DROP] = lambda conn, frame: _on_drop(rt, frame)
+    if rt.handlers.get(Kind.RDMA_CHECK) is None:
+        rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, msg))
+        rt.register(Kind.RDMA_DROP, lambda conn, msg: _on_drop(rt, msg))
     from . import net  # here, not at the top: net imports this module
 
     net.install(rt)
 
 
-def _on_check(rt: Runtime, frame: Frame) -> None:
-    _, entries, port, index = frame.header
+def _on_check(rt: Runtime, frame: Message) -> None:
+    entries, port, index = frame.header
     answers = [check(buffer_id, addr, nbytes) for buffer_id, addr, nbytes in entries]
     rt.reply(port, index, STATUS_OK, answers)
 
 
-def _on_drop(rt: Runtime, frame: Frame) -> None:
-    _, buffer_ids, port, index = frame.header
+def _on_drop(rt: Runtime, frame: Message) -> None:
+    buffer_ids, port, index = frame.header
     drop(list(buffer_ids))
     if port is not None:
         rt.reply(port, index, STATUS_OK, None)

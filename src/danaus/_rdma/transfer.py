@@ -40,8 +40,8 @@ from .._errors import InternalError, SupervisionError
 from .._runtime.host import ensure_runtime
 from .._runtime.runtime import Runtime
 from .._transport.auth import AuthError
-from .._wire.frame import Frame
 from .._wire.ids import PortId, ProcId
+from .._wire.protocol import Message, RdmaCheck, RdmaData
 from . import net, registry, vm
 from .errors import RDMAError, RDMAOwnerLostError
 from .memory import LocalMemory
@@ -225,7 +225,7 @@ class Transfer:
         entries = tuple(_entry(op) for op in ops)
         rt.send(
             owner,
-            (registry.RDMA_CHECK, entries, coll.port, 0),
+            RdmaCheck(entries, coll.port, 0),
             on_fail=lambda reason: coll.fail(0, reason),
         )
 
@@ -288,7 +288,7 @@ class Transfer:
             return
         rt.send(
             owner,
-            (net.RDMA_DATA, watch.port, 0),
+            RdmaData(watch.port, 0),
             on_fail=lambda reason: watch.peer_lost(owner.name, reason),
         )
 
@@ -422,7 +422,7 @@ class _OwnerWatch:
         self.answered = False
         self.port: PortId = rt.open_port(self)
 
-    def deliver(self, frame: Frame) -> None:  # I/O thread: the answer to RDMA_DATA
+    def deliver(self, frame: Message) -> None:  # I/O thread: the answer to RDMA_DATA
         if self.answered:
             return
         self.answered = True

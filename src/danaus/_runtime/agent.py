@@ -23,22 +23,17 @@ import signal
 import traceback
 from typing import Any
 
-from .._wire.frame import Frame
 from .._wire.ids import ProcId
-from .runtime import LOST, READY, STATUS_EXC, STATUS_OK, Runtime
+from .._wire.protocol import Kind, Lost, Message, Ready
+from .runtime import STATUS_EXC, STATUS_OK, Runtime
 from .zygote import read_msg, write_msg, zygote_loop
 
 __all__ = [
-    "ATTACH",
-    "KILL_PROCS",
-    "SHUTDOWN_HOST",
-    "SPAWN_PROCS",
     "describe_exit",
     "main",
     "run_worker",
 ]
 
-SPAWN_PROCS, KILL_PROCS, ATTACH, SHUTDOWN_HOST = 10, 11, 12, 13
 
 log = logging.getLogger("danaus.agent")
 
@@ -85,18 +80,18 @@ class Agent:
         self.client: ProcId | None = None
         self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
         self.pids: dict[str, int] = {}
-        rt.handlers[SPAWN_PROCS] = self._on_spawn
-        rt.handlers[KILL_PROCS] = self._on_kill
-        rt.handlers[ATTACH] = self._on_attach
-        rt.handlers[SHUTDOWN_HOST] = self._on_shutdown
+        rt.register(Kind.SPAWN_PROCS, self._on_spawn)
+        rt.register(Kind.KILL_PROCS, self._on_kill)
+        rt.register(Kind.ATTACH, self._on_attach)
+        rt.register(Kind.SHUTDOWN_HOST, self._on_shutdown)
         rt.loop.add_reader(resp_r, self._on_zygote)
         if worker:
             rt.lost_callbacks.append(self._on_lost)
         else:
             rt.loop.add_reader(0, self._on_lifeline)
 
-    def _on_attach(self, conn: Any, frame: Frame) -> None:
-        _, client, port = frame.header
+    def _on_attach(self, conn: Any, msg: Message) -> None:
+        client, port = msg.header
         current = self.client
         busy = current is not None and current.name != client.name
         if busy and current is not None and self.rt.is_lost(current.name) is None:
@@ -126,11 +121,11 @@ class Agent:
             for proc in list(self.pids):
                 self._kill(proc)
 
-    def _on_shutdown(self, conn: Any, frame: Frame) -> None:
+    def _on_shutdown(self, conn: Any, msg: Message) -> None:
         self._exit("the client shut the host down")
 
-    def _on_spawn(self, conn: Any, frame: Frame) -> None:
-        _, requester, procs = frame.header
+    def _on_spawn(self, conn: Any, msg: Message) -> None:
+        requester, procs = msg.header
         for proc, boot in procs:
             if self.worker:
                 # The boot comes from another host: point it at this host's resources.
@@ -151,8 +146,8 @@ class Agent:
             self.procs[proc.name] = (proc, requester)
             write_msg(self.req_w, ("fork", proc.name, boot))
 
-    def _on_kill(self, conn: Any, frame: Frame) -> None:
-        for name in frame.header[1]:
+    def _on_kill(self, conn: Any, msg: Message) -> None:
+        for name in msg.header.names:
             self._kill(name)
 
     def _kill(self, name: str) -> None:
@@ -178,7 +173,7 @@ class Agent:
             return
         _, owner = entry
         reason = describe_exit(status)
-        self.rt.send(owner, (LOST, name, f"proc {name} failed: {reason}"), on_fail=_ignore)
+        self.rt.send(owner, Lost(name, f"proc {name} failed: {reason}"), on_fail=_ignore)
         for other, (_, other_owner) in list(self.procs.items()):
             if other_owner.name == name:
                 self._kill(other)
@@ -242,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     rt = Runtime(args.name, args.dir)
     rt.start(in_thread=False)
     Agent(rt, req_w, resp_r)
-    rt.send(ProcId(owner_name, owner_addr), (READY, rt.proc_id, None), on_fail=_ignore)
+    rt.send(ProcId(owner_name, owner_addr), Ready(rt.proc_id, None), on_fail=_ignore)
     rt.loop.run_forever()
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from .. import _config as config
 from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
+from .._wire.protocol import KillProcs, SpawnProcs
 from . import proc as _proc
-from .agent import KILL_PROCS, SPAWN_PROCS
 from .runtime import Runtime
 
 __all__ = ["agent", "ensure_runtime", "kill_procs", "new_proc_name", "shutdown", "spawn_procs"]
@@ -143,13 +143,13 @@ def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = 
         if not _requested:
             rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(rt, name, reason))
         _requested.setdefault(target.name, []).extend(p for p, _ in procs)
-    rt.send(target, (SPAWN_PROCS, rt.proc_id, procs))
+    rt.send(target, SpawnProcs(rt.proc_id, procs))
 
 
 def kill_procs(names: list[str]) -> None:
     """SIGKILL procs of this host by name (fire and forget)."""
     rt = ensure_runtime()
-    rt.send(agent(), (KILL_PROCS, names), on_fail=lambda reason: None)
+    rt.send(agent(), KillProcs(names), on_fail=lambda reason: None)
 
 
 def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:

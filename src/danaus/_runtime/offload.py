@@ -26,16 +26,26 @@ from typing import TYPE_CHECKING, Any
 from .. import _config as config
 from .._transport import vm
 from .._wire.frame import Frame, alloc, flat
+from .._wire.protocol import (
+    Kind,
+    Message,
+    Offload,
+    OffloadOk,
+    ProtocolError,
+    Release,
+    Reply,
+    decode_header,
+    wire,
+)
 
 if TYPE_CHECKING:
     from .._transport.conn import Connection
     from .runtime import Runtime
 
-__all__ = ["OFFLOAD", "OFFLOAD_OK", "RELEASE", "Offloader"]
+__all__ = ["Offloader"]
 
 log = logging.getLogger("danaus.runtime")
 
-OFFLOAD, OFFLOAD_OK, RELEASE = 8, 9, 15
 
 _PROBE = bytearray(b"danaus offload probe \x01\x02\x03")
 _probe_addr: int | None = None
@@ -59,9 +69,9 @@ class Offloader:
         self._held: dict[int, tuple[str, list[Any]]] = {}
         self._next = 0
         self._lock = threading.Lock()
-        rt.handlers[OFFLOAD] = self._on_offload
-        rt.handlers[OFFLOAD_OK] = self._on_ok
-        rt.handlers[RELEASE] = self._on_release
+        rt.register(Kind.OFFLOAD, self._on_offload)
+        rt.register(Kind.OFFLOAD_OK, self._on_ok)
+        rt.register(Kind.RELEASE, self._on_release)
         rt.lost_callbacks.append(self._on_lost)
 
     def hello_extra(self) -> tuple[Any, ...]:
@@ -84,13 +94,15 @@ class Offloader:
         except OSError:
             return  # not allowed (ptrace rules): the socket carries everything
         if buf == _PROBE:
-            self.rt.send(conn.peer, (OFFLOAD_OK, self.rt.proc_id.name), on_fail=lambda r: None)
+            self.rt.send(conn.peer, OffloadOk(self.rt.proc_id.name), on_fail=lambda r: None)
 
-    def _on_ok(self, conn: Connection, frame: Frame) -> None:
-        self.ok_peers.add(frame.header[1])
+    def _on_ok(self, conn: Connection, msg: Message) -> None:
+        self.ok_peers.add(msg.header.name)
 
     def wrap(self, peer: str, header: tuple[Any, ...], buffers: Any) -> tuple[tuple[Any, ...], Any]:
-        """Replace the big buffers of a frame to ``peer`` by descriptors, if worthwhile."""
+        """Replace the big buffers of a frame to ``peer`` by descriptors, if worthwhile.
+
+        ``header`` is a wire tuple; so is the ``OFFLOAD`` header returned."""
         if peer not in self.ok_peers:
             return header, buffers
         raws = [flat(b) for b in buffers]
@@ -105,11 +117,11 @@ class Offloader:
             token = self._next
             self._held[token] = (peer, [raws[i] for i in big])
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
-        return (OFFLOAD, token, descs, header), small
+        return wire(Offload(token, tuple(descs), header)), small
 
-    def _on_release(self, conn: Connection, frame: Frame) -> None:
+    def _on_release(self, conn: Connection, msg: Message) -> None:
         with self._lock:
-            self._held.pop(frame.header[1], None)
+            self._held.pop(msg.header.token, None)
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
@@ -117,9 +129,9 @@ class Offloader:
             for token in [t for t, (p, _) in self._held.items() if p == name]:
                 del self._held[token]
 
-    def _on_offload(self, conn: Connection, frame: Frame) -> None:
-        _, token, descs, inner = frame.header
-        buffers = list(frame.buffers)
+    def _on_offload(self, conn: Connection, msg: Message) -> None:
+        token, descs, inner = msg.header
+        buffers = list(msg.buffers)
         pid = getattr(conn, "peer_pid", None)
         try:
             if pid is None:
@@ -135,25 +147,29 @@ class Offloader:
             return
         finally:
             if conn.peer is not None:
-                self.rt.send(conn.peer, (RELEASE, token), on_fail=lambda r: None)
-        self.rt._dispatch(conn, Frame(inner, frame.body, buffers))
+                self.rt.send(conn.peer, Release(token), on_fail=lambda r: None)
+        self.rt._dispatch(conn, Frame(inner, msg.body, buffers))
 
     def _undelivered(self, conn: Connection, inner: tuple[Any, ...], reason: str) -> None:
         """The frame cannot be rebuilt: whoever waits for it hears why (never silence)."""
         from .._errors import SupervisionError
         from .._wire import codec
-        from .runtime import CALL, REPLY, STATUS_ERROR
+        from .runtime import STATUS_ERROR
 
         log.error("a message from %s could not be received: %s", conn.peer, reason)
-        if inner and inner[0] == CALL and len(inner) > 5 and inner[4] is not None:
-            self.rt.undeliverable(inner[4], inner[5], reason)
-        elif inner and inner[0] == REPLY:
-            handler = self.rt.ports.get(inner[1])
+        try:
+            kind, header = decode_header(inner)
+        except ProtocolError:
+            return
+        if kind == Kind.CALL and header.port is not None:
+            self.rt.undeliverable(header.port, header.slot, reason)
+        elif kind == Kind.REPLY:
+            handler = self.rt.ports.get(header.port)
             if handler is not None:
                 body, _ = codec.dumps(
                     SupervisionError(f"a reply was lost: {reason}", reason=reason)
                 )
-                header = (REPLY, inner[1], inner[2], STATUS_ERROR)
-                handler.deliver(Frame(header, memoryview(body), []))
-            elif len(inner) > 4 and inner[4] is not None:
-                self.rt.bounce(inner[4], f"port {inner[1]}", reason)
+                lost = Reply(header.port, header.slot, STATUS_ERROR)
+                handler.deliver(Message(Kind.REPLY, lost, memoryview(body), []))
+            elif header.sender is not None:
+                self.rt.bounce(header.sender, f"port {header.port}", reason)

@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._wire.frame import Frame
 from .._wire.ids import ProcId
+from .._wire.protocol import Message
 
 if TYPE_CHECKING:
     from .._transport.conn import Connection
@@ -87,8 +87,8 @@ class PeerTable:
             reason = peer.lost if peer is not None else None
         cb(reason)
 
-    def _on_ready(self, conn: Connection, frame: Frame) -> None:
-        _, proc, error = frame.header
+    def _on_ready(self, conn: Connection, msg: Message) -> None:
+        proc, error = msg.header
         with self._lock:
             peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
             peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
@@ -100,8 +100,8 @@ class PeerTable:
         for cb in cbs:
             cb(error)
 
-    def _on_lost_report(self, conn: Connection, frame: Frame) -> None:
-        _, name, reason = frame.header
+    def _on_lost_report(self, conn: Connection, msg: Message) -> None:
+        name, reason = msg.header
         with self._lock:
             self.exited[name] = reason
             waiters = self._exit_waiters.pop(name, [])

@@ -20,7 +20,8 @@ from typing import Any
 
 from .._wire import codec
 from .._wire.ids import ProcId
-from .runtime import READY, Runtime
+from .._wire.protocol import Ready
+from .runtime import Runtime
 
 __all__ = ["current", "proc_init_hooks", "proc_main", "set_current", "stop_proc"]
 
@@ -67,7 +68,7 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         except BaseException:
             error = f"the bootstrap function failed in proc {name}:\n{traceback.format_exc()}"
     owner: ProcId = boot["owner"]
-    rt.send(owner, (READY, rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
+    rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
     rt.loop.run_forever()
     return _exit_code
 

@@ -3,16 +3,17 @@
 Every danaus process (the client, a host agent, a spawned proc) runs exactly
 one :class:`Runtime`. It listens on one address, keeps one outbound
 connection per peer proc (so each sender→receiver pair is FIFO), and routes
-each incoming frame by its kind::
+each incoming frame by its kind (the table and the headers are in
+``danaus._wire.protocol``)::
 
-    CALL   -> a local mailbox (an actor)   (CALL, mesh, rank, method, port, index, labels,
-                                                sizes, sender, chain, flags)
-    REPLY  -> a local port                 (REPLY, port, index, status[, sender])
-    BOUNCE -> a message we sent came back undelivered (BOUNCE, sender, dest, reason)
-    HELLO  -> names the proc at the other end of an inbound connection
+    CALL   -> a local mailbox (an actor)
+    REPLY  -> a local port
+    HELLO  -> names the proc at the other end of an inbound connection, and
+              refuses it (REFUSED) if it speaks another protocol version
     READY  -> a proc we are waiting for is up (or failed to boot)
     LOST   -> the host agent saw a proc exit
-    other  -> a handler registered by a higher layer (spawn, stop, ...)
+    other  -> the one handler a higher layer registered for the kind
+              (``register``; a second registration for a kind is refused)
 
 Failure detection: a peer is *lost* when its connection hits EOF or an
 error, when connecting to it is refused, or when the host agent reports its
@@ -41,19 +42,26 @@ from .._transport.conn import Connection
 from .._wire import codec
 from .._wire.frame import Frame, encode_frame, flat
 from .._wire.ids import PortId, ProcId
+from .._wire.protocol import (
+    PROTOCOL_VERSION,
+    Hello,
+    Kind,
+    Message,
+    Ping,
+    ProtocolError,
+    Refused,
+    Reply,
+    decode,
+    wire,
+)
 from .offload import Offloader
 from .peers import PeerTable, _Peer
 
 __all__ = [
-    "BOUNCE",
-    "CALL",
-    "HELLO",
-    "LOST",
-    "READY",
-    "REPLY",
     "STATUS_ERROR",
     "STATUS_EXC",
     "STATUS_OK",
+    "Handler",
     "Mailbox",
     "PortHandler",
     "Runtime",
@@ -61,15 +69,13 @@ __all__ = [
 
 log = logging.getLogger("danaus.runtime")
 
-CALL, REPLY, HELLO, READY, LOST, BOUNCE, PING = 1, 2, 3, 4, 5, 6, 7
-
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
 class PortHandler(Protocol):
     """What a port does with the frames sent to it (called on the I/O thread)."""
 
-    def deliver(self, frame: Frame) -> None: ...
+    def deliver(self, frame: Message) -> None: ...
 
     def peer_lost(self, proc: str, reason: str) -> None: ...
 
@@ -77,7 +83,10 @@ class PortHandler(Protocol):
 class Mailbox(Protocol):
     """An actor's inbox (called on the I/O thread)."""
 
-    def deliver(self, frame: Frame, sender: ProcId | None) -> None: ...
+    def deliver(self, frame: Message, sender: ProcId | None) -> None: ...
+
+
+Handler = Callable[[Connection, Message], None]
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -102,14 +111,14 @@ class Runtime(PeerTable):
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
         self.loop = _new_loop()
         self.thread: threading.Thread | None = None
-        self.handlers: dict[int, Callable[[Connection, Frame], None]] = {
-            CALL: self._on_call,
-            REPLY: self._on_reply,
-            HELLO: self._on_hello,
-            READY: self._on_ready,
-            LOST: self._on_lost_report,
-            PING: _ignore_frame,
-        }
+        self.handlers: dict[Kind, Handler] = {}
+        self.register(Kind.CALL, self._on_call)
+        self.register(Kind.REPLY, self._on_reply)
+        self.register(Kind.HELLO, self._on_hello)
+        self.register(Kind.REFUSED, self._on_refused)
+        self.register(Kind.READY, self._on_ready)
+        self.register(Kind.LOST, self._on_lost_report)
+        self.register(Kind.PING, _ignore_frame)
         self.mailboxes: dict[tuple[str, int], Mailbox] = {}
         self.ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
@@ -117,7 +126,7 @@ class Runtime(PeerTable):
         self._peers: dict[str, _Peer] = {}
         self._inbound: dict[str, Connection] = {}
         self._accepted: set[Connection] = set()
-        self._early: dict[tuple[str, int], list[tuple[Connection, Frame]]] = {}
+        self._early: dict[tuple[str, int], list[tuple[Connection, Message]]] = {}
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
@@ -132,6 +141,19 @@ class Runtime(PeerTable):
         self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
         # bounce(sender, dest, reason): return an undeliverable message (set by the actor layer)
         self.bounce: Callable[[Any, str, str], None] = _log_bounce
+
+    def register(self, kind: Kind, handler: Handler) -> None:
+        """Handle frames of ``kind`` with ``handler(conn, message)`` on the I/O thread.
+
+        Raises ``RuntimeError`` if the kind already has a handler: each kind has
+        exactly one owner, so two layers can never both think they own one.
+        """
+        if kind in self.handlers:
+            raise RuntimeError(
+                f"frame kind {Kind(kind).name} already has a handler "
+                f"({self.handlers[kind]!r}); each kind has exactly one"
+            )
+        self.handlers[Kind(kind)] = handler
 
     # -- lifecycle --------------------------------------------------------
 
@@ -193,7 +215,7 @@ class Runtime(PeerTable):
                 )
                 continue
             if conn.authenticated and now - conn.last_send > interval:
-                ping = ping or encode_frame((PING,))
+                ping = ping or encode_frame(wire(Ping()))
                 try:
                     conn.send(ping)
                 except Exception:
@@ -271,23 +293,46 @@ class Runtime(PeerTable):
             conn.tcp = tcp
             self._accepted.add(conn)
 
-    def _on_hello(self, conn: Connection, frame: Frame) -> None:
-        proc = frame.header[1]
-        conn.peer = proc
-        self._inbound[proc.name] = conn
-        self.offload.on_hello(conn, frame.header[2:])
+    def _on_hello(self, conn: Connection, msg: Message) -> None:
+        hello: Hello = msg.header
+        if hello.version != PROTOCOL_VERSION:
+            reason = (
+                f"proc {self.proc_id.name} speaks danaus protocol version {PROTOCOL_VERSION} "
+                f"but proc {hello.proc.name} speaks version {hello.version}: run the same "
+                "danaus release on every host"
+            )
+            log.error("refusing a connection: %s", reason)
+            conn.send(encode_frame(wire(Refused(reason))))
+            conn.flush_and_close()
+            self.peer_lost(hello.proc.name, reason)  # whatever waits on it hears why, now
+            return
+        conn.peer = hello.proc
+        self._inbound[hello.proc.name] = conn
+        self.offload.on_hello(conn, hello.offload)
+
+    def _on_refused(self, conn: Connection, msg: Message) -> None:
+        """The peer refused our connection: it is lost, for the reason it gave."""
+        reason: str = msg.header.reason
+        conn.fail_now(reason)
+        if conn.peer is not None:
+            self.peer_lost(conn.peer.name, reason)
 
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
-        handler = self.handlers.get(frame.header[0])
+        try:
+            msg = decode(frame)
+        except ProtocolError as e:
+            # A peer that authenticated but does not speak our protocol: drop it.
+            log.error("closing the connection from %s: %s", conn.peer, e)
+            conn.fail_now(f"protocol error: {e}")
+            return
+        handler = self.handlers.get(msg.kind)
         if handler is None:
-            log.warning("dropping frame of unknown kind %r from %s", frame.header[0], conn.peer)
+            log.error("no handler for frame kind %s from %s", msg.kind.name, conn.peer)
             return
         try:
-            handler(conn, frame)
+            handler(conn, msg)
         except Exception:
-            log.exception(
-                "danaus internal error while handling a frame of kind %r", frame.header[0]
-            )
+            log.exception("danaus internal error while handling a %s frame", msg.kind.name)
 
     def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
         self._accepted.discard(conn)
@@ -324,20 +369,22 @@ class Runtime(PeerTable):
     def send(
         self,
         proc: ProcId,
-        header: tuple[Any, ...],
+        header: Any,
         body: bytes | memoryview = b"",
         buffers: Any = (),
         on_fail: Callable[[str], None] | None = None,
     ) -> None:
-        """Send one frame to ``proc``, from any thread; never blocks.
+        """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
+        from any thread; never blocks.
 
         If it cannot be delivered (the peer is lost, now or while the frame
         waits for the peer to come up), ``on_fail(reason)`` is called, or
         :class:`SupervisionError` raised if there is no ``on_fail``.
         """
+        raw = wire(header)
         if buffers and self.offload.ok_peers:
-            header, buffers = self.offload.wrap(proc.name, header, buffers)
-        parts = encode_frame(header, body, buffers)
+            raw, buffers = self.offload.wrap(proc.name, raw, buffers)
+        parts = encode_frame(raw, body, buffers)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
@@ -391,7 +438,8 @@ class Runtime(PeerTable):
             return
         conn.tcp = tcp
         conn.peer = peer.proc
-        conn.send(encode_frame((HELLO, self.proc_id, *self.offload.hello_extra())))
+        hello = Hello(self.proc_id, PROTOCOL_VERSION, self.offload.hello_extra())
+        conn.send(encode_frame(wire(hello)))
         with self._lock:
             # Flush under the lock, before publishing the connection: a sender on
             # another thread must not overtake the frames queued before it.
@@ -446,15 +494,15 @@ class Runtime(PeerTable):
             self._watchers.setdefault(proc.name, set()).add(port)
             return None
 
-    def _on_reply(self, conn: Connection, frame: Frame) -> None:
-        handler = self.ports.get(frame.header[1])
+    def _on_reply(self, conn: Connection, msg: Message) -> None:
+        reply: Reply = msg.header
+        handler = self.ports.get(reply.port)
         if handler is not None:
-            handler.deliver(frame)
+            handler.deliver(msg)
             return
-        sender = frame.header[4] if len(frame.header) > 4 else None
-        if sender is not None:
-            reason = f"port {frame.header[1]} on proc {self.proc_id.name} is closed"
-            self.bounce(sender, f"port {self.proc_id.name}:{frame.header[1]}", reason)
+        if reply.sender is not None:
+            reason = f"port {reply.port} on proc {self.proc_id.name} is closed"
+            self.bounce(reply.sender, f"port {self.proc_id.name}:{reply.port}", reason)
 
     def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
         """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
@@ -468,21 +516,20 @@ class Runtime(PeerTable):
         # The replying actor goes on and may change what it returned before the
         # bytes are read (queued on a socket, or offloaded): send a snapshot.
         snapshot = [bytes(flat(b)) for b in bufs]
-        header = (REPLY, port.port, index, status)
-        self.send(port.proc, header, body, snapshot, on_fail or _ignore)
+        self.send(port.proc, Reply(port.port, index, status), body, snapshot, on_fail or _ignore)
 
     # -- mailboxes ----------------------------------------------------------
 
-    def _on_call(self, conn: Connection, frame: Frame) -> None:
-        mesh, rank = frame.header[1], frame.header[2]
+    def _on_call(self, conn: Connection, msg: Message) -> None:
+        mesh, rank = msg.header.mesh, msg.header.rank
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
-            mb.deliver(frame, conn.peer)
+            mb.deliver(msg, conn.peer)
             return
         # The actor may be spawning right now: the spawner's SPAWN and a third
         # party's call travel on different connections. Hold the call briefly.
         early = self._early.setdefault((mesh, rank), [])
-        early.append((conn, frame))
+        early.append((conn, msg))
         if len(early) == 1:
             hold = config.get("early_call_hold")
             self.loop.call_later(hold, self._early_expired, (mesh, rank))
@@ -497,13 +544,13 @@ class Runtime(PeerTable):
         for _conn, frame in self._early.pop(key, []):
             self._no_such_actor(frame)
 
-    def _no_such_actor(self, frame: Frame) -> None:
-        _, mesh, rank, method, port, index = frame.header[:6]
-        reason = f"no actor {mesh}[{rank}] on proc {self.proc_id.name}"
-        if port is None and len(frame.header) > 8 and frame.header[8] is not None:
-            self.bounce(frame.header[8], f"{mesh}[{rank}].{method}()", reason)
+    def _no_such_actor(self, msg: Message) -> None:
+        call = msg.header
+        reason = f"no actor {call.mesh}[{call.rank}] on proc {self.proc_id.name}"
+        if call.port is None and call.sender is not None:
+            self.bounce(call.sender, f"{call.mesh}[{call.rank}].{call.method}()", reason)
         else:
-            self.undeliverable(port, index, reason)
+            self.undeliverable(call.port, call.index, reason)
 
     def undeliverable(self, port: PortId | None, index: int, reason: str) -> None:
         """Answer a call that cannot be delivered with ``SupervisionError``."""
@@ -518,7 +565,7 @@ def _ignore(reason: str) -> None:
     pass
 
 
-def _ignore_frame(conn: Connection, frame: Frame) -> None:
+def _ignore_frame(conn: Connection, msg: Message) -> None:
     pass
 
 

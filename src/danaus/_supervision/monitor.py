@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from .._actor import owned, undeliverable
-from .._actor.cell import FAILED, ActorCell
+from .._actor.cell import ActorCell
 from .._runtime import proc as _proc
 from .._runtime.runtime import Runtime
-from .._wire.frame import Frame
 from .._wire.ids import ActorId
+from .._wire.protocol import Kind, Message
 from . import hook
 from .failure import MeshFailure
 
@@ -20,7 +20,7 @@ log = logging.getLogger("danaus.supervision")
 
 
 def install(rt: Runtime, boot: dict[str, Any]) -> None:
-    rt.handlers[FAILED] = lambda conn, frame: _on_failed(rt, frame)
+    rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
     rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, name, reason))
 
 
@@ -36,8 +36,8 @@ def _record(mesh_id: str, rank: int, reason: str) -> tuple[bool, Any, str]:
     return True, om.mesh, om.ref.name
 
 
-def _on_failed(rt: Runtime, frame: Frame) -> None:
-    _, owner, mesh_id, rank, reason, tb = frame.header
+def _on_failed(rt: Runtime, frame: Message) -> None:
+    owner, mesh_id, rank, reason, tb = frame.header
     new, mesh, name = _record(mesh_id, rank, reason)
     if new:
         deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))

@@ -5,7 +5,7 @@ Layout (little-endian)::
     u64 length of everything after this field
     u32 header length  | u32 number of buffers | u64 body length
     u64 length of each buffer
-    header bytes (a pickled tuple of builtins and ids)
+    header bytes (a pickled tuple of builtins and ids, read by a restricted unpickler)
     body bytes   (a pickle-5 stream, decoded later by the receiver of the message)
     buffer bytes (pickle-5 out-of-band buffers, back to back)
 
@@ -17,6 +17,7 @@ memory and its buffers are views of it (no further copy).
 
 from __future__ import annotations
 
+import io
 import mmap
 import pickle
 import struct
@@ -25,6 +26,7 @@ from typing import Any, NamedTuple
 
 from .. import _config as config
 from .._errors import PeerBrokenError
+from .ids import ActorId, PortId, ProcId
 
 __all__ = [
     "Frame",
@@ -46,6 +48,22 @@ _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared stag
 
 class FrameError(PeerBrokenError):
     """A frame was malformed, truncated or larger than allowed; the connection is closed."""
+
+
+# The only classes a frame header may name. Headers are decoded on the I/O thread
+# before anything else looks at a frame, so they must not be able to run code:
+# no reduce of arbitrary callables, only builtins' own opcodes and danaus's ids.
+_HEADER_CLASSES = {("danaus._wire.ids", cls.__name__): cls for cls in (ActorId, PortId, ProcId)}
+
+
+class _HeaderUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _HEADER_CLASSES[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"a frame header may not name {module}.{name} (only danaus ids)"
+            ) from None
 
 
 class Frame(NamedTuple):
@@ -97,8 +115,10 @@ def _parse(frame: memoryview) -> Frame:
             f"body {body_len}, buffers {lens}"
         )
     try:
-        header = pickle.loads(frame[pos : pos + header_len])
-    except Exception as e:
+        header = _HeaderUnpickler(io.BytesIO(frame[pos : pos + header_len])).load()
+    except BaseException as e:  # SystemExit, RecursionError ...: this connection only
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise FrameError(f"undecodable frame header: {e!r}") from e
     if not isinstance(header, tuple) or not header:
         raise FrameError(f"frame header is not a non-empty tuple: {header!r:.100}")

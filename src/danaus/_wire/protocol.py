@@ -1,0 +1,357 @@
+"""The message protocol: one table of frame kinds, each with a typed header.
+
+Every frame's header travels as a plain tuple ``(kind, *fields)`` (pickled
+by :func:`danaus._wire.frame.encode_frame` and unpickled with a restricted
+unpickler that knows only builtins and danaus's id types). :func:`wire`
+turns a typed header into that tuple, and :func:`decode` turns a received
+tuple back into a :class:`Message` with the typed header, refusing an
+unknown kind or a header of the wrong length with :class:`ProtocolError`
+(the connection it came on is closed; nothing else is affected).
+
+Each header type serves exactly one kind (``kind_of``); the kind numbers are part of
+the wire format and never change meaning. Kinds a release adds get new
+numbers, and :data:`PROTOCOL_VERSION` changes whenever a header changes, so
+peers of different releases refuse each other in ``HELLO`` with an error
+that names both versions instead of misreading each other's frames.
+
+Flow of a connection (the connecting side speaks first)::
+
+    connector                                 acceptor
+       |-- HELLO(proc, version, offload) ------>|  version differs:
+       |<------------- REFUSED(reason) ---------|  refuse, close
+       |-- CALL / SPAWN / ... ----------------->|
+       |<-- REPLY / BOUNCE / FAILED ... (on the acceptor's own connection)
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, NamedTuple
+
+from .frame import Frame, FrameError
+from .ids import ActorId, PortId, ProcId
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Attach",
+    "Bounce",
+    "Call",
+    "Failed",
+    "Hello",
+    "KillProcs",
+    "Kind",
+    "Lost",
+    "Message",
+    "Offload",
+    "OffloadOk",
+    "Ping",
+    "ProtocolError",
+    "RdmaCheck",
+    "RdmaData",
+    "RdmaDrop",
+    "Ready",
+    "Refused",
+    "Release",
+    "Reply",
+    "ShutdownHost",
+    "Spawn",
+    "SpawnProcs",
+    "StopActor",
+    "StopProc",
+    "decode",
+    "decode_header",
+    "kind_of",
+    "wire",
+]
+
+#: Changes whenever a header's fields or a kind's meaning change. Version 1 was
+#: the untyped protocol of danaus 0.1 (its HELLO had no version).
+PROTOCOL_VERSION = 2
+
+
+class ProtocolError(FrameError):
+    """A frame that is well formed but not a message of this protocol (unknown kind,
+    wrong header length); its connection is closed."""
+
+
+class Kind(enum.IntEnum):
+    """Every kind of frame. Numbers are part of the wire format."""
+
+    CALL = 1
+    REPLY = 2
+    HELLO = 3
+    READY = 4
+    LOST = 5
+    BOUNCE = 6
+    PING = 7
+    OFFLOAD = 8
+    OFFLOAD_OK = 9
+    SPAWN_PROCS = 10
+    KILL_PROCS = 11
+    ATTACH = 12
+    SHUTDOWN_HOST = 13
+    REFUSED = 14
+    RELEASE = 15
+    SPAWN = 20
+    STOP_ACTOR = 21
+    STOP_PROC = 22
+    FAILED = 23
+    RDMA_CHECK = 40
+    RDMA_DROP = 41
+    RDMA_DATA = 42
+
+
+# -- the runtime --------------------------------------------------------------
+
+
+class Call(NamedTuple):
+    """A message to actor ``mesh[rank]``; the body holds the arguments."""
+
+    mesh: str
+    rank: int
+    method: str
+    port: PortId | None  # where the reply goes; None for a broadcast
+    slot: int  # the reply's slot at that port (its index in the caller's collector)
+    labels: tuple[str, ...]  # the mesh's extent, as seen by the caller
+    sizes: tuple[int, ...]
+    sender: ActorId | None  # who to return the message to if it is undeliverable
+    chain: tuple[ActorId, ...]  # actors blocked on this call (deadlock reporting)
+    flags: int
+
+
+class Reply(NamedTuple):
+    """A value for local port ``port`` (the body); ``status`` says how to read it."""
+
+    port: int
+    slot: int
+    status: int
+    sender: ActorId | None = None  # a port send from an actor: bounced back if closed
+
+
+class Hello(NamedTuple):
+    """The first frame on every connection: who is calling, in which protocol."""
+
+    proc: ProcId
+    version: int
+    offload: tuple[Any, ...]  # (pid, host key, probe address, probe length) or ()
+
+
+class Refused(NamedTuple):
+    """The acceptor refuses the connection (e.g. another protocol version) and closes it."""
+
+    reason: str
+
+
+class Ready(NamedTuple):
+    """A proc we spawned is up; ``error`` says why its bootstrap failed, if it did."""
+
+    proc: ProcId
+    error: str | None
+
+
+class Lost(NamedTuple):
+    """The host agent saw proc ``name`` exit."""
+
+    name: str
+    reason: str
+
+
+class Bounce(NamedTuple):
+    """A message ``sender`` sent to ``dest`` could not be delivered."""
+
+    sender: ActorId
+    dest: str
+    reason: str
+
+
+class Ping(NamedTuple):
+    """A heartbeat on a quiet TCP connection."""
+
+
+# -- large buffers between procs of one host ----------------------------------------
+
+
+class Offload(NamedTuple):
+    """Frame ``inner`` (a wire tuple) whose big buffers the receiver copies out of
+    the sender's memory (``descs``: (buffer index, address, length))."""
+
+    token: int
+    descs: tuple[tuple[int, int, int], ...]
+    inner: tuple[Any, ...]
+
+
+class OffloadOk(NamedTuple):
+    """Proc ``name`` can read our memory: offload big buffers to it."""
+
+    name: str
+
+
+class Release(NamedTuple):
+    """The receiver has copied offloaded buffers ``token``: the sender may let go."""
+
+    token: int
+
+
+# -- host agents ---------------------------------------------------------------
+
+
+class SpawnProcs(NamedTuple):
+    """Ask a host agent to start ``procs``: ((ProcId, boot dict), ...)."""
+
+    requester: ProcId
+    procs: list[tuple[ProcId, dict[str, Any]]]
+
+
+class KillProcs(NamedTuple):
+    """SIGKILL these procs of the agent's host."""
+
+    names: list[str]
+
+
+class Attach(NamedTuple):
+    """A client attaches to a worker's host agent; the answer goes to ``port``."""
+
+    client: ProcId
+    port: PortId
+
+
+class ShutdownHost(NamedTuple):
+    """The client is done with this worker host: its agent exits."""
+
+
+# -- actors and supervision -------------------------------------------------------------
+
+
+class Spawn(NamedTuple):
+    """Create actor ``mesh[rank]`` (class and arguments in the body)."""
+
+    mesh: str
+    rank: int
+    port: PortId  # where the result of __init__ goes
+    slot: int
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    owner: ActorId | None
+    mode: str
+
+
+class StopActor(NamedTuple):
+    """Stop actor ``mesh[rank]`` once its inbox drains; answer ``port``."""
+
+    mesh: str
+    rank: int
+    port: PortId
+    slot: int
+    reason: str
+
+
+class StopProc(NamedTuple):
+    """Stop every actor of the proc, then the proc."""
+
+    port: PortId | None
+    slot: int
+    reason: str
+
+
+class Failed(NamedTuple):
+    """Actor ``mesh[rank]`` failed; sent to the proc of its ``owner``."""
+
+    owner: ActorId | None
+    mesh: str
+    rank: int
+    reason: str
+    traceback: str
+
+
+# -- the data plane -------------------------------------------------------------
+
+
+class RdmaCheck(NamedTuple):
+    """May these one-sided copies go ahead? One answer per entry to ``port``."""
+
+    entries: tuple[tuple[int, int, int], ...]  # (buffer id, offset, length)
+    port: PortId
+    slot: int
+
+
+class RdmaDrop(NamedTuple):
+    """Forget these registered buffers."""
+
+    buffer_ids: tuple[int, ...]
+    port: PortId
+    slot: int
+
+
+class RdmaData(NamedTuple):
+    """Where is your data server? (for copies across hosts)"""
+
+    port: PortId
+    slot: int
+
+
+_HEADERS: dict[int, Any] = {
+    Kind.CALL: Call,
+    Kind.REPLY: Reply,
+    Kind.HELLO: Hello,
+    Kind.REFUSED: Refused,
+    Kind.READY: Ready,
+    Kind.LOST: Lost,
+    Kind.BOUNCE: Bounce,
+    Kind.PING: Ping,
+    Kind.OFFLOAD: Offload,
+    Kind.OFFLOAD_OK: OffloadOk,
+    Kind.RELEASE: Release,
+    Kind.SPAWN_PROCS: SpawnProcs,
+    Kind.KILL_PROCS: KillProcs,
+    Kind.ATTACH: Attach,
+    Kind.SHUTDOWN_HOST: ShutdownHost,
+    Kind.SPAWN: Spawn,
+    Kind.STOP_ACTOR: StopActor,
+    Kind.STOP_PROC: StopProc,
+    Kind.FAILED: Failed,
+    Kind.RDMA_CHECK: RdmaCheck,
+    Kind.RDMA_DROP: RdmaDrop,
+    Kind.RDMA_DATA: RdmaData,
+}
+_KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
+assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
+assert set(_HEADERS) == {int(k) for k in Kind}, "every kind has exactly one header type"
+_ARITY = {k: len(cls._fields) for k, cls in _HEADERS.items()}
+
+
+class Message(NamedTuple):
+    """A received frame with its typed header."""
+
+    kind: Kind
+    header: Any
+    body: memoryview
+    buffers: list[Any]
+
+
+def kind_of(header: Any) -> Kind:
+    """The kind of a typed header."""
+    return _KIND_OF[type(header)]
+
+
+def wire(header: Any) -> tuple[Any, ...]:
+    """The tuple a typed header travels as: ``(kind, *fields)``."""
+    return (int(_KIND_OF[type(header)]), *header)
+
+
+def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
+    """``(kind, typed header)`` of a wire tuple; :class:`ProtocolError` if it is not one."""
+    kind = raw[0]
+    cls = _HEADERS.get(kind) if type(kind) is int else None
+    if cls is None:
+        raise ProtocolError(f"frame of unknown kind {kind!r}")
+    if len(raw) - 1 != _ARITY[kind]:
+        raise ProtocolError(
+            f"{cls.__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
+        )
+    return Kind(kind), cls._make(raw[1:])
+
+
+def decode(frame: Frame) -> Message:
+    """The :class:`Message` a received frame carries; raises :class:`ProtocolError`."""
+    kind, header = decode_header(frame.header)
+    return Message(kind, header, frame.body, frame.buffers)

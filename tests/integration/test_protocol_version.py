@@ -1,0 +1,90 @@
+"""Peers that speak another protocol version refuse each other and say so; garbage
+from an authenticated peer closes only its own connection."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from danaus._wire.frame import FrameDecoder, encode_frame
+from danaus._wire.ids import ProcId
+from danaus._wire.protocol import PROTOCOL_VERSION, Hello, Kind, decode, wire
+from danaus.actor import Actor, ProcMesh, endpoint
+
+from .conftest import REPLY_TIMEOUT
+
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x: int) -> int:
+        return x
+
+
+def _connect_to(procs: ProcMesh) -> socket.socket:
+    mesh = procs.spawn("version_echo", Echo)
+    assert mesh.echo.call(1).get(timeout=REPLY_TIMEOUT).values() == [1, 1]
+    proc = mesh._ref.procs[0]
+    unix = next(e for e in proc.addr.split(";") if e.startswith("unix:"))
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(REPLY_TIMEOUT)
+    s.connect(unix.partition(":")[2])
+    return s
+
+
+def _read_until_eof(s: socket.socket) -> list:
+    dec, frames = FrameDecoder(), []
+    while True:
+        buf = dec.buffer()
+        n = s.recv_into(buf)
+        if n == 0:
+            return frames
+        frames.extend(dec.feed(n))
+
+
+@pytest.mark.timeout(60)
+def test_a_proc_refuses_a_peer_of_another_version_naming_both_and_serves_on(procs) -> None:
+    s = _connect_to(procs)
+    with s:
+        old = Hello(ProcId("old-peer", "unix:/nonexistent.sock"), PROTOCOL_VERSION - 1, ())
+        s.sendall(b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame(wire(old))))
+        frames = _read_until_eof(s)  # the proc answers once, then closes
+    (refused,) = [decode(f) for f in frames]
+    assert refused.kind is Kind.REFUSED
+    assert f"version {PROTOCOL_VERSION}" in refused.header.reason
+    assert f"version {PROTOCOL_VERSION - 1}" in refused.header.reason
+    mesh = procs.spawn("version_echo_after", Echo)
+    assert mesh.echo.call(2).get(timeout=REPLY_TIMEOUT).values() == [2, 2]  # the proc lives on
+
+
+@pytest.mark.timeout(60)
+def test_a_frame_of_an_unknown_kind_closes_only_its_connection(procs) -> None:
+    s = _connect_to(procs)
+    with s:
+        hello = Hello(ProcId("bad-peer", "unix:/nonexistent.sock"), PROTOCOL_VERSION, ())
+        s.sendall(b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame(wire(hello))))
+        s.sendall(b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame((250, "x"))))
+        assert _read_until_eof(s) == []  # closed, without an answer
+    mesh = procs.spawn("unknown_kind_after", Echo)
+    assert mesh.echo.call(3).get(timeout=REPLY_TIMEOUT).values() == [3, 3]
+
+
+@pytest.mark.timeout(90)
+def test_a_client_of_another_version_is_told_why_it_cannot_spawn(client_script) -> None:
+    result = client_script.run(
+        """
+        import danaus._runtime.runtime as runtime
+        runtime.PROTOCOL_VERSION = 99  # as if this client were another danaus release
+        from danaus.actor import SupervisionError, this_host
+        try:
+            this_host().spawn_procs(per_host={"x": 1}).initialized.get(timeout=30)
+        except SupervisionError as e:
+            print("REFUSED:", e)
+        """,
+        timeout=80,
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("REFUSED:"))
+    assert "speaks danaus protocol version 99" in line
+    assert f"speaks version {PROTOCOL_VERSION}" in line
+    assert "run the same danaus release on every host" in line

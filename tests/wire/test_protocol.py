@@ -1,0 +1,99 @@
+"""The typed protocol: one kind per header type, strict decoding, restricted headers."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from danaus._wire.frame import FrameDecoder, FrameError, encode_frame
+from danaus._wire.ids import ActorId, PortId, ProcId
+from danaus._wire.protocol import (
+    PROTOCOL_VERSION,
+    Call,
+    Hello,
+    Kind,
+    ProtocolError,
+    Reply,
+    decode,
+    decode_header,
+    kind_of,
+    wire,
+)
+
+PROC = ProcId("p1", "unix:/tmp/x.sock;host:abc")
+PORT = PortId(PROC, 7)
+
+
+def _decoded(header: tuple) -> object:
+    data = b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame(header, b"body"))
+    dec = FrameDecoder()
+    dec.buffer()[: len(data)] = data
+    (frame,) = dec.feed(len(data))
+    return frame
+
+
+def test_every_kind_has_exactly_one_header_type_and_round_trips() -> None:
+    call = Call("m.1", 3, "echo", PORT, 2, ("gpus",), (4,), ActorId("m.1", 0, PROC), (), 1)
+    msg = decode(_decoded(wire(call)))  # through real framing and the restricted unpickler
+    assert msg.kind is Kind.CALL and msg.header == call and type(msg.header) is Call
+    assert msg.header.method == "echo" and bytes(msg.body) == b"body"
+    assert kind_of(Reply(7, 0, 0)) is Kind.REPLY
+    assert wire(Reply(7, 0, 0)) == (int(Kind.REPLY), 7, 0, 0, None)
+
+
+def test_an_unknown_kind_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="unknown kind 99"):
+        decode_header((99, "x"))
+    with pytest.raises(ProtocolError, match="unknown kind"):
+        decode_header(("1", "x"))  # kinds are ints, not strings that look like them
+
+
+def test_a_header_of_the_wrong_length_is_a_protocol_error() -> None:
+    with pytest.raises(ProtocolError, match="Call header with 3 fields, expected 10"):
+        decode_header((int(Kind.CALL), "m", 0, "echo"))
+
+
+def test_a_protocol_error_is_a_frame_error_so_the_connection_is_closed() -> None:
+    assert issubclass(ProtocolError, FrameError)
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os._exit, (3,))  # would end the process if it were ever called
+
+
+@pytest.mark.parametrize(
+    "header",
+    [(1, os.system), (1, _Boom()), (1, SystemExit), (1, pickle.loads)],
+    ids=["function", "reduce", "exception-class", "pickle.loads"],
+)
+def test_a_header_naming_anything_but_danaus_ids_is_refused_before_it_runs(header) -> None:
+    raw = pickle.dumps(header, protocol=5)
+    body = b""
+    prefix = __import__("struct").pack("<QIIQ", 16 + len(raw), len(raw), 0, len(body))
+    dec = FrameDecoder()
+    data = prefix + raw
+    dec.buffer()[: len(data)] = data
+    with pytest.raises(FrameError, match="undecodable frame header"):
+        dec.feed(len(data))
+
+
+def test_hello_carries_the_protocol_version() -> None:
+    hello = Hello(PROC, PROTOCOL_VERSION, ())
+    assert decode_header(wire(hello)) == (Kind.HELLO, hello)
+
+
+def test_a_second_handler_for_a_kind_is_refused(tmp_path) -> None:
+    from danaus._runtime.runtime import Runtime
+
+    rt = Runtime("t", str(tmp_path))
+    try:
+        with pytest.raises(RuntimeError, match="frame kind CALL already has a handler"):
+            rt.register(Kind.CALL, lambda conn, msg: None)
+        rt.register(Kind.RDMA_DATA, lambda conn, msg: None)
+        with pytest.raises(RuntimeError, match="RDMA_DATA already has a handler"):
+            rt.register(Kind.RDMA_DATA, lambda conn, msg: None)
+    finally:
+        rt.loop.close()
