@@ -70,6 +70,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.endpoints: dict[str, EndpointProperty] = {}
         self.failed: str | None = None
         self.stopped = False
+        self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
         self._lock = threading.Lock()
         self.serial_task: Any = None
@@ -360,7 +361,11 @@ class ActorCell(Failing, DeadlockCheck):
             self.rt.reply(port, index, STATUS_OK, result)
 
     async def _cancel_tasks(self) -> None:
-        """Cancel the bodies of concurrent endpoints still running (before __cleanup__)."""
+        """Cancel the bodies of concurrent endpoints still running (before __cleanup__).
+
+        Waits until every body has finished, its cancellation handlers included.
+        """
+        self.stopping = True
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
