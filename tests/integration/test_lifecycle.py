@@ -16,9 +16,9 @@ import pytest
 
 from danaus.actor import (
     Actor,
-    concurrent_endpoint,
     ProcMesh,
     SupervisionError,
+    concurrent_endpoint,
     endpoint,
     this_host,
     this_proc,

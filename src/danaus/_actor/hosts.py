@@ -40,6 +40,7 @@ class _HostState:
     agents: concurrent.futures.Future[Any]  # tuple of agent ProcIds (None: this host's)
     owned: bool
     shut_down: bool = False
+    name: str | None = None  # attach_to_workers(name=...): how the mesh shows itself
     proc_meshes: list[ProcMesh] = field(default_factory=list)
 
 
@@ -139,7 +140,8 @@ class HostMesh(MeshTrait):
         return (_rebuild, (self._shape, tuple(agents)))
 
     def __repr__(self) -> str:
-        return f"<HostMesh {self.sizes}>"
+        named = f" {self._state.name!r}" if self._state.name else ""
+        return f"<HostMesh{named} {self.sizes}>"
 
 
 def _rebuild(shape: Shape, agents: tuple[ProcId | None, ...]) -> HostMesh:
@@ -182,12 +184,20 @@ def enable_transport(transport: str) -> None:
     """Choose how this client is reached by other hosts; call before first use.
 
     ``"tcp"`` (the default for attached workers) or ``"tcp://ADDR:PORT"`` to
-    advertise (and listen on) a given address. Enabling the same again is a
-    no-op; a different one raises ``RuntimeError``.
+    advertise (and listen on) a given address. ``"ipc"`` (alias ``"unix"``)
+    keeps every connection on this host, over Unix sockets — what procs of
+    ``this_host()`` always use — so a later ``attach_to_workers`` raises
+    ``RuntimeError``. Enabling the same again is a no-op; a different one
+    raises ``RuntimeError``; an unknown one ``ValueError``. Never blocks.
     """
     global _transport
-    if transport not in ("tcp", "ipc", "unix") and not transport.startswith("tcp://"):
-        raise ValueError(f"unsupported transport {transport!r}; use 'tcp' or 'tcp://ADDR:PORT'")
+    if not isinstance(transport, str) or (
+        transport not in ("tcp", "ipc", "unix") and not transport.startswith("tcp://")
+    ):
+        raise ValueError(
+            f"unsupported transport {transport!r}; use 'tcp', 'tcp://ADDR:PORT' or 'ipc' "
+            "(TLS is configured with DANAUS_TLS_CERT/DANAUS_TLS_KEY/DANAUS_TLS_CA, not here)"
+        )
     if transport.startswith("tcp://"):
         split_tcp(transport[len("tcp://") :])
     with _transport_lock:
@@ -229,15 +239,32 @@ def attach_to_workers(
     """Join hosts running ``danaus worker``; returns a ``HostMesh`` with dimension ``hosts``.
 
     Returns at once; ``initialized`` (or the first ``spawn_procs``) waits for the
-    hosts. ``secret`` (else ``$DANAUS_SECRET``) authenticates every connection;
-    ``ca`` is accepted for Monarch compatibility (``"trust_all_connections"``).
-    Raises ``ValueError`` for malformed addresses.
+    hosts. ``name`` names the host mesh (it shows in its ``repr``). ``secret``
+    (else ``$DANAUS_SECRET``) authenticates every connection; ``ca`` is accepted
+    for Monarch compatibility (``"trust_all_connections"``). Raises
+    ``ValueError`` for malformed addresses, ``NotImplementedError`` for
+    ``private_key`` (TLS keys come from ``DANAUS_TLS_KEY``), ``RuntimeError``
+    after ``enable_transport("ipc")``.
 
     Example::
 
         hosts = attach_to_workers(workers=["tcp://10.0.0.2:26600", "tcp://10.0.0.3:26600"])
         procs = hosts.spawn_procs(per_host={"gpus": 8})
     """
+    if private_key is not None:
+        raise NotImplementedError(
+            f"attach_to_workers(private_key={private_key!r}) is not supported: danaus "
+            "authenticates with the job secret (secret= or DANAUS_SECRET) and encrypts with "
+            "mutual TLS whose files come from DANAUS_TLS_CERT, DANAUS_TLS_KEY and DANAUS_TLS_CA; "
+            "drop private_key and set those instead"
+        )
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {name!r}")
+    if _transport in ("ipc", "unix"):
+        raise RuntimeError(
+            f"enable_transport({_transport!r}) keeps this client on this host, so it cannot "
+            "attach to workers; call enable_transport('tcp') (or nothing) instead"
+        )
     if isinstance(workers, str) or not workers:
         raise ValueError(f"workers must be a non-empty list of 'tcp://HOST:PORT', got {workers!r}")
     addrs = [w.get() if isinstance(w, Future) else w for w in workers]
@@ -282,7 +309,7 @@ def attach_to_workers(
             on_fail=functools.partial(collector.fail, 0),
         )
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))
-    return HostMesh(shape, _HostState(cf, owned=True))
+    return HostMesh(shape, _HostState(cf, owned=True, name=name))
 
 
 def _skip(fn: Callable[..., None], i: int, addr: str, _index: int, ok: bool, v: Any) -> None:

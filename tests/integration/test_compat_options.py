@@ -1,0 +1,123 @@
+"""Monarch's options that danaus implements or refuses by name: ``@endpoint(propagate=,
+instrument=)``, ``attach_to_workers(name=, private_key=)`` and ``enable_transport("ipc")``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from danaus.actor import Actor, ProcMesh, attach_to_workers, endpoint
+
+from .conftest import REPLY_TIMEOUT
+
+
+def _fake_outputs(x: object) -> object:
+    return x
+
+
+class Options(Actor):
+    @endpoint(propagate="inspect", instrument=False)
+    def inspected(self, x: int) -> int:
+        return x + 1
+
+    @endpoint(propagate=_fake_outputs)
+    def mocked(self, x: int) -> int:
+        return x * 2
+
+
+def test_propagate_and_instrument_are_kept_on_the_endpoint_for_the_tensor_engine() -> None:
+    assert Options.inspected.propagate == "inspect"  # type: ignore[attr-defined]
+    assert Options.inspected.instrument is False  # type: ignore[attr-defined]
+    assert Options.mocked.propagate is _fake_outputs  # type: ignore[attr-defined]
+    assert Options.mocked.instrument is True  # type: ignore[attr-defined]
+
+
+def test_endpoints_with_propagate_and_instrument_are_called_as_usual(procs: ProcMesh) -> None:
+    mesh = procs.spawn("options", Options)
+    assert list(mesh.inspected.call(1).get(timeout=REPLY_TIMEOUT).values()) == [2, 2]
+    assert mesh.slice(gpus=1).mocked.call_one(4).get(timeout=REPLY_TIMEOUT) == 8
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_an_unknown_propagate_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"propagate='guess'.*'cached', 'inspect', 'mocked'"):
+
+        @endpoint(propagate="guess")  # type: ignore[call-overload]
+        def f(self: object) -> None: ...
+
+
+def test_an_instrument_that_is_not_a_bool_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match="instrument='yes'"):
+
+        @endpoint(instrument="yes")  # type: ignore[call-overload]
+        def f(self: object) -> None: ...
+
+
+def test_attach_to_workers_refuses_a_private_key_naming_it_and_the_way_instead() -> None:
+    with pytest.raises(NotImplementedError, match=r"private_key='key.pem'.*DANAUS_TLS_KEY"):
+        attach_to_workers(workers=["tcp://127.0.0.1:9"], private_key="key.pem")
+
+
+def test_attach_to_workers_refuses_a_name_that_is_not_a_string() -> None:
+    with pytest.raises(TypeError, match="name must be a str or None, got 3"):
+        attach_to_workers(workers=["tcp://127.0.0.1:9"], name=3)  # type: ignore[arg-type]
+
+
+ATTACH_NAMED = """
+import json
+from danaus.actor import attach_to_workers
+
+# Port 9 (discard) has no worker: attaching fails, but only when waited for.
+hosts = attach_to_workers(name="trainers", workers=["tcp://127.0.0.1:9"])
+out = {"repr": repr(hosts)}
+try:
+    hosts.initialized.get(timeout=30)
+except RuntimeError as e:
+    out["error"] = str(e)
+print(json.dumps(out))
+"""
+
+IPC = """
+import json
+from danaus.actor import Actor, endpoint, enable_transport, attach_to_workers, this_host
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x):
+        return x
+
+enable_transport("ipc")
+enable_transport("ipc")  # the same again is a no-op
+out = {}
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+out["values"] = list(procs.spawn("echo", Echo).echo.call(5).get(timeout=30).values())
+for attempt in (lambda: enable_transport("tcp"),
+                lambda: attach_to_workers(workers=["tcp://127.0.0.1:9"]),
+                lambda: enable_transport("metatls")):
+    try:
+        attempt()
+    except (RuntimeError, ValueError) as e:
+        out.setdefault("errors", []).append([type(e).__name__, str(e)])
+procs.stop().get(timeout=30)
+print(json.dumps(out))
+"""
+
+
+def test_attach_to_workers_names_the_host_mesh(client_script) -> None:
+    r = client_script.run(ATTACH_NAMED)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["repr"] == "<HostMesh 'trainers' {'hosts': 1}>"
+    assert "attach failed" in out["error"]
+
+
+def test_enable_transport_ipc_keeps_the_client_on_this_host(client_script) -> None:
+    r = client_script.run(IPC)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["values"] == [5, 5]
+    (change, attach, unknown) = out["errors"]
+    assert change[0] == "RuntimeError" and "already 'ipc'" in change[1]
+    assert attach[0] == "RuntimeError" and "cannot attach to workers" in attach[1]
+    assert unknown[0] == "ValueError" and "'metatls'" in unknown[1]
