@@ -7,7 +7,16 @@ import json
 
 import pytest
 
-from danaus.actor import Actor, ProcMesh, attach_to_workers, endpoint
+from danaus.actor import (
+    Actor,
+    ProcMesh,
+    attach_to_workers,
+    debug_controller,
+    endpoint,
+    local_proc_mesh,
+    proc_mesh,
+    sim_proc_mesh,
+)
 
 from .conftest import REPLY_TIMEOUT
 
@@ -87,17 +96,20 @@ class Echo(Actor):
     def echo(self, x):
         return x
 
+from danaus.actor import ChannelTransport
 enable_transport("ipc")
 enable_transport("ipc")  # the same again is a no-op
+enable_transport(ChannelTransport.Unix)  # the same transport, by Monarch's enum
 out = {}
 procs = this_host().spawn_procs(per_host={"gpus": 2})
 out["values"] = list(procs.spawn("echo", Echo).echo.call(5).get(timeout=30).values())
 for attempt in (lambda: enable_transport("tcp"),
                 lambda: attach_to_workers(workers=["tcp://127.0.0.1:9"]),
-                lambda: enable_transport("metatls")):
+                lambda: enable_transport("metatls"),
+                lambda: enable_transport(ChannelTransport.Tls)):
     try:
         attempt()
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError, NotImplementedError) as e:
         out.setdefault("errors", []).append([type(e).__name__, str(e)])
 procs.stop().get(timeout=30)
 print(json.dumps(out))
@@ -117,7 +129,64 @@ def test_enable_transport_ipc_keeps_the_client_on_this_host(client_script) -> No
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["values"] == [5, 5]
-    (change, attach, unknown) = out["errors"]
+    (change, attach, unknown, tls) = out["errors"]
+    assert tls[0] == "NotImplementedError" and "ChannelTransport.Tls" in tls[1]
     assert change[0] == "RuntimeError" and "already 'ipc'" in change[1]
     assert attach[0] == "RuntimeError" and "cannot attach to workers" in attach[1]
     assert unknown[0] == "ValueError" and "'metatls'" in unknown[1]
+
+
+class Where(Actor):
+    @endpoint
+    def point(self) -> dict[str, int]:
+        from danaus.actor import current_rank
+
+        return dict(current_rank())
+
+
+@pytest.mark.parametrize(
+    ("make", "sizes"),
+    [
+        (lambda: proc_mesh(gpus=2), {"hosts": 1, "gpus": 2}),
+        (lambda: local_proc_mesh(gpus=1, hosts=2), {"hosts": 2, "gpus": 1}),
+        (
+            lambda: sim_proc_mesh(gpus=1, hosts=2),
+            {"regions": 1, "dcs": 1, "zones": 1, "racks": 1, "hosts": 2, "gpus": 1},
+        ),
+    ],
+    ids=["proc_mesh", "local_proc_mesh", "sim_proc_mesh"],
+)
+def test_deprecated_proc_mesh_functions_warn_and_spawn_working_procs(make, sizes) -> None:
+    with pytest.warns(DeprecationWarning, match="deprecated"):
+        pm = make()
+    try:
+        assert pm.sizes == sizes
+        points = pm.spawn("where", Where).point.call().get(timeout=REPLY_TIMEOUT)
+        assert len(list(points.values())) == len(pm)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_proc_mesh_refuses_env_as_monarch_does() -> None:
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"env=.*bootstrap"):
+        proc_mesh(gpus=1, env={"A": "1"})
+
+
+def test_debug_controller_says_it_is_not_available() -> None:
+    with pytest.raises(NotImplementedError, match="no distributed debugger"):
+        debug_controller()
+
+
+def test_rdma_names_of_older_programs_exist() -> None:
+    import warnings
+
+    from danaus.rdma import (
+        RDMAReadTransferWarning,
+        RDMAWriteTransferWarning,
+        gpu_direct_rdma_supported,
+    )
+
+    assert gpu_direct_rdma_supported() is False
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RDMAReadTransferWarning)
+        warnings.filterwarnings("ignore", category=RDMAWriteTransferWarning)

@@ -10,6 +10,7 @@ hosts can answer it.
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import functools
 import os
 import secrets
@@ -30,7 +31,7 @@ from .context import refresh_root
 from .future import Future
 from .procs import ProcMesh, check_per_host, spawn_on
 
-__all__ = ["HostMesh", "attach_to_workers", "enable_transport", "this_host"]
+__all__ = ["ChannelTransport", "HostMesh", "attach_to_workers", "enable_transport", "this_host"]
 
 ATTACH_TIMEOUT = 60.0
 
@@ -180,7 +181,31 @@ _transport_lock = threading.Lock()
 _transport: str | None = None
 
 
-def enable_transport(transport: str) -> None:
+class ChannelTransport(enum.Enum):
+    """Monarch's transport kinds, for ``enable_transport(ChannelTransport.Unix)``.
+
+    danaus serves ``Unix`` (as ``"ipc"``) and both TCP kinds (as ``"tcp"``);
+    ``enable_transport`` raises ``NotImplementedError`` for the others (TLS is
+    configured with ``DANAUS_TLS_*``; ``Local`` is Monarch's in-process channel).
+    """
+
+    TcpWithLocalhost = "tcp(localhost)"
+    TcpWithHostname = "tcp(hostname)"
+    MetaTlsWithHostname = "metatls(hostname)"
+    MetaTlsWithIpV6 = "metatls(ipv6)"
+    Tls = "tls"
+    Local = "local"
+    Unix = "unix"
+
+
+_FROM_ENUM = {
+    ChannelTransport.Unix: "ipc",
+    ChannelTransport.TcpWithLocalhost: "tcp",
+    ChannelTransport.TcpWithHostname: "tcp",
+}
+
+
+def enable_transport(transport: str | ChannelTransport) -> None:
     """Choose how this client is reached by other hosts; call before first use.
 
     ``"tcp"`` (the default for attached workers) or ``"tcp://ADDR:PORT"`` to
@@ -191,6 +216,15 @@ def enable_transport(transport: str) -> None:
     raises ``RuntimeError``; an unknown one ``ValueError``. Never blocks.
     """
     global _transport
+    if isinstance(transport, ChannelTransport):
+        if transport not in _FROM_ENUM:
+            raise NotImplementedError(
+                f"enable_transport({transport}) is not supported; use ChannelTransport.Unix or "
+                "a TCP kind (TLS is configured with DANAUS_TLS_CERT/DANAUS_TLS_KEY/DANAUS_TLS_CA)"
+            )
+        transport = _FROM_ENUM[transport]
+    if transport == "unix":
+        transport = "ipc"  # one name, so that enabling either twice is a no-op
     if not isinstance(transport, str) or (
         transport not in ("tcp", "ipc", "unix") and not transport.startswith("tcp://")
     ):
@@ -260,7 +294,7 @@ def attach_to_workers(
         )
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {name!r}")
-    if _transport in ("ipc", "unix"):
+    if _transport == "ipc":
         raise RuntimeError(
             f"enable_transport({_transport!r}) keeps this client on this host, so it cannot "
             "attach to workers; call enable_transport('tcp') (or nothing) instead"
