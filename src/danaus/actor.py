@@ -35,10 +35,15 @@ from ._actor.controller import get_or_spawn_controller as get_or_spawn_controlle
 from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
 from ._actor.endpoint import endpoint as endpoint
 from ._actor.future import Future as Future
+from ._actor.hosts import ChannelTransport as ChannelTransport
 from ._actor.hosts import HostMesh as HostMesh
 from ._actor.hosts import attach_to_workers as attach_to_workers
 from ._actor.hosts import enable_transport as enable_transport
 from ._actor.hosts import this_host as this_host
+from ._actor.legacy import debug_controller as debug_controller
+from ._actor.legacy import local_proc_mesh as local_proc_mesh
+from ._actor.legacy import proc_mesh as proc_mesh
+from ._actor.legacy import sim_proc_mesh as sim_proc_mesh
 from ._actor.lifecycle import shutdown_context as shutdown_context
 from ._actor.mesh import ActorMesh as ActorMesh
 from ._actor.ports import Channel as Channel
@@ -61,6 +66,7 @@ __all__ = [
     "ActorError",
     "ActorMesh",
     "Channel",
+    "ChannelTransport",
     "Context",
     "Endpoint",
     "Extent",
@@ -81,12 +87,16 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "debug_controller",
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "local_proc_mesh",
+    "proc_mesh",
     "run_worker_loop_forever",
     "send",
     "shutdown_context",
+    "sim_proc_mesh",
     "this_host",
     "this_proc",
     "unhandled_fault_hook",

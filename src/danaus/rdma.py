@@ -33,17 +33,25 @@ from __future__ import annotations
 from ._rdma.buffer import RDMAAction as RDMAAction
 from ._rdma.buffer import RDMABuffer as RDMABuffer
 from ._rdma.buffer import get_rdma_backend as get_rdma_backend
+from ._rdma.buffer import gpu_direct_rdma_supported as gpu_direct_rdma_supported
 from ._rdma.buffer import is_ibverbs_available as is_ibverbs_available
 from ._rdma.buffer import is_rdma_available as is_rdma_available
 from ._rdma.errors import RDMAError as RDMAError
 from ._rdma.errors import RDMAOwnerLostError as RDMAOwnerLostError
+from ._rdma.errors import RDMAReadTransferWarning as RDMAReadTransferWarning
+from ._rdma.errors import RDMATcpFallbackWarning as RDMATcpFallbackWarning
+from ._rdma.errors import RDMAWriteTransferWarning as RDMAWriteTransferWarning
 
 __all__ = [
     "RDMAAction",
     "RDMABuffer",
     "RDMAError",
     "RDMAOwnerLostError",
+    "RDMAReadTransferWarning",
+    "RDMATcpFallbackWarning",
+    "RDMAWriteTransferWarning",
     "get_rdma_backend",
+    "gpu_direct_rdma_supported",
     "is_ibverbs_available",
     "is_rdma_available",
 ]

@@ -28,7 +28,8 @@ from .conftest import REPLY_TIMEOUT
 class Introspect(Actor):
     def __init__(self) -> None:
         self.init_rank = context().actor_instance.rank
-        self.init_name = current_actor_name()
+        self.init_name = context().actor_instance.name
+        self.init_actor_name = current_actor_name()
 
     @endpoint
     def describe(self) -> dict[str, Any]:
@@ -50,15 +51,15 @@ class Introspect(Actor):
         }
 
     @endpoint
-    def init_view(self) -> tuple[Point, str]:
-        return self.init_rank, self.init_name
+    def init_view(self) -> tuple[Point, str, str]:
+        return self.init_rank, self.init_name, self.init_actor_name
 
     @endpoint
     def proc_pid_via_context(self) -> tuple[int, int, bool, bool]:
         proc = context().actor_instance.proc
         child = proc.spawn("ctx_child", Child)
         child_pid, creator_name = child.whoami.call_one().get(timeout=REPLY_TIMEOUT)
-        assert creator_name == current_actor_name()
+        assert creator_name == context().actor_instance.name
         return (
             os.getpid(),
             child_pid,
@@ -92,7 +93,8 @@ def test_context_outside_any_actor_is_the_root_client() -> None:
     assert inst.name == "root"
     assert inst.creator is None
     assert str(inst) == "<root>"
-    assert current_actor_name() == "root"
+    assert current_actor_name() == str(inst.actor_id)
+    assert current_actor_name().endswith("/root[0]")
     assert dict(ctx.message_rank) == {}
     assert current_size() == {}
 
@@ -152,7 +154,8 @@ def test_instance_names_id_and_creator(introspect) -> None:
     values = introspect.describe.call().get(timeout=REPLY_TIMEOUT)
     infos = list(values.values())
     assert {i["name"] for i in infos} == {"introspect"}
-    assert {i["current_actor_name"] for i in infos} == {"introspect"}
+    assert [i["current_actor_name"] for i in infos] == [str(i["actor_id"]) for i in infos]
+    assert len({i["current_actor_name"] for i in infos}) == 4  # unique per actor, as in Monarch
     assert {i["class_name"] for i in infos} == {"Introspect"}
     assert len({i["actor_id"] for i in infos}) == 4
     assert len({i["pid"] for i in infos}) == 4
@@ -165,9 +168,10 @@ def test_instance_names_id_and_creator(introspect) -> None:
 
 def test_context_in_init_already_knows_rank_and_name(introspect) -> None:
     values = introspect.init_view.call().get(timeout=REPLY_TIMEOUT)
-    for point, (rank, name) in values.items():
+    for point, (rank, name, actor_name) in values.items():
         assert dict(rank) == dict(point)
         assert name == "introspect"
+        assert actor_name.endswith(f"[{rank.rank}]")
 
 
 def test_instance_proc_is_a_one_proc_mesh_spawning_in_the_actors_process(introspect) -> None:

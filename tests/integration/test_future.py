@@ -71,11 +71,48 @@ def test_get_rejects_a_negative_or_non_finite_timeout(echo, bad: float) -> None:
     assert fut.get(timeout=REPLY_TIMEOUT) == 1
 
 
-def test_future_cannot_be_constructed_directly() -> None:
-    with pytest.raises(TypeError):
+def test_future_cannot_be_constructed_from_anything_but_a_coroutine() -> None:
+    with pytest.raises(TypeError, match="Future\\(coro="):
         Future()
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="lambda"):
         Future(lambda: 1)
+    with pytest.raises(TypeError, match=r"needs a coroutine.*42"):
+        Future(coro=42)
+
+
+def test_future_from_a_coroutine_runs_it_once_when_first_waited_for(echo) -> None:
+    runs: list[int] = []
+
+    async def both() -> int:
+        runs.append(1)
+        a = await echo.slice(gpus=0).echo.call_one(20)
+        b = await echo.slice(gpus=1).echo.call_one(22)
+        return a + b
+
+    fut: Future[int] = Future(coro=both())
+    assert runs == [] and not fut.done()  # lazy, as Monarch's
+    assert fut.get(timeout=REPLY_TIMEOUT) == 42
+    assert fut.get(timeout=REPLY_TIMEOUT) == 42
+    assert runs == [1]
+
+
+def test_future_from_a_coroutine_can_be_awaited_and_raises_what_it_raises() -> None:
+    async def fails() -> None:
+        raise KeyError("inside")
+
+    async def main() -> int:
+        async def seven() -> int:
+            await asyncio.sleep(0)
+            return 7
+
+        value = await Future(coro=seven())
+        with pytest.raises(KeyError, match="inside"):
+            await Future(coro=fails())
+        return value
+
+    assert asyncio.run(main()) == 7
+    with pytest.raises(KeyError, match="inside"):
+        Future(coro=fails()).get(timeout=REPLY_TIMEOUT)
 
 
 def test_await_future_inside_asyncio_run(echo) -> None:

@@ -18,6 +18,7 @@ from danaus.actor import (
     Actor,
     ProcMesh,
     SupervisionError,
+    concurrent_endpoint,
     endpoint,
     this_host,
     this_proc,
@@ -155,6 +156,52 @@ def test_cleanup_runs_on_stop_after_the_messages_already_sent(
     for f in files:
         report = json.loads(f.read_text())
         assert report == {"exc": "None", "seen": list(range(50))}
+
+
+class Interrupted(Actor):
+    """Concurrent bodies that wait forever; each records its cancellation, then cleanup."""
+
+    def __init__(self, out: str) -> None:
+        self.out = Path(out)
+        self.started = 0
+        self.all_started = asyncio.Event()
+
+    def _log(self, line: str) -> None:
+        with open(self.out / "log", "a") as f:
+            f.write(line + "\n")
+
+    @concurrent_endpoint
+    async def forever(self, i: int, total: int) -> None:
+        self.started += 1
+        if self.started == total:
+            self.all_started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # a handler that itself awaits must still finish first
+            self._log(f"cancelled {i}")
+            raise
+
+    @endpoint
+    async def wait_started(self) -> None:
+        await self.all_started.wait()
+
+    async def __cleanup__(self, exc: BaseException | None) -> None:
+        await asyncio.sleep(0)
+        self._log(f"cleanup {exc!r}")
+
+
+def test_stop_cancels_concurrent_bodies_then_cleans_up_then_resolves(
+    procs: ProcMesh, tmp_path: Path
+) -> None:
+    mesh = procs.slice(gpus=0).spawn("interrupted", Interrupted, str(tmp_path))
+    for i in range(3):
+        mesh.forever.broadcast(i, 3)
+    mesh.wait_started.call_one().get(timeout=REPLY_TIMEOUT)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert sorted(lines[:3]) == ["cancelled 0", "cancelled 1", "cancelled 2"]
+    assert lines[3:] == ["cleanup None"]
 
 
 def test_cleanup_of_an_actor_on_this_proc_runs_on_stop(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -343,3 +344,110 @@ def test_this_proc_inside_an_actor_is_that_actors_own_proc(procs: ProcMesh) -> N
     assert child_pid == actor_pid
     assert actor_pid != os.getpid()
     spawner.stop().get(timeout=REPLY_TIMEOUT)
+
+
+# -- first imports while several actors are spawned at once -------------------------
+
+_SLOW_PACKAGE = {
+    "__init__.py": """
+import time
+
+time.sleep(0.3)  # a slow first import, as torch's is; the race needs no more than that
+from danaus.actor import Actor, endpoint
+
+HELPER = 41
+from . import sub
+
+
+class Top(Actor):
+    @endpoint
+    def value(self) -> int:
+        return sub.VALUE
+""",
+    "sub.py": """
+from danaus.actor import Actor, endpoint
+
+from {pkg} import HELPER  # like torch's submodules, it needs its parent initialised
+
+VALUE = HELPER + 1
+
+
+class Sub(Actor):
+    @endpoint
+    def value(self) -> int:
+        return VALUE
+""",
+}
+
+_TORCH_MODULES = {
+    "top.py": """
+import torch
+
+from danaus.actor import Actor, endpoint
+
+
+class Top(Actor):
+    def __init__(self) -> None:
+        self.t = torch.ones(3)
+
+    @endpoint
+    def value(self) -> float:
+        return float(self.t.sum())
+""",
+    "sub.py": """
+import torch.nn.functional as F
+from torch import tensor
+
+from danaus.actor import Actor, endpoint
+
+
+class Sub(Actor):
+    @endpoint
+    def value(self) -> float:
+        return float(F.relu(tensor([-1.0, 3.0])).sum())
+""",
+}
+
+
+def _write_package(root: Path, files: dict[str, str]) -> str:
+    pkg = f"compat_imports_{uuid.uuid4().hex}"  # never imported before, here or in a proc
+    (root / pkg).mkdir()
+    for name, text in files.items():
+        (root / pkg / name).write_text(text.format(pkg=pkg))
+    return pkg
+
+
+@pytest.fixture
+def importable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param(_SLOW_PACKAGE, id="slow_package"),
+        pytest.param(_TORCH_MODULES, id="torch", marks=pytest.mark.torch),
+    ],
+)
+def test_actors_spawned_at_once_on_a_fresh_proc_import_their_modules_safely(
+    importable: Path, files: dict[str, str]
+) -> None:
+    import importlib
+
+    if "torch" in files["sub.py"]:
+        pytest.importorskip("torch")
+    pkg = _write_package(importable, files)
+    importlib.invalidate_caches()
+    top = importlib.import_module(f"{pkg}.top" if "top.py" in files else pkg)
+    sub = importlib.import_module(f"{pkg}.sub")
+    fresh = this_host().spawn_procs(per_host={"gpus": 1})  # nothing of pkg imported there yet
+    try:
+        meshes = []
+        for i in range(3):  # in quick succession, so the decodes overlap
+            meshes.append(fresh.spawn(f"top{i}", top.Top))
+            meshes.append(fresh.spawn(f"sub{i}", sub.Sub))
+        values = [m.value.call_one().get(timeout=REPLY_TIMEOUT) for m in meshes]
+        assert values == [values[0], values[1]] * 3
+    finally:
+        fresh.stop().get(timeout=REPLY_TIMEOUT)

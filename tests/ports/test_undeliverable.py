@@ -138,3 +138,58 @@ def test_a_port_that_does_not_return_undeliverable_messages_drops_them(procs) ->
     # earlier) and fail it.
     assert forwarder.ping.call_one().get(timeout=TIMEOUT) == "alive"
     forwarder.stop().get(timeout=TIMEOUT)
+
+
+class PortOpener(Actor):
+    """Opens channels in its own proc and hands out only their ports."""
+
+    def __init__(self) -> None:
+        self.kept: list[Any] = []
+
+    @endpoint
+    def open_and_drop(self) -> Port[Any]:
+        port, _receiver = Channel.open()  # the receiver is garbage once this returns
+        return port
+
+    @endpoint
+    def open_and_keep(self) -> Port[Any]:
+        port, receiver = Channel.open()
+        self.kept.append(receiver)
+        return port
+
+
+def test_a_send_to_the_port_of_a_garbage_collected_receiver_comes_back(procs) -> None:
+    opener = procs.slice(gpus=1).spawn("opener", PortOpener)
+    forwarder, reports = spawn_forwarder(procs, HandlingForwarder)
+    port = opener.open_and_drop.call_one().get(timeout=TIMEOUT)
+    forwarder.send_to.call_one(port, "lost").get(timeout=TIMEOUT)
+    dest, error, _ = reports.recv().get(timeout=TIMEOUT)
+    assert "port" in dest
+    assert "closed" in error
+    forwarder.stop().get(timeout=TIMEOUT)
+    opener.stop().get(timeout=TIMEOUT)
+
+
+def test_a_send_to_a_port_whose_owning_actor_stopped_comes_back(procs) -> None:
+    opener = procs.slice(gpus=1).spawn("opener", PortOpener)
+    forwarder, reports = spawn_forwarder(procs, HandlingForwarder)
+    port = opener.open_and_keep.call_one().get(timeout=TIMEOUT)
+    opener.stop().get(timeout=TIMEOUT)
+    forwarder.send_to.call_one(port, "lost").get(timeout=TIMEOUT)
+    dest, error, _ = reports.recv().get(timeout=TIMEOUT)
+    assert "port" in dest
+    assert "closed" in error
+    forwarder.stop().get(timeout=TIMEOUT)
+
+
+def test_a_send_to_a_port_whose_owning_actor_stopped_fails_a_sender_without_handler(
+    procs, faults
+) -> None:
+    opener = procs.slice(gpus=1).spawn("opener", PortOpener)
+    forwarder, _ = spawn_forwarder(procs, Forwarder)
+    port = opener.open_and_keep.call_one().get(timeout=TIMEOUT)
+    opener.stop().get(timeout=TIMEOUT)
+    forwarder.send_to.call_one(port, "lost").get(timeout=TIMEOUT)
+    (failure,) = faults.wait(1)
+    assert failure.mesh_name == "forwarder"
+    assert "could not be delivered" in failure.reason

@@ -44,6 +44,21 @@ _BOUNCED = "bounced"
 FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 
 
+# Unpickling a spawn or a call may import a module for the first time. Python's
+# per-module import locks do not make that safe when several actor threads do
+# it at once: a thread importing ``pkg.sub`` while another is still running
+# ``pkg/__init__`` sees ``pkg`` half initialised ("partially initialized
+# module", as torch fails). The import system is process-wide state, so one
+# process-wide lock serialises decoding; an uncontended acquire costs ~0.1 us.
+_DECODE_LOCK = threading.RLock()
+
+
+def _decode(frame: Frame) -> Any:
+    """Unpickle a frame's body, one actor thread of this proc at a time."""
+    with _DECODE_LOCK:
+        return codec.loads(frame.body, frame.buffers)
+
+
 class ActorCell(Failing, DeadlockCheck):
     """One actor living in this proc."""
 
@@ -70,6 +85,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.endpoints: dict[str, EndpointProperty] = {}
         self.failed: str | None = None
         self.stopped = False
+        self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
         self._lock = threading.Lock()
         self.serial_task: Any = None
@@ -78,6 +94,7 @@ class ActorCell(Failing, DeadlockCheck):
         self._answered: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._adhoc: dict[tuple[str, int], EndpointProperty] = {}
+        self._ports: list[int] = []  # ports its receivers opened: closed when it stops
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +124,10 @@ class ActorCell(Failing, DeadlockCheck):
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
+
+    def own_port(self, port: int) -> None:
+        """Close port ``port`` when this actor stops (a receiver it opened)."""
+        self._ports.append(port)
 
     def supervise(self, failure: Any) -> None:
         """Queue ``__supervise__(failure)`` to run on the actor's thread, between messages."""
@@ -160,7 +181,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _run(self) -> None:
         frame = self.spawn_frame
         try:
-            cls, args, kwargs, name, self.creator = codec.loads(frame.body, frame.buffers)
+            cls, args, kwargs, name, self.creator = _decode(frame)
         except BaseException as e:
             self._init_failed(e, "its class or arguments could not be unpickled")
             if self._loop is not None:
@@ -316,7 +337,7 @@ class ActorCell(Failing, DeadlockCheck):
             )
             return None
         try:
-            args, kwargs = codec.loads(frame.body, frame.buffers)
+            args, kwargs = _decode(frame)
         except BaseException as e:
             self._reply_exc(port, index, e)
             return None
@@ -356,7 +377,11 @@ class ActorCell(Failing, DeadlockCheck):
             self.rt.reply(port, index, STATUS_OK, result)
 
     async def _cancel_tasks(self) -> None:
-        """Cancel the bodies of concurrent endpoints still running (before __cleanup__)."""
+        """Cancel the bodies of concurrent endpoints still running (before __cleanup__).
+
+        Waits until every body has finished, its cancellation handlers included.
+        """
+        self.stopping = True
         tasks = list(self._tasks)
         for t in tasks:
             t.cancel()
@@ -415,6 +440,8 @@ class ActorCell(Failing, DeadlockCheck):
                 self._refuse(self._q.get_nowait())
             except queue.Empty:
                 break
+        for no in self._ports:  # later sends to them come back to their senders
+            self.rt.close_port(no)
         self._release()
         if port is not None:
             self.rt.reply(port, index, STATUS_OK, None)

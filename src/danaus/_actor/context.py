@@ -171,5 +171,10 @@ def current_size() -> dict[str, int]:
 
 
 def current_actor_name() -> str:
-    """The name the current actor was spawned with (``"root"`` in the client)."""
-    return context().actor_instance.name
+    """The current actor's unique id as a string, as Monarch gives it (never blocks).
+
+    Every actor of a mesh has its own: ``"<proc>/<mesh id>[<rank>]"``, e.g.
+    ``"p3/trainers-1a2b[0]"``; the client's is ``"<proc>/root[0]"``. The name
+    the actor was spawned with is ``context().actor_instance.name``.
+    """
+    return str(context().actor_instance.actor_id)

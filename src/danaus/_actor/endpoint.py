@@ -34,6 +34,7 @@ class EndpointProperty:
             raise ValueError(f"{fn.name!r} is already an endpoint; apply @endpoint once")
         if not callable(fn):
             raise TypeError(f"@endpoint must decorate a function, got {fn!r}")
+        _check_options(fn, propagate, instrument)
         self.fn = fn
         self.name: str = getattr(fn, "__name__", "endpoint")
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -74,6 +75,23 @@ class EndpointProperty:
         return f"<endpoint {self.name}>"
 
 
+_PROPAGATORS = ("cached", "inspect", "mocked")
+
+
+def _check_options(fn: Any, propagate: Any, instrument: Any) -> None:
+    """``ValueError``/``TypeError`` for an option Monarch would not accept either."""
+    if propagate is not None and propagate not in _PROPAGATORS and not callable(propagate):
+        raise ValueError(
+            f"@endpoint(propagate={propagate!r}) on {getattr(fn, '__name__', fn)!r}: propagate "
+            f"must be None, one of {list(_PROPAGATORS)} or a function computing fake outputs"
+        )
+    if not isinstance(instrument, bool):
+        raise TypeError(
+            f"@endpoint(instrument={instrument!r}) on {getattr(fn, '__name__', fn)!r}: "
+            "instrument must be True or False"
+        )
+
+
 @overload
 def endpoint(method: F) -> F: ...
 
@@ -96,6 +114,14 @@ def endpoint(
     instrument: bool = True,
 ) -> Any:
     """Make an actor method callable through meshes; use bare or with options.
+
+    ``propagate`` (``None``, ``"cached"``, ``"inspect"``, ``"mocked"`` or a
+    function) is kept on the endpoint for the tensor engine, which uses it to
+    infer the outputs of ``rref`` calls without running them; other adverbs do
+    not use it, as in Monarch. ``instrument`` is accepted and kept: Monarch
+    wraps each call in a telemetry span, and danaus has no telemetry spans yet,
+    so both values behave alike. Raises ``ValueError``/``TypeError`` for other
+    values.
 
     Example::
 

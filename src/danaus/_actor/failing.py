@@ -67,6 +67,7 @@ class Failing:
     mesh_id: str
     failed: str | None
     stopped: bool
+    stopping: bool
     instance: Any
     ctx_instance: Instance | None
     _lock: threading.Lock
@@ -93,7 +94,7 @@ class Failing:
             log.exception("could not answer a call after an internal error")
 
     def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
-        if isinstance(e, asyncio.CancelledError) and self.stopped:
+        if isinstance(e, asyncio.CancelledError) and (self.stopping or self.stopped):
             return  # a concurrent endpoint cancelled because the actor is stopping
         if prop.explicit_response_port and isinstance(e, Exception):
             reason = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
 import math
 import threading
 import time
@@ -24,31 +25,67 @@ class Future(Generic[R]):
     ``get(timeout=None)`` blocks the calling thread; ``await fut`` suspends an
     asyncio task. A timeout raises ``TimeoutError`` and leaves the future
     usable: a later ``get`` or ``await`` still returns the value. Futures are
-    made by danaus (endpoint adverbs, ``initialized``, ``stop()``); calling
-    ``Future(...)`` directly raises ``TypeError``.
+    made by danaus (endpoint adverbs, ``initialized``, ``stop()``), or from a
+    coroutine with ``Future(coro=...)`` (as Monarch's main branch allows): the
+    coroutine runs once, when the future is first waited for — on the awaiting
+    task's event loop for ``await``, on a thread of its own for ``get()``.
 
     Example::
 
         value = counter.value.call_one().get(timeout=10)
         value = await counter.value.call_one()
+
+        async def both():
+            return await a.value.call_one() + await b.value.call_one()
+
+        total = Future(coro=both()).get()
     """
 
-    __slots__ = ("_cf", "_what")
+    __slots__ = ("_cf", "_coro", "_what")
     _cf: concurrent.futures.Future[Any]
     _what: str
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError(
-            "Future cannot be constructed directly; futures are returned by endpoint calls "
-            "(mesh.method.call(...)), .initialized and .stop()"
-        )
+    def __init__(self, *args: Any, coro: Any = None, **kwargs: Any) -> None:
+        if args or kwargs or coro is None:
+            raise TypeError(
+                "Future cannot be constructed from "
+                f"{', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])}"
+                "; build one from a coroutine with Future(coro=my_coroutine()), or use the "
+                "futures returned by endpoint calls (mesh.method.call(...)), .initialized "
+                "and .stop()"
+            )
+        if not inspect.isawaitable(coro):
+            raise TypeError(
+                f"Future(coro=...) needs a coroutine (the result of calling an 'async def' "
+                f"function), got {coro!r}"
+            )
+        self._cf = concurrent.futures.Future()
+        self._coro: Any = coro  # taken (set to None) by whoever first waits
+        self._what = f"coroutine {getattr(coro, '__qualname__', coro)!r}"
 
     @classmethod
     def _create(cls, cf: concurrent.futures.Future[Any], what: str) -> Future[Any]:
         self: Future[Any] = object.__new__(cls)
         self._cf = cf
+        self._coro = None
         self._what = what
         return self
+
+    def _start(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Run the coroutine of a ``Future(coro=...)``, once: on ``loop``, else on a thread."""
+        with _START_LOCK:
+            coro, self._coro = self._coro, None
+        if coro is None:
+            return
+        if loop is not None:
+            loop.create_task(_drive(coro, self._cf))
+        else:
+            threading.Thread(
+                target=asyncio.run,
+                args=(_drive(coro, self._cf),),
+                daemon=True,
+                name=f"danaus-future-{self._what}",
+            ).start()
 
     @classmethod
     def _resolved(cls, value: Any, what: str = "value") -> Future[Any]:
@@ -64,6 +101,8 @@ class Future(Generic[R]):
         """
         if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        if self._coro is not None:
+            self._start(None)
         if not self._cf.done():
             _check_not_io_thread()
             try:
@@ -147,6 +186,8 @@ class Future(Generic[R]):
         Cancelling it does not affect this future or its other observers.
         """
         loop = asyncio.get_running_loop()
+        if self._coro is not None:
+            self._start(loop)
         afut: asyncio.Future[R] = loop.create_future()
 
         def transfer(cf: concurrent.futures.Future[Any]) -> None:
@@ -189,6 +230,17 @@ class Future(Generic[R]):
 
 
 _WAKE = 0.1  # seconds between wake-ups of a blocked get()
+_START_LOCK = threading.Lock()  # makes taking a Future(coro=...)'s coroutine atomic
+
+
+async def _drive(coro: Any, cf: concurrent.futures.Future[Any]) -> None:
+    """Await ``coro`` and complete ``cf`` with its outcome."""
+    try:
+        value = await coro
+    except BaseException as e:  # it belongs to whoever waits on the future
+        cf.set_exception(e)
+    else:
+        cf.set_result(value)
 
 
 def _clean(e: BaseException | None) -> BaseException:

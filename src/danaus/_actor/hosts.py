@@ -10,6 +10,7 @@ hosts can answer it.
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import functools
 import secrets
 import socket
@@ -30,7 +31,7 @@ from .context import refresh_root
 from .future import Future
 from .procs import ProcMesh, check_per_host, spawn_on
 
-__all__ = ["HostMesh", "attach_to_workers", "enable_transport", "this_host"]
+__all__ = ["ChannelTransport", "HostMesh", "attach_to_workers", "enable_transport", "this_host"]
 
 
 @dataclass
@@ -38,6 +39,7 @@ class _HostState:
     agents: concurrent.futures.Future[Any]  # tuple of agent ProcIds (None: this host's)
     owned: bool
     shut_down: bool = False
+    name: str | None = None  # attach_to_workers(name=...): how the mesh shows itself
     proc_meshes: list[ProcMesh] = field(default_factory=list)
 
 
@@ -141,7 +143,8 @@ class HostMesh(MeshTrait):
         return (_rebuild, (self._shape, tuple(agents)))
 
     def __repr__(self) -> str:
-        return f"<HostMesh {self.sizes}>"
+        named = f" {self._state.name!r}" if self._state.name else ""
+        return f"<HostMesh{named} {self.sizes}>"
 
 
 def _rebuild(shape: Shape, agents: tuple[ProcId | None, ...]) -> HostMesh:
@@ -180,16 +183,57 @@ _transport_lock = threading.Lock()
 _transport: str | None = None
 
 
-def enable_transport(transport: str) -> None:
+class ChannelTransport(enum.Enum):
+    """Monarch's transport kinds, for ``enable_transport(ChannelTransport.Unix)``.
+
+    danaus serves ``Unix`` (as ``"ipc"``) and both TCP kinds (as ``"tcp"``);
+    ``enable_transport`` raises ``NotImplementedError`` for the others (TLS is
+    configured with ``DANAUS_TLS_*``; ``Local`` is Monarch's in-process channel).
+    """
+
+    TcpWithLocalhost = "tcp(localhost)"
+    TcpWithHostname = "tcp(hostname)"
+    MetaTlsWithHostname = "metatls(hostname)"
+    MetaTlsWithIpV6 = "metatls(ipv6)"
+    Tls = "tls"
+    Local = "local"
+    Unix = "unix"
+
+
+_FROM_ENUM = {
+    ChannelTransport.Unix: "ipc",
+    ChannelTransport.TcpWithLocalhost: "tcp",
+    ChannelTransport.TcpWithHostname: "tcp",
+}
+
+
+def enable_transport(transport: str | ChannelTransport) -> None:
     """Choose how this client is reached by other hosts; call before first use.
 
     ``"tcp"`` (the default for attached workers) or ``"tcp://ADDR:PORT"`` to
-    advertise (and listen on) a given address. Enabling the same again is a
-    no-op; a different one raises ``RuntimeError``.
+    advertise (and listen on) a given address. ``"ipc"`` (alias ``"unix"``)
+    keeps every connection on this host, over Unix sockets — what procs of
+    ``this_host()`` always use — so a later ``attach_to_workers`` raises
+    ``RuntimeError``. Enabling the same again is a no-op; a different one
+    raises ``RuntimeError``; an unknown one ``ValueError``. Never blocks.
     """
     global _transport
-    if transport not in ("tcp", "ipc", "unix") and not transport.startswith("tcp://"):
-        raise ValueError(f"unsupported transport {transport!r}; use 'tcp' or 'tcp://ADDR:PORT'")
+    if isinstance(transport, ChannelTransport):
+        if transport not in _FROM_ENUM:
+            raise NotImplementedError(
+                f"enable_transport({transport}) is not supported; use ChannelTransport.Unix or "
+                "a TCP kind (TLS is configured with DANAUS_TLS_CERT/DANAUS_TLS_KEY/DANAUS_TLS_CA)"
+            )
+        transport = _FROM_ENUM[transport]
+    if transport == "unix":
+        transport = "ipc"  # one name, so that enabling either twice is a no-op
+    if not isinstance(transport, str) or (
+        transport not in ("tcp", "ipc", "unix") and not transport.startswith("tcp://")
+    ):
+        raise ValueError(
+            f"unsupported transport {transport!r}; use 'tcp', 'tcp://ADDR:PORT' or 'ipc' "
+            "(TLS is configured with DANAUS_TLS_CERT/DANAUS_TLS_KEY/DANAUS_TLS_CA, not here)"
+        )
     if transport.startswith("tcp://"):
         split_tcp(transport[len("tcp://") :])
     with _transport_lock:
@@ -231,15 +275,32 @@ def attach_to_workers(
     """Join hosts running ``danaus worker``; returns a ``HostMesh`` with dimension ``hosts``.
 
     Returns at once; ``initialized`` (or the first ``spawn_procs``) waits for the
-    hosts. ``secret`` (else ``$DANAUS_SECRET``) authenticates every connection;
-    ``ca`` is accepted for Monarch compatibility (``"trust_all_connections"``).
-    Raises ``ValueError`` for malformed addresses.
+    hosts. ``name`` names the host mesh (it shows in its ``repr``). ``secret``
+    (else ``$DANAUS_SECRET``) authenticates every connection; ``ca`` is accepted
+    for Monarch compatibility (``"trust_all_connections"``). Raises
+    ``ValueError`` for malformed addresses, ``NotImplementedError`` for
+    ``private_key`` (TLS keys come from ``DANAUS_TLS_KEY``), ``RuntimeError``
+    after ``enable_transport("ipc")``.
 
     Example::
 
         hosts = attach_to_workers(workers=["tcp://10.0.0.2:26600", "tcp://10.0.0.3:26600"])
         procs = hosts.spawn_procs(per_host={"gpus": 8})
     """
+    if private_key is not None:
+        raise NotImplementedError(
+            f"attach_to_workers(private_key={private_key!r}) is not supported: danaus "
+            "authenticates with the job secret (secret= or DANAUS_SECRET) and encrypts with "
+            "mutual TLS whose files come from DANAUS_TLS_CERT, DANAUS_TLS_KEY and DANAUS_TLS_CA; "
+            "drop private_key and set those instead"
+        )
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {name!r}")
+    if _transport == "ipc":
+        raise RuntimeError(
+            f"enable_transport({_transport!r}) keeps this client on this host, so it cannot "
+            "attach to workers; call enable_transport('tcp') (or nothing) instead"
+        )
     if isinstance(workers, str) or not workers:
         raise ValueError(f"workers must be a non-empty list of 'tcp://HOST:PORT', got {workers!r}")
     addrs = [w.get() if isinstance(w, Future) else w for w in workers]
@@ -284,7 +345,7 @@ def attach_to_workers(
             on_fail=functools.partial(collector.fail, 0),
         )
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))
-    return HostMesh(shape, _HostState(cf, owned=True))
+    return HostMesh(shape, _HostState(cf, owned=True, name=name))
 
 
 def _skip(fn: Callable[..., None], i: int, addr: str, _index: int, ok: bool, v: Any) -> None:

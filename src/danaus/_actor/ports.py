@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import threading
+import weakref
 from typing import Any, Generic, TypeVar
 
 from .._errors import ActorError
@@ -133,16 +134,21 @@ def _return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
     return_to_sender(sender, dest, reason)
 
 
-class PortReceiver(Generic[R]):
-    """The receiving end of a channel; ``recv()`` returns a future of the next message."""
+class _Inbox:
+    """What the runtime delivers a port's messages to (its ``PortHandler``).
 
-    def __init__(self, once: bool = False) -> None:
-        self._rt = host.ensure_runtime()
+    Kept apart from :class:`PortReceiver` so that the runtime's table of open
+    ports does not keep the receiver alive: when the receiver is garbage
+    collected its port closes, as Monarch's does.
+    """
+
+    def __init__(self, rt: Any, once: bool) -> None:
+        self._rt = rt
         self._lock = threading.Lock()
         self._values: collections.deque[tuple[bool, Any]] = collections.deque()
         self._waiters: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
         self._once = once
-        self.port_id = self._rt.open_port(self)
+        self.port_id: PortId = rt.open_port(self)
 
     # PortHandler, on the I/O thread
     def deliver(self, frame: Message) -> None:
@@ -161,8 +167,7 @@ class PortReceiver(Generic[R]):
     def peer_lost(self, proc: str, reason: str) -> None:
         pass  # any proc may hold the port; none is awaited in particular
 
-    def recv(self) -> Future[R]:
-        """A future of the next message (or the exception sent with ``Port.exception``)."""
+    def next(self) -> concurrent.futures.Future[Any]:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._values:
@@ -170,11 +175,43 @@ class PortReceiver(Generic[R]):
                 set_future(cf, ok, value)
             else:
                 self._waiters.append(cf)
-        return Future._create(cf, f"a message on port {self.port_id}")
+        return cf
+
+
+def _owning_cell() -> Any:
+    """The actor cell on whose thread a receiver is being opened (None in the client)."""
+    from .context import context
+
+    return context().actor_instance._cell
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel; ``recv()`` returns a future of the next message.
+
+    Its port closes (later sends come back to their senders as undeliverable)
+    when it is closed, when it is garbage collected, and when the actor that
+    opened it stops.
+    """
+
+    def __init__(self, once: bool = False) -> None:
+        rt = host.ensure_runtime()
+        self._inbox = _Inbox(rt, once)
+        self.port_id = self._inbox.port_id
+        self._closer = weakref.finalize(self, rt.close_port, self.port_id.port)
+        cell = _owning_cell()
+        if cell is not None:
+            cell.own_port(self.port_id.port)
+
+    def recv(self) -> Future[R]:
+        """A future of the next message (or the exception sent with ``Port.exception``).
+
+        Never blocks; ``recv().get()`` waits for the message.
+        """
+        return Future._create(self._inbox.next(), f"a message on port {self.port_id}")
 
     def close(self) -> None:
         """Stop receiving: later sends come back to their senders as undeliverable."""
-        self._rt.close_port(self.port_id.port)
+        self._closer()
 
     def __repr__(self) -> str:
         return f"<PortReceiver {self.port_id}>"

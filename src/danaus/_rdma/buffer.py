@@ -29,6 +29,7 @@ __all__ = [
     "RDMAAction",
     "RDMABuffer",
     "get_rdma_backend",
+    "gpu_direct_rdma_supported",
     "is_ibverbs_available",
     "is_rdma_available",
 ]
@@ -43,6 +44,14 @@ def is_rdma_available() -> bool:
 
 def is_ibverbs_available() -> bool:
     """Always False: danaus does not use InfiniBand verbs (kept for Monarch programs)."""
+    return False
+
+
+def gpu_direct_rdma_supported() -> bool:
+    """Always False: danaus never moves GPU memory over GPUDirect RDMA (never blocks).
+
+    GPU tensors are staged through host memory by whoever registers them.
+    """
     return False
 
 

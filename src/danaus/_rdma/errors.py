@@ -7,6 +7,12 @@
           └── RDMAOwnerLostError      ... because the buffer's owner process is gone
                                       (also a SupervisionError)
 
+Warnings Monarch programs import (``RDMATcpFallbackWarning``,
+``RDMAReadTransferWarning``, ``RDMAWriteTransferWarning``) exist so that their
+``warnings.filterwarnings`` lines keep working; danaus emits none of them: it
+has no ibverbs path to fall back from, and it copies straight from and into
+the registered memory.
+
 Misuse (a wrong argument) raises ``TypeError`` / ``ValueError`` at the call;
 a transfer that runs out of time fails its future with the builtin
 ``TimeoutError``.
@@ -18,7 +24,25 @@ from typing import Any
 
 from .._errors import DanausError, SupervisionError
 
-__all__ = ["RDMAError", "RDMAOwnerLostError"]
+__all__ = [
+    "RDMAError",
+    "RDMAOwnerLostError",
+    "RDMAReadTransferWarning",
+    "RDMATcpFallbackWarning",
+    "RDMAWriteTransferWarning",
+]
+
+
+class RDMATcpFallbackWarning(UserWarning):
+    """Monarch: ibverbs unavailable, TCP used instead. Never emitted by danaus."""
+
+
+class RDMAReadTransferWarning(UserWarning):
+    """Monarch: a read needed an extra copy. Never emitted by danaus."""
+
+
+class RDMAWriteTransferWarning(UserWarning):
+    """Monarch: a write needed an extra copy. Never emitted by danaus."""
 
 
 class RDMAError(RuntimeError, DanausError):
