@@ -53,7 +53,7 @@ FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 _DECODE_LOCK = threading.RLock()
 
 
-def _decode(frame: Frame) -> Any:
+def _decode(frame: Message) -> Any:
     """Unpickle a frame's body, one actor thread of this proc at a time."""
     with _DECODE_LOCK:
         return codec.loads(frame.body, frame.buffers)
