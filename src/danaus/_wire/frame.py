@@ -21,7 +21,7 @@ import mmap
 import os
 import pickle
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .._errors import PeerBrokenError
@@ -40,7 +40,19 @@ _PREFIX = struct.Struct("<QIIQ")  # total, header_len, nbufs, body_len
 _LEN = struct.Struct("<Q")
 _FIXED = _PREFIX.size - 8  # bytes counted in `total` before the buffer lengths
 
-DEFAULT_MAX_FRAME = int(os.environ.get("DANAUS_MAX_FRAME", str(64 << 30)))
+
+def _default_max_frame() -> int:
+    """A quarter of this machine's memory, at most 16 GiB: a frame that announces more
+    is refused before anything is allocated for it."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        ram = 16 << 30
+    return max(64 << 20, min(16 << 30, ram // 4))
+
+
+# config: DANAUS_MAX_FRAME (bytes)
+DEFAULT_MAX_FRAME = int(os.environ.get("DANAUS_MAX_FRAME") or _default_max_frame())
 MAX_BUFFERS = 4096
 MAX_HEADER = 1 << 20
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
@@ -133,10 +145,22 @@ class FrameDecoder:
     """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
 
     Raises :class:`FrameError` on malformed input; the caller closes the connection.
+
+    With ``trailer`` > 0 every frame is followed by that many bytes (an
+    authentication tag), and ``check(prefix, frame, trailer)`` runs on each
+    complete frame *before* its header is parsed; it raises to refuse it.
     """
 
-    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+    def __init__(
+        self,
+        max_frame: int = DEFAULT_MAX_FRAME,
+        *,
+        trailer: int = 0,
+        check: Callable[[bytes, memoryview, memoryview], None] | None = None,
+    ) -> None:
         self.max_frame = max_frame
+        self.trailer = trailer
+        self.check = check
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging
@@ -164,8 +188,11 @@ class FrameDecoder:
             self._big_filled += n
             if self._big_filled < len(self._big):
                 return frames
-            frames.append(_parse(memoryview(self._big)))
-            self._big = None
+            big, self._big = memoryview(self._big), None
+            total = len(big) - self.trailer
+            if self.check is not None:
+                self.check(_LEN.pack(total), big[:total], big[total:])
+            frames.append(_parse(big[:total]))
             return frames
         self._end += n
         while True:
@@ -177,28 +204,34 @@ class FrameDecoder:
                 raise FrameError(
                     f"frame of {total} bytes refused (allowed: {_FIXED}..{self.max_frame})"
                 )
-            if avail - 8 >= total:
+            whole = total + self.trailer
+            if avail - 8 >= whole:
                 begin = self._start + 8
+                if self.check is not None:
+                    staged = memoryview(self._staging)
+                    self.check(
+                        bytes(staged[self._start : begin]),
+                        staged[begin : begin + total],
+                        staged[begin + total : begin + whole],
+                    )
+                    del staged
                 # Small frames are copied out so the staging buffer can be reused.
                 data = bytearray(self._staging[begin : begin + total])
-                self._start = begin + total
+                self._start = begin + whole
                 frames.append(_parse(memoryview(data)))
                 continue
-            if total + 8 > len(self._staging):
+            if whole + 8 > len(self._staging):
                 # Large frame: receive the rest straight into its own memory.
                 try:
-                    big = alloc(total)
+                    big = alloc(whole)
                 except (MemoryError, OSError, ValueError, OverflowError) as e:
                     raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
                 have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0
                 self._big, self._big_filled = big, have
-                if have == total:  # pragma: no cover - covered by the loop above
-                    self._big = None
-                    frames.append(_parse(memoryview(big)))
                 break
-            if len(self._staging) - self._start < total + 8:
+            if len(self._staging) - self._start < whole + 8:
                 self._compact()
             break
         if self._start == self._end:
