@@ -189,3 +189,7 @@ class Session:
                 "or altered on the way): closing the connection"
             )
         self._recv_seq += 1
+
+    def skip_recv(self) -> None:
+        """Count a received frame whose bytes are discarded unread (keeps the sequence)."""
+        self._recv_seq += 1
