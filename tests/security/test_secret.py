@@ -30,7 +30,7 @@ def _without_secret() -> dict[str, str]:
 
 def test_a_runtime_without_a_secret_refuses_to_listen_on_tcp() -> None:
     rt = Runtime("nosecret", make_job_dir())
-    with pytest.raises(RuntimeError, match="without a job secret.*DANAUS_SECRET"):
+    with pytest.raises(RuntimeError, match=r"without a job secret.*DANAUS_SECRET"):
         rt.listen_tcp("127.0.0.1", "127.0.0.1")
     rt.loop.close()
     os.rmdir(rt.job_dir)
