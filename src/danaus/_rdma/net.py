@@ -244,6 +244,14 @@ class _Server:
         self.pid = os.getpid()
         threading.Thread(target=self._accept, name="danaus-rdma-accept", daemon=True).start()
 
+    def close(self) -> None:
+        """Stop accepting (the accept thread ends); connections being served go on."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self.sock.close()
+
     def _accept(self) -> None:
         backoff = 0.0
         slots = threading.BoundedSemaphore(MAX_DATA_THREADS)
@@ -252,7 +260,7 @@ class _Server:
                 s, _ = self.sock.accept()
             except OSError as e:
                 if self.sock.fileno() < 0 or e.errno not in _OUT_OF_RESOURCES:
-                    return  # the listener is closed
+                    return  # the listener is closed (or shut down)
                 backoff = _pause(backoff)  # out of descriptors: wait, do not spin
                 continue
             if not slots.acquire(blocking=False):

@@ -298,6 +298,8 @@ class Runtime(PeerTable):
                 log.exception("could not set up an incoming connection")
                 s.close()
                 continue
+            if conn.closed:
+                continue  # the peer was gone before we even wrote (e.g. reset at once)
             conn.tcp = tcp
             self._accepted.add(conn)
             if hs is not None:
