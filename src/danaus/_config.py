@@ -61,6 +61,7 @@ class Setting:
     kind: str
     default: Any
     doc: str
+    default_doc: str = ""  # how the default is computed, when it depends on the machine
 
     @property
     def env(self) -> str:
@@ -69,6 +70,16 @@ class Setting:
 
 _GiB = 1 << 30
 _MiB = 1 << 20
+
+
+def _default_max_frame() -> int:
+    """4 GiB, or a quarter of this machine's memory if that is less (at least 64 MiB)."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 4 * _GiB
+    return max(64 * _MiB, min(4 * _GiB, ram // 4))
+
 
 #: The table of every setting. ``docs/config.md`` is generated from the same
 #: rows (``python -m danaus._config`` prints it) and a test keeps the two equal.
@@ -104,9 +115,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "codec_max_frame_length",
         "size",
-        4 * _GiB,
+        _default_max_frame(),
         "Largest frame a connection accepts; a frame announcing more is refused "
         "before anything is allocated and its connection closed.",
+        "4 GiB, or a quarter of the machine's memory if less",
     ),
     Setting(
         "offload_min",
@@ -135,6 +147,34 @@ SETTINGS: tuple[Setting, ...] = (
         "duration",
         5.0,
         "A TCP peer (message or data connection) must finish authenticating within this.",
+    ),
+    Setting(
+        "max_pending_handshakes",
+        "int",
+        64,
+        "TCP connections a listener keeps in their handshake at once; beyond it the "
+        "oldest is closed (unauthenticated peers cannot hold more).",
+    ),
+    Setting(
+        "flush_timeout",
+        "duration",
+        10.0,
+        "How long closing a connection waits for its backlog to be written before "
+        "closing anyway (a peer that stopped reading).",
+    ),
+    Setting(
+        "insecure",
+        "bool",
+        False,
+        "Allow attaching to workers started with --insecure (no secret, no "
+        "authentication): for a trusted network only.",
+    ),
+    Setting(
+        "trust_sys_path",
+        "bool",
+        False,
+        "On a worker, put every entry of the client's sys.path on the procs' sys.path, "
+        "even ones that are missing here or writable by others.",
     ),
     Setting(
         "socket_dir",
@@ -191,6 +231,12 @@ SETTINGS: tuple[Setting, ...] = (
         "int",
         4,
         "Parallel data connections one large cross-host RDMA copy is split across.",
+    ),
+    Setting(
+        "rdma_max_data_threads",
+        "int",
+        64,
+        "Data connections an RDMA owner serves at once (each is a thread); more wait.",
     ),
     Setting(
         "rdma_connect_timeout",
@@ -459,7 +505,7 @@ def markdown_table() -> str:
         "|---|---|---|---|---|",
     ]
     for s in SETTINGS:
-        default = repr(s.default) if s.default != "" else "(unset)"
+        default = s.default_doc or (repr(s.default) if s.default != "" else "(unset)")
         rows.append(f"| `{s.name}` | `{s.env}` | {s.kind} | {default} | {s.doc} |")
     return "\n".join(rows)
 

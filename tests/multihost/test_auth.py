@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from danaus._transport.auth import MAGIC, Handshake, load_secret
+from danaus._transport.auth import MAGIC, TAG, Handshake, Session, load_secret
 from danaus._wire.frame import Frame, FrameDecoder
 from danaus._wire.protocol import Kind
 from danaus.actor import this_host
@@ -125,8 +125,9 @@ def test_a_client_with_the_wrong_secret_gets_a_clear_attach_error(workers, legit
 # -- authenticated peers sending bad frames ------------------------------------------
 
 
-def _authenticated(address: str, secret: str) -> socket.socket:
-    """A TCP connection to ``address`` that has passed the handshake, as a client."""
+def _authenticated(address: str, secret: str) -> tuple[socket.socket, Session]:
+    """A TCP connection to ``address`` that has passed the handshake, as a client,
+    and its session (every frame after the handshake is sealed with it)."""
     key = load_secret(secret)
     assert key is not None
     hs = Handshake(key, "client")
@@ -134,11 +135,11 @@ def _authenticated(address: str, secret: str) -> socket.socket:
     sock.sendall(hs.feed(_recv_exactly(sock, hs.want())))
     assert hs.feed(_recv_exactly(sock, hs.want())) == b""
     assert hs.done
-    return sock
+    return sock, hs.session()
 
 
-def _read_frame(sock: socket.socket) -> Frame:
-    decoder = FrameDecoder()
+def _read_frame(sock: socket.socket, session: Session) -> Frame:
+    decoder = FrameDecoder(trailer=TAG, check=session.check)
     while True:
         buf = decoder.buffer()
         n = sock.recv_into(buf)
@@ -169,17 +170,19 @@ BAD_FRAMES = {
 @pytest.mark.parametrize("payload", list(BAD_FRAMES.values()), ids=list(BAD_FRAMES))
 def test_bad_frames_close_only_the_senders_connection(workers, secret, legit, payload) -> None:
     worker = workers[0]
-    bystander = _authenticated(worker.address, secret)  # another peer of the same worker
-    with _authenticated(worker.address, secret) as sock:
-        sock.sendall(payload)
+    bystander, session = _authenticated(worker.address, secret)  # another peer of the worker
+    sock, mine = _authenticated(worker.address, secret)
+    with sock:
+        # Sealed, so it is the frame's shape, not its tag, that the worker refuses.
+        sock.sendall(payload + mine.seal([payload]))
         rest, _ = recv_until_closed(sock, timeout=5.0)
         assert rest == b""
     # The worker lives on: it still serves the client, and still accepts peers.
     assert worker.proc.poll() is None
     assert set(legit.slice(hosts=0).echo.call(3).get(timeout=TIMEOUT).values()) == {3}
     with bystander:  # still open: the worker's heartbeat reaches it
-        assert _read_frame(bystander).header == (Kind.PING,)
-    _authenticated(worker.address, secret).close()
+        assert _read_frame(bystander, session).header == (Kind.PING,)
+    _authenticated(worker.address, secret)[0].close()
 
 
 # -- Unix sockets of local procs ---------------------------------------------------

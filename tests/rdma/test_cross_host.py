@@ -498,5 +498,5 @@ def test_the_data_connection_refuses_a_peer_without_the_job_secret(
         assert rest == bytes(32)  # the refusal (no valid MAC), then EOF
     # The right secret works.
     secret = ensure_runtime().secret
-    good = net.connect(address, secret, 5.0, lambda s: True)
+    good, _session = net.connect(address, secret, 5.0, lambda s: True)
     good.close()

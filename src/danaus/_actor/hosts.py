@@ -255,13 +255,13 @@ def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
             host_, port = split_tcp(override)
         else:
             host_, port = override, 0
-        return "0.0.0.0", host_, port
+        return host_, host_, port  # listen where the workers reach us, not on every interface
     # The address this host uses to reach the worker is one the worker can reach back.
     family = socket.AF_INET6 if ":" in first_worker[0] else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         s.connect(first_worker)  # UDP: picks a route, sends nothing
         ip = s.getsockname()[0]
-    return ("::" if family == socket.AF_INET6 else "0.0.0.0"), ip, 0
+    return ip, ip, 0
 
 
 def attach_to_workers(
@@ -311,10 +311,20 @@ def attach_to_workers(
         hostports.append(split_tcp(parse(a)[1]))
     rt = host.ensure_runtime()
     key = load_secret(secret)
+    if key is None and rt.secret is None and not _insecure():
+        raise RuntimeError(
+            "attach_to_workers needs the job secret the workers were started with: pass "
+            "secret=... or set DANAUS_SECRET (the workers read it from --secret-file or "
+            "DANAUS_SECRET). Without one, anyone who reaches this client's port could run code "
+            "in it. Make one with: python -c 'import secrets; print(secrets.token_hex(32))'"
+        )
     if key is not None:
         if rt.secret is not None and rt.secret != key:
             raise RuntimeError("this client already uses another job secret")
         rt.secret = key
+        host.share_secret(key)
+    elif rt.secret is None:
+        rt.insecure = True
     bind, advertise, port = _advertise_for(hostports[0])
     rt.listen_tcp(bind, advertise, port)
     refresh_root()
@@ -346,6 +356,11 @@ def attach_to_workers(
         )
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))
     return HostMesh(shape, _HostState(cf, owned=True, name=name))
+
+
+def _insecure() -> bool:
+    """The explicit opt-out for workers run with ``--insecure`` (a trusted network only)."""
+    return bool(config.get("insecure"))
 
 
 def _skip(fn: Callable[..., None], i: int, addr: str, _index: int, ok: bool, v: Any) -> None:

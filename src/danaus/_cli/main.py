@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument(
         "--insecure",
         action="store_true",
-        help="allow listening on a non-loopback address without a secret",
+        help="listen without a job secret (anyone who reaches the port can run code; prints a "
+        "warning); clients then need DANAUS_INSECURE=1",
     )
     w.add_argument("--tls-cert", help="PEM certificate: makes TCP connections mutual TLS")
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")

@@ -21,6 +21,14 @@ registered memory and receives straight into the destination::
 - Connections are authenticated with the job secret exactly like the
   runtime's (``_transport/auth.py``: mutual HMAC-SHA256 challenge-response
   before any request is read), and kept in a small pool per owner for reuse.
+  With TLS on (``DANAUS_TLS_*``) they are TLS too, which protects every byte;
+  without it every request, response and payload carries an HMAC tag under
+  the connection's session key (``auth.Session``), checked before a request
+  is acted on: an injected, replayed or spliced STORE never writes a byte.
+- The server bounds what an unauthenticated peer costs: a deadline for the
+  whole handshake, at most ``rdma_max_data_threads`` connection threads (beyond
+  that a new connection is closed at once), and an accept loop that backs
+  off when out of descriptors or threads instead of dying.
 - A transfer is split into a few parts, each on its own connection, so a
   large copy uses several streams (and cores) at once.
 - Nothing waits forever: the requester shuts its sockets down when its
@@ -29,26 +37,33 @@ registered memory and receives straight into the destination::
 
 Wire format (little-endian), after the handshake::
 
-    request   u8 op | u64 buffer id | u64 addr | u64 size | u64 offset | u64 nbytes
-              (STORE: followed by nbytes bytes)
+    request   u8 op | u64 buffer id | u64 addr | u64 size | u64 offset | u64 nbytes | tag
+              (STORE: followed by nbytes bytes | tag)
     response  u8 status | u32 message length | message (utf-8)
-              (FETCH with status OK: followed by nbytes bytes)
+              (FETCH with status OK: followed by nbytes bytes) | tag
+
+``tag`` is 32 bytes of HMAC under the session key (absent with TLS or without
+a secret); each tag also covers a per-direction sequence number.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import queue
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
 from .._runtime.runtime import STATUS_OK, Runtime
-from .._transport.auth import AuthError, Handshake
+from .._transport import tls
+from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
 from . import registry
 
@@ -71,12 +86,10 @@ _OK, _REFUSED = 0, 1
 _REQ = struct.Struct("<BQQQQQ")
 _RESP = struct.Struct("<BI")
 
-HANDSHAKE_TIMEOUT = 5.0  # as the runtime's connections
-CONNECT_TIMEOUT = 10.0
-STREAMS = max(1, int(os.environ.get("DANAUS_RDMA_STREAMS", "4")))  # parts of one large copy
-SPLIT_MIN = 8 << 20  # a copy at least this large is split across STREAMS connections
+SPLIT_MIN = 8 << 20  # a copy at least this large is split across ``rdma_streams`` connections
 PART_MIN = 4 << 20  # ... into parts of at least this many bytes
 POOL_MAX = 16  # idle connections kept per owner
+MAX_MESSAGE = 64 << 10  # the longest refusal message a requester reads
 _DRAIN = 1 << 20
 _REFUSAL = bytes(32)  # in place of the server's MAC: fails the client's check
 
@@ -90,10 +103,10 @@ class Closed(ConnectionError):
 
 
 def split(nbytes: int) -> list[tuple[int, int]]:
-    """``(offset, length)`` parts of a copy: one, or up to ``STREAMS`` for a large copy."""
+    """``(offset, length)`` parts of a copy: one, or up to ``rdma_streams`` for a large copy."""
     if nbytes < SPLIT_MIN:
         return [(0, nbytes)] if nbytes else []
-    n = max(1, min(STREAMS, nbytes // PART_MIN))
+    n = max(1, min(config.get("rdma_streams"), nbytes // PART_MIN))
     step = -(-nbytes // n)
     step = (step + 4095) & ~4095
     return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
@@ -122,6 +135,10 @@ def _tune(sock: socket.socket) -> None:
 def _send_all(sock: socket.socket, parts: list[Any]) -> None:
     """Send ``parts`` back to back, in as few system calls as the kernel allows."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg on TLS
+        for v in views:
+            sock.sendall(v)
+        return
     while views:
         sent = sock.sendmsg(views)
         while sent and views:
@@ -148,17 +165,34 @@ def _recv_into(sock: socket.socket, view: memoryview) -> None:
         got += k
 
 
-def _handshake(sock: socket.socket, secret: bytes | None, role: Any) -> None:
-    """Run the job-secret handshake on a blocking socket (as the runtime's connections do)."""
+def _handshake(
+    sock: socket.socket, secret: bytes | None, role: Any, deadline: float
+) -> Session | None:
+    """Run the job-secret handshake on a blocking socket (as the runtime's connections do),
+    all of it before ``deadline`` (``time.monotonic()``); returns the session, if any.
+
+    Raises ``TimeoutError`` past the deadline, :class:`AuthError` on a wrong answer.
+    """
     if secret is None:
-        return
+        return None
     hs = Handshake(secret, role)
     first = hs.start()
     if first:
         sock.sendall(first)
     while not hs.done:
+        buf = bytearray(hs.want())
+        view, got = memoryview(buf), 0
+        while got < len(buf):  # a byte at a time must not stretch the deadline
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the data connection's handshake took too long")
+            sock.settimeout(left)
+            k = sock.recv_into(view[got:])
+            if k == 0:
+                raise Closed("the peer closed the data connection during the handshake")
+            got += k
         try:
-            out = hs.feed(_recv_exact(sock, hs.want()))
+            out = hs.feed(bytes(buf))
         except AuthError:
             if role == "server":
                 # Say so instead of just closing: to the client, a bare EOF means that
@@ -167,6 +201,17 @@ def _handshake(sock: socket.socket, secret: bytes | None, role: Any) -> None:
             raise
         if out:
             sock.sendall(out)
+    return hs.session()
+
+
+def _seal(session: Session | None, parts: list[Any]) -> list[Any]:
+    return parts if session is None else [*parts, session.seal(parts)]
+
+
+def _check(sock: socket.socket, session: Session | None, head: bytes, data: Any = b"") -> None:
+    """Read the tag that follows ``head | data`` and check it; :class:`AuthError` if forged."""
+    if session is not None:
+        session.check(head, data, _recv_exact(sock, TAG))
 
 
 # -- the owner's side: the data server --------------------------------------------------
@@ -193,23 +238,65 @@ class _Server:
         self.pid = os.getpid()
         threading.Thread(target=self._accept, name="danaus-rdma-accept", daemon=True).start()
 
+    def close(self) -> None:
+        """Stop accepting (the accept thread ends); connections being served go on."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self.sock.close()
+
     def _accept(self) -> None:
+        backoff = 0.0
+        slots = threading.BoundedSemaphore(config.get("rdma_max_data_threads"))
         while True:
             try:
                 s, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(
-                target=_serve, args=(s, self.rt.secret), name="danaus-rdma-data", daemon=True
-            ).start()
+            except OSError as e:
+                if self.sock.fileno() < 0 or e.errno not in _OUT_OF_RESOURCES:
+                    return  # the listener is closed (or shut down)
+                backoff = _pause(backoff)  # out of descriptors: wait, do not spin
+                continue
+            if not slots.acquire(blocking=False):
+                _close(s)  # every thread is busy: refuse rather than grow without bound
+                continue
+            try:
+                threading.Thread(
+                    target=_serve,
+                    args=(s, self.rt.secret, slots),
+                    name="danaus-rdma-data",
+                    daemon=True,
+                ).start()
+            except RuntimeError:  # "can't start new thread": shed this one, go on
+                slots.release()
+                _close(s)
+                backoff = _pause(backoff)
+                continue
+            backoff = 0.0
 
 
-def _serve(sock: socket.socket, secret: bytes | None) -> None:
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+def _pause(backoff: float) -> float:
+    """Sleep a little longer each time (the accept thread only), up to a second."""
+    backoff = min(1.0, max(0.01, 2 * backoff))
+    time.sleep(backoff)
+    return backoff
+
+
+def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSemaphore) -> None:
     """Answer the requests of one data connection until it closes (a data thread)."""
     try:
         _tune(sock)
-        sock.settimeout(HANDSHAKE_TIMEOUT)
-        _handshake(sock, secret, "server")
+        deadline = time.monotonic() + config.get("handshake_timeout")
+        ctx = tls.server_context()
+        if ctx is not None:
+            sock.settimeout(config.get("handshake_timeout"))
+            sock = ctx.wrap_socket(sock, server_side=True)
+        session = _handshake(sock, secret, "server", deadline)
+        if ctx is not None:
+            session = None  # TLS protects every byte
         sock.settimeout(None)
         head = bytearray(_REQ.size)
         while True:
@@ -217,6 +304,7 @@ def _serve(sock: socket.socket, secret: bytes | None) -> None:
                 _recv_into(sock, memoryview(head))
             except Closed:
                 return
+            _check(sock, session, bytes(head))  # before anything is looked up or written
             op, buffer_id, addr, size, offset, nbytes = _REQ.unpack(head)
             if op not in (FETCH, STORE):
                 return  # not our protocol: close
@@ -227,21 +315,27 @@ def _serve(sock: socket.socket, secret: bytes | None) -> None:
                 why = "it is read-only"
             if why is not None or reg is None:
                 if op == STORE:
-                    _drain(sock, nbytes)
-                msg = (why or "it is not registered").encode()
-                sock.sendall(_RESP.pack(_REFUSED, len(msg)) + msg)
+                    _drain(sock, nbytes + (TAG if session is not None else 0))
+                    if session is not None:
+                        session.skip_recv()  # the payload's tag: its bytes are thrown away
+                msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
+                _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
                 continue
             # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
             view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
             if op == FETCH:
-                _send_all(sock, [_RESP.pack(_OK, 0), view])
+                _send_all(sock, _seal(session, [_RESP.pack(_OK, 0), view]))
             else:
+                # The request was authentic; the payload's own tag catches bytes altered
+                # on the way (the transfer then fails: its data is not to be trusted).
                 _recv_into(sock, view)
-                sock.sendall(_RESP.pack(_OK, 0))
+                _check(sock, session, b"", view)
+                _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
             del view, reg
     except (OSError, AuthError):
         pass  # the requester went away or failed the handshake: it hears from its side
     finally:
+        slots.release()
         try:
             sock.close()
         except OSError:  # pragma: no cover
@@ -333,7 +427,8 @@ class Pool:
 _lock = threading.Lock()
 _pid = 0
 _addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (owner proc, pid) -> data server
-_idle: dict[tuple[str, int], list[socket.socket]] = {}
+_Conn = tuple[socket.socket, Session | None]
+_idle: dict[tuple[str, int], list[_Conn]] = {}
 _pool: Pool | None = None
 
 
@@ -372,10 +467,10 @@ def forget(proc: str) -> None:
     """Close the idle connections to proc ``proc`` (it was lost) and forget its address."""
     with _lock:
         keys = [k for k in _addresses if k[0] == proc] + [k for k in _idle if k[0] == proc]
-        socks = []
+        socks: list[socket.socket] = []
         for key in keys:
             _addresses.pop(key, None)
-            socks.extend(_idle.pop(key, []))
+            socks.extend(s for s, _ in _idle.pop(key, []))
     for s in socks:
         _close(s)
 
@@ -387,26 +482,26 @@ def _close(sock: socket.socket) -> None:
         pass
 
 
-def _take(key: tuple[str, int]) -> socket.socket | None:
+def _take(key: tuple[str, int]) -> _Conn | None:
     with _lock:
         _reset_after_fork()
         idle = _idle.get(key)
         return idle.pop() if idle else None
 
 
-def _give_back(key: tuple[str, int], sock: socket.socket) -> None:
+def _give_back(key: tuple[str, int], conn: _Conn) -> None:
     with _lock:
         idle = _idle.setdefault(key, [])
         if len(idle) < POOL_MAX and key in _addresses:
-            idle.append(sock)
+            idle.append(conn)
             return
-    _close(sock)
+    _close(conn[0])
 
 
 def connect(
     address: tuple[str, int], secret: bytes | None, timeout: float, track: Any
-) -> socket.socket:
-    """A new authenticated data connection to ``address``.
+) -> tuple[socket.socket, Session | None]:
+    """A new authenticated data connection to ``address``, and its session.
 
     ``track(sock)`` is called before connecting (so the caller can shut it
     down to abort); if it returns False the transfer is over: ``Closed``.
@@ -418,15 +513,26 @@ def connect(
         raise Closed("the transfer is over")
     try:
         _tune(sock)
-        sock.settimeout(max(0.001, min(timeout, CONNECT_TIMEOUT)))
+        sock.settimeout(max(0.001, min(timeout, config.get("rdma_connect_timeout"))))
         sock.connect((host, port))
-        sock.settimeout(max(0.001, min(timeout, HANDSHAKE_TIMEOUT)))
-        _handshake(sock, secret, "client")
+        limit = max(0.001, min(timeout, config.get("handshake_timeout")))
+        deadline = time.monotonic() + limit
+        ctx = tls.client_context()
+        if ctx is not None:
+            sock.settimeout(limit)
+            tls_sock = ctx.wrap_socket(sock)
+            if not track(tls_sock):
+                _close(tls_sock)
+                raise Closed("the transfer is over")
+            sock = tls_sock
+        session = _handshake(sock, secret, "client", deadline)
+        if ctx is not None:
+            session = None  # TLS protects every byte
         sock.settimeout(None)
     except BaseException:
         _close(sock)
         raise
-    return sock
+    return sock, session
 
 
 def request(
@@ -450,29 +556,38 @@ def request(
     address = known_address(key)
     if address is None:  # pragma: no cover - the caller asked for it first
         raise Closed("the owner's data server is not known")
-    sock = _take(key)
-    if sock is not None and not track(sock):
-        _give_back(key, sock)
+    conn = _take(key)
+    if conn is not None and not track(conn[0]):
+        _give_back(key, conn)
         raise Closed("the transfer is over")
-    if sock is None:
-        sock = connect(address, secret, deadline - time.monotonic(), track)
+    if conn is None:
+        conn = connect(address, secret, deadline - time.monotonic(), track)
+    sock, session = conn
     ok = False
     try:
         buffer_id, addr, size = entry
         head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
         view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
-        _send_all(sock, [head, view] if op == STORE else [head])
-        status, mlen = _RESP.unpack(_recv_exact(sock, _RESP.size))
+        parts = _seal(session, [head])
+        if op == STORE:
+            parts += _seal(session, [view])
+        _send_all(sock, parts)
+        resp = _recv_exact(sock, _RESP.size)
+        status, mlen = _RESP.unpack(resp)
         if status != _OK:
-            why = _recv_exact(sock, mlen).decode(errors="replace")
+            if mlen > MAX_MESSAGE:
+                raise Closed(f"the owner announced a refusal of {mlen} bytes: not a danaus peer")
+            msg = _recv_exact(sock, mlen)
+            _check(sock, session, resp + msg)
             ok = True  # the connection is still in a good state
-            raise Refused(why)
+            raise Refused(msg.decode(errors="replace"))
         if op == FETCH and nbytes:
             _recv_into(sock, view)
+        _check(sock, session, resp, view if op == FETCH else b"")
         del view
         ok = True
     finally:
         if untrack(sock) and ok:
-            _give_back(key, sock)
+            _give_back(key, conn)
         else:
             _close(sock)

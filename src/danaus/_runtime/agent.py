@@ -80,6 +80,9 @@ class Agent:
         self.client: ProcId | None = None
         self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
         self.pids: dict[str, int] = {}
+        # The local agent learns the secret on its lifeline; a worker's is its runtime's.
+        self.secret: bytes | None = rt.secret
+        self._lifeline = b""
         rt.register(Kind.SPAWN_PROCS, self._on_spawn)
         rt.register(Kind.KILL_PROCS, self._on_kill)
         rt.register(Kind.ATTACH, self._on_attach)
@@ -88,6 +91,7 @@ class Agent:
         if worker:
             rt.lost_callbacks.append(self._on_lost)
         else:
+            os.set_blocking(0, False)
             rt.loop.add_reader(0, self._on_lifeline)
 
     def _on_attach(self, conn: Any, msg: Message) -> None:
@@ -135,7 +139,8 @@ class Agent:
                     "job_dir": self.rt.job_dir,
                     "agent": self.rt.proc_id,
                     "host": self.rt.host,
-                    "secret": self.rt.secret,
+                    "insecure": self.rt.insecure,
+                    "remote": True,  # its sys.path entries are checked before use
                     "tcp_advertise": local_ip or boot.get("tcp_advertise"),
                 }
                 client = self.client
@@ -143,6 +148,9 @@ class Agent:
                     for key in ("owner", "client"):
                         if boot.get(key) is not None and boot[key].name == client.name:
                             boot[key] = client
+            else:
+                self._on_lifeline()  # a secret the client sent before this spawn
+            boot = {**boot, "secret": self.secret}  # through the zygote's pipe, not a frame
             self.procs[proc.name] = (proc, requester)
             write_msg(self.req_w, ("fork", proc.name, boot))
 
@@ -179,12 +187,21 @@ class Agent:
                 self._kill(other)
 
     def _on_lifeline(self) -> None:
+        """Lines from the client (``secret HEX``); EOF: the client is gone."""
         try:
             data = os.read(0, 4096)
+        except BlockingIOError:
+            return
         except OSError:
             data = b""
         if not data:
             self._exit("the client went away")
+        self._lifeline += data
+        *lines, self._lifeline = self._lifeline.split(b"\n")
+        for line in lines:
+            verb, _, arg = line.partition(b" ")
+            if verb == b"secret":
+                self.secret = bytes.fromhex(arg.decode())
 
     def _exit(self, why: str) -> None:
         for name in list(self.pids):
@@ -246,6 +263,7 @@ def run_worker(
     port: int,
     *,
     secret: bytes | None,
+    insecure: bool = False,
     preload: list[str],
     on_listening: Any = None,
 ) -> None:
@@ -257,7 +275,7 @@ def run_worker(
 
     _preload(preload)
     req_w, resp_r = _fork_zygote()
-    rt = Runtime("w" + secrets.token_hex(3), make_job_dir(), secret=secret)
+    rt = Runtime("w" + secrets.token_hex(3), make_job_dir(), secret=secret, insecure=insecure)
     rt.start(in_thread=False)
     advertised = rt.listen_tcp(bind, bind if bind not in ("0.0.0.0", "::") else "127.0.0.1", port)
     Agent(rt, req_w, resp_r, worker=True)

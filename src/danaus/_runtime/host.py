@@ -22,7 +22,15 @@ from .._wire.protocol import KillProcs, SpawnProcs
 from . import proc as _proc
 from .runtime import Runtime
 
-__all__ = ["agent", "ensure_runtime", "kill_procs", "new_proc_name", "shutdown", "spawn_procs"]
+__all__ = [
+    "agent",
+    "ensure_runtime",
+    "kill_procs",
+    "new_proc_name",
+    "share_secret",
+    "shutdown",
+    "spawn_procs",
+]
 
 _lock = threading.RLock()
 _agent_proc: subprocess.Popen[bytes] | None = None
@@ -107,10 +115,33 @@ def agent() -> ProcId:
         )
         _agent_id = agent_id
         proc = _agent_proc
+        if rt.secret is not None:
+            _tell_secret(proc, rt.secret)
         threading.Thread(
             target=_watch_agent, args=(rt, agent_id, proc), name="danaus-agent-watch", daemon=True
         ).start()
         return agent_id
+
+
+def _tell_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
+    """Give the local agent the job secret on its lifeline (a pipe: never in a frame).
+
+    The write completes before any later SPAWN_PROCS frame is sent, and the agent
+    reads its lifeline before it forks, so the procs of that spawn get the secret.
+    """
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(b"secret " + secret.hex().encode() + b"\n")
+        proc.stdin.flush()
+    except (OSError, ValueError):
+        pass  # the agent is gone: its watcher reports that
+
+
+def share_secret(secret: bytes) -> None:
+    """The client now has a job secret: its local agent passes it to the procs it forks."""
+    with _lock:
+        if _agent_proc is not None:
+            _tell_secret(_agent_proc, secret)
 
 
 def _watch_agent(rt: Runtime, agent_id: ProcId, proc: subprocess.Popen[bytes]) -> None:
@@ -162,7 +193,8 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
         "sys_path": list(sys.path),
         "client": rt.boot.get("client", rt.proc_id),
         "host": rt.host,
-        "secret": rt.secret,
+        # No secret: boots travel in frames, and the agent adds its own host's secret.
+        "insecure": rt.insecure,
         "tcp_advertise": rt.tcp_advertise,
         **extra,
     }

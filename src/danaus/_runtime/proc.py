@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Ready
@@ -47,10 +48,19 @@ def set_current(rt: Runtime) -> None:
 def proc_main(name: str, boot: dict[str, Any]) -> int:
     """Run a proc until it is stopped; returns the exit code."""
     os.environ.update(boot.get("env", {}))
+    # User code in this proc has no business with the job secret: the runtime keeps it.
+    os.environ.pop("DANAUS_SECRET", None)
+    secret = boot.pop("secret", None)
     for entry in boot.get("sys_path", ()):
-        if entry not in sys.path:
+        if entry not in sys.path and (not boot.get("remote") or _safe_path_entry(entry)):
             sys.path.append(entry)
-    rt = Runtime(name, boot["job_dir"], secret=boot.get("secret"), host=boot.get("host"))
+    rt = Runtime(
+        name,
+        boot["job_dir"],
+        secret=secret,
+        host=boot.get("host"),
+        insecure=bool(boot.get("insecure")),
+    )
     set_current(rt)
     rt.boot = boot
     rt.start(in_thread=False)
@@ -71,6 +81,23 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
     rt.loop.run_forever()
     return _exit_code
+
+
+def _safe_path_entry(entry: str) -> bool:
+    """Whether a ``sys.path`` entry sent by a client on another host may be used here.
+
+    Only a directory (or zip) that exists here, belongs to this user or root and
+    that no one else may write to: otherwise another local user could plant a
+    module that this proc would import. ``DANAUS_TRUST_SYS_PATH=1`` on the worker
+    takes every entry as it comes (the documented opt-in).
+    """
+    if config.get("trust_sys_path"):
+        return True
+    try:
+        st = os.stat(entry)
+    except (OSError, ValueError):
+        return False
+    return st.st_uid in (0, os.getuid()) and not st.st_mode & 0o022
 
 
 async def _await(aw: Any) -> Any:

@@ -25,6 +25,7 @@ never reused.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import logging
 import os
@@ -69,6 +70,8 @@ __all__ = [
 
 log = logging.getLogger("danaus.runtime")
 
+# out of file descriptors, stop accepting for this long (doubling up to the max).
+ACCEPT_BACKOFF, ACCEPT_BACKOFF_MAX = 0.01, 1.0
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
@@ -102,11 +105,18 @@ class Runtime(PeerTable):
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
     def __init__(
-        self, name: str, job_dir: str, *, secret: bytes | None = None, host: str | None = None
+        self,
+        name: str,
+        job_dir: str,
+        *,
+        secret: bytes | None = None,
+        host: str | None = None,
+        insecure: bool = False,
     ) -> None:
         self.job_dir = job_dir
         self.host = host or host_token()
         self.secret = secret
+        self.insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
         self._unix = f"unix:{os.path.join(job_dir, name + '.sock')}"
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
         self.loop = _new_loop()
@@ -135,6 +145,8 @@ class Runtime(PeerTable):
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
         self._tcp_listener: socket.socket | None = None
+        self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
+        self._accept_backoff = 0.0
         self._advertised = ""
         self.tcp_advertise: str | None = None  # the IP peers on other hosts reach us at
         self.closed = False
@@ -172,10 +184,18 @@ class Runtime(PeerTable):
         """Also accept TCP connections on ``bind:port``; advertise ``advertise`` to peers.
 
         Returns the advertised ``tcp://`` entry. Call before the address travels
-        (it changes ``proc_id``). Connections must authenticate when a secret is set.
+        (it changes ``proc_id``). Every connection must prove it knows the job
+        secret; raises ``RuntimeError`` if there is none (unless ``insecure``).
         """
         if self._tcp_listener is not None:
             return f"tcp://{self._advertised}"
+        if self.secret is None and not self.insecure:
+            raise RuntimeError(
+                f"proc {self.proc_id.name} refuses to listen on TCP ({bind}) without a job "
+                "secret: anyone who reaches the port could run code in it. Set DANAUS_SECRET "
+                "(e.g. to the output of python -c 'import secrets; print(secrets.token_hex(32))') "
+                "or pass secret=..."
+            )
         entry = f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}"
         lsock = listen(entry)
         tcp_port = lsock.getsockname()[1]
@@ -265,14 +285,17 @@ class Runtime(PeerTable):
     # -- accepting and hello ------------------------------------------------
 
     def _on_accept(self, lsock: socket.socket, tcp: bool) -> None:
-        while True:
+        for _ in range(256):  # then let the loop serve the others
             try:
                 s, _ = lsock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as e:  # pragma: no cover - e.g. EMFILE
-                log.warning("accept failed: %s", e)
-                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause_accepting(lsock, tcp, e)
+                    return
+                continue  # e.g. ECONNABORTED: that one connection is gone
+            self._accept_backoff = 0.0
             if tcp:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hs = Handshake(self.secret, "server") if tcp and self.secret is not None else None
@@ -282,6 +305,7 @@ class Runtime(PeerTable):
                     self.loop,
                     self._dispatch,
                     self._on_inbound_closed,
+                    on_authenticated=self._on_authenticated,
                     handshake=hs,
                     tls=tls.server_context() if tcp else None,
                     server_side=True,
@@ -290,8 +314,34 @@ class Runtime(PeerTable):
                 log.exception("could not set up an incoming connection")
                 s.close()
                 continue
+            if conn.closed:
+                continue  # the peer was gone before we even wrote (e.g. reset at once)
             conn.tcp = tcp
             self._accepted.add(conn)
+            if hs is not None:
+                self._handshaking[conn] = None
+                if len(self._handshaking) > config.get("max_pending_handshakes"):
+                    # Unauthenticated peers hold no more than this many connections: the
+                    # oldest goes (a legitimate handshake takes a round trip, not seconds).
+                    oldest = next(iter(self._handshaking))
+                    oldest.fail_now("too many connections in their handshake")
+
+    def _on_authenticated(self, conn: Connection) -> None:
+        self._handshaking.pop(conn, None)
+
+    def _pause_accepting(self, lsock: socket.socket, tcp: bool, e: OSError) -> None:
+        """Out of descriptors: stop accepting for a while instead of spinning on the error."""
+        self._accept_backoff = min(
+            ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF, 2 * self._accept_backoff)
+        )
+        log.warning("accept failed (%s): pausing for %.2f s", e, self._accept_backoff)
+        self.loop.remove_reader(lsock.fileno())
+
+        def resume() -> None:
+            if not self.closed and lsock.fileno() >= 0:
+                self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, tcp)
+
+        self.loop.call_later(self._accept_backoff, resume)
 
     def _on_hello(self, conn: Connection, msg: Message) -> None:
         hello: Hello = msg.header
@@ -336,6 +386,7 @@ class Runtime(PeerTable):
 
     def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
         self._accepted.discard(conn)
+        self._handshaking.pop(conn, None)
         proc = conn.peer
         if proc is None:
             return

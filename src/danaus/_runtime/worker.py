@@ -37,8 +37,9 @@ def run_worker_loop_forever(
     Clients attach with ``attach_to_workers``; each client's procs are killed
     when it goes away, then the worker waits for the next. Every connection
     must prove it knows the job secret (``secret``, ``secret_file`` or
-    ``$DANAUS_SECRET``). Without a secret the worker only listens on loopback
-    unless ``insecure=True``. Raises ``ValueError`` for a malformed address,
+    ``$DANAUS_SECRET``). Without a secret the worker refuses to start (loopback
+    included: other local users reach it) unless ``insecure=True``. Raises
+    ``ValueError`` for a malformed address or an unsafe secret file,
     ``RuntimeError`` when refusing to run without a secret.
     """
     scheme, rest = parse(address)
@@ -46,15 +47,31 @@ def run_worker_loop_forever(
         raise ValueError(f"a worker listens on TCP: expected 'tcp://HOST:PORT', got {address!r}")
     bind, port = split_tcp(rest)
     key = load_secret(secret, secret_file)
-    if key is None and not insecure and not _is_loopback(bind):
+    if key is None and not insecure:
+        where = "even on loopback, every local user can reach it" if _is_loopback(bind) else ""
         raise RuntimeError(
             f"refusing to listen on {address} without a job secret: anyone who can reach it "
-            "could run code here. Give --secret-file PATH (or set DANAUS_SECRET), or pass "
-            "--insecure if the network is trusted"
+            f"could run code here{' (' + where + ')' if where else ''}. Give --secret-file PATH "
+            "(a file only you can read: chmod 600 PATH) or set DANAUS_SECRET, or pass "
+            "--insecure if every user who can reach the port is trusted"
+        )
+    if key is None:
+        print(
+            f"danaus worker: WARNING: --insecure: listening on {address} without a job "
+            "secret; anyone who can reach this port can run code as this user",
+            file=sys.stderr,
+            flush=True,
         )
     if ca not in (None, "trust_all_connections"):
         print(
             f"danaus worker: ca={ca!r} is ignored (authentication uses the job secret)",
             file=sys.stderr,
         )
-    run_worker(bind, port, secret=key, preload=list(host.PRELOAD), on_listening=on_listening)
+    run_worker(
+        bind,
+        port,
+        secret=key,
+        insecure=key is None,
+        preload=list(host.PRELOAD),
+        on_listening=on_listening,
+    )

@@ -10,6 +10,18 @@ decoded, let alone unpickled::
 
 A wrong answer, a wrong magic or a peer that never finishes (the caller
 bounds the time) closes the connection.
+
+The handshake alone would authenticate only itself: an on-path attacker could
+relay it between two honest ends and then inject frames. So both ends derive
+a :class:`Session` from the secret and both nonces, one key per direction::
+
+    prk      = HMAC(secret, "danaus-session-v1" | nonce_s | nonce_c)
+    k_c2s    = HMAC(prk, "client->server")      k_s2c = HMAC(prk, "server->client")
+
+and every frame after the handshake carries ``HMAC(k_dir, seq | frame)``
+(``seq`` counts the frames of that direction), so a frame that was injected,
+replayed, reordered, reflected back to its sender or spliced in from another
+connection fails its check and closes the connection. See docs/security.md.
 """
 
 from __future__ import annotations
@@ -18,11 +30,13 @@ import hashlib
 import hmac
 import os
 import secrets as _secrets
-from typing import Literal
+import stat
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from .._errors import PeerBrokenError
 
-__all__ = ["AuthError", "Handshake", "load_secret", "new_secret"]
+__all__ = ["AuthError", "Handshake", "Session", "load_secret", "new_secret"]
 
 MAGIC = b"DNS1"
 _NONCE = 32
@@ -41,8 +55,7 @@ def new_secret() -> str:
 def load_secret(secret: str | bytes | None = None, secret_file: str | None = None) -> bytes | None:
     """The job secret: the argument, else ``secret_file``, else ``$DANAUS_SECRET``, else None."""
     if secret is None and secret_file is not None:
-        with open(secret_file, "rb") as f:
-            secret = f.read().strip()
+        secret = _read_secret_file(secret_file)
     if secret is None:
         secret = os.environ.get("DANAUS_SECRET") or None
     if secret is None:
@@ -54,6 +67,26 @@ def load_secret(secret: str | bytes | None = None, secret_file: str | None = Non
             "python -c 'import secrets; print(secrets.token_hex(32))'"
         )
     return raw
+
+
+def _read_secret_file(path: str) -> bytes:
+    """The secret in ``path``, refused unless only its owner, this user, can read it."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid():
+            raise ValueError(
+                f"the secret file {path!r} belongs to uid {st.st_uid}, not to this user "
+                f"(uid {os.getuid()}): whoever owns it can read or change the job secret. "
+                "Use a file you own, with mode 600"
+            )
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"the secret file {path!r} is readable or writable by others (mode "
+                f"{oct(stat.S_IMODE(st.st_mode))}): anyone who reads it can run code in the "
+                f"job. Fix it with: chmod 600 {path}"
+            )
+        return f.read().strip()
 
 
 def _mac(secret: bytes, tag: bytes, nonce: bytes) -> bytes:
@@ -69,6 +102,7 @@ class Handshake:
         self.done = False
         self._mine = _secrets.token_bytes(_NONCE)
         self._state = "challenge" if role == "client" else "response"
+        self._theirs = b""
 
     def start(self) -> bytes:
         """Bytes to send first (the server's challenge; nothing for the client)."""
@@ -88,15 +122,74 @@ class Handshake:
             if data[: len(MAGIC)] != MAGIC:
                 raise AuthError("the peer is not a danaus endpoint (bad handshake magic)")
             theirs = data[len(MAGIC) :]
+            self._theirs = theirs
             self._state = "confirm"
             return _mac(self.secret, b"c", theirs) + self._mine
         if self._state == "response":
             mac, theirs = data[:_MAC], data[_MAC:]
             if not hmac.compare_digest(mac, _mac(self.secret, b"c", self._mine)):
                 raise AuthError("the peer does not know the job secret (bad HMAC)")
+            self._theirs = theirs
             self.done = True
             return _mac(self.secret, b"s", theirs)
         if not hmac.compare_digest(data, _mac(self.secret, b"s", self._mine)):
             raise AuthError("the server does not know the job secret (bad HMAC)")
         self.done = True
         return b""
+
+    def session(self) -> Session:
+        """The keys of this connection, bound to this handshake (once ``done``)."""
+        if not self.done:
+            raise RuntimeError("the handshake is not done: no session key yet")
+        server_nonce, client_nonce = (
+            (self._mine, self._theirs) if self.role == "server" else (self._theirs, self._mine)
+        )
+        prk = hmac.new(
+            self.secret, b"danaus-session-v1" + server_nonce + client_nonce, hashlib.sha256
+        ).digest()
+        c2s = hmac.new(prk, b"client->server", hashlib.sha256).digest()
+        s2c = hmac.new(prk, b"server->client", hashlib.sha256).digest()
+        return Session(c2s, s2c) if self.role == "client" else Session(s2c, c2s)
+
+
+TAG = 32  # bytes of HMAC-SHA256 after every frame of an authenticated connection
+
+
+class Session:
+    """Per-frame authentication of one connection: ``seal`` what we send, ``check`` what
+    we receive. Not thread-safe: the caller orders the frames (the connection's lock)."""
+
+    __slots__ = ("_recv", "_recv_seq", "_send", "_send_seq")
+
+    def __init__(self, send_key: bytes, recv_key: bytes) -> None:
+        # Keyed once; each frame copies the keyed state (cheaper than re-keying).
+        self._send = hmac.new(send_key, digestmod=hashlib.sha256)
+        self._recv = hmac.new(recv_key, digestmod=hashlib.sha256)
+        self._send_seq = 0
+        self._recv_seq = 0
+
+    def seal(self, parts: Iterable[Any]) -> bytes:
+        """The tag of the next frame we send (``parts``: its bytes, in order)."""
+        m = self._send.copy()
+        m.update(self._send_seq.to_bytes(8, "little"))
+        for p in parts:
+            m.update(p)
+        self._send_seq += 1
+        return m.digest()
+
+    def check(self, prefix: Any, frame: Any, tag: Any) -> None:
+        """Verify the next frame received; :class:`AuthError` if it was not sealed for us."""
+        m = self._recv.copy()
+        m.update(self._recv_seq.to_bytes(8, "little"))
+        m.update(prefix)
+        m.update(frame)
+        if not hmac.compare_digest(m.digest(), bytes(tag)):
+            raise AuthError(
+                f"frame {self._recv_seq} failed its authentication check (injected, replayed "
+                "or altered on the way): closing the connection"
+            )
+        self._recv_seq += 1
+
+    def skip_recv(self) -> None:
+        """Count a received frame whose bytes are discarded unread (keeps the sequence)."""
+        self._recv_seq += 1

@@ -7,6 +7,13 @@ thread: ``send(parts)`` writes straight to the socket while nothing is queued
 I/O thread drains, so the bytes of one connection are never interleaved and
 frames keep their order. When the peer breaks (EOF, reset, a bad frame)
 ``on_close(conn, exc)`` runs once on the I/O thread.
+
+A TCP connection with a job secret runs the handshake (``auth.py``) before
+anything else, allocates its decode buffer only once it succeeded, and then
+seals every frame it sends and checks every frame it receives with the
+session's per-direction keys (a 32-byte tag after each frame), unless the
+connection is TLS, which protects every byte already. With TLS only the I/O
+thread touches the SSL object: other threads queue and wake it.
 """
 
 from __future__ import annotations
@@ -14,24 +21,22 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
-import os
 import socket
 import ssl
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
-from .._wire.frame import Frame, FrameDecoder, FrameError
-from .auth import Handshake
+from .._wire.frame import Frame, FrameDecoder
+from .auth import TAG, Handshake, Session
 
 __all__ = ["Connection"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
-# Sends closer together than this (seconds) are coalesced by the I/O thread.
-COALESCE_WINDOW = float(os.environ.get("DANAUS_COALESCE_WINDOW", "0"))
 
 
 class Connection:
@@ -44,9 +49,10 @@ class Connection:
         on_frame: Callable[[Connection, Frame], None],
         on_close: Callable[[Connection, BaseException | None], None],
         *,
+        on_authenticated: Callable[[Connection], None] | None = None,
         max_frame: int | None = None,
         handshake: Handshake | None = None,
-        handshake_timeout: float = 5.0,
+        handshake_timeout: float | None = None,
         tls: ssl.SSLContext | None = None,
         server_side: bool = False,
     ) -> None:
@@ -63,7 +69,13 @@ class Connection:
         self.fd = sock.fileno()
         self._on_frame = on_frame
         self._on_close = on_close
-        self._decoder = FrameDecoder(max_frame)
+        self._max_frame = max_frame
+        # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.
+        self._decoder: FrameDecoder | None = None if handshake else FrameDecoder(max_frame)
+        self._session: Session | None = None
+        self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
+        self._on_authenticated = on_authenticated
+        self._flush_deadline: float | None = None
         self._lock = threading.Lock()
         self._backlog: collections.deque[memoryview] = collections.deque()
         self._writer_armed = False
@@ -78,6 +90,8 @@ class Connection:
         self._hs = handshake
         self._hs_buf = b""
         if handshake is not None:
+            if handshake_timeout is None:
+                handshake_timeout = config.get("handshake_timeout")
             loop.call_later(handshake_timeout, self._handshake_deadline, handshake_timeout)
         loop.add_reader(self.fd, self._on_readable)
         if self._tls_pending:
@@ -164,11 +178,28 @@ class Connection:
             self._raw_send(out)
         if not hs.done:
             return True
+        session = None if self.tls else hs.session()  # TLS protects every byte already
+        if session is not None:
+            self._decoder = FrameDecoder(self._max_frame, trailer=TAG, check=session.check)
+        else:
+            self._decoder = FrameDecoder(self._max_frame)
         with self._lock:
             self._hs = None
+            self._session = session
+            for parts in self._unsealed:
+                self._backlog.extend(_views(self._sealed(parts)))
+            self._unsealed = []
             if self._backlog:
                 self._arm_writer_locked()
+        if self._on_authenticated is not None:
+            self._on_authenticated(self)
         return False
+
+    def _sealed(self, parts: list[Any]) -> list[Any]:
+        """``parts`` followed by their tag, if this connection authenticates frames."""
+        if self._session is None:
+            return parts
+        return [*parts, self._session.seal(parts)]
 
     # -- writing (any thread) ---------------------------------------------
 
@@ -185,12 +216,23 @@ class Connection:
                     else ConnectionClosedError("connection is closed")
                 )
             now = self.loop.time()
-            burst = now - self.last_send < COALESCE_WINDOW
+            window = config.get("coalesce_window")
+            burst = now - self.last_send < window
             self.last_send = now
-            if self._backlog or self._hs is not None or self._tls_pending:
+            if self._hs is not None:
+                self._unsealed.append(parts)  # sealed once the handshake gives the key
+                return
+            parts = self._sealed(parts)
+            if self._backlog or self._tls_pending:
                 self._backlog.extend(_views(parts))
                 return
-            if burst and COALESCE_WINDOW > 0 and not _on_loop_thread(self.loop):
+            if self.tls and not _on_loop_thread(self.loop):
+                # An SSL object must not be used by two threads at once (the I/O thread
+                # reads it): let the I/O thread write.
+                self._backlog.extend(_views(parts))
+                self._arm_writer_locked()
+                return
+            if burst and window > 0 and not _on_loop_thread(self.loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
                 self._backlog.extend(_views(parts))
@@ -275,8 +317,10 @@ class Connection:
         if self._hs is not None and self._on_handshake_bytes():
             return
         self.last_recv = self.loop.time()
+        decoder = self._decoder
+        assert decoder is not None  # made when the handshake succeeded
         for _ in range(_READ_BUDGET):
-            buf = self._decoder.buffer()
+            buf = decoder.buffer()
             try:
                 n = self.sock.recv_into(buf)
             except _WOULD_BLOCK:
@@ -288,8 +332,8 @@ class Connection:
                 self._fail(PeerBrokenError("connection closed by peer (EOF)"), cause=None)
                 return
             try:
-                frames = self._decoder.feed(n)
-            except FrameError as e:
+                frames = decoder.feed(n)
+            except PeerBrokenError as e:  # malformed (FrameError) or not authentic (AuthError)
                 self._fail(e, cause=None)
                 return
             for f in frames:
@@ -318,10 +362,13 @@ class Connection:
         self.loop.call_soon_threadsafe(self.close)
 
     def flush_and_close(self) -> None:
-        """Close once the backlog is written (I/O thread)."""
+        """Close once the backlog is written, or after ``flush_timeout`` s (I/O thread)."""
+        now = self.loop.time()
+        if self._flush_deadline is None:
+            self._flush_deadline = now + config.get("flush_timeout")
         with self._lock:
             pending = bool(self._backlog)
-        if pending and not self.closed:
+        if pending and not self.closed and now < self._flush_deadline:
             self.loop.call_later(0.01, self.flush_and_close)
         else:
             self.close()
@@ -333,6 +380,7 @@ class Connection:
             self.closed = True
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
             self._backlog.clear()
+            self._unsealed = []
         try:
             self.loop.remove_reader(self.fd)
             self.loop.remove_writer(self.fd)

@@ -21,7 +21,7 @@ import io
 import mmap
 import pickle
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .. import _config as config
@@ -151,10 +151,22 @@ class FrameDecoder:
     """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
 
     Raises :class:`FrameError` on malformed input; the caller closes the connection.
+
+    With ``trailer`` > 0 every frame is followed by that many bytes (an
+    authentication tag), and ``check(prefix, frame, trailer)`` runs on each
+    complete frame *before* its header is parsed; it raises to refuse it.
     """
 
-    def __init__(self, max_frame: int | None = None) -> None:
+    def __init__(
+        self,
+        max_frame: int | None = None,
+        *,
+        trailer: int = 0,
+        check: Callable[[bytes, memoryview, memoryview], None] | None = None,
+    ) -> None:
         self.max_frame = config.get("codec_max_frame_length") if max_frame is None else max_frame
+        self.trailer = trailer
+        self.check = check
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging
@@ -182,8 +194,11 @@ class FrameDecoder:
             self._big_filled += n
             if self._big_filled < len(self._big):
                 return frames
-            frames.append(_parse(memoryview(self._big)))
-            self._big = None
+            big, self._big = memoryview(self._big), None
+            total = len(big) - self.trailer
+            if self.check is not None:
+                self.check(_LEN.pack(total), big[:total], big[total:])
+            frames.append(_parse(big[:total]))
             return frames
         self._end += n
         while True:
@@ -195,28 +210,34 @@ class FrameDecoder:
                 raise FrameError(
                     f"frame of {total} bytes refused (allowed: {_FIXED}..{self.max_frame})"
                 )
-            if avail - 8 >= total:
+            whole = total + self.trailer
+            if avail - 8 >= whole:
                 begin = self._start + 8
+                if self.check is not None:
+                    staged = memoryview(self._staging)
+                    self.check(
+                        bytes(staged[self._start : begin]),
+                        staged[begin : begin + total],
+                        staged[begin + total : begin + whole],
+                    )
+                    del staged
                 # Small frames are copied out so the staging buffer can be reused.
                 data = bytearray(self._staging[begin : begin + total])
-                self._start = begin + total
+                self._start = begin + whole
                 frames.append(_parse(memoryview(data)))
                 continue
-            if total + 8 > len(self._staging):
+            if whole + 8 > len(self._staging):
                 # Large frame: receive the rest straight into its own memory.
                 try:
-                    big = alloc(total)
+                    big = alloc(whole)
                 except (MemoryError, OSError, ValueError, OverflowError) as e:
                     raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
                 have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0
                 self._big, self._big_filled = big, have
-                if have == total:  # pragma: no cover - covered by the loop above
-                    self._big = None
-                    frames.append(_parse(memoryview(big)))
                 break
-            if len(self._staging) - self._start < total + 8:
+            if len(self._staging) - self._start < whole + 8:
                 self._compact()
             break
         if self._start == self._end:

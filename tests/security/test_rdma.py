@@ -1,0 +1,132 @@
+"""The RDMA data connection is as protected as the message connection.
+
+Its requests are sealed with the session key of their connection: a STORE
+that was not sealed for this connection never writes a byte into a
+registered buffer. Its server bounds what an unauthenticated peer costs: one
+deadline for the whole handshake and a bounded number of threads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import select
+import socket
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from danaus._rdma import net, registry
+from danaus._rdma.memory import LocalMemory
+
+from .conftest import CHALLENGE, SECRET, TIMEOUT, Node, recv_exactly, wait_closed
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def data_server(nodes) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
+    made: list[net._Server] = []
+
+    def make() -> tuple[Node, tuple[str, int]]:
+        node = nodes("owner")
+        server = node.on_io(lambda: net._Server(node.rt))
+        made.append(server)
+        return node, server.address
+
+    yield make
+    for server in made:
+        server.close()
+
+
+@pytest.fixture
+def buffer() -> Iterator[tuple[bytearray, tuple[int, int, int]]]:
+    buf = bytearray(b"A" * 64)
+    addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+    buffer_id = registry.register(LocalMemory(addr, len(buf), False, buf, "bytearray"))
+    yield buf, (buffer_id, addr, len(buf))
+    registry.drop([buffer_id])
+
+
+def _store_head(entry: tuple[int, int, int], nbytes: int) -> bytes:
+    buffer_id, addr, size = entry
+    return net._REQ.pack(net.STORE, buffer_id, addr, size, 0, nbytes)
+
+
+def test_a_sealed_store_writes_the_buffer(data_server, buffer) -> None:
+    _node, address = data_server()
+    buf, entry = buffer
+    sock, session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    with sock:
+        assert session is not None
+        payload = b"B" * 64
+        net._send_all(sock, net._seal(session, [_store_head(entry, 64)])
+                      + net._seal(session, [payload]))  # fmt: skip
+        resp = recv_exactly(sock, net._RESP.size)
+        net._check(sock, session, resp)
+        assert net._RESP.unpack(resp)[0] == net._OK
+    assert bytes(buf) == payload
+
+
+@pytest.mark.parametrize("tag", ["none", "forged"])
+def test_a_store_not_sealed_for_this_connection_writes_nothing(data_server, buffer, tag) -> None:
+    _node, address = data_server()
+    buf, entry = buffer
+    sock, _session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    with sock:
+        # What an attacker on the path would inject after the (relayed) handshake.
+        forged = bytes(32) if tag == "forged" else b""
+        sock.sendall(_store_head(entry, 64) + forged + b"X" * 64 + forged)
+        assert wait_closed(sock) == b""
+    assert bytes(buf) == b"A" * 64
+
+
+def test_a_handshake_dripped_byte_by_byte_hits_one_overall_deadline(data_server, settings) -> None:
+    settings(handshake_timeout=0.3)
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as s:
+        assert recv_exactly(s, CHALLENGE)
+        sent = 0
+        while sent < 64:  # an answer of 64 bytes, one byte per 0.1 s: 6.4 s in all
+            try:
+                s.sendall(b"\0")
+            except OSError:
+                break
+            sent += 1
+            readable, _, _ = select.select([s], [], [], 0.1)  # pacing, not synchronising
+            if readable:
+                break
+        assert sent < 64, "the server waited for the whole slow handshake"
+        wait_closed(s)
+
+
+def test_the_data_server_runs_a_bounded_number_of_threads(data_server, settings) -> None:
+    settings(rdma_max_data_threads=3)
+    _node, address = data_server()
+    held = [socket.create_connection(address, timeout=TIMEOUT) for _ in range(3)]
+    try:
+        for s in held:
+            assert recv_exactly(s, CHALLENGE)  # each has a thread
+        with socket.create_connection(address, timeout=TIMEOUT) as extra:
+            assert wait_closed(extra) == b"", "a thread beyond the bound served a connection"
+        held.pop().close()  # its thread ends, its slot is free again
+        for _ in range(1000):
+            with socket.create_connection(address, timeout=TIMEOUT) as again:
+                try:
+                    if recv_exactly(again, CHALLENGE):
+                        break
+                except (EOFError, ConnectionResetError):
+                    continue  # the freed thread had not ended yet
+        else:
+            pytest.fail("the data server never served again after a slot was freed")
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_garbage_on_the_data_server_closes_only_that_connection(data_server, buffer) -> None:
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as s:
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(range(256)))
+        wait_closed(s)
+    sock, _session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    sock.close()
