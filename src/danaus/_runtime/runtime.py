@@ -145,6 +145,7 @@ class Runtime(PeerTable):
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
         self._tcp_listener: socket.socket | None = None
+        self._tcp_binds: dict[str, socket.socket] = {}  # every TCP listener, by address
         self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
         self._accept_backoff = 0.0
         self._advertised = ""
@@ -186,8 +187,14 @@ class Runtime(PeerTable):
         Returns the advertised ``tcp://`` entry. Call before the address travels
         (it changes ``proc_id``). Every connection must prove it knows the job
         secret; raises ``RuntimeError`` if there is none (unless ``insecure``).
+
+        Called again with another ``bind`` address (a client attaching to workers
+        on another network), it also listens there, on the same port: peers on
+        that network reach us at the address our connection came from, with the
+        advertised port.
         """
         if self._tcp_listener is not None:
+            self._listen_also(bind)
             return f"tcp://{self._advertised}"
         if self.secret is None and not self.insecure:
             raise RuntimeError(
@@ -200,6 +207,7 @@ class Runtime(PeerTable):
         lsock = listen(entry)
         tcp_port = lsock.getsockname()[1]
         self._tcp_listener = lsock
+        self._tcp_binds = {bind: lsock}
         self.tcp_advertise = advertise
         adv = f"[{advertise}]" if ":" in advertise else advertise
         self._advertised = f"{adv}:{tcp_port}"
@@ -215,6 +223,16 @@ class Runtime(PeerTable):
         else:
             add()
         return f"tcp://{self._advertised}"
+
+    def _listen_also(self, bind: str) -> None:
+        """Add a listener on ``bind`` with the port we advertise (any thread)."""
+        if bind in self._tcp_binds or {"0.0.0.0", "::"} & set(self._tcp_binds):
+            return
+        assert self._tcp_listener is not None
+        port = self._tcp_listener.getsockname()[1]
+        lsock = listen(f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}")
+        self._tcp_binds[bind] = lsock
+        self.call_soon(self.loop.add_reader, lsock.fileno(), self._on_accept, lsock, True)
 
     def _heartbeat(self) -> None:
         """Ping quiet TCP connections; drop those whose peer has gone silent."""
@@ -267,9 +285,9 @@ class Runtime(PeerTable):
                 os.unlink(self._unix.partition(":")[2])
             except OSError:
                 pass
-        if self._tcp_listener is not None:
-            self.loop.remove_reader(self._tcp_listener.fileno())
-            self._tcp_listener.close()
+        for lsock in self._tcp_binds.values():
+            self.loop.remove_reader(lsock.fileno())
+            lsock.close()
         for peer in list(self._peers.values()):
             if peer.conn is not None:
                 peer.conn.flush_and_close()
