@@ -137,3 +137,21 @@ def test_monarch_getting_started_runs_and_exits_cleanly(client_script) -> None:
     assert results["steps"] == [f"Trainer {{'gpus': {i}/4}} taking a step." for i in range(4)]
     assert results["dsteps"] == ["Step with data <fake data 2> and input = 1"] * 4
     assert results["error"] == "ActorError"
+
+
+@pytest.mark.timeout(180)
+def test_the_getting_started_tour_runs_every_section() -> None:
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    tour = pathlib.Path(__file__).resolve().parents[2] / "examples" / "getting_started.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    r = subprocess.run(
+        [sys.executable, str(tour)], capture_output=True, text=True, timeout=170, env=env
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert [line.split(".", 1)[0] for line in lines[:-1]] == [str(i) for i in range(1, 10)]
+    assert lines[-1] == "tour complete"

@@ -204,6 +204,18 @@ def test_stop_cancels_concurrent_bodies_then_cleans_up_then_resolves(
     assert lines[3:] == ["cleanup None"]
 
 
+def test_a_call_to_a_concurrent_body_cancelled_by_stop_raises_supervision_error(
+    procs: ProcMesh, tmp_path: Path
+) -> None:
+    mesh = procs.slice(gpus=1).spawn("interrupted_call", Interrupted, str(tmp_path))
+    pending = mesh.forever.call_one(0, 1)
+    mesh.wait_started.call_one().get(timeout=REPLY_TIMEOUT)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    with pytest.raises(SupervisionError, match="stopped"):
+        pending.get(timeout=REPLY_TIMEOUT)
+    assert (tmp_path / "log").read_text().splitlines() == ["cancelled 0", "cleanup None"]
+
+
 def test_cleanup_of_an_actor_on_this_proc_runs_on_stop(tmp_path: Path) -> None:
     mesh = this_proc().spawn("local_cleanup", SyncCleanup, str(tmp_path))
     mesh.record.broadcast(1)

@@ -94,7 +94,7 @@ class ActorCell(Failing, DeadlockCheck):
         self._answered: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._adhoc: dict[tuple[str, int], EndpointProperty] = {}
-        self._ports: list[int] = []  # ports its receivers opened: closed when it stops
+        self._ports: set[int] = set()  # ports its open receivers hold: closed when it stops
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -125,9 +125,15 @@ class ActorCell(Failing, DeadlockCheck):
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
         self._put((_STOP, port, index, reason))
 
+    # No lock for _ports: disown_port runs from garbage collection, on any thread
+    # and possibly inside a ``with self._lock``; set.add/discard are atomic.
     def own_port(self, port: int) -> None:
         """Close port ``port`` when this actor stops (a receiver it opened)."""
-        self._ports.append(port)
+        self._ports.add(port)
+
+    def disown_port(self, port: int) -> None:
+        """Port ``port`` was closed already (its receiver was closed or collected)."""
+        self._ports.discard(port)
 
     def supervise(self, failure: Any) -> None:
         """Queue ``__supervise__(failure)`` to run on the actor's thread, between messages."""
@@ -440,7 +446,8 @@ class ActorCell(Failing, DeadlockCheck):
                 self._refuse(self._q.get_nowait())
             except queue.Empty:
                 break
-        for no in self._ports:  # later sends to them come back to their senders
+        ports, self._ports = self._ports, set()
+        for no in ports:  # later sends to them come back to their senders
             self.rt.close_port(no)
         self._release()
         if port is not None:

@@ -95,7 +95,10 @@ class Failing:
 
     def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
         if isinstance(e, asyncio.CancelledError) and (self.stopping or self.stopped):
-            return  # a concurrent endpoint cancelled because the actor is stopping
+            # A concurrent endpoint cancelled because the actor is stopping: not a
+            # failure, but its caller (if any) must hear, or it would wait forever.
+            self._reply_stopped(port, index)
+            return
         if prop.explicit_response_port and isinstance(e, Exception):
             reason = (
                 f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "

@@ -47,12 +47,11 @@ class Future(Generic[R]):
 
     def __init__(self, *args: Any, coro: Any = None, **kwargs: Any) -> None:
         if args or kwargs or coro is None:
+            given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
             raise TypeError(
-                "Future cannot be constructed from "
-                f"{', '.join([*map(repr, args), *(f'{k}={v!r}' for k, v in kwargs.items())])}"
-                "; build one from a coroutine with Future(coro=my_coroutine()), or use the "
-                "futures returned by endpoint calls (mesh.method.call(...)), .initialized "
-                "and .stop()"
+                f"Future({given}) is not a way to make a future; build one from a coroutine "
+                "with Future(coro=my_coroutine()), or use the futures returned by endpoint "
+                "calls (mesh.method.call(...)), .initialized and .stop()"
             )
         if not inspect.isawaitable(coro):
             raise TypeError(

@@ -105,7 +105,7 @@ def sim_proc_mesh(
 
 
 def _spawn(per_host: dict[str, int | None], setup: Callable[[], Any] | None) -> ProcMesh:
-    if per_host.get("gpus") is None:
+    if per_host.get("gpus") in (None, 0):  # Monarch: "gpus if gpus else local count"
         per_host["gpus"] = _local_device_count()
     for label, size in per_host.items():
         _check_count(label, size)

@@ -178,6 +178,13 @@ class _Inbox:
         return cf
 
 
+def _close_port(rt: Any, port: int, cell: Any) -> None:
+    """Close a receiver's port (closed, collected): later sends bounce to their senders."""
+    rt.close_port(port)
+    if cell is not None:
+        cell.disown_port(port)
+
+
 def _owning_cell() -> Any:
     """The actor cell on whose thread a receiver is being opened (None in the client)."""
     from .context import context
@@ -197,10 +204,10 @@ class PortReceiver(Generic[R]):
         rt = host.ensure_runtime()
         self._inbox = _Inbox(rt, once)
         self.port_id = self._inbox.port_id
-        self._closer = weakref.finalize(self, rt.close_port, self.port_id.port)
         cell = _owning_cell()
         if cell is not None:
             cell.own_port(self.port_id.port)
+        self._closer = weakref.finalize(self, _close_port, rt, self.port_id.port, cell)
 
     def recv(self) -> Future[R]:
         """A future of the next message (or the exception sent with ``Port.exception``).

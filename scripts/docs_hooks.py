@@ -1,0 +1,106 @@
+"""mkdocs hooks: the benchmark page's table and plots, made from ``benchmarks/RESULTS.md``.
+
+The latest run's table (the first fenced block after "## Latest run") is
+parsed; ``on_files`` adds three SVG figures drawn with matplotlib, and
+``on_page_markdown`` puts the table itself where ``benchmarks.md`` says
+``<!-- benchmark-table -->``. Nothing is written into the source tree.
+"""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import re
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+SYSTEMS = ("danaus", "monarch", "ray")
+PLACEHOLDER = "<!-- benchmark-table -->"
+
+
+def latest_block() -> str:
+    """The text of the latest run's fenced block in RESULTS.md."""
+    text = RESULTS.read_text()
+    after = text.split("## Latest run", 1)[1]
+    return after.split("```", 2)[1].strip("\n")
+
+
+def parse(block: str) -> dict[str, dict[str, Any]]:
+    """``{workload: {"unit": ..., "higher_is_better": bool, system: median}}``."""
+    rows: dict[str, dict[str, Any]] = {}
+    lines = block.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("workload")) + 2
+    for line in lines[start:]:
+        if not line.strip():
+            break
+        fields = re.split(r"\s{2,}", line.strip())
+        workload, unit, cells = fields[0], fields[1], fields[2:6]
+        row: dict[str, Any] = {"unit": unit.split(" (")[0], "higher_is_better": "(^)" in unit}
+        for name, cell in zip(("floor", *SYSTEMS), cells, strict=True):
+            row[name] = float(cell.split(" (")[0].replace(",", ""))
+        rows[workload] = row
+    return rows
+
+
+def _svg(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def figures(rows: dict[str, dict[str, Any]]) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out: dict[str, bytes] = {}
+    groups = {
+        "latency.svg": ("us", "median latency, µs (lower is better)"),
+        "bandwidth.svg": ("MiB/s", "payload bandwidth, MiB/s (higher is better)"),
+    }
+    for name, (unit, title) in groups.items():
+        names = [w for w, r in rows.items() if r["unit"] == unit]
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        width = 0.8 / len(SYSTEMS)
+        for i, system in enumerate(SYSTEMS):
+            xs = [j + i * width for j in range(len(names))]
+            ax.bar(xs, [rows[w][system] for w in names], width, label=system)
+        ax.set_xticks([j + width for j in range(len(names))], names)
+        ax.set_title(title)
+        ax.legend()
+        out[name] = _svg(fig)
+        plt.close(fig)
+    # How many times better danaus is than each other system, workload by workload.
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    names = list(rows)
+    for i, other in enumerate(("monarch", "ray")):
+        factors = []
+        for w in names:
+            r = rows[w]
+            d, o = r["danaus"], r[other]
+            factors.append(d / o if r["higher_is_better"] else o / d)
+        ax.bar([j + i * 0.4 for j in range(len(names))], factors, 0.4, label=f"vs {other}")
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([j + 0.2 for j in range(len(names))], names, rotation=30, ha="right")
+    ax.set_title("times better than the other system (log scale; > 1: danaus is better)")
+    ax.legend()
+    out["speedup.svg"] = _svg(fig)
+    plt.close(fig)
+    return out
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    for name, data in figures(parse(latest_block())).items():
+        files.append(File.generated(config, f"benchmarks/{name}", content=data))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if PLACEHOLDER in markdown:
+        markdown = markdown.replace(PLACEHOLDER, "```text\n" + latest_block() + "\n```")
+    return markdown
