@@ -19,12 +19,29 @@ from ._mesh import NDSlice as NDSlice
 from ._mesh import Point as Point
 from ._mesh import Shape as Shape
 from ._mesh import Slice as Slice
+from .config import clear_runtime_config as clear_runtime_config
+from .config import configure as configure
+from .config import configured as configured
+from .config import get_global_config as get_global_config
+from .config import get_runtime_config as get_runtime_config
 
 __version__ = "0.1.0"
 
-__all__ = ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"]
+__all__ = [
+    "DanausError",
+    "Extent",
+    "NDSlice",
+    "Point",
+    "Shape",
+    "Slice",
+    "clear_runtime_config",
+    "configure",
+    "configured",
+    "get_global_config",
+    "get_runtime_config",
+]
 
-for _name in __all__:
+for _name in ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"]:
     try:
         globals()[_name].__module__ = __name__
     except (AttributeError, TypeError):
