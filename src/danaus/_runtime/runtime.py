@@ -143,6 +143,7 @@ class Runtime(PeerTable):
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
         self._tcp_listener: socket.socket | None = None
+        self._extra_tcp: dict[str, socket.socket] = {}  # more interfaces, same port
         self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
         self._accept_backoff = 0.0
         self._advertised = ""
@@ -201,6 +202,32 @@ class Runtime(PeerTable):
             add()
         return f"tcp://{self._advertised}"
 
+    def listen_tcp_also(self, ip: str) -> None:
+        """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
+
+        A client that attached workers on two networks (say loopback and a
+        cluster network) is reached back by each on the interface it used to
+        reach it; it listens on exactly those, never on every interface.
+        Raises ``RuntimeError`` before ``listen_tcp``, ``OSError`` if the port
+        is taken on ``ip``.
+        """
+        if self._tcp_listener is None:
+            raise RuntimeError("listen_tcp() first: listen_tcp_also() adds an interface to it")
+        bound, port = self._tcp_listener.getsockname()[:2]
+        if ip == bound or ip in self._extra_tcp or bound in ("0.0.0.0", "::"):
+            return
+        entry = f"tcp://{'[' + ip + ']' if ':' in ip else ip}:{port}"
+        lsock = listen(entry)
+        self._extra_tcp[ip] = lsock
+
+        def add() -> None:
+            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
+
+        if self.thread is not None and not self.on_io_thread():
+            self.loop.call_soon_threadsafe(add)
+        else:
+            add()
+
     def _heartbeat(self) -> None:
         """Ping quiet TCP connections; drop those whose peer has gone silent."""
         if self.closed:
@@ -251,9 +278,10 @@ class Runtime(PeerTable):
                 os.unlink(self._unix.partition(":")[2])
             except OSError:
                 pass
-        if self._tcp_listener is not None:
-            self.loop.remove_reader(self._tcp_listener.fileno())
-            self._tcp_listener.close()
+        for lsock in [self._tcp_listener, *self._extra_tcp.values()]:
+            if lsock is not None:
+                self.loop.remove_reader(lsock.fileno())
+                lsock.close()
         for peer in list(self._peers.values()):
             if peer.conn is not None:
                 peer.conn.flush_and_close()
