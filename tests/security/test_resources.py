@@ -156,3 +156,55 @@ def test_flush_and_close_gives_up_on_a_peer_that_stops_reading(loop, settings) -
     loop.call_soon_threadsafe(conn.flush_and_close)
     assert closed.wait(TIMEOUT), "flush_and_close waited forever on a peer that never reads"
     theirs.close()
+
+
+EMFILE_CLIENT = """
+import logging, resource, socket, sys, threading
+from danaus._runtime.runtime import Runtime
+from danaus._transport.address import make_job_dir
+from danaus._transport.auth import Handshake
+
+SECRET = b"s" * 32
+paused = threading.Event()
+
+class Seen(logging.Handler):
+    def emit(self, record):
+        if "pausing" in record.getMessage():
+            paused.set()
+
+logging.getLogger("danaus.runtime").addHandler(Seen())
+rt = Runtime("emfile", make_job_dir(), secret=SECRET)
+rt.start(in_thread=True)
+port = int(rt.listen_tcp("127.0.0.1", "127.0.0.1").rsplit(":", 1)[1])
+import os
+in_use = len(os.listdir("/proc/self/fd"))
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 32, hard))
+held = []
+try:
+    while True:  # until this process (client and server alike) is out of descriptors
+        held.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+except OSError:
+    pass
+print("out of descriptors after", len(held), flush=True)
+assert paused.wait(20), "the listener never paused on EMFILE"
+for s in held:
+    s.close()
+s = socket.create_connection(("127.0.0.1", port), timeout=20)
+hs = Handshake(SECRET, "client")
+def exactly(n):
+    b = b""
+    while len(b) < n:
+        c = s.recv(n - len(b)); assert c; b += c
+    return b
+s.sendall(hs.feed(exactly(hs.want())))
+hs.feed(exactly(hs.want()))
+print("served again", hs.done, flush=True)
+"""
+
+
+def test_a_listener_out_of_descriptors_pauses_then_serves_again(tmp_path) -> None:
+    from danaus.testing import ClientScript
+
+    out = ClientScript(tmp_path).run(EMFILE_CLIENT, timeout=60)
+    assert "served again True" in out.stdout, (out.stdout, out.stderr[-3000:])

@@ -245,8 +245,22 @@ def enable_transport(transport: str | ChannelTransport) -> None:
         _transport = transport
 
 
+def _source_ip(worker: tuple[str, int]) -> str:
+    """The address this host uses to reach ``worker``: one the worker can reach back."""
+    family = socket.AF_INET6 if ":" in worker[0] else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(worker)  # UDP: picks a route, sends nothing
+        ip: str = s.getsockname()[0]
+    return ip
+
+
 def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
-    """``(bind, advertise, port)`` for this client's TCP listener."""
+    """``(bind, advertise, port)`` for this client's TCP listener.
+
+    It listens on the interface the workers are reached through, never on every
+    interface (a listener on 0.0.0.0 is reachable from networks the job never uses).
+    """
+    ip = _source_ip(first_worker)
     override = config.get("advertise_addr") or (
         _transport[len("tcp://") :] if _transport and _transport.startswith("tcp://") else None
     )
@@ -255,12 +269,7 @@ def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
             host_, port = split_tcp(override)
         else:
             host_, port = override, 0
-        return host_, host_, port  # listen where the workers reach us, not on every interface
-    # The address this host uses to reach the worker is one the worker can reach back.
-    family = socket.AF_INET6 if ":" in first_worker[0] else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect(first_worker)  # UDP: picks a route, sends nothing
-        ip = s.getsockname()[0]
+        return ip, host_, port  # e.g. an address behind NAT: bind locally, advertise it
     return ip, ip, 0
 
 
@@ -327,6 +336,8 @@ def attach_to_workers(
         rt.insecure = True
     bind, advertise, port = _advertise_for(hostports[0])
     rt.listen_tcp(bind, advertise, port)
+    for hp in hostports:  # workers reached through other interfaces reach us back there
+        rt.listen_tcp_also(_source_ip(hp))
     refresh_root()
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()

@@ -145,7 +145,7 @@ class Runtime(PeerTable):
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
         self._tcp_listener: socket.socket | None = None
-        self._tcp_binds: dict[str, socket.socket] = {}  # every TCP listener, by address
+        self._extra_tcp: dict[str, socket.socket] = {}  # more interfaces, same port
         self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
         self._accept_backoff = 0.0
         self._advertised = ""
@@ -187,14 +187,8 @@ class Runtime(PeerTable):
         Returns the advertised ``tcp://`` entry. Call before the address travels
         (it changes ``proc_id``). Every connection must prove it knows the job
         secret; raises ``RuntimeError`` if there is none (unless ``insecure``).
-
-        Called again with another ``bind`` address (a client attaching to workers
-        on another network), it also listens there, on the same port: peers on
-        that network reach us at the address our connection came from, with the
-        advertised port.
         """
         if self._tcp_listener is not None:
-            self._listen_also(bind)
             return f"tcp://{self._advertised}"
         if self.secret is None and not self.insecure:
             raise RuntimeError(
@@ -207,7 +201,6 @@ class Runtime(PeerTable):
         lsock = listen(entry)
         tcp_port = lsock.getsockname()[1]
         self._tcp_listener = lsock
-        self._tcp_binds = {bind: lsock}
         self.tcp_advertise = advertise
         adv = f"[{advertise}]" if ":" in advertise else advertise
         self._advertised = f"{adv}:{tcp_port}"
@@ -224,15 +217,31 @@ class Runtime(PeerTable):
             add()
         return f"tcp://{self._advertised}"
 
-    def _listen_also(self, bind: str) -> None:
-        """Add a listener on ``bind`` with the port we advertise (any thread)."""
-        if bind in self._tcp_binds or {"0.0.0.0", "::"} & set(self._tcp_binds):
+    def listen_tcp_also(self, ip: str) -> None:
+        """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
+
+        A client that attached workers on two networks (say loopback and a
+        cluster network) is reached back by each on the interface it used to
+        reach it; it listens on exactly those, never on every interface.
+        Raises ``RuntimeError`` before ``listen_tcp``, ``OSError`` if the port
+        is taken on ``ip``.
+        """
+        if self._tcp_listener is None:
+            raise RuntimeError("listen_tcp() first: listen_tcp_also() adds an interface to it")
+        bound, port = self._tcp_listener.getsockname()[:2]
+        if ip == bound or ip in self._extra_tcp or bound in ("0.0.0.0", "::"):
             return
-        assert self._tcp_listener is not None
-        port = self._tcp_listener.getsockname()[1]
-        lsock = listen(f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}")
-        self._tcp_binds[bind] = lsock
-        self.call_soon(self.loop.add_reader, lsock.fileno(), self._on_accept, lsock, True)
+        entry = f"tcp://{'[' + ip + ']' if ':' in ip else ip}:{port}"
+        lsock = listen(entry)
+        self._extra_tcp[ip] = lsock
+
+        def add() -> None:
+            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
+
+        if self.thread is not None and not self.on_io_thread():
+            self.loop.call_soon_threadsafe(add)
+        else:
+            add()
 
     def _heartbeat(self) -> None:
         """Ping quiet TCP connections; drop those whose peer has gone silent."""
@@ -285,9 +294,10 @@ class Runtime(PeerTable):
                 os.unlink(self._unix.partition(":")[2])
             except OSError:
                 pass
-        for lsock in self._tcp_binds.values():
-            self.loop.remove_reader(lsock.fileno())
-            lsock.close()
+        for lsock in [self._tcp_listener, *self._extra_tcp.values()]:
+            if lsock is not None:
+                self.loop.remove_reader(lsock.fileno())
+                lsock.close()
         for peer in list(self._peers.values()):
             if peer.conn is not None:
                 peer.conn.flush_and_close()
