@@ -25,6 +25,9 @@ LAYERS = [
     "_observe",
 ]
 BASE = {"_errors"}  # importable from every layer
+# The only upward imports allowed, each inside a function so it runs on use only:
+# ProcMesh.activate()/rank() load the tensor engine, an optional extra that needs torch.
+UPWARD = {"_actor/procs.py": {"_tensor"}}
 
 
 def _danaus_imports(path: pathlib.Path) -> set[str]:
@@ -67,6 +70,7 @@ def _layer_files() -> list[tuple[str, pathlib.Path]]:
 )
 def test_lower_layers_never_import_higher_ones(layer: str, path: pathlib.Path) -> None:
     allowed = set(LAYERS[: LAYERS.index(layer) + 1]) | BASE
+    allowed |= UPWARD.get(str(path.relative_to(SRC)), set())
     imported = {m for m in _danaus_imports(path) if m.startswith("_")}
     assert imported <= allowed, f"{path.relative_to(SRC)} imports {sorted(imported - allowed)}"
 
@@ -94,7 +98,23 @@ FACADES = {
         "pid_alive",
         "wait_pids_gone",
     ],
-    "danaus": ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"],
+    "danaus": [
+        "DanausError",
+        "Extent",
+        "NDSlice",
+        "Point",
+        "RemoteTensorError",
+        "Shape",
+        "Slice",
+        "Tensor",
+        "fetch_shard",
+        "get_active_mesh",
+        "inspect",
+        "no_mesh",
+        "reduce",
+        "reduce_",
+        "show",
+    ],
     "danaus.actor": [
         "Accumulator",
         "Actor",
@@ -148,3 +168,22 @@ def test_public_classes_show_their_public_module() -> None:
     assert danaus.actor.ActorError.__module__ == "danaus.actor"
     assert danaus.actor.Actor.__module__ == "danaus.actor"
     assert danaus.actor.ValueMesh.__module__ == "danaus.actor"
+
+
+def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, danaus, danaus.actor, danaus.rdma, danaus.job; "
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_upward_import_of_the_tensor_engine_only_happens_inside_functions() -> None:
+    for rel in UPWARD:
+        tree = ast.parse((SRC / rel).read_text())
+        for node in tree.body:  # module level: no import of a higher layer
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert "_tensor" not in node.module, f"{rel} imports _tensor at module level"
