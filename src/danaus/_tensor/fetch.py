@@ -74,6 +74,7 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
             if isinstance(v, Failure):
                 cf.set_exception(RemoteTensorError(v, rank, where))
                 return
+            v._danaus_fetched = True  # usable under an active mesh (see tensor.dispatch)
             out[i] = v
         cf.set_result(pytree.tree_unflatten(out, spec))
 

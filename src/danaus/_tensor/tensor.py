@@ -171,6 +171,17 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 "its value here."
             )
         return func(*args, **kwargs)
+    if local and not handles and all(
+        getattr(x, "_danaus_fetched", False) for x in flat if isinstance(x, torch.Tensor)
+    ):
+        # values fetched from a mesh (and what is computed from them alone) stay usable
+        # here, so `print(danaus.inspect(t))` works under an active mesh
+        with _disable_current_modes():
+            out = func(*args, **kwargs)
+        for x in pytree.tree_leaves(out):
+            if isinstance(x, torch.Tensor):
+                x._danaus_fetched = True  # type: ignore[attr-defined]
+        return out
     if local and name not in _LIFT_OPS:
         bad = next(x for x in flat if isinstance(x, torch.Tensor) and not isinstance(x, Tensor))
         raise ValueError(_EXPLAIN_LOCAL.format(mesh=mesh, desc=f"{name} got a {_describe(bad)}"))
