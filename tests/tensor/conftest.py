@@ -1,6 +1,6 @@
 """Shared fixtures for the tensor engine's tests.
 
-One 2×2 mesh (``{"host": 2, "gpu": 2}``, four procs) lives for the whole
+One 2x2 mesh (``{"host": 2, "gpu": 2}``, four procs) lives for the whole
 session and its tensor-engine workers with it; every test that does not
 break a worker uses it. Values are always checked against the same
 computation in plain local torch: shard ``(host=h, gpu=g)`` of ``base(mesh)``
