@@ -171,8 +171,10 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 "its value here."
             )
         return func(*args, **kwargs)
-    if local and not handles and all(
-        getattr(x, "_danaus_fetched", False) for x in flat if isinstance(x, torch.Tensor)
+    if (
+        local
+        and not handles
+        and all(getattr(x, "_danaus_fetched", False) for x in flat if isinstance(x, torch.Tensor))
     ):
         # values fetched from a mesh (and what is computed from them alone) stay usable
         # here, so `print(danaus.inspect(t))` works under an active mesh
