@@ -15,15 +15,25 @@ groups meet through.
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import itertools
+import secrets
 import threading
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from .._actor.actor import Actor
+from .._actor.context import Context, context, set_context
+from .._actor.endpoint import endpoint
 from .._actor.procs import ProcMesh
+from .._errors import SupervisionError
 from .._mesh import Shape, Slice
+from .._runtime import host
 from .messages import Delete
 from .worker import TensorWorker
 
@@ -33,6 +43,37 @@ __all__ = ["Engine", "engine_for"]
 COLLECTIVE_TIMEOUT_S = 300.0
 
 _create_lock = threading.Lock()
+# Engines by token, for their owner actors (which live in this process) to find them.
+_ENGINES: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
+
+
+class _EngineOwner(Actor):
+    """Spawns an engine's workers, so that their failures come here, not to the client.
+
+    A dead worker makes every later use of its engine raise ``SupervisionError``
+    (and fails the fetches waiting on it) instead of ending the program.
+    """
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    @endpoint
+    def spawn_workers(self, procs: ProcMesh, args: tuple[Any, ...]) -> Any:
+        engine = _ENGINES.get(self.token)
+        if engine is not None:
+            ctx = context()
+            engine._sender = Context(ctx.actor_instance, ctx.message_rank)
+        return procs._spawn("tensor_engine", TensorWorker, args, {}, None)
+
+    def _handle_undeliverable_message(self, envelope: Any) -> bool:
+        # Commands in flight to a worker that died: __supervise__ reports the death.
+        return True
+
+    def __supervise__(self, failure: Any) -> bool:
+        engine = _ENGINES.get(self.token)
+        if engine is not None:
+            engine.on_failure(failure)
+        return True
 
 
 class Engine:
@@ -46,13 +87,17 @@ class Engine:
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True
         )
         flat = ProcMesh(procs, Shape(["rank"], Slice.new_row_major([n])), mesh._state, None)
-        self.workers = flat._spawn(
-            "tensor_engine",
-            TensorWorker,
-            ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S),
-            {},
-            None,
+        token = secrets.token_hex(4)
+        _ENGINES[token] = self
+        self.broken: SupervisionError | None = None
+        self._sender: Context | None = None  # the owner's identity, set by spawn_workers
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        rt = host.ensure_runtime()
+        self._owner = ProcMesh._singleton(rt.proc_id).spawn(
+            f"tensor_engine_owner_{token}", _EngineOwner, token
         )
+        args = ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S)
+        self.workers = self._owner.spawn_workers.call_one(flat, args).get(timeout=120)
         self.device = torch.device("cpu")
         self.size = n
         self._ids = itertools.count(1)
@@ -67,6 +112,20 @@ class Engine:
         """A handle was collected: its id goes to the workers with the next command."""
         self._dead.append(ref)  # list.append is atomic; may run in a GC callback
 
+    @contextlib.contextmanager
+    def as_owner(self) -> Iterator[None]:
+        """Send as the owner actor: what cannot be delivered goes back to it, not the client.
+
+        Every message to the workers is sent this way, so all share one sender
+        and stay in order.
+        """
+        token = set_context(self._sender) if self._sender is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                token.var.reset(token)
+
     def targets(self, shape: Shape) -> Any:
         """The worker actors of the procs in ``shape`` (a mesh of this engine)."""
         t = self._targets.get(shape)
@@ -74,9 +133,46 @@ class Engine:
             t = self._targets[shape] = self.workers._new_with_shape(shape)
         return t
 
-    def send(self, shape: Shape, *cmds: Any) -> None:
-        """Send ``cmds`` to the workers of ``shape`` now, in order; never waits."""
+    def on_failure(self, failure: Any) -> None:
+        """A worker died: fail what waits on this engine and refuse what comes next."""
+        err = SupervisionError(
+            f"tensor engine worker(s) at rank(s) {failure.crashed_ranks} failed: "
+            f"{failure.reason}. The tensors of this mesh are lost; spawn new procs to go on.",
+            actor=failure.mesh_name,
+            reason=failure.reason,
+            during="call",
+        )
         with self._lock:
+            self.broken = err
+            pending, self._pending = self._pending, set()
+        for cf in list(pending):
+            if not cf.done():
+                try:
+                    cf.set_exception(err)
+                except concurrent.futures.InvalidStateError:
+                    pass
+
+    def check(self) -> None:
+        """Raise the engine's ``SupervisionError`` if one of its workers has died."""
+        if self.broken is not None:
+            raise self.broken
+
+    def watch(self, cf: concurrent.futures.Future[Any]) -> None:
+        """Fail ``cf`` with ``SupervisionError`` if a worker dies before it completes."""
+        with self._lock:
+            if self.broken is None:
+                self._pending.add(cf)
+                cf.add_done_callback(self._pending.discard)
+                return
+        cf.set_exception(self.broken)
+
+    def send(self, shape: Shape, *cmds: Any) -> None:
+        """Send ``cmds`` to the workers of ``shape`` now, in order; never waits.
+
+        Raises ``SupervisionError`` once a worker of this engine has died.
+        """
+        self.check()
+        with self._lock, self.as_owner():
             batch = list(cmds)
             if self._dead:
                 dead, self._dead = self._dead, []
@@ -88,7 +184,7 @@ class Engine:
 
     def flush(self) -> None:
         """Send pending deletions now (so a following query sees them)."""
-        with self._lock:
+        with self._lock, self.as_owner():
             if self._dead:
                 dead, self._dead = self._dead, []
                 self.workers.run.broadcast([Delete(tuple(dead))])

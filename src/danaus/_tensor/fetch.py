@@ -31,6 +31,17 @@ def _shard_rank(mesh: Any, shard: dict[str, int] | None, coords: dict[str, int])
         raise ValueError(f"fetch_shard: bad coordinates {where!r} for mesh {mesh!r}: {e}") from e
 
 
+def _settle(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
+    """Complete ``cf`` unless a worker's death already failed it."""
+    try:
+        if ok:
+            cf.set_result(value)
+        else:
+            cf.set_exception(value)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Future[Any]:
     """Fetch ``obj`` (a pytree of mesh tensors) as held by one proc; returns a ``Future``.
 
@@ -59,24 +70,30 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
     rank = one.ranks()[0]
     where = {**(shard or {}), **coords}
     engine = engine_for(mesh)
-    engine.flush()
-    inner = engine.targets(one).fetch.call_one([t._ref for _, t in tensors])
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    engine.watch(cf)
+    if cf.done():  # a worker of this mesh died
+        return Future._create(cf, "fetch_shard")
+    engine.flush()
+    with engine.as_owner():
+        inner = engine.targets(one).fetch.call_one([t._ref for _, t in tensors])
 
     def done(_: Any) -> None:
+        if cf.done():
+            return
         exc = inner._cf.exception()
         if exc is not None:
-            cf.set_exception(exc)
+            _settle(cf, False, exc)
             return
         values = inner._cf.result()
         out = list(leaves)
         for (i, _t), v in zip(tensors, values, strict=True):
             if isinstance(v, Failure):
-                cf.set_exception(RemoteTensorError(v, rank, where))
+                _settle(cf, False, RemoteTensorError(v, rank, where))
                 return
             v._danaus_fetched = True  # usable under an active mesh (see tensor.dispatch)
             out[i] = v
-        cf.set_result(pytree.tree_unflatten(out, spec))
+        _settle(cf, True, pytree.tree_unflatten(out, spec))
 
     inner._cf.add_done_callback(done)
     return Future._create(cf, f"fetch_shard at {where or 'rank ' + str(rank)}")
