@@ -93,7 +93,7 @@ class Engine:
         self._sender: Context | None = None  # the owner's identity, set by spawn_workers
         self._pending: set[concurrent.futures.Future[Any]] = set()
         rt = host.ensure_runtime()
-        self._owner = ProcMesh._singleton(rt.proc_id).spawn(
+        self._owner: Any = ProcMesh._singleton(rt.proc_id).spawn(
             f"tensor_engine_owner_{token}", _EngineOwner, token
         )
         args = ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S)
