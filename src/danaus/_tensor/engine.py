@@ -97,7 +97,8 @@ class Engine:
             f"tensor_engine_owner_{token}", _EngineOwner, token
         )
         args = ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S)
-        self.workers = self._owner.spawn_workers.call_one(flat, args).get(timeout=120)
+        spawn: Any = self._owner.spawn_workers
+        self.workers = spawn.call_one(flat, args).get(timeout=120)
         self.device = torch.device("cpu")
         self.size = n
         self._ids = itertools.count(1)
