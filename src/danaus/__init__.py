@@ -31,13 +31,17 @@ __version__ = "0.1.0"
 _TENSOR_NAMES = (
     "RemoteTensorError",
     "Tensor",
+    "call_on_shard_and_fetch",
     "fetch_shard",
     "get_active_mesh",
+    "grad_generator",
     "inspect",
     "no_mesh",
     "reduce",
     "reduce_",
+    "remote",
     "show",
+    "to_mesh",
 )
 
 __all__ = ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice", *_TENSOR_NAMES]

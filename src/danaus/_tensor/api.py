@@ -10,28 +10,36 @@ import torch
 from .active import Activation, get_active_mesh, no_mesh
 from .active import activate as activate
 from .active import deactivate as deactivate
+from .autograd import grad_generator
 from .collectives import reduce, reduce_
 from .engine import engine_for
 from .errors import RemoteTensorError
 from .fetch import fetch_shard, inspect, show
 from .messages import MeshRank
+from .movement import to_mesh
+from .remote import Remote, call_on_shard_and_fetch, remote
 from .tensor import Tensor, meta_empty
 
 __all__ = [
     "Activation",
+    "Remote",
     "RemoteTensorError",
     "Tensor",
     "activate",
+    "call_on_shard_and_fetch",
     "deactivate",
     "fetch_shard",
     "get_active_mesh",
+    "grad_generator",
     "inspect",
     "mesh_rank",
     "mesh_ranks",
     "no_mesh",
     "reduce",
     "reduce_",
+    "remote",
     "show",
+    "to_mesh",
 ]
 
 
@@ -71,6 +79,14 @@ def mesh_ranks(mesh: Any) -> dict[str, Tensor]:
 
 for _name in ("RemoteTensorError", "Tensor", "fetch_shard", "get_active_mesh", "inspect"):
     globals()[_name].__module__ = "danaus"
-for _name in ("reduce", "reduce_", "show"):
+for _name in (
+    "reduce",
+    "reduce_",
+    "show",
+    "remote",
+    "call_on_shard_and_fetch",
+    "grad_generator",
+    "to_mesh",
+):
     globals()[_name].__module__ = "danaus"
 del _name

@@ -117,6 +117,12 @@ class Tensor(torch.Tensor):
 
         return reduce_tensor(self, dims, reduction, scatter, mesh, _inplace)
 
+    def to_mesh(self, mesh: Any) -> Tensor:
+        """This tensor's values on ``mesh``; see :func:`danaus.to_mesh`. Never blocks."""
+        from .movement import to_mesh_tensor
+
+        return to_mesh_tensor(self, mesh)
+
     def reduce_(
         self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: Any = None
     ) -> Tensor:

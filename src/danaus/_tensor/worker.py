@@ -100,6 +100,23 @@ class TensorWorker(Actor):
         return out
 
     @endpoint
+    def call_remote(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU)."""
+        from .remote import resolve_function
+
+        try:
+            a, k = self._resolve((args, kwargs))
+        except _Failed as f:
+            raise RuntimeError(
+                f"an argument of {fn!r} failed to compute: op {f.failure.op} failed on rank "
+                f"{f.failure.rank}: {f.failure.type_name}: {f.failure.message}"
+            ) from None
+        result = resolve_function(fn)(*a, **k)
+        return pytree.tree_map(
+            lambda x: x.detach().to("cpu") if isinstance(x, torch.Tensor) else x, result
+        )
+
+    @endpoint
     def stats(self) -> dict[str, int]:
         return {
             "tensors": sum(isinstance(v, torch.Tensor) for v in self.refs.values()),
@@ -120,8 +137,15 @@ class TensorWorker(Actor):
         elif isinstance(cmd, MeshRank):
             self._mesh_rank(cmd)
         elif isinstance(cmd, RunRemote):
-            name = getattr(cmd.fn, "__qualname__", repr(cmd.fn))
-            self._call(f"remote {name}", cmd.fn, cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+            from .remote import resolve_function
+
+            name = cmd.fn if isinstance(cmd.fn, str) else getattr(cmd.fn, "__qualname__", "fn")
+            try:
+                fn = resolve_function(cmd.fn)
+            except Exception as e:
+                self._fail((*cmd.outs, *cmd.mutates), self._failure(f"remote {name}", e))
+                return
+            self._call(f"remote {name}", fn, cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
         else:  # pragma: no cover - a client/worker version mismatch
             raise TypeError(f"unknown tensor engine command {cmd!r}")
 
