@@ -117,6 +117,7 @@ FACADES = {
         "reduce_",
         "remote",
         "show",
+        "slice_mesh",
         "to_mesh",
     ],
     "danaus.actor": [

@@ -41,6 +41,7 @@ _TENSOR_NAMES = (
     "reduce_",
     "remote",
     "show",
+    "slice_mesh",
     "to_mesh",
 )
 

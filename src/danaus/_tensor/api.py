@@ -16,7 +16,7 @@ from .engine import engine_for
 from .errors import RemoteTensorError
 from .fetch import fetch_shard, inspect, show
 from .messages import MeshRank
-from .movement import to_mesh
+from .movement import slice_mesh, to_mesh
 from .remote import Remote, call_on_shard_and_fetch, remote
 from .tensor import Tensor, meta_empty
 
@@ -39,6 +39,7 @@ __all__ = [
     "reduce_",
     "remote",
     "show",
+    "slice_mesh",
     "to_mesh",
 ]
 

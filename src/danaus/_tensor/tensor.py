@@ -123,6 +123,12 @@ class Tensor(torch.Tensor):
 
         return to_mesh_tensor(self, mesh)
 
+    def slice_mesh(self, **coords: Any) -> Any:
+        """This tensor seen on ``self.mesh.slice(**coords)``, ready for ``.to_mesh(m)``."""
+        from .movement import slice_mesh_tensor
+
+        return slice_mesh_tensor(self, **coords)
+
     def reduce_(
         self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: Any = None
     ) -> Tensor:

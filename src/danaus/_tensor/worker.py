@@ -22,7 +22,7 @@ from .._actor.actor import Actor
 from .._actor.context import current_rank
 from .._actor.endpoint import endpoint
 from .errors import Failure
-from .messages import CallOp, Delete, MeshRank, Reduce, Ref, RunRemote
+from .messages import CallOp, Delete, MeshRank, Reduce, Ref, RunRemote, SendTo
 
 __all__ = ["TensorWorker", "resolve_op"]
 
@@ -134,6 +134,8 @@ class TensorWorker(Actor):
                 self.refs.pop(i, None)
         elif isinstance(cmd, Reduce):
             self._reduce(cmd)
+        elif isinstance(cmd, SendTo):
+            self._send_to(cmd)
         elif isinstance(cmd, MeshRank):
             self._mesh_rank(cmd)
         elif isinstance(cmd, RunRemote):
@@ -204,6 +206,62 @@ class TensorWorker(Actor):
     def _mesh_rank(self, cmd: MeshRank) -> None:
         coord = cmd.shape.coordinates(self.rank)[cmd.dim]
         self.refs[cmd.out] = torch.full((), coord, dtype=torch.long, device=self.device)
+
+    def _send_to(self, cmd: SendTo) -> None:
+        """Copy ``src`` from each pair's source rank to its destination (``to_mesh``)."""
+        mine = [(d, s) for d, s in cmd.pairs if self.rank in (d, s)]
+        if not mine:
+            return
+        name = "to_mesh"
+        src = self.refs.get(cmd.src) if cmd.src is not None else None
+        failure = src if isinstance(src, Failure) else None
+        try:
+            pairs = sorted({(min(d, s), max(d, s)) for d, s in mine if d != s})
+            groups = {p: self._group(p) for p in pairs}  # one global order: no deadlock
+            works = []
+            received: tuple[torch.Tensor, torch.Tensor] | None = None
+            for d, s in mine:
+                if d == s:  # the same proc on both meshes: a local copy
+                    if isinstance(src, torch.Tensor):
+                        received = (torch.zeros(1, dtype=torch.long), src.clone())
+                    else:
+                        received = (torch.tensor([1 + self.rank]), torch.empty(0))
+                    continue
+                pg = groups[(min(d, s), max(d, s))]
+                if s == self.rank:
+                    data = (
+                        src.contiguous()
+                        if isinstance(src, torch.Tensor)
+                        else torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
+                    )
+                    flag = torch.tensor([0 if isinstance(src, torch.Tensor) else 1 + self.rank])
+                    peer = 1 if d > s else 0
+                    works.append(pg.send([flag], peer, 0))
+                    works.append(pg.send([data], peer, 1))
+                if d == self.rank:
+                    flag = torch.zeros(1, dtype=torch.long)
+                    buf = torch.empty(cmd.shape, dtype=cmd.dtype, device=self.device)
+                    peer = 1 if s > d else 0
+                    works.append(pg.recv([flag], peer, 0))
+                    works.append(pg.recv([buf], peer, 1))
+                    received = (flag, buf)
+            for w in works:
+                w.wait()
+        except Exception as e:
+            if cmd.out is not None and any(d == self.rank for d, _ in mine):
+                self._fail((cmd.out,), self._failure(name, e))
+            return
+        if cmd.out is None or received is None:
+            return
+        flag, buf = received
+        if int(flag) > 0:
+            origin = int(flag) - 1
+            failure = failure or Failure(
+                name, origin, "RemoteTensorError", f"the source failed on rank {origin}", ""
+            )
+            self._fail((cmd.out,), failure)
+        else:
+            self.refs[cmd.out] = buf
 
     # -- collectives -------------------------------------------------------
 
