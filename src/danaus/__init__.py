@@ -30,10 +30,12 @@ __version__ = "0.1.0"
 # The tensor engine's names, loaded from danaus._tensor.api on first access.
 _TENSOR_NAMES = (
     "RemoteTensorError",
+    "Stream",
     "Tensor",
     "call_on_shard_and_fetch",
     "fetch_shard",
     "get_active_mesh",
+    "get_active_stream",
     "grad_generator",
     "inspect",
     "no_mesh",

@@ -18,18 +18,21 @@ from .fetch import fetch_shard, inspect, show
 from .messages import MeshRank
 from .movement import slice_mesh, to_mesh
 from .remote import Remote, call_on_shard_and_fetch, remote
+from .stream import Stream, get_active_stream
 from .tensor import Tensor, meta_empty
 
 __all__ = [
     "Activation",
     "Remote",
     "RemoteTensorError",
+    "Stream",
     "Tensor",
     "activate",
     "call_on_shard_and_fetch",
     "deactivate",
     "fetch_shard",
     "get_active_mesh",
+    "get_active_stream",
     "grad_generator",
     "inspect",
     "mesh_rank",
@@ -78,16 +81,7 @@ def mesh_ranks(mesh: Any) -> dict[str, Tensor]:
     return {d: mesh_rank(mesh, d) for d in mesh._shape.labels}
 
 
-for _name in ("RemoteTensorError", "Tensor", "fetch_shard", "get_active_mesh", "inspect"):
-    globals()[_name].__module__ = "danaus"
-for _name in (
-    "reduce",
-    "reduce_",
-    "show",
-    "remote",
-    "call_on_shard_and_fetch",
-    "grad_generator",
-    "to_mesh",
-):
-    globals()[_name].__module__ = "danaus"
+for _name in __all__:
+    if _name not in ("Activation", "activate", "deactivate", "mesh_rank", "mesh_ranks"):
+        globals()[_name].__module__ = "danaus"
 del _name

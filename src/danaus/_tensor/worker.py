@@ -76,6 +76,17 @@ class TensorWorker(Actor):
         self._store: Any = None
         self.device = torch.device("cpu")
 
+    def __cleanup__(self, exc: Any = None) -> None:
+        # Process groups own threads that must not outlive the interpreter's shutdown.
+        for pg in self.groups.values():
+            try:
+                pg.shutdown()
+            except Exception:
+                pass
+        self.groups.clear()
+        self.refs.clear()
+        self._store = None
+
     @endpoint
     def info(self) -> dict[str, Any]:
         return {"pid": os.getpid(), "rank": self.rank, "device": str(self.device)}
