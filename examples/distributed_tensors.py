@@ -138,9 +138,8 @@ def data_parallel(mesh: Any) -> None:
         target = torch.full((3,), 1, dtype=torch.int64)
         for step in range(3):
             loss = train(model, inp, target)
-            print(
-                f"data-parallel step {step}: loss on (host=0, dp=0) {float(danaus.inspect(loss)):.4f}"
-            )
+            value = float(danaus.inspect(loss))
+            print(f"data-parallel step {step}: loss on (host=0, dp=0) {value:.4f}")
 
 
 def main(mesh: Any = None) -> None:
