@@ -26,6 +26,9 @@ LAYERS = [
     "_observe",
 ]
 BASE = {"_errors", "_config"}  # importable from every layer
+# The only upward imports allowed, each inside a function so it runs on use only:
+# ProcMesh.activate()/rank() load the tensor engine, an optional extra that needs torch.
+UPWARD = {"_actor/procs.py": {"_tensor"}}
 
 
 def _danaus_imports(path: pathlib.Path) -> set[str]:
@@ -68,6 +71,7 @@ def _layer_files() -> list[tuple[str, pathlib.Path]]:
 )
 def test_lower_layers_never_import_higher_ones(layer: str, path: pathlib.Path) -> None:
     allowed = set(LAYERS[: LAYERS.index(layer) + 1]) | BASE
+    allowed |= UPWARD.get(str(path.relative_to(SRC)), set())
     imported = {m for m in _danaus_imports(path) if m.startswith("_")}
     assert imported <= allowed, f"{path.relative_to(SRC)} imports {sorted(imported - allowed)}"
 
@@ -113,13 +117,29 @@ FACADES = {
         "Extent",
         "NDSlice",
         "Point",
+        "RemoteTensorError",
         "Shape",
         "Slice",
+        "Stream",
+        "Tensor",
+        "call_on_shard_and_fetch",
         "clear_runtime_config",
         "configure",
         "configured",
+        "fetch_shard",
+        "get_active_mesh",
+        "get_active_stream",
         "get_global_config",
         "get_runtime_config",
+        "grad_generator",
+        "inspect",
+        "no_mesh",
+        "reduce",
+        "reduce_",
+        "remote",
+        "show",
+        "slice_mesh",
+        "to_mesh",
     ],
     "danaus.actor": [
         "Accumulator",
@@ -218,27 +238,11 @@ MONARCH_OLDER = {
 # Remove this list once ``danaus.job.hosts_from_config`` exists.
 PROVIDED_BY_JOBS_WORK = {("monarch.job", "hosts_from_config")}
 
-# Top-level tensor-engine names that the tensor branch does not provide yet; each is
-# also listed in docs/monarch-differences.md. The lead prunes this list (and the
-# document) at merge to what the tensor branch still lacks.
+# Top-level names of Monarch's tensor engine that danaus does not provide; each is
+# also listed, with the reason, in docs/monarch-differences.md.
 TENSOR_ENGINE_NOT_YET_AVAILABLE = [
-    "Tensor",
-    "remote",
-    "fetch_shard",
-    "call_on_shard_and_fetch",
-    "inspect",
-    "show",
-    "reduce",
-    "reduce_",
-    "to_mesh",
-    "slice_mesh",
-    "Stream",
-    "get_active_stream",
-    "get_active_mesh",
-    "no_mesh",
     "coalescing",
     "grad_function",
-    "grad_generator",
     "OpaqueRef",
     "RemoteProcessGroup",
     "Selection",
@@ -289,3 +293,22 @@ def test_the_tensor_engine_names_not_yet_available_are_documented() -> None:
 
     absent = [n for n in TENSOR_ENGINE_NOT_YET_AVAILABLE if not hasattr(danaus, n)]
     assert set(absent) <= _documented_names()
+
+
+def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, danaus, danaus.actor, danaus.rdma, danaus.job; "
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_upward_import_of_the_tensor_engine_only_happens_inside_functions() -> None:
+    for rel in UPWARD:
+        tree = ast.parse((SRC / rel).read_text())
+        for node in tree.body:  # module level: no import of a higher layer
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert "_tensor" not in node.module, f"{rel} imports _tensor at module level"

@@ -8,10 +8,15 @@ Python: a Monarch program runs with only its imports changed.
 Public modules: ``danaus.actor`` (actors, meshes, adverbs, futures, ports,
 supervision, several hosts), ``danaus.rdma`` (one-sided bulk transfers),
 ``danaus.job`` (local and process jobs), and at the top level the mesh shape
-algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``, ``Point``).
+algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``, ``Point``) and the
+tensor engine (``Tensor``, ``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``,
+...). The tensor engine needs torch and is imported on first use of one of
+its names, so ``import danaus`` never imports torch.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ._errors import DanausError as DanausError
 from ._mesh import Extent as Extent
@@ -27,6 +32,26 @@ from .config import get_runtime_config as get_runtime_config
 
 __version__ = "0.1.0"
 
+# The tensor engine's names, loaded from danaus._tensor.api on first access.
+_TENSOR_NAMES = (
+    "RemoteTensorError",
+    "Stream",
+    "Tensor",
+    "call_on_shard_and_fetch",
+    "fetch_shard",
+    "get_active_mesh",
+    "get_active_stream",
+    "grad_generator",
+    "inspect",
+    "no_mesh",
+    "reduce",
+    "reduce_",
+    "remote",
+    "show",
+    "slice_mesh",
+    "to_mesh",
+)
+
 __all__ = [
     "DanausError",
     "Extent",
@@ -39,9 +64,25 @@ __all__ = [
     "configured",
     "get_global_config",
     "get_runtime_config",
+    *_TENSOR_NAMES,
 ]
 
-for _name in ["DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"]:
+
+def __getattr__(name: str) -> Any:
+    if name in _TENSOR_NAMES:
+        from ._tensor import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+for _name in __all__[:6]:
     try:
         globals()[_name].__module__ = __name__
     except (AttributeError, TypeError):

@@ -48,6 +48,7 @@ class _ProcState:
     owned: bool
     initialized: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     stopped: bool = False
+    tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
 
 
 class ProcMesh(MeshTrait):
@@ -176,6 +177,29 @@ class ProcMesh(MeshTrait):
             rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 
+    # -- the tensor engine: an optional extra above this layer, loaded on first use -------
+
+    def activate(self) -> Any:
+        """Make this mesh the one torch ops run on (``with procs.activate(): ...``). Needs torch.
+
+        See ``danaus.Tensor``; does not block (spawns the tensor-engine workers
+        on first use).
+        """
+        return _tensor_api().activate(self)
+
+    def deactivate(self) -> None:
+        """End this mesh's latest ``activate()``. Does not block."""
+        _tensor_api().deactivate(self)
+
+    def rank(self, dims: Any) -> Any:
+        """A mesh tensor holding each proc's coordinate along ``dims`` (a name or a list)."""
+        return _tensor_api().mesh_rank(self, dims)
+
+    @property
+    def ranks(self) -> Any:
+        """``{dim: self.rank(dim)}`` for every dimension of this mesh."""
+        return _tensor_api().mesh_ranks(self)
+
     async def __aenter__(self) -> ProcMesh:
         return self
 
@@ -189,6 +213,14 @@ class ProcMesh(MeshTrait):
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.sizes}>"
+
+
+def _tensor_api() -> Any:
+    # Upward on purpose (tests/test_layers.py allows exactly this): the tensor engine
+    # needs torch, so `import danaus.actor` must not load it until a mesh is activated.
+    from .._tensor import api
+
+    return api
 
 
 def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:

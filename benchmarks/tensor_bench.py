@@ -1,0 +1,231 @@
+"""The tensor engine against plain torch on the same processes, as ratios.
+
+    python benchmarks/tensor_bench.py            # full sizes
+    python benchmarks/tensor_bench.py --smoke    # tiny sizes, a few iterations
+    python benchmarks/tensor_bench.py --json out.json
+
+Three measurements on one ``{"dp": 4}`` proc mesh:
+
+- dispatch: small ops issued per second by the client under ``mesh.activate()``
+  (until the last result is back), against eager local torch running the same
+  ops in the client.
+- all-reduce of 1, 16 and 64 MiB of float32: ``t.reduce_("dp")`` (then a
+  one-element fetch to know it finished), against ``torch.distributed.all_reduce``
+  with gloo in the same 4 worker processes (run there with ``danaus.remote``,
+  its own process group), as bandwidth (MiB/s of the tensor reduced).
+- a DDP training step of ``examples/ddp_cpu.py``'s model: danaus (forward,
+  ``grad_generator``, ``reduce_(avg)``, SGD) against torch's
+  ``DistributedDataParallel`` with gloo in the same processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import danaus  # noqa: E402
+from danaus.actor import this_host  # noqa: E402
+
+MiB = 1 << 20
+
+
+# -- run on the workers (danaus.remote) ------------------------------------------
+
+
+def torch_allreduce_seconds(rank: Any, port: int, world: int, nbytes: int, iters: int) -> float:
+    """Seconds per ``dist.all_reduce`` of ``nbytes`` with gloo, in its own process group."""
+    import torch.distributed as dist
+
+    r = int(rank)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+    pg = dist.ProcessGroupGloo(dist.PrefixStore(f"ar{nbytes}", store), r, world)
+    t = torch.ones(nbytes // 4)
+    opts = dist.AllreduceOptions()
+    pg.allreduce([t], opts).wait()  # warm up
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        pg.allreduce([t], opts).wait()
+        times.append(time.perf_counter() - t0)
+    pg.shutdown()
+    return statistics.median(times)
+
+
+def torch_ddp_step_seconds(rank: Any, port: int, world: int, steps: int) -> float:
+    """Seconds per step of torch DDP (gloo) on the ddp_cpu example's model."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    r = int(rank)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            "gloo", store=dist.PrefixStore("ddp", store), rank=r, world_size=world
+        )
+    torch.manual_seed(0)
+    model = DDP(_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(BATCH, 16), torch.randn(BATCH, 1)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    dist.barrier()
+    return (time.perf_counter() - t0) / steps
+
+
+BATCH = 8
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+
+
+# -- the client's side -----------------------------------------------------------
+
+
+def bench_dispatch(mesh: Any, n: int) -> dict[str, float]:
+    def ops(x: Any) -> Any:
+        for _ in range(n):
+            x = x * 1.0001 + 1
+        return x
+
+    x0 = torch.ones(4)
+    t0 = time.perf_counter()
+    ops(x0)
+    local = 2 * n / (time.perf_counter() - t0)
+    with mesh.activate():
+        x = torch.ones(4)
+        danaus.inspect(x)
+        t0 = time.perf_counter()
+        y = ops(x)
+        issued = time.perf_counter() - t0
+        danaus.inspect(y)
+        done = time.perf_counter() - t0
+    return {
+        "local_ops_per_s": local,
+        "danaus_issue_ops_per_s": 2 * n / issued,
+        "danaus_ops_per_s": 2 * n / done,
+        "ratio": (2 * n / done) / local,
+    }
+
+
+def bench_allreduce(mesh: Any, sizes: list[int], iters: int) -> list[dict[str, float]]:
+    rows = []
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    raw = danaus.remote(torch_allreduce_seconds, propagate=lambda *a: None)
+    world = mesh.size("dp")
+    for nbytes in sizes:
+        with mesh.activate():
+            t = torch.ones(nbytes // 4)
+            t.reduce_("dp", "sum")
+            danaus.inspect(t[:1])  # warm up: group made, pages touched
+            times = []
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                t.reduce_("dp", "sum")
+                danaus.inspect(t[:1])
+                times.append(time.perf_counter() - t0)
+            rank = mesh.rank("dp")
+            per_rank = raw.call(rank, store.port, world, nbytes, iters).get(timeout=600)
+        torch_s = max(per_rank.values())
+        ours = statistics.median(times)
+        rows.append(
+            {
+                "MiB": nbytes / MiB,
+                "danaus_MiB_per_s": nbytes / MiB / ours,
+                "torch_MiB_per_s": nbytes / MiB / torch_s,
+                "ratio": torch_s / ours,
+            }
+        )
+    return rows
+
+
+def bench_ddp(mesh: Any, steps: int) -> dict[str, float]:
+    torch.manual_seed(0)
+    with mesh.activate():
+        model = _model()
+        x, y = torch.randn(BATCH, 16), torch.randn(BATCH, 1)
+
+        def step() -> Any:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            params = list(model.parameters())
+            grads = danaus.grad_generator(loss, list(reversed(params)))
+            with torch.no_grad():
+                for p, g in zip(reversed(params), grads, strict=True):
+                    g.reduce_("dp", "avg")
+                    p -= 0.1 * g
+            return loss
+
+        for _ in range(3):
+            step()
+        danaus.inspect(list(model.parameters())[0][:1])
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            loss = step()
+        danaus.inspect(loss)
+        ours = (time.perf_counter() - t0) / steps
+        store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        raw = danaus.remote(torch_ddp_step_seconds, propagate=lambda *a: None)
+        per_rank = raw.call(mesh.rank("dp"), store.port, mesh.size("dp"), steps).get(timeout=600)
+    theirs = max(per_rank.values())
+    return {"danaus_step_ms": ours * 1e3, "torch_ddp_step_ms": theirs * 1e3, "ratio": ours / theirs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, a few iterations")
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args()
+    smoke = a.smoke
+    mesh = this_host().spawn_procs(per_host={"dp": 4})
+    try:
+        results = {
+            "mode": "smoke" if smoke else "full",
+            "dispatch": bench_dispatch(mesh, 200 if smoke else 5000),
+            "allreduce": bench_allreduce(
+                mesh,
+                [64 << 10, 1 * MiB] if smoke else [1 * MiB, 16 * MiB, 64 * MiB],
+                2 if smoke else 10,
+            ),
+            "ddp": bench_ddp(mesh, 5 if smoke else 50),
+        }
+    finally:
+        mesh.stop().get(timeout=60)
+    d = results["dispatch"]
+    print(
+        f"dispatch: danaus {d['danaus_ops_per_s']:.0f} ops/s completed "
+        f"({d['danaus_issue_ops_per_s']:.0f} issued), local eager torch "
+        f"{d['local_ops_per_s']:.0f} ops/s: ratio {d['ratio']:.4f}"
+    )
+    for row in results["allreduce"]:
+        print(
+            f"all-reduce {row['MiB']:g} MiB over 4 procs: danaus {row['danaus_MiB_per_s']:.0f} MiB/s, "
+            f"torch.distributed gloo {row['torch_MiB_per_s']:.0f} MiB/s: ratio {row['ratio']:.2f}"
+        )
+    r = results["ddp"]
+    print(
+        f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
+        f"ratio {r['ratio']:.2f}"
+    )
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

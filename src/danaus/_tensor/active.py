@@ -1,0 +1,152 @@
+"""The active mesh: which proc mesh torch ops on the client go to, and the mode that sends them.
+
+``with mesh.activate():`` (or ``mesh.activate()`` alone, undone by
+``mesh.deactivate()``) pushes ``mesh``; ``no_mesh.activate()`` pushes
+``None`` (local torch again). The active mesh is process-wide, as in
+Monarch, so autograd's backward pass, which torch may run on another
+thread, sees the same mesh. While any activation is open on a thread, a
+``TorchDispatchMode`` routes every torch op of that thread (factories
+included) to :func:`danaus._tensor.tensor.dispatch`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = ["Activation", "activate", "get_active_mesh", "no_mesh"]
+
+
+class _ActiveState:
+    """The process's stack of active meshes (``None`` entries are ``no_mesh``)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+        self.acts: list[Activation] = []
+        self.lock = threading.Lock()
+        self.modes = threading.local()
+
+    @property
+    def mesh(self) -> Any:
+        stack = self.stack
+        return stack[-1] if stack else None
+
+
+STATE = _ActiveState()
+
+
+def get_active_mesh() -> Any:
+    """The proc mesh torch ops currently run on. Does not block.
+
+    Raises ``ValueError`` when no mesh is active (outside any
+    ``mesh.activate()``, or inside ``no_mesh.activate()``).
+    """
+    mesh = STATE.mesh
+    if mesh is None:
+        raise ValueError(
+            "no device mesh is active; use `with proc_mesh.activate():` to run torch ops on it"
+        )
+    return mesh
+
+
+def same_mesh(a: Any, b: Any) -> bool:
+    """Whether two proc meshes are the same procs with the same named dimensions."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return bool(a._state is b._state and a._shape == b._shape)
+
+
+class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Sends torch ops to the active mesh; runs them locally under ``no_mesh``."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        from .tensor import dispatch
+
+        return dispatch(func, args, kwargs or {}, STATE.mesh)
+
+
+class Activation:
+    """An open activation: already in effect; ``with`` or ``close()`` ends it.
+
+    Made by ``ProcMesh.activate()`` and ``no_mesh.activate()``. Activations
+    nest and must end in reverse order.
+    """
+
+    def __init__(self, mesh: Any) -> None:
+        if mesh is not None:
+            from .engine import engine_for
+
+            engine_for(mesh)  # spawn the workers now, before the first op needs them
+        self.mesh = mesh
+        self._closed = False
+        with STATE.lock:
+            STATE.stack.append(mesh)
+            STATE.acts.append(self)
+            self._index = len(STATE.stack) - 1
+        depth = getattr(STATE.modes, "depth", 0)
+        if depth == 0:
+            mode = _MeshMode()  # type: ignore[no-untyped-call]
+            mode.__enter__()  # type: ignore[no-untyped-call]
+            STATE.modes.mode = mode
+        STATE.modes.depth = depth + 1
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End this activation (idempotent). Raises ``RuntimeError`` if a later one is open."""
+        if self._closed:
+            return
+        with STATE.lock:
+            if len(STATE.stack) != self._index + 1:
+                raise RuntimeError(
+                    f"activations must end in reverse order: {self.mesh!r} was activated "
+                    f"before {STATE.stack[-1]!r}, which is still active; end that one first"
+                )
+            STATE.stack.pop()
+            STATE.acts.pop()
+        self._closed = True
+        depth = STATE.modes.depth - 1
+        STATE.modes.depth = depth
+        if depth == 0:
+            STATE.modes.mode.__exit__(None, None, None)
+            STATE.modes.mode = None
+
+
+def activate(mesh: Any) -> Activation:
+    """Make ``mesh`` the active mesh at once; returns the activation (a context manager).
+
+    Spawns the mesh's tensor-engine workers on first use (does not wait for
+    them). ``with mesh.activate(): ...`` ends it at the block's end;
+    ``mesh.deactivate()`` ends the latest activation of ``mesh``.
+    """
+    return Activation(mesh)
+
+
+def deactivate(mesh: Any) -> None:
+    """End the latest open activation of ``mesh`` (no-op if none). Does not block."""
+    with STATE.lock:
+        acts = [a for a in STATE.acts if same_mesh(a.mesh, mesh)]
+    if acts:
+        acts[-1].close()
+
+
+class _NoMesh:
+    """``with no_mesh.activate():`` runs torch ops locally inside an active mesh."""
+
+    def activate(self) -> Activation:
+        """Make no mesh active until the block ends (local torch). Does not block."""
+        return Activation(None)
+
+    def __repr__(self) -> str:
+        return "no_mesh"
+
+
+no_mesh = _NoMesh()

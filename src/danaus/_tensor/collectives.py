@@ -1,0 +1,176 @@
+"""``reduce`` and ``reduce_``: collectives over named mesh dimensions, checked on the client.
+
+Every check Monarch makes happens here, before anything is sent: the
+dimensions exist and do not repeat, ``stack`` and ``scatter`` take one
+dimension, ``scatter`` needs an outermost size equal to the dimension's.
+The workers then run one ``torch.distributed`` collective per group of
+procs that agree on every dimension not reduced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch.utils import _pytree as pytree
+
+from .active import STATE, same_mesh
+from .engine import engine_for
+from .messages import Reduce
+from .tensor import Tensor, meta_empty
+
+__all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
+
+REDUCTIONS = ("sum", "avg", "product", "min", "max", "stack", "band", "bor", "bxor")
+
+_GROUPS: dict[tuple[Any, tuple[str, ...]], tuple[tuple[int, ...], ...]] = {}
+
+
+def _groups(shape: Any, dims: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Global ranks of ``shape`` split by their coordinates outside ``dims`` (row-major)."""
+    key = (shape, dims)
+    g = _GROUPS.get(key)
+    if g is None:
+        keep = [label for label in shape.labels if label not in dims]
+        by: dict[tuple[int, ...], list[int]] = {}
+        for r in shape.ranks():
+            c = shape.coordinates(r)
+            by.setdefault(tuple(c[k] for k in keep), []).append(r)
+        g = _GROUPS[key] = tuple(tuple(v) for v in by.values())
+    return g
+
+
+def _check_dtype(t: Tensor, reduction: str) -> None:
+    if reduction == "avg" and not (t.dtype.is_floating_point or t.dtype.is_complex):
+        raise TypeError(
+            f"reduction 'avg' needs a floating-point tensor, got dtype {t.dtype}; "
+            "convert it first (t.float()) or use 'sum'"
+        )
+    if reduction in ("band", "bor", "bxor") and (t.dtype.is_floating_point or t.dtype.is_complex):
+        raise TypeError(
+            f"reduction {reduction!r} needs an integer or bool tensor, got dtype {t.dtype}"
+        )
+
+
+def reduce_tensor(
+    t: Tensor,
+    dims: str | Sequence[str],
+    reduction: str = "sum",
+    scatter: bool = False,
+    mesh: Any = None,
+    inplace: bool = False,
+) -> Tensor:
+    """One tensor's collective; see :func:`reduce`. Never blocks."""
+    if mesh is not None:
+        raise NotImplementedError(
+            f"reduce(..., mesh={mesh!r}) is not supported; reduce on the tensor's own mesh, "
+            "then move the result with t.to_mesh(...)"
+        )
+    tm = t._mesh
+    labels = list(tm._shape.labels)
+    if isinstance(dims, str):
+        dims = (dims,)
+    dims = tuple(dims)
+    for d in dims:
+        if d not in labels:
+            raise KeyError(f"dim {d!r} not found in {tm!r}; its dimensions are {labels}")
+    if not dims:
+        dims = tuple(labels)
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"reducing the same dimension twice: {list(dims)}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction {reduction!r} not supported; reductions are {REDUCTIONS}")
+    if len(dims) > 1 and (reduction == "stack" or scatter):
+        raise ValueError(
+            f"reduction {reduction!r} with scatter={scatter} applies to one dimension only, "
+            f"got {list(dims)}; reduce one dimension at a time"
+        )
+    active = STATE.mesh
+    if not same_mesh(active, tm):
+        raise ValueError(
+            f"reduce: the tensor is on mesh {tm!r} but the active mesh is {active!r}; "
+            "use `with mesh.activate():` for the tensor's mesh"
+        )
+    if t.requires_grad:
+        raise ValueError(
+            "reduce does not work with autograd: the tensor requires grad. Reduce a detached "
+            "tensor (t.detach()) or the gradients after backward()"
+        )
+    _check_dtype(t, reduction)
+    n = tm._shape.extent.sizes[labels.index(dims[0])]
+    shape = list(t.shape)
+    if scatter:
+        if t.ndim == 0 or t.size(0) != n:
+            raise TypeError(
+                f"When scattering results the outermost dimension of the tensor (sizes "
+                f"{shape}) must equal the size of dimension {dims[0]!r} ({n})"
+            )
+        out_shape = shape if reduction == "stack" else shape[1:]
+    else:
+        out_shape = [n, *shape] if reduction == "stack" else shape
+    if inplace and out_shape != shape:
+        raise ValueError(
+            f"reduce_({reduction!r}, scatter={scatter}) would change the shape from {shape} to "
+            f"{out_shape}; use the out-of-place reduce() instead"
+        )
+    engine = engine_for(tm)
+    if inplace:
+        out = t
+    else:
+        meta = meta_empty(out_shape, dtype=t.dtype)
+        out = Tensor(meta, tm, engine, t.device)
+    engine.send(
+        tm._shape,
+        Reduce(
+            out._ref,
+            t._ref,
+            _groups(tm._shape, dims),
+            reduction,
+            scatter,
+            inplace,
+            tuple(shape),
+            t.dtype,
+        ),
+    )
+    return out
+
+
+def reduce(
+    tensors: Any,
+    dims: str | Sequence[str],
+    reduction: str = "sum",
+    scatter: bool = False,
+    mesh: Any = None,
+    _inplace: bool = False,
+) -> Any:
+    """Reduce each mesh tensor of the pytree ``tensors`` over mesh dimensions ``dims``.
+
+    ``reduction`` is one of ``sum, avg, product, min, max, stack, band, bor,
+    bxor``; ``dims`` a name, several, or ``()`` for all. Without ``scatter``
+    every proc gets the reduction over its group (all-reduce); ``stack``
+    gathers the group's shards along a new outermost dimension (all-gather);
+    ``scatter=True`` needs an outermost size equal to the dimension's and
+    gives the proc at coordinate k row k of the reduction (reduce-scatter).
+    Never blocks. Raises ``KeyError`` for an unknown dimension, ``ValueError``
+    for a repeated one, an unknown reduction, ``stack``/``scatter`` over
+    several dimensions or a tensor requiring grad, ``TypeError`` for a bad
+    scatter shape or a dtype the reduction does not take.
+    """
+
+    def one(x: Any) -> Any:
+        if isinstance(x, Tensor):
+            return reduce_tensor(x, dims, reduction, scatter, mesh, _inplace)
+        return x
+
+    return pytree.tree_map(one, tensors)
+
+
+def reduce_(
+    tensors: Any,
+    dims: str | Sequence[str],
+    reduction: str = "sum",
+    scatter: bool = False,
+    mesh: Any = None,
+) -> Any:
+    """In-place :func:`reduce`: each tensor is overwritten with its result. Never blocks."""
+    return reduce(tensors, dims, reduction, scatter, mesh, _inplace=True)

@@ -1,0 +1,211 @@
+"""The client side of one proc mesh's tensor engine: its workers, ids and command stream.
+
+One ``Engine`` per spawned proc mesh (shared by its slices), made at first
+activation. It spawns one ``TensorWorker`` per proc on a flat view of all
+the mesh's procs, so a worker's global rank is its proc's index in the mesh,
+the same numbering every slice's ``Shape`` uses. Commands go out at once, in
+the order they are issued, with ``broadcast`` (per-sender FIFO keeps them in
+order with each other and with later fetches); the client never waits for
+a worker. The engine also starts the ``TCPStore`` the workers' process
+groups meet through.
+
+    client ── run([cmds]) ──▶ worker r  (one per proc; refs: id -> tensor | Failure)
+           ◀─ fetch(ids) ───
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import secrets
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .._actor.actor import Actor
+from .._actor.context import Context, context, set_context
+from .._actor.endpoint import endpoint
+from .._actor.procs import ProcMesh
+from .._errors import SupervisionError
+from .._mesh import Shape, Slice
+from .._runtime import host
+from .messages import Delete
+from .worker import TensorWorker
+
+__all__ = ["Engine", "engine_for"]
+
+# Process groups give up on a peer after this long (a dead peer is seen sooner by supervision).
+COLLECTIVE_TIMEOUT_S = 300.0
+
+_create_lock = threading.Lock()
+# Engines by token, for their owner actors (which live in this process) to find them.
+_ENGINES: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
+
+
+class _EngineOwner(Actor):
+    """Spawns an engine's workers, so that their failures come here, not to the client.
+
+    A dead worker makes every later use of its engine raise ``SupervisionError``
+    (and fails the fetches waiting on it) instead of ending the program.
+    """
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    @endpoint
+    def spawn_workers(self, procs: ProcMesh, args: tuple[Any, ...]) -> Any:
+        engine = _ENGINES.get(self.token)
+        if engine is not None:
+            ctx = context()
+            engine._sender = Context(ctx.actor_instance, ctx.message_rank)
+        return procs._spawn("tensor_engine", TensorWorker, args, {}, None)
+
+    def _handle_undeliverable_message(self, envelope: Any) -> bool:
+        # Commands in flight to a worker that died: __supervise__ reports the death.
+        return True
+
+    def __supervise__(self, failure: Any) -> bool:
+        engine = _ENGINES.get(self.token)
+        if engine is not None:
+            engine.on_failure(failure)
+        return True
+
+
+class Engine:
+    """The tensor-engine workers of one proc mesh and the client's bookkeeping for them."""
+
+    def __init__(self, mesh: ProcMesh) -> None:
+        procs = mesh._procs
+        n = len(procs)
+        # The store that process groups rendezvous through; workers connect as clients.
+        self.store = dist.TCPStore(  # type: ignore[attr-defined]
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True
+        )
+        flat = ProcMesh(procs, Shape(["rank"], Slice.new_row_major([n])), mesh._state, None)
+        token = secrets.token_hex(4)
+        _ENGINES[token] = self
+        self.broken: SupervisionError | None = None
+        self._sender: Context | None = None  # the owner's identity, set by spawn_workers
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        rt = host.ensure_runtime()
+        self._owner: Any = ProcMesh._singleton(rt.proc_id).spawn(
+            f"tensor_engine_owner_{token}", _EngineOwner, token
+        )
+        args = ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S)
+        spawn: Any = self._owner.spawn_workers
+        self.workers = spawn.call_one(flat, args).get(timeout=120)
+        self.device = torch.device("cpu")
+        self.size = n
+        self._ids = itertools.count(1)
+        self._dead: list[int] = []
+        self._lock = threading.Lock()
+        self._targets: dict[Shape, Any] = {}
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def release(self, ref: int) -> None:
+        """A handle was collected: its id goes to the workers with the next command."""
+        self._dead.append(ref)  # list.append is atomic; may run in a GC callback
+
+    @contextlib.contextmanager
+    def as_owner(self) -> Iterator[None]:
+        """Send as the owner actor: what cannot be delivered goes back to it, not the client.
+
+        Every message to the workers is sent this way, so all share one sender
+        and stay in order.
+        """
+        token = set_context(self._sender) if self._sender is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                token.var.reset(token)
+
+    def targets(self, shape: Shape) -> Any:
+        """The worker actors of the procs in ``shape`` (a mesh of this engine)."""
+        t = self._targets.get(shape)
+        if t is None:
+            t = self._targets[shape] = self.workers._new_with_shape(shape)
+        return t
+
+    def on_failure(self, failure: Any) -> None:
+        """A worker died: fail what waits on this engine and refuse what comes next."""
+        err = SupervisionError(
+            f"tensor engine worker(s) at rank(s) {failure.crashed_ranks} failed: "
+            f"{failure.reason}. The tensors of this mesh are lost; spawn new procs to go on.",
+            actor=failure.mesh_name,
+            reason=failure.reason,
+            during="call",
+        )
+        with self._lock:
+            self.broken = err
+            pending, self._pending = self._pending, set()
+        for cf in list(pending):
+            if not cf.done():
+                try:
+                    cf.set_exception(err)
+                except concurrent.futures.InvalidStateError:
+                    pass
+
+    def check(self) -> None:
+        """Raise the engine's ``SupervisionError`` if one of its workers has died."""
+        if self.broken is not None:
+            raise self.broken
+
+    def watch(self, cf: concurrent.futures.Future[Any]) -> None:
+        """Fail ``cf`` with ``SupervisionError`` if a worker dies before it completes."""
+        with self._lock:
+            if self.broken is None:
+                self._pending.add(cf)
+                cf.add_done_callback(self._pending.discard)
+                return
+        cf.set_exception(self.broken)
+
+    def send(self, shape: Shape, *cmds: Any) -> None:
+        """Send ``cmds`` to the workers of ``shape`` now, in order; never waits.
+
+        Raises ``SupervisionError`` once a worker of this engine has died.
+        """
+        self.check()
+        with self._lock, self.as_owner():
+            batch = list(cmds)
+            if self._dead:
+                dead, self._dead = self._dead, []
+                if len(shape) == self.size:
+                    batch.insert(0, Delete(tuple(dead)))
+                else:
+                    self.workers.run.broadcast([Delete(tuple(dead))])
+            self.targets(shape).run.broadcast(batch)
+
+    def flush(self) -> None:
+        """Send pending deletions now (so a following query sees them)."""
+        with self._lock, self.as_owner():
+            if self._dead:
+                dead, self._dead = self._dead, []
+                self.workers.run.broadcast([Delete(tuple(dead))])
+
+
+def engine_for(mesh: Any) -> Engine:
+    """The engine of ``mesh``'s procs, spawning its workers at first use. Does not block.
+
+    Raises ``TypeError`` if ``mesh`` is not a ``ProcMesh``.
+    """
+    if not isinstance(mesh, ProcMesh):
+        raise TypeError(
+            f"expected a ProcMesh (from this_host().spawn_procs(...)), got {mesh!r}; "
+            "tensors live on proc meshes"
+        )
+    state = mesh._state
+    engine = state.tensor_engine
+    if engine is None:
+        with _create_lock:
+            engine = state.tensor_engine
+            if engine is None:
+                engine = state.tensor_engine = Engine(mesh)
+    return engine  # type: ignore[no-any-return]

@@ -1,0 +1,96 @@
+"""The commands the client sends to tensor-engine workers, one small record each.
+
+Every command names the worker-side tensors it reads through ``Ref`` and the
+ids it defines as plain ints; the client allocates ids, so it never waits
+for a worker to learn a result's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CallOp", "Delete", "MeshRank", "Reduce", "Ref", "RunRemote", "SendTo"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A worker-side tensor named by id, inside a command's arguments."""
+
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallOp:
+    """Run the torch operator ``op`` (``"aten::add.Tensor"``) on the local shards.
+
+    ``outs`` names each tensor leaf of the result in pytree order (``None``
+    where the client does not keep it); ``mutates`` are ids the op writes in
+    place, which become failed when the op fails.
+    """
+
+    op: str
+    args: Any
+    kwargs: Any
+    outs: tuple[int | None, ...]
+    mutates: tuple[int, ...]
+    factory: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    """Drop these ids from the worker's table (the client's handles are gone)."""
+
+    ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MeshRank:
+    """Define ``out`` as this worker's coordinate along ``dim`` of the mesh ``shape``."""
+
+    out: int
+    shape: Any  # the mesh's ``Shape``: labels and global ranks
+    dim: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """A collective over groups of global ranks; this worker joins the group holding it.
+
+    ``reduction`` is one of sum, avg, product, min, max, stack, band, bor,
+    bxor; ``inplace`` writes the result into ``src``.
+    """
+
+    out: int
+    src: int
+    groups: tuple[tuple[int, ...], ...]
+    reduction: str
+    scatter: bool
+    inplace: bool
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RunRemote:
+    """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves."""
+
+    fn: Any
+    args: Any
+    kwargs: Any
+    outs: tuple[int | None, ...]
+    mutates: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendTo:
+    """Point-to-point copy between two meshes' workers (``to_mesh``).
+
+    ``pairs`` maps each destination global rank to its source global rank.
+    """
+
+    src: int | None
+    out: int | None
+    pairs: tuple[tuple[int, int], ...]
+    shape: tuple[int, ...]
+    dtype: Any

@@ -1,0 +1,186 @@
+"""``remote``: run your own function on every proc's local shards, from the client.
+
+``remote(fn, propagate=...)`` wraps a function (or ``"module.fn"``); calling
+the wrapper under an active mesh returns mesh tensors at once, with shapes
+from ``propagate`` run on meta tensors (or ``fn`` itself when omitted). The
+adverbs ``call``/``call_one``/``broadcast`` return the function's plain
+results to the client instead. Arguments that ``propagate`` writes in place
+(seen through meta tensors' version counters) count as mutated, so a failure
+in ``fn`` fails them too.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .._actor.future import Future
+from .active import STATE, same_mesh
+from .engine import engine_for
+from .messages import Ref, RunRemote
+from .tensor import Tensor
+
+__all__ = ["Remote", "call_on_shard_and_fetch", "remote", "resolve_function"]
+
+
+def resolve_function(fn: Any) -> Callable[..., Any]:
+    """``fn`` itself, or the function a ``"package.module.name"`` string names."""
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    module, _, name = fn.rpartition(".")
+    if not module:
+        raise ValueError(f"remote({fn!r}): a function path looks like 'package.module.function'")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+class Remote:
+    """A function that runs on every proc of the active mesh. Made by :func:`remote`."""
+
+    def __init__(self, fn: Any, propagate: Callable[..., Any] | None) -> None:
+        if not (callable(fn) or isinstance(fn, str)):
+            raise TypeError(f"remote() needs a function or a 'module.function' string, got {fn!r}")
+        if propagate is not None and not callable(propagate):
+            raise TypeError(
+                f"remote(propagate=...) must be a function computing the result from meta "
+                f"tensors, got {propagate!r}"
+            )
+        self._fn = fn
+        self._propagate = propagate
+        if callable(fn):
+            functools.update_wrapper(self, fn)
+
+    @property
+    def _name(self) -> str:
+        return self._fn if isinstance(self._fn, str) else getattr(self._fn, "__qualname__", "fn")
+
+    def _prepare(self, args: Any, kwargs: Any) -> tuple[Any, Any, list[Tensor], Any]:
+        mesh = STATE.mesh
+        if mesh is None:
+            raise ValueError(
+                f"calling remote function {self._name} requires an active mesh "
+                "(`with proc_mesh.activate():`)"
+            )
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        handles: list[Tensor] = []
+        wire = list(flat)
+        for i, x in enumerate(flat):
+            if isinstance(x, Tensor):
+                if not same_mesh(x._mesh, mesh):
+                    raise ValueError(
+                        f"remote {self._name}: a tensor on mesh {x._mesh!r} was passed while "
+                        f"mesh {mesh!r} is active; move it with t.to_mesh(...)"
+                    )
+                handles.append(x)
+                wire[i] = Ref(x._ref)
+            elif isinstance(x, torch.Tensor):
+                raise ValueError(
+                    f"remote {self._name}: a local tensor of shape {list(x.shape)} was passed "
+                    "while a mesh is active; create it under the mesh instead"
+                )
+        return mesh, pytree.tree_unflatten(wire, spec), handles, (flat, spec)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on every proc of the active mesh; returns mesh tensors at once. Never blocks.
+
+        Raises ``ValueError`` without an active mesh or for tensors of another
+        mesh, and whatever ``propagate`` raises on the client.
+        """
+        mesh, (wargs, wkwargs), handles, (flat, spec) = self._prepare(args, kwargs)
+        engine = engine_for(mesh)
+        prop = self._propagate or resolve_function(self._fn)
+        with _disable_current_modes():
+            meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
+            versions = [m._version if isinstance(m, torch.Tensor) else None for m in meta_flat]
+            margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
+            out = prop(*margs, **mkwargs)
+            out_flat, out_spec = pytree.tree_flatten(out)
+            out_flat = [
+                x if not isinstance(x, torch.Tensor) or x.device.type == "meta" else x.to("meta")
+                for x in out_flat
+            ]
+        mutates = tuple(
+            x._ref
+            for x, m, v in zip(flat, meta_flat, versions, strict=True)
+            if isinstance(x, Tensor) and m._version != v
+        )
+        outs: list[int | None] = []
+        results: list[Any] = []
+        for x in out_flat:
+            if isinstance(x, torch.Tensor):
+                h = Tensor(x, mesh, engine, handles[0].device if handles else engine.device)
+                outs.append(h._ref)
+                results.append(h)
+            else:
+                results.append(x)
+        engine.send(mesh._shape, RunRemote(self._fn, wargs, wkwargs, tuple(outs), mutates))
+        return pytree.tree_unflatten(results, out_spec)
+
+    rref = __call__
+
+    def _endpoint(self, args: Any, kwargs: Any, shape: Any = None) -> tuple[Any, Any, Any]:
+        """(engine, the workers' ``call_remote`` endpoint for ``shape``, its arguments)."""
+        mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
+        engine = engine_for(mesh)
+        engine.check()
+        engine.flush()
+        return engine, engine.targets(shape or mesh._shape).call_remote, (self._fn, wargs, wkwargs)
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on every proc; the future holds a ``ValueMesh`` of the results. Never blocks."""
+        engine, ep, a = self._endpoint(args, kwargs)
+        with engine.as_owner():
+            return ep.call(*a)  # type: ignore[no-any-return]
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
+        """Run on the one proc of a one-proc active mesh; the future holds its result.
+
+        Never blocks; raises ``ValueError`` if the active mesh has several procs.
+        """
+        engine, ep, a = self._endpoint(args, kwargs)
+        with engine.as_owner():
+            return ep.call_one(*a)  # type: ignore[no-any-return]
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Run on every proc and discard the results. Never blocks."""
+        mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
+        engine_for(mesh).send(mesh._shape, RunRemote(self._fn, wargs, wkwargs, (), ()))
+
+    def __repr__(self) -> str:
+        return f"<remote {self._name}>"
+
+
+def remote(fn: Any = None, *, propagate: Callable[..., Any] | None = None) -> Any:
+    """Wrap ``fn`` (a function or ``"module.fn"``) to run on every proc of the active mesh.
+
+    Usable as ``@remote``, ``@remote(propagate=...)`` or ``remote("pkg.fn",
+    propagate=...)``. ``propagate`` computes the result's shapes from meta
+    tensors; when omitted, ``fn`` itself runs on meta tensors on the client.
+    Never blocks. Raises ``TypeError`` for something that is not a function.
+    """
+    if fn is None:
+        return functools.partial(remote, propagate=propagate)
+    return Remote(fn, propagate)
+
+
+def call_on_shard_and_fetch(
+    fn: Remote, *args: Any, shard: dict[str, int] | None = None, **kwargs: Any
+) -> Future[Any]:
+    """Run remote ``fn`` on one proc of the active mesh (coordinate 0 where not given).
+
+    Returns a future of its result, moved to the client. Never blocks.
+    Raises ``ValueError`` without an active mesh or for unknown coordinates.
+    """
+    mesh = STATE.mesh
+    if mesh is None:
+        raise ValueError("call_on_shard_and_fetch requires an active mesh")
+    from .fetch import _shard_rank
+
+    engine, ep, a = fn._endpoint(args, kwargs, _shard_rank(mesh, shard, {}))
+    with engine.as_owner():
+        return ep.call_one(*a)  # type: ignore[no-any-return]

@@ -1,0 +1,269 @@
+"""``Tensor``: a handle to a tensor sharded over a proc mesh, and the dispatch of torch ops on it.
+
+A ``Tensor`` is a torch wrapper subclass with no storage: its sizes, dtype
+and device are real, its values live on the workers (``ref`` names them).
+Every torch op that reaches :func:`dispatch` (through the active mesh's
+dispatch mode or the subclass's ``__torch_dispatch__``) is first run on
+meta tensors here, so a shape or dtype error raises on the client, at the
+op, before anything is sent; then the op is sent to the mesh's workers and
+its results come back as new handles at once. Autograd runs above dispatch,
+on the client, so ``loss.backward()`` sends the backward ops the same way.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .active import STATE, same_mesh
+from .engine import Engine, engine_for
+from .messages import CallOp, Ref
+
+__all__ = ["Tensor", "dispatch", "meta_empty"]
+
+
+def meta_empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A meta tensor made outside any dispatch mode (so not itself sent to a mesh)."""
+    with _disable_current_modes():
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# Ops that would need a shard's values on the client: they raise with advice instead.
+_VALUE_OPS = {
+    "aten::_local_scalar_dense",
+    "aten::is_nonzero",
+    "aten::equal",
+    "aten::allclose",
+}
+# Ops that bring a local tensor's value onto the mesh (``torch.tensor(...)`` under a mesh).
+_LIFT_OPS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
+
+_EXPLAIN_LOCAL = (
+    "A local (non-distributed) tensor was used while device mesh {mesh!r} is active: {desc}. "
+    "Create it under the mesh (inside `with mesh.activate():`), compute locally inside "
+    "`with danaus.no_mesh.activate():`, or move it with `danaus.to_mesh`."
+)
+_EXPLAIN_WRONG = (
+    "a tensor on mesh {theirs!r} was used while mesh {mesh!r} is active. Use "
+    "`with {theirs_short}.activate():` for ops on it, or move it with `t.to_mesh(mesh)`."
+)
+
+
+class Tensor(torch.Tensor):
+    """A tensor whose shards live on the procs of a mesh; made by torch ops under a mesh.
+
+    Sizes, dtype and device are known on the client at once; the values are
+    fetched with ``danaus.inspect(t)`` or ``danaus.fetch_shard(t)``.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+    _meta: torch.Tensor
+    _ref: int
+    _mesh: Any
+    _engine: Engine
+
+    @staticmethod
+    def __new__(cls, meta: torch.Tensor, mesh: Any, engine: Engine, device: Any) -> Tensor:
+        t = torch.Tensor._make_wrapper_subclass(
+            cls,
+            meta.size(),
+            strides=meta.stride(),
+            storage_offset=meta.storage_offset(),
+            dtype=meta.dtype,
+            layout=meta.layout,
+            device=device,
+            requires_grad=False,
+        )
+        ref = engine.new_id()
+        t._meta = meta
+        t._ref = ref
+        t._mesh = mesh
+        t._engine = engine
+        weakref.finalize(t, engine.release, ref)
+        return t
+
+    @classmethod
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        return dispatch(func, args, kwargs or {}, STATE.mesh)
+
+    @property
+    def mesh(self) -> Any:
+        """The proc mesh this tensor's shards live on."""
+        return self._mesh
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        grad = ", requires_grad=True" if self.requires_grad else ""
+        return (
+            f"danaus.Tensor(shape={list(self.shape)}, dtype={self.dtype}, "
+            f"device={self.device}, mesh={self._mesh!r}{grad})"
+        )
+
+    def reduce(
+        self,
+        dims: Any,
+        reduction: str = "sum",
+        scatter: bool = False,
+        mesh: Any = None,
+        _inplace: bool = False,
+    ) -> Tensor:
+        """Collective over mesh dimensions ``dims``; see :func:`danaus.reduce`. Never blocks."""
+        from .collectives import reduce_tensor
+
+        return reduce_tensor(self, dims, reduction, scatter, mesh, _inplace)
+
+    def to_mesh(self, mesh: Any) -> Tensor:
+        """This tensor's values on ``mesh``; see :func:`danaus.to_mesh`. Never blocks."""
+        from .movement import to_mesh_tensor
+
+        return to_mesh_tensor(self, mesh)
+
+    def slice_mesh(self, **coords: Any) -> Any:
+        """This tensor seen on ``self.mesh.slice(**coords)``, ready for ``.to_mesh(m)``."""
+        from .movement import slice_mesh_tensor
+
+        return slice_mesh_tensor(self, **coords)
+
+    def reduce_(
+        self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: Any = None
+    ) -> Tensor:
+        """In-place :meth:`reduce`: the result overwrites this tensor. Never blocks."""
+        from .collectives import reduce_tensor
+
+        return reduce_tensor(self, dims, reduction, scatter, mesh, True)
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"tensor of shape {list(t.shape)} and dtype {t.dtype} on {t.device}"
+
+
+_MUTATES: dict[Any, tuple[tuple[int, str], ...]] = {}
+
+
+def _mutated_args(func: Any) -> tuple[tuple[int, str], ...]:
+    """(position, name) of the arguments ``func`` writes in place, from its schema."""
+    m = _MUTATES.get(func)
+    if m is None:
+        m = tuple(
+            (i, a.name)
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+        _MUTATES[func] = m
+    return m
+
+
+def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
+    """Run torch op ``func`` for the active ``mesh``: propagate metadata, send, return handles.
+
+    Never blocks. Raises the torch error of a shape or dtype mismatch (before
+    sending), ``ValueError`` for a local tensor or a tensor of another mesh,
+    ``RuntimeError`` for an op that needs values on the client (``.item()``).
+    """
+    name = func.name()
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    handles: list[tuple[int, Tensor]] = []
+    local = False
+    for i, x in enumerate(flat):
+        if isinstance(x, Tensor):
+            handles.append((i, x))
+        elif isinstance(x, torch.Tensor):
+            local = True
+    if mesh is None:
+        if handles:
+            t = handles[0][1]
+            raise ValueError(
+                f"{name}: a tensor on mesh {t._mesh!r} was used while no mesh is active. Use "
+                "`with mesh.activate():` for ops on mesh tensors, or `danaus.inspect(t)` to get "
+                "its value here."
+            )
+        return func(*args, **kwargs)
+    if (
+        local
+        and not handles
+        and all(getattr(x, "_danaus_fetched", False) for x in flat if isinstance(x, torch.Tensor))
+    ):
+        # values fetched from a mesh (and what is computed from them alone) stay usable
+        # here, so `print(danaus.inspect(t))` works under an active mesh
+        with _disable_current_modes():
+            out = func(*args, **kwargs)
+        for x in pytree.tree_leaves(out):
+            if isinstance(x, torch.Tensor):
+                x._danaus_fetched = True  # type: ignore[attr-defined]
+        return out
+    if local and name not in _LIFT_OPS:
+        bad = next(x for x in flat if isinstance(x, torch.Tensor) and not isinstance(x, Tensor))
+        raise ValueError(_EXPLAIN_LOCAL.format(mesh=mesh, desc=f"{name} got a {_describe(bad)}"))
+    for _, t in handles:
+        if not same_mesh(t._mesh, mesh):
+            raise ValueError(
+                f"{name}: "
+                + _EXPLAIN_WRONG.format(theirs=t._mesh, mesh=mesh, theirs_short="other_mesh")
+            )
+    if name in _VALUE_OPS:
+        raise RuntimeError(
+            f"{name} needs the value of a distributed tensor on the client (for example "
+            "`.item()`, `bool(t)`, `float(t)`, `torch.equal`); fetch it instead with "
+            "`danaus.inspect(t)` (blocks) or `danaus.fetch_shard(t)` (a future)"
+        )
+    engine = engine_for(mesh)
+    # metadata on the client: the same op on meta tensors
+    meta_flat = list(flat)
+    by_meta: dict[int, Tensor] = {}
+    for i, t in handles:
+        meta_flat[i] = t._meta
+        by_meta[id(t._meta)] = t
+    margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
+    device = kwargs.get("device")
+    if "device" in mkwargs:
+        mkwargs = {**mkwargs, "device": "meta"}
+    if name in _LIFT_OPS:
+        margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
+    try:
+        out = func(*margs, **mkwargs)
+    except NotImplementedError as e:
+        raise NotImplementedError(
+            f"{name} cannot run on a distributed tensor: its result's shape depends on the "
+            f"values ({e}). Fetch the values with danaus.inspect(t) and compute locally."
+        ) from None
+    out_flat, out_spec = pytree.tree_flatten(out)
+    mutable = func._schema.is_mutable
+    if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
+        return out  # metadata only (sizes, strides, is_same_size): nothing to send
+    if device is None:
+        device = handles[0][1].device if handles else engine.device
+    device = torch.device(device)
+    outs: list[int | None] = []
+    results: list[Any] = []
+    for x in out_flat:
+        if isinstance(x, torch.Tensor):
+            same = by_meta.get(id(x))
+            if same is not None:  # an in-place op returns its input
+                outs.append(None)
+                results.append(same)
+                continue
+            h = Tensor(x, mesh, engine, device)
+            outs.append(h._ref)
+            results.append(h)
+        else:
+            results.append(x)
+    mutates: list[int] = []
+    for pos, arg_name in _mutated_args(func):
+        v = args[pos] if pos < len(args) else kwargs.get(arg_name)
+        for leaf in pytree.tree_leaves(v):
+            if isinstance(leaf, Tensor):
+                mutates.append(leaf._ref)
+    wire_flat = list(flat)
+    for i, t in handles:
+        wire_flat[i] = Ref(t._ref)
+    wargs, wkwargs = pytree.tree_unflatten(wire_flat, spec)
+    engine.send(
+        mesh._shape,
+        CallOp(name, wargs, wkwargs, tuple(outs), tuple(mutates), not handles),
+    )
+    return pytree.tree_unflatten(results, out_spec)

@@ -1,0 +1,349 @@
+"""``TensorWorker``: the actor on each proc that holds that proc's shards and runs commands.
+
+Commands arrive in the order the client issued them (per-sender FIFO) and
+run one at a time on the actor's thread. A failing command never raises out
+of ``run``: its outputs (and anything it wrote in place) are recorded as a
+``Failure``, which every command reading them passes on unchanged, so the
+error follows the data and the worker lives on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils import _pytree as pytree
+
+from .._actor.actor import Actor
+from .._actor.context import current_rank
+from .._actor.endpoint import endpoint
+from .errors import Failure
+from .messages import CallOp, Delete, MeshRank, Reduce, Ref, RunRemote, SendTo
+
+__all__ = ["TensorWorker", "resolve_op"]
+
+_OPS: dict[str, Any] = {}
+
+
+def resolve_op(name: str) -> Any:
+    """``"aten::add.Tensor"`` -> ``torch.ops.aten.add.Tensor`` (cached)."""
+    op = _OPS.get(name)
+    if op is None:
+        ns, rest = name.split("::", 1)
+        base, _, overload = rest.partition(".")
+        op = getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
+        _OPS[name] = op
+    return op
+
+
+class _Failed(Exception):
+    def __init__(self, failure: Failure):
+        self.failure = failure
+
+
+_REDUCE_OPS = {
+    "sum": "SUM",
+    "avg": "SUM",
+    "product": "PRODUCT",
+    "min": "MIN",
+    "max": "MAX",
+    "band": "BAND",
+    "bor": "BOR",
+    "bxor": "BXOR",
+}
+
+
+def _allreduce_options(op: Any) -> Any:
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = op
+    return opts
+
+
+class TensorWorker(Actor):
+    """Holds this proc's shards (``id -> tensor | Failure``) and its process groups."""
+
+    def __init__(self, store_host: str, store_port: int, timeout_s: float) -> None:
+        self.rank = current_rank().rank
+        self.refs: dict[int, Any] = {}
+        self.groups: dict[tuple[int, ...], Any] = {}
+        self.store_host = store_host
+        self.store_port = store_port
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self._store: Any = None
+        self.device = torch.device("cpu")
+
+    def __cleanup__(self, exc: Any = None) -> None:
+        # Process groups own threads that must not outlive the interpreter's shutdown.
+        for pg in self.groups.values():
+            try:
+                pg.shutdown()
+            except Exception:
+                pass
+        self.groups.clear()
+        self.refs.clear()
+        self._store = None
+
+    @endpoint
+    def info(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "rank": self.rank, "device": str(self.device)}
+
+    @endpoint
+    def run(self, commands: list[Any]) -> None:
+        """Run ``commands`` in order; never raises (failures are recorded on the outputs)."""
+        for cmd in commands:
+            self._one(cmd)
+
+    @endpoint
+    def fetch(self, ids: list[int]) -> list[Any]:
+        """The values of ``ids`` on this proc (moved to CPU), ``Failure`` where one failed."""
+        out = []
+        for i in ids:
+            v = self.refs.get(i)
+            if isinstance(v, torch.Tensor):
+                v = v.detach().to("cpu", copy=True)
+            elif v is None:
+                v = Failure("(deleted)", self.rank, "KeyError", f"no tensor {i}", "")
+            out.append(v)
+        return out
+
+    @endpoint
+    def call_remote(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU)."""
+        from .remote import resolve_function
+
+        try:
+            a, k = self._resolve((args, kwargs))
+        except _Failed as f:
+            raise RuntimeError(
+                f"an argument of {fn!r} failed to compute: op {f.failure.op} failed on rank "
+                f"{f.failure.rank}: {f.failure.type_name}: {f.failure.message}"
+            ) from None
+        result = resolve_function(fn)(*a, **k)
+        return pytree.tree_map(
+            lambda x: x.detach().to("cpu") if isinstance(x, torch.Tensor) else x, result
+        )
+
+    @endpoint
+    def stats(self) -> dict[str, int]:
+        return {
+            "tensors": sum(isinstance(v, torch.Tensor) for v in self.refs.values()),
+            "failed": sum(isinstance(v, Failure) for v in self.refs.values()),
+            "groups": len(self.groups),
+        }
+
+    # -- commands ----------------------------------------------------------
+
+    def _one(self, cmd: Any) -> None:
+        if isinstance(cmd, CallOp):
+            self._call(cmd.op, resolve_op(cmd.op), cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+        elif isinstance(cmd, Delete):
+            for i in cmd.ids:
+                self.refs.pop(i, None)
+        elif isinstance(cmd, Reduce):
+            self._reduce(cmd)
+        elif isinstance(cmd, SendTo):
+            self._send_to(cmd)
+        elif isinstance(cmd, MeshRank):
+            self._mesh_rank(cmd)
+        elif isinstance(cmd, RunRemote):
+            from .remote import resolve_function
+
+            name = cmd.fn if isinstance(cmd.fn, str) else getattr(cmd.fn, "__qualname__", "fn")
+            try:
+                fn = resolve_function(cmd.fn)
+            except Exception as e:
+                self._fail((*cmd.outs, *cmd.mutates), self._failure(f"remote {name}", e))
+                return
+            self._call(f"remote {name}", fn, cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+        else:  # pragma: no cover - a client/worker version mismatch
+            raise TypeError(f"unknown tensor engine command {cmd!r}")
+
+    def _resolve(self, tree: Any) -> Any:
+        def one(x: Any) -> Any:
+            if isinstance(x, Ref):
+                v = self.refs.get(x.id)
+                if isinstance(v, Failure):
+                    raise _Failed(v)
+                if v is None:
+                    raise KeyError(f"tensor {x.id} was deleted or never defined on this proc")
+                return v
+            return x
+
+        return pytree.tree_map(one, tree)
+
+    def _fail(self, ids: Any, failure: Failure) -> None:
+        for i in ids:
+            if i is not None:
+                self.refs[i] = failure
+
+    def _failure(self, op: str, e: BaseException) -> Failure:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        return Failure(op, self.rank, type(e).__name__, str(e), tb)
+
+    def _call(
+        self,
+        name: str,
+        fn: Any,
+        args: Any,
+        kwargs: Any,
+        outs: tuple[int | None, ...],
+        mutates: tuple[int, ...],
+    ) -> None:
+        try:
+            a, k = self._resolve((args, kwargs))
+            result = fn(*a, **k)
+        except _Failed as f:
+            self._fail((*outs, *mutates), f.failure)
+            return
+        except Exception as e:
+            self._fail((*outs, *mutates), self._failure(name, e))
+            return
+        leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+        if len(leaves) != len(outs):
+            err = RuntimeError(
+                f"{name} returned {len(leaves)} tensors on the worker but the client expected "
+                f"{len(outs)}"
+            )
+            self._fail((*outs, *mutates), self._failure(name, err))
+            return
+        for i, t in zip(outs, leaves, strict=True):
+            if i is not None:
+                self.refs[i] = t
+
+    def _mesh_rank(self, cmd: MeshRank) -> None:
+        coord = cmd.shape.coordinates(self.rank)[cmd.dim]
+        self.refs[cmd.out] = torch.full((), coord, dtype=torch.long, device=self.device)
+
+    def _send_to(self, cmd: SendTo) -> None:
+        """Copy ``src`` from each pair's source rank to its destination (``to_mesh``)."""
+        mine = [(d, s) for d, s in cmd.pairs if self.rank in (d, s)]
+        if not mine:
+            return
+        name = "to_mesh"
+        src = self.refs.get(cmd.src) if cmd.src is not None else None
+        failure = src if isinstance(src, Failure) else None
+        try:
+            pairs = sorted({(min(d, s), max(d, s)) for d, s in mine if d != s})
+            groups = {p: self._group(p) for p in pairs}  # one global order: no deadlock
+            works = []
+            received: tuple[torch.Tensor, torch.Tensor] | None = None
+            for d, s in mine:
+                if d == s:  # the same proc on both meshes: a local copy
+                    if isinstance(src, torch.Tensor):
+                        received = (torch.zeros(1, dtype=torch.long), src.clone())
+                    else:
+                        received = (torch.tensor([1 + self.rank]), torch.empty(0))
+                    continue
+                pg = groups[(min(d, s), max(d, s))]
+                if s == self.rank:
+                    data = (
+                        src.contiguous()
+                        if isinstance(src, torch.Tensor)
+                        else torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
+                    )
+                    flag = torch.tensor([0 if isinstance(src, torch.Tensor) else 1 + self.rank])
+                    peer = 1 if d > s else 0
+                    works.append(pg.send([flag], peer, 0))
+                    works.append(pg.send([data], peer, 1))
+                if d == self.rank:
+                    flag = torch.zeros(1, dtype=torch.long)
+                    buf = torch.empty(cmd.shape, dtype=cmd.dtype, device=self.device)
+                    peer = 1 if s > d else 0
+                    works.append(pg.recv([flag], peer, 0))
+                    works.append(pg.recv([buf], peer, 1))
+                    received = (flag, buf)
+            for w in works:
+                w.wait()
+        except Exception as e:
+            if cmd.out is not None and any(d == self.rank for d, _ in mine):
+                self._fail((cmd.out,), self._failure(name, e))
+            return
+        if cmd.out is None or received is None:
+            return
+        flag, buf = received
+        if int(flag) > 0:
+            origin = int(flag) - 1
+            failure = failure or Failure(
+                name, origin, "RemoteTensorError", f"the source failed on rank {origin}", ""
+            )
+            self._fail((cmd.out,), failure)
+        else:
+            self.refs[cmd.out] = buf
+
+    # -- collectives -------------------------------------------------------
+
+    def _group(self, ranks: tuple[int, ...]) -> Any:
+        pg = self.groups.get(ranks)
+        if pg is None:
+            if self._store is None:
+                self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                    self.store_host, self.store_port, is_master=False, timeout=self.timeout
+                )
+            prefix = "pg/" + "_".join(map(str, ranks)) + "/"
+            store = dist.PrefixStore(prefix, self._store)  # type: ignore[attr-defined]
+            index = ranks.index(self.rank)
+            if self.device.type == "cuda":
+                pg = dist.ProcessGroupNCCL(store, index, len(ranks))  # type: ignore[call-arg]
+            else:
+                pg = dist.ProcessGroupGloo(store, index, len(ranks), self.timeout)
+            self.groups[ranks] = pg
+        return pg
+
+    def _reduce(self, cmd: Reduce) -> None:
+        name = f"reduce({cmd.reduction!r}, scatter={cmd.scatter})"
+        group = next(g for g in cmd.groups if self.rank in g)
+        n = len(group)
+        src = self.refs.get(cmd.src)
+        failure: Failure | None = None
+        if not isinstance(src, torch.Tensor):
+            failure = src if isinstance(src, Failure) else self._failure(name, KeyError(cmd.src))
+            src = torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
+        try:
+            pg = self._group(group) if n > 1 else None
+            if pg is not None:
+                # every member learns whether any input failed, so all outputs fail together
+                flag = torch.tensor([0 if failure is None else 1 + self.rank], dtype=torch.long)
+                pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)).wait()
+                if failure is None and int(flag) > 0:
+                    failure = Failure(
+                        name,
+                        int(flag) - 1,
+                        "RemoteTensorError",
+                        f"the input of {name} failed on rank {int(flag) - 1}",
+                        "",
+                    )
+            result = self._collective(cmd, src, pg, n, group.index(self.rank))
+        except Exception as e:
+            self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), self._failure(name, e))
+            return
+        if failure is not None:
+            self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), failure)
+            return
+        if cmd.inplace:
+            src.copy_(result)
+            result = src
+        self.refs[cmd.out] = result
+
+    def _collective(self, cmd: Reduce, src: torch.Tensor, pg: Any, n: int, me: int) -> Any:
+        if cmd.reduction == "stack":
+            if pg is None:
+                gathered = [src.clone()]
+            else:
+                gathered = [torch.empty_like(src) for _ in range(n)]
+                pg.allgather([gathered], [src.contiguous()]).wait()
+            if cmd.scatter:  # all-to-all: row ``me`` of every member's input
+                return torch.stack([g[me] for g in gathered])
+            return torch.stack(gathered)
+        out = src.detach().clone().contiguous()
+        if pg is not None:
+            op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
+            pg.allreduce([out], _allreduce_options(op)).wait()
+        if cmd.reduction == "avg":
+            out = out / n
+        if cmd.scatter:
+            return out[me].clone()
+        return out
