@@ -14,8 +14,21 @@ from ._job.jobs import JobState as JobState
 from ._job.jobs import JobTrait as JobTrait
 from ._job.jobs import LocalJob as LocalJob
 from ._job.jobs import ProcessJob as ProcessJob
+from ._job.jobs import SSHJob as SSHJob
+from ._job.jobs import StartedWorker as StartedWorker
+from ._job.jobs import job_load as job_load
+from ._job.jobs import job_loads as job_loads
 
-__all__ = ["JobState", "JobTrait", "LocalJob", "ProcessJob"]
+__all__ = [
+    "JobState",
+    "JobTrait",
+    "LocalJob",
+    "ProcessJob",
+    "SSHJob",
+    "StartedWorker",
+    "job_load",
+    "job_loads",
+]
 
 for _name in __all__:
     globals()[_name].__module__ = __name__

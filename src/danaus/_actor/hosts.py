@@ -322,9 +322,15 @@ _NOT_UP = tuple(os.strerror(e) for e in (errno.ECONNREFUSED, errno.EHOSTUNREACH,
 
 
 def _not_up_yet(error: Any) -> bool:
-    """True when attaching failed because nothing answered yet (refused, no route)."""
+    """True when attaching failed because nothing answered yet (refused, no route).
+
+    Also when the worker still serves a client: the previous client may have just
+    exited (a reconnecting client), which the worker notices a moment later.
+    """
     reason = str(getattr(error, "reason", ""))
-    return reason.startswith("cannot connect to proc") or any(e in reason for e in _NOT_UP)
+    if reason.startswith("cannot connect to proc") or any(e in reason for e in _NOT_UP):
+        return True
+    return "a worker serves one client at a time" in str(error)
 
 
 class _Waiting:
