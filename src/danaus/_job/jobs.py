@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 WORKER_START_TIMEOUT = 60.0
+# config: how long kill() waits for the procs to stop before ending the workers.
+STOP_TIMEOUT = 30.0
 # config: where ``JobTrait.state()`` caches the running job for the next client.
 CACHED_PATH = ".danaus/job_state.pkl"
 # config: the port workers started by SSHJob/SlurmJob listen on.
@@ -80,6 +82,12 @@ class JobState:
         raise AttributeError(
             f"this job has no mesh named {name!r}; its meshes are {sorted(self._meshes)}"
         )
+
+    def _stop_procs(self) -> None:
+        """Stop the procs spawned on these meshes (best effort, bounded)."""
+        for mesh in self._meshes.values():
+            with contextlib.suppress(Exception):
+                mesh.stop().get(timeout=STOP_TIMEOUT)
 
     def __repr__(self) -> str:
         return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._meshes.items())})"
@@ -154,6 +162,8 @@ class JobTrait:
         """Release the hosts (also those of a job reconnected from the cache) and drop the cache."""
         running = self._running
         if running is not None:
+            if running._state is not None:
+                running._state._stop_procs()  # first, so their exits are expected
             running._kill()
             running._applied = False
             running._state = None
