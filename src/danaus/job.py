@@ -18,6 +18,8 @@ from ._job.jobs import SSHJob as SSHJob
 from ._job.jobs import StartedWorker as StartedWorker
 from ._job.jobs import job_load as job_load
 from ._job.jobs import job_loads as job_loads
+from ._job.slurm import SlurmError as SlurmError
+from ._job.slurm import SlurmJob as SlurmJob
 
 __all__ = [
     "JobState",
@@ -25,6 +27,8 @@ __all__ = [
     "LocalJob",
     "ProcessJob",
     "SSHJob",
+    "SlurmError",
+    "SlurmJob",
     "StartedWorker",
     "job_load",
     "job_loads",

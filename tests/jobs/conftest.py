@@ -12,10 +12,11 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -218,3 +219,191 @@ def drain(stream: IO[str]) -> threading.Thread:
     t = threading.Thread(target=lambda: [None for _ in stream], daemon=True)
     t.start()
     return t
+
+
+# -- Slurm -----------------------------------------------------------------------------
+
+
+class Daemon:
+    """A service process of the tests: its output is kept (for errors) and drained."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [*DIE_WITH_PYTEST, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        self._ready = threading.Event()
+        self._wanted: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+
+    def wait_for(self, wanted: str, timeout: float = TIMEOUT) -> None:
+        """Wait until the daemon prints a line containing ``wanted``; fail with its output."""
+        self._wanted = [wanted]
+        if not self._reader.is_alive():
+            self._reader.start()
+        if not self._ready.wait(timeout):
+            pytest.fail(
+                f"{self.name} did not start (exit code {self.proc.poll()}): it never said "
+                f"{wanted!r} within {timeout} s; it said:\n" + "\n".join(self.lines[-40:])
+            )
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if any(w in line for w in self._wanted):
+                self._ready.set()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(TIMEOUT)
+        if self._reader.is_alive():
+            self._reader.join(TIMEOUT)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def wait_until(check: Any, what: str, timeout: float = TIMEOUT) -> None:
+    """Poll an external system (Slurm has no push channel) until ``check()``; fail naming it."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {timeout} s")
+        time.sleep(0.1)
+
+
+@dataclass
+class Slurm:
+    """A private Slurm cluster: munged, slurmctld and one slurmd (node ``danaus1``, 127.0.0.1)."""
+
+    directory: Path
+    conf: Path
+    env: dict[str, str]
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=TIMEOUT
+        )
+
+    def job_state(self, job_id: str) -> str:
+        out = self.run("scontrol", "-o", "show", "job", job_id)
+        for word in out.stdout.split():
+            if word.startswith("JobState="):
+                return word.split("=", 1)[1]
+        return "gone"
+
+    def jobs(self) -> list[str]:
+        return self.run("squeue", "-h", "-o", "%i").stdout.split()
+
+
+SLURM_CONF = """\
+ClusterName=danaustest
+SlurmctldHost={controller}(127.0.0.1)
+SlurmUser={user}
+SlurmdUser=root
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={d}/munge/munge.sock
+CredType=cred/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+ProctrackType=proctrack/pgid
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+MinJobAge=300
+NodeName=danaus1 NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
+    """munged + slurmctld + slurmd of the session's own, configured in a temp dir.
+
+    Every daemon runs in the foreground under the fixture and is stopped at the
+    end (jobs cancelled first); commands find the cluster through ``SLURM_CONF``,
+    which this fixture sets for the session so client scripts inherit it.
+    """
+    munged = need("munged", "munge")
+    slurmctld = need("slurmctld", "slurm-wlm")
+    slurmd = need("slurmd", "slurm-wlm")
+    need("sbatch", "slurm-wlm")
+    if os.geteuid() != 0:
+        pytest.fail("the local Slurm cluster of the tests runs slurmd, which needs root")
+    d = tmp_path_factory.mktemp("slurm")
+    os.chmod(d, 0o755)
+    for sub in ("munge", "state", "spool"):
+        (d / sub).mkdir(mode=0o755)
+    key = d / "munge" / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    conf = d / "slurm.conf"
+    conf.write_text(
+        SLURM_CONF.format(
+            d=d,
+            controller=socket.gethostname().split(".")[0],
+            user="root",
+            ctld_port=free_port(),
+            slurmd_port=free_port(),
+        )
+    )
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SLURM_CONF", str(conf))
+    daemons: list[Daemon] = []
+    cluster = Slurm(d, conf, env)
+    try:
+        m = Daemon(
+            "munged",
+            [
+                munged, "--foreground", "--force", "--num-threads=10",
+                f"--key-file={key}", f"--socket={d}/munge/munge.sock",
+                f"--pid-file={d}/munge/munged.pid", f"--log-file={d}/munge/munged.log",
+                f"--seed-file={d}/munge/seed",
+            ],
+        )  # fmt: skip
+        daemons.append(m)
+        m.wait_for("work threads")
+        ctld = Daemon("slurmctld", [slurmctld, "-D", "-i", "-f", str(conf)], env)
+        daemons.append(ctld)
+        ctld.wait_for("Running as primary controller")
+        node = Daemon("slurmd", [slurmd, "-D", "-N", "danaus1", "-f", str(conf)], env)
+        daemons.append(node)
+        node.wait_for("slurmd started on")
+        wait_until(
+            lambda: cluster.run("sinfo", "-h", "-o", "%T").stdout.strip() == "idle",
+            "the Slurm node becoming idle",
+        )
+        yield cluster
+    finally:
+        try:
+            jobs = cluster.jobs() if daemons else []
+            if jobs:
+                cluster.run("scancel", *jobs)
+                wait_until(lambda: not cluster.jobs(), "the cancelled Slurm jobs ending")
+        finally:
+            for daemon in reversed(daemons):
+                daemon.stop()
+            mp.undo()
