@@ -407,9 +407,17 @@ class ProcessJob(_DetachedWorkersJob):
             os.killpg(worker.pid, signal.SIGKILL)  # its session: worker, zygote, procs
 
     def _still_running(self) -> bool:
-        from ..testing import pid_alive
+        return all(_pid_exists(w.pid) for ws in self._workers.values() for w in ws)
 
-        return all(pid_alive(w.pid) for ws in self._workers.values() for w in ws)
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class SSHJob(_DetachedWorkersJob):
