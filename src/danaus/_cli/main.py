@@ -53,7 +53,13 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="danaus", description="danaus command line")
+    from .jobs import add_job_commands, run_job_command
+
+    parser = argparse.ArgumentParser(
+        prog="danaus",
+        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, kill).",
+        epilog="`danaus COMMAND --help` explains each command with examples.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="serve this machine as a worker host for danaus clients")
     w.add_argument("--listen", required=True, help="tcp://HOST:PORT to listen on (port 0: any)")
@@ -76,9 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-cert", help="PEM certificate: makes TCP connections mutual TLS")
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
+    add_job_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
+    if args.command in ("apply", "kill", "exec"):
+        return run_job_command(args)
     return 2  # pragma: no cover
 
 
