@@ -136,6 +136,7 @@ FACADES = {
         "enable_transport",
         "endpoint",
         "get_or_spawn_controller",
+        "hosts_from_config",
         "run_worker_loop_forever",
         "send",
         "shutdown_context",

@@ -48,6 +48,7 @@ from ._actor.procs import ProcMesh as ProcMesh
 from ._actor.procs import this_proc as this_proc
 from ._errors import ActorError as ActorError
 from ._errors import SupervisionError as SupervisionError
+from ._job.config import hosts_from_config as hosts_from_config
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import ValueMesh as ValueMesh
@@ -84,6 +85,7 @@ __all__ = [
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "hosts_from_config",
     "run_worker_loop_forever",
     "send",
     "shutdown_context",

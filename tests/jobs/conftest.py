@@ -38,11 +38,13 @@ def free_port() -> int:
 class Scripts(ClientScript):
     """``ClientScript`` whose scripts also take command-line arguments."""
 
+    env: dict[str, str] | None = None  # added to the client's environment
+
     def start_path(self, path: Path, *args: str) -> subprocess.Popen[str]:
         p = subprocess.Popen(
             [sys.executable, str(path), *args],
             cwd=self.tmp_path,
-            env=client_env(),
+            env={**client_env(), **(self.env or {})},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -67,10 +69,10 @@ def job_secret() -> str:
 class LocalWorker:
     """``danaus worker`` on 127.0.0.1, started by a test, killed at teardown."""
 
-    def __init__(self, port: int, secret: str) -> None:
+    def __init__(self, port: int, secret: str, ip: str = "127.0.0.1") -> None:
         env = {**client_env(), "DANAUS_SECRET": secret}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "danaus", "worker", "--listen", f"tcp://127.0.0.1:{port}"],
+            [sys.executable, "-m", "danaus", "worker", "--listen", f"tcp://{ip}:{port}"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
