@@ -91,7 +91,8 @@ def hosts_from_config(name: str) -> HostMesh:
     if not _local_jobs:
         atexit.register(_kill_local)
     _local_jobs.append(job)
-    return job.state(cached_path=None).hosts
+    mesh: HostMesh = job.state(cached_path=None).hosts
+    return mesh
 
 
 def _kill_local() -> None:
