@@ -21,6 +21,10 @@ from typing import IO, Any
 import pytest
 
 from danaus.testing import ClientScript, client_env
+from multihost import conftest as _multihost
+from multihost.conftest import Host, Network
+
+network = _multihost.network  # the multi-host tests' bridge: Slurm nodes are namespaces on it
 
 TIMEOUT = 30.0
 # Services die with pytest even if it is killed without its teardown (SIGKILL on parent death).
@@ -288,11 +292,12 @@ def wait_until(check: Any, what: str, timeout: float = TIMEOUT) -> None:
 
 @dataclass
 class Slurm:
-    """A private Slurm cluster: munged, slurmctld and one slurmd (node ``danaus1``, 127.0.0.1)."""
+    """A private Slurm cluster: munged, slurmctld, and one slurmd per network-namespace node."""
 
     directory: Path
     conf: Path
     env: dict[str, str]
+    nodes: dict[str, Host]  # node name -> its namespace host
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -312,7 +317,7 @@ class Slurm:
 
 SLURM_CONF = """\
 ClusterName=danaustest
-SlurmctldHost={controller}(127.0.0.1)
+SlurmctldHost={controller}({controller_ip})
 SlurmUser={user}
 SlurmdUser=root
 SlurmctldPort={ctld_port}
@@ -335,14 +340,23 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
 MinJobAge=300
-NodeName=danaus1 NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN
+{nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
+SLURM_NODES = 2
+NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
+
+
 @pytest.fixture(scope="session")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
-    """munged + slurmctld + slurmd of the session's own, configured in a temp dir.
+def slurm(tmp_path_factory: pytest.TempPathFactory, network: Network) -> Iterator[Slurm]:
+    """munged + slurmctld + two slurmd of the session's own, configured in a temp dir.
+
+    Each node (``danaus1``, ``danaus2``) is a network namespace on the
+    multi-host tests' bridge, its slurmd running in it (``slurmd -N NAME``), so
+    the jobs' workers listen on distinct addresses as on separate machines;
+    slurmctld listens in the root namespace, reached at the bridge's address.
 
     Every daemon runs in the foreground under the fixture and is stopped at the
     end (jobs cancelled first); commands find the cluster through ``SLURM_CONF``,
@@ -352,6 +366,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     slurmctld = need("slurmctld", "slurm-wlm")
     slurmd = need("slurmd", "slurm-wlm")
     need("sbatch", "slurm-wlm")
+    need("nsenter", "util-linux")
     if os.geteuid() != 0:
         pytest.fail("the local Slurm cluster of the tests runs slurmd, which needs root")
     d = tmp_path_factory.mktemp("slurm")
@@ -361,11 +376,16 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     key = d / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
+    hosts = {f"danaus{i + 1}": network.add_host() for i in range(SLURM_NODES)}
     conf = d / "slurm.conf"
     conf.write_text(
         SLURM_CONF.format(
             d=d,
             controller=socket.gethostname().split(".")[0],
+            controller_ip=network.gateway,
+            nodes="\n".join(
+                f"NodeName={name} NodeAddr={h.ip} CPUs=2 State=UNKNOWN" for name, h in hosts.items()
+            ),
             user="root",
             ctld_port=free_port(),
             slurmd_port=free_port(),
@@ -375,7 +395,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
     mp = pytest.MonkeyPatch()
     mp.setenv("SLURM_CONF", str(conf))
     daemons: list[Daemon] = []
-    cluster = Slurm(d, conf, env)
+    cluster = Slurm(d, conf, env, hosts)
     try:
         m = Daemon(
             "munged",
@@ -391,12 +411,18 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
         ctld = Daemon("slurmctld", [slurmctld, "-D", "-i", "-f", str(conf)], env)
         daemons.append(ctld)
         ctld.wait_for("Running as primary controller")
-        node = Daemon("slurmd", [slurmd, "-D", "-N", "danaus1", "-f", str(conf)], env)
-        daemons.append(node)
-        node.wait_for("slurmd started on")
+        for name, host in hosts.items():
+            (d / "spool" / name).mkdir(mode=0o755)
+            # nsenter, not `ip netns exec`: only the network namespace changes, so
+            # slurmd still sees this machine's /sys (and its cgroup file system).
+            argv = [NSENTER, f"--net=/run/netns/{host.netns}", slurmd, "-D", "-N", name]
+            argv += ["-f", str(conf)]
+            node = Daemon(f"slurmd {name}", argv, env)
+            daemons.append(node)
+            node.wait_for("slurmd started on")
         wait_until(
             lambda: cluster.run("sinfo", "-h", "-o", "%T").stdout.strip() == "idle",
-            "the Slurm node becoming idle",
+            "the Slurm nodes becoming idle",
         )
         yield cluster
     finally:
@@ -409,3 +435,5 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Slurm]:
             for daemon in reversed(daemons):
                 daemon.stop()
             mp.undo()
+            for host in hosts.values():
+                network.remove_host(host)

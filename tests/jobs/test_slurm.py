@@ -20,7 +20,8 @@ CLIENT = """
         @endpoint
         def where(self):
             env = os.environ
-            return {"job": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME")}
+            return {"job": env.get("SLURM_JOB_ID"), "node": env.get("SLURMD_NODENAME"),
+                    "netns": os.stat("/proc/self/ns/net").st_ino}
 
     def cmdlines_with(secret):
         found = []
@@ -33,7 +34,7 @@ CLIENT = """
                 pass
         return found
 
-    job = SlurmJob({"trainers": 1}, python_exe=sys.executable, port=int(sys.argv[1]),
+    job = SlurmJob({"trainers": 2}, python_exe=sys.executable, port=int(sys.argv[1]),
                    log_dir=sys.argv[2], job_name="danaus_test", time_limit="00:10:00")
     trainers = job.state(cached_path=None).trainers
     procs = trainers.spawn_procs(per_host={"gpus": 2})
@@ -58,8 +59,11 @@ def test_slurm_job_runs_actors_on_the_allocation_and_kill_cancels_it(
         pytest.fail(f"the client failed: {client.communicate(timeout=30)[1]}")
     result = json.loads(line)
     job_id = result["job_id"]
-    assert result["nodes"] == ["danaus1"]
-    assert [(a["job"], a["node"]) for a in result["answers"]] == [(job_id, "danaus1")] * 2
+    assert result["nodes"] == ["danaus1", "danaus2"]
+    nodes = ["danaus1", "danaus1", "danaus2", "danaus2"]  # hosts x gpus, row major
+    assert [(a["job"], a["node"]) for a in result["answers"]] == [(job_id, n) for n in nodes]
+    # Each node's procs run in that node's network namespace, as on separate machines.
+    assert [a["netns"] for a in result["answers"]] == [slurm.nodes[n].netns_inode for n in nodes]
     assert slurm.job_state(job_id) == "RUNNING"
     # The secret is in no command line and not in the script Slurm keeps.
     assert result["secret_in_cmdlines"] == []
@@ -83,8 +87,8 @@ def test_sbatch_refusing_the_request_quotes_its_reason(slurm: Slurm, tmp_path) -
 def test_a_job_pending_too_long_is_cancelled_quoting_the_pending_reason(
     slurm: Slurm, tmp_path
 ) -> None:
-    # Two nodes from a one-node cluster: Slurm accepts it and leaves it pending.
-    job = SlurmJob({"a": 2}, log_dir=str(tmp_path), job_start_timeout=0.5, exclusive=False)
+    # Three nodes from a two-node cluster: Slurm accepts it and leaves it pending.
+    job = SlurmJob({"a": 3}, log_dir=str(tmp_path), job_start_timeout=0.5, exclusive=False)
     with pytest.raises(SlurmError, match=r"did not start within 0.5 s \(PENDING, reason \w+"):
         job.apply()
     assert job.job_id is not None

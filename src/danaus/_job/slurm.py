@@ -187,12 +187,16 @@ class SlurmJob(JobTrait):
         if self._exclusive:
             lines.append("#SBATCH --exclusive")
         lines += [f"#SBATCH {arg}" for arg in self._slurm_args]
-        worker = [self._python_exe, "-m", "danaus", "worker"]
-        # Every node listens on all its addresses: which one the client uses is the
-        # node's NodeAddr. The secret is in the job's environment (DANAUS_SECRET).
-        worker += ["--listen", f"tcp://0.0.0.0:{self._port}"]
+        # Every node listens on its NodeAddr, the address clients connect to (a worker
+        # on 0.0.0.0 would advertise loopback). The secret is in the job's environment.
+        worker = shlex.join([self._python_exe, "-m", "danaus", "worker", "--listen"])
+        find_addr = (
+            'addr=$(scontrol show node "$SLURMD_NODENAME" 2>/dev/null '
+            '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)'
+        )
+        task = f'{find_addr}; exec {worker} "tcp://${{addr:-0.0.0.0}}:{self._port}"'
         srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
-        lines += ["", f"exec {shlex.join(srun)} {shlex.join(worker)}", ""]
+        lines += ["", f"exec {shlex.join(srun)} bash -c {shlex.quote(task)}", ""]
         return "\n".join(lines)
 
     # -- applying --------------------------------------------------------------------
