@@ -95,7 +95,20 @@ FACADES = {
         "is_ibverbs_available",
         "is_rdma_available",
     ],
-    "danaus.job": ["JobState", "JobTrait", "LocalJob", "ProcessJob"],
+    "danaus.job": [
+        "JobState",
+        "JobTrait",
+        "LocalJob",
+        "ProcessJob",
+        "SSHJob",
+        "SlurmError",
+        "SlurmJob",
+        "StartedWorker",
+        "hosts_from_config",
+        "job_load",
+        "job_loads",
+    ],
+    "danaus.spmd": ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"],
     "danaus.config": [
         "SETTINGS",
         "Setting",
@@ -174,6 +187,7 @@ FACADES = {
         "get_or_spawn_controller",
         "local_proc_mesh",
         "proc_mesh",
+        "hosts_from_config",
         "run_worker_loop_forever",
         "send",
         "shutdown_context",
@@ -234,10 +248,6 @@ MONARCH_OLDER = {
     "monarch.rdma": ["gpu_direct_rdma_supported"],
 }
 
-# Provided by the jobs work (another branch): accepted here until the lead merges it.
-# Remove this list once ``danaus.job.hosts_from_config`` exists.
-PROVIDED_BY_JOBS_WORK = {("monarch.job", "hosts_from_config")}
-
 # Top-level names of Monarch's tensor engine that danaus does not provide; each is
 # also listed, with the reason, in docs/monarch-differences.md.
 TENSOR_ENGINE_NOT_YET_AVAILABLE = [
@@ -275,13 +285,7 @@ def test_every_monarch_name_has_a_danaus_counterpart_or_a_documented_reason(modu
     danaus_mod = importlib.import_module(_danaus_module(module))
     documented = _documented_names()
     names = MONARCH_0_7[module].split() + MONARCH_OLDER.get(module, [])
-    missing = [
-        n
-        for n in names
-        if not hasattr(danaus_mod, n)
-        and n not in documented
-        and (module, n) not in PROVIDED_BY_JOBS_WORK
-    ]
+    missing = [n for n in names if not hasattr(danaus_mod, n) and n not in documented]
     assert not missing, (
         f"{module} exports {missing}, which {danaus_mod.__name__} lacks; add them or list them "
         f"in the 'Names not yet available' table of {DIFFERENCES.name}"

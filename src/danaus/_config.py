@@ -200,6 +200,20 @@ SETTINGS: tuple[Setting, ...] = (
         "How long attaching to a worker may take before it fails.",
     ),
     Setting(
+        "attach_retry_deadline",
+        "duration",
+        60.0,
+        "How long attach_to_workers keeps retrying a worker that refuses or cannot "
+        "be reached (still starting, e.g. under a scheduler) before it fails naming it.",
+    ),
+    Setting(
+        "attach_progress_every",
+        "duration",
+        5.0,
+        "While attach_to_workers waits, a progress line naming the workers still "
+        "missing is printed this often (0: at every retry).",
+    ),
+    Setting(
         "worker_start_timeout",
         "duration",
         60.0,

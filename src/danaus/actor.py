@@ -53,6 +53,7 @@ from ._actor.procs import ProcMesh as ProcMesh
 from ._actor.procs import this_proc as this_proc
 from ._errors import ActorError as ActorError
 from ._errors import SupervisionError as SupervisionError
+from ._job.config import hosts_from_config as hosts_from_config
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import ValueMesh as ValueMesh
@@ -91,6 +92,7 @@ __all__ = [
     "enable_transport",
     "endpoint",
     "get_or_spawn_controller",
+    "hosts_from_config",
     "local_proc_mesh",
     "proc_mesh",
     "run_worker_loop_forever",

@@ -43,7 +43,7 @@ CLIENT = textwrap.dedent(
             "hosts": trainers.sizes,
             "procs": procs.sizes,
             "answers": answers,
-            "client": os.getpid(),
+            "workers": [w.pid for w in job.workers["trainers"]],
         }), flush=True)
         procs.stop().get(timeout=30)
     finally:
@@ -57,6 +57,7 @@ def test_process_job_runs_actors_on_local_worker_hosts(tmp_path) -> None:
     script.write_text(CLIENT)
     out = subprocess.run(
         [sys.executable, str(script)],
+        cwd=tmp_path,
         env=client_env(),
         capture_output=True,
         text=True,
@@ -68,10 +69,10 @@ def test_process_job_runs_actors_on_local_worker_hosts(tmp_path) -> None:
     assert result["procs"] == {"hosts": 2, "gpus": 2}
     assert [a["rank"] for a in result["answers"]] == [0, 1, 2, 3]
     assert len({a["pid"] for a in result["answers"]}) == 4
-    # proc -> zygote -> worker -> this client: two worker processes, two procs each.
+    # proc -> zygote -> worker: two worker processes (the job's), two procs each.
     workers = [a["worker"] for a in result["answers"]]
     assert workers[0] == workers[1] != workers[2] == workers[3]
-    assert {a["worker_parent"] for a in result["answers"]} == {result["client"]}
+    assert [workers[0], workers[2]] == result["workers"]
 
 
 TWO_JOBS = textwrap.dedent(
@@ -104,6 +105,7 @@ def test_two_process_jobs_in_one_client_both_work(tmp_path) -> None:
     script.write_text(TWO_JOBS)
     out = subprocess.run(
         [sys.executable, str(script)],
+        cwd=tmp_path,
         env=client_env(),
         capture_output=True,
         text=True,

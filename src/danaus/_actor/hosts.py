@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import concurrent.futures
 import enum
+import errno
 import functools
+import os
 import secrets
 import socket
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +36,10 @@ from .future import Future
 from .procs import ProcMesh, check_per_host, spawn_on
 
 __all__ = ["ChannelTransport", "HostMesh", "attach_to_workers", "enable_transport", "this_host"]
+
+# Backoff between tries of a worker that refuses or cannot be reached yet.
+ATTACH_RETRY_FIRST = 0.05
+ATTACH_RETRY_MAX = 2.0
 
 
 @dataclass
@@ -68,7 +76,9 @@ class HostMesh(MeshTrait):
 
     def _agents(self) -> list[ProcId | None]:
         try:
-            agents = self._state.agents.result(config.get("attach_timeout"))
+            agents = self._state.agents.result(
+                config.get("attach_retry_deadline") + config.get("attach_timeout")
+            )
         except concurrent.futures.TimeoutError:
             raise TimeoutError(
                 f"attaching to the workers took longer than {config.get('attach_timeout')} s"
@@ -342,8 +352,20 @@ def attach_to_workers(
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
     countdown = Countdown(len(addrs), lambda: set_future(cf, True, tuple(agents)))
+    waiting = _Waiting(addrs)
 
-    def one(i: int, addr: str, ok: bool, value: Any) -> None:
+    def one(i: int, addr: str, delay: float, ok: bool, value: Any) -> None:
+        if not ok and _not_up_yet(value) and not cf.done():
+            if waiting.retry(addr):
+                timer = threading.Timer(delay, attempt, (i, addr, min(2 * delay, ATTACH_RETRY_MAX)))
+                timer.daemon = True
+                timer.start()
+                return
+            deadline = config.get("attach_retry_deadline")
+            value = (
+                f"{value} (still unreachable after {deadline:g} s of retrying; "
+                f"missing: {', '.join(waiting.missing())})"
+            )
         if not ok:
             err = RuntimeError(
                 f"attach failed: worker {addr}: {value}. Check that the worker runs and that "
@@ -351,20 +373,27 @@ def attach_to_workers(
             )
             set_future(cf, False, err)
             return
+        waiting.arrived(addr)
         if rt.is_lost(value["name"]) is not None:
             rt.forget_peer(value["name"])  # the same worker, back after a partition
         agents[i] = ProcId(value["name"], join(addr, f"host:{value['host']}"))
         countdown.tick()
 
-    for i, addr in enumerate(addrs):
+    def attempt(i: int, addr: str, delay: float) -> None:
+        if cf.done():
+            return
         provisional = ProcId(f"attach-{secrets.token_hex(3)}", addr)
-        collector = Collector(rt, f"attaching to {addr}", 1, functools.partial(_skip, one, i, addr))
+        on_value = functools.partial(_skip, one, i, addr, delay)
+        collector = Collector(rt, f"attaching to {addr}", 1, on_value)
         collector.expect(0, provisional)
         rt.send(
             provisional,
             Attach(rt.proc_id, collector.port),
             on_fail=functools.partial(collector.fail, 0),
         )
+
+    for i, addr in enumerate(addrs):
+        attempt(i, addr, ATTACH_RETRY_FIRST)
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))
     return HostMesh(shape, _HostState(cf, owned=True, name=name))
 
@@ -374,5 +403,58 @@ def _insecure() -> bool:
     return bool(config.get("insecure"))
 
 
-def _skip(fn: Callable[..., None], i: int, addr: str, _index: int, ok: bool, v: Any) -> None:
-    fn(i, addr, ok, v)
+def _skip(
+    fn: Callable[..., None], i: int, addr: str, delay: float, _index: int, ok: bool, v: Any
+) -> None:
+    fn(i, addr, delay, ok, v)
+
+
+_NOT_UP = tuple(os.strerror(e) for e in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH))
+
+
+def _not_up_yet(error: Any) -> bool:
+    """True when attaching failed because nothing answered yet (refused, no route).
+
+    Also when the worker still serves a client: the previous client may have just
+    exited (a reconnecting client), which the worker notices a moment later.
+    """
+    reason = str(getattr(error, "reason", ""))
+    if reason.startswith("cannot connect to proc") or any(e in reason for e in _NOT_UP):
+        return True
+    return "a worker serves one client at a time" in str(error)
+
+
+class _Waiting:
+    """The workers not attached yet: the retry deadline and the progress line naming them."""
+
+    def __init__(self, addrs: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self._missing = dict.fromkeys(addrs)
+        self._deadline = time.monotonic() + config.get("attach_retry_deadline")
+        self._next_line = time.monotonic() + config.get("attach_progress_every")
+
+    def missing(self) -> list[str]:
+        with self._lock:
+            return list(self._missing)
+
+    def arrived(self, addr: str) -> None:
+        with self._lock:
+            self._missing.pop(addr, None)
+
+    def retry(self, addr: str) -> bool:
+        """Whether to try ``addr`` again; prints the progress line when one is due."""
+        now = time.monotonic()
+        with self._lock:
+            if now >= self._deadline:
+                return False
+            line = None
+            if now >= self._next_line:
+                self._next_line = now + config.get("attach_progress_every")
+                left = self._deadline - now
+                line = (
+                    f"danaus: waiting for {len(self._missing)} worker(s) still starting "
+                    f"({left:.0f} s left): {', '.join(self._missing)}"
+                )
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+        return True

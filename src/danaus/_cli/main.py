@@ -11,6 +11,13 @@ __all__ = ["main"]
 def _worker(args: argparse.Namespace) -> int:
     import os
 
+    if args.secret_file == "-":  # the secret arrives on stdin, never on a command line
+        secret = sys.stdin.readline().strip()
+        if not secret:
+            print("danaus worker: --secret-file - but stdin held no secret", file=sys.stderr)
+            return 2
+        os.environ["DANAUS_SECRET"] = secret
+        args.secret_file = None
     for flag, var in (("tls_cert", "CERT"), ("tls_key", "KEY"), ("tls_ca", "CA")):
         if getattr(args, flag):
             os.environ[f"DANAUS_TLS_{var}"] = getattr(args, flag)  # procs inherit it
@@ -20,6 +27,18 @@ def _worker(args: argparse.Namespace) -> int:
     def listening(addr: str) -> None:
         print(f"danaus worker listening on {addr}", flush=True)
 
+    if args.detach:
+        from danaus._job.detach import run_detached
+
+        return run_detached(
+            lambda on_listening: run_worker_loop_forever(
+                address=args.listen,
+                secret_file=args.secret_file,
+                insecure=args.insecure,
+                on_listening=on_listening,
+            ),
+            args.log_file,
+        )
     try:
         run_worker_loop_forever(
             address=args.listen,
@@ -34,11 +53,27 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="danaus", description="danaus command line")
+    from .jobs import add_job_commands, run_job_command
+
+    parser = argparse.ArgumentParser(
+        prog="danaus",
+        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, kill).",
+        epilog="`danaus COMMAND --help` explains each command with examples.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="serve this machine as a worker host for danaus clients")
     w.add_argument("--listen", required=True, help="tcp://HOST:PORT to listen on (port 0: any)")
-    w.add_argument("--secret-file", help="file holding the job secret (else $DANAUS_SECRET)")
+    w.add_argument(
+        "--secret-file",
+        help="file holding the job secret, '-' to read it from stdin (else $DANAUS_SECRET)",
+    )
+    w.add_argument(
+        "--detach",
+        action="store_true",
+        help="run the worker in the background (own session); print its address and pid "
+        "once it listens, then exit (how SSHJob starts workers)",
+    )
+    w.add_argument("--log-file", help="with --detach: the worker's output (default: a temp file)")
     w.add_argument(
         "--insecure",
         action="store_true",
@@ -48,9 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-cert", help="PEM certificate: makes TCP connections mutual TLS")
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
+    add_job_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
+    if args.command in ("apply", "kill", "exec"):
+        return run_job_command(args)
     return 2  # pragma: no cover
 
 

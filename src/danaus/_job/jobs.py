@@ -11,19 +11,42 @@ A job obtains hosts and hands out one ``HostMesh`` per named mesh::
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import os
+import pickle
+import shlex
+import signal
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._actor.hosts import HostMesh, attach_to_workers, this_host
 from .._transport.auth import new_secret
+from .detach import LISTENING
 
-__all__ = ["JobState", "JobTrait", "LocalJob", "ProcessJob"]
+__all__ = [
+    "JobState",
+    "JobTrait",
+    "LocalJob",
+    "ProcessJob",
+    "SSHJob",
+    "StartedWorker",
+    "job_load",
+    "job_loads",
+]
 
 WORKER_START_TIMEOUT = 60.0
+# config: how long kill() waits for the procs to stop before ending the workers.
+STOP_TIMEOUT = 30.0
+# config: where ``JobTrait.state()`` caches the running job for the next client.
+CACHED_PATH = ".danaus/job_state.pkl"
+# config: the port workers started by SSHJob/SlurmJob listen on.
+DEFAULT_PORT = 26600
 
 
 _secret_lock = threading.Lock()
@@ -60,41 +83,132 @@ class JobState:
             f"this job has no mesh named {name!r}; its meshes are {sorted(self._meshes)}"
         )
 
+    def _stop_procs(self) -> None:
+        """Stop the procs spawned on these meshes (best effort, bounded)."""
+        for mesh in self._meshes.values():
+            with contextlib.suppress(Exception):
+                mesh.stop().get(timeout=STOP_TIMEOUT)
+
     def __repr__(self) -> str:
         return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._meshes.items())})"
 
 
 class JobTrait:
-    """The job API: ``apply()`` obtains the hosts, ``state()`` names them, ``kill()`` ends it."""
+    """The job API: ``apply()`` obtains the hosts, ``state()`` names them, ``kill()`` ends it.
+
+    A job is a specification (the constructor's arguments) plus, once applied,
+    what the scheduler handed out (worker addresses, an allocation id, the job
+    secret). ``dump()``/``dumps()`` pickle both, so another client process can
+    ``job_load()`` the job and attach to the same workers; ``state()`` does this
+    by itself through ``cached_path``.
+    """
+
+    # Attributes that live only in this process (processes, attached meshes): not pickled.
+    _TRANSIENT: tuple[str, ...] = ("_state",)
 
     def __init__(self) -> None:
         self._applied = False
         self._state: JobState | None = None
+        self._cached: JobTrait | None = None  # the job loaded from the cache that runs us
+        self._cached_path: str | None = None
+
+    @property
+    def _running(self) -> JobTrait | None:
+        if self._cached is not None:
+            return self._cached
+        return self if self._applied else None
 
     @property
     def active(self) -> bool:
-        return self._applied
+        return self._running is not None
 
     def apply(self, client_script: str | None = None) -> None:
         """Obtain the hosts (a no-op if already applied)."""
         if client_script is not None:
-            raise NotImplementedError("batch mode (client_script) is not supported yet")
-        if not self._applied:
+            raise NotImplementedError(
+                "batch mode (apply(client_script=...)) is not supported; apply() the job, then "
+                "run the client script yourself (it reconnects through job.state())"
+            )
+        if self._running is None:
             self._create()
             self._applied = True
 
-    def state(self, cached_path: str | None = None) -> JobState:
-        """The job's meshes; applies the job first if needed."""
-        self.apply()
-        if self._state is None:
-            self._state = JobState(self._meshes())
-        return self._state
+    def state(self, cached_path: str | None = CACHED_PATH) -> JobState:
+        """The job's meshes, one attribute per mesh name.
+
+        If the job is not applied yet and ``cached_path`` holds a running job
+        that ``can_run`` this one, its workers are reused (another client
+        applied it); otherwise the job is applied and saved to ``cached_path``
+        (``None``: no cache).
+        """
+        running = self._running
+        if running is None:
+            cached = _load_cached(cached_path, self)
+            if cached is not None:
+                self._cached = cached
+                self._cached_path = cached_path
+                running = cached
+            else:
+                self.apply()
+                running = self
+                if cached_path is not None:
+                    self.dump(cached_path)
+                    self._cached_path = cached_path
+        if running._state is None:
+            running._state = JobState(running._meshes())
+        return running._state
 
     def kill(self) -> None:
-        """Release the hosts."""
-        self._kill()
+        """Release the hosts (also those of a job reconnected from the cache) and drop the cache."""
+        running = self._running
+        if running is not None:
+            if running._state is not None:
+                running._state._stop_procs()  # first, so their exits are expected
+            running._kill()
+            running._applied = False
+            running._state = None
+        self._cached = None
         self._applied = False
         self._state = None
+        if self._cached_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._cached_path)
+            self._cached_path = None
+
+    def can_run(self, spec: JobTrait) -> bool:
+        """Whether this (running) job provides what ``spec`` asks for, so ``spec`` can reuse it."""
+        return type(spec) is type(self) and spec._spec() == self._spec()
+
+    def dump(self, filename: str) -> None:
+        """Save the job (with its secret: the file is made readable by its owner only)."""
+        path = os.path.realpath(filename)
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.dumps())
+
+    def dumps(self) -> bytes:
+        """The job, pickled (see ``job_loads``)."""
+        return pickle.dumps(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in self._TRANSIENT:
+            state.pop(name, None)
+        state["_cached_path"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._state = None
+
+    def _spec(self) -> Any:
+        """What ``can_run`` compares: the job's specification."""
+        raise NotImplementedError
+
+    def _still_running(self) -> bool:
+        """Whether the hosts a loaded job names are still there (cheap checks only)."""
+        return True
 
     def _create(self) -> None:
         raise NotImplementedError
@@ -104,6 +218,34 @@ class JobTrait:
 
     def _kill(self) -> None:
         pass
+
+
+def job_loads(data: bytes) -> JobTrait:
+    """The job pickled by ``JobTrait.dumps``. Unpickles: load only what you wrote."""
+    job = pickle.loads(data)
+    if not isinstance(job, JobTrait):
+        raise TypeError(f"the data holds a {type(job).__name__}, not a danaus job")
+    return job
+
+
+def job_load(filename: str) -> JobTrait:
+    """The job saved by ``JobTrait.dump(filename)``."""
+    with open(filename, "rb") as f:
+        return job_loads(f.read())
+
+
+def _load_cached(cached_path: str | None, spec: JobTrait) -> JobTrait | None:
+    """The running job cached at ``cached_path`` if it can run ``spec``, else None."""
+    if cached_path is None:
+        return None
+    try:
+        job = job_load(cached_path)
+    except FileNotFoundError:
+        return None
+    running = job._running
+    if running is None or not running.can_run(spec) or not running._still_running():
+        return None  # another spec's job: left alone, and replaced by ours
+    return running
 
 
 class LocalJob(JobTrait):
@@ -113,6 +255,9 @@ class LocalJob(JobTrait):
         super().__init__()
         self._names = list(hosts)
 
+    def _spec(self) -> Any:
+        return self._names
+
     def _create(self) -> None:
         pass
 
@@ -120,72 +265,232 @@ class LocalJob(JobTrait):
         return {name: this_host() for name in self._names}
 
 
-class ProcessJob(JobTrait):
-    """Hosts as local ``danaus worker`` processes, for development and tests.
+@dataclass(frozen=True)
+class StartedWorker:
+    """A worker a job started: the host it was asked for, its address, its pid there."""
 
-    ``ProcessJob({"trainers": 2})`` starts two workers on 127.0.0.1 with a fresh
-    job secret; ``state().trainers`` is a ``HostMesh`` of ``hosts=2``.
+    host: str
+    address: str
+    pid: int
+
+
+def _check_mesh_name(name: Any) -> None:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"mesh names must be identifiers, got {name!r}")
+
+
+class _DetachedWorkersJob(JobTrait):
+    """A job whose workers run detached (``danaus worker --detach``), one per host.
+
+    Subclasses say how to run a command on a host (``_launch``) and how to end a
+    worker (``_stop``). The workers outlive this client, so a client that loads
+    the job from its cache attaches to the same ones.
     """
 
-    def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, hosts: Mapping[str, Sequence[str]]) -> None:
         super().__init__()
-        for name, n in meshes.items():
-            if not name.isidentifier():
-                raise ValueError(f"mesh names must be identifiers, got {name!r}")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"mesh {name!r} needs a host count >= 1, got {n!r}")
-        self._spec = dict(meshes)
-        self._env = dict(env or {})
+        self._hosts = {name: list(hs) for name, hs in hosts.items()}
         self._secret = _job_secret()
-        self._workers: dict[str, list[tuple[subprocess.Popen[str], str]]] = {}
+        self._workers: dict[str, list[StartedWorker]] = {}
 
-    def _start_worker(self) -> tuple[subprocess.Popen[str], str]:
-        env = {
-            **os.environ,
-            **self._env,
-            "DANAUS_SECRET": self._secret,
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        }
-        p = subprocess.Popen(
-            [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
-            stdout=subprocess.PIPE,
-            env=env,
-            text=True,
-            start_new_session=True,
-        )
-        assert p.stdout is not None
-        line: list[str] = []
-        reader = threading.Thread(target=lambda: line.append(p.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(WORKER_START_TIMEOUT)
-        if not line or not line[0].startswith("danaus worker listening on "):
-            p.kill()
-            raise RuntimeError(
-                f"a local worker did not start within {WORKER_START_TIMEOUT} s "
-                f"(exit code {p.poll()}, said {line[0] if line else ''!r})"
+    def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
+        """``(argv, env)`` that runs ``danaus worker --detach`` for ``host``."""
+        raise NotImplementedError
+
+    def _where(self, host: str) -> str:
+        return f"host {host!r}"
+
+    def _start(self, host: str) -> StartedWorker:
+        argv, env = self._launch(host)
+        try:
+            out = subprocess.run(
+                argv,
+                input=self._secret + "\n",  # the secret travels on stdin, never in argv
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=WORKER_START_TIMEOUT,
             )
-        return p, line[0].split()[-1]
+        except subprocess.TimeoutExpired as e:
+            raise RuntimeError(
+                f"{type(self).__name__}: starting a worker on {self._where(host)} took longer "
+                f"than {WORKER_START_TIMEOUT} s: {' '.join(argv)}: {_text(e.stderr)}"
+            ) from None
+        words = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else []
+        if out.returncode != 0 or len(words) < 7 or not out.stdout.startswith(LISTENING):
+            raise RuntimeError(
+                f"{type(self).__name__}: could not start a worker on {self._where(host)}: "
+                f"`{' '.join(argv)}` exited with {out.returncode}: "
+                f"{(out.stderr.strip() or out.stdout.strip() or '(no output)')}"
+            )
+        # danaus worker listening on ADDR pid PID log PATH
+        return StartedWorker(host, words[4], int(words[6]))
 
     def _create(self) -> None:
-        try:
-            for name, n in self._spec.items():
-                self._workers[name] = [self._start_worker() for _ in range(n)]
-        except BaseException:
-            self._kill()
-            raise
+        todo = [(name, h) for name, hs in self._hosts.items() for h in hs]
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(32, len(todo)))) as pool:
+            futures = [pool.submit(self._start, h) for _, h in todo]
+            concurrent.futures.wait(futures)
+        started = [f.result() for f in futures if f.exception() is None]
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        if errors:
+            self._stop_all(started)
+            raise errors[0]  # type: ignore[misc]
+        it = iter(started)
+        self._workers = {name: [next(it) for _ in hs] for name, hs in self._hosts.items()}
 
     def _meshes(self) -> dict[str, HostMesh]:
         return {
-            name: attach_to_workers(workers=[addr for _, addr in ws], secret=self._secret)
+            name: attach_to_workers(workers=[w.address for w in ws], secret=self._secret)
             for name, ws in self._workers.items()
         }
 
+    def _stop(self, worker: StartedWorker) -> None:
+        raise NotImplementedError
+
+    def _stop_all(self, workers: list[StartedWorker]) -> None:
+        if workers:
+            with concurrent.futures.ThreadPoolExecutor(min(32, len(workers))) as pool:
+                list(pool.map(self._stop, workers))
+
     def _kill(self) -> None:
-        for ws in self._workers.values():
-            for p, _ in ws:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
-                if p.stdout is not None:
-                    p.stdout.close()
-        self._workers.clear()
+        self._stop_all([w for ws in self._workers.values() for w in ws])
+        self._workers = {}
+
+    @property
+    def workers(self) -> dict[str, list[StartedWorker]]:
+        """The workers started, per mesh (empty before ``apply()``)."""
+        return {name: list(ws) for name, ws in self._workers.items()}
+
+
+def _text(data: Any) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace").strip()
+    return (data or "").strip()
+
+
+class ProcessJob(_DetachedWorkersJob):
+    """Hosts as local ``danaus worker`` processes, for development and tests.
+
+    ``ProcessJob({"trainers": 2})`` starts two workers on 127.0.0.1 with the
+    client's job secret; ``state().trainers`` is a ``HostMesh`` of ``hosts=2``.
+    The workers run in sessions of their own until ``kill()``, so a second
+    client can reconnect to them through the cached job state.
+    """
+
+    def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
+        for name, n in meshes.items():
+            _check_mesh_name(name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"mesh {name!r} needs a host count >= 1, got {n!r}")
+        super().__init__({name: ["127.0.0.1"] * n for name, n in meshes.items()})
+        self._sizes = dict(meshes)
+        self._env = dict(env or {})
+
+    def _spec(self) -> Any:
+        return (self._sizes, self._env)
+
+    def _where(self, host: str) -> str:
+        return "this machine"
+
+    def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "DANAUS_SECRET"},
+            **self._env,
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        }
+        argv = [sys.executable, "-m", "danaus", "worker", "--listen", f"tcp://{host}:0"]
+        return [*argv, "--secret-file", "-", "--detach"], env
+
+    def _stop(self, worker: StartedWorker) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signal.SIGKILL)  # its session: worker, zygote, procs
+
+    def _still_running(self) -> bool:
+        return all(_pid_exists(w.pid) for ws in self._workers.values() for w in ws)
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SSHJob(_DetachedWorkersJob):
+    """Workers started over ``ssh`` on hosts you can log in to.
+
+    ``SSHJob(["node1", "node2"])`` gives one mesh named ``hosts``;
+    ``SSHJob({"trainers": ["node1", "node2"], "eval": ["node3"]})`` names them.
+    On every host it runs ``PYTHON_EXE -m danaus worker --detach`` listening on
+    the host's address (as this client resolves it) and ``port``; the job
+    secret goes over ssh's stdin. ``ssh_args`` are passed to ``ssh`` first
+    (``-p 2222``, ``-i KEY``, ``-o ...``); ``ssh`` runs non-interactively
+    (``BatchMode=yes``), so keys or an agent must be set up. ``kill()`` ends
+    the workers over ssh.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str] | Mapping[str, Sequence[str]],
+        python_exe: str = "python3",
+        ssh_args: Sequence[str] = (),
+        port: int = DEFAULT_PORT,
+    ) -> None:
+        if isinstance(hosts, str):
+            raise TypeError(f"hosts must be a list of host names (or a dict), got {hosts!r}")
+        meshes = dict(hosts) if isinstance(hosts, Mapping) else {"hosts": list(hosts)}
+        if not meshes:
+            raise ValueError("SSHJob needs at least one mesh of hosts")
+        for name, hs in meshes.items():
+            _check_mesh_name(name)
+            if isinstance(hs, str) or not hs or not all(isinstance(h, str) and h for h in hs):
+                raise ValueError(f"mesh {name!r} needs a non-empty list of host names, got {hs!r}")
+            seen = [_address_of(h) for h in hs]
+            if len(set(seen)) != len(seen):
+                raise ValueError(
+                    f"mesh {name!r} names one host twice ({hs!r}): one worker per host and port"
+                )
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}")
+        if isinstance(ssh_args, str):
+            raise TypeError(f"ssh_args must be a list of arguments, got the string {ssh_args!r}")
+        super().__init__(meshes)
+        self._python_exe = python_exe
+        self._ssh_args = list(ssh_args)
+        self._port = port
+
+    def _spec(self) -> Any:
+        return (self._hosts, self._python_exe, self._ssh_args, self._port)
+
+    def _ssh(self, host: str, command: list[str]) -> list[str]:
+        return ["ssh", *self._ssh_args, "-o", "BatchMode=yes", host, shlex.join(command)]
+
+    def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
+        listen = f"tcp://{_resolve(host)}:{self._port}"
+        worker = [self._python_exe, "-m", "danaus", "worker", "--listen", listen]
+        return self._ssh(host, [*worker, "--secret-file", "-", "--detach"]), None
+
+    def _stop(self, worker: StartedWorker) -> None:
+        subprocess.run(
+            self._ssh(worker.host, ["kill", "-KILL", "--", f"-{worker.pid}"]),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=WORKER_START_TIMEOUT,
+        )
+
+
+def _address_of(host: str) -> str:
+    """The host part of an ssh destination (``user@host`` -> ``host``)."""
+    return host.rpartition("@")[2]
+
+
+def _resolve(host: str) -> str:
+    name = _address_of(host)
+    try:
+        return str(socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    except OSError as e:
+        raise RuntimeError(f"SSHJob: cannot resolve host {host!r}: {e}") from None

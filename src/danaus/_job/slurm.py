@@ -1,0 +1,349 @@
+"""``SlurmJob``: hosts from a Slurm allocation, with one ``danaus worker`` per node.
+
+``apply()`` submits a batch job with ``sbatch`` whose script runs ``srun``
+with one worker per node; it waits (a progress line every few seconds) until
+Slurm starts the job, then ``state()`` attaches to the workers on the nodes'
+addresses. The job secret reaches the workers through the job's environment
+(``sbatch`` exports the submitting environment), never on a command line nor
+in the script. ``kill()`` runs ``scancel``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._actor.hosts import HostMesh, attach_to_workers
+from .jobs import DEFAULT_PORT, JobTrait, _check_mesh_name, _job_secret
+
+__all__ = ["SlurmJob"]
+
+# config: how often the allocation's state is polled (squeue/scontrol), and how
+# often a progress line is printed while waiting for it.
+SLURM_POLL_INTERVAL = 0.25
+SLURM_PROGRESS_EVERY = 5.0
+# config: how long a Slurm command (sbatch, scontrol, scancel) may take.
+SLURM_COMMAND_TIMEOUT = 60.0
+LOG_TAIL = 3000  # bytes of the job's log quoted when it fails
+
+_ENDED = {
+    "BOOT_FAIL",
+    "CANCELLED",
+    "COMPLETED",
+    "DEADLINE",
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "REVOKED",
+    "TIMEOUT",
+}
+
+
+class SlurmError(RuntimeError):
+    """Slurm refused the job, ended it, or did not start it in time (its reason quoted)."""
+
+
+class SlurmJob(JobTrait):
+    """Hosts from Slurm: ``SlurmJob({"trainers": 4})`` asks for 4 nodes, one worker each.
+
+    The arguments follow Monarch's ``SlurmJob``: ``python_exe`` runs the worker
+    on the nodes (it must import danaus); ``port`` is the port every worker
+    listens on; ``slurm_args`` are extra ``#SBATCH`` options (``"--reservation=x"``);
+    ``time_limit`` (``"HH:MM:SS"``), ``partition``, ``gpus_per_node``,
+    ``cpus_per_task``, ``mem``, ``account``, ``qos``, ``exclusive`` map to the
+    sbatch options of those names. The job's output goes to
+    ``log_dir/slurm-JOBID-JOBNAME.out`` (``log_dir`` defaults to the current
+    directory). ``job_start_timeout`` (seconds, ``None``: no limit) bounds the
+    wait for the allocation; past it the job is cancelled and ``SlurmError``
+    quotes Slurm's pending reason.
+    """
+
+    def __init__(
+        self,
+        meshes: Mapping[str, int],
+        python_exe: str = "python",
+        slurm_args: Sequence[str] = (),
+        port: int = DEFAULT_PORT,
+        job_name: str = "danaus_job",
+        ntasks_per_node: int = 1,
+        time_limit: str | None = None,
+        partition: str | None = None,
+        log_dir: str | None = None,
+        exclusive: bool = True,
+        gpus_per_node: int | None = None,
+        cpus_per_task: int | None = None,
+        mem: str | None = None,
+        job_start_timeout: float | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(meshes, Mapping) or not meshes:
+            raise ValueError(
+                f"meshes must be a non-empty dict of name -> node count, got {meshes!r}"
+            )
+        for name, n in meshes.items():
+            _check_mesh_name(name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"mesh {name!r} needs a node count >= 1, got {n!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}")
+        if isinstance(slurm_args, str):
+            raise TypeError(f"slurm_args must be a list of options, got the string {slurm_args!r}")
+        for arg in slurm_args:
+            if not isinstance(arg, str) or not arg.startswith("-") or "\n" in arg:
+                raise ValueError(
+                    f"each of slurm_args must be one sbatch option ('--x=y'), got {arg!r}"
+                )
+        for label, value in (
+            ("ntasks_per_node", ntasks_per_node),
+            ("gpus_per_node", gpus_per_node),
+            ("cpus_per_task", cpus_per_task),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(f"{label} must be an integer >= 1, got {value!r}")
+        if job_start_timeout is not None and not job_start_timeout > 0:
+            raise ValueError(
+                f"job_start_timeout must be > 0 seconds or None, got {job_start_timeout!r}"
+            )
+        if not job_name or any(c.isspace() for c in job_name):
+            raise ValueError(f"job_name must be a non-empty word, got {job_name!r}")
+        self._sizes = dict(meshes)
+        self._python_exe = python_exe
+        self._slurm_args = list(slurm_args)
+        self._port = port
+        self._job_name = job_name
+        self._ntasks_per_node = ntasks_per_node
+        self._time_limit = time_limit
+        self._partition = partition
+        self._log_dir = os.path.abspath(log_dir if log_dir is not None else os.getcwd())
+        self._exclusive = exclusive
+        self._gpus_per_node = gpus_per_node
+        self._cpus_per_task = cpus_per_task
+        self._mem = mem
+        self._job_start_timeout = job_start_timeout
+        self._account = account
+        self._qos = qos
+        self._secret = _job_secret()
+        self.job_id: str | None = None
+        self._nodes: list[tuple[str, str]] = []  # (node name, address), in mesh order
+
+    def _spec(self) -> Any:
+        return (
+            self._sizes,
+            self._python_exe,
+            self._slurm_args,
+            self._port,
+            self._ntasks_per_node,
+            self._time_limit,
+            self._partition,
+            self._exclusive,
+            self._gpus_per_node,
+            self._cpus_per_task,
+            self._mem,
+            self._account,
+            self._qos,
+        )
+
+    # -- the batch script ------------------------------------------------------------
+
+    @property
+    def log_path(self) -> str | None:
+        """The job's output file (``None`` before ``apply()``)."""
+        if self.job_id is None:
+            return None
+        return os.path.join(self._log_dir, f"slurm-{self.job_id}-{self._job_name}.out")
+
+    def batch_script(self) -> str:
+        """The script ``apply()`` submits (it holds no secret)."""
+        nodes = sum(self._sizes.values())
+        out = os.path.join(self._log_dir, f"slurm-%j-{self._job_name}.out")
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={self._job_name}",
+            f"#SBATCH --nodes={nodes}",
+            f"#SBATCH --ntasks-per-node={self._ntasks_per_node}",
+            f"#SBATCH --output={out}",
+        ]
+        for flag, value in (
+            ("time", self._time_limit),
+            ("partition", self._partition),
+            ("gpus-per-node", self._gpus_per_node),
+            ("cpus-per-task", self._cpus_per_task),
+            ("mem", self._mem),
+            ("account", self._account),
+            ("qos", self._qos),
+        ):
+            if value is not None:
+                lines.append(f"#SBATCH --{flag}={value}")
+        if self._exclusive:
+            lines.append("#SBATCH --exclusive")
+        lines += [f"#SBATCH {arg}" for arg in self._slurm_args]
+        # Every node listens on its NodeAddr, the address clients connect to (a worker
+        # on 0.0.0.0 would advertise loopback). The secret is in the job's environment.
+        worker = shlex.join([self._python_exe, "-m", "danaus", "worker", "--listen"])
+        find_addr = (
+            'addr=$(scontrol show node "$SLURMD_NODENAME" 2>/dev/null '
+            '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)'
+        )
+        task = f'{find_addr}; exec {worker} "tcp://${{addr:-0.0.0.0}}:{self._port}"'
+        srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+        lines += ["", f"exec {shlex.join(srun)} bash -c {shlex.quote(task)}", ""]
+        return "\n".join(lines)
+
+    # -- applying --------------------------------------------------------------------
+
+    def _create(self) -> None:
+        os.makedirs(self._log_dir, exist_ok=True)
+        env = {**os.environ, "DANAUS_SECRET": self._secret}
+        out = _run(["sbatch", "--parsable"], input=self.batch_script(), env=env)
+        if out.returncode != 0:
+            raise SlurmError(f"sbatch refused the job: {out.stderr.strip() or out.stdout.strip()}")
+        job_id = out.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch answered {out.stdout.strip()!r}, not a job id")
+        self.job_id = job_id
+        try:
+            self._nodes = self._wait_for_start()
+        except BaseException:
+            self._kill()
+            raise
+
+    def _job_info(self) -> dict[str, str]:
+        """``scontrol show job`` as a dict (empty once Slurm forgot the job)."""
+        out = _run(["scontrol", "-o", "show", "job", str(self.job_id)])
+        if out.returncode != 0:
+            if "Invalid job id" in out.stderr:
+                return {}
+            raise SlurmError(f"scontrol show job {self.job_id} failed: {out.stderr.strip()}")
+        info: dict[str, str] = {}
+        for word in out.stdout.split():
+            key, sep, value = word.partition("=")
+            if sep and key not in info:
+                info[key] = value
+        return info
+
+    def _ended(self, info: dict[str, str]) -> SlurmError:
+        state = info.get("JobState", "gone")
+        reason = info.get("Reason", "none given")
+        return SlurmError(
+            f"Slurm job {self.job_id} ended ({state}, reason {reason}) before its workers "
+            f"were ready; its log {self.log_path} ends with:\n{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        path = self.log_path
+        try:
+            assert path is not None
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - LOG_TAIL))
+                return f.read().decode(errors="replace").strip() or "(empty)"
+        except (OSError, AssertionError):
+            return "(no log)"
+
+    def _wait_for_start(self) -> list[tuple[str, str]]:
+        start = time.monotonic()
+        next_line = start + SLURM_PROGRESS_EVERY
+        while True:
+            info = self._job_info()
+            state = info.get("JobState", "")
+            if state == "RUNNING":
+                return self._node_addresses(info["NodeList"])
+            if not info or state in _ENDED:
+                raise self._ended(info)
+            now = time.monotonic()
+            reason = info.get("Reason", "None")
+            if self._job_start_timeout is not None and now - start > self._job_start_timeout:
+                raise SlurmError(
+                    f"Slurm job {self.job_id} did not start within {self._job_start_timeout:g} s "
+                    f"({state}, reason {reason}); cancelled it"
+                )
+            if now >= next_line:
+                next_line = now + SLURM_PROGRESS_EVERY
+                print(
+                    f"danaus: Slurm job {self.job_id} is {state} (reason {reason}), "
+                    f"waited {now - start:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(SLURM_POLL_INTERVAL)  # polling the scheduler: it has no push channel
+
+    def _node_addresses(self, nodelist: str) -> list[tuple[str, str]]:
+        out = _run(["scontrol", "show", "hostnames", nodelist])
+        if out.returncode != 0:
+            raise SlurmError(f"scontrol show hostnames {nodelist} failed: {out.stderr.strip()}")
+        nodes = []
+        for name in out.stdout.split():
+            node = _run(["scontrol", "-o", "show", "node", name])
+            addr = name
+            for word in node.stdout.split():
+                if word.startswith("NodeAddr="):
+                    addr = word[len("NodeAddr=") :]
+            nodes.append((name, addr))
+        return nodes
+
+    # -- attaching, ending -----------------------------------------------------------
+
+    def _meshes(self) -> dict[str, HostMesh]:
+        meshes: dict[str, HostMesh] = {}
+        it = iter(self._nodes)
+        for name, n in self._sizes.items():
+            addrs = [
+                f"tcp://{_bracket(addr)}:{self._port}" for _, addr in (next(it) for _ in range(n))
+            ]
+            meshes[name] = attach_to_workers(workers=addrs, secret=self._secret)
+        # Workers that die at start (no danaus there, port taken) end the job: say so
+        # with the log, rather than let the attach retry until its deadline.
+        for mesh in meshes.values():
+            while True:
+                try:
+                    mesh.initialized.get(timeout=SLURM_POLL_INTERVAL * 4)
+                    break
+                except TimeoutError:
+                    info = self._job_info()
+                    if not info or info.get("JobState") in _ENDED:
+                        raise self._ended(info) from None
+        return meshes
+
+    @property
+    def nodes(self) -> list[str]:
+        """The allocated nodes' names, in mesh order (empty before ``apply()``)."""
+        return [name for name, _ in self._nodes]
+
+    def _still_running(self) -> bool:
+        try:
+            return self.job_id is not None and self._job_info().get("JobState") == "RUNNING"
+        except (SlurmError, OSError):
+            return False
+
+    def _kill(self) -> None:
+        if self.job_id is not None:
+            out = _run(["scancel", str(self.job_id)])
+            if out.returncode != 0 and "Invalid job id" not in out.stderr:
+                raise SlurmError(f"scancel {self.job_id} failed: {out.stderr.strip()}")
+        self._nodes = []
+
+
+def _bracket(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=SLURM_COMMAND_TIMEOUT, **kwargs
+        )
+    except FileNotFoundError:
+        raise SlurmError(
+            f"{argv[0]} is not installed here: SlurmJob needs Slurm's commands on PATH"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{shlex.join(argv)} took longer than {SLURM_COMMAND_TIMEOUT} s") from None
