@@ -7,8 +7,8 @@ A Monarch program runs with ``monarch`` in its imports replaced by ``danaus``.
 
 Sections: actors and endpoints; futures; proc meshes and host meshes; context
 and ranks; supervision with ``MeshFailure``; RDMA buffers; channels and
-ports; ``send``; threads and actors. (Distributed tensors come with the tensor
-engine.)
+ports; ``send``; threads and actors; distributed tensors (when torch is
+installed: ``pip install 'danaus[torch]'``).
 """
 
 from __future__ import annotations
@@ -241,6 +241,28 @@ def threads_and_actors(counters: Any) -> None:
     print("9. 4 threads x 25 calls: every increment arrived:", values)
 
 
+# -- 10. Distributed tensors ---------------------------------------------------------------------
+
+
+def distributed_tensors(procs: ProcMesh) -> None:
+    try:
+        import torch
+    except ImportError:
+        print("10. distributed tensors: skipped, torch is not installed")
+        return
+    from danaus import fetch_shard
+
+    # Under activate(), torch code on the client runs on every proc, each on its shard.
+    with procs.activate():
+        t = torch.ones(2, 3) + procs.rank("gpus")  # shard k holds 1 + k
+        total = t.reduce("gpus", "sum")  # an all-reduce over the gpus dimension
+        shard2 = fetch_shard(t, gpus=2).get(timeout=TIMEOUT)
+        summed = fetch_shard(total, gpus=0).get(timeout=TIMEOUT)
+    assert torch.equal(shard2, torch.full((2, 3), 3.0))
+    assert torch.equal(summed, torch.full((2, 3), 10.0))  # (1+0) + (1+1) + (1+2) + (1+3)
+    print("10. shard 2 holds 3s; reduced over gpus every shard holds", summed[0, 0].item())
+
+
 def main() -> None:
     actors_and_endpoints()
     procs = this_host().spawn_procs(per_host={"gpus": 4})
@@ -252,6 +274,7 @@ def main() -> None:
     rdma(procs)
     channels_and_send(procs, counters)
     threads_and_actors(counters)
+    distributed_tensors(procs)
     procs.stop().get(timeout=TIMEOUT)
     print("tour complete")
 

@@ -76,9 +76,11 @@ def test_attach_to_workers_refuses_a_name_that_is_not_a_string() -> None:
 ATTACH_NAMED = """
 import json
 import os
+import danaus.config
 from danaus.actor import attach_to_workers
 
 os.environ["DANAUS_SECRET"] = "s" * 32  # attaching needs the job's secret
+danaus.config.configure(attach_retry_deadline=0.2)  # no worker will come: give up soon
 
 # Port 9 (discard) has no worker: attaching fails, but only when waited for.
 hosts = attach_to_workers(name="trainers", workers=["tcp://127.0.0.1:9"])
