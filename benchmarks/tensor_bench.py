@@ -32,8 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-import danaus  # noqa: E402
-from danaus.actor import this_host  # noqa: E402
+import danaus
+from danaus.actor import this_host
 
 MiB = 1 << 20
 
@@ -174,7 +174,7 @@ def bench_ddp(mesh: Any, steps: int) -> dict[str, float]:
 
         for _ in range(3):
             step()
-        danaus.inspect(list(model.parameters())[0][:1])
+        danaus.inspect(next(iter(model.parameters()))[:1])
         t0 = time.perf_counter()
         for _ in range(steps):
             loss = step()
@@ -215,12 +215,14 @@ def main() -> None:
     )
     for row in results["allreduce"]:
         print(
-            f"all-reduce {row['MiB']:g} MiB over 4 procs: danaus {row['danaus_MiB_per_s']:.0f} MiB/s, "
+            f"all-reduce {row['MiB']:g} MiB over 4 procs: "
+            f"danaus {row['danaus_MiB_per_s']:.0f} MiB/s, "
             f"torch.distributed gloo {row['torch_MiB_per_s']:.0f} MiB/s: ratio {row['ratio']:.2f}"
         )
     r = results["ddp"]
     print(
-        f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
+        f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, "
+        f"torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
         f"ratio {r['ratio']:.2f}"
     )
     if a.json:
