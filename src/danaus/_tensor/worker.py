@@ -324,7 +324,8 @@ class TensorWorker(Actor):
             self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), failure)
             return
         if cmd.inplace:
-            src.copy_(result)
+            if result is not src:
+                src.copy_(result)
             result = src
         self.refs[cmd.out] = result
 
@@ -338,12 +339,15 @@ class TensorWorker(Actor):
             if cmd.scatter:  # all-to-all: row ``me`` of every member's input
                 return torch.stack([g[me] for g in gathered])
             return torch.stack(gathered)
-        out = src.detach().clone().contiguous()
+        if cmd.inplace and not cmd.scatter and src.is_contiguous():
+            out = src  # reduce straight into the shard: no copies
+        else:
+            out = src.detach().clone(memory_format=torch.contiguous_format)
         if pg is not None:
             op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
             pg.allreduce([out], _allreduce_options(op)).wait()
         if cmd.reduction == "avg":
-            out = out / n
+            out.div_(n)
         if cmd.scatter:
             return out[me].clone()
         return out
