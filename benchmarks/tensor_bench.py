@@ -9,12 +9,13 @@ Three measurements on one ``{"dp": 4}`` proc mesh:
 - dispatch: small ops issued per second by the client under ``mesh.activate()``
   (until the last result is back), against eager local torch running the same
   ops in the client.
-- all-reduce of 1, 16 and 64 MiB of float32: ``t.reduce_("dp")`` (then a
-  one-element fetch to know it finished), against ``torch.distributed.all_reduce``
+- all-reduce of 1, 16 and 64 MiB of float32: ``t.reduce_("dp")`` issued back
+  to back (then a one-element fetch to know they finished), against
+  ``torch.distributed.all_reduce`` back to back
   with gloo in the same 4 worker processes (run there with ``danaus.remote``,
   its own process group), as bandwidth (MiB/s of the tensor reduced).
 - a DDP training step of ``examples/ddp_cpu.py``'s model: danaus (forward,
-  ``grad_generator``, ``reduce_(avg)``, SGD) against torch's
+  ``grad_generator``, one bucketed ``reduce_(grads, avg)``, SGD) against torch's
   ``DistributedDataParallel`` with gloo in the same processes.
 """
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,8 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-import danaus  # noqa: E402
-from danaus.actor import this_host  # noqa: E402
+import danaus
+from danaus.actor import this_host
 
 MiB = 1 << 20
 
@@ -51,13 +51,12 @@ def torch_allreduce_seconds(rank: Any, port: int, world: int, nbytes: int, iters
     t = torch.ones(nbytes // 4)
     opts = dist.AllreduceOptions()
     pg.allreduce([t], opts).wait()  # warm up
-    times = []
+    t0 = time.perf_counter()
     for _ in range(iters):
-        t0 = time.perf_counter()
         pg.allreduce([t], opts).wait()
-        times.append(time.perf_counter() - t0)
+    took = (time.perf_counter() - t0) / iters
     pg.shutdown()
-    return statistics.median(times)
+    return took
 
 
 def torch_ddp_step_seconds(rank: Any, port: int, world: int, steps: int) -> float:
@@ -135,16 +134,15 @@ def bench_allreduce(mesh: Any, sizes: list[int], iters: int) -> list[dict[str, f
             t = torch.ones(nbytes // 4)
             t.reduce_("dp", "sum")
             danaus.inspect(t[:1])  # warm up: group made, pages touched
-            times = []
+            # back to back, as the torch loop runs; the client waits once, at the end
+            t0 = time.perf_counter()
             for _ in range(iters):
-                t0 = time.perf_counter()
                 t.reduce_("dp", "sum")
-                danaus.inspect(t[:1])
-                times.append(time.perf_counter() - t0)
+            danaus.inspect(t[:1])
+            ours = (time.perf_counter() - t0) / iters
             rank = mesh.rank("dp")
             per_rank = raw.call(rank, store.port, world, nbytes, iters).get(timeout=600)
         torch_s = max(per_rank.values())
-        ours = statistics.median(times)
         rows.append(
             {
                 "MiB": nbytes / MiB,
@@ -167,14 +165,14 @@ def bench_ddp(mesh: Any, steps: int) -> dict[str, float]:
             params = list(model.parameters())
             grads = danaus.grad_generator(loss, list(reversed(params)))
             with torch.no_grad():
+                grads = danaus.reduce_(list(grads), "dp", "avg")  # one bucket, as DDP's
                 for p, g in zip(reversed(params), grads, strict=True):
-                    g.reduce_("dp", "avg")
                     p -= 0.1 * g
             return loss
 
         for _ in range(3):
             step()
-        danaus.inspect(list(model.parameters())[0][:1])
+        danaus.inspect(next(iter(model.parameters()))[:1])
         t0 = time.perf_counter()
         for _ in range(steps):
             loss = step()
@@ -215,12 +213,14 @@ def main() -> None:
     )
     for row in results["allreduce"]:
         print(
-            f"all-reduce {row['MiB']:g} MiB over 4 procs: danaus {row['danaus_MiB_per_s']:.0f} MiB/s, "
+            f"all-reduce {row['MiB']:g} MiB over 4 procs: "
+            f"danaus {row['danaus_MiB_per_s']:.0f} MiB/s, "
             f"torch.distributed gloo {row['torch_MiB_per_s']:.0f} MiB/s: ratio {row['ratio']:.2f}"
         )
     r = results["ddp"]
     print(
-        f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
+        f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, "
+        f"torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
         f"ratio {r['ratio']:.2f}"
     )
     if a.json:

@@ -149,3 +149,35 @@ def test_reduce_of_a_tensor_requiring_grad_is_an_error(mesh: ProcMesh) -> None:
         w = torch.ones(3, requires_grad=True)
         with pytest.raises(ValueError, match="autograd"):
             w.reduce("gpu")
+
+
+def test_a_pytree_of_one_dtype_reduces_as_one_bucket_with_mixed_dtypes_apart(
+    mesh: ProcMesh,
+) -> None:
+    with mesh.activate():
+        grads = [base(mesh), base(mesh).reshape(2, 3) * 2, base(mesh).long()]
+        out = danaus.reduce(grads, "gpu", "sum")
+        danaus.reduce_(grads[:2], ("host", "gpu"), "avg")
+    for h, g in COORDS:
+        both = local_base(h, 0) + local_base(h, 1)
+        got = danaus.inspect(out, host=h, gpu=g)
+        assert torch.equal(got[0], both)
+        assert torch.equal(got[1], (both * 2).reshape(2, 3))
+        assert torch.equal(got[2], both.long())
+        every = sum(local_base(hh, gg) for hh, gg in COORDS) / 4
+        avg = danaus.inspect(grads[:2], host=h, gpu=g)
+        assert torch.allclose(avg[0], every) and torch.allclose(avg[1], (every * 2).reshape(2, 3))
+
+
+def test_a_failed_member_of_a_bucket_fails_the_whole_bucket(mesh: ProcMesh) -> None:
+    with mesh.activate():
+        x = base(mesh)
+        bad = x[(mesh.rank("gpu") * 10).reshape(1)]  # fails on gpu 1
+        out = danaus.reduce([x, bad], "gpu", "sum")
+        later = x.reduce("gpu", "sum")
+    for g in range(2):
+        for t in out:
+            with pytest.raises(danaus.RemoteTensorError) as info:
+                danaus.inspect(t, gpu=g)
+            assert info.value.ranks == [1]
+    assert torch.equal(danaus.inspect(later), local_base(0, 0) + local_base(0, 1))

@@ -16,7 +16,7 @@ from torch.utils import _pytree as pytree
 
 from .active import STATE, same_mesh
 from .engine import engine_for
-from .messages import Reduce
+from .messages import Reduce, ReduceMany
 from .tensor import Tensor, meta_empty
 
 __all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
@@ -52,15 +52,15 @@ def _check_dtype(t: Tensor, reduction: str) -> None:
         )
 
 
-def reduce_tensor(
+def _validate(
     t: Tensor,
     dims: str | Sequence[str],
-    reduction: str = "sum",
-    scatter: bool = False,
-    mesh: Any = None,
-    inplace: bool = False,
-) -> Tensor:
-    """One tensor's collective; see :func:`reduce`. Never blocks."""
+    reduction: str,
+    scatter: bool,
+    mesh: Any,
+    inplace: bool,
+) -> tuple[tuple[str, ...], list[int]]:
+    """Monarch's checks for one tensor; returns the reduced dims and the result's shape."""
     if mesh is not None:
         raise NotImplementedError(
             f"reduce(..., mesh={mesh!r}) is not supported; reduce on the tensor's own mesh, "
@@ -113,26 +113,48 @@ def reduce_tensor(
             f"reduce_({reduction!r}, scatter={scatter}) would change the shape from {shape} to "
             f"{out_shape}; use the out-of-place reduce() instead"
         )
+    return dims, out_shape
+
+
+def reduce_tensor(
+    t: Tensor,
+    dims: str | Sequence[str],
+    reduction: str = "sum",
+    scatter: bool = False,
+    mesh: Any = None,
+    inplace: bool = False,
+) -> Tensor:
+    """One tensor's collective; see :func:`reduce`. Never blocks."""
+    dims, out_shape = _validate(t, dims, reduction, scatter, mesh, inplace)
+    tm = t._mesh
     engine = engine_for(tm)
-    if inplace:
-        out = t
-    else:
-        meta = meta_empty(out_shape, dtype=t.dtype)
-        out = Tensor(meta, tm, engine, t.device)
-    engine.send(
-        tm._shape,
-        Reduce(
-            out._ref,
-            t._ref,
-            _groups(tm._shape, dims),
-            reduction,
-            scatter,
-            inplace,
-            tuple(shape),
-            t.dtype,
-        ),
-    )
+    out = t if inplace else Tensor(meta_empty(out_shape, t.dtype), tm, engine, t.device)
+    groups = _groups(tm._shape, dims)
+    cmd = Reduce(out._ref, t._ref, groups, reduction, scatter, inplace, tuple(t.shape), t.dtype)
+    engine.send(tm._shape, cmd)
     return out
+
+
+def _reduce_bucket(ts: list[Tensor], dims: Any, reduction: str, inplace: bool) -> list[Tensor]:
+    """Several same-dtype tensors of one mesh all-reduced as one buffer (one collective)."""
+    checked = [_validate(t, dims, reduction, False, None, inplace) for t in ts]
+    tm = ts[0]._mesh
+    engine = engine_for(tm)
+    outs = [
+        t if inplace else Tensor(meta_empty(list(t.shape), t.dtype), tm, engine, t.device)
+        for t in ts
+    ]
+    cmd = ReduceMany(
+        tuple(o._ref for o in outs),
+        tuple(t._ref for t in ts),
+        _groups(tm._shape, checked[0][0]),
+        reduction,
+        inplace,
+        tuple(tuple(t.shape) for t in ts),
+        ts[0].dtype,
+    )
+    engine.send(tm._shape, cmd)
+    return outs
 
 
 def reduce(
@@ -156,6 +178,21 @@ def reduce(
     several dimensions or a tensor requiring grad, ``TypeError`` for a bad
     scatter shape or a dtype the reduction does not take.
     """
+
+    leaves, spec = pytree.tree_flatten(tensors)
+    ts = [x for x in leaves if isinstance(x, Tensor)]
+    if (
+        len(ts) > 1
+        and not scatter
+        and reduction != "stack"
+        and mesh is None
+        and all(t._mesh is ts[0]._mesh and t.dtype == ts[0].dtype for t in ts)
+    ):
+        # one collective for the lot, as DDP's gradient buckets
+        done = iter(_reduce_bucket(ts, dims, reduction, _inplace))
+        return pytree.tree_unflatten(
+            [next(done) if isinstance(x, Tensor) else x for x in leaves], spec
+        )
 
     def one(x: Any) -> Any:
         if isinstance(x, Tensor):

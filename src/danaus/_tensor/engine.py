@@ -104,7 +104,11 @@ class Engine:
         self._ids = itertools.count(1)
         self._dead: list[int] = []
         self._lock = threading.Lock()
+        self._queue: list[tuple[Shape, Any]] = []
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
+        threading.Thread(target=self._send_loop, name="danaus-tensor-send", daemon=True).start()
 
     def new_id(self) -> int:
         return next(self._ids)
@@ -168,27 +172,48 @@ class Engine:
         cf.set_exception(self.broken)
 
     def send(self, shape: Shape, *cmds: Any) -> None:
-        """Send ``cmds`` to the workers of ``shape`` now, in order; never waits.
+        """Queue ``cmds`` for the workers of ``shape``, in order; never waits.
 
+        The engine's sender thread sends what has queued as soon as it can
+        (consecutive commands for the same procs go in one message); anything
+        that waits for the workers (a fetch) first sends what is queued.
         Raises ``SupervisionError`` once a worker of this engine has died.
         """
         self.check()
-        with self._lock, self.as_owner():
-            batch = list(cmds)
-            if self._dead:
-                dead, self._dead = self._dead, []
-                if len(shape) == self.size:
-                    batch.insert(0, Delete(tuple(dead)))
-                else:
-                    self.workers.run.broadcast([Delete(tuple(dead))])
-            self.targets(shape).run.broadcast(batch)
+        with self._cond:
+            self._queue.extend((shape, c) for c in cmds)
+            if len(self._queue) == len(cmds):
+                self._cond.notify()
 
     def flush(self) -> None:
-        """Send pending deletions now (so a following query sees them)."""
-        with self._lock, self.as_owner():
-            if self._dead:
-                dead, self._dead = self._dead, []
-                self.workers.run.broadcast([Delete(tuple(dead))])
+        """Send everything queued (and pending deletions) now, on this thread."""
+        with self._send_lock, self.as_owner():
+            self._send_queued()
+
+    def _send_queued(self) -> None:
+        # Called with _send_lock held, so batches leave in the order they were taken.
+        with self._cond:  # no command is queued between the two swaps
+            queued, self._queue = self._queue, []
+            dead, self._dead = self._dead, []
+        if dead:  # every command that uses a dead id was queued before it died
+            queued.append((self.workers._shape, Delete(tuple(dead))))
+        i = 0
+        while i < len(queued):
+            shape = queued[i][0]
+            j = i
+            while j < len(queued) and queued[j][0] == shape:
+                j += 1
+            self.targets(shape).run.broadcast([c for _, c in queued[i:j]])
+            i = j
+
+    def _send_loop(self) -> None:
+        """The sender thread: waits for queued commands and sends them, batch by batch."""
+        while True:
+            with self._cond:
+                while not self._queue:
+                    self._cond.wait()
+            with self._send_lock, self.as_owner():
+                self._send_queued()
 
 
 def engine_for(mesh: Any) -> Engine:

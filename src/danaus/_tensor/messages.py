@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallOp", "Delete", "MeshRank", "Reduce", "Ref", "RunRemote", "SendTo"]
+__all__ = ["CallOp", "Delete", "MeshRank", "Reduce", "ReduceMany", "Ref", "RunRemote", "SendTo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,19 @@ class Reduce:
     scatter: bool
     inplace: bool
     shape: tuple[int, ...]
+    dtype: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReduceMany:
+    """One all-reduce of several tensors of one dtype, packed into one buffer (a bucket)."""
+
+    outs: tuple[int, ...]
+    srcs: tuple[int, ...]
+    groups: tuple[tuple[int, ...], ...]
+    reduction: str
+    inplace: bool
+    shapes: tuple[tuple[int, ...], ...]
     dtype: Any
 
 

@@ -142,6 +142,54 @@ def _describe(t: torch.Tensor) -> str:
     return f"tensor of shape {list(t.shape)} and dtype {t.dtype} on {t.device}"
 
 
+# Result metadata of functional ops by (op, inputs' metadata, other arguments): a
+# repeated op (a training step's) skips running on meta tensors.
+_META_CACHE: dict[Any, Any] = {}
+_META_CACHE_MAX = 8192
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
+
+
+def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
+    """A hashable key for ``func`` applied to ``flat``; ``None`` when it cannot be cached."""
+    parts: list[Any] = [func, spec, torch.get_default_dtype()]
+    for x in flat:
+        if isinstance(x, Tensor):
+            parts.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device))
+        elif isinstance(x, torch.Tensor):
+            return None
+        elif type(x) in _PLAIN or isinstance(x, torch.memory_format):
+            parts.append((type(x), x))
+        else:
+            return None
+    return tuple(parts)
+
+
+def _to_cache(key: Any, out: Any) -> None:
+    leaves, spec = pytree.tree_flatten(out)
+    entry = []
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            if x.storage_offset() != 0 or x.device.type != "meta":
+                return  # an offset view: recompute each time
+            entry.append((True, (tuple(x.shape), x.stride(), x.dtype)))
+        elif type(x) in _PLAIN:
+            entry.append((False, x))
+        else:
+            return
+    if len(_META_CACHE) >= _META_CACHE_MAX:
+        _META_CACHE.clear()
+    _META_CACHE[key] = (entry, spec)
+
+
+def _from_cache(cached: Any) -> Any:
+    entry, spec = cached
+    leaves = [
+        torch.empty_strided(v[0], v[1], dtype=v[2], device="meta") if is_tensor else v
+        for is_tensor, v in entry
+    ]
+    return pytree.tree_unflatten(leaves, spec)
+
+
 _MUTATES: dict[Any, tuple[tuple[int, str], ...]] = {}
 
 
@@ -224,15 +272,22 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
         mkwargs = {**mkwargs, "device": "meta"}
     if name in _LIFT_OPS:
         margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
-    try:
-        out = func(*margs, **mkwargs)
-    except NotImplementedError as e:
-        raise NotImplementedError(
-            f"{name} cannot run on a distributed tensor: its result's shape depends on the "
-            f"values ({e}). Fetch the values with danaus.inspect(t) and compute locally."
-        ) from None
-    out_flat, out_spec = pytree.tree_flatten(out)
     mutable = func._schema.is_mutable
+    key = None if mutable or name in _LIFT_OPS else _cache_key(func, flat, spec)
+    cached = _META_CACHE.get(key) if key is not None else None
+    if cached is not None:
+        out = _from_cache(cached)
+    else:
+        try:
+            out = func(*margs, **mkwargs)
+        except NotImplementedError as e:
+            raise NotImplementedError(
+                f"{name} cannot run on a distributed tensor: its result's shape depends on the "
+                f"values ({e}). Fetch the values with danaus.inspect(t) and compute locally."
+            ) from None
+        if key is not None:
+            _to_cache(key, out)
+    out_flat, out_spec = pytree.tree_flatten(out)
     if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
         return out  # metadata only (sizes, strides, is_same_size): nothing to send
     if device is None:

@@ -22,7 +22,7 @@ from .._actor.actor import Actor
 from .._actor.context import current_rank
 from .._actor.endpoint import endpoint
 from .errors import Failure
-from .messages import CallOp, Delete, MeshRank, Reduce, Ref, RunRemote, SendTo
+from .messages import CallOp, Delete, MeshRank, Reduce, ReduceMany, Ref, RunRemote, SendTo
 
 __all__ = ["TensorWorker", "resolve_op"]
 
@@ -145,6 +145,8 @@ class TensorWorker(Actor):
                 self.refs.pop(i, None)
         elif isinstance(cmd, Reduce):
             self._reduce(cmd)
+        elif isinstance(cmd, ReduceMany):
+            self._reduce_many(cmd)
         elif isinstance(cmd, SendTo):
             self._send_to(cmd)
         elif isinstance(cmd, MeshRank):
@@ -304,19 +306,9 @@ class TensorWorker(Actor):
             src = torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
         try:
             pg = self._group(group) if n > 1 else None
-            if pg is not None:
-                # every member learns whether any input failed, so all outputs fail together
-                flag = torch.tensor([0 if failure is None else 1 + self.rank], dtype=torch.long)
-                pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)).wait()
-                if failure is None and int(flag) > 0:
-                    failure = Failure(
-                        name,
-                        int(flag) - 1,
-                        "RemoteTensorError",
-                        f"the input of {name} failed on rank {int(flag) - 1}",
-                        "",
-                    )
-            result = self._collective(cmd, src, pg, n, group.index(self.rank))
+            failure = self._agree_on_failure(pg, failure, name)
+            if failure is None:  # all members agree, so all skip the data together
+                result = self._collective(cmd, src, pg, n, group.index(self.rank))
         except Exception as e:
             self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), self._failure(name, e))
             return
@@ -324,9 +316,67 @@ class TensorWorker(Actor):
             self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), failure)
             return
         if cmd.inplace:
-            src.copy_(result)
+            if result is not src:
+                src.copy_(result)
             result = src
         self.refs[cmd.out] = result
+
+    def _agree_on_failure(self, pg: Any, failure: Failure | None, name: str) -> Failure | None:
+        """Every member learns whether any input failed, so all outputs fail together."""
+        if pg is None:
+            return failure
+        flag = torch.tensor([0 if failure is None else 1 + self.rank], dtype=torch.long)
+        pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)).wait()
+        if failure is None and int(flag) > 0:
+            origin = int(flag) - 1
+            failure = Failure(
+                name,
+                origin,
+                "RemoteTensorError",
+                f"the input of {name} failed on rank {origin}",
+                "",
+            )
+        return failure
+
+    def _reduce_many(self, cmd: ReduceMany) -> None:
+        name = f"reduce({cmd.reduction!r}) of {len(cmd.srcs)} tensors"
+        group = next(g for g in cmd.groups if self.rank in g)
+        failure: Failure | None = None
+        tensors = []
+        for i, shape in zip(cmd.srcs, cmd.shapes, strict=True):
+            v = self.refs.get(i)
+            if not isinstance(v, torch.Tensor):
+                if failure is None:
+                    failure = v if isinstance(v, Failure) else self._failure(name, KeyError(i))
+                v = torch.zeros(shape, dtype=cmd.dtype, device=self.device)
+            tensors.append(v)
+        written = (*cmd.outs, *cmd.srcs) if cmd.inplace else cmd.outs
+        try:
+            pg = self._group(group) if len(group) > 1 else None
+            failure = self._agree_on_failure(pg, failure, name)
+            if failure is not None:  # all members agree, so all skip the data together
+                self._fail(written, failure)
+                return
+            flat = torch.cat([t.reshape(-1) for t in tensors])
+            if pg is not None:
+                op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
+                pg.allreduce([flat], _allreduce_options(op)).wait()
+            if cmd.reduction == "avg":
+                flat.div_(len(group))
+        except Exception as e:
+            self._fail(written, self._failure(name, e))
+            return
+        if failure is not None:
+            self._fail(written, failure)
+            return
+        offset = 0
+        for out, t in zip(cmd.outs, tensors, strict=True):
+            piece = flat[offset : offset + t.numel()].view(t.shape)
+            offset += t.numel()
+            if cmd.inplace:
+                t.copy_(piece)
+                piece = t
+            self.refs[out] = piece
 
     def _collective(self, cmd: Reduce, src: torch.Tensor, pg: Any, n: int, me: int) -> Any:
         if cmd.reduction == "stack":
@@ -338,12 +388,15 @@ class TensorWorker(Actor):
             if cmd.scatter:  # all-to-all: row ``me`` of every member's input
                 return torch.stack([g[me] for g in gathered])
             return torch.stack(gathered)
-        out = src.detach().clone().contiguous()
+        if cmd.inplace and not cmd.scatter and src.is_contiguous():
+            out = src  # reduce straight into the shard: no copies
+        else:
+            out = src.detach().clone(memory_format=torch.contiguous_format)
         if pg is not None:
             op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
             pg.allreduce([out], _allreduce_options(op)).wait()
         if cmd.reduction == "avg":
-            out = out / n
+            out.div_(n)
         if cmd.scatter:
             return out[me].clone()
         return out
