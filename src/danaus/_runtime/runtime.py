@@ -229,7 +229,11 @@ class Runtime(PeerTable):
             add()
 
     def _heartbeat(self) -> None:
-        """Ping quiet TCP connections; drop those whose peer has gone silent."""
+        """Ping quiet connections; drop those whose peer has gone silent.
+
+        Unix connections too: a proc on this host that is stopped (SIGSTOP) or
+        stuck holding the GIL answers nothing, and its socket never closes.
+        """
         if self.closed:
             return
         now = self.loop.time()
@@ -237,13 +241,15 @@ class Runtime(PeerTable):
         conns += list(self._accepted)
         ping = None
         for conn in conns:
-            if conn.closed or not conn.tcp:
+            if conn.closed:
                 continue
             if now - conn.last_recv > HEARTBEAT_TIMEOUT:
-                conn.fail_now(
-                    f"no heartbeat for {HEARTBEAT_TIMEOUT:.1f} s: the host is unreachable "
-                    "(partitioned) or frozen"
+                why = (
+                    "the host is unreachable (partitioned) or frozen"
+                    if conn.tcp
+                    else "the process is frozen (stopped, or stuck holding the GIL)"
                 )
+                conn.fail_now(f"no heartbeat for {HEARTBEAT_TIMEOUT:.1f} s: {why}")
                 continue
             if conn.authenticated and now - conn.last_send > HEARTBEAT_INTERVAL:
                 ping = ping or encode_frame((PING,))

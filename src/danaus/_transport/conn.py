@@ -88,7 +88,7 @@ class Connection:
         self.peer: Any = None  # set by the runtime after the hello frame
         self.last_recv = loop.time()
         self.last_send = loop.time()
-        self.tcp = False  # set by the runtime: TCP connections are heartbeated
+        self.tcp = False  # set by the runtime: TCP (to another host) or Unix (this host)
         self.peer_pid: int | None = None  # the peer's pid, when it is on this host
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
