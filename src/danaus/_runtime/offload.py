@@ -10,10 +10,10 @@ them straight out of the sender's memory (one copy instead of two).
     A <--RELEASE(token)---------------- B      ... and A lets go of them
 
 The wrapped frame travels on the same connection as every other frame, so
-order is kept. The sender holds the buffers until RELEASE (or until the
-receiver is lost), so a caller must not modify an array it passed to a call
-until the call's future completes (the same holds for frames still queued
-on a socket).
+order is kept. The sender copies each big buffer once, at send time, into a
+mapping of its own that it holds until RELEASE (or until the receiver is
+lost): the receiver gets what was passed, even if the caller changes its
+array right after ``call()`` returns.
 """
 
 from __future__ import annotations
@@ -46,6 +46,13 @@ def _probe() -> tuple[int, int]:
     if _probe_addr is None:
         _probe_addr = vm.address(memoryview(_PROBE))
     return _probe_addr, len(_PROBE)
+
+
+def _snapshot(raw: Any) -> Any:
+    """A private copy of ``raw`` (an anonymous mapping: no zero-fill pass first)."""
+    copy = alloc(len(raw))
+    memoryview(copy)[:] = raw
+    return copy
 
 
 class Offloader:
@@ -96,13 +103,16 @@ class Offloader:
         big = [i for i, r in enumerate(raws) if len(r) >= OFFLOAD_MIN]
         if not big:
             return header, buffers
-        descs = [(i, vm.address(memoryview(raws[i])), len(raws[i])) for i in big]
+        # The receiver reads later, and the caller may change its arrays as soon as
+        # this returns: it reads a snapshot, one copy into a mapping of our own.
+        copies = {i: _snapshot(raws[i]) for i in big}
+        descs = [(i, vm.address(memoryview(copies[i])), len(raws[i])) for i in big]
         with self._lock:
             if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
                 return header, buffers
             self._next += 1
             token = self._next
-            self._held[token] = (peer, [raws[i] for i in big])
+            self._held[token] = (peer, list(copies.values()))
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return (OFFLOAD, token, descs, header), small
 

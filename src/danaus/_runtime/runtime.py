@@ -442,7 +442,9 @@ class Runtime(PeerTable):
             if peer is None:
                 peer = self._peers[proc.name] = _Peer(proc, pending=False)
             if peer.lost is None and (peer.pending or peer.conn is None):
-                peer.queue.append((parts, on_fail))
+                # Sent later: keep a snapshot (the caller may change its arrays now).
+                owned = [p if isinstance(p, bytes) else bytes(flat(p)) for p in parts]
+                peer.queue.append((owned, on_fail))
                 if not peer.pending and len(peer.queue) == 1:
                     self.call_soon(self._connect, peer)
                 return
@@ -555,11 +557,10 @@ class Runtime(PeerTable):
             body, bufs = codec.dumps(
                 TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
             )
-        # The replying actor goes on and may change what it returned before the
-        # bytes are read (queued on a socket, or offloaded): send a snapshot.
-        snapshot = [bytes(flat(b)) for b in bufs]
+        # The replying actor goes on and may change what it returned: ``send`` keeps
+        # a snapshot of whatever it does not write at once (queued or offloaded).
         header = (REPLY, port.port, index, status)
-        self.send(port.proc, header, body, snapshot, on_fail or _ignore)
+        self.send(port.proc, header, body, bufs, on_fail or _ignore)
 
     # -- mailboxes ----------------------------------------------------------
 
