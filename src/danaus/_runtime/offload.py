@@ -48,11 +48,13 @@ def _probe() -> tuple[int, int]:
     return _probe_addr, len(_PROBE)
 
 
-def _snapshot(raw: Any) -> Any:
-    """A private copy of ``raw`` (an anonymous mapping: no zero-fill pass first)."""
-    copy = alloc(len(raw))
-    memoryview(copy)[:] = raw
-    return copy
+# config: bytes of released snapshot mappings kept for reuse (faulting in fresh pages
+# costs more than the copy itself).
+SNAPSHOT_POOL = 512 << 20
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
 
 
 class Offloader:
@@ -65,6 +67,8 @@ class Offloader:
         self._held: dict[int, tuple[str, list[Any]]] = {}
         self._next = 0
         self._lock = threading.Lock()
+        self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
+        self._pooled = 0
         rt.handlers[OFFLOAD] = self._on_offload
         rt.handlers[OFFLOAD_OK] = self._on_ok
         rt.handlers[RELEASE] = self._on_release
@@ -105,7 +109,9 @@ class Offloader:
             return header, buffers
         # The receiver reads later, and the caller may change its arrays as soon as
         # this returns: it reads a snapshot, one copy into a mapping of our own.
-        copies = {i: _snapshot(raws[i]) for i in big}
+        copies = {
+            i: raws[i] if isinstance(raws[i], bytes) else self._snapshot(raws[i]) for i in big
+        }
         descs = [(i, vm.address(memoryview(copies[i])), len(raws[i])) for i in big]
         with self._lock:
             if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
@@ -116,15 +122,42 @@ class Offloader:
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return (OFFLOAD, token, descs, header), small
 
+    def _snapshot(self, raw: Any) -> Any:
+        """A private copy of ``raw``, in a mapping reused from the pool when one fits."""
+        size = _bucket(len(raw))
+        with self._lock:
+            free = self._pool.get(size)
+            mapping = free.pop() if free else None
+            if mapping is not None:
+                self._pooled -= size
+        if mapping is None:
+            mapping = alloc(size)
+        view = memoryview(mapping)[: len(raw)]
+        view[:] = raw
+        return view
+
+    def _recycle(self, copies: list[Any]) -> None:
+        """Snapshots the receiver is done with go back to the pool (lock held)."""
+        for view in copies:
+            if isinstance(view, bytes):
+                continue  # immutable: it was sent as it was, not copied
+            mapping = view.obj
+            size = len(mapping)
+            if self._pooled + size <= SNAPSHOT_POOL:
+                self._pool.setdefault(size, []).append(mapping)
+                self._pooled += size
+
     def _on_release(self, conn: Connection, frame: Frame) -> None:
         with self._lock:
-            self._held.pop(frame.header[1], None)
+            held = self._held.pop(frame.header[1], None)
+            if held is not None:
+                self._recycle(held[1])
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
             self.ok_peers.discard(name)
             for token in [t for t, (p, _) in self._held.items() if p == name]:
-                del self._held[token]
+                del self._held[token]  # not reused: a lost reader might still be reading
 
     def _on_offload(self, conn: Connection, frame: Frame) -> None:
         _, token, descs, inner = frame.header
