@@ -128,6 +128,13 @@ SETTINGS: tuple[Setting, ...] = (
         "a one-sided process_vm copy instead of through the socket (0 disables).",
     ),
     Setting(
+        "snapshot_pool",
+        "size",
+        512 * _MiB,
+        "Bytes of released snapshot mappings (copies of large buffers sent later) "
+        "kept for reuse: faulting in fresh pages costs more than the copy itself.",
+    ),
+    Setting(
         "coalesce_window",
         "duration",
         0.0,

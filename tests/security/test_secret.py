@@ -173,3 +173,43 @@ def test_sys_path_entries_from_another_host_are_used_only_if_safe_here(tmp_path)
     assert not _safe_path_entry(str(shared))  # anyone could plant a module there
     assert not _safe_path_entry(str(tmp_path / "missing"))
     assert stat.S_IMODE(shared.stat().st_mode) == 0o777
+
+
+def test_the_insecure_opt_out_works_end_to_end_when_both_sides_ask_for_it(tmp_path) -> None:
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0", "--insecure"],
+        env=_without_secret(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None
+        address = worker.stdout.readline().split()[-1]
+        script = ClientScript(tmp_path).write(
+            """
+            import sys
+            from danaus.actor import Actor, attach_to_workers, endpoint
+
+            class Echo(Actor):
+                @endpoint
+                def echo(self, x):
+                    return x
+
+            hosts = attach_to_workers(workers=[sys.argv[1]])
+            procs = hosts.spawn_procs(per_host={"gpus": 1})
+            print("echo", procs.spawn("echo", Echo).echo.call_one(5).get(timeout=30))
+            hosts.shutdown().get(timeout=30)
+            """
+        )
+        env = _without_secret()
+        env["DANAUS_INSECURE"] = "1"
+        out = subprocess.run(
+            [sys.executable, str(script), address], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert "echo 5" in out.stdout, (out.stdout, out.stderr[-3000:])
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+        for stream in (worker.stdout, worker.stderr):
+            if stream is not None:
+                stream.close()

@@ -10,10 +10,10 @@ them straight out of the sender's memory (one copy instead of two).
     A <--RELEASE(token)---------------- B      ... and A lets go of them
 
 The wrapped frame travels on the same connection as every other frame, so
-order is kept. The sender holds the buffers until RELEASE (or until the
-receiver is lost), so a caller must not modify an array it passed to a call
-until the call's future completes (the same holds for frames still queued
-on a socket).
+order is kept. The sender copies each big buffer once, at send time, into a
+mapping of its own that it holds until RELEASE (or until the receiver is
+lost): the receiver gets what was passed, even if the caller changes its
+array right after ``call()`` returns.
 """
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ def _probe() -> tuple[int, int]:
     return _probe_addr, len(_PROBE)
 
 
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
+
+
 class Offloader:
     """The offload state of one runtime."""
 
@@ -69,6 +75,8 @@ class Offloader:
         self._held: dict[int, tuple[str, list[Any]]] = {}
         self._next = 0
         self._lock = threading.Lock()
+        self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
+        self._pooled = 0
         rt.register(Kind.OFFLOAD, self._on_offload)
         rt.register(Kind.OFFLOAD_OK, self._on_ok)
         rt.register(Kind.RELEASE, self._on_release)
@@ -109,25 +117,57 @@ class Offloader:
         big = [i for i, r in enumerate(raws) if len(r) >= self.min]
         if not big:
             return header, buffers
-        descs = [(i, vm.address(memoryview(raws[i])), len(raws[i])) for i in big]
+        # The receiver reads later, and the caller may change its arrays as soon as
+        # this returns: it reads a snapshot, one copy into a mapping of our own.
+        copies = {
+            i: raws[i] if isinstance(raws[i], bytes) else self._snapshot(raws[i]) for i in big
+        }
+        descs = [(i, vm.address(memoryview(copies[i])), len(raws[i])) for i in big]
         with self._lock:
             if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
                 return header, buffers
             self._next += 1
             token = self._next
-            self._held[token] = (peer, [raws[i] for i in big])
+            self._held[token] = (peer, list(copies.values()))
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return wire(Offload(token, tuple(descs), header)), small
 
+    def _snapshot(self, raw: Any) -> Any:
+        """A private copy of ``raw``, in a mapping reused from the pool when one fits."""
+        size = _bucket(len(raw))
+        with self._lock:
+            free = self._pool.get(size)
+            mapping = free.pop() if free else None
+            if mapping is not None:
+                self._pooled -= size
+        if mapping is None:
+            mapping = alloc(size)
+        view = memoryview(mapping)[: len(raw)]
+        view[:] = raw
+        return view
+
+    def _recycle(self, copies: list[Any]) -> None:
+        """Snapshots the receiver is done with go back to the pool (lock held)."""
+        for view in copies:
+            if isinstance(view, bytes):
+                continue  # immutable: it was sent as it was, not copied
+            mapping = view.obj
+            size = len(mapping)
+            if self._pooled + size <= config.get("snapshot_pool"):
+                self._pool.setdefault(size, []).append(mapping)
+                self._pooled += size
+
     def _on_release(self, conn: Connection, msg: Message) -> None:
         with self._lock:
-            self._held.pop(msg.header.token, None)
+            held = self._held.pop(msg.header.token, None)
+            if held is not None:
+                self._recycle(held[1])
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
             self.ok_peers.discard(name)
             for token in [t for t, (p, _) in self._held.items() if p == name]:
-                del self._held[token]
+                del self._held[token]  # not reused: a lost reader might still be reading
 
     def _on_offload(self, conn: Connection, msg: Message) -> None:
         token, descs, inner = msg.header

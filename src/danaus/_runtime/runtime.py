@@ -244,7 +244,11 @@ class Runtime(PeerTable):
             add()
 
     def _heartbeat(self) -> None:
-        """Ping quiet TCP connections; drop those whose peer has gone silent."""
+        """Ping quiet connections; drop those whose peer has gone silent.
+
+        Unix connections too: a proc on this host that is stopped (SIGSTOP) or
+        stuck holding the GIL answers nothing, and its socket never closes.
+        """
         if self.closed:
             return
         now = self.loop.time()
@@ -253,13 +257,15 @@ class Runtime(PeerTable):
         conns += list(self._accepted)
         ping = None
         for conn in conns:
-            if conn.closed or not conn.tcp:
+            if conn.closed:
                 continue
             if now - conn.last_recv > timeout:
-                conn.fail_now(
-                    f"no heartbeat for {timeout:.1f} s: the host is unreachable "
-                    "(partitioned) or frozen"
+                why = (
+                    "the host is unreachable (partitioned) or frozen"
+                    if conn.tcp
+                    else "the process is frozen (stopped, or stuck holding the GIL)"
                 )
+                conn.fail_now(f"no heartbeat for {timeout:.1f} s: {why}")
                 continue
             if conn.authenticated and now - conn.last_send > interval:
                 ping = ping or encode_frame(wire(Ping()))
@@ -476,7 +482,9 @@ class Runtime(PeerTable):
             if peer is None:
                 peer = self._peers[proc.name] = _Peer(proc, pending=False)
             if peer.lost is None and (peer.pending or peer.conn is None):
-                peer.queue.append((parts, on_fail))
+                # Sent later: keep a snapshot (the caller may change its arrays now).
+                owned = [p if isinstance(p, bytes) else bytes(flat(p)) for p in parts]
+                peer.queue.append((owned, on_fail))
                 if not peer.pending and len(peer.queue) == 1:
                     self.call_soon(self._connect, peer)
                 return
@@ -592,10 +600,9 @@ class Runtime(PeerTable):
             body, bufs = codec.dumps(
                 TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
             )
-        # The replying actor goes on and may change what it returned before the
-        # bytes are read (queued on a socket, or offloaded): send a snapshot.
-        snapshot = [bytes(flat(b)) for b in bufs]
-        self.send(port.proc, Reply(port.port, index, status), body, snapshot, on_fail or _ignore)
+        # The replying actor goes on and may change what it returned: ``send`` keeps
+        # a snapshot of whatever it does not write at once (queued or offloaded).
+        self.send(port.proc, Reply(port.port, index, status), body, bufs, on_fail or _ignore)
 
     # -- mailboxes ----------------------------------------------------------
 

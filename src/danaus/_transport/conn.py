@@ -3,10 +3,12 @@
 Reading happens on the I/O thread's event loop (``loop.add_reader``); frames
 go to ``on_frame(conn, frame)`` in arrival order. Writing may happen from any
 thread: ``send(parts)`` writes straight to the socket while nothing is queued
-(no thread hop on the hot path) and otherwise appends to a backlog that the
-I/O thread drains, so the bytes of one connection are never interleaved and
-frames keep their order. When the peer breaks (EOF, reset, a bad frame)
-``on_close(conn, exc)`` runs once on the I/O thread.
+(no thread hop on the hot path) and otherwise appends a snapshot of what is
+left to a backlog that the I/O thread drains, so the bytes of one connection
+are never interleaved, frames keep their order, and what is sent is what the
+caller passed, even if it changes its arrays after ``send()`` returns. When
+the peer breaks (EOF, reset, a bad frame) ``on_close(conn, exc)`` runs once on
+the I/O thread.
 
 A TCP connection with a job secret runs the handshake (``auth.py``) before
 anything else, allocates its decode buffer only once it succeeded, and then
@@ -84,7 +86,7 @@ class Connection:
         self.peer: Any = None  # set by the runtime after the hello frame
         self.last_recv = loop.time()
         self.last_send = loop.time()
-        self.tcp = False  # set by the runtime: TCP connections are heartbeated
+        self.tcp = False  # set by the runtime: TCP (to another host) or Unix (this host)
         self.peer_pid: int | None = None  # the peer's pid, when it is on this host
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
@@ -220,22 +222,24 @@ class Connection:
             burst = now - self.last_send < window
             self.last_send = now
             if self._hs is not None:
-                self._unsealed.append(parts)  # sealed once the handshake gives the key
+                # Sealed once the handshake gives the key; a snapshot, since the caller
+                # may change its arrays as soon as we return.
+                self._unsealed.append(_owned(_views(parts)))
                 return
             parts = self._sealed(parts)
             if self._backlog or self._tls_pending:
-                self._backlog.extend(_views(parts))
+                self._backlog.extend(_owned(_views(parts)))
                 return
             if self.tls and not _on_loop_thread(self.loop):
                 # An SSL object must not be used by two threads at once (the I/O thread
                 # reads it): let the I/O thread write.
-                self._backlog.extend(_views(parts))
+                self._backlog.extend(_owned(_views(parts)))
                 self._arm_writer_locked()
                 return
             if burst and window > 0 and not _on_loop_thread(self.loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
-                self._backlog.extend(_views(parts))
+                self._backlog.extend(_owned(_views(parts)))
                 self._arm_writer_locked()
                 return
             try:
@@ -244,14 +248,14 @@ class Connection:
                 sent = 0
             except OSError as e:
                 # The reader will notice too; keep the frame so nothing is silently lost.
-                self._backlog.extend(_views(parts))
+                self._backlog.extend(_owned(_views(parts)))
                 self._arm_writer_locked()
                 del e
                 return
             total = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
             if sent == total:
                 return
-            self._backlog.extend(_skip(_views(parts), sent))
+            self._backlog.extend(_owned(_skip(_views(parts), sent)))
             self._arm_writer_locked()
 
     def _arm_writer_locked(self) -> None:
@@ -402,6 +406,17 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 def _views(parts: list[Any]) -> list[memoryview]:
     return [memoryview(p).cast("B") for p in parts]
+
+
+def _owned(views: list[memoryview]) -> list[memoryview]:
+    """``views`` that will be written after ``send()`` returns, as a snapshot.
+
+    The caller may change an array it sent as soon as ``send()`` returns
+    (Monarch pickles at call time), so bytes not yet written are copied once
+    here, unless they are immutable ``bytes`` already. A frame written at once
+    (the common case) is never copied.
+    """
+    return [v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in views]
 
 
 def _skip(views: list[memoryview], n: int) -> list[memoryview]:

@@ -1,0 +1,53 @@
+"""A proc on this host that stops answering is lost within the heartbeat timeout.
+
+Its Unix socket never closes and its host agent sees no exit, so only the
+heartbeat can tell: a SIGSTOPped proc (or one stuck holding the GIL) is
+declared lost, and every call pending on it fails with a clear error.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from danaus.testing import ClientScript
+
+pytestmark = pytest.mark.timeout(90)
+
+STOPPED = """
+import os, signal
+os.environ["DANAUS_HEARTBEAT_INTERVAL"] = "0.1"
+os.environ["DANAUS_HEARTBEAT_TIMEOUT"] = "1.0"
+import danaus.actor
+from danaus.actor import Actor, endpoint, this_host
+
+faults = []
+danaus.actor.unhandled_fault_hook = faults.append
+
+class Sleeper(Actor):
+    @endpoint
+    def pid(self):
+        return os.getpid()
+
+    @endpoint
+    def echo(self, x):
+        return x
+
+pm = this_host().spawn_procs(per_host={"gpus": 1})
+actor = pm.spawn("sleeper", Sleeper)
+pid = actor.pid.call_one().get(timeout=30)
+os.kill(pid, signal.SIGSTOP)
+try:
+    pending = actor.echo.call_one("are you there")
+    try:
+        print("answered", pending.get(timeout=40))
+    except Exception as e:
+        print("failed", type(e).__name__, "|", e)
+finally:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+def test_a_stopped_proc_on_this_host_is_lost_and_its_pending_call_fails(tmp_path) -> None:
+    out = ClientScript(tmp_path).run(STOPPED, timeout=80)
+    assert "failed SupervisionError" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "no heartbeat" in out.stdout and "frozen" in out.stdout, out.stdout
