@@ -70,8 +70,9 @@ def _assert_same_weights(path: Path, theirs: dict[str, Any]) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # the Slurm test below runs the same comparison across namespace hosts
 @pytest.mark.timeout(240)
-def test_a_ddp_script_on_a_2x2_mesh_ends_with_torchruns_weights(
+def test_the_example_on_local_hosts_ends_with_torchruns_weights(
     tmp_path: Path, torchrun_weights: dict[str, Any]
 ) -> None:
     mesh = subprocess.run(
