@@ -213,7 +213,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHD]:
         ]  # fmt: skip
         yield SSHD(port, ssh_args, d)
     finally:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the listener and its session children
         proc.wait(TIMEOUT)
         if drainer is not None:
             drainer.join(TIMEOUT)
@@ -268,13 +269,11 @@ class Daemon:
                 self._ready.set()
 
     def stop(self) -> None:
+        """SIGKILL to its session: the cluster's state is thrown away with its temp dir."""
         if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(TIMEOUT)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(TIMEOUT)
         if self._reader.is_alive():
             self._reader.join(TIMEOUT)
         if self.proc.stdout is not None:
@@ -437,3 +436,14 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, network: Network) -> Iterato
             mp.undo()
             for host in hosts.values():
                 network.remove_host(host)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave this directory's ``slow`` tests out unless a ``-m`` expression is given."""
+    if config.getoption("markexpr"):
+        return
+    here = Path(__file__).parent
+    slow = [i for i in items if i.get_closest_marker("slow") and here in i.path.parents]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i not in slow]

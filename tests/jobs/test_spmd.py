@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from danaus._job.spmd import torch_env
 from danaus.testing import client_env
+
+from .conftest import Scripts, Slurm, free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -34,37 +37,87 @@ def test_torch_env_numbers_ranks_row_major_with_the_last_dimension_local() -> No
         torch_env({}, {})
 
 
-@pytest.mark.torch
-@pytest.mark.timeout(240)
-def test_a_ddp_script_on_a_2x2_mesh_ends_with_torchruns_weights(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def torchrun_weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The weights of ``torchrun --standalone --nproc-per-node 4 examples/ddp_train.py``."""
     torch = pytest.importorskip("torch")
-    env = {**client_env(), "OMP_NUM_THREADS": "1"}
+    d = tmp_path_factory.mktemp("torchrun")
+    ref = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+            str(EXAMPLES / "ddp_train.py"), str(d / "torchrun.pt"),
+        ],
+        cwd=d,
+        env={**client_env(), "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )  # fmt: skip
+    assert ref.returncode == 0, ref.stderr
+    weights: dict[str, Any] = torch.load(d / "torchrun.pt")
+    return weights
+
+
+def _assert_same_weights(path: Path, theirs: dict[str, Any]) -> None:
+    import torch
+
+    ours = torch.load(path)
+    assert list(ours) == list(theirs)
+    for name in ours:
+        assert torch.equal(ours[name], theirs[name]), name
+    torch.manual_seed(0)  # the script's initial weights: training moved them
+    assert not torch.equal(ours["0.weight"], torch.nn.Linear(8, 16).state_dict()["weight"])
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # the Slurm test below runs the same comparison across namespace hosts
+@pytest.mark.timeout(240)
+def test_the_example_on_local_hosts_ends_with_torchruns_weights(
+    tmp_path: Path, torchrun_weights: dict[str, Any]
+) -> None:
     mesh = subprocess.run(
         [sys.executable, str(EXAMPLES / "spmd_ddp.py"), str(tmp_path / "mesh.pt")],
         cwd=tmp_path,
-        env=env,
+        env={**client_env(), "OMP_NUM_THREADS": "1"},
         capture_output=True,
         text=True,
         timeout=200,
     )
     assert mesh.returncode == 0, mesh.stderr
     assert "trained on {'hosts': 2, 'gpus': 2}" in mesh.stdout
-    ref = subprocess.run(
-        [
-            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-            str(EXAMPLES / "ddp_train.py"), str(tmp_path / "torchrun.pt"),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )  # fmt: skip
-    assert ref.returncode == 0, ref.stderr
-    ours, theirs = torch.load(tmp_path / "mesh.pt"), torch.load(tmp_path / "torchrun.pt")
-    assert list(ours) == list(theirs)
-    for name in ours:
-        assert torch.equal(ours[name], theirs[name]), name
-    torch.manual_seed(0)  # the script's initial weights: training moved them
-    initial = torch.nn.Linear(8, 16).state_dict()["weight"]
-    assert not torch.equal(ours["0.weight"], initial)
+    _assert_same_weights(tmp_path / "mesh.pt", torchrun_weights)
+
+
+ON_SLURM = """
+    import sys
+    from danaus.job import SlurmJob
+    from danaus.spmd import SPMDActor
+
+    script, out, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    job = SlurmJob({"hosts": 2}, python_exe=sys.executable, port=port, log_dir=sys.argv[4])
+    try:
+        procs = job.state(cached_path=None).hosts.spawn_procs(per_host={"gpus": 2})
+        actors = procs.spawn("spmd", SPMDActor)
+        addr, master_port = actors.slice(hosts=0, gpus=0).get_host_port.call_one(None).get()
+        print(addr, flush=True)
+        actors.main.call(addr, master_port, [script, out]).get(timeout=200)
+        procs.stop().get(timeout=60)
+    finally:
+        job.kill()
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_the_same_script_on_a_two_node_slurm_allocation_ends_with_torchruns_weights(
+    slurm: Slurm, scripts: Scripts, torchrun_weights: dict[str, Any]
+) -> None:
+    scripts.env = {"OMP_NUM_THREADS": "1"}  # the job's environment is the client's
+    path = scripts.write(ON_SLURM)
+    out = scripts.tmp_path / "slurm.pt"
+    args = [str(EXAMPLES / "ddp_train.py"), str(out), str(free_port()), str(scripts.tmp_path)]
+    client = scripts.start_path(path, *args)
+    stdout, err = client.communicate(timeout=220)
+    assert client.returncode == 0, err
+    assert stdout.split() == [slurm.nodes["danaus1"].ip]  # the master: rank 0's node
+    _assert_same_weights(out, torchrun_weights)

@@ -61,6 +61,41 @@ def _reachable_address() -> str:
     return advertised or "127.0.0.1"
 
 
+def _interface_of(ip: str) -> str | None:
+    """The name of the network interface holding IPv4 address ``ip`` (Linux), else None."""
+    try:
+        import fcntl
+        import struct
+
+        names = [name for _, name in socket.if_nameindex()]
+    except (ImportError, OSError):
+        return None
+    for name in names:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                packed = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
+            except OSError:
+                continue
+        if socket.inet_ntoa(packed[20:24]) == ip:
+            return name
+    return None
+
+
+def _network_env() -> dict[str, str]:
+    """Point gloo at the interface danaus reaches this proc through.
+
+    Left alone, gloo binds the address this machine's hostname resolves to,
+    which is loopback on many machines (and on namespace hosts): ranks on other
+    hosts then cannot connect. An explicit ``GLOO_SOCKET_IFNAME`` wins.
+    """
+    addr = _reachable_address()
+    if "GLOO_SOCKET_IFNAME" in os.environ or addr.startswith("127.") or ":" in addr:
+        return {}
+    iface = _interface_of(addr)
+    return {"GLOO_SOCKET_IFNAME": iface} if iface else {}
+
+
 class SPMDActor(Actor):
     """Sets torchrun's environment in its proc and runs training scripts there.
 
@@ -76,7 +111,7 @@ class SPMDActor(Actor):
     def __init__(self) -> None:
         point = current_rank()
         sizes = current_size()
-        self.env = torch_env({label: point[label] for label in sizes}, sizes)
+        self.env = {**torch_env({label: point[label] for label in sizes}, sizes), **_network_env()}
 
     @endpoint
     def get_host_port(self, use_ipaddr: Any = None) -> tuple[str, int]:
