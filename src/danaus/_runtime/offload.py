@@ -58,8 +58,6 @@ def _probe() -> tuple[int, int]:
     return _probe_addr, len(_PROBE)
 
 
-
-
 def _bucket(n: int) -> int:
     return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
 
