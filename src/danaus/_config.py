@@ -240,6 +240,14 @@ SETTINGS: tuple[Setting, ...] = (
         "How long shutdown_context() waits for the meshes it stops.",
     ),
     Setting(
+        "stopped_actors_remembered",
+        "int",
+        10_000,
+        "How many stopped actors each proc remembers, so that a late call to one is "
+        "answered 'was stopped' (older ones are answered 'no such actor'); their "
+        "memory is freed either way.",
+    ),
+    Setting(
         "main_exit_grace",
         "duration",
         5.0,

@@ -1,14 +1,6 @@
 """Actor layer: Actor, @endpoint, actor/proc/host meshes, adverbs, futures, context.
 
 Imports: ``_errors``, ``_mesh``, ``_wire``, ``_transport``, ``_runtime``.
+Nothing here installs itself on import: ``danaus._bootstrap`` installs the
+layer's frame handlers on each new node.
 """
-
-from .._runtime import host as _host
-from .._runtime import proc as _proc
-from . import procservice as _procservice  # noqa: F401  (installs the proc handlers)
-from . import undeliverable as _undeliverable
-
-_proc.proc_init_hooks.append(_undeliverable.install)
-
-if "danaus.actor" not in _host.PRELOAD:
-    _host.PRELOAD.append("danaus.actor")

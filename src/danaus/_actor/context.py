@@ -113,30 +113,38 @@ class Context:
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "danaus_context", default=None
 )
-_root: Context | None = None
-_root_lock = threading.Lock()
+
+
+class _Root:
+    """The context of code outside any actor in this process (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ctx: Context | None = None
 
 
 def _root_context() -> Context:
-    global _root
-    if _root is not None:
-        return _root
-    with _root_lock:
-        if _root is None:
-            rt = host.ensure_runtime()
+    node = host.ensure_node()
+    root = node.part(_Root)
+    if root.ctx is not None:
+        return root.ctx
+    with root.lock:
+        if root.ctx is None:
+            rt = node.runtime
             boot_instance = rt.boot.get("instance") if rt.boot else None
             inst = boot_instance or Instance(
                 ActorId(rt.proc_id, "root", 0), "root", Point(0, _EMPTY), "RootClient", None
             )
-            _root = Context(inst, Point(0, _EMPTY))
-        return _root
+            root.ctx = Context(inst, Point(0, _EMPTY))
+        return root.ctx
 
 
 def refresh_root() -> None:
     """The client's address changed (it started listening on TCP): re-address its root."""
-    if _root is not None and _root.actor_instance.creator is None:
-        rt = host.ensure_runtime()
-        _root.actor_instance.actor_id = ActorId(rt.proc_id, "root", 0)
+    node = host.current_node()
+    ctx = None if node is None else node.part(_Root).ctx
+    if ctx is not None and ctx.actor_instance.creator is None:
+        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)  # type: ignore[union-attr]
 
 
 def set_context(ctx: Context) -> contextvars.Token[Context | None]:

@@ -18,7 +18,7 @@ from .actor import Actor
 from .endpoint import endpoint
 from .future import Future
 from .mesh import ActorMesh, MeshRef
-from .procs import ProcMesh, before_spawn_procs
+from .procs import ProcMesh
 
 __all__ = ["get_or_spawn_controller"]
 
@@ -44,26 +44,31 @@ class _ControllerController(Actor):
         return True
 
 
-_lock = threading.Lock()
-_spawned = False
+class _Registry:
+    """Whether this client session spawned its registry actor (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spawned = False
 
 
-def _ensure_registry() -> None:
-    """Spawn the registry actor in the client, once (a no-op in spawned procs)."""
-    global _spawned
-    rt = host.ensure_runtime()
-    if rt.boot or _spawned:
+def ensure_registry() -> None:
+    """Spawn the registry actor in the client, once per session (a no-op in spawned procs)."""
+    node = host.ensure_node()
+    rt = node.runtime
+    reg = node.part(_Registry)
+    if rt.boot or reg.spawned:
         return
-    with _lock:
-        if not _spawned:
+    with reg.lock:
+        if not reg.spawned:
             ProcMesh._singleton(rt.proc_id)._spawn(
                 "controller_controller", _ControllerController, (), {}, _CC_ID
             )
-            _spawned = True
+            reg.spawned = True
 
 
 def _registry() -> ActorMesh[Any]:
-    _ensure_registry()
+    ensure_registry()
     rt = host.ensure_runtime()
     client = rt.boot.get("client", rt.proc_id) if rt.boot else rt.proc_id
     ref = MeshRef(_CC_ID, "controller_controller", _ControllerController, (client,), None)
@@ -80,6 +85,3 @@ def get_or_spawn_controller(name: str, Class: type, *args: Any, **kwargs: Any) -
         raise TypeError(f"get_or_spawn_controller needs a non-empty string name, got {name!r}")
     fut: Future[Any] = _registry().get_or_spawn.call_one(name, Class, args, kwargs)
     return fut
-
-
-before_spawn_procs.append(_ensure_registry)

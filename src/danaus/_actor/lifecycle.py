@@ -3,45 +3,42 @@
 from __future__ import annotations
 
 import atexit
-import threading
 from typing import Any
 
 from .. import _config as config
 from .._runtime import host
-from .._runtime import proc as _proc
 from .cell import ActorCell
 from .future import Future
 from .procs import owned_proc_meshes
 
 __all__ = ["shutdown_context"]
 
-_done = False
-_lock = threading.Lock()
-
 
 def shutdown_context() -> Future[None]:
-    """Stop every proc mesh and actor this client started, then its host agent.
+    """Stop every proc mesh and actor this client started, then its host agent and runtime.
 
-    Idempotent; the client cannot start new meshes afterwards. Runs at
-    interpreter exit too. The returned future is already complete.
+    The client session (its node) ends: its socket directory is removed, and
+    the next use of danaus in this process (``this_host().spawn_procs(...)``)
+    starts a new session. Meshes of the old session refuse new work, saying
+    so. Idempotent until then; runs at interpreter exit too. The returned
+    future is already complete. Inside an actor it does nothing: the client
+    owns the session.
     """
-    global _done
-    with _lock:
-        if _done:
+    node = host.current_node()
+    if node is None or not node.client:
+        return Future._resolved(None, "shutdown")
+    with node.lock:
+        if node.closed or node.shutting_down:
             return Future._resolved(None, "shutdown")
-        _done = True
-    rt = _proc.current()
-    if rt is None or not rt.boot:
-        host.mark_shut_down()  # from here on, spawning says why it cannot
-    if rt is not None and not rt.boot:
-        futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
-        for f in futures:
-            try:
-                f.get(timeout=config.get("shutdown_timeout"))
-            except Exception:
-                pass
-        _stop_local_actors(rt)
-        host.shutdown()
+        node.shutting_down = True
+    futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
+    for f in futures:
+        try:
+            f.get(timeout=config.get("shutdown_timeout"))
+        except Exception:
+            pass
+    _stop_local_actors(node.runtime)
+    host.shutdown(node)
     return Future._resolved(None, "shutdown")
 
 

@@ -14,6 +14,7 @@ from .._mesh import MeshTrait, Shape
 from .._runtime import host
 from .._wire.ids import ActorId, ProcId
 from .._wire.protocol import StopActor
+from . import owned
 from .adverbs import Endpoint, NotAnEndpoint
 from .collect import Collector, Countdown, set_future
 from .endpoint import EndpointProperty, endpoints_of
@@ -146,9 +147,17 @@ class ActorMesh(MeshTrait, Generic[A]):
         if self._state.stopped or not ranks:
             cf.set_result(None)
             return Future._create(cf, f"stopping {self._ref.name!r}")
-        if len(ranks) == len(self._ref.procs):
+        whole = len(ranks) == len(self._ref.procs)
+        if whole:
             self._state.stopped = True
-        countdown = Countdown(len(ranks), lambda: set_future(cf, True, None))
+        mesh_id = self._ref.mesh_id
+
+        def stopped() -> None:
+            if whole:  # its owner holds it no more (nothing it does can fail now)
+                owned.forget(mesh_id)
+            set_future(cf, True, None)
+
+        countdown = Countdown(len(ranks), stopped)
         what = f"{self._ref.name}.stop()"
         collector = Collector(rt, what, len(ranks), countdown.tick, lost_is_ok=True)
         for index, rank in enumerate(ranks):

@@ -2,7 +2,7 @@
 
 Every mesh is owned by the actor that spawned it, for life. The owner is told
 when its meshes fail (supervision) and stops them when it stops itself. This
-registry lives in the owner's process.
+registry lives in the owner's process, on its node (one per client session).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .._runtime import host
 from .._wire.ids import ActorId
 
 if TYPE_CHECKING:
@@ -19,6 +20,8 @@ __all__ = [
     "OwnedMesh",
     "actor_meshes",
     "forget",
+    "forget_on",
+    "forget_proc_mesh",
     "get",
     "owned_by",
     "register_actor_mesh",
@@ -40,40 +43,78 @@ class OwnedMesh:
         return self.ref.owner
 
 
-_lock = threading.Lock()
-_actor_meshes: dict[str, OwnedMesh] = {}
-_proc_meshes: dict[ActorId, list[Any]] = {}
+class Registry:
+    """The meshes spawned from this process (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.actor_meshes: dict[str, OwnedMesh] = {}
+        self.proc_meshes: dict[ActorId, list[Any]] = {}
+
+
+def _registry() -> Registry:
+    return host.ensure_node().part(Registry)
 
 
 def register_actor_mesh(mesh: ActorMesh[Any]) -> None:
-    with _lock:
-        _actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
+    r = _registry()
+    with r.lock:
+        r.actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
 
 
 def register_proc_mesh(owner: ActorId, pm: Any) -> None:
-    with _lock:
-        _proc_meshes.setdefault(owner, []).append(pm)
+    r = _registry()
+    with r.lock:
+        r.proc_meshes.setdefault(owner, []).append(pm)
+
+
+def forget_proc_mesh(owner: ActorId | None, pm: Any) -> None:
+    """A proc mesh stopped: its owner no longer holds it."""
+    r = _registry()
+    with r.lock:
+        for key in [owner] if owner is not None else list(r.proc_meshes):
+            held = r.proc_meshes.get(key, [])
+            if pm in held:
+                held.remove(pm)
+            if not held:
+                r.proc_meshes.pop(key, None)
 
 
 def actor_meshes() -> list[OwnedMesh]:
-    with _lock:
-        return list(_actor_meshes.values())
+    r = _registry()
+    with r.lock:
+        return list(r.actor_meshes.values())
 
 
 def get(mesh_id: str) -> OwnedMesh | None:
-    return _actor_meshes.get(mesh_id)
+    return _registry().actor_meshes.get(mesh_id)
 
 
 def forget(mesh_id: str) -> None:
-    with _lock:
-        _actor_meshes.pop(mesh_id, None)
+    r = _registry()
+    with r.lock:
+        r.actor_meshes.pop(mesh_id, None)
+
+
+def forget_on(proc_names: set[str]) -> None:
+    """Procs stopped: forget every actor mesh that lived on them only."""
+    r = _registry()
+    with r.lock:
+        gone = [
+            mid
+            for mid, m in r.actor_meshes.items()
+            if all(p.name in proc_names for p in m.ref.procs)
+        ]
+        for mid in gone:
+            del r.actor_meshes[mid]
 
 
 def owned_by(owner: ActorId) -> tuple[list[OwnedMesh], list[Any]]:
     """The actor meshes and proc meshes ``owner`` spawned and has not stopped."""
-    with _lock:
-        actors = [m for m in _actor_meshes.values() if m.owner == owner and not m.state.stopped]
-        procs = [p for p in _proc_meshes.get(owner, []) if not p._state.stopped]
+    r = _registry()
+    with r.lock:
+        actors = [m for m in r.actor_meshes.values() if m.owner == owner and not m.state.stopped]
+        procs = [p for p in r.proc_meshes.get(owner, []) if not p._state.stopped]
     return actors, procs
 
 

@@ -28,17 +28,23 @@ __all__ = ["ProcMesh", "check_per_host", "owned_proc_meshes", "spawn_on", "this_
 
 A = TypeVar("A")
 
-# Called before procs are spawned (the controller registry makes itself reachable).
-before_spawn_procs: list[Callable[[], None]] = []
 
-# Proc meshes this process spawned and has not stopped: shutdown_context() stops them.
-_owned: list[ProcMesh] = []
-_owned_lock = threading.Lock()
+class _Spawned:
+    """Proc meshes this process spawned and has not stopped (a part of its node):
+    ``shutdown_context()`` stops them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.meshes: list[ProcMesh] = []
 
 
 def owned_proc_meshes() -> list[ProcMesh]:
-    with _owned_lock:
-        return list(_owned)
+    node = host.current_node()
+    if node is None:
+        return []
+    spawned = node.part(_Spawned)
+    with spawned.lock:
+        return list(spawned.meshes)
 
 
 @dataclass
@@ -48,6 +54,7 @@ class _ProcState:
     owned: bool
     initialized: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     stopped: bool = False
+    node: Any = None  # the node (client session) that spawned these procs
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
 
 
@@ -110,7 +117,11 @@ class ProcMesh(MeshTrait):
             raise TypeError(f"spawn(name, Class, ...) needs a non-empty string name, got {name!r}")
         eps = validate_actor_class(Class)
         mode = actor_mode(Class, eps)
-        host.check_running()
+        if self._state.node is not None and self._state.node.closed:
+            raise RuntimeError(
+                f"{self!r} belongs to a client session that shutdown_context() ended; spawn "
+                "new procs (this_host().spawn_procs(...)) and spawn actors on those"
+            )
         ctx = context()
         creator = ctx.actor_instance
         body, bufs = codec.dumps_checked(
@@ -165,12 +176,21 @@ class ProcMesh(MeshTrait):
             cf.set_result(None)
             return Future._create(cf, "the procs to stop")
         self._state.stopped = True
-        with _owned_lock:
-            if self in _owned:
-                _owned.remove(self)
+        spawned = host.ensure_node().part(_Spawned)
+        with spawned.lock:
+            if self in spawned.meshes:
+                spawned.meshes.remove(self)
         rt = host.ensure_runtime()
         procs = list(self._procs)
-        countdown = Countdown(len(procs), lambda: set_future(cf, True, None))
+        names = {p.name for p in procs}
+        me = self
+
+        def stopped() -> None:  # nothing on these procs is anyone's any more
+            owned.forget_on(names)
+            owned.forget_proc_mesh(None, me)
+            set_future(cf, True, None)
+
+        countdown = Countdown(len(procs), stopped)
         for proc in procs:
             rt.mark_stopping(proc)
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
@@ -241,9 +261,9 @@ def spawn_on(
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     """
-    host.check_running()
-    for fn in before_spawn_procs:
-        fn()
+    from .controller import ensure_registry  # the controller module builds on this one
+
+    ensure_registry()  # reachable by the procs before any of them starts
     if bootstrap is not None and not callable(bootstrap):
         raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
     rt = host.ensure_runtime()
@@ -260,11 +280,13 @@ def spawn_on(
             batch.append((proc, host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")))
             procs.append(proc)
         host.spawn_procs(batch, agent)
-    state = _ProcState(owned=True)
+    node = host.ensure_node()
+    state = _ProcState(owned=True, node=node)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized)
-    with _owned_lock:
-        _owned.append(pm)
+    spawned = node.part(_Spawned)
+    with spawned.lock:
+        spawned.meshes.append(pm)
     owned.register_proc_mesh(context().actor_instance.actor_id, pm)
     return pm
 

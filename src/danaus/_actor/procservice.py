@@ -11,12 +11,16 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 from typing import Any
 
 from .. import _config as config
+from .._errors import SupervisionError
+from .._runtime import host
 from .._runtime import proc as _proc
-from .._runtime.runtime import STATUS_OK, Runtime
+from .._runtime.runtime import STATUS_ERROR, STATUS_OK, Runtime
+from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Message
 from .cell import ActorCell
 
@@ -42,7 +46,55 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
 
 
 def _on_exit(cell: ActorCell) -> None:
-    pass  # the cell stays registered: later messages get a clear "was stopped" error
+    """The actor's thread ended: free the cell, leaving a tombstone that answers late calls."""
+    rt = cell.rt
+    if not rt.closed:
+        rt.call_soon(_bury, rt, cell)
+
+
+class Stopped:
+    """The mailbox of a stopped actor: a late call hears "was stopped", the cell is freed."""
+
+    __slots__ = ("label", "rt")
+
+    def __init__(self, rt: Runtime, label: str) -> None:
+        self.rt = rt
+        self.label = label
+
+    def deliver(self, frame: Message, sender: ProcId | None) -> None:
+        header = frame.header
+        if header.port is None and header.sender is not None:
+            self.rt.bounce(
+                header.sender, f"{self.label}.{header.method}()", "the actor was stopped"
+            )
+        elif header.port is not None:
+            err = SupervisionError(
+                f"actor {self.label} was stopped", actor=self.label, reason="stopped"
+            )
+            self.rt.reply(header.port, header.slot, STATUS_ERROR, err)
+
+
+class _Graves:
+    """Keys of this proc's tombstones, oldest first (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.keys: collections.deque[tuple[str, int]] = collections.deque()
+
+
+def _bury(rt: Runtime, cell: ActorCell) -> None:
+    key = (cell.mesh_id, cell.rank)
+    if rt.mailboxes.get(key) is not cell:
+        return
+    rt.mailboxes[key] = Stopped(rt, cell._label())
+    node = host.current_node()
+    if node is None or node.runtime is not rt:
+        return
+    graves = node.part(_Graves)
+    graves.keys.append(key)
+    while len(graves.keys) > max(0, config.get("stopped_actors_remembered")):
+        old = graves.keys.popleft()
+        if isinstance(rt.mailboxes.get(old), Stopped):
+            del rt.mailboxes[old]
 
 
 def _on_stop_actor(rt: Runtime, frame: Message) -> None:
@@ -71,6 +123,3 @@ def _on_stop_proc(rt: Runtime, frame: Message) -> None:
             _proc.stop_proc(rt, 0)
 
     check()
-
-
-_proc.proc_init_hooks.append(install)

@@ -9,10 +9,6 @@ between the processes of one host) and the data connections across hosts
 (``net.py``: authenticated TCP, served by threads of their own).
 
 Imports: ``_errors``, ``_wire``, ``_transport``, ``_runtime``, ``_actor``.
+Nothing installs itself on import: ``danaus._bootstrap`` installs the frame
+handlers on each new node.
 """
-
-from .._runtime import host as _host
-from . import registry as _registry  # noqa: F401  (installs the frame handlers)
-
-if "danaus._rdma" not in _host.PRELOAD:
-    _host.PRELOAD.append("danaus._rdma")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .._runtime import proc as _proc
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.protocol import Kind, Message
 from .memory import LocalMemory
@@ -121,10 +120,3 @@ def _on_drop(rt: Runtime, frame: Message) -> None:
     drop(list(buffer_ids))
     if port is not None:
         rt.reply(port, index, STATUS_OK, None)
-
-
-_proc.proc_init_hooks.append(install)
-_current = _proc.current()
-if _current is not None:  # imported after this process's runtime started
-    install(_current)
-del _current

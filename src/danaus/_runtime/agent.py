@@ -19,6 +19,7 @@ import importlib
 import logging
 import os
 import secrets
+import shutil
 import signal
 import traceback
 from typing import Any
@@ -204,8 +205,14 @@ class Agent:
                 self.secret = bytes.fromhex(arg.decode())
 
     def _exit(self, why: str) -> None:
+        """Kill every proc, remove the job's socket directory, and exit.
+
+        A local agent's directory is its client's job directory: removing it here
+        cleans up after a client that was SIGKILLed (its lifeline closed), too.
+        """
         for name in list(self.pids):
             self._kill(name)
+        shutil.rmtree(self.rt.job_dir, ignore_errors=True)
         os._exit(0)
 
 

@@ -1,9 +1,9 @@
-"""This process's runtime and its host agent: started lazily, thread-safely, once.
+"""This process's runtime and its host agent: started lazily and thread-safely.
 
-In the client, the first use starts a runtime on a background thread and,
-on the first spawn, a host agent process tied to the client by a lifeline
-pipe. In a spawned proc, the runtime already exists and the agent is the one
-that spawned it.
+In the client, the first use starts a node (a runtime on a background thread)
+and, on the first spawn, a host agent process tied to the client by a
+lifeline pipe. ``shutdown()`` ends both; the next use starts afresh. In a
+spawned proc, the node already exists and the agent is the one that spawned it.
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ from .. import _config as config
 from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
 from .._wire.protocol import KillProcs, SpawnProcs
-from . import proc as _proc
+from . import node as _node
+from .node import Node
 from .runtime import Runtime
 
 __all__ = [
     "agent",
+    "current_node",
+    "ensure_node",
     "ensure_runtime",
     "kill_procs",
     "new_proc_name",
@@ -32,45 +35,33 @@ __all__ = [
     "spawn_procs",
 ]
 
-_lock = threading.RLock()
-_agent_proc: subprocess.Popen[bytes] | None = None
-_agent_id: ProcId | None = None
-_shut_down = False
-
-# Modules the zygote imports once, so every forked proc starts with them loaded;
-# higher layers add themselves (this layer names none of them).
-PRELOAD: list[str] = []
+# Modules the zygote imports once, so every forked proc starts with them loaded:
+# the bootstrap, which imports every subsystem it installs.
+PRELOAD: tuple[str, ...] = (_node.BOOTSTRAP,)
 
 
 def ensure_runtime() -> Runtime:
     """The runtime of this process; in the client, start it on first use."""
-    rt = _proc.current()
-    if rt is not None:
-        return rt
-    with _lock:
-        rt = _proc.current()
-        if rt is not None:
-            return rt
-        if _shut_down:
-            raise RuntimeError(
-                "the danaus client was shut down (shutdown_context()); it cannot be restarted "
-                "in this process"
-            )
+    return ensure_node().runtime
+
+
+def current_node() -> Node | None:
+    """This process's node, if one has started (never starts one)."""
+    return _node.current()
+
+
+def ensure_node() -> Node:
+    """This process's node; in the client, start one (a runtime thread) on first use."""
+    node = _node.current()
+    if node is not None:
+        return node
+    with _node.lock():
+        node = _node.current()
+        if node is not None:
+            return node
         rt = Runtime("c" + secrets.token_hex(3), make_job_dir())
         rt.start(in_thread=True)
-        _proc.set_current(rt)
-        for hook in _proc.proc_init_hooks:
-            hook(rt, {})
-        return rt
-
-
-def check_running() -> None:
-    """Raise ``RuntimeError`` if this client was shut down."""
-    if _shut_down:
-        raise RuntimeError(
-            "the danaus client was shut down (shutdown_context()); it cannot spawn anything "
-            "in this process any more"
-        )
+        return _node.start(rt, client=True, boot={})
 
 
 def new_proc_name() -> str:
@@ -79,18 +70,18 @@ def new_proc_name() -> str:
 
 def agent() -> ProcId:
     """The host agent of this host, starting it if this is the client and it is not running."""
-    global _agent_proc, _agent_id
-    rt = ensure_runtime()
+    node = ensure_node()
+    rt = node.runtime
     if rt.boot:
         agent_id: ProcId = rt.boot["agent"]
         return agent_id
-    with _lock:
-        if _agent_id is not None:
-            return _agent_id
+    with node.lock:
+        if node.agent_id is not None:
+            return node.agent_id
         name = "a" + secrets.token_hex(3)
         agent_id = ProcId(name, f"unix:{os.path.join(rt.job_dir, name + '.sock')}")
         rt.expect(agent_id)
-        _agent_proc = subprocess.Popen(
+        proc = node.agent_proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -113,12 +104,11 @@ def agent() -> ProcId:
                 "DANAUS_HOST_TOKEN": rt.host,
             },
         )
-        _agent_id = agent_id
-        proc = _agent_proc
+        node.agent_id = agent_id
         if rt.secret is not None:
             _tell_secret(proc, rt.secret)
         threading.Thread(
-            target=_watch_agent, args=(rt, agent_id, proc), name="danaus-agent-watch", daemon=True
+            target=_watch_agent, args=(node, agent_id, proc), name="danaus-agent-watch", daemon=True
         ).start()
         return agent_id
 
@@ -139,24 +129,27 @@ def _tell_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
 
 def share_secret(secret: bytes) -> None:
     """The client now has a job secret: its local agent passes it to the procs it forks."""
-    with _lock:
-        if _agent_proc is not None:
-            _tell_secret(_agent_proc, secret)
+    node = ensure_node()
+    with node.lock:
+        if node.agent_proc is not None:
+            _tell_secret(node.agent_proc, secret)
 
 
-def _watch_agent(rt: Runtime, agent_id: ProcId, proc: subprocess.Popen[bytes]) -> None:
+def _watch_agent(node: Node, agent_id: ProcId, proc: subprocess.Popen[bytes]) -> None:
     """The local agent exited (crashed at start, killed, or shut down): nothing may wait on it."""
     code = proc.wait()
     reason = f"the host agent {agent_id.name} exited with code {code}"
-    rt.call_soon(rt.peer_lost, agent_id.name, reason)
+    with _node.lock():
+        if node.closed:  # shut down on purpose: the runtime is closed, nothing waits
+            return
+        node.runtime.call_soon(node.runtime.peer_lost, agent_id.name, reason)
 
 
-# Procs requested from each agent, so that losing the agent fails those not yet up.
-_requested: dict[str, list[ProcId]] = {}
-
-
-def _on_agent_lost(rt: Runtime, name: str, reason: str) -> None:
-    for proc in _requested.pop(name, []):
+def _on_agent_lost(node: Node, name: str, reason: str) -> None:
+    rt = node.runtime
+    with node.lock:
+        lost = node.requested.pop(name, [])
+    for proc in lost:
         if rt.is_pending(proc.name):
             rt.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
 
@@ -166,14 +159,15 @@ def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = 
 
     Each proc sends READY to its ``boot['owner']`` once up.
     """
-    rt = ensure_runtime()
+    node = ensure_node()
+    rt = node.runtime
     target = on or agent()
     for proc, _ in procs:
         rt.expect(proc)
-    with _lock:
-        if not _requested:
-            rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(rt, name, reason))
-        _requested.setdefault(target.name, []).extend(p for p, _ in procs)
+    with node.lock:
+        if not node.requested:
+            rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(node, name, reason))
+        node.requested.setdefault(target.name, []).extend(p for p, _ in procs)
     rt.send(target, SpawnProcs(rt.proc_id, procs))
 
 
@@ -200,17 +194,12 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
     }
 
 
-def mark_shut_down() -> None:
-    global _shut_down
-    _shut_down = True
-
-
-def shutdown() -> None:
-    """Close the lifeline: the agent kills whatever procs remain and exits (client only)."""
-    global _shut_down, _agent_proc
-    with _lock:
-        _shut_down = True
-        p, _agent_proc = _agent_proc, None
+def shutdown(node: Node) -> None:
+    """End a client's node: close the lifeline (the agent kills whatever procs remain,
+    removes the job's socket directory and exits), then close the runtime.
+    """
+    with node.lock:
+        p, node.agent_proc = node.agent_proc, None
     if p is not None:
         try:
             assert p.stdin is not None
@@ -222,3 +211,4 @@ def shutdown() -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+    _node.end(node)

@@ -1,7 +1,8 @@
-"""The main function of a spawned proc, and the process-wide runtime registry.
+"""The main function of a spawned proc, and this process's runtime.
 
-A proc starts (forked by the zygote), builds its :class:`Runtime`, lets the
-higher layers install their frame handlers (``proc_init_hooks``), runs the
+A proc starts (forked by the zygote), builds its :class:`Runtime` and its
+:class:`~danaus._runtime.node.Node` (whose bootstrap installs the higher
+layers' frame handlers), runs the
 user's bootstrap function, tells its owner it is READY (or why it is not),
 then serves frames until asked to stop. Stopping returns from ``proc_main``,
 so the interpreter finalises normally.
@@ -13,36 +14,25 @@ import asyncio
 import inspect
 import os
 import sys
-import threading
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 from .. import _config as config
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Ready
+from . import node as _node
 from .runtime import Runtime
 
-__all__ = ["current", "proc_init_hooks", "proc_main", "set_current", "stop_proc"]
+__all__ = ["current", "proc_main", "stop_proc"]
 
-# Higher layers append hooks here at import time: hook(runtime, boot).
-proc_init_hooks: list[Callable[[Runtime, dict[str, Any]], None]] = []
-
-_current: Runtime | None = None
-_current_lock = threading.Lock()
 _exit_code = 0
 
 
 def current() -> Runtime | None:
-    """The runtime of this process, if one has been started."""
-    return _current
-
-
-def set_current(rt: Runtime) -> None:
-    global _current
-    with _current_lock:
-        _current = rt
+    """The runtime of this process's node, if one has been started."""
+    node = _node.current()
+    return None if node is None else node.runtime
 
 
 def proc_main(name: str, boot: dict[str, Any]) -> int:
@@ -61,13 +51,11 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         host=boot.get("host"),
         insecure=bool(boot.get("insecure")),
     )
-    set_current(rt)
     rt.boot = boot
     rt.start(in_thread=False)
     if boot.get("tcp_advertise"):
         rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])
-    for hook in proc_init_hooks:
-        hook(rt, boot)
+    _node.start(rt, client=False, boot=boot)
     error = None
     if boot.get("bootstrap") is not None:
         try:

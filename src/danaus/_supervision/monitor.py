@@ -7,7 +7,6 @@ from typing import Any
 
 from .._actor import owned, undeliverable
 from .._actor.cell import ActorCell
-from .._runtime import proc as _proc
 from .._runtime.runtime import Runtime
 from .._wire.ids import ActorId
 from .._wire.protocol import Kind, Message
@@ -71,9 +70,6 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
         cell.supervise(failure)
     else:
         log.error("the owner %s of a failed mesh is gone; dropping %s", owner, failure.report())
-
-
-_proc.proc_init_hooks.append(install)
 
 
 def _client_undeliverable(env: Any) -> None:

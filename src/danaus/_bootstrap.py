@@ -1,0 +1,33 @@
+"""The one bootstrap: installs every subsystem on a new node, explicitly, in order.
+
+``danaus._runtime.node`` calls :func:`install` when a process's node starts
+(the client's on first use, a proc's in ``proc_main``). Nothing in danaus
+installs itself on import: what a node serves does not depend on which
+modules happened to be imported first. The zygote preloads this module, so
+forked procs start with every subsystem imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._actor import procservice, undeliverable
+from ._rdma import registry as rdma_registry
+from ._runtime.node import Node
+from ._supervision import monitor
+
+__all__ = ["INSTALLERS", "install"]
+
+#: Each subsystem's installer, in the order they run: ``installer(runtime, boot)``.
+INSTALLERS = (
+    ("procs", procservice.install),  # STOP_PROC, spawning actors in this proc
+    ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
+    ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes
+    ("rdma", rdma_registry.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
+)
+
+
+def install(node: Node, boot: dict[str, Any]) -> None:
+    """Install every subsystem's frame handlers on ``node``'s runtime."""
+    for _name, installer in INSTALLERS:
+        installer(node.runtime, boot)

@@ -1,0 +1,132 @@
+"""The node: one object per process that owns everything danaus holds in it.
+
+A process's danaus is its :class:`Node`: the runtime (I/O loop, peers,
+mailboxes), the host agent it started (client only), the settings it was
+started with, and one state object per subsystem (owned meshes, the root
+context, ...), each created on first use by :meth:`Node.part`. Subsystems are
+installed on a new node by one bootstrap function (``danaus._bootstrap``, named
+here by string because it lives in a higher layer), explicitly and in a fixed
+order, never by import side effects.
+
+The client's node ends with ``shutdown_context()``; the next use starts a
+fresh one, so a client can stop and start again in the same process. A
+dashboard or debugger inspects the node through :func:`current`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import threading
+from typing import Any, TypeVar
+
+from .. import _config as config
+from .._wire.ids import ProcId
+from .runtime import Runtime
+
+__all__ = ["BOOTSTRAP", "Node", "current", "end", "start"]
+
+#: The module whose ``install(node, boot)`` installs every subsystem on a new node.
+BOOTSTRAP = "danaus._bootstrap"
+
+T = TypeVar("T")
+
+
+class Node:
+    """Everything danaus holds in this process (see the module docstring)."""
+
+    def __init__(self, runtime: Runtime, *, client: bool) -> None:
+        self.runtime = runtime
+        self.client = client
+        self.settings = config.get_global_config()  # what this node was started with
+        self.lock = threading.RLock()
+        # The host agent this client started (None in procs: theirs is in runtime.boot).
+        self.agent_proc: subprocess.Popen[bytes] | None = None
+        self.agent_id: ProcId | None = None
+        # Procs requested from each agent, so that losing the agent fails those not yet up.
+        self.requested: dict[str, list[ProcId]] = {}
+        self.shutting_down = False  # shutdown_context() is stopping what it holds
+        self.closed = False
+        self._parts: dict[type, Any] = {}
+
+    def part(self, cls: type[T]) -> T:
+        """The state of one subsystem on this node: ``cls()``, made on first use."""
+        try:
+            return self._parts[cls]  # type: ignore[no-any-return]
+        except KeyError:
+            with self.lock:
+                if cls not in self._parts:
+                    self._parts[cls] = cls()
+                return self._parts[cls]  # type: ignore[no-any-return]
+
+    def parts(self) -> dict[str, Any]:
+        """Every subsystem's state, by class name (for inspection)."""
+        with self.lock:
+            return {cls.__qualname__: p for cls, p in self._parts.items()}
+
+    def install(self, boot: dict[str, Any]) -> None:
+        """Run the bootstrap: install every subsystem's frame handlers on the runtime."""
+        importlib.import_module(BOOTSTRAP).install(self, boot)
+
+    def __repr__(self) -> str:
+        role = "client" if self.client else "proc"
+        return f"<Node {role} {self.runtime.proc_id.name} parts={sorted(self.parts())}>"
+
+
+_lock = threading.RLock()
+_node: Node | None = None
+
+
+def current() -> Node | None:
+    """This process's node, if its runtime has started."""
+    return _node
+
+
+def start(runtime: Runtime, *, client: bool, boot: dict[str, Any]) -> Node:
+    """Make ``runtime`` this process's node and install the subsystems on it."""
+    global _node
+    node = Node(runtime, client=client)
+    with _lock:
+        _node = node
+    node.install(boot)
+    return node
+
+
+def lock() -> threading.RLock:
+    """Held while a client node starts, so that two threads start one."""
+    return _lock
+
+
+def end(node: Node) -> None:
+    """The client's node is over: close its runtime, remove its socket directory.
+
+    The next use of danaus in this process starts a new node.
+    """
+    global _node
+    with _lock:
+        node.closed = True
+        if _node is node:
+            _node = None
+    rt = node.runtime
+    done = threading.Event()
+
+    def close() -> None:
+        rt.close()
+
+        def check(tries: int = 0) -> None:
+            if rt.flushed() or tries > 200:
+                rt.loop.stop()
+                done.set()
+            else:
+                rt.loop.call_later(0.005, check, tries + 1)
+
+        check()
+
+    if rt.thread is not None and rt.thread.is_alive():
+        rt.call_soon(close)
+        done.wait(config.get("shutdown_timeout"))
+        rt.thread.join(config.get("shutdown_timeout"))
+        if not rt.thread.is_alive():
+            rt.loop.close()
+    shutil.rmtree(rt.job_dir, ignore_errors=True)
