@@ -42,7 +42,8 @@ PRELOAD: tuple[str, ...] = (_node.BOOTSTRAP,)
 
 def ensure_runtime() -> Runtime:
     """The runtime of this process; in the client, start it on first use."""
-    return ensure_node().runtime
+    node = _node._node  # the fast path of every call: one attribute read
+    return (node if node is not None else ensure_node()).runtime
 
 
 def current_node() -> Node | None:
@@ -52,7 +53,7 @@ def current_node() -> Node | None:
 
 def ensure_node() -> Node:
     """This process's node; in the client, start one (a runtime thread) on first use."""
-    node = _node.current()
+    node = _node._node
     if node is not None:
         return node
     with _node.lock():
