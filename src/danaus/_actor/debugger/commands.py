@@ -226,6 +226,8 @@ def _selector(text: str, shown: str) -> Selector:
         if "," in text:
             return tuple(int(p) for p in text.split(","))
         return int(text)
+    except CommandError:
+        raise
     except ValueError:
         raise CommandError(
             f"cannot read {shown!r} as ranks: use a rank (3), a list (1,2), a range "
