@@ -31,8 +31,8 @@ from ._actor.context import context as context
 from ._actor.context import current_actor_name as current_actor_name
 from ._actor.context import current_rank as current_rank
 from ._actor.context import current_size as current_size
-from ._actor.debugger import debug_controller as debug_controller
 from ._actor.controller import get_or_spawn_controller as get_or_spawn_controller
+from ._actor.debugger import debug_controller as debug_controller
 from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
 from ._actor.endpoint import endpoint as endpoint
 from ._actor.future import Future as Future

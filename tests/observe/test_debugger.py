@@ -25,7 +25,7 @@ pexpect = pytest.importorskip("pexpect")
 
 EXPECT_TIMEOUT = 60  # a bound on any one prompt; far above what a healthy step needs
 
-CLIENT = '''
+CLIENT = """
 import asyncio
 import pdb
 import sys
@@ -83,7 +83,7 @@ elif mode == "terminal":
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("worker", AsyncDebugee)
     print("RESULT", list(workers.work.call(5).get().values()), flush=True)
-'''
+"""
 
 LIST_DONE = re.compile(r"\((\d+) sessions? paused\)")
 

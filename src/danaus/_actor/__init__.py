@@ -5,8 +5,8 @@ Imports: ``_errors``, ``_mesh``, ``_wire``, ``_transport``, ``_runtime``.
 
 from .._runtime import host as _host
 from .._runtime import proc as _proc
-from . import procservice as _procservice  # noqa: F401  (installs the proc handlers)
 from . import debugger as _debugger
+from . import procservice as _procservice  # noqa: F401  (installs the proc handlers)
 from . import undeliverable as _undeliverable
 
 _proc.proc_init_hooks.append(_undeliverable.install)

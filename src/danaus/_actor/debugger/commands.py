@@ -173,7 +173,9 @@ def parse_ranks(sel: str) -> RankSelection:
     """The selection inside ``ranks(...)``: ``3``, ``1,2``, ``0:8:2`` or ``dim=..., ...``."""
     sel = sel.strip()
     if not sel:
-        raise CommandError("ranks() is empty; give a rank (3), a list (1,2), a range (0:8:2) or dim=i")
+        raise CommandError(
+            "ranks() is empty; give a rank (3), a list (1,2), a range (0:8:2) or dim=i"
+        )
     if _DIM.match(sel):
         dims: dict[str, Selector] = {}
         for name, value in _split_dims(sel):

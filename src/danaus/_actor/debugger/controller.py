@@ -27,7 +27,7 @@ from . import commands as cmds
 from .frontends import Frontend, FrontendClosed, SocketFrontend, TerminalFrontend, same_user
 from .remote import SessionInfo
 
-__all__ = ["DebugController", "Session", "SOCKET_NAME", "INFO_NAME"]
+__all__ = ["INFO_NAME", "SOCKET_NAME", "DebugController", "Session"]
 
 SOCKET_NAME = "debug.sock"  # in the client's job directory
 INFO_NAME = "debug.json"  # beside it: {"pid", "argv", "socket"}, for `danaus debug` to find it
@@ -85,9 +85,11 @@ class DebugController(Actor):
         self._info_path = os.path.join(rt.job_dir, INFO_NAME)
         self._server: asyncio.AbstractServer | None = None
         self._serving = self._loop.create_task(self._serve())
-        rt.lost_callbacks.append(
-            lambda name, reason: self._loop.call_soon_threadsafe(self._proc_lost, name, reason)
-        )
+        rt.lost_callbacks.append(self._on_lost)
+
+    def _on_lost(self, proc: str, reason: str) -> None:
+        """A proc was lost (I/O thread): drop its sessions on the controller's loop."""
+        self._loop.call_soon_threadsafe(self._proc_lost, proc, reason)
 
     # -- endpoints the paused procs call ---------------------------------------------
 

@@ -121,12 +121,11 @@ class TerminalFrontend(Frontend):
         fut: asyncio.Future[bytes] = loop.create_future()
 
         def readable() -> None:
+            err: OSError | None = None
             try:
                 data = os.read(self._fd, 4096)
             except OSError as e:
                 data, err = b"", e
-            else:
-                err = None
             if not fut.done():
                 if data:
                     fut.set_result(data)

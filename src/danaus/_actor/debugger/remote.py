@@ -104,7 +104,13 @@ class RemotePdb(pdb.Pdb):
         self._out = _Output()
         # danaus's own frames are never stepped into: stepping out of the endpoint
         # runs to its end instead of showing the actor's message loop.
-        super().__init__(stdin=_Input(self), stdout=self._out, nosigint=True, skip=["danaus._*"])
+        # pdb calls only readline() on stdin and write()/flush() on stdout
+        super().__init__(
+            stdin=_Input(self),  # type: ignore[arg-type]
+            stdout=self._out,  # type: ignore[arg-type]
+            nosigint=True,
+            skip=["danaus._*"],
+        )
         self.prompt = "(Pdb) "
         self.controller = controller
         self.info = info
@@ -126,7 +132,9 @@ class RemotePdb(pdb.Pdb):
 
     def read_line(self) -> str:
         try:
-            line = _block(self.controller.read.call_one(self.info.key, self._out.take(), self._where()))
+            line = _block(
+                self.controller.read.call_one(self.info.key, self._out.take(), self._where())
+            )
         except Exception as e:
             raise bdb.BdbQuit(f"lost the debug controller in the client: {e}") from e
         return str(line)
@@ -163,7 +171,7 @@ class RemotePdb(pdb.Pdb):
             self.clear_all_breaks()
             self.message("Deleted all breakpoints")
             return None
-        return super().do_clear(arg)  # type: ignore[no-any-return]
+        return super().do_clear(arg)
 
     do_cl = do_clear
 
@@ -231,9 +239,7 @@ class ProcDebugger:
                 from ..controller import get_or_spawn_controller
                 from .controller import DebugController
 
-                self._controller = _block(
-                    get_or_spawn_controller(CONTROLLER_NAME, DebugController)
-                )
+                self._controller = _block(get_or_spawn_controller(CONTROLLER_NAME, DebugController))
             return self._controller
 
     def breakpointhook(self, *args: Any, **kwargs: Any) -> Any:
@@ -312,4 +318,4 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
         return
     debugger = ProcDebugger(rt)
     sys.breakpointhook = debugger.breakpointhook
-    pdb.set_trace = debugger.pdb_set_trace  # type: ignore[assignment]
+    pdb.set_trace = debugger.pdb_set_trace
