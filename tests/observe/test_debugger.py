@@ -10,7 +10,9 @@ pexpect timeout.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -79,13 +81,24 @@ elif mode == "postmortem":
         fut.get()
     except Exception as e:
         print("ERROR", type(e).__name__, "bad value 42" in str(e), flush=True)
+elif mode == "lost":
+    import danaus.actor
+
+    danaus.actor.unhandled_fault_hook = lambda failure: print("FAULT", flush=True)
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    doomed = procs.spawn("doomed", Debugee)
+    try:
+        doomed.to_debug.call_one(1).get()
+    except Exception as e:
+        print("LOST", type(e).__name__, flush=True)
+    input()  # stay up until the test has listed the sessions
 elif mode == "terminal":
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("worker", AsyncDebugee)
     print("RESULT", list(workers.work.call(5).get().values()), flush=True)
 """
 
-LIST_DONE = re.compile(r"\((\d+) sessions? paused\)")
+LIST_DONE = re.compile(r"\((\d+) sessions? paused\)|no paused sessions")
 
 
 @pytest.fixture
@@ -153,11 +166,10 @@ def _list_until(prompt: pexpect.spawn, n: int) -> str:
         prompt.sendline("list")
         prompt.expect(LIST_DONE)
         table = prompt.before
-        found = int(prompt.match.group(1))
+        found = int(prompt.match.group(1) or 0)
         prompt.expect("danaus_dbg> ")
         if found == n:
             return str(table)
-        assert found < n, f"expected {n} sessions, the debugger lists {found}:\n{table}"
     raise AssertionError(f"the debugger never listed {n} sessions")
 
 
@@ -241,6 +253,9 @@ def test_list_attach_cast_continue_over_four_procs(session: dict[str, object]) -
     dbg.expect("leaving the debugger")
     dbg.expect(pexpect.EOF)
     client.expect(pexpect.EOF)
+    assert "Traceback" not in client.before  # the controller stopped cleanly at exit
+    client.close()
+    assert client.exitstatus == 0
 
 
 @pytest.mark.timeout(180)
@@ -270,6 +285,7 @@ def test_post_mortem_after_breakpoint_while_a_neighbour_actor_keeps_answering(
     dbg.expect("danaus_dbg> ")
     client.expect("ERROR ActorError True")
     client.expect(pexpect.EOF)
+    assert "Traceback" not in client.before
     dbg.sendline("quit")
     dbg.expect(pexpect.EOF)
 
@@ -294,6 +310,29 @@ def test_the_clients_own_terminal_debugs_async_actors_and_pdb_set_trace(
     client.expect("no paused sessions left; the program goes on")
     client.expect(r"RESULT \[15, 15\]")
     client.expect(pexpect.EOF)
+    assert "Traceback" not in client.before
+
+
+@pytest.mark.timeout(180)
+def test_a_lost_proc_drops_its_session_and_its_caller_hears(session: dict[str, object]) -> None:
+    client = _client(session, "lost", DANAUS_DEBUG_TERMINAL="0")
+    client.expect("paused in breakpoint")
+    dbg = _cli(session)
+    _list_until(dbg, 1)
+    dbg.sendline("attach doomed 0")
+    dbg.expect(r"pid (\d+)\)")
+    pid = int(dbg.match.group(1))
+    dbg.expect(r"\(Pdb\) ")
+    os.kill(pid, signal.SIGKILL)
+    dbg.sendline("p 1")  # the session's proc is gone: the prompt says so, nothing hangs
+    dbg.expect("ended: its proc was lost")
+    dbg.expect("danaus_dbg> ")
+    _list_until(dbg, 0)
+    client.expect("LOST SupervisionError")
+    client.sendline("")
+    client.expect(pexpect.EOF)
+    dbg.sendline("quit")
+    dbg.expect(pexpect.EOF)
 
 
 def test_danaus_debug_without_a_client_says_so(debug_dir: Path) -> None:
@@ -363,3 +402,15 @@ def test_selections_choose_by_rank_range_list_and_coordinates() -> None:
     assert cmds.select(6, coords, {"hosts": 1, "gpus": range(2, 4)})
     assert not cmds.select(6, coords, {"hosts": 0})
     assert not cmds.select(6, coords, {"racks": 0})  # a dimension the session lacks
+
+
+def test_debug_controller_serves_only_source_files_the_client_has_loaded() -> None:
+    from danaus.actor import debug_controller
+
+    controller = debug_controller()
+    assert controller.sessions.call_one().get(timeout=EXPECT_TIMEOUT) == []
+    own = cmds.__file__
+    text = controller.source.call_one(own).get(timeout=EXPECT_TIMEOUT)
+    assert text == Path(own).read_text()
+    assert controller.source.call_one("/etc/passwd").get(timeout=EXPECT_TIMEOUT) is None
+    assert debug_controller().sessions.call_one().get(timeout=EXPECT_TIMEOUT) == []  # the same one

@@ -297,8 +297,14 @@ class ActorCell(Failing, DeadlockCheck):
             item = await serial.get()
             if item[0] == _STOP:
                 await self._cancel_tasks()
-                # Waiting for the children must not block this actor's event loop.
-                await asyncio.get_running_loop().run_in_executor(None, self._stop_children, item[3])
+                # Waiting for the children must not block this actor's event loop. Only
+                # when there are any: at interpreter exit (an actor of the client stopped
+                # by the at-exit handler) the default executor can no longer start.
+                inst = self.ctx_instance
+                if inst is not None and any(owned.owned_by(inst.actor_id)):
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self._stop_children, item[3]
+                    )
                 if self.instance is not None and self.failed is None:
                     await self._cleanup_async(None)
                 self._finish(item, None)

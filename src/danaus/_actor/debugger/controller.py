@@ -89,7 +89,12 @@ class DebugController(Actor):
 
     def _on_lost(self, proc: str, reason: str) -> None:
         """A proc was lost (I/O thread): drop its sessions on the controller's loop."""
-        self._loop.call_soon_threadsafe(self._proc_lost, proc, reason)
+        if not self._sessions:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._proc_lost, proc, reason)
+        except RuntimeError:  # the controller has stopped (the program is exiting)
+            pass
 
     # -- endpoints the paused procs call ---------------------------------------------
 
@@ -364,7 +369,7 @@ class DebugController(Actor):
                 del self._sessions[key]
                 s.ended = f"its proc was lost ({reason})"
                 if s.reply is not None and not s.reply.done():
-                    s.reply.cancel()
+                    s.reply.set_result("")  # EOF to no one; a cancel would fail this actor
         self._changed()
 
     def _sorted(self) -> list[Session]:
@@ -403,6 +408,9 @@ class DebugController(Actor):
         )
 
     async def __cleanup__(self, exc: Any) -> None:
+        rt = host.ensure_runtime()
+        if self._on_lost in rt.lost_callbacks:
+            rt.lost_callbacks.remove(self._on_lost)
         if self._server is not None:
             self._server.close()
         for path in (self._info_path, self.socket_path):
