@@ -3,7 +3,8 @@
 A client script (its actor classes live in ``__main__``, so they travel by
 value) spawns real procs whose endpoints call ``breakpoint()``; ``danaus
 debug`` runs in a second terminal, or the client's own terminal shows the
-prompt. Every wait is an ``expect`` on output, never a sleep: the one loop
+prompt (the async actor's endpoint uses ``pdb.set_trace()``). Every wait is
+an ``expect`` on output, never a sleep: the one loop
 re-lists until all sessions have registered, bounded by its count and the
 pexpect timeout.
 """
@@ -127,6 +128,7 @@ def _spawn(args: list[str], env: dict[str, str], cwd: Path) -> pexpect.spawn:
         timeout=EXPECT_TIMEOUT,
         dimensions=(50, 200),
     )
+    child.delaybeforesend = None  # every send follows the prompt it answers
     return child
 
 
@@ -291,7 +293,7 @@ def test_post_mortem_after_breakpoint_while_a_neighbour_actor_keeps_answering(
 
 
 @pytest.mark.timeout(180)
-def test_the_clients_own_terminal_debugs_async_actors_and_pdb_set_trace(
+def test_the_clients_own_terminal_debugs_async_actors_until_danaus_debug_takes_over(
     session: dict[str, object],
 ) -> None:
     client = _client(session, "terminal")
@@ -306,6 +308,16 @@ def test_the_clients_own_terminal_debugs_async_actors_and_pdb_set_trace(
     client.expect(r"\(Pdb\) ")
     client.sendline("c")
     client.expect("danaus_dbg> ")
+
+    # `danaus debug` takes the prompt over; the terminal gets it back when it quits
+    dbg = _cli(session)
+    client.expect("another danaus debug took over")
+    assert "worker" in _rows(_list_until(dbg, 1))[1]
+    dbg.sendline("quit")
+    dbg.expect(pexpect.EOF)
+    client.expect("DANAUS DEBUGGER")
+    client.expect("danaus_dbg> ")
+
     client.sendline("continue")
     client.expect("no paused sessions left; the program goes on")
     client.expect(r"RESULT \[15, 15\]")
