@@ -125,7 +125,7 @@ class RemotePdb(pdb.Pdb):
     # -- I/O with the controller -----------------------------------------------
 
     def _where(self) -> tuple[str, int, str]:
-        f = self.curframe
+        f = getattr(self, "curframe", None)  # set by pdb once it shows a frame
         if f is None:
             return self.info.where
         return (f.f_code.co_filename, f.f_lineno, f.f_code.co_name)
@@ -276,7 +276,14 @@ class ProcDebugger:
                 (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name),
             )
             task = _current_task() if cell.mode == "async" else None
-            session = RemotePdb(self.controller(), info, task)
+            try:
+                controller = self.controller()
+            except Exception as e:
+                raise bdb.BdbQuit(
+                    f"breakpoint() in actor {inst.name} rank {cell.rank} could not reach the "
+                    f"debug controller in the client: {e}"
+                ) from e
+            session = RemotePdb(controller, info, task)
             cell.debugging = session
         if header is not None:
             session.message(header)
