@@ -48,7 +48,11 @@ class Debugee(Actor):
     def crash(self, n):
         breakpoint()
         boom = n + 1
-        raise ValueError(f"bad value {boom}")
+        _fail(boom)
+
+
+def _fail(value):
+    raise ValueError(f"bad value {value}")
 
 
 class Neighbour(Actor):
@@ -278,9 +282,19 @@ def test_post_mortem_after_breakpoint_while_a_neighbour_actor_keeps_answering(
     dbg.expect(r"\(Pdb\) ")
     dbg.sendline("c")  # runs into the exception: post-mortem
     dbg.expect("post-mortem: the endpoint raised ValueError: bad value 42")
+    dbg.expect(r"-> raise ValueError")  # where it raised, in a function the endpoint called
     dbg.expect(r"\(Pdb\) ")
-    dbg.sendline("p boom")
+    dbg.sendline("p value")
     dbg.expect(r"\r\n42\r\n")
+    dbg.expect(r"\(Pdb\) ")
+    dbg.sendline("up")
+    dbg.expect(r"-> _fail\(boom\)")
+    dbg.expect(r"\(Pdb\) ")
+    dbg.sendline("p n")
+    dbg.expect(r"\r\n41\r\n")
+    dbg.expect(r"\(Pdb\) ")
+    dbg.sendline("down")
+    dbg.expect(r"-> raise ValueError")
     dbg.expect(r"\(Pdb\) ")
     dbg.sendline("c")
     dbg.expect("ended: its endpoint finished")

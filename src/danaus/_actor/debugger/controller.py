@@ -24,7 +24,14 @@ from ..._runtime import host
 from ..actor import Actor
 from ..endpoint import concurrent_endpoint, endpoint
 from . import commands as cmds
-from .frontends import Frontend, FrontendClosed, SocketFrontend, TerminalFrontend, same_user
+from .frontends import (
+    MAX_LINE,
+    Frontend,
+    FrontendClosed,
+    SocketFrontend,
+    TerminalFrontend,
+    same_user,
+)
 from .remote import SessionInfo
 
 __all__ = ["INFO_NAME", "SOCKET_NAME", "DebugController", "Session"]
@@ -161,7 +168,7 @@ class DebugController(Actor):
         except FileNotFoundError:
             pass
         self._server = await asyncio.start_unix_server(
-            self._on_client, path=self.socket_path, limit=2 * (1 << 20)
+            self._on_client, path=self.socket_path, limit=MAX_LINE
         )
         os.chmod(self.socket_path, 0o600)
         info = {"pid": os.getpid(), "argv": sys.argv, "socket": self.socket_path}

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 __all__ = [
+    "MAX_LINE",
     "Frontend",
     "FrontendClosed",
     "SocketFrontend",
@@ -27,7 +28,7 @@ __all__ = [
     "same_user",
 ]
 
-MAX_LINE = 1 << 20  # one input line from `danaus debug`
+MAX_LINE = 1 << 20  # the longest line `danaus debug` may send; a longer one closes it
 
 
 class FrontendClosed(Exception):
