@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -202,6 +203,11 @@ def test_list_attach_cast_continue_over_four_procs(session: dict[str, object]) -
         coords = f"hosts={rank // 2},gpus={rank % 2}"
         assert row.split()[:3] == ["debugee", str(rank), coords], row
         assert "to_debug" in row and "client.py:" in row
+
+    # only this user can reach the prompt: a 0700 job directory, a 0600 socket
+    (sock,) = Path(str(session["dir"]), "s").glob("*/debug.sock")
+    assert stat.S_IMODE(sock.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(sock.stat().st_mode) == 0o600
 
     dbg.sendline("frobnicate")
     dbg.expect("unknown command 'frobnicate'")
