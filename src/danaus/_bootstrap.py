@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._actor import procservice, undeliverable
+from ._actor import debugger, procservice, undeliverable
 from ._rdma import registry as rdma_registry
 from ._runtime.node import Node
 from ._supervision import monitor
 
-__all__ = ["INSTALLERS", "install"]
+__all__ = ["INSTALLERS", "PRELOAD", "install"]
 
 #: Each subsystem's installer, in the order they run: ``installer(runtime, boot)``.
 INSTALLERS = (
@@ -24,7 +24,13 @@ INSTALLERS = (
     ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
     ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes
     ("rdma", rdma_registry.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
+    ("debugger", debugger.install),  # breakpoint() in an actor talks to the client
 )
+
+
+#: Modules the zygote imports once more, so forked procs get them for free (the
+#: client does not import them: pdb alone costs ~10 ms).
+PRELOAD = ("danaus._actor.debugger.remote",)
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:

@@ -280,6 +280,28 @@ SETTINGS: tuple[Setting, ...] = (
         "'any' lets any process of this user read procs' memory (for hardened "
         "kernels whose Yama ptrace_scope blocks process_vm_readv between siblings).",
     ),
+    # -- debugging -----------------------------------------------------------
+    Setting(
+        "debug_terminal",
+        "bool",
+        True,
+        "When the client runs in an interactive terminal, offer the debugger prompt "
+        "there as soon as an actor pauses in breakpoint() (`danaus debug` takes it over).",
+    ),
+    Setting(
+        "debug_post_mortem",
+        "bool",
+        True,
+        "An endpoint that raises after its breakpoint() opened a debug session stops "
+        "in post-mortem pdb before its caller hears the error.",
+    ),
+    Setting(
+        "debug_cast_wait",
+        "duration",
+        5.0,
+        "How long the debugger's cast waits for the sessions to finish the command "
+        "before it returns to the prompt (their output shows on attach).",
+    ),
 )
 
 _BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}

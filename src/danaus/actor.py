@@ -32,6 +32,7 @@ from ._actor.context import current_actor_name as current_actor_name
 from ._actor.context import current_rank as current_rank
 from ._actor.context import current_size as current_size
 from ._actor.controller import get_or_spawn_controller as get_or_spawn_controller
+from ._actor.debugger import debug_controller as debug_controller
 from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
 from ._actor.endpoint import endpoint as endpoint
 from ._actor.future import Future as Future
@@ -40,7 +41,6 @@ from ._actor.hosts import HostMesh as HostMesh
 from ._actor.hosts import attach_to_workers as attach_to_workers
 from ._actor.hosts import enable_transport as enable_transport
 from ._actor.hosts import this_host as this_host
-from ._actor.legacy import debug_controller as debug_controller
 from ._actor.legacy import local_proc_mesh as local_proc_mesh
 from ._actor.legacy import proc_mesh as proc_mesh
 from ._actor.legacy import sim_proc_mesh as sim_proc_mesh

@@ -11,7 +11,6 @@ from danaus.actor import (
     Actor,
     ProcMesh,
     attach_to_workers,
-    debug_controller,
     endpoint,
     local_proc_mesh,
     proc_mesh,
@@ -175,11 +174,6 @@ def test_deprecated_proc_mesh_functions_warn_and_spawn_working_procs(make, sizes
 def test_proc_mesh_refuses_env_as_monarch_does() -> None:
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"env=.*bootstrap"):
         proc_mesh(gpus=1, env={"A": "1"})
-
-
-def test_debug_controller_says_it_is_not_available() -> None:
-    with pytest.raises(NotImplementedError, match="no distributed debugger"):
-        debug_controller()
 
 
 def test_rdma_names_of_older_programs_exist() -> None:

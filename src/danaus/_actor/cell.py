@@ -87,6 +87,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.stopped = False
         self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
+        self.debugging: Any = None  # the pdb session breakpoint() opened, while one is open
         self._lock = threading.Lock()
         self.serial_task: Any = None
         self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor
@@ -224,8 +225,10 @@ class ActorCell(Failing, DeadlockCheck):
             self.instance = inst
             inst.__init__(*args, **kwargs)
         except BaseException as e:
+            self._debug_finish(e)
             self._init_failed(e, f"{cls.__qualname__}.__init__ raised")
             return
+        self._debug_finish(None)
         self.rt.reply(self.init_port, self.rank, STATUS_OK, None)
 
     def _label(self) -> str:
@@ -294,8 +297,14 @@ class ActorCell(Failing, DeadlockCheck):
             item = await serial.get()
             if item[0] == _STOP:
                 await self._cancel_tasks()
-                # Waiting for the children must not block this actor's event loop.
-                await asyncio.get_running_loop().run_in_executor(None, self._stop_children, item[3])
+                # Waiting for the children must not block this actor's event loop. Only
+                # when there are any: at interpreter exit (an actor of the client stopped
+                # by the at-exit handler) the default executor can no longer start.
+                inst = self.ctx_instance
+                if inst is not None and any(owned.owned_by(inst.actor_id)):
+                    await asyncio.get_running_loop().run_in_executor(
+                        None, self._stop_children, item[3]
+                    )
                 if self.instance is not None and self.failed is None:
                     await self._cleanup_async(None)
                 self._finish(item, None)
@@ -377,8 +386,10 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):  # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
+            self._debug_finish(e)
             self._raised(e, prop, port, index)
             return
+        self._debug_finish(None)
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
 
@@ -402,10 +413,19 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
+            self._debug_finish(e)
             self._raised(e, prop, port, index)
             return
+        self._debug_finish(None)
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
+
+    def _debug_finish(self, exc: BaseException | None) -> None:
+        """End the pdb session breakpoint() opened in this endpoint (post-mortem on ``exc``)."""
+        if self.debugging is not None:  # the common case costs one attribute read
+            from .debugger.remote import finish
+
+            finish(self, exc)
 
     def _stop_children(self, reason: str) -> None:
         if self.ctx_instance is not None:

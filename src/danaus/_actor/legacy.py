@@ -2,8 +2,7 @@
 
 ``proc_mesh``, ``local_proc_mesh`` and ``sim_proc_mesh`` predate
 ``this_host().spawn_procs(per_host=...)``; each warns with
-``DeprecationWarning`` and returns what that call returns. ``debug_controller``
-(Monarch's distributed debugger) is not available and says so.
+``DeprecationWarning`` and returns what that call returns.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from typing import Any
 from .hosts import this_host
 from .procs import ProcMesh
 
-__all__ = ["debug_controller", "local_proc_mesh", "proc_mesh", "sim_proc_mesh"]
+__all__ = ["local_proc_mesh", "proc_mesh", "sim_proc_mesh"]
 
 
 def _local_device_count() -> int:
@@ -111,16 +110,3 @@ def _spawn(per_host: dict[str, int | None], setup: Callable[[], Any] | None) -> 
         _check_count(label, size)
     sizes = {k: v for k, v in per_host.items() if v is not None}
     return this_host().spawn_procs(per_host=sizes, bootstrap=setup)
-
-
-def debug_controller() -> Any:
-    """Not available: danaus has no distributed debugger. Raises ``NotImplementedError``.
-
-    Monarch's ``debug_controller()`` returns the actor that collects
-    ``breakpoint()`` sessions of actors for the ``monarch debug`` CLI.
-    """
-    raise NotImplementedError(
-        "debug_controller() is not available: danaus has no distributed debugger yet. To debug "
-        "an actor, reproduce the call on this_proc() (actors there run in the client process, "
-        "where breakpoint() works), or use remote-pdb inside the endpoint"
-    )

@@ -53,6 +53,7 @@ def _worker(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .debug import add_debug_command, run_debug
     from .jobs import add_job_commands, run_job_command
 
     parser = argparse.ArgumentParser(
@@ -84,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
     add_job_commands(sub)
+    add_debug_command(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     if args.command in ("apply", "kill", "exec"):
         return run_job_command(args)
+    if args.command == "debug":
+        return run_debug(args)
     return 2  # pragma: no cover
 
 

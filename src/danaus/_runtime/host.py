@@ -35,10 +35,6 @@ __all__ = [
     "spawn_procs",
 ]
 
-# Modules the zygote imports once, so every forked proc starts with them loaded:
-# the bootstrap, which imports every subsystem it installs.
-PRELOAD: tuple[str, ...] = (_node.BOOTSTRAP,)
-
 
 def ensure_runtime() -> Runtime:
     """The runtime of this process; in the client, start it on first use."""
@@ -94,7 +90,7 @@ def agent() -> ProcId:
                 "--owner",
                 f"{rt.proc_id.name}={rt.proc_id.addr}",
                 "--preload",
-                ",".join(PRELOAD),
+                ",".join(_node.preload_modules()),
             ],
             stdin=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches the client only

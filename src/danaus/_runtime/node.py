@@ -25,7 +25,7 @@ from .. import _config as config
 from .._wire.ids import ProcId
 from .runtime import Runtime
 
-__all__ = ["BOOTSTRAP", "Node", "current", "end", "start"]
+__all__ = ["BOOTSTRAP", "Node", "current", "end", "preload_modules", "start"]
 
 #: The module whose ``install(node, boot)`` installs every subsystem on a new node.
 BOOTSTRAP = "danaus._bootstrap"
@@ -72,6 +72,11 @@ class Node:
     def __repr__(self) -> str:
         role = "client" if self.client else "proc"
         return f"<Node {role} {self.runtime.proc_id.name} parts={sorted(self.parts())}>"
+
+
+def preload_modules() -> tuple[str, ...]:
+    """What a zygote imports before it forks procs: the bootstrap and its ``PRELOAD``."""
+    return (BOOTSTRAP, *importlib.import_module(BOOTSTRAP).PRELOAD)
 
 
 _lock = threading.RLock()

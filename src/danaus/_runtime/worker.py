@@ -9,7 +9,7 @@ from typing import Any
 
 from .._transport.address import parse, split_tcp
 from .._transport.auth import load_secret
-from . import host
+from . import node
 from .agent import run_worker
 
 __all__ = ["run_worker_loop_forever"]
@@ -72,6 +72,6 @@ def run_worker_loop_forever(
         port,
         secret=key,
         insecure=key is None,
-        preload=list(host.PRELOAD),
+        preload=list(node.preload_modules()),
         on_listening=on_listening,
     )

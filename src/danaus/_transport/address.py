@@ -29,6 +29,7 @@ __all__ = [
     "listen",
     "make_job_dir",
     "parse",
+    "socket_base",
     "split_tcp",
 ]
 
@@ -93,9 +94,16 @@ def _private_dir(path: str) -> str:
     return path
 
 
+def socket_base() -> str:
+    """The per-user directory that holds every job directory of this user (not created)."""
+    return str(
+        config.get("socket_dir") or os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
+    )
+
+
 def make_job_dir() -> str:
     """Create a fresh directory, readable by this user only, for one job's sockets."""
-    base = config.get("socket_dir") or os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
+    base = socket_base()
     _private_dir(base)
     return _private_dir(os.path.join(base, secrets.token_hex(4)))
 
