@@ -54,10 +54,12 @@ def _worker(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .jobs import add_job_commands, run_job_command
+    from .logs import add_logs_command, run_logs_command
 
     parser = argparse.ArgumentParser(
         prog="danaus",
-        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, kill).",
+        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, "
+        "kill), read the procs' output (logs).",
         epilog="`danaus COMMAND --help` explains each command with examples.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,11 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
     add_job_commands(sub)
+    add_logs_command(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     if args.command in ("apply", "kill", "exec"):
         return run_job_command(args)
+    if args.command == "logs":
+        return run_logs_command(args)
     return 2  # pragma: no cover
 
 

@@ -19,6 +19,7 @@ from .. import _config as config
 from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
 from .._wire.protocol import KillProcs, SpawnProcs
+from . import logs as _logs  # noqa: F401  (sets up logs in every proc and the client)
 from . import proc as _proc
 from .runtime import Runtime
 
