@@ -33,7 +33,16 @@ from . import logdir
 from . import proc as _proc
 from .runtime import Runtime
 
-__all__ = ["LogControl", "control", "install", "redirect_output"]
+__all__ = [
+    "LogControl",
+    "control",
+    "flush",
+    "install",
+    "redirect_output",
+    "statistics",
+    "tail",
+    "tailed_procs",
+]
 
 log = logging.getLogger("danaus.runtime")
 
@@ -252,6 +261,47 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
         logdir.configure_danaus_logging(logdir.job_dir(rt.proc_id.name), to_stderr=True)
     except OSError as e:
         log.error("cannot create the job log directory: %s", e)
+
+
+# -- the client's view of forwarded output (for the dashboard and tests) ------------------
+
+
+def _printer() -> Any:
+    rt = _proc.current()
+    ctl = rt.logs if rt is not None else None
+    return ctl.printer if ctl is not None else None
+
+
+def tail(proc: str, n: int | None = None) -> list[str]:
+    """The last lines (at most ``n``, at most ``log_tail_lines``) that proc ``proc``
+    wrote and this client received, oldest first; ``[]`` outside the client."""
+    printer = _printer()
+    return printer.tail(proc, n) if printer is not None else []
+
+
+def tailed_procs() -> list[str]:
+    """The names of the procs whose output this client has received."""
+    printer = _printer()
+    return printer.procs() if printer is not None else []
+
+
+def statistics(proc: str | None = None) -> Any:
+    """``LogStatistics(lines, bytes, dropped)`` received by this client, of one proc or all."""
+    from .logclient import LogStatistics
+
+    printer = _printer()
+    return printer.statistics(proc) if printer is not None else LogStatistics(0, 0, 0)
+
+
+def flush(procs: list[ProcId], timeout: float | None = None) -> concurrent.futures.Future[None]:
+    """Completes once every line ``procs`` wrote so far has been printed here (or after
+    ``timeout`` seconds); for procs spawned from this process."""
+    rt = _proc.current()
+    if rt is None or rt.logs is None:
+        cf: concurrent.futures.Future[None] = concurrent.futures.Future()
+        cf.set_result(None)
+        return cf
+    return control(rt).flush(procs, timeout)
 
 
 _proc.proc_init_hooks.append(install)

@@ -51,7 +51,7 @@ def _on_lost(rt: Runtime, proc_name: str, reason: str) -> None:
         # Lost on its connection's EOF before its host agent's report: that report
         # brings the proc's last lines (LOG_TAIL first). Wait for it, briefly.
         grace = config.get("log_tail_grace")
-        rt.when_exited(proc_name, lambda how: _report_lost(rt, proc_name, reason), grace)
+        rt.when_exited(proc_name, lambda how: _report_lost(rt, proc_name, how), grace)
         return
     _report_lost(rt, proc_name, reason)
 
