@@ -13,6 +13,7 @@ from typing import Any
 
 from ._actor import debugger, procservice, undeliverable
 from ._rdma import registry as rdma_registry
+from ._runtime import logs
 from ._runtime.node import Node
 from ._supervision import monitor
 
@@ -20,6 +21,7 @@ __all__ = ["INSTALLERS", "PRELOAD", "install"]
 
 #: Each subsystem's installer, in the order they run: ``installer(runtime, boot)``.
 INSTALLERS = (
+    ("logs", logs.install),  # output and logging records reach the client; LOG_* frames
     ("procs", procservice.install),  # STOP_PROC, spawning actors in this proc
     ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
     ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes

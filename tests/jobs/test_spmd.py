@@ -119,5 +119,8 @@ def test_the_same_script_on_a_two_node_slurm_allocation_ends_with_torchruns_weig
     client = scripts.start_path(path, *args)
     stdout, err = client.communicate(timeout=220)
     assert client.returncode == 0, err
-    assert stdout.split() == [slurm.nodes["danaus1"].ip]  # the master: rank 0's node
+    # The procs' own output reaches the client too, each line prefixed ([spmd {...}] ...).
+    mine = [line for line in stdout.splitlines() if not line.startswith("[")]
+    assert mine == [slurm.nodes["danaus1"].ip]  # the master: rank 0's node
+    assert any(line.startswith("[spmd {hosts=") for line in stdout.splitlines())
     _assert_same_weights(out, torchrun_weights)

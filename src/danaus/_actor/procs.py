@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import logging
 import math
 import secrets
 import threading
@@ -11,9 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .. import _config as config
 from .._errors import ActorError, RemoteException, SupervisionError
 from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
+from .._runtime.logs import control as log_control
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Spawn, StopProc
@@ -56,6 +59,7 @@ class _ProcState:
     stopped: bool = False
     node: Any = None  # the node (client session) that spawned these procs
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
+    log_label: str | None = None  # what log lines are prefixed with (the mesh's name)
 
 
 class ProcMesh(MeshTrait):
@@ -131,6 +135,10 @@ class ProcMesh(MeshTrait):
         ext = self._shape.extent
         shape = Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes)))
         mesh_id = mesh_id or f"{name}.{secrets.token_hex(3)}"
+        if self._state.owned and self._state.log_label is None:
+            # An unnamed proc mesh's output is labelled with its first actor mesh's name.
+            self._state.log_label = name
+            log_control(host.ensure_runtime()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         state = _State(initialized=concurrent.futures.Future())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
@@ -185,17 +193,58 @@ class ProcMesh(MeshTrait):
         names = {p.name for p in procs}
         me = self
 
-        def stopped() -> None:  # nothing on these procs is anyone's any more
+        def exited() -> None:  # nothing on these procs is anyone's any more
             owned.forget_on(names)
             owned.forget_proc_mesh(None, me)
-            set_future(cf, True, None)
+            # then their last lines are printed (bounded wait)
+            flushed = log_control(rt).flush(procs, config.get("log_flush_timeout"))
+            flushed.add_done_callback(lambda _: set_future(cf, True, None))
 
-        countdown = Countdown(len(procs), stopped)
+        countdown = Countdown(len(procs), exited)
         for proc in procs:
             rt.mark_stopping(proc)
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
             rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
+
+    def logging_option(
+        self,
+        stream_to_client: bool = True,
+        aggregate_window_sec: float | None = 3,
+        level: int = logging.INFO,
+    ) -> Future[None]:
+        """How these procs' output reaches this client (Monarch's options and defaults).
+
+        ``stream_to_client``: forward stdout, stderr and logging records here
+        (they always go to the per-proc log files). ``aggregate_window_sec``:
+        collect lines for that many seconds, then print lines that differ only
+        in numbers once, as ``[N similar lines] <example>``; ``None`` prints
+        each line at once. ``level``: the level of the procs' root logger,
+        so records below it are not forwarded (prints are). Applies to the
+        procs of this mesh (or slice) before any message sent after it; the
+        returned future is complete (``await`` it as in Monarch, or not).
+        """
+        if not isinstance(stream_to_client, bool):
+            raise TypeError(f"stream_to_client must be True or False, got {stream_to_client!r}")
+        if aggregate_window_sec is not None and (
+            isinstance(aggregate_window_sec, bool)
+            or not isinstance(aggregate_window_sec, (int, float))
+            or aggregate_window_sec < 0
+        ):
+            raise ValueError(
+                "aggregate_window_sec must be a number of seconds >= 0, or None to print each "
+                f"line at once; got {aggregate_window_sec!r}"
+            )
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 255:
+            raise ValueError(
+                f"Invalid logging level: {level!r}; use a level of the logging module, "
+                "like logging.INFO (20) or logging.DEBUG (10)"
+            )
+        window = None if not aggregate_window_sec else float(aggregate_window_sec)
+        log_control(host.ensure_runtime()).set_options(
+            self._selected(), stream=stream_to_client, window=window, level=level
+        )
+        return Future._resolved(None, "logging_option")
 
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 
@@ -272,16 +321,23 @@ def spawn_on(
     local = math.prod(per_host.values())
     boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
     procs: list[ProcId] = []
+    logs = log_control(rt)
     for agent in agents:
         batch = []
         for _ in range(local):
             nm = host.new_proc_name()
             proc = ProcId(nm, f"unix:{rt.job_dir}/{nm}.sock")
-            batch.append((proc, host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")))
+            coords = ",".join(
+                f"{label}={c}"
+                for label, c in zip(labels, _coords_of(len(procs), sizes), strict=True)
+            )
+            boot = host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")
+            batch.append((proc, {**boot, "coords": coords}))
             procs.append(proc)
         host.spawn_procs(batch, agent)
+        logs.track((p for p, _ in batch), agent or host.agent())
     node = host.ensure_node()
-    state = _ProcState(owned=True, node=node)
+    state = _ProcState(owned=True, node=node, log_label=name)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized)
     spawned = node.part(_Spawned)
@@ -289,6 +345,15 @@ def spawn_on(
         spawned.meshes.append(pm)
     owned.register_proc_mesh(context().actor_instance.actor_id, pm)
     return pm
+
+
+def _coords_of(rank: int, sizes: list[int]) -> list[int]:
+    """Row-major coordinates of ``rank`` in a mesh of ``sizes``."""
+    out = []
+    for size in reversed(sizes):
+        rank, c = divmod(rank, size)
+        out.append(c)
+    return out[::-1]
 
 
 def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:

@@ -55,10 +55,12 @@ def _worker(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     from .debug import add_debug_command, run_debug
     from .jobs import add_job_commands, run_job_command
+    from .logs import add_logs_command, run_logs_command
 
     parser = argparse.ArgumentParser(
         prog="danaus",
-        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, kill).",
+        description="danaus command line: serve hosts (worker), manage jobs (apply, exec, "
+        "kill), read the procs' output (logs).",
         epilog="`danaus COMMAND --help` explains each command with examples.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
     add_job_commands(sub)
     add_debug_command(sub)
+    add_logs_command(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_job_command(args)
     if args.command == "debug":
         return run_debug(args)
+    if args.command == "logs":
+        return run_logs_command(args)
     return 2  # pragma: no cover
 
 

@@ -51,6 +51,8 @@ def run_detached(serve: Callable[[Callable[[str], None]], None], log_file: str |
         except (ValueError, RuntimeError, OSError) as e:
             print(f"danaus worker: {e}", file=sys.stderr, flush=True)
             code = 2
+        except SystemExit:
+            raise  # a proc forked by the worker's zygote, leaving normally
         except BaseException:
             import traceback
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Lost, Message, Ready
+from .logagent import LogCapture
 from .runtime import STATUS_EXC, STATUS_OK, Runtime
 from .zygote import read_msg, write_msg, zygote_loop
 
@@ -73,7 +74,15 @@ class Agent:
     the client's procs and waits for the next.
     """
 
-    def __init__(self, rt: Runtime, req_w: int, resp_r: int, *, worker: bool = False) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        req_w: int,
+        resp_r: int,
+        *,
+        worker: bool = False,
+        client: ProcId | None = None,
+    ) -> None:
         self.rt = rt
         self.req_w = req_w
         self.resp_r = resp_r
@@ -84,6 +93,8 @@ class Agent:
         # The local agent learns the secret on its lifeline; a worker's is its runtime's.
         self.secret: bytes | None = rt.secret
         self._lifeline = b""
+        # A local agent's client is its owner; a worker's, whoever attaches.
+        self.logs = LogCapture(rt, client, client.name if client is not None else None)
         rt.register(Kind.SPAWN_PROCS, self._on_spawn)
         rt.register(Kind.KILL_PROCS, self._on_kill)
         rt.register(Kind.ATTACH, self._on_attach)
@@ -114,6 +125,7 @@ class Agent:
             client = _with_ip(client, conn.sock.getpeername()[0])
             self.rt.learn(client)
         self.client = client
+        self.logs.set_job(client, client.name)
         local_ip = conn.sock.getsockname()[0] if conn.tcp else "127.0.0.1"
         info = {"name": self.rt.proc_id.name, "host": self.rt.host, "ip": local_ip}
         self.rt.reply(
@@ -123,6 +135,7 @@ class Agent:
     def _on_lost(self, name: str, reason: str) -> None:
         if self.client is not None and name == self.client.name:
             self.client = None
+            self.logs.client_gone()
             for proc in list(self.pids):
                 self._kill(proc)
 
@@ -151,7 +164,8 @@ class Agent:
                             boot[key] = client
             else:
                 self._on_lifeline()  # a secret the client sent before this spawn
-            boot = {**boot, "secret": self.secret}  # through the zygote's pipe, not a frame
+            boot = {**boot, **self.logs.open(proc, requester, boot)}
+            boot["secret"] = self.secret  # through the zygote's pipe, not a frame
             self.procs[proc.name] = (proc, requester)
             write_msg(self.req_w, ("fork", proc.name, boot))
 
@@ -174,6 +188,7 @@ class Agent:
             return
         if msg[0] == "forked":
             self.pids[msg[1]] = msg[2]
+            self.logs.forked(msg[1], msg[2])
             return
         _, name, _pid, status = msg
         self.pids.pop(name, None)
@@ -181,6 +196,8 @@ class Agent:
         if entry is None:
             return
         _, owner = entry
+        # Its last lines first (LOG_TAIL, same connection as the LOST that follows).
+        self.logs.exited(name, failed=os.waitstatus_to_exitcode(status) != 0)
         reason = describe_exit(status)
         self.rt.send(owner, Lost(name, f"proc {name} failed: {reason}"), on_fail=_ignore)
         for other, (_, other_owner) in list(self.procs.items()):
@@ -217,8 +234,10 @@ class Agent:
 
 
 def _child_main(name: str, boot: dict[str, Any]) -> int:
+    from .logs import redirect_output
     from .proc import proc_main
 
+    redirect_output(boot)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -260,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     req_w, resp_r = _fork_zygote()
     rt = Runtime(args.name, args.dir)
     rt.start(in_thread=False)
-    Agent(rt, req_w, resp_r)
+    Agent(rt, req_w, resp_r, client=ProcId(owner_name, owner_addr))
     rt.send(ProcId(owner_name, owner_addr), Ready(rt.proc_id, None), on_fail=_ignore)
     rt.loop.run_forever()
 

@@ -184,6 +184,11 @@ class PeerTable:
         peer = self._peers.get(name)
         return peer is not None and peer.pending and peer.lost is None
 
+    def spawned_here(self, name: str) -> bool:
+        """True if proc ``name`` was spawned for us (its host agent reports its exit to us)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.spawned
+
     def is_stopping(self, name: str) -> bool:
         """True once we asked proc ``name`` to stop (its loss is then no failure)."""
         peer = self._peers.get(name)

@@ -141,6 +141,7 @@ class Runtime(PeerTable):
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
+        self.logs: Any = None  # log options, flushes and crash tails (logs.LogControl)
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None

@@ -13,7 +13,8 @@ class MeshFailure:
     ``reason`` says what happened (an exception with no reply, a process
     killed by a signal, ...); ``traceback`` is the remote traceback text when
     there is one. ``mesh`` is the owner's ``ActorMesh`` (compare it, or
-    ``mesh_name``, with the meshes you own).
+    ``mesh_name``, with the meshes you own). ``log_tail`` holds the last lines
+    the process wrote (stdout and stderr) when it crashed, else is empty.
     """
 
     def __init__(
@@ -23,12 +24,14 @@ class MeshFailure:
         reason: str,
         traceback: str = "",
         mesh: Any = None,
+        log_tail: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.mesh_name = mesh_name
         self.crashed_ranks = list(crashed_ranks)
         self.reason = reason
         self.traceback = traceback
         self.mesh = mesh
+        self.log_tail = list(log_tail)
 
     def report(self) -> str:
         """A readable multi-line report, with the remote traceback if any."""
@@ -39,6 +42,9 @@ class MeshFailure:
         if self.traceback.strip():
             lines.append("  Traceback of the failure (remote):")
             lines.extend("    " + line for line in self.traceback.rstrip().splitlines())
+        if self.log_tail:
+            lines.append(f"  Last {len(self.log_tail)} lines of output of the process:")
+            lines.extend("    " + line for line in self.log_tail)
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -50,4 +56,7 @@ class MeshFailure:
     __repr__ = __str__
 
     def __reduce__(self) -> Any:
-        return (MeshFailure, (self.mesh_name, self.crashed_ranks, self.reason, self.traceback))
+        return (
+            MeshFailure,
+            (self.mesh_name, self.crashed_ranks, self.reason, self.traceback, None, self.log_tail),
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .. import _config as config
 from .._actor import owned, undeliverable
 from .._actor.cell import ActorCell
 from .._runtime.runtime import Runtime
@@ -45,6 +46,17 @@ def _on_failed(rt: Runtime, frame: Message) -> None:
 def _on_lost(rt: Runtime, proc_name: str, reason: str) -> None:
     if rt.is_stopping(proc_name):
         return
+    if proc_name not in rt.exited and rt.spawned_here(proc_name):
+        # Lost on its connection's EOF before its host agent's report: that report
+        # brings the proc's last lines (LOG_TAIL first). Wait for it, briefly.
+        grace = config.get("log_tail_grace")
+        rt.when_exited(proc_name, lambda how: _report_lost(rt, proc_name, how), grace)
+        return
+    _report_lost(rt, proc_name, reason)
+
+
+def _report_lost(rt: Runtime, proc_name: str, reason: str) -> None:
+    tail = rt.logs.tail(proc_name) if rt.logs is not None else ()
     for om in owned.actor_meshes():
         if om.state.stopped:
             continue
@@ -54,7 +66,7 @@ def _on_lost(rt: Runtime, proc_name: str, reason: str) -> None:
             why = f"the process of actor {om.ref.name}[{rank}] failed: {reason}"
             new, mesh, name = _record(om.ref.mesh_id, rank, why)
             if new and om.owner is not None:
-                deliver(rt, om.owner, MeshFailure(name, [rank], why, "", mesh))
+                deliver(rt, om.owner, MeshFailure(name, [rank], why, "", mesh, tail))
 
 
 def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:

@@ -40,6 +40,11 @@ __all__ = [
     "Hello",
     "KillProcs",
     "Kind",
+    "Log",
+    "LogAck",
+    "LogConfig",
+    "LogFlush",
+    "LogTail",
     "Lost",
     "Message",
     "Offload",
@@ -99,6 +104,11 @@ class Kind(enum.IntEnum):
     RDMA_CHECK = 40
     RDMA_DROP = 41
     RDMA_DATA = 42
+    LOG = 60
+    LOG_ACK = 61
+    LOG_TAIL = 62
+    LOG_CONFIG = 63
+    LOG_FLUSH = 64
 
 
 # -- the runtime --------------------------------------------------------------
@@ -289,6 +299,57 @@ class RdmaData(NamedTuple):
     slot: int
 
 
+# -- logs ---------------------------------------------------------------------
+
+
+class Log(NamedTuple):
+    """Complete lines (the body) that proc ``proc`` wrote to ``stream`` (1 stdout, 2 stderr).
+
+    Sent by a host agent to its client. ``dropped`` lines of that stream were
+    dropped just before these (the client did not keep up); the body may be
+    empty when only a drop is reported. ``label`` and ``coords`` name the proc
+    in prefixes (``trainer``, ``hosts=1,gpus=3``).
+    """
+
+    proc: str
+    label: str
+    coords: str
+    stream: int
+    dropped: int
+
+
+class LogAck(NamedTuple):
+    """The client has printed ``nbytes`` more bytes of LOG bodies: the agent may send more."""
+
+    nbytes: int
+
+
+class LogTail(NamedTuple):
+    """The last lines proc ``name`` wrote before it crashed (to its owner, before LOST)."""
+
+    name: str
+    lines: tuple[str, ...]
+
+
+class LogConfig(NamedTuple):
+    """Log options for ``procs``: to their host agent, ``stream`` (forward to the client:
+    1, or not: 0) and ``label``; to the procs themselves, the Python logging ``level``.
+    -1 (and an empty label) keeps the current value."""
+
+    procs: tuple[str, ...]
+    stream: int
+    level: int
+    label: str
+
+
+class LogFlush(NamedTuple):
+    """Forward every line ``procs`` have written so far, then answer ``port`` (a barrier)."""
+
+    procs: tuple[str, ...]
+    port: PortId
+    slot: int
+
+
 _HEADERS: dict[int, Any] = {
     Kind.CALL: Call,
     Kind.REPLY: Reply,
@@ -312,6 +373,11 @@ _HEADERS: dict[int, Any] = {
     Kind.RDMA_CHECK: RdmaCheck,
     Kind.RDMA_DROP: RdmaDrop,
     Kind.RDMA_DATA: RdmaData,
+    Kind.LOG: Log,
+    Kind.LOG_ACK: LogAck,
+    Kind.LOG_TAIL: LogTail,
+    Kind.LOG_CONFIG: LogConfig,
+    Kind.LOG_FLUSH: LogFlush,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
