@@ -17,7 +17,7 @@ from .._runtime import host
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Spawn, StopProc
-from . import owned
+from . import introspect, owned
 from .actor import actor_mode, validate_actor_class
 from .collect import Collector, Countdown, set_future
 from .context import context
@@ -176,6 +176,17 @@ class ProcMesh(MeshTrait):
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
             rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
+
+    def stats(self) -> Future[Any]:
+        """The metrics of these procs: every actor's endpoints, every connection.
+
+        Does not block; the future holds a ``MeshStats`` (``endpoints`` keyed
+        ``"mesh.method"``: calls, errors, latency percentiles; ``procs``: bytes and
+        frames per connection). A proc that is gone or does not answer within
+        the ``stats_timeout`` setting is listed with the reason instead of
+        holding the answer up. ``danaus.stats(actor_mesh)`` gives one actor mesh's.
+        """
+        return Future._create(introspect.mesh_stats(self._selected()), "the procs' statistics")
 
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 

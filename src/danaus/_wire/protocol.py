@@ -56,8 +56,12 @@ __all__ = [
     "ShutdownHost",
     "Spawn",
     "SpawnProcs",
+    "Stack",
+    "Stats",
     "StopActor",
     "StopProc",
+    "TraceStart",
+    "TraceStop",
     "decode",
     "decode_header",
     "kind_of",
@@ -66,7 +70,7 @@ __all__ = [
 
 #: Changes whenever a header's fields or a kind's meaning change. Version 1 was
 #: the untyped protocol of danaus 0.1 (its HELLO had no version).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: the observing kinds (STATS, TRACE_*, STACK)
 
 
 class ProtocolError(FrameError):
@@ -99,6 +103,10 @@ class Kind(enum.IntEnum):
     RDMA_CHECK = 40
     RDMA_DROP = 41
     RDMA_DATA = 42
+    STATS = 70
+    TRACE_START = 71
+    TRACE_STOP = 72
+    STACK = 73
 
 
 # -- the runtime --------------------------------------------------------------
@@ -289,6 +297,37 @@ class RdmaData(NamedTuple):
     slot: int
 
 
+# -- observing (answered on the I/O thread, so a busy actor never delays them) -------
+
+
+class Stats(NamedTuple):
+    """Send this proc's actors, endpoint metrics and connections to ``port``."""
+
+    port: PortId
+    slot: int
+
+
+class TraceStart(NamedTuple):
+    """Start recording spans; the answer (``port``) carries this proc's clock."""
+
+    port: PortId
+    slot: int
+
+
+class TraceStop(NamedTuple):
+    """Stop recording spans and send them to ``port``."""
+
+    port: PortId
+    slot: int
+
+
+class Stack(NamedTuple):
+    """Dump this proc's stacks (py-spy, or Python's own frames) to ``port``."""
+
+    port: PortId
+    slot: int
+
+
 _HEADERS: dict[int, Any] = {
     Kind.CALL: Call,
     Kind.REPLY: Reply,
@@ -312,6 +351,10 @@ _HEADERS: dict[int, Any] = {
     Kind.RDMA_CHECK: RdmaCheck,
     Kind.RDMA_DROP: RdmaDrop,
     Kind.RDMA_DATA: RdmaData,
+    Kind.STATS: Stats,
+    Kind.TRACE_START: TraceStart,
+    Kind.TRACE_STOP: TraceStop,
+    Kind.STACK: Stack,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
