@@ -234,11 +234,13 @@ def gather(
     make: Callable[[Any, int], Any],
     timeout: float,
     what: str,
+    arrived: list[int] | None = None,
 ) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
     """Send ``make(port, slot)`` to each proc; completes with ``(ok, answer or why)`` each.
 
     Never waits for more than ``timeout`` seconds: a proc that has not answered
-    by then, or is lost, gets ``(False, "why")``. Does not block.
+    by then, or is lost, gets ``(False, "why")``. Does not block. ``arrived``
+    (one slot per proc) receives each answer's ``perf_counter_ns()`` arrival.
     """
     rt = host.ensure_runtime()
     cf: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
@@ -260,6 +262,8 @@ def gather(
         return cf
 
     def on_value(index: int, ok: bool, value: Any) -> None:
+        if arrived is not None:
+            arrived[index] = time.perf_counter_ns()
         with lock:
             if results[index] is not None:
                 return
@@ -293,8 +297,10 @@ def ask_stacks(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[
     return gather(procs, Stack, config.get("stack_timeout") + 5.0, "stack dump")
 
 
-def ask_trace_start(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    return gather(procs, TraceStart, config.get("stats_timeout"), "trace start")
+def ask_trace_start(
+    procs: Sequence[ProcId], arrived: list[int] | None = None
+) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    return gather(procs, TraceStart, config.get("stats_timeout"), "trace start", arrived)
 
 
 def ask_trace_stop(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:

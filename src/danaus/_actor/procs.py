@@ -7,6 +7,7 @@ import functools
 import math
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -274,6 +275,11 @@ def spawn_on(
     state = _ProcState(owned=True)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized)
+    if rt.tracer is not None:  # a trace is running: these procs join it from the start
+        sent = time.perf_counter_ns()
+        arrived = [0] * len(procs)
+        answers = introspect.ask_trace_start(procs, arrived)
+        rt.tracer.late.append((tuple(procs), sent, arrived, answers))
     with _owned_lock:
         _owned.append(pm)
     owned.register_proc_mesh(context().actor_instance.actor_id, pm)

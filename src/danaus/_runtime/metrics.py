@@ -100,6 +100,7 @@ class Tracer:
         self.dropped = 0
         self.threads: dict[int, str] = {}
         self.started_ns = time.perf_counter_ns()
+        self.late: list[Any] = []  # procs spawned during the trace, started as they came
 
     now = staticmethod(time.perf_counter_ns)
 
