@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .. import _config as config
 from .._errors import ActorError, RemoteException, SupervisionError
 from .._mesh import MeshTrait, Shape, Slice
 from .._runtime import host
@@ -227,6 +228,14 @@ class ProcMesh(MeshTrait):
         return f"<ProcMesh {self.sizes}>"
 
 
+def _observe_dashboard() -> Any:
+    # Upward on purpose (tests/test_layers.py allows exactly this): the dashboard is
+    # served by the observing layer, above this one, and only when asked for.
+    from .._observe import dashboard
+
+    return dashboard
+
+
 def _tensor_api() -> Any:
     # Upward on purpose (tests/test_layers.py allows exactly this): the tensor engine
     # needs torch, so `import danaus.actor` must not load it until a mesh is activated.
@@ -256,6 +265,8 @@ def spawn_on(
     host.check_running()
     for fn in before_spawn_procs:
         fn()
+    if config.get("dashboard") and not host.ensure_runtime().boot:
+        _observe_dashboard().serve_from_environment()  # DANAUS_DASHBOARD=1: on first spawn
     if bootstrap is not None and not callable(bootstrap):
         raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
     rt = host.ensure_runtime()
