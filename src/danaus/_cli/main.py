@@ -54,6 +54,8 @@ def _worker(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .jobs import add_job_commands, run_job_command
+    from .observe import COMMANDS as OBSERVE_COMMANDS
+    from .observe import add_observe_commands, run_observe_command
 
     parser = argparse.ArgumentParser(
         prog="danaus",
@@ -84,11 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")
     w.add_argument("--tls-ca", help="PEM CA that peers' certificates must chain to")
     add_job_commands(sub)
+    add_observe_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     if args.command in ("apply", "kill", "exec"):
         return run_job_command(args)
+    if args.command in OBSERVE_COMMANDS:
+        return run_observe_command(args)
     return 2  # pragma: no cover
 
 
