@@ -591,7 +591,9 @@ def evaluate_targets(
             if t.workload == "memory" and d.get("extra", {}).get("torch_loaded"):
                 row["status"] += " (torch was loaded in the proc)"
         else:
-            missing = [s for s in (t.against, t.system) if s not in avail or not avail[s]["available"]]
+            missing = [
+                s for s in (t.against, t.system) if s not in avail or not avail[s]["available"]
+            ]
             if missing:
                 row.update(status=f"n/a ({missing[0]} not run)", value=None)
             else:

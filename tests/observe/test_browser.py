@@ -61,7 +61,8 @@ def browser() -> Iterator[Any]:
 # element handles that the next redraw makes stale.
 _READ = """
 return {
-  procs: [...document.querySelectorAll('.proc')].map(e => [e.dataset.proc, e.dataset.state, e.innerText]),
+  procs: [...document.querySelectorAll('.proc')].map(
+    e => [e.dataset.proc, e.dataset.state, e.innerText]),
   failures: [...document.querySelectorAll('.failure')].map(e => [e.dataset.actor, e.innerText]),
   summary: document.getElementById('summary').textContent,
 };
@@ -80,7 +81,6 @@ def _expected_procs() -> int:
 def test_the_page_shows_the_mesh_and_a_killed_proc_within_a_second(
     browser: Any, faults: FaultRecorder
 ) -> None:
-    from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     pm = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
@@ -158,9 +158,7 @@ def test_the_stack_dump_button_shows_the_proc_s_stacks(browser: Any, faults: Fau
         WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, button))
         napping = mesh.nap.call_one(5.0)
         browser.execute_script(f"document.querySelector('{button}').click()")
-        WebDriverWait(browser, 60).until(
-            lambda d: "nap" in d.find_element(By.ID, "stack-out").text
-        )
+        WebDriverWait(browser, 60).until(lambda d: "nap" in d.find_element(By.ID, "stack-out").text)
         assert "actor-napper" in browser.find_element(By.ID, "stack-out").text
         napping.get(timeout=REPLY_TIMEOUT)
     finally:

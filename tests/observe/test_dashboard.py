@@ -80,7 +80,9 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
     logtail.append(p0, "a line the log forwarder delivered", "stderr")
 
     state = _get(dashboard, "/api/state")
-    ours = {name: p for name, p in _procs_of(state).items() if name in {p.name for p in procs._procs}}
+    ours = {
+        name: p for name, p in _procs_of(state).items() if name in {p.name for p in procs._procs}
+    }
     assert len(ours) == 2 and all(p["state"] == "alive" for p in ours.values())
     assert ours[p0]["coords"] == {"gpus": 0}
     assert ours[p0]["logs"][-1]["line"] == "a line the log forwarder delivered"

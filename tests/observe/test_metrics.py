@@ -66,7 +66,9 @@ def test_connection_metrics_count_the_bytes_and_frames_a_proc_receives(procs: Pr
     client = ensure_runtime().proc_id.name
 
     def received() -> tuple[int, int]:
-        [proc] = [p for p in procs.stats().get(timeout=REPLY_TIMEOUT).procs if p.pid is not None][:1]
+        [proc] = [p for p in procs.stats().get(timeout=REPLY_TIMEOUT).procs if p.pid is not None][
+            :1
+        ]
         conns = [c for c in proc.connections if c.peer == client and c.direction == "in"]
         return sum(c.bytes_recv for c in conns), sum(c.frames_recv for c in conns)
 

@@ -90,9 +90,12 @@ def test_traces_do_not_nest_and_tracing_stops_with_the_block(
     procs: ProcMesh, tmp_path: Path
 ) -> None:
     mesh = procs.spawn("traced_once", Worker)
-    with danaus.trace(tmp_path / "a.json"), pytest.raises(RuntimeError, match="do not nest"):
-        with danaus.trace(tmp_path / "b.json"):
-            pass
+    with (
+        danaus.trace(tmp_path / "a.json"),
+        pytest.raises(RuntimeError, match="do not nest"),
+        danaus.trace(tmp_path / "b.json"),
+    ):
+        pass
     mesh.ping.call().get(timeout=REPLY_TIMEOUT)  # after the block: recorded nowhere
     with danaus.trace(tmp_path / "c.json"):
         pass

@@ -213,9 +213,9 @@ def _rich_table(state: dict[str, Any]) -> Any:
     from rich.text import Text
 
     table = Table(title=headline(state), title_justify="left", expand=False)
+    numeric = {"msgs", "msgs/s", "queued", "calls", "errors", "p50", "p99"}
     for c in COLUMNS:
-        table.add_column(c, justify="right" if c in ("msgs", "msgs/s", "queued", "calls",
-                                                      "errors", "p50", "p99") else "left")  # fmt: skip
+        table.add_column(c, justify="right" if c in numeric else "left")
     colour = {"alive": "green", "dead": "red", "not answering": "yellow"}
     for r in rows(state):
         r = list(r)
@@ -233,17 +233,9 @@ def _top(url: str, args: argparse.Namespace) -> int:
     try:
         from rich.live import Live
     except ImportError:
-        Live = None  # noqa: N806
-    n = 0
+        print("(install rich for a live view: pip install 'danaus[dashboard]')", file=sys.stderr)
+        return _top_plain(url, args)
     try:
-        if Live is None:
-            print("(install rich for a live view: pip install 'danaus[dashboard]')", file=sys.stderr)
-            while True:
-                print(plain(api(url, "/api/state")), flush=True)
-                n += 1
-                if args.iterations and n >= args.iterations:
-                    return 0
-                time.sleep(args.interval)
         with Live(_rich_table(api(url, "/api/state")), auto_refresh=False) as live:
             n = 1
             while not (args.iterations and n >= args.iterations):
@@ -253,3 +245,16 @@ def _top(url: str, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _top_plain(url: str, args: argparse.Namespace) -> int:
+    n = 0
+    try:
+        while True:
+            print(plain(api(url, "/api/state")), flush=True)
+            n += 1
+            if args.iterations and n >= args.iterations:
+                return 0
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0

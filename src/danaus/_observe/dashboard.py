@@ -62,11 +62,14 @@ class Dashboard:
         handler = _make_handler(self)
         self._server = http.server.ThreadingHTTPServer((host_, port), handler)
         self._server.daemon_threads = True
-        self.host, self.port = self._server.server_address[:2]
+        addr = self._server.server_address
+        self.host, self.port = str(addr[0]), int(addr[1])
         shown = f"[{self.host}]" if ":" in str(self.host) else self.host
         self.url = f"http://{shown}:{self.port}/?token={self.token}"
         self._threads = [
-            threading.Thread(target=self._server.serve_forever, name="danaus-dashboard", daemon=True),
+            threading.Thread(
+                target=self._server.serve_forever, name="danaus-dashboard", daemon=True
+            ),
             threading.Thread(target=self._poll, name="danaus-dashboard-poll", daemon=True),
         ]
         for t in self._threads:
@@ -104,9 +107,7 @@ class Dashboard:
     def wait_next(self, version: int, timeout: float) -> tuple[int, dict[str, Any] | None]:
         """Block until a state newer than ``version`` (or ``timeout``); (version, state)."""
         with self._cond:
-            self._cond.wait_for(
-                lambda: self._version > version or self._stopped.is_set(), timeout
-            )
+            self._cond.wait_for(lambda: self._version > version or self._stopped.is_set(), timeout)
             return self._version, self._latest
 
     # -- lifecycle --------------------------------------------------------------
@@ -188,7 +189,7 @@ def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
         def _json(self, code: int, doc: Any) -> None:
             self._send(code, json.dumps(doc, default=str).encode(), "application/json")
 
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_GET(self) -> None:
             url = urllib.parse.urlsplit(self.path)
             query = urllib.parse.parse_qs(url.query)
             if not self._authorized(query):
@@ -217,7 +218,8 @@ def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
             self.close_connection = True
             dash._subscribers += 1
             try:
-                version, doc = dash._version, dash.state()
+                doc: dict[str, Any] | None = dash.state()
+                version = dash._version
                 while not dash._stopped.is_set():
                     if doc is not None:
                         data = json.dumps(doc, default=str)

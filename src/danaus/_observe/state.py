@@ -93,9 +93,7 @@ class StateCollector:
             for a in snap["actors"] if snap else []:
                 proc_doc["actors"].append(self._actor(p.name, a, state, rate, totals))
             key = proc_doc["host"] or "?"
-            h = hosts.setdefault(
-                key, {"host": key, "hostname": proc_doc["hostname"], "procs": []}
-            )
+            h = hosts.setdefault(key, {"host": key, "hostname": proc_doc["hostname"], "procs": []})
             h["hostname"] = h["hostname"] or proc_doc["hostname"]
             h["procs"].append(proc_doc)
         self._prev, self._prev_t = counters, now
@@ -246,9 +244,7 @@ def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[Pro
             want = dict(coords or {})
             unknown = set(want) - set(labels)
             if unknown:
-                raise ValueError(
-                    f"mesh {mesh!r} has dimensions {labels}, not {sorted(unknown)}"
-                )
+                raise ValueError(f"mesh {mesh!r} has dimensions {labels}, not {sorted(unknown)}")
         for i, p in enumerate(procs):
             c = _coords(i, labels, sizes)
             if all(c[k] == v for k, v in want.items()) and p not in out:

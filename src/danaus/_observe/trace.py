@@ -214,9 +214,20 @@ def chrome_trace(parts: list[tuple[dict[str, Any], int]], t0: int, wall0: int) -
     for n, key in enumerate(sorted(flows_out.keys() & flows_in.keys()), start=1):
         (spid, stid, sts), (fpid, ftid, fts) = flows_out[key], flows_in[key]
         cat = "reply" if key.startswith("r:") else "call"
-        events.append({"ph": "s", "id": n, "name": cat, "cat": cat, "pid": spid, "tid": stid, "ts": sts})
         events.append(
-            {"ph": "f", "bp": "e", "id": n, "name": cat, "cat": cat, "pid": fpid, "tid": ftid, "ts": fts}
+            {"ph": "s", "id": n, "name": cat, "cat": cat, "pid": spid, "tid": stid, "ts": sts}
+        )
+        events.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": n,
+                "name": cat,
+                "cat": cat,
+                "pid": fpid,
+                "tid": ftid,
+                "ts": fts,
+            }
         )
     return {
         "traceEvents": events,
