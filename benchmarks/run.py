@@ -37,7 +37,16 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from workloads import BY_NAME, COMPARATORS, SYSTEMS, TARGETS, WORKLOADS, Workload  # noqa: E402
+from workloads import (  # noqa: E402
+    BY_NAME,
+    COMPARATORS,
+    SYSTEMS,
+    TARGETS,
+    VARIANTS,
+    WORKLOADS,
+    Workload,
+    system_runs,
+)
 
 MARKER = "BENCH_RESULT "
 ENVS = HERE / ".envs"
@@ -90,7 +99,8 @@ def _worker_env(system: str) -> dict[str, str]:
     env = _clean_env()
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONWARNINGS"] = "ignore"  # library warnings must not turn into errors in workers
-    if system == "danaus":
+    if system == "danaus" or system in VARIANTS:
+        env.update(VARIANTS.get(system, {}))
         # The code under test is this checkout's, whether or not it is installed.
         src = str(REPO / "src")
         old = os.environ.get("PYTHONPATH")
@@ -107,9 +117,9 @@ def discover(
     """Which systems can run, with which interpreter, and why not when they cannot."""
     out: dict[str, dict[str, Any]] = {}
     for name in wanted:
-        if name in ("floor", "danaus"):
+        if name in ("floor", "danaus") or name in VARIANTS:
             info: dict[str, Any] = {"available": True, "python": sys.executable}
-            if name == "danaus":
+            if name == "danaus" or name in VARIANTS:
                 info["version"] = _danaus_version()
             out[name] = info
             continue
@@ -152,7 +162,7 @@ def run_worker(
     system: str, python: str, wl: Workload, smoke: bool, timeout: float
 ) -> dict[str, Any]:
     """Run one worker; never raises for the worker's failures, never waits past ``timeout``."""
-    script = HERE / "systems" / f"{system}_bench.py"
+    script = HERE / "systems" / f"{'danaus' if system in VARIANTS else system}_bench.py"
     cmd = [python, str(script), "--workload", wl.name, "--smoke" if smoke else "--full"]
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -372,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
             say(info["message"])
     active = [s for s in systems if avail[s]["available"]]
 
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {w.name: {s: [] for s in active} for w in wls}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        w.name: {s: [] for s in active if system_runs(s, w.name)} for w in wls
+    }
     rounds_done = 0
     skipped_note: str | None = None
     last_round_s = 0.0
@@ -390,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         for wl in wls:
             p = wl.params(smoke)
             for s in order:
+                if not system_runs(s, wl.name):
+                    continue
                 if time.monotonic() - started > max_s:
                     res = {"status": "skipped", "samples": [], "error": "run deadline passed"}
                 else:
@@ -471,6 +485,8 @@ def aggregate(
     for wl in wls:
         per: dict[str, dict[str, Any]] = {}
         for s in active:
+            if s not in raw[wl.name]:
+                continue
             runs = raw[wl.name][s]
             samples = [x for r in runs if r["status"] == "ok" for x in r["samples"]]
             works = {r.get("work") for r in runs if r["status"] == "ok"}
@@ -541,9 +557,11 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def ratio(results: dict[str, dict[str, dict[str, Any]]], wl: str, against: str) -> float | None:
+def ratio(
+    results: dict[str, dict[str, dict[str, Any]]], wl: str, against: str, system: str = "danaus"
+) -> float | None:
     per = results.get(wl, {})
-    d, o = per.get("danaus", {}).get("median"), per.get(against, {}).get("median")
+    d, o = per.get(system, {}).get("median"), per.get(against, {}).get("median")
     if d is None or o is None or o == 0:
         return None
     return float(d) / float(o)
@@ -573,10 +591,13 @@ def evaluate_targets(
             if t.workload == "memory" and d.get("extra", {}).get("torch_loaded"):
                 row["status"] += " (torch was loaded in the proc)"
         else:
-            if t.against not in avail or not avail[t.against]["available"]:
-                row.update(status=f"n/a ({t.against} not run)", value=None)
+            missing = [
+                s for s in (t.against, t.system) if s not in avail or not avail[s]["available"]
+            ]
+            if missing:
+                row.update(status=f"n/a ({missing[0]} not run)", value=None)
             else:
-                v = ratio(results, t.workload, t.against)
+                v = ratio(results, t.workload, t.against, t.system)
                 row["value"] = v
                 row["status"] = _judge(v, t.op, t.bound)
         out.append(row)
@@ -642,8 +663,9 @@ def render(doc: dict[str, Any]) -> str:
     systems = [s for s in SYSTEMS if s in doc["systems"] and doc["systems"][s]["available"]]
     others = [s for s in systems if s != "danaus"]
     header = ["workload", "unit", *systems]
+    ratio_cols = ["floor", *COMPARATORS, *VARIANTS]
     if "danaus" in systems:
-        header += [f"danaus/{s}" for s in ["floor", *COMPARATORS] if s in others]
+        header += [f"danaus/{s}" for s in ratio_cols if s in others]
     rows = [header]
     for wl, per in results.items():
         unit = doc["workloads"][wl]["unit"]
@@ -653,7 +675,7 @@ def render(doc: dict[str, Any]) -> str:
         row = [wl, f"{unit} ({'^' if better == 'higher' else 'v'})"]
         row += [_cell(per.get(s)) for s in systems]
         if "danaus" in systems:
-            row += [_ratio_s(ratio(results, wl, s)) for s in ["floor", *COMPARATORS] if s in others]
+            row += [_ratio_s(ratio(results, wl, s)) for s in ratio_cols if s in others]
         rows.append(row)
     meta = doc["meta"]
     m = meta["machine"]

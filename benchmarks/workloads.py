@@ -129,8 +129,22 @@ WORKLOADS: list[Workload] = [
 BY_NAME: dict[str, Workload] = {w.name: w for w in WORKLOADS}
 
 # Systems in their default order; "floor" is the physical floor (raw sockets, raw copies).
-SYSTEMS = ["floor", "danaus", "monarch", "ray"]
+SYSTEMS = ["floor", "danaus", "monarch", "ray", "danaus_nometrics", "danaus_traced"]
 COMPARATORS = ["monarch", "ray"]
+
+# The same danaus worker run another way: the environment it gets, and the only
+# workloads it runs (their rows are ratios against "danaus" in the same run).
+# "danaus" itself has metrics on (the default) and no trace running.
+VARIANTS: dict[str, dict[str, str]] = {
+    "danaus_nometrics": {"DANAUS_METRICS": "0"},  # everything off
+    "danaus_traced": {"DANAUS_BENCH_TRACE": "1"},  # metrics on, inside danaus.trace()
+}
+VARIANT_WORKLOADS = {"call_one", "throughput"}
+
+
+def system_runs(system: str, workload: str) -> bool:
+    """Whether ``system`` runs ``workload`` (variants run only a few)."""
+    return system not in VARIANTS or workload in VARIANT_WORKLOADS
 
 
 @dataclass(frozen=True)
@@ -138,12 +152,13 @@ class Target:
     """``danaus / against`` (or danaus alone when ``against`` is None) ``op`` ``bound``."""
 
     workload: str
-    against: str | None  # "floor", "monarch", "ray" or None (absolute)
+    against: str | None  # "floor", "monarch", "ray", a variant, or None (absolute)
     op: str  # "<=", ">=", "<"
     bound: float
     text: str
     stat: str = "median"  # which danaus statistic an absolute target reads
     extra: dict[str, Any] = field(default_factory=dict)
+    system: str = "danaus"  # the numerator
 
 
 TARGETS: list[Target] = [
@@ -156,6 +171,36 @@ TARGETS: list[Target] = [
     Target("crash", "monarch", "<=", 0.01, "crash noticed in <= 0.01x Monarch's time"),
     Target("crash", "ray", "<=", 1.0, "crash noticed no slower than Ray"),
     Target("spawn", "monarch", "<=", 0.5, "spawn of 4 procs <= 0.5x Monarch"),
+    Target(
+        "call_one",
+        "danaus_nometrics",
+        "<=",
+        1.05,
+        "call_one with metrics on <= 1.05x everything off",
+    ),
+    Target(
+        "throughput",
+        "danaus_nometrics",
+        ">=",
+        0.95,
+        "throughput with metrics on >= 0.95x everything off",
+    ),
+    Target(
+        "call_one",
+        "danaus_nometrics",
+        "<=",
+        1.5,
+        "call_one while tracing <= 1.5x everything off",
+        system="danaus_traced",
+    ),
+    Target(
+        "throughput",
+        "danaus_nometrics",
+        ">=",
+        0.67,
+        "throughput while tracing >= 0.67x everything off",
+        system="danaus_traced",
+    ),
     Target(
         "memory",
         None,

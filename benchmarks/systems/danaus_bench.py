@@ -58,5 +58,27 @@ def _teardown() -> None:
     shutdown_context()
 
 
+def _traced(impls: dict) -> dict:
+    """Each workload inside ``danaus.trace`` (the ``danaus_traced`` system of run.py)."""
+    import tempfile
+
+    import danaus
+
+    def wrap(fn):
+        def run(wl, p, extra):
+            with tempfile.TemporaryDirectory() as d, danaus.trace(os.path.join(d, "t.json")) as t:
+                out = fn(wl, p, extra)
+            extra["trace_events"] = t.summary.get("events")
+            return out
+
+        return run
+
+    return {name: wrap(fn) for name, fn in impls.items()}
+
+
 if __name__ == "__main__":
-    run_worker("danaus", MeshSystem("danaus", this_host, Bench).impls(), teardown=_teardown)
+    impls = MeshSystem("danaus", this_host, Bench).impls()
+    # run.py's variants: danaus_nometrics sets DANAUS_METRICS=0, danaus_traced this.
+    if os.environ.get("DANAUS_BENCH_TRACE") == "1":
+        impls = _traced(impls)
+    run_worker("danaus", impls, teardown=_teardown)

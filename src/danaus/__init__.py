@@ -64,11 +64,23 @@ __all__ = [
     "configured",
     "get_global_config",
     "get_runtime_config",
+    "stats",
+    "trace",
     *_TENSOR_NAMES,
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("trace", "stats", "dashboard"):
+        # The observing layer imports the actor core: loaded on first use only.
+        import importlib
+
+        mod = importlib.import_module(
+            "danaus.dashboard" if name == "dashboard" else "danaus._observe.api"
+        )
+        value = mod if name == "dashboard" else getattr(mod, name)
+        globals()[name] = value
+        return value
     if name in _TENSOR_NAMES:
         from ._tensor import api
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._actor import debugger, procservice, undeliverable
+from ._actor import debugger, introspect, procservice, undeliverable
 from ._rdma import registry as rdma_registry
 from ._runtime import logs
 from ._runtime.node import Node
@@ -26,6 +26,7 @@ INSTALLERS = (
     ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
     ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes
     ("rdma", rdma_registry.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
+    ("introspect", introspect.install),  # STATS, TRACE_START/STOP, STACK (dashboard, trace)
     ("debugger", debugger.install),  # breakpoint() in an actor talks to the client
 )
 

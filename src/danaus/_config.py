@@ -369,6 +369,67 @@ SETTINGS: tuple[Setting, ...] = (
         10.0,
         "Bound on connecting to another host's RDMA data server.",
     ),
+    # -- observing -----------------------------------------------------------
+    Setting(
+        "metrics",
+        "bool",
+        True,
+        "Count calls, errors and latencies per endpoint and bytes and frames per "
+        "connection in every proc (read with mesh.stats() and the dashboard).",
+    ),
+    Setting(
+        "dashboard",
+        "bool",
+        False,
+        "Start the web dashboard with the client's runtime (as if the program "
+        "called danaus.dashboard.serve()); its address is printed to stderr.",
+    ),
+    Setting(
+        "dashboard_host",
+        "str",
+        "127.0.0.1",
+        "The address the dashboard listens on (only this machine by default; it is "
+        "authenticated by the token in its URL either way).",
+    ),
+    Setting(
+        "dashboard_port",
+        "int",
+        0,
+        "The dashboard's TCP port (0: any free port).",
+    ),
+    Setting(
+        "dashboard_interval",
+        "duration",
+        0.25,
+        "How often the dashboard collects the procs' statistics and pushes them to "
+        "the open pages and to `danaus top`.",
+    ),
+    Setting(
+        "stats_timeout",
+        "duration",
+        2.0,
+        "How long collecting statistics (mesh.stats(), the dashboard) waits for a "
+        "proc before showing it as not answering.",
+    ),
+    Setting(
+        "stack_timeout",
+        "duration",
+        20.0,
+        "How long a stack dump (dashboard button, `danaus stack`) may take per proc.",
+    ),
+    Setting(
+        "trace_max_events",
+        "int",
+        2_000_000,
+        "Spans one proc keeps during a trace; later ones are counted as dropped "
+        "(the trace file says how many).",
+    ),
+    Setting(
+        "logtail_lines",
+        "int",
+        200,
+        "Log lines kept per proc for the dashboard's log tail and failure reports.",
+    ),
     Setting(
         "rdma_ptracer",
         "str",

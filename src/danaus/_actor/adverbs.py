@@ -126,6 +126,8 @@ class Endpoint:
             for index, rank, proc in targets:
                 if index not in skip:
                     collector.expect(index, proc, f"{name}[{rank}]")
+        tracer = rt.tracer
+        t0 = tracer.now() if tracer is not None else 0
         for index, rank, proc in targets:
             if index in skip:
                 continue
@@ -149,6 +151,14 @@ class Endpoint:
                 )
             )
             rt.send(proc, header, body, bufs, on_fail)
+        if tracer is not None:
+            flows = (
+                tuple(f"c:{port.proc.name}:{port.port}:{i}" for i, _, _ in targets if i not in skip)
+                if port is not None
+                else None
+            )
+            args = {"mesh": self._mesh._ref.name, "actors": len(targets), "bytes": len(body)}
+            tracer.span(f"send {self._what}", "send", t0, args, flow_out=flows)
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[Any]]:
         """Send to every actor of the mesh; the future holds a ``ValueMesh`` of the replies.

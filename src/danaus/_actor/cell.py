@@ -18,10 +18,12 @@ import inspect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .._mesh import Extent, Point
+from .._runtime.metrics import EndpointStats
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire import codec
 from .._wire.ids import ActorId, PortId, ProcId
@@ -79,6 +81,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.extent = Extent(list(labels), list(sizes))
         self.spawn_frame = spawn
         self.creator: Instance | None = None
+        self.display_name = mesh_id.rsplit(".", 1)[0]
         self.on_exit = on_exit
         self.instance: Any = None
         self.ctx_instance: Instance | None = None
@@ -96,6 +99,11 @@ class ActorCell(Failing, DeadlockCheck):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._adhoc: dict[tuple[str, int], EndpointProperty] = {}
         self._ports: set[int] = set()  # ports its open receivers hold: closed when it stops
+        # Metrics (danaus._runtime.metrics): written on the actor's thread (received:
+        # on the I/O thread, under _lock), read by STATS snapshots on the I/O thread.
+        self.received = 0
+        self.running: str | None = None  # the endpoint running now
+        self.stats: dict[str, EndpointStats] = {}
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,6 +120,7 @@ class ActorCell(Failing, DeadlockCheck):
     def deliver(self, frame: Message, sender: ProcId | None) -> None:
         with self._lock:  # atomic with begin_wait: a cycling call is never missed
             cycles = bool(self.waiting) and self._closes_cycle(frame)
+            self.received += 1
             if not cycles:
                 self._queued[id(frame)] = frame
         if cycles:
@@ -381,17 +390,35 @@ class ActorCell(Failing, DeadlockCheck):
         if prepared is None:
             return
         prop, port, index, args, kwargs = prepared
+        t0 = time.perf_counter_ns()
+        self.running = prop.name
         try:
             result = prop.fn(self.instance, *args, **kwargs)
             if inspect.isawaitable(result):  # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
             self._debug_finish(e)
+            self._measured(prop.name, t0, False, port, index)
             self._raised(e, prop, port, index)
             return
         self._debug_finish(None)
+        self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
+
+    def _measured(self, name: str, t0: int, ok: bool, port: PortId | None, index: int) -> None:
+        """Count one execution of endpoint ``name`` (metrics), and trace it (when tracing)."""
+        self.running = None
+        if self.rt.metrics:
+            st = self.stats.get(name)
+            if st is None:
+                st = self.stats[name] = EndpointStats()
+            st.record((time.perf_counter_ns() - t0) * 1e-9, ok)
+        tracer = self.rt.tracer
+        if tracer is not None:
+            flow = f"c:{port.proc.name}:{port.port}:{index}" if port is not None else None
+            args = {"actor": self._label(), "ok": ok}
+            tracer.span(f"{self.display_name}.{name}", "execute", t0, args, flow_in=flow)
 
     async def _cancel_tasks(self) -> None:
         """Cancel the bodies of concurrent endpoints still running (before __cleanup__).
@@ -408,15 +435,19 @@ class ActorCell(Failing, DeadlockCheck):
     async def _invoke_async(
         self, prop: EndpointProperty, port: Any, index: int, args: Any, kwargs: Any
     ) -> None:
+        t0 = time.perf_counter_ns()
+        self.running = prop.name
         try:
             result = prop.fn(self.instance, *args, **kwargs)
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
             self._debug_finish(e)
+            self._measured(prop.name, t0, False, port, index)
             self._raised(e, prop, port, index)
             return
         self._debug_finish(None)
+        self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
 

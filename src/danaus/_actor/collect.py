@@ -76,6 +76,10 @@ class Collector:
         self.labels: dict[int, str] = {}
         self.watched: set[str] = set()
         self.port: PortId = rt.open_port(self)
+        tracer = rt.tracer
+        self._traced = tracer is not None
+        if tracer is not None:  # the span of the whole call, from here to the last reply
+            tracer.begin(what, "call", f"{self.port.proc.name}:{self.port.port}", {"actors": n})
 
     def expect(self, index: int, proc: ProcId, label: str = "") -> None:
         """Expect a reply for ``index`` from ``proc``; fails at once if ``proc`` is lost.
@@ -137,6 +141,9 @@ class Collector:
         if last:
             self.rt.close_port(self.port.port)
             self.rt.unwatch(self.watched, self.port.port)
+            tracer = self.rt.tracer
+            if self._traced and tracer is not None:
+                tracer.end(self.what, "call", f"{self.port.proc.name}:{self.port.port}")
         self.on_value(index, ok, value)
 
 

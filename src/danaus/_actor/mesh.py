@@ -43,6 +43,7 @@ class _State:
     initialized: concurrent.futures.Future[Any] | None = None
     stopped: bool = False
     failed: dict[int, str] = field(default_factory=dict)  # rank -> why (owner's view)
+    tracebacks: dict[int, str] = field(default_factory=dict)  # rank -> remote traceback
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

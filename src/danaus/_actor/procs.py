@@ -8,6 +8,7 @@ import logging
 import math
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from .._runtime.logs import control as log_control
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Spawn, StopProc
-from . import owned
+from . import introspect, owned
 from .actor import actor_mode, validate_actor_class
 from .collect import Collector, Countdown, set_future
 from .context import context
@@ -246,6 +247,17 @@ class ProcMesh(MeshTrait):
         )
         return Future._resolved(None, "logging_option")
 
+    def stats(self) -> Future[Any]:
+        """The metrics of these procs: every actor's endpoints, every connection.
+
+        Does not block; the future holds a ``MeshStats`` (``endpoints`` keyed
+        ``"mesh.method"``: calls, errors, latency percentiles; ``procs``: bytes and
+        frames per connection). A proc that is gone or does not answer within
+        the ``stats_timeout`` setting is listed with the reason instead of
+        holding the answer up. ``danaus.stats(actor_mesh)`` gives one actor mesh's.
+        """
+        return Future._create(introspect.mesh_stats(self._selected()), "the procs' statistics")
+
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 
     def activate(self) -> Any:
@@ -284,6 +296,14 @@ class ProcMesh(MeshTrait):
         return f"<ProcMesh {self.sizes}>"
 
 
+def _observe_dashboard() -> Any:
+    # Upward on purpose (tests/test_layers.py allows exactly this): the dashboard is
+    # served by the observing layer, above this one, and only when asked for.
+    from .._observe import dashboard
+
+    return dashboard
+
+
 def _tensor_api() -> Any:
     # Upward on purpose (tests/test_layers.py allows exactly this): the tensor engine
     # needs torch, so `import danaus.actor` must not load it until a mesh is activated.
@@ -313,6 +333,8 @@ def spawn_on(
     from .controller import ensure_registry  # the controller module builds on this one
 
     ensure_registry()  # reachable by the procs before any of them starts
+    if config.get("dashboard") and not host.ensure_runtime().boot:
+        _observe_dashboard().serve_from_environment()  # DANAUS_DASHBOARD=1: on first spawn
     if bootstrap is not None and not callable(bootstrap):
         raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
     rt = host.ensure_runtime()
@@ -340,6 +362,11 @@ def spawn_on(
     state = _ProcState(owned=True, node=node, log_label=name)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized)
+    if rt.tracer is not None:  # a trace is running: these procs join it from the start
+        sent = time.perf_counter_ns()
+        arrived = [0] * len(procs)
+        answers = introspect.ask_trace_start(procs, arrived)
+        rt.tracer.late.append((tuple(procs), sent, arrived, answers))
     spawned = node.part(_Spawned)
     with spawned.lock:
         spawned.meshes.append(pm)

@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from .debug import add_debug_command, run_debug
     from .jobs import add_job_commands, run_job_command
     from .logs import add_logs_command, run_logs_command
+    from .observe import COMMANDS as OBSERVE_COMMANDS
+    from .observe import add_observe_commands, run_observe_command
 
     parser = argparse.ArgumentParser(
         prog="danaus",
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     add_job_commands(sub)
     add_debug_command(sub)
     add_logs_command(sub)
+    add_observe_commands(sub)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return _worker(args)
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_debug(args)
     if args.command == "logs":
         return run_logs_command(args)
+    if args.command in OBSERVE_COMMANDS:
+        return run_observe_command(args)
     return 2  # pragma: no cover
 
 

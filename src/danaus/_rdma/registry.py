@@ -96,6 +96,13 @@ def registered_count() -> int:
         return len(_registered)
 
 
+def registered_buffers() -> list[dict[str, Any]]:
+    """The buffers registered here, as plain data (for STATS snapshots and the dashboard)."""
+    with _lock:
+        regs = list(_registered.items())
+    return [{"id": i, "nbytes": r.nbytes, "readonly": r.readonly} for i, r in regs]
+
+
 # -- the runtime side: answered on the I/O thread ----------------------------------
 
 
@@ -104,6 +111,7 @@ def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
     if rt.handlers.get(Kind.RDMA_CHECK) is None:
         rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: _on_drop(rt, msg))
+        rt.observers["rdma"] = registered_buffers
     from . import net  # here, not at the top: net imports this module
 
     net.install(rt)

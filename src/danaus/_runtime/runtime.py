@@ -55,6 +55,7 @@ from .._wire.protocol import (
     decode,
     wire,
 )
+from .metrics import Tracer
 from .offload import Offloader
 from .peers import PeerTable, _Peer
 
@@ -155,6 +156,11 @@ class Runtime(PeerTable):
         self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
         # bounce(sender, dest, reason): return an undeliverable message (set by the actor layer)
         self.bounce: Callable[[Any, str, str], None] = _log_bounce
+        # Observing: endpoint metrics on or off; spans recorded while a trace runs;
+        # sections a layer adds to this proc's STATS snapshot (name -> plain data).
+        self.metrics: bool = bool(config.get("metrics"))
+        self.tracer: Tracer | None = None
+        self.observers: dict[str, Callable[[], Any]] = {}
 
     def register(self, kind: Kind, handler: Handler) -> None:
         """Handle frames of ``kind`` with ``handler(conn, message)`` on the I/O thread.
@@ -310,6 +316,16 @@ class Runtime(PeerTable):
                 peer.conn.flush_and_close()
         for conn in list(self._inbound.values()):
             conn.flush_and_close()
+
+    def connections(self) -> list[tuple[str, str, Connection]]:
+        """``(peer proc name, "out" | "in", connection)`` for every open connection."""
+        out = [
+            (name, "out", p.conn)
+            for name, p in list(self._peers.items())
+            if p.conn is not None and not p.conn.closed
+        ]
+        out += [(name, "in", c) for name, c in list(self._inbound.items()) if not c.closed]
+        return out
 
     def flushed(self) -> bool:
         """True once every connection is closed (after ``close()``)."""
@@ -586,7 +602,14 @@ class Runtime(PeerTable):
         reply: Reply = msg.header
         handler = self.ports.get(reply.port)
         if handler is not None:
+            tracer = self.tracer
+            if tracer is None:
+                handler.deliver(msg)
+                return
+            t0 = tracer.now()
             handler.deliver(msg)
+            flow = f"r:{self.proc_id.name}:{reply.port}:{reply.slot}"
+            tracer.span("reply received", "reply", t0, flow_in=flow)
             return
         if reply.sender is not None:
             reason = f"port {reply.port} on proc {self.proc_id.name} is closed"
@@ -594,6 +617,8 @@ class Runtime(PeerTable):
 
     def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
         """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
+        tracer = self.tracer
+        t0 = tracer.now() if tracer is not None else 0
         try:
             body, bufs = codec.dumps(value)
         except Exception as e:
@@ -604,6 +629,9 @@ class Runtime(PeerTable):
         # The replying actor goes on and may change what it returned: ``send`` keeps
         # a snapshot of whatever it does not write at once (queued or offloaded).
         self.send(port.proc, Reply(port.port, index, status), body, bufs, on_fail or _ignore)
+        if tracer is not None:
+            flow = f"r:{port.proc.name}:{port.port}:{index}"
+            tracer.span("reply", "reply", t0, {"bytes": len(body)}, flow_out=flow)
 
     # -- mailboxes ----------------------------------------------------------
 
@@ -611,7 +639,13 @@ class Runtime(PeerTable):
         mesh, rank = msg.header.mesh, msg.header.rank
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
+            tracer = self.tracer
+            if tracer is None:
+                mb.deliver(msg, conn.peer)
+                return
+            t0 = tracer.now()
             mb.deliver(msg, conn.peer)
+            tracer.span(f"deliver {msg.header.method}", "deliver", t0, {"actor": f"{mesh}[{rank}]"})
             return
         # The actor may be spawning right now: the spawner's SPAWN and a third
         # party's call travel on different connections. Hold the call briefly.

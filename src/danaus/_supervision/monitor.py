@@ -24,7 +24,7 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
     rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, name, reason))
 
 
-def _record(mesh_id: str, rank: int, reason: str) -> tuple[bool, Any, str]:
+def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, Any, str]:
     """Mark ``rank`` failed; False if it already was. Returns (new, mesh, name)."""
     om = owned.get(mesh_id)
     if om is None:
@@ -33,12 +33,14 @@ def _record(mesh_id: str, rank: int, reason: str) -> tuple[bool, Any, str]:
         if rank in om.state.failed:
             return False, om.mesh, om.ref.name
         om.state.failed[rank] = reason
+        if tb:
+            om.state.tracebacks[rank] = tb  # shown by the dashboard
     return True, om.mesh, om.ref.name
 
 
 def _on_failed(rt: Runtime, frame: Message) -> None:
     owner, mesh_id, rank, reason, tb = frame.header
-    new, mesh, name = _record(mesh_id, rank, reason)
+    new, mesh, name = _record(mesh_id, rank, reason, tb)
     if new:
         deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))
 

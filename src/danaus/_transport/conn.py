@@ -88,6 +88,11 @@ class Connection:
         self.last_send = loop.time()
         self.tcp = False  # set by the runtime: TCP (to another host) or Unix (this host)
         self.peer_pid: int | None = None  # the peer's pid, when it is on this host
+        # Counters for the metrics (plain ints: the GIL keeps each += whole).
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self.frames_recv = 0
+        self.bytes_recv = 0
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
         self._hs_buf = b""
@@ -217,6 +222,7 @@ class Connection:
                     if isinstance(self.close_exc, TransportError)
                     else ConnectionClosedError("connection is closed")
                 )
+            self.frames_sent += 1
             now = self.loop.time()
             window = config.get("coalesce_window")
             burst = now - self.last_send < window
@@ -299,7 +305,9 @@ class Connection:
     def _write(self, parts: list[Any]) -> int:
         """Write as much of ``parts`` as the socket takes now; returns the bytes written."""
         if not self.tls:
-            return self.sock.sendmsg(parts)
+            n = self.sock.sendmsg(parts)
+            self.bytes_sent += n
+            return n
         sent = 0
         for p in parts:
             view = memoryview(p).cast("B")
@@ -312,6 +320,7 @@ class Connection:
             sent += n
             if n < len(view):
                 break
+        self.bytes_sent += sent
         return sent
 
     def _on_readable(self) -> None:
@@ -335,11 +344,13 @@ class Connection:
             if n == 0:
                 self._fail(PeerBrokenError("connection closed by peer (EOF)"), cause=None)
                 return
+            self.bytes_recv += n
             try:
                 frames = decoder.feed(n)
             except PeerBrokenError as e:  # malformed (FrameError) or not authentic (AuthError)
                 self._fail(e, cause=None)
                 return
+            self.frames_recv += len(frames)
             for f in frames:
                 if self.closed:
                     return

@@ -61,8 +61,12 @@ __all__ = [
     "ShutdownHost",
     "Spawn",
     "SpawnProcs",
+    "Stack",
+    "Stats",
     "StopActor",
     "StopProc",
+    "TraceStart",
+    "TraceStop",
     "decode",
     "decode_header",
     "kind_of",
@@ -71,7 +75,7 @@ __all__ = [
 
 #: Changes whenever a header's fields or a kind's meaning change. Version 1 was
 #: the untyped protocol of danaus 0.1 (its HELLO had no version).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: the observing kinds (STATS, TRACE_*, STACK)
 
 
 class ProtocolError(FrameError):
@@ -109,6 +113,10 @@ class Kind(enum.IntEnum):
     LOG_TAIL = 62
     LOG_CONFIG = 63
     LOG_FLUSH = 64
+    STATS = 70
+    TRACE_START = 71
+    TRACE_STOP = 72
+    STACK = 73
 
 
 # -- the runtime --------------------------------------------------------------
@@ -350,6 +358,37 @@ class LogFlush(NamedTuple):
     slot: int
 
 
+# -- observing (answered on the I/O thread, so a busy actor never delays them) -------
+
+
+class Stats(NamedTuple):
+    """Send this proc's actors, endpoint metrics and connections to ``port``."""
+
+    port: PortId
+    slot: int
+
+
+class TraceStart(NamedTuple):
+    """Start recording spans; the answer (``port``) carries this proc's clock."""
+
+    port: PortId
+    slot: int
+
+
+class TraceStop(NamedTuple):
+    """Stop recording spans and send them to ``port``."""
+
+    port: PortId
+    slot: int
+
+
+class Stack(NamedTuple):
+    """Dump this proc's stacks (py-spy, or Python's own frames) to ``port``."""
+
+    port: PortId
+    slot: int
+
+
 _HEADERS: dict[int, Any] = {
     Kind.CALL: Call,
     Kind.REPLY: Reply,
@@ -378,6 +417,10 @@ _HEADERS: dict[int, Any] = {
     Kind.LOG_TAIL: LogTail,
     Kind.LOG_CONFIG: LogConfig,
     Kind.LOG_FLUSH: LogFlush,
+    Kind.STATS: Stats,
+    Kind.TRACE_START: TraceStart,
+    Kind.TRACE_STOP: TraceStop,
+    Kind.STACK: Stack,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"

@@ -1,0 +1,292 @@
+"""``danaus.trace(path)``: record spans in every proc, write one Chrome/Perfetto trace.
+
+::
+
+    with danaus.trace("step.json"):
+        trainer.step.call().get()
+
+While the block runs, the client and every proc it spawned (those spawned
+inside the block too) record spans: the client's calls (from sending to the
+last reply), each send, each delivery to a mailbox, each endpoint's execution
+and each reply, with arrows from a send to the execution it caused and from a
+reply to where it arrived. At the end the spans are collected, put on the
+client's clock (procs on the same host share it; another host's offset is
+measured when the trace starts, to within half a round trip) and written as
+Chrome trace JSON, which ``ui.perfetto.dev`` and ``chrome://tracing`` open.
+``otel=True`` also hands every span to OpenTelemetry's global tracer provider
+(needs ``opentelemetry-sdk``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from types import TracebackType
+from typing import Any
+
+from .. import _config as config
+from .._actor import introspect
+from .._actor.procs import owned_proc_meshes
+from .._runtime import host
+from .._runtime.metrics import Tracer
+from .._wire.ids import ProcId
+
+__all__ = ["Trace", "trace"]
+
+
+class Trace:
+    """A running trace (``with danaus.trace(path) as t:``); ``t.summary`` after the block."""
+
+    def __init__(self, path: str | os.PathLike[str], *, otel: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.otel = otel
+        if otel:
+            _otel_tracer()  # fail now, before anything runs, if the SDK is missing
+        self.summary: dict[str, Any] = {}
+        self._offsets: dict[str, int] = {}  # proc name -> its clock minus ours (ns)
+        self._procs: list[ProcId] = []
+        self._t0 = 0
+        self._wall0 = 0
+
+    def __enter__(self) -> Trace:
+        rt = host.ensure_runtime()
+        if rt.tracer is not None:
+            raise RuntimeError(
+                "a trace is already running in this client; traces do not nest (end the "
+                "first `with danaus.trace(...)` block before starting another)"
+            )
+        self._procs = _live_procs()
+        self._wall0, self._t0 = time.time_ns(), time.perf_counter_ns()
+        rt.tracer = Tracer(config.get("trace_max_events"))
+        arrived = [0] * len(self._procs)
+        sent = time.perf_counter_ns()
+        answers = introspect.ask_trace_start(self._procs, arrived).result()
+        self._learn_offsets(self._procs, sent, arrived, answers)
+        return self
+
+    def _learn_offsets(
+        self, procs: list[ProcId], sent: int, arrived: list[int], answers: list[Any]
+    ) -> None:
+        me = host.ensure_runtime().host
+        for p, t1, (ok, ans) in zip(procs, arrived, answers, strict=True):
+            if not ok:
+                continue
+            if ans["host"] == me:  # one kernel, one CLOCK_MONOTONIC
+                self._offsets[p.name] = 0
+            else:  # the proc read its clock about halfway through the round trip
+                self._offsets[p.name] = ans["now_ns"] - (sent + t1) // 2
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        rt = host.ensure_runtime()
+        tracer = rt.tracer
+        late = tracer.late if tracer is not None else []
+        for procs, sent, arrived, fut in late:
+            try:
+                self._learn_offsets(list(procs), sent, arrived, fut.result())
+            except Exception:
+                pass
+        mine = introspect.stop_local_trace(rt)
+        procs = list(dict.fromkeys([*self._procs, *(p for lp in late for p in lp[0])]))
+        answers = introspect.ask_trace_stop(procs).result()
+        parts = [(mine, 0)]
+        missing = []
+        for p, (ok, data) in zip(procs, answers, strict=True):
+            if ok:
+                parts.append((data, self._offsets.get(p.name, 0)))
+            else:
+                missing.append(f"{p.name}: {data}")
+        doc = chrome_trace(parts, self._t0, self._wall0)
+        doc["otherData"]["procs_missing"] = missing
+        tmp = f"{self.path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, self.path)
+        self.summary = {
+            "path": self.path,
+            "procs": len(parts),
+            "events": len(doc["traceEvents"]),
+            "dropped": doc["otherData"]["dropped"],
+            "procs_missing": missing,
+        }
+        if self.otel:
+            export_otel(parts, self._t0, self._wall0)
+
+
+def trace(path: str | os.PathLike[str], *, otel: bool = False) -> Trace:
+    """Record a trace of everything the client and its procs do inside the block.
+
+    Writes Chrome trace JSON to ``path`` when the block ends (open it in
+    ``ui.perfetto.dev``). ``otel=True`` also exports the spans to
+    OpenTelemetry's global tracer provider; it raises ``ImportError`` at once
+    when ``opentelemetry-sdk`` is not installed. Entering blocks for one round
+    trip to every proc; leaving, for the collection. Raises ``RuntimeError``
+    if a trace is already running.
+    """
+    return Trace(path, otel=otel)
+
+
+def _live_procs() -> list[ProcId]:
+    rt = host.ensure_runtime()
+    procs: list[ProcId] = []
+    for pm in owned_proc_meshes():
+        procs.extend(p for p in pm._procs if rt.is_lost(p.name) is None)
+    return list(dict.fromkeys(procs))
+
+
+# -- Chrome trace JSON ------------------------------------------------------------------
+
+
+def chrome_trace(parts: list[tuple[dict[str, Any], int]], t0: int, wall0: int) -> dict[str, Any]:
+    """Chrome trace JSON from each proc's spans and its clock offset from the client's.
+
+    Timestamps are microseconds since the trace started; each proc is a
+    Perfetto process (client first), each thread a track.
+    """
+    events: list[dict[str, Any]] = []
+    flows_out: dict[str, tuple[int, int, float]] = {}
+    flows_in: dict[str, tuple[int, int, float]] = {}
+    opened: dict[tuple[int, str], dict[str, Any]] = {}
+    dropped = 0
+    for pid, (data, offset) in enumerate(parts, start=1):
+        dropped += data.get("dropped", 0)
+        label = (
+            f"client {data['proc']}"
+            if data.get("client")
+            else f"proc {data['proc']} ({data.get('name') or 'anon'}) pid {data['pid']}"
+        )
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": label}})
+        events.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
+        )
+        for tid, tname in data.get("threads", {}).items():
+            events.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": tname}}
+            )
+
+        def us(t: int, offset: int = offset) -> float:
+            return (t - offset - t0) / 1000.0
+
+        for ev in data["events"]:
+            if ev[0] == "X":
+                _, name, cat, start, dur, tid, args, flow_in, flow_out = ev
+                ts = us(start)
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": name,
+                        "cat": cat,
+                        "ts": ts,
+                        "dur": dur / 1000.0,
+                        "pid": pid,
+                        "tid": tid,
+                        "args": args or {},
+                    }
+                )
+                if flow_in is not None:
+                    flows_in[flow_in] = (pid, tid, ts)
+                if flow_out is not None:
+                    for key in (flow_out,) if isinstance(flow_out, str) else flow_out:
+                        flows_out[key] = (pid, tid, ts)
+            else:  # an async span's begin or end: paired here, unmatched ends dropped
+                ph, name, cat, t, async_id, tid, args = ev
+                key = (pid, async_id)
+                if ph == "b":
+                    opened[key] = {
+                        "ph": "b",
+                        "name": name,
+                        "cat": cat,
+                        "id": async_id,
+                        "ts": us(t),
+                        "pid": pid,
+                        "tid": tid,
+                        "args": args or {},
+                    }
+                elif key in opened:
+                    begin = opened.pop(key)
+                    events.append(begin)
+                    events.append({**begin, "ph": "e", "ts": us(t), "args": {}})
+    for n, key in enumerate(sorted(flows_out.keys() & flows_in.keys()), start=1):
+        (spid, stid, sts), (fpid, ftid, fts) = flows_out[key], flows_in[key]
+        cat = "reply" if key.startswith("r:") else "call"
+        events.append(
+            {"ph": "s", "id": n, "name": cat, "cat": cat, "pid": spid, "tid": stid, "ts": sts}
+        )
+        events.append(
+            {
+                "ph": "f",
+                "bp": "e",
+                "id": n,
+                "name": cat,
+                "cat": cat,
+                "pid": fpid,
+                "tid": ftid,
+                "ts": fts,
+            }
+        )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "danaus",
+            "started_unix_ns": wall0,
+            "procs": len(parts),
+            "dropped": dropped,
+        },
+    }
+
+
+# -- OpenTelemetry ------------------------------------------------------------------------
+
+
+def _otel_tracer() -> Any:
+    try:
+        from opentelemetry import trace as ot
+        from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is there)
+    except ImportError as e:
+        raise ImportError(
+            "danaus.trace(..., otel=True) needs OpenTelemetry's SDK: pip install "
+            f"opentelemetry-sdk (and configure a TracerProvider with an exporter) ({e})"
+        ) from e
+    return ot.get_tracer("danaus")
+
+
+def export_otel(parts: list[tuple[dict[str, Any], int]], t0: int, wall0: int) -> int:
+    """Hand every span to OpenTelemetry's global tracer provider; returns how many."""
+    tracer = _otel_tracer()
+    n = 0
+    for data, offset in parts:
+
+        def unix(t: int, offset: int = offset) -> int:
+            return wall0 + (t - offset - t0)
+
+        attrs = {"danaus.proc": data["proc"], "process.pid": data["pid"]}
+        opened: dict[str, tuple[str, int]] = {}
+        for ev in data["events"]:
+            if ev[0] == "X":
+                _, name, cat, start, dur, _tid, args, _fi, _fo = ev
+                span = tracer.start_span(
+                    name, start_time=unix(start), attributes={**attrs, **_attrs(args), "cat": cat}
+                )
+                span.end(end_time=unix(start + dur))
+                n += 1
+            elif ev[0] == "b":
+                opened[ev[4]] = (ev[1], ev[3])
+            elif ev[4] in opened:
+                name, start = opened.pop(ev[4])
+                span = tracer.start_span(name, start_time=unix(start), attributes=attrs)
+                span.end(end_time=unix(ev[3]))
+                n += 1
+    return n
+
+
+def _attrs(args: dict[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in (args or {}).items():
+        out[k] = v if isinstance(v, (str, bool, int, float)) else str(v)
+    return out

@@ -1,0 +1,212 @@
+"""The dashboard's HTTP side: authentication, the JSON API, live events, stack dumps."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import subprocess
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+
+import danaus.dashboard
+from danaus._observe import logtail
+from danaus.actor import Actor, ProcMesh, endpoint
+from danaus.testing import FaultRecorder, client_env
+
+from .conftest import REPLY_TIMEOUT, Worker
+
+
+def _get(dash: danaus.dashboard.Dashboard, path: str, **params: Any) -> Any:
+    query = urllib.parse.urlencode({"token": dash.token, **params}, doseq=True)
+    with urllib.request.urlopen(f"http://127.0.0.1:{dash.port}{path}?{query}", timeout=60) as r:
+        return json.load(r)
+
+
+def _status(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30):
+            return 200
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+class Holder(Actor):
+    """Registers an RDMA buffer, and fails when told to (with no one to tell)."""
+
+    def __init__(self) -> None:
+        from danaus.rdma import RDMABuffer
+
+        self.buf = RDMABuffer(memoryview(bytearray(4096)))
+
+    @endpoint
+    def fail(self) -> None:
+        raise KeyError("failing on purpose for the dashboard")
+
+
+def _procs_of(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["proc"]: p for h in state["hosts"] for p in h["procs"]}
+
+
+def test_every_path_needs_the_token(dashboard: danaus.dashboard.Dashboard) -> None:
+    base = f"http://127.0.0.1:{dashboard.port}"
+    for path in ("/", "/api/state", "/api/events", "/api/stack", "/nope"):
+        assert _status(base + path) == 403
+        assert _status(base + path + "?token=wrong") == 403
+        assert _status(base + path + "?token=" + dashboard.token[:-1]) == 403
+    assert _status(base + "/?token=" + dashboard.token) == 200
+    bearer = {"Authorization": f"Bearer {dashboard.token}"}
+    assert _status(base + "/api/state", bearer) == 200
+    assert dashboard.host == "127.0.0.1"
+    assert dashboard.url == f"http://127.0.0.1:{dashboard.port}/?token={dashboard.token}"
+
+
+def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
+    dashboard: danaus.dashboard.Dashboard, procs: ProcMesh, faults: FaultRecorder
+) -> None:
+    workers = procs.spawn("dash_workers", Worker)
+    holders = procs.slice(gpus=1).spawn("holders", Holder)
+    for i in range(5):
+        workers.ping.call(i).get(timeout=REPLY_TIMEOUT)
+    with pytest.raises(danaus.actor.ActorError):
+        workers.boom.call().get(timeout=REPLY_TIMEOUT)
+    holders.fail.broadcast()  # nobody to tell: the actor fails, its owner (us) hears
+    faults.crashed("holders", {0})
+    p0 = procs._procs[0].name
+    logtail.append(p0, "a line the log forwarder delivered", "stderr")
+
+    state = _get(dashboard, "/api/state")
+    ours = {
+        name: p for name, p in _procs_of(state).items() if name in {p.name for p in procs._procs}
+    }
+    assert len(ours) == 2 and all(p["state"] == "alive" for p in ours.values())
+    assert ours[p0]["coords"] == {"gpus": 0}
+    assert ours[p0]["logs"][-1]["line"] == "a line the log forwarder delivered"
+    actors = {a["actor"]: a for p in ours.values() for a in p["actors"]}
+    w1 = actors["dash_workers[1]"]
+    assert w1["class"] == "Worker" and w1["state"] == "idle" and w1["queued"] == 0
+    assert w1["endpoints"]["ping"]["calls"] == 5 and w1["endpoints"]["boom"]["errors"] == 1
+    assert sum(c for _, c in w1["endpoints"]["ping"]["histogram"]) == 5
+    assert actors["holders[0]"]["state"] == "failed"
+    p1 = procs._procs[1].name
+    assert [b["nbytes"] for b in ours[p1]["rdma"]] == [4096]
+    assert any(c["frames_recv"] > 0 for c in ours[p1]["connections"])
+    [failure] = [f for f in state["failures"] if f["actor"] == "holders[0]"]
+    assert "KeyError" in failure["reason"] + failure["traceback"]
+    assert "failing on purpose" in failure["traceback"]
+    assert failure["proc"] == p1
+    assert state["totals"]["procs"] >= 2 and state["client"]["pid"] == os.getpid()
+
+
+class Printer(danaus.actor.Actor):
+    @danaus.actor.endpoint
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+
+def test_a_procs_forwarded_output_is_its_log_tail(
+    dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
+) -> None:
+    from danaus._runtime import logs
+
+    printers = procs.slice(gpus=0).spawn("dash_printers", Printer)
+    marker = f"dashboard tail {os.getpid()}-{time.monotonic_ns()}"
+    printers.say.call(marker).get(timeout=REPLY_TIMEOUT)
+    logs.flush([procs._procs[0]], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
+    state = _get(dashboard, "/api/state")
+    p0 = _procs_of(state)[procs._procs[0].name]
+    assert any(marker in entry["line"] for entry in p0["logs"]), p0["logs"][-5:]
+
+
+def test_events_stream_the_state_as_it_changes(
+    dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
+) -> None:
+    mesh = procs.spawn("streamed", Worker)
+    mesh.initialized.get(timeout=REPLY_TIMEOUT)
+    url = f"http://127.0.0.1:{dashboard.port}/api/events?token={dashboard.token}"
+    calls = []
+    with urllib.request.urlopen(url, timeout=60) as r:
+        assert r.headers["Content-Type"] == "text/event-stream"
+        for line in r:
+            if not line.startswith(b"data: "):
+                continue
+            state = json.loads(line[len(b"data: ") :])
+            actors = [a for h in state["hosts"] for p in h["procs"] for a in p["actors"]]
+            n = sum(a["received"] for a in actors if a["name"] == "streamed")
+            calls.append(n)
+            if len(calls) == 1:
+                mesh.ping.call(1).get(timeout=REPLY_TIMEOUT)  # the next documents see it
+            if n >= 2:
+                break
+    assert calls[0] == 0 and calls[-1] == 2
+
+
+def test_a_stack_dump_shows_what_an_actor_is_doing(
+    dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
+) -> None:
+    mesh = procs.spawn("stacked", Worker)
+    held = mesh.slice(gpus=1).hold.call_one("dump-me", REPLY_TIMEOUT)
+    try:
+        answer = _get(dashboard, "/api/stack", mesh="stacked", coords="gpus=1")
+    finally:
+        procs.slice(gpus=1).spawn("releaser", Worker).release.call_one("dump-me").get(
+            timeout=REPLY_TIMEOUT
+        )
+    assert held.get(timeout=REPLY_TIMEOUT) is True
+    [dump] = answer["dumps"]
+    assert dump["ok"] and dump["proc"] == procs._procs[1].name
+    assert "hold" in dump["dump"] and "actor-stacked" in dump["dump"]
+
+
+def test_a_bad_stack_request_says_what_was_wrong(dashboard: danaus.dashboard.Dashboard) -> None:
+    for params, words in (
+        ({}, "say which procs"),
+        ({"mesh": "no-such-mesh"}, "no mesh 'no-such-mesh'"),
+        ({"proc": "p-nope"}, "no proc"),
+        ({"mesh": "0", "coords": "gpus=x"}, "neither all named"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as info:
+            _get(dashboard, "/api/stack", **params)
+        assert info.value.code == 400
+        assert words in json.loads(info.value.read())["error"]
+
+
+def test_serve_checks_its_port() -> None:
+    with pytest.raises(ValueError, match="port must be an int"):
+        danaus.dashboard.serve(port=-1)
+
+
+def test_the_environment_switch_serves_the_dashboard_at_the_first_spawn() -> None:
+    code = (
+        "import json, sys, urllib.request\n"
+        "from danaus.actor import this_host\n"
+        "pm = this_host().spawn_procs(per_host={'gpus': 1})\n"
+        "pm.initialized.get(timeout=30)\n"
+        "url = sys.stdin.readline().strip()\n"
+        "s = json.load(urllib.request.urlopen(url.replace('/?', '/api/state?'), timeout=30))\n"
+        "print('PROCS', s['totals']['procs'], flush=True)\n"
+    )
+    env = {**client_env(), "DANAUS_DASHBOARD": "1"}
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert p.stderr is not None and p.stdin is not None
+        line = p.stderr.readline()
+        assert line.startswith("danaus dashboard: http://127.0.0.1:"), line
+        p.stdin.write(line.split(": ", 1)[1])
+        p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert "PROCS 1" in out, err
