@@ -447,3 +447,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in slow]
+
+
+# -- namespace hosts with private directories ------------------------------------------
+
+
+def start_private_worker(host: Host, secret: str, private: str) -> _multihost.Worker:
+    """``danaus worker`` in ``host``'s namespace with a private tmpfs at ``private``.
+
+    The worker's mount namespace (``ip netns exec`` makes one) gets its own
+    empty file system at ``private`` (its workspace root, ``DANAUS_WORKSPACE_DIR``),
+    so each host's copy is invisible to the client and to the other hosts, as
+    on separate machines. Returns once the worker listens.
+    """
+    socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
+    os.mkdir(socket_dir, 0o700)
+    env = {**_multihost._worker_env(secret, socket_dir), "DANAUS_WORKSPACE_DIR": private}
+    sh = (
+        'mount -t tmpfs -o mode=0700 danaus "$DANAUS_SOCKET_DIR" && '
+        'mount -t tmpfs -o mode=0755 danaus-ws "$DANAUS_WORKSPACE_DIR" && '
+        'exec "$0" -m danaus worker --listen "$1"'
+    )
+    argv = [_multihost.IP, "netns", "exec", host.netns, "sh", "-c", sh, sys.executable]
+    proc = subprocess.Popen(
+        [*DIE_WITH_PYTEST, *argv, f"tcp://{host.ip}:0"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    worker = _multihost.Worker(host, proc, "", socket_dir)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # bounded by the test's timeout
+    if not line.startswith("danaus worker listening on "):
+        _multihost._reap(worker)
+        pytest.fail(f"the worker in {host.netns} did not start (said {line!r})")
+    worker.address = line.split()[-1]
+    return worker
