@@ -486,3 +486,27 @@ def start_private_worker(host: Host, secret: str, private: str) -> _multihost.Wo
         pytest.fail(f"the worker in {host.netns} did not start (said {line!r})")
     worker.address = line.split()[-1]
     return worker
+
+
+@pytest.fixture(scope="module")
+def private_hosts(
+    network: Network, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """Two namespace hosts whose workers each have a private tmpfs as workspace root.
+
+    The root has the same path on both, and in the client's namespace it is an
+    empty directory: whatever a host holds there, only that host sees.
+    """
+    secret = secrets.token_hex(32)
+    root = str(tmp_path_factory.mktemp("ws-root"))
+    hosts = [network.add_host() for _ in range(2)]
+    workers = []
+    try:
+        for h in hosts:
+            workers.append(start_private_worker(h, secret, root))
+        yield {"secret": secret, "root": root, "workers": [w.address for w in workers]}
+    finally:
+        for w in workers:
+            _multihost._reap(w)
+        for h in hosts:
+            network.remove_host(h)

@@ -4,41 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from danaus._actor.code_sync import _module_name
 from danaus.tools.config import Workspace
-from multihost import conftest as _multihost
-from multihost.conftest import Network
 
-from .conftest import Scripts, start_private_worker
-
-
-@pytest.fixture(scope="module")
-def private_hosts(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """Two namespace hosts whose workers each have a private tmpfs as workspace root.
-
-    The root has the same path on both, and in the client's namespace it is an
-    empty directory: whatever a host holds there, only that host sees.
-    """
-    secret = secrets.token_hex(32)
-    root = str(tmp_path_factory.mktemp("ws-root"))
-    hosts = [network.add_host() for _ in range(2)]
-    workers = []
-    try:
-        for h in hosts:
-            workers.append(start_private_worker(h, secret, root))
-        yield {"secret": secret, "root": root, "workers": [w.address for w in workers]}
-    finally:
-        for w in workers:
-            _multihost._reap(w)
-        for h in hosts:
-            network.remove_host(h)
-
+from .conftest import Scripts
 
 SYNC_CLIENT = """
     import json, os, sys

@@ -170,15 +170,24 @@ def check_dirs(workspace: Workspace) -> None:
                 )
 
 
-def _scan(workspace: Workspace) -> list[_Local]:
+def _scan(workspace: Workspace, known: dict[str, tuple[int, int, str]]) -> list[_Local]:
+    """Hash every file; ``known`` (path -> mtime_ns, size, hash) spares rehashing unchanged ones."""
     check_dirs(workspace)
     out = []
     for src, dst in workspace.dirs.items():
         local = _Local(src, dst)
         for rel, path in _files(src):
             st = path.stat()
-            if stat.S_ISREG(st.st_mode):
-                local.files[rel] = (_digest(path), stat.S_IMODE(st.st_mode), path)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = str(path)
+            seen = known.get(key)
+            if seen is not None and seen[:2] == (st.st_mtime_ns, st.st_size):
+                digest = seen[2]
+            else:
+                digest = _digest(path)
+                known[key] = (st.st_mtime_ns, st.st_size, digest)
+            local.files[rel] = (digest, stat.S_IMODE(st.st_mode), path)
         out.append(local)
     return out
 
@@ -323,11 +332,12 @@ def sync(
     proc_meshes: Sequence[Any],
     reloaders: dict[int, Any],
     workspace: Workspace,
+    known: dict[str, tuple[int, int, str]],
 ) -> SyncReport:
     """Run one sync (blocking): ``sync_actors`` is the per-host ``CodeSyncActor`` mesh."""
     timeout = config.get("workspace_sync_timeout")
     batch_bytes = max(1, config.get("workspace_sync_batch_bytes"))
-    locals_ = _scan(workspace)
+    locals_ = _scan(workspace, known)
     dsts = [d.dst for d in locals_]
     manifests = sync_actors.manifest.call(dsts).get(timeout=timeout)
     plans: list[tuple[Any, list[tuple[_Local, list[str], list[str]]]]] = []
@@ -428,6 +438,7 @@ class _Syncs:
         self.procs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.reloaders: dict[int, Any] = {}
         self.dsts: list[str] = []
+        self.hashes: dict[str, tuple[int, int, str]] = {}  # local path -> mtime_ns, size, sha256
 
     def stop(self) -> list[Any]:
         futures = [pm.stop("the host mesh was stopped") for pm, _ in self.procs.values()]

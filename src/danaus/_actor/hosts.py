@@ -169,7 +169,13 @@ class HostMesh(MeshTrait):
                     pm = spawn_on(list(agents), {}, self._shape, None, "code_sync", self)
                     entry = syncs.procs[agents] = (pm, pm.spawn("danaus_code_sync", CodeSyncActor))
                 dsts = list(workspace.dirs.values())
-                report = sync(entry[1], list(self._state.proc_meshes), syncs.reloaders, workspace)
+                report = sync(
+                    entry[1],
+                    list(self._state.proc_meshes),
+                    syncs.reloaders,
+                    workspace,
+                    syncs.hashes,
+                )
                 syncs.dsts = [*[d for d in syncs.dsts if d not in dsts], *dsts]
                 return report
 
