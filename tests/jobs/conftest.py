@@ -476,6 +476,10 @@ def start_private_worker(host: Host, secret: str, private: str) -> _multihost.Wo
     socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
     os.mkdir(socket_dir, 0o700)
     env = {**_multihost._worker_env(secret, socket_dir), "DANAUS_WORKSPACE_DIR": private}
+    # The default heartbeat, not the multi-host tests' short one: these hosts run
+    # torch, whose import can hold the GIL for seconds on a loaded machine.
+    for name in ("DANAUS_HEARTBEAT_INTERVAL", "DANAUS_HEARTBEAT_TIMEOUT"):
+        env.pop(name, None)
     sh = (
         'mount -t tmpfs -o mode=0700 danaus "$DANAUS_SOCKET_DIR" && '
         'mount -t tmpfs -o mode=0755 danaus-ws "$DANAUS_WORKSPACE_DIR" && '
