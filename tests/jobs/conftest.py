@@ -504,11 +504,14 @@ def start_private_worker(host: Host, secret: str, private: str) -> _multihost.Wo
     return worker
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def private_hosts(
     hosts_network: Network, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
     """Two namespace hosts whose workers each have a private tmpfs as workspace root.
+
+    Shared by the session: each test's client syncs its own directory names
+    and exits (a worker serves one client at a time, then the next).
 
     The root has the same path on both, and in the client's namespace it is an
     empty directory: whatever a host holds there, only that host sees.

@@ -116,7 +116,7 @@ SYNC_CLIENT = """
         times["one file changed"].append(time.perf_counter() - t0)
         assert one.files_sent == 2, one
     print(json.dumps(times), flush=True)
-    hosts.shutdown().get(timeout=30)
+    hosts.stop().get(timeout=30)  # the workers stay for the next test's client
 """
 
 

@@ -59,7 +59,7 @@ SYNC_CLIENT = """
     except RuntimeError as e:
         out["broken"] = str(e)
     print(json.dumps(out), flush=True)
-    hosts.shutdown().get(timeout=30)
+    hosts.stop().get(timeout=30)  # the workers stay for the next test's client
 """
 
 

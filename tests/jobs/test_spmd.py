@@ -105,7 +105,7 @@ ON_NAMESPACE_HOSTS = """
     print(addr, flush=True)
     actors.main.call(addr, port, ["-m", "ddp_train", out]).get(timeout=200)
     procs.stop().get(timeout=60)
-    hosts.shutdown().get(timeout=30)
+    hosts.stop().get(timeout=30)  # the workers stay for the next test's client
 """
 
 
