@@ -124,16 +124,28 @@ def _remote_dir(dst: str) -> Path:
     return workspace_root() / dst if dst else workspace_root()
 
 
-def _files(top: Path) -> Iterator[tuple[str, Path]]:
-    """``(relative posix path, path)`` of every file under ``top`` (caches skipped)."""
-    for dirpath, dirnames, filenames in os.walk(top):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        base = Path(dirpath)
-        for name in sorted(filenames):
-            if name.endswith(_SKIP_SUFFIXES):
-                continue
-            path = base / name
-            yield path.relative_to(top).as_posix(), path
+def _files(top: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """``(relative posix path, path, stat)`` of every regular file under ``top``
+    (caches skipped; one ``stat`` per file; symbolic links followed)."""
+
+    def walk(d: str, prefix: str) -> Iterator[tuple[str, Path, os.stat_result]]:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for e in entries:
+            if e.is_dir():
+                if e.name not in _SKIP_DIRS:
+                    yield from walk(e.path, f"{prefix}{e.name}/")
+            elif not e.name.endswith(_SKIP_SUFFIXES):
+                try:
+                    st = e.stat()
+                except FileNotFoundError:  # removed meanwhile, or a dangling link
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    yield f"{prefix}{e.name}", Path(e.path), st
+
+    yield from walk(str(top), "")
 
 
 def _digest(path: Path) -> str:
@@ -176,10 +188,7 @@ def _scan(workspace: Workspace, known: dict[str, tuple[int, int, str]]) -> list[
     out = []
     for src, dst in workspace.dirs.items():
         local = _Local(src, dst)
-        for rel, path in _files(src):
-            st = path.stat()
-            if not stat.S_ISREG(st.st_mode):
-                continue
+        for rel, path, st in _files(src):
             key = str(path)
             seen = known.get(key)
             if seen is not None and seen[:2] == (st.st_mtime_ns, st.st_size):
@@ -228,8 +237,7 @@ class CodeSyncActor(Actor):
     def __init__(self) -> None:
         self._hashes: dict[str, tuple[int, int, str]] = {}  # path -> (mtime_ns, size, sha256)
 
-    def _hash(self, path: Path) -> str:
-        st = path.stat()
+    def _hash(self, path: Path, st: os.stat_result) -> str:
         key = str(path)
         known = self._hashes.get(key)
         if known is not None and known[:2] == (st.st_mtime_ns, st.st_size):
@@ -244,7 +252,7 @@ class CodeSyncActor(Actor):
         out: dict[str, dict[str, str]] = {}
         for dst in dsts:
             top = _remote_dir(_check_dst(dst))
-            out[dst] = {rel: self._hash(p) for rel, p in _files(top) if p.is_file()}
+            out[dst] = {rel: self._hash(p, st) for rel, p, st in _files(top)}
         return str(workspace_root()), out
 
     @endpoint
@@ -255,23 +263,27 @@ class CodeSyncActor(Actor):
         top = _remote_dir(_check_dst(dst))
         top.mkdir(parents=True, exist_ok=True)
         written = 0
+        made: set[Path] = {top}
         for rel, data, mode in files:
             path = _inside(top, rel)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.danaus-sync-{secrets.token_hex(4)}")
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+            if path.parent not in made:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                made.add(path.parent)
+            tmp = f"{path.parent}/.{path.name}.danaus-sync-{secrets.token_hex(4)}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)  # a rename keeps the mtime fstat saw
             if rel.endswith(".py"):  # a same-size edit within the second would keep the old .pyc
                 with contextlib.suppress(OSError, ValueError, NotImplementedError):
                     os.remove(importlib.util.cache_from_source(str(path)))
-            st = path.stat()
-            self._hashes[str(path)] = (
-                st.st_mtime_ns,
-                st.st_size,
-                hashlib.sha256(data).hexdigest(),
-            )
+            self._hashes[str(path)] = (st.st_mtime_ns, st.st_size, hashlib.sha256(data).hexdigest())
             written += 1
         for rel in deletes:
             path = _inside(top, rel)
@@ -337,9 +349,10 @@ def sync(
     """Run one sync (blocking): ``sync_actors`` is the per-host ``CodeSyncActor`` mesh."""
     timeout = config.get("workspace_sync_timeout")
     batch_bytes = max(1, config.get("workspace_sync_batch_bytes"))
+    dsts = list(workspace.dirs.values())
+    asked = sync_actors.manifest.call(dsts)  # the hosts hash while this client does
     locals_ = _scan(workspace, known)
-    dsts = [d.dst for d in locals_]
-    manifests = sync_actors.manifest.call(dsts).get(timeout=timeout)
+    manifests = asked.get(timeout=timeout)
     plans: list[tuple[Any, list[tuple[_Local, list[str], list[str]]]]] = []
     roots: list[str] = []
     changed: set[str] = set()
