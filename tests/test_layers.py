@@ -109,6 +109,7 @@ FACADES = {
         "job_load",
         "job_loads",
     ],
+    "danaus.tools.config": ["Workspace"],
     "danaus.spmd": ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"],
     "danaus.config": [
         "SETTINGS",

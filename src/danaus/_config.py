@@ -226,6 +226,81 @@ SETTINGS: tuple[Setting, ...] = (
         60.0,
         "How long a job waits for a worker process it started to listen.",
     ),
+    Setting(
+        "worker_port",
+        "int",
+        26600,
+        "The TCP port of the workers SSHJob and SlurmJob start (their port= argument "
+        "overrides it), and the one hosts_from_config attaches to in a Slurm allocation.",
+    ),
+    Setting(
+        "job_state_path",
+        "str",
+        ".danaus/job_state.pkl",
+        "Where JobTrait.state() and the danaus apply/exec/kill commands keep the running "
+        "job for the next client (relative to the current directory).",
+    ),
+    Setting(
+        "job_stop_timeout",
+        "duration",
+        30.0,
+        "How long job.kill() waits for the procs it spawned to stop before ending the workers.",
+    ),
+    Setting(
+        "slurm_poll_interval",
+        "duration",
+        0.25,
+        "How often SlurmJob asks Slurm (scontrol) whether the allocation runs; Slurm "
+        "has no push channel.",
+    ),
+    Setting(
+        "slurm_progress_every",
+        "duration",
+        5.0,
+        "While SlurmJob waits for its allocation, a progress line quoting Slurm's "
+        "state and reason is printed this often.",
+    ),
+    Setting(
+        "slurm_command_timeout",
+        "duration",
+        60.0,
+        "How long one Slurm command (sbatch, scontrol, scancel) may take before "
+        "SlurmJob fails naming it.",
+    ),
+    Setting(
+        "local_hosts",
+        "int",
+        2,
+        "hosts_from_config outside a Slurm allocation: how many local worker hosts it starts.",
+    ),
+    Setting(
+        "exec_timeout",
+        "duration",
+        3600.0,
+        "How long `danaus exec` waits for its command to finish on every rank.",
+    ),
+    # -- code sync ------------------------------------------------------------
+    Setting(
+        "workspace_dir",
+        "str",
+        "",
+        "A host's workspace root: HostMesh.sync_workspace places each synced directory "
+        "under it and on the procs' sys.path. Read on each host.",
+        default_doc="~/.cache/danaus/workspace ($XDG_CACHE_HOME/danaus/workspace)",
+    ),
+    Setting(
+        "workspace_sync_batch_bytes",
+        "size",
+        64 * _MiB,
+        "sync_workspace sends changed files in messages of about this many bytes.",
+    ),
+    Setting(
+        "workspace_sync_timeout",
+        "duration",
+        300.0,
+        "How long each step of sync_workspace (hashing on the hosts, writing a batch, "
+        "reloading modules) may take.",
+    ),
     # -- stopping ----------------------------------------------------------
     Setting(
         "stop_proc_timeout",

@@ -26,6 +26,18 @@ from multihost.conftest import Host, Network
 
 network = _multihost.network  # the multi-host tests' bridge: Slurm nodes are namespaces on it
 
+
+@pytest.fixture(scope="session")
+def hosts_network(request: pytest.FixtureRequest) -> Network:
+    """``network``, but a machine that cannot make namespaces fails the job tests (no silent
+    skip: Slurm's nodes and the code-sync hosts are namespaces)."""
+    try:
+        net: Network = request.getfixturevalue("network")
+    except pytest.skip.Exception as e:
+        pytest.fail(f"the job tests need network namespaces (run as root): {e}")
+    return net
+
+
 TIMEOUT = 30.0
 # Services die with pytest even if it is killed without its teardown (SIGKILL on parent death).
 SETPRIV = shutil.which("setpriv")
@@ -333,6 +345,7 @@ TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SchedulerType=sched/builtin
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SlurmdParameters=config_overrides
@@ -349,7 +362,7 @@ NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 
 
 @pytest.fixture(scope="session")
-def slurm(tmp_path_factory: pytest.TempPathFactory, network: Network) -> Iterator[Slurm]:
+def slurm(tmp_path_factory: pytest.TempPathFactory, hosts_network: Network) -> Iterator[Slurm]:
     """munged + slurmctld + two slurmd of the session's own, configured in a temp dir.
 
     Each node (``danaus1``, ``danaus2``) is a network namespace on the
@@ -375,13 +388,13 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, network: Network) -> Iterato
     key = d / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
-    hosts = {f"danaus{i + 1}": network.add_host() for i in range(SLURM_NODES)}
+    hosts = {f"danaus{i + 1}": hosts_network.add_host() for i in range(SLURM_NODES)}
     conf = d / "slurm.conf"
     conf.write_text(
         SLURM_CONF.format(
             d=d,
             controller=socket.gethostname().split(".")[0],
-            controller_ip=network.gateway,
+            controller_ip=hosts_network.gateway,
             nodes="\n".join(
                 f"NodeName={name} NodeAddr={h.ip} CPUs=2 State=UNKNOWN" for name, h in hosts.items()
             ),
@@ -435,7 +448,7 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, network: Network) -> Iterato
                 daemon.stop()
             mp.undo()
             for host in hosts.values():
-                network.remove_host(host)
+                hosts_network.remove_host(host)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -447,3 +460,72 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in slow]
+
+
+# -- namespace hosts with private directories ------------------------------------------
+
+
+def start_private_worker(host: Host, secret: str, private: str) -> _multihost.Worker:
+    """``danaus worker`` in ``host``'s namespace with a private tmpfs at ``private``.
+
+    The worker's mount namespace (``ip netns exec`` makes one) gets its own
+    empty file system at ``private`` (its workspace root, ``DANAUS_WORKSPACE_DIR``),
+    so each host's copy is invisible to the client and to the other hosts, as
+    on separate machines. Returns once the worker listens.
+    """
+    socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
+    os.mkdir(socket_dir, 0o700)
+    env = {**_multihost._worker_env(secret, socket_dir), "DANAUS_WORKSPACE_DIR": private}
+    # The default heartbeat, not the multi-host tests' short one: these hosts run
+    # torch, whose import can hold the GIL for seconds on a loaded machine.
+    for name in ("DANAUS_HEARTBEAT_INTERVAL", "DANAUS_HEARTBEAT_TIMEOUT"):
+        env.pop(name, None)
+    sh = (
+        'mount -t tmpfs -o mode=0700 danaus "$DANAUS_SOCKET_DIR" && '
+        'mount -t tmpfs -o mode=0755 danaus-ws "$DANAUS_WORKSPACE_DIR" && '
+        'exec "$0" -m danaus worker --listen "$1"'
+    )
+    argv = [_multihost.IP, "netns", "exec", host.netns, "sh", "-c", sh, sys.executable]
+    proc = subprocess.Popen(
+        [*DIE_WITH_PYTEST, *argv, f"tcp://{host.ip}:0"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    worker = _multihost.Worker(host, proc, "", socket_dir)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # bounded by the test's timeout
+    if not line.startswith("danaus worker listening on "):
+        _multihost._reap(worker)
+        pytest.fail(f"the worker in {host.netns} did not start (said {line!r})")
+    worker.address = line.split()[-1]
+    return worker
+
+
+@pytest.fixture(scope="session")
+def private_hosts(
+    hosts_network: Network, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """Two namespace hosts whose workers each have a private tmpfs as workspace root.
+
+    Shared by the session: each test's client syncs its own directory names
+    and exits (a worker serves one client at a time, then the next).
+
+    The root has the same path on both, and in the client's namespace it is an
+    empty directory: whatever a host holds there, only that host sees.
+    """
+    secret = secrets.token_hex(32)
+    root = str(tmp_path_factory.mktemp("ws-root"))
+    hosts = [hosts_network.add_host() for _ in range(2)]
+    workers = []
+    try:
+        for h in hosts:
+            workers.append(start_private_worker(h, secret, root))
+        yield {"secret": secret, "root": root, "workers": [w.address for w in workers]}
+    finally:
+        for w in workers:
+            _multihost._reap(w)
+        for h in hosts:
+            hosts_network.remove_host(h)

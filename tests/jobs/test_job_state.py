@@ -81,11 +81,6 @@ def test_job_loads_refuses_what_is_not_a_job() -> None:
         job_loads(pickle.dumps({}))
 
 
-def test_batch_mode_says_what_to_do_instead() -> None:
-    with pytest.raises(NotImplementedError, match="run the client script yourself"):
-        LocalJob().apply(client_script="train.py")
-
-
 def test_bad_specifications_are_refused_precisely() -> None:
     with pytest.raises(ValueError, match="mesh names must be identifiers"):
         ProcessJob({"a-b": 1})

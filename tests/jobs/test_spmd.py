@@ -88,6 +88,46 @@ def test_the_example_on_local_hosts_ends_with_torchruns_weights(
     _assert_same_weights(tmp_path / "mesh.pt", torchrun_weights)
 
 
+ON_NAMESPACE_HOSTS = """
+    import sys
+    from pathlib import Path
+    from danaus.actor import attach_to_workers
+    from danaus.spmd import SPMDActor
+    from danaus.tools.config import Workspace
+
+    workers, secret, code, out = sys.argv[1].split(","), sys.argv[2], sys.argv[3], sys.argv[4]
+    hosts = attach_to_workers(workers=workers, secret=secret)
+    # The hosts share no directory with us: the script reaches them by code sync.
+    hosts.sync_workspace(Workspace(dirs={code: "spmd_example"})).get(timeout=60)
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    actors = procs.spawn("spmd", SPMDActor)
+    addr, port = actors.slice(hosts=0, gpus=0).get_host_port.call_one(None).get()
+    print(addr, flush=True)
+    actors.main.call(addr, port, ["-m", "ddp_train", out]).get(timeout=200)
+    procs.stop().get(timeout=60)
+    hosts.stop().get(timeout=30)  # the workers stay for the next test's client
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+def test_the_script_synced_to_two_namespace_hosts_ends_with_torchruns_weights(
+    private_hosts: dict[str, Any], scripts: Scripts, torchrun_weights: dict[str, Any]
+) -> None:
+    scripts.env = {"OMP_NUM_THREADS": "1"}
+    code = scripts.tmp_path / "code"
+    code.mkdir()
+    (code / "ddp_train.py").write_text((EXAMPLES / "ddp_train.py").read_text())
+    out = scripts.tmp_path / "namespaces.pt"  # rank 0 saves it (a shared path, for the test)
+    workers = ",".join(private_hosts["workers"])
+    path = scripts.write(ON_NAMESPACE_HOSTS)
+    client = scripts.start_path(path, workers, private_hosts["secret"], str(code), str(out))
+    stdout, err = client.communicate(timeout=220)
+    assert client.returncode == 0, err
+    assert stdout.split() == [private_hosts["workers"][0].split("//")[1].rsplit(":", 1)[0]]
+    _assert_same_weights(out, torchrun_weights)
+
+
 ON_SLURM = """
     import sys
     from danaus.job import SlurmJob

@@ -30,6 +30,16 @@ from .._transport.address import join, parse, split_tcp
 from .._transport.auth import load_secret
 from .._wire.ids import ProcId
 from .._wire.protocol import Attach, ShutdownHost
+from .code_sync import (
+    CodeSyncActor,
+    SyncReport,
+    Workspace,
+    _Syncs,
+    check_dirs,
+    run_in_thread,
+    sync,
+    workspace_bootstrap,
+)
 from .collect import Collector, Countdown, set_future
 from .context import refresh_root
 from .future import Future
@@ -49,6 +59,7 @@ class _HostState:
     shut_down: bool = False
     name: str | None = None  # attach_to_workers(name=...): how the mesh shows itself
     proc_meshes: list[ProcMesh] = field(default_factory=list)
+    syncs: _Syncs = field(default_factory=_Syncs)  # sync_workspace's procs and directories
 
 
 class HostMesh(MeshTrait):
@@ -102,6 +113,12 @@ class HostMesh(MeshTrait):
         per_host = check_per_host(per_host, self._shape.labels)
         if self._state.shut_down:
             raise RuntimeError("HostMesh has already been shut down")
+        if bootstrap is not None and not callable(bootstrap):
+            raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
+        if self._state.syncs.dsts:  # a synced workspace goes on sys.path before any actor
+            bootstrap = functools.partial(
+                workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
+            )
         pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self)
         self._state.proc_meshes.append(pm)
         return pm
@@ -115,9 +132,59 @@ class HostMesh(MeshTrait):
                 "mesh received from elsewhere); only the client that attached it can"
             )
 
+    def sync_workspace(
+        self, workspace: Workspace, conda: bool = False, auto_reload: bool = False
+    ) -> Future[SyncReport]:
+        """Copy ``workspace``'s directories to every host; returns a future of a ``SyncReport``.
+
+        Each directory lands at ``ROOT/NAME`` on each host (``ROOT``: the host's
+        setting ``workspace_dir``; ``NAME``: the directory's name or the one
+        ``Workspace(dirs={src: NAME})`` gives). Only files whose content hash
+        differs are sent (files gone locally are deleted there), over the
+        mesh's authenticated connections. Then every running proc spawned
+        through this mesh gets ``ROOT/NAME`` first on ``sys.path`` and reloads
+        the changed modules it had imported (whatever ``auto_reload`` says);
+        procs spawned later start with it on ``sys.path``. Raises ``ValueError``
+        for a missing directory or overlapping names, ``NotImplementedError``
+        for ``conda=True``, ``RuntimeError`` (from the future) when a changed
+        module fails to reload.
+        """
+        if not isinstance(workspace, Workspace):
+            raise TypeError(f"sync_workspace needs a Workspace, got {workspace!r}")
+        if conda:
+            raise NotImplementedError(
+                "sync_workspace(conda=True) is not supported: danaus syncs source directories "
+                "only; install the environment on the hosts (the same python_exe everywhere)"
+            )
+        if self._state.shut_down:
+            raise RuntimeError("HostMesh has already been shut down")
+        check_dirs(workspace)
+        agents = tuple(self._agents())
+        syncs = self._state.syncs
+
+        def run() -> SyncReport:
+            with syncs.lock:
+                entry = syncs.procs.get(agents)
+                if entry is None:
+                    pm = spawn_on(list(agents), {}, self._shape, None, "code_sync", self)
+                    entry = syncs.procs[agents] = (pm, pm.spawn("danaus_code_sync", CodeSyncActor))
+                dsts = list(workspace.dirs.values())
+                report = sync(
+                    entry[1],
+                    list(self._state.proc_meshes),
+                    syncs.reloaders,
+                    workspace,
+                    syncs.hashes,
+                )
+                syncs.dsts = [*[d for d in syncs.dsts if d not in dsts], *dsts]
+                return report
+
+        return Future._create(run_in_thread(run), "the workspace to sync")
+
     def stop(self) -> Future[None]:
         """Stop the procs spawned through this mesh; the hosts stay up for another client."""
         futures = [pm.stop("the host mesh was stopped") for pm in self._state.proc_meshes]
+        futures += self._state.syncs.stop()
         self._state.proc_meshes.clear()
         return _all_done(futures, "the host mesh's procs to stop")
 
@@ -125,6 +192,7 @@ class HostMesh(MeshTrait):
         """Stop this mesh's procs and shut the worker hosts down. Refused on a reference."""
         self._check_owned("shut down")
         futures = [pm.stop("the host mesh was shut down") for pm in self._state.proc_meshes]
+        futures += self._state.syncs.stop()
         self._state.proc_meshes.clear()
         self._state.shut_down = True
         rt = host.ensure_runtime()

@@ -17,14 +17,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .._job.jobs import JobTrait
 
-__all__ = ["CACHED_PATH", "add_job_commands", "run_job_command"]
+from .. import _config as config
 
-# The default of JobTrait.state(cached_path=...); not imported from there so that
-# `danaus worker` parses its arguments before anything of the actor layer loads.
-CACHED_PATH = ".danaus/job_state.pkl"
+__all__ = ["add_job_commands", "run_job_command"]
 
-# config: how long `danaus exec` waits for a command on all ranks (seconds).
-EXEC_TIMEOUT = 3600.0
+# --state's default: the setting job_state_path (as JobTrait.state()'s); read when used.
+STATE_HELP = "(default: the setting job_state_path, .danaus/job_state.pkl)"
 
 APPLY_HELP = """\
 Apply a job and leave its workers running for later clients.
@@ -71,11 +69,11 @@ def add_job_commands(sub: Any) -> None:
         formatter_class=fmt,
     )  # fmt: skip
     a.add_argument("job", metavar="JOB", help="FILE.py:NAME or MODULE.NAME of a job object")
-    a.add_argument("--state", default=CACHED_PATH, help=f"where to save the job ({CACHED_PATH})")
+    a.add_argument("--state", help=f"where to save the job {STATE_HELP}")
     k = sub.add_parser(
         "kill", help="kill the saved job", description=KILL_HELP, formatter_class=fmt
     )
-    k.add_argument("--state", default=CACHED_PATH, help=f"the saved job ({CACHED_PATH})")
+    k.add_argument("--state", help=f"the saved job {STATE_HELP}")
     e = sub.add_parser(
         "exec", help="run a command on the saved job's procs", description=EXEC_HELP,
         formatter_class=fmt,
@@ -90,7 +88,7 @@ def add_job_commands(sub: Any) -> None:
     e.add_argument(
         "--per-host", metavar="DIM=N[,DIM=N]", help="procs per host, e.g. gpus=8 (default: 1)"
     )
-    e.add_argument("--state", default=CACHED_PATH, help=f"the saved job ({CACHED_PATH})")
+    e.add_argument("--state", help=f"the saved job {STATE_HELP}")
     e.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command")
 
 
@@ -140,7 +138,7 @@ def _apply(args: argparse.Namespace) -> int:
     job = _load_job_object(args.job)
     state = job.state(cached_path=args.state)
     for name, mesh in state._meshes.items():
-        mesh.initialized.get(timeout=EXEC_TIMEOUT)
+        mesh.initialized.get(timeout=config.get("exec_timeout"))
         print(f"{name}: {mesh!r} ready", flush=True)
     print(f"job saved to {args.state}; `danaus kill` ends it", flush=True)
     return 0
@@ -183,7 +181,7 @@ def _exec(args: argparse.Namespace) -> int:
             target = target.slice(**point)
         elif not args.all:
             target = target.slice(**dict.fromkeys(procs.sizes, 0))
-        results = target.run.call(cmd, os.getcwd()).get(timeout=EXEC_TIMEOUT)
+        results = target.run.call(cmd, os.getcwd()).get(timeout=config.get("exec_timeout"))
         worst = 0
         for _, (label, code, out, err) in results.items():
             for stream, text in ((sys.stdout, out), (sys.stderr, err)):
@@ -199,6 +197,8 @@ def _exec(args: argparse.Namespace) -> int:
 
 
 def run_job_command(args: argparse.Namespace) -> int:
+    if args.state is None:
+        args.state = str(config.get("job_state_path"))
     try:
         return {"apply": _apply, "kill": _kill, "exec": _exec}[args.command](args)
     except (ValueError, RuntimeError, TimeoutError) as e:

@@ -13,14 +13,11 @@ import atexit
 import os
 import re
 
+from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
-from .jobs import DEFAULT_PORT, ProcessJob
+from .jobs import ProcessJob
 
 __all__ = ["expand_hostlist", "hosts_from_config"]
-
-# config: the port of the workers of an allocation, and the local fallback's size.
-WORKER_PORT_ENV = "DANAUS_WORKER_PORT"
-LOCAL_HOSTS = 2
 
 _local_jobs: list[ProcessJob] = []
 
@@ -74,20 +71,20 @@ def hosts_from_config(name: str) -> HostMesh:
     """The host mesh named ``name`` (dimension ``hosts``) of where this program runs.
 
     In a Slurm allocation: one host per node of ``$SLURM_JOB_NODELIST``,
-    attached on port ``$DANAUS_WORKER_PORT`` (default 26600) with the job
-    secret ``$DANAUS_SECRET``. Elsewhere: two local worker processes, ended
-    when this program exits.
+    attached on the setting ``worker_port`` (``$DANAUS_WORKER_PORT``, default
+    26600) with the job secret ``$DANAUS_SECRET``. Elsewhere: the setting
+    ``local_hosts`` (2) local worker processes, ended when this program exits.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"hosts_from_config needs a mesh name, got {name!r}")
     nodelist = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST")
     if nodelist:
-        port = os.environ.get(WORKER_PORT_ENV, str(DEFAULT_PORT))
-        if not port.isdigit():
-            raise ValueError(f"${WORKER_PORT_ENV} must be a port number, got {port!r}")
+        port = config.get("worker_port")
+        if not 0 < port < 65536:
+            raise ValueError(f"the setting worker_port must be a TCP port number, got {port!r}")
         nodes = expand_hostlist(nodelist)
         return attach_to_workers(workers=[f"tcp://{n}:{port}" for n in nodes], name=name)
-    job = ProcessJob({"hosts": LOCAL_HOSTS})
+    job = ProcessJob({"hosts": config.get("local_hosts")})
     if not _local_jobs:
         atexit.register(_kill_local)
     _local_jobs.append(job)

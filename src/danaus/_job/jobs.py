@@ -21,10 +21,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers, this_host
 from .._transport.auth import new_secret
 from .detach import LISTENING
@@ -40,13 +42,44 @@ __all__ = [
     "job_loads",
 ]
 
-WORKER_START_TIMEOUT = 60.0
-# config: how long kill() waits for the procs to stop before ending the workers.
-STOP_TIMEOUT = 30.0
-# config: where ``JobTrait.state()`` caches the running job for the next client.
-CACHED_PATH = ".danaus/job_state.pkl"
-# config: the port workers started by SSHJob/SlurmJob listen on.
-DEFAULT_PORT = 26600
+
+class _FromSetting(str):
+    """A default that stands for a setting's value (its repr names the setting)."""
+
+    def __repr__(self) -> str:
+        return f"<the setting {self!s}>"
+
+
+#: ``state(cached_path=...)``'s default: the setting ``job_state_path``.
+CACHED_PATH = _FromSetting("job_state_path")
+
+
+def state_path(cached_path: str | None) -> str | None:
+    """``cached_path``, or the setting ``job_state_path`` for the default."""
+    if isinstance(cached_path, _FromSetting):
+        return str(config.get("job_state_path"))
+    return cached_path
+
+
+def worker_port(port: int | None) -> int:
+    """``port``, or the setting ``worker_port``; ``ValueError`` unless a TCP port number."""
+    if port is None:
+        port = config.get("worker_port")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}")
+    return port
+
+
+def client_argv(client_script: Any, python_exe: str) -> list[str]:
+    """The batch client's command: ``client_script`` split like a shell; a leading
+    ``FILE.py`` is run with ``python_exe``."""
+    if not isinstance(client_script, str) or not client_script.strip():
+        raise ValueError(
+            f"client_script must be a command line ('train.py --lr 0.1' or "
+            f"'python -m pkg.train'), got {client_script!r}"
+        )
+    argv = shlex.split(client_script)
+    return [python_exe, *argv] if argv[0].endswith(".py") else argv
 
 
 _secret_lock = threading.Lock()
@@ -87,7 +120,7 @@ class JobState:
         """Stop the procs spawned on these meshes (best effort, bounded)."""
         for mesh in self._meshes.values():
             with contextlib.suppress(Exception):
-                mesh.stop().get(timeout=STOP_TIMEOUT)
+                mesh.stop().get(timeout=config.get("job_stop_timeout"))
 
     def __repr__(self) -> str:
         return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._meshes.items())})"
@@ -123,15 +156,36 @@ class JobTrait:
         return self._running is not None
 
     def apply(self, client_script: str | None = None) -> None:
-        """Obtain the hosts (a no-op if already applied)."""
-        if client_script is not None:
-            raise NotImplementedError(
-                "batch mode (apply(client_script=...)) is not supported; apply() the job, then "
-                "run the client script yourself (it reconnects through job.state())"
-            )
-        if self._running is None:
+        """Obtain the hosts (a no-op if already applied).
+
+        With ``client_script`` (batch mode), the job also runs that client
+        (``"train.py --lr 0.1"``: a ``.py`` file first is run with the job's
+        Python; or any command) on its own, detached from this process: the
+        job is saved to the setting ``job_state_path`` first, so the client's
+        ``job.state()`` reconnects to this job's hosts. ``SlurmJob`` runs it
+        inside the allocation; ``ProcessJob`` and ``SSHJob`` run it on this
+        machine once the workers are up.
+        """
+        if self._running is not None:
+            return
+        if client_script is None:
             self._create()
             self._applied = True
+        else:
+            self._apply_batch(client_script)
+
+    def _apply_batch(self, client_script: str) -> None:
+        raise RuntimeError(
+            f"{type(self).__name__} cannot run a batch client (apply(client_script=...)); "
+            "use ProcessJob, SSHJob or SlurmJob, or run the client yourself"
+        )
+
+    def _save_for_batch_client(self) -> str:
+        """Save the job where the batch client's ``state()`` looks (``job_state_path``)."""
+        path = str(config.get("job_state_path"))
+        self.dump(path)
+        self._cached_path = path
+        return path
 
     def state(self, cached_path: str | None = CACHED_PATH) -> JobState:
         """The job's meshes, one attribute per mesh name.
@@ -139,8 +193,9 @@ class JobTrait:
         If the job is not applied yet and ``cached_path`` holds a running job
         that ``can_run`` this one, its workers are reused (another client
         applied it); otherwise the job is applied and saved to ``cached_path``
-        (``None``: no cache).
+        (default: the setting ``job_state_path``; ``None``: no cache).
         """
+        cached_path = state_path(cached_path)
         running = self._running
         if running is None:
             cached = _load_cached(cached_path, self)
@@ -180,12 +235,23 @@ class JobTrait:
         return type(spec) is type(self) and spec._spec() == self._spec()
 
     def dump(self, filename: str) -> None:
-        """Save the job (with its secret: the file is made readable by its owner only)."""
+        """Save the job (with its secret: the file is made readable by its owner only).
+
+        The file is replaced at once (written aside, then renamed), so a client
+        loading it meanwhile sees the old or the new job, never half of one.
+        """
         path = os.path.realpath(filename)
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self.dumps())
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.dumps())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+            raise
 
     def dumps(self) -> bytes:
         """The job, pickled (see ``job_loads``)."""
@@ -292,6 +358,8 @@ class _DetachedWorkersJob(JobTrait):
         self._hosts = {name: list(hs) for name, hs in hosts.items()}
         self._secret = _job_secret()
         self._workers: dict[str, list[StartedWorker]] = {}
+        self.client_pid: int | None = None  # the batch client (apply(client_script=...))
+        self.client_log: str | None = None
 
     def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
         """``(argv, env)`` that runs ``danaus worker --detach`` for ``host``."""
@@ -302,6 +370,7 @@ class _DetachedWorkersJob(JobTrait):
 
     def _start(self, host: str) -> StartedWorker:
         argv, env = self._launch(host)
+        timeout = config.get("worker_start_timeout")
         try:
             out = subprocess.run(
                 argv,
@@ -309,12 +378,12 @@ class _DetachedWorkersJob(JobTrait):
                 capture_output=True,
                 text=True,
                 env=env,
-                timeout=WORKER_START_TIMEOUT,
+                timeout=timeout,
             )
         except subprocess.TimeoutExpired as e:
             raise RuntimeError(
                 f"{type(self).__name__}: starting a worker on {self._where(host)} took longer "
-                f"than {WORKER_START_TIMEOUT} s: {' '.join(argv)}: {_text(e.stderr)}"
+                f"than {timeout:g} s: {' '.join(argv)}: {_text(e.stderr)}"
             ) from None
         words = out.stdout.strip().splitlines()[-1].split() if out.stdout.strip() else []
         if out.returncode != 0 or len(words) < 7 or not out.stdout.startswith(LISTENING):
@@ -345,6 +414,23 @@ class _DetachedWorkersJob(JobTrait):
             for name, ws in self._workers.items()
         }
 
+    def _apply_batch(self, client_script: str) -> None:
+        """Start the workers, save the job, then run the client detached on this machine."""
+        argv = client_argv(client_script, sys.executable)
+        self._create()
+        self._applied = True
+        path = self._save_for_batch_client()
+        log = os.path.join(
+            os.path.dirname(os.path.abspath(path)),
+            f"batch-client-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log",
+        )
+        try:
+            self.client_pid = start_detached(argv, log)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            self.kill()
+            raise
+        self.client_log = log
+
     def _stop(self, worker: StartedWorker) -> None:
         raise NotImplementedError
 
@@ -361,6 +447,31 @@ class _DetachedWorkersJob(JobTrait):
     def workers(self) -> dict[str, list[StartedWorker]]:
         """The workers started, per mesh (empty before ``apply()``)."""
         return {name: list(ws) for name, ws in self._workers.items()}
+
+
+# Runs in a short-lived launcher: the client becomes nobody's child here, in its own session.
+_LAUNCH = (
+    "import subprocess, sys\n"
+    "out = open(sys.argv[1], 'ab')\n"
+    "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=out,\n"
+    "                     stderr=subprocess.STDOUT, start_new_session=True)\n"
+    "print(p.pid)\n"
+)
+
+
+def start_detached(argv: list[str], log: str) -> int:
+    """Start ``argv`` in a session of its own, output to ``log``; its pid. It is not
+    this process's child, so it outlives this process and needs no reaping."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LAUNCH, log, *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=config.get("worker_start_timeout"),
+    )
+    if out.returncode != 0 or not out.stdout.strip().isdigit():
+        raise RuntimeError(f"could not start {shlex.join(argv)}: {out.stderr.strip()}")
+    return int(out.stdout.strip())
 
 
 def _text(data: Any) -> str:
@@ -426,7 +537,8 @@ class SSHJob(_DetachedWorkersJob):
     ``SSHJob(["node1", "node2"])`` gives one mesh named ``hosts``;
     ``SSHJob({"trainers": ["node1", "node2"], "eval": ["node3"]})`` names them.
     On every host it runs ``PYTHON_EXE -m danaus worker --detach`` listening on
-    the host's address (as this client resolves it) and ``port``; the job
+    the host's address (as this client resolves it) and ``port`` (default:
+    the setting ``worker_port``, 26600); the job
     secret goes over ssh's stdin. ``ssh_args`` are passed to ``ssh`` first
     (``-p 2222``, ``-i KEY``, ``-o ...``); ``ssh`` runs non-interactively
     (``BatchMode=yes``), so keys or an agent must be set up. ``kill()`` ends
@@ -438,7 +550,7 @@ class SSHJob(_DetachedWorkersJob):
         hosts: Sequence[str] | Mapping[str, Sequence[str]],
         python_exe: str = "python3",
         ssh_args: Sequence[str] = (),
-        port: int = DEFAULT_PORT,
+        port: int | None = None,
     ) -> None:
         if isinstance(hosts, str):
             raise TypeError(f"hosts must be a list of host names (or a dict), got {hosts!r}")
@@ -454,8 +566,7 @@ class SSHJob(_DetachedWorkersJob):
                 raise ValueError(
                     f"mesh {name!r} names one host twice ({hs!r}): one worker per host and port"
                 )
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}")
+        port = worker_port(port)
         if isinstance(ssh_args, str):
             raise TypeError(f"ssh_args must be a list of arguments, got the string {ssh_args!r}")
         super().__init__(meshes)
@@ -479,7 +590,7 @@ class SSHJob(_DetachedWorkersJob):
             self._ssh(worker.host, ["kill", "-KILL", "--", f"-{worker.pid}"]),
             stdin=subprocess.DEVNULL,
             capture_output=True,
-            timeout=WORKER_START_TIMEOUT,
+            timeout=config.get("worker_start_timeout"),
         )
 
 

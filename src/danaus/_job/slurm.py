@@ -18,18 +18,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
-from .jobs import DEFAULT_PORT, JobTrait, _check_mesh_name, _job_secret
+from .jobs import JobTrait, _check_mesh_name, _job_secret, client_argv, worker_port
 
-__all__ = ["SlurmJob"]
+__all__ = ["SlurmError", "SlurmJob"]
 
-# config: how often the allocation's state is polled (squeue/scontrol), and how
-# often a progress line is printed while waiting for it.
-SLURM_POLL_INTERVAL = 0.25
-SLURM_PROGRESS_EVERY = 5.0
-# config: how long a Slurm command (sbatch, scontrol, scancel) may take.
-SLURM_COMMAND_TIMEOUT = 60.0
-LOG_TAIL = 3000  # bytes of the job's log quoted when it fails
+LOG_TAIL = 3000  # bytes of the job's log quoted when it fails (an error message's length)
 
 _ENDED = {
     "BOOT_FAIL",
@@ -62,6 +57,14 @@ class SlurmJob(JobTrait):
     directory). ``job_start_timeout`` (seconds, ``None``: no limit) bounds the
     wait for the allocation; past it the job is cancelled and ``SlurmError``
     quotes Slurm's pending reason.
+
+    ``apply(client_script="train.py --lr 0.1")`` (batch mode) submits one job
+    that runs the workers and, on the allocation's first node, the client
+    (a ``.py`` file first is run with ``python_exe``); ``apply`` returns once
+    Slurm accepted it. The job is saved to the setting ``job_state_path``
+    first, so the client's ``SlurmJob(same arguments).state()`` attaches to
+    its own allocation. The allocation ends when the client exits, with the
+    client's exit code; ``kill()`` in the client does not cancel it.
     """
 
     def __init__(
@@ -69,7 +72,7 @@ class SlurmJob(JobTrait):
         meshes: Mapping[str, int],
         python_exe: str = "python",
         slurm_args: Sequence[str] = (),
-        port: int = DEFAULT_PORT,
+        port: int | None = None,
         job_name: str = "danaus_job",
         ntasks_per_node: int = 1,
         time_limit: str | None = None,
@@ -92,8 +95,7 @@ class SlurmJob(JobTrait):
             _check_mesh_name(name)
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise ValueError(f"mesh {name!r} needs a node count >= 1, got {n!r}")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"port must be a TCP port number (1-65535), got {port!r}")
+        port = worker_port(port)
         if isinstance(slurm_args, str):
             raise TypeError(f"slurm_args must be a list of options, got the string {slurm_args!r}")
         for arg in slurm_args:
@@ -135,6 +137,7 @@ class SlurmJob(JobTrait):
         self._secret = _job_secret()
         self.job_id: str | None = None
         self._nodes: list[tuple[str, str]] = []  # (node name, address), in mesh order
+        self._client: list[str] | None = None  # batch mode: the client's command
 
     def _spec(self) -> Any:
         return (
@@ -196,12 +199,26 @@ class SlurmJob(JobTrait):
         )
         task = f'{find_addr}; exec {worker} "tcp://${{addr:-0.0.0.0}}:{self._port}"'
         srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
-        lines += ["", f"exec {shlex.join(srun)} bash -c {shlex.quote(task)}", ""]
+        workers = f"{shlex.join(srun)} bash -c {shlex.quote(task)}"
+        if self._client is None:
+            lines += ["", f"exec {workers}", ""]
+        else:  # batch mode: the client on this (the first) node, the workers beside it
+            lines += [
+                "",
+                f"{workers} &",
+                "workers=$!",
+                shlex.join(self._client),
+                "code=$?",
+                'kill "$workers" 2>/dev/null',
+                'wait "$workers" 2>/dev/null',
+                'exit "$code"',
+                "",
+            ]
         return "\n".join(lines)
 
     # -- applying --------------------------------------------------------------------
 
-    def _create(self) -> None:
+    def _submit(self) -> None:
         os.makedirs(self._log_dir, exist_ok=True)
         env = {**os.environ, "DANAUS_SECRET": self._secret}
         out = _run(["sbatch", "--parsable"], input=self.batch_script(), env=env)
@@ -211,19 +228,49 @@ class SlurmJob(JobTrait):
         if not job_id.isdigit():
             raise SlurmError(f"sbatch answered {out.stdout.strip()!r}, not a job id")
         self.job_id = job_id
+
+    def _create(self) -> None:
+        self._submit()
         try:
             self._nodes = self._wait_for_start()
         except BaseException:
             self._kill()
             raise
 
+    def _apply_batch(self, client_script: str) -> None:
+        self._client = client_argv(client_script, self._python_exe)
+        self._applied = True
+        # Saved before sbatch (the client may start at once; it finds its job id in
+        # $SLURM_JOB_ID), and again with the id, for clients outside (`danaus kill`).
+        path = self._save_for_batch_client()
+        try:
+            self._submit()
+        except BaseException:
+            self.kill()
+            raise
+        self.dump(path)
+
+    def _job(self) -> str | None:
+        """The Slurm job id: known once submitted; a batch client saved before the
+        submission takes it from the allocation it runs in."""
+        if self.job_id is None and self._client is not None:
+            return os.environ.get("SLURM_JOB_ID")
+        return self.job_id
+
+    def _in_own_allocation(self) -> bool:
+        job = self._job()
+        return job is not None and os.environ.get("SLURM_JOB_ID") == job
+
     def _job_info(self) -> dict[str, str]:
         """``scontrol show job`` as a dict (empty once Slurm forgot the job)."""
-        out = _run(["scontrol", "-o", "show", "job", str(self.job_id)])
+        job = self._job()
+        if job is None:
+            return {}
+        out = _run(["scontrol", "-o", "show", "job", job])
         if out.returncode != 0:
             if "Invalid job id" in out.stderr:
                 return {}
-            raise SlurmError(f"scontrol show job {self.job_id} failed: {out.stderr.strip()}")
+            raise SlurmError(f"scontrol show job {job} failed: {out.stderr.strip()}")
         info: dict[str, str] = {}
         for word in out.stdout.split():
             key, sep, value = word.partition("=")
@@ -251,7 +298,7 @@ class SlurmJob(JobTrait):
 
     def _wait_for_start(self) -> list[tuple[str, str]]:
         start = time.monotonic()
-        next_line = start + SLURM_PROGRESS_EVERY
+        next_line = start + config.get("slurm_progress_every")
         while True:
             info = self._job_info()
             state = info.get("JobState", "")
@@ -267,14 +314,14 @@ class SlurmJob(JobTrait):
                     f"({state}, reason {reason}); cancelled it"
                 )
             if now >= next_line:
-                next_line = now + SLURM_PROGRESS_EVERY
+                next_line = now + config.get("slurm_progress_every")
                 print(
                     f"danaus: Slurm job {self.job_id} is {state} (reason {reason}), "
                     f"waited {now - start:.0f} s",
                     file=sys.stderr,
                     flush=True,
                 )
-            time.sleep(SLURM_POLL_INTERVAL)  # polling the scheduler: it has no push channel
+            time.sleep(config.get("slurm_poll_interval"))  # Slurm has no push channel
 
     def _node_addresses(self, nodelist: str) -> list[tuple[str, str]]:
         out = _run(["scontrol", "show", "hostnames", nodelist])
@@ -293,6 +340,8 @@ class SlurmJob(JobTrait):
     # -- attaching, ending -----------------------------------------------------------
 
     def _meshes(self) -> dict[str, HostMesh]:
+        if not self._nodes:  # batch mode: applied without waiting for the allocation
+            self._nodes = self._wait_for_start()
         meshes: dict[str, HostMesh] = {}
         it = iter(self._nodes)
         for name, n in self._sizes.items():
@@ -305,7 +354,7 @@ class SlurmJob(JobTrait):
         for mesh in meshes.values():
             while True:
                 try:
-                    mesh.initialized.get(timeout=SLURM_POLL_INTERVAL * 4)
+                    mesh.initialized.get(timeout=config.get("slurm_poll_interval") * 4)
                     break
                 except TimeoutError:
                     info = self._job_info()
@@ -320,11 +369,13 @@ class SlurmJob(JobTrait):
 
     def _still_running(self) -> bool:
         try:
-            return self.job_id is not None and self._job_info().get("JobState") == "RUNNING"
+            return self._job() is not None and self._job_info().get("JobState") == "RUNNING"
         except (SlurmError, OSError):
             return False
 
     def _kill(self) -> None:
+        if self._in_own_allocation():
+            return  # a batch client: the allocation ends when this client exits
         if self.job_id is not None:
             out = _run(["scancel", str(self.job_id)])
             if out.returncode != 0 and "Invalid job id" not in out.stderr:
@@ -337,13 +388,12 @@ def _bracket(addr: str) -> str:
 
 
 def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    timeout = config.get("slurm_command_timeout")
     try:
-        return subprocess.run(
-            argv, capture_output=True, text=True, timeout=SLURM_COMMAND_TIMEOUT, **kwargs
-        )
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kwargs)
     except FileNotFoundError:
         raise SlurmError(
             f"{argv[0]} is not installed here: SlurmJob needs Slurm's commands on PATH"
         ) from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{shlex.join(argv)} took longer than {SLURM_COMMAND_TIMEOUT} s") from None
+        raise SlurmError(f"{shlex.join(argv)} took longer than {timeout:g} s") from None

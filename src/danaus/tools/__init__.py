@@ -1,0 +1,1 @@
+"""``danaus.tools``: counterparts of ``monarch.tools`` (``danaus.tools.config.Workspace``)."""

@@ -1,0 +1,16 @@
+"""``danaus.tools.config``: Monarch's ``monarch.tools.config`` — the ``Workspace`` to sync.
+
+Example::
+
+    from danaus.tools.config import Workspace
+
+    hosts.sync_workspace(Workspace(dirs=["./trainer"])).get()
+"""
+
+from __future__ import annotations
+
+from .._actor.code_sync import Workspace as Workspace
+
+__all__ = ["Workspace"]
+
+Workspace.__module__ = __name__
