@@ -260,6 +260,26 @@ SETTINGS: tuple[Setting, ...] = (
         "Data connections an RDMA owner serves at once (each is a thread); more wait.",
     ),
     Setting(
+        "tensor_device",
+        "str",
+        "auto",
+        "Where tensor-engine workers keep shards: 'cpu', 'cuda' (each proc's GPU, its rank "
+        "modulo the GPUs it sees; NCCL collectives) or 'auto' (cuda when the client sees a GPU).",
+    ),
+    Setting(
+        "tensor_collective_timeout",
+        "duration",
+        300.0,
+        "Bound on one tensor-engine collective (gloo/NCCL process-group timeout); a dead peer "
+        "is seen sooner, by supervision.",
+    ),
+    Setting(
+        "tensor_spawn_timeout",
+        "duration",
+        120.0,
+        "Bound on spawning a mesh's tensor-engine workers at its first activate().",
+    ),
+    Setting(
         "rdma_connect_timeout",
         "duration",
         10.0,

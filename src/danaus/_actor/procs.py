@@ -165,6 +165,9 @@ class ProcMesh(MeshTrait):
             cf.set_result(None)
             return Future._create(cf, "the procs to stop")
         self._state.stopped = True
+        engine, self._state.tensor_engine = self._state.tensor_engine, None
+        if engine is not None:  # its sender thread, rendezvous store and owner actor
+            engine.close()
         with _owned_lock:
             if self in _owned:
                 _owned.remove(self)

@@ -10,7 +10,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallOp", "Delete", "MeshRank", "Reduce", "ReduceMany", "Ref", "RunRemote", "SendTo"]
+__all__ = [
+    "BorrowCreate",
+    "BorrowDrop",
+    "CallOp",
+    "Delete",
+    "MeshRank",
+    "Reduce",
+    "ReduceMany",
+    "Ref",
+    "RunRemote",
+    "SendTo",
+    "Signal",
+    "Wait",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +120,40 @@ class SendTo:
     pairs: tuple[tuple[int, int], ...]
     shape: tuple[int, ...]
     dtype: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """On its stream: mark that every earlier command of this stream has run (event ``key``)."""
+
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """On its stream: run nothing further until another stream reaches ``Signal(key)``."""
+
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowCreate:
+    """On the borrowing stream: wait for the origin's ``Signal(key)``, then ``out`` aliases ``src``."""
+
+    key: int
+    out: int
+    src: int
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowDrop:
+    """On the borrowing stream: forget ``alias`` and signal ``key`` (the origin waits on it).
+
+    A failure recorded on a mutable borrow goes back to ``src``: the origin
+    sees that its tensor was written by an op that failed.
+    """
+
+    key: int
+    alias: int
+    src: int
+    mutable: bool

@@ -22,14 +22,21 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .active import STATE, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
+from .stream import Stream, check_use, get_active_stream
 
-__all__ = ["Tensor", "dispatch", "meta_empty"]
+__all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
 
 
 def meta_empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     """A meta tensor made outside any dispatch mode (so not itself sent to a mesh)."""
     with _disable_current_modes():
         return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def meta_like(m: torch.Tensor) -> torch.Tensor:
+    """A new meta tensor with ``m``'s sizes, strides and dtype (its own storage)."""
+    with _disable_current_modes():
+        return torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
 
 
 # Ops that would need a shard's values on the client: they raise with advice instead.
@@ -65,9 +72,21 @@ class Tensor(torch.Tensor):
     _ref: int
     _mesh: Any
     _engine: Engine
+    _stream: Stream  # the stream it was made on; ops on it run there
+    _access: str  # "rw", "r" (immutably borrowed) or "" (lent mutably, or dropped)
+    _borrows: int  # live borrows of it
+    _borrow: Any  # the Borrow it came from (a borrowed view, or a view of one), or None
+    _dropped: bool
 
     @staticmethod
-    def __new__(cls, meta: torch.Tensor, mesh: Any, engine: Engine, device: Any) -> Tensor:
+    def __new__(
+        cls,
+        meta: torch.Tensor,
+        mesh: Any,
+        engine: Engine,
+        device: Any,
+        stream: Stream | None = None,
+    ) -> Tensor:
         t = torch.Tensor._make_wrapper_subclass(
             cls,
             meta.size(),
@@ -83,7 +102,12 @@ class Tensor(torch.Tensor):
         t._ref = ref
         t._mesh = mesh
         t._engine = engine
-        weakref.finalize(t, engine.release, ref)
+        t._stream = stream = stream or get_active_stream()
+        t._access = "rw"
+        t._borrows = 0
+        t._borrow = None
+        t._dropped = False
+        weakref.finalize(t, engine.release, ref, stream.name)
         return t
 
     @classmethod
@@ -99,9 +123,10 @@ class Tensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         grad = ", requires_grad=True" if self.requires_grad else ""
+        stream = "" if self._stream.default else f", stream={self._stream.name!r}"
         return (
             f"danaus.Tensor(shape={list(self.shape)}, dtype={self.dtype}, "
-            f"device={self.device}, mesh={self._mesh!r}{grad})"
+            f"device={self.device}, mesh={self._mesh!r}{stream}{grad})"
         )
 
     def reduce(
@@ -206,6 +231,28 @@ def _mutated_args(func: Any) -> tuple[tuple[int, str], ...]:
     return m
 
 
+_ALIASING: dict[Any, bool] = {}
+
+
+def _returns_alias(func: Any) -> bool:
+    """Whether ``func`` returns a view of an input (its schema says so)."""
+    r = _ALIASING.get(func)
+    if r is None:
+        r = _ALIASING[func] = any(x.alias_info is not None for x in func._schema.returns)
+    return r
+
+
+def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tensor]:
+    """The mesh tensors ``func`` writes in place (from its schema)."""
+    out = []
+    for pos, arg_name in _mutated_args(func):
+        v = args[pos] if pos < len(args) else kwargs.get(arg_name)
+        for leaf in pytree.tree_leaves(v):
+            if isinstance(leaf, Tensor):
+                out.append(leaf)
+    return out
+
+
 def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     """Run torch op ``func`` for the active ``mesh``: propagate metadata, send, return handles.
 
@@ -259,6 +306,9 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
             "`.item()`, `bool(t)`, `float(t)`, `torch.equal`); fetch it instead with "
             "`danaus.inspect(t)` (blocks) or `danaus.fetch_shard(t)` (a future)"
         )
+    mutated = _mutated_handles(func, args, kwargs)
+    if handles:
+        check_use(name, [t for _, t in handles], mutated)
     engine = engine_for(mesh)
     # metadata on the client: the same op on meta tensors
     meta_flat = list(flat)
@@ -307,18 +357,17 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
             results.append(h)
         else:
             results.append(x)
-    mutates: list[int] = []
-    for pos, arg_name in _mutated_args(func):
-        v = args[pos] if pos < len(args) else kwargs.get(arg_name)
-        for leaf in pytree.tree_leaves(v):
-            if isinstance(leaf, Tensor):
-                mutates.append(leaf._ref)
+    borrow = next((t._borrow for _, t in handles if t._borrow is not None), None)
+    if borrow is not None and _returns_alias(func):  # views of a borrowed view end with it
+        for r in results:
+            if isinstance(r, Tensor) and r._borrow is None:
+                borrow._alias(r)
     wire_flat = list(flat)
     for i, t in handles:
         wire_flat[i] = Ref(t._ref)
     wargs, wkwargs = pytree.tree_unflatten(wire_flat, spec)
     engine.send(
         mesh._shape,
-        CallOp(name, wargs, wkwargs, tuple(outs), tuple(mutates), not handles),
+        CallOp(name, wargs, wkwargs, tuple(outs), tuple(t._ref for t in mutated), not handles),
     )
     return pytree.tree_unflatten(results, out_spec)
