@@ -27,11 +27,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .. import _config as config
 from .._actor.actor import Actor
 from .._actor.context import Context, context, set_context
 from .._actor.endpoint import endpoint
 from .._actor.procs import ProcMesh
-from .. import _config as config
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
@@ -118,7 +118,7 @@ class Engine:
         return next(self._ids)
 
     def release(self, ref: int, stream: str = "main") -> None:
-        """A handle was collected: its id goes to the workers (on its stream) with the next batch."""
+        """A handle was collected: its id goes to the workers (its stream) with the next batch."""
         if not self.closed:  # setdefault and append are atomic; may run in a GC callback
             self._dead.setdefault(stream, []).append(ref)
 

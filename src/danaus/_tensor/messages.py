@@ -138,7 +138,7 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class BorrowCreate:
-    """On the borrowing stream: wait for the origin's ``Signal(key)``, then ``out`` aliases ``src``."""
+    """On the borrowing stream: wait for ``Signal(key)`` on the origin; ``out`` aliases ``src``."""
 
     key: int
     out: int

@@ -196,7 +196,7 @@ class TensorWorker(Actor):
             if cmd.factory and self.device.type != "cpu" and "device" not in cmd.kwargs:
                 for i in cmd.outs:  # made without a device: this proc's device, as the client says
                     v = self.refs.get(i) if i is not None else None
-                    if isinstance(v, torch.Tensor) and v.device != self.device:
+                    if i is not None and isinstance(v, torch.Tensor) and v.device != self.device:
                         self.refs[i] = v.to(self.device)
         elif isinstance(cmd, Delete):
             for i in cmd.ids:

@@ -52,7 +52,7 @@ class StreamRunner:
             self.cuda_stream = (
                 torch.cuda.current_stream(device)
                 if name == "main"
-                else torch.cuda.Stream(device=device)
+                else torch.cuda.Stream(device=device)  # type: ignore[no-untyped-call]
             )
         self.thread = threading.Thread(target=self._loop, name=f"danaus-stream-{name}", daemon=True)
         self.thread.start()
@@ -126,7 +126,7 @@ class Streams:
         """On a stream's thread: everything this stream ran so far is done (event ``key``)."""
         ev = self._event(key)
         if self.device.type == "cuda":
-            ev.cuda = torch.cuda.Event()
+            ev.cuda = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ev.cuda.record()
         ev.flag.set()
 
