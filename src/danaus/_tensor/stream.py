@@ -46,24 +46,24 @@ class Stream:
         issued on ``t``'s stream before the borrow. With ``mutable=True`` this
         stream may write the view and ``t``'s stream may not use ``t`` until
         ``borrow.drop()``; otherwise both may read and neither write. Raises
-        ``TypeError`` for a tensor that is not a mesh tensor or is already on
-        this stream, and for a borrow the live ones forbid.
+        ``TypeError`` for a tensor that is not a mesh tensor, ``ValueError`` for
+        one already on this stream or a borrow the live ones forbid.
         """
         from .tensor import Tensor, meta_like
 
         if not isinstance(t, Tensor):
             raise TypeError(f"Stream.borrow needs a mesh tensor (danaus.Tensor), got {type(t)}")
         if t._stream is self:
-            raise TypeError(
+            raise ValueError(
                 f"{t!r} is already on {self!r}: borrow it onto another stream, or use it as is"
             )
         if mutable and "w" not in t._access:
-            raise TypeError(
+            raise ValueError(
                 "Cannot borrow this tensor mutably because it (or a view) is already being "
                 "borrowed, or is itself an immutable borrow; drop the other borrow first"
             )
         if "r" not in t._access:
-            raise TypeError(
+            raise ValueError(
                 f"Cannot borrow {t!r}: it is lent mutably to another stream (or was dropped)"
             )
         engine, shape = t._engine, t._mesh._shape
@@ -151,29 +151,30 @@ class Borrow:
 def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
     """Monarch's stream rules for an op: its tensors are on the active stream and accessible.
 
-    Raises ``TypeError`` naming the tensor and what to do (activate its
-    stream, borrow it, drop the borrow first).
+    Raises ``ValueError`` naming the tensor and what to do (activate its
+    stream, borrow it, drop the borrow first); not ``TypeError`` as Monarch,
+    which torch's operators turn into "unsupported operand type(s)".
     """
     stream = get_active_stream()
     for t in tensors:
         if t._stream is not stream:
-            raise TypeError(
+            raise ValueError(
                 f"{what}: {t!r} is on {t._stream!r} but the active stream is {stream!r}. Use "
                 f"`with stream.activate():` for its stream, or move it here with "
                 f"`{stream.name}_stream.borrow(t)`"
             )
         if "r" not in t._access:
             if t._dropped:
-                raise TypeError(
+                raise ValueError(
                     f"{what}: {t!r} came from a borrow that was dropped and is no longer usable"
                 )
-            raise TypeError(
+            raise ValueError(
                 f"{what}: {t!r} cannot be used because it is lent mutably to another stream; "
                 "call borrow.drop() first"
             )
     for t in mutated:
         if "w" not in t._access:
-            raise TypeError(
+            raise ValueError(
                 f"{what}: {t!r} would be written but it is read only because it is being "
                 "borrowed (immutably); drop the borrow first, or borrow it mutably"
             )
