@@ -135,7 +135,7 @@ def test_stream_rules_are_checked_on_the_client(mesh: ProcMesh) -> None:
             with pytest.raises(ValueError, match="dropped"):
                 row + 1
             kept = doubled + 1
-        frozen, shared = comms.borrow(y)
+        _frozen, shared = comms.borrow(y)
         with pytest.raises(ValueError, match="read only"):
             y.add_(1)
         with pytest.raises(ValueError, match="mutably"):
