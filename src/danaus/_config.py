@@ -274,6 +274,20 @@ SETTINGS: tuple[Setting, ...] = (
         "is seen sooner, by supervision.",
     ),
     Setting(
+        "tensor_send_delay",
+        "duration",
+        0.0005,
+        "How long the tensor engine's sender waits after the first queued command for more, to "
+        "send them in one message (anything that waits for a result sends at once); 0 sends "
+        "each as soon as possible.",
+    ),
+    Setting(
+        "tensor_send_batch",
+        "int",
+        256,
+        "Commands that, once queued, the tensor engine's sender sends without waiting longer.",
+    ),
+    Setting(
         "tensor_spawn_timeout",
         "duration",
         120.0,

@@ -109,6 +109,8 @@ class Engine:
         self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
         self.closed = False
+        self._delay = config.get("tensor_send_delay")
+        self._batch = config.get("tensor_send_batch")
         self._sender_thread = threading.Thread(
             target=self._send_loop, name="danaus-tensor-send", daemon=True
         )
@@ -221,7 +223,8 @@ class Engine:
             stream = get_active_stream().name
         with self._cond:
             self._queue.extend((shape, stream, c) for c in cmds)
-            if len(self._queue) == len(cmds):
+            n = len(self._queue)
+            if n == len(cmds) or n - len(cmds) < self._batch <= n:
                 self._cond.notify()
 
     def flush(self) -> None:
@@ -250,10 +253,14 @@ class Engine:
 
     def _send_loop(self) -> None:
         """The sender thread: waits for queued commands and sends them, batch by batch."""
+        delay, batch = self._delay, self._batch
         while True:
             with self._cond:
                 while not self._queue and not self.closed:
                     self._cond.wait()
+                if len(self._queue) < batch and delay > 0 and not self.closed:
+                    # gather what the client issues next into the same message
+                    self._cond.wait(delay)  # send() wakes it early when the batch is full
                 if self.closed:
                     return
             with self._send_lock, self.as_owner():

@@ -68,7 +68,7 @@ class Tensor(torch.Tensor):
     """
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
-    _meta: torch.Tensor
+    _m: torch.Tensor | None
     _ref: int
     _mesh: Any
     _engine: Engine
@@ -81,24 +81,34 @@ class Tensor(torch.Tensor):
     @staticmethod
     def __new__(
         cls,
-        meta: torch.Tensor,
+        meta: Any,
         mesh: Any,
         engine: Engine,
         device: Any,
         stream: Stream | None = None,
     ) -> Tensor:
+        """``meta`` is a meta tensor, or ``(sizes, strides, dtype)`` to make one when needed."""
+        if isinstance(meta, torch.Tensor):
+            size, stride, offset, dtype = (
+                meta.size(),
+                meta.stride(),
+                meta.storage_offset(),
+                meta.dtype,
+            )
+        else:
+            (size, stride, dtype), offset, meta = meta, 0, None
         t = torch.Tensor._make_wrapper_subclass(
             cls,
-            meta.size(),
-            strides=meta.stride(),
-            storage_offset=meta.storage_offset(),
-            dtype=meta.dtype,
-            layout=meta.layout,
+            size,
+            strides=stride,
+            storage_offset=offset,
+            dtype=dtype,
+            layout=torch.strided,
             device=device,
             requires_grad=False,
         )
         ref = engine.new_id()
-        t._meta = meta
+        t._m = meta
         t._ref = ref
         t._mesh = mesh
         t._engine = engine
@@ -109,6 +119,17 @@ class Tensor(torch.Tensor):
         t._dropped = False
         weakref.finalize(t, engine.release, ref, stream.name)
         return t
+
+    @property
+    def _meta(self) -> torch.Tensor:
+        """A meta tensor with this tensor's sizes, strides and dtype (made at first use)."""
+        m = self._m
+        if m is None:
+            with _disable_current_modes():
+                m = self._m = torch.empty_strided(
+                    self.shape, self.stride(), dtype=self.dtype, device="meta"
+                )
+        return m
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -189,8 +210,8 @@ def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
     return tuple(parts)
 
 
-def _to_cache(key: Any, out: Any) -> None:
-    leaves, spec = pytree.tree_flatten(out)
+def _to_cache(key: Any, leaves: list[Any], spec: Any) -> None:
+    """Remember an op's result metadata (``None`` spec: a single tensor)."""
     entry = []
     for x in leaves:
         if isinstance(x, torch.Tensor):
@@ -204,15 +225,6 @@ def _to_cache(key: Any, out: Any) -> None:
     if len(_META_CACHE) >= _META_CACHE_MAX:
         _META_CACHE.clear()
     _META_CACHE[key] = (entry, spec)
-
-
-def _from_cache(cached: Any) -> Any:
-    entry, spec = cached
-    leaves = [
-        torch.empty_strided(v[0], v[1], dtype=v[2], device="meta") if is_tensor else v
-        for is_tensor, v in entry
-    ]
-    return pytree.tree_unflatten(leaves, spec)
 
 
 _MUTATES: dict[Any, tuple[tuple[int, str], ...]] = {}
@@ -242,6 +254,25 @@ def _returns_alias(func: Any) -> bool:
     return r
 
 
+_NESTED = (tuple, list, dict)
+
+
+def _flatten(args: Any, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
+    """``(args, kwargs)``'s leaves and how to rebuild them; a fast path for flat arguments."""
+    if not any(type(a) in _NESTED for a in args) and not any(
+        type(v) in _NESTED for v in kwargs.values()
+    ):
+        return [*args, *kwargs.values()], ("flat", len(args), tuple(kwargs))
+    return pytree.tree_flatten((args, kwargs))
+
+
+def _unflatten(flat: list[Any], spec: Any) -> Any:
+    if type(spec) is tuple:
+        n, keys = spec[1], spec[2]
+        return tuple(flat[:n]), dict(zip(keys, flat[n:], strict=True))
+    return pytree.tree_unflatten(flat, spec)
+
+
 def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tensor]:
     """The mesh tensors ``func`` writes in place (from its schema)."""
     out = []
@@ -261,7 +292,7 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     ``RuntimeError`` for an op that needs values on the client (``.item()``).
     """
     name = func.name()
-    flat, spec = pytree.tree_flatten((args, kwargs))
+    flat, spec = _flatten(args, kwargs)
     handles: list[tuple[int, Tensor]] = []
     local = False
     for i, x in enumerate(flat):
@@ -310,24 +341,38 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     if handles:
         check_use(name, [t for _, t in handles], mutated)
     engine = engine_for(mesh)
-    # metadata on the client: the same op on meta tensors
-    meta_flat = list(flat)
-    by_meta: dict[int, Tensor] = {}
-    for i, t in handles:
-        meta_flat[i] = t._meta
-        by_meta[id(t._meta)] = t
-    margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
     device = kwargs.get("device")
-    if "device" in mkwargs:
-        mkwargs = {**mkwargs, "device": "meta"}
-    if name in _LIFT_OPS:
-        margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
+    if device is None:
+        device = handles[0][1].device if handles else engine.device
+    device = torch.device(device)
     mutable = func._schema.is_mutable
     key = None if mutable or name in _LIFT_OPS else _cache_key(func, flat, spec)
     cached = _META_CACHE.get(key) if key is not None else None
-    if cached is not None:
-        out = _from_cache(cached)
+    outs: list[int | None] = []
+    results: list[Any] = []
+    if cached is not None:  # a repeated op: no meta tensors at all
+        entry, out_spec = cached
+        for is_tensor, v in entry:
+            if is_tensor:
+                h = Tensor(v, mesh, engine, device)
+                outs.append(h._ref)
+                results.append(h)
+            else:
+                results.append(v)
+        if not outs:
+            return pytree.tree_unflatten(results, out_spec)
     else:
+        # metadata on the client: the same op on meta tensors
+        meta_flat = list(flat)
+        by_meta: dict[int, Tensor] = {}
+        for i, t in handles:
+            meta_flat[i] = t._meta
+            by_meta[id(t._meta)] = t
+        margs, mkwargs = _unflatten(meta_flat, spec)
+        if "device" in mkwargs:
+            mkwargs = {**mkwargs, "device": "meta"}
+        if name in _LIFT_OPS:
+            margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
         try:
             out = func(*margs, **mkwargs)
         except NotImplementedError as e:
@@ -335,28 +380,26 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 f"{name} cannot run on a distributed tensor: its result's shape depends on the "
                 f"values ({e}). Fetch the values with danaus.inspect(t) and compute locally."
             ) from None
-        if key is not None:
-            _to_cache(key, out)
-    out_flat, out_spec = pytree.tree_flatten(out)
-    if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
-        return out  # metadata only (sizes, strides, is_same_size): nothing to send
-    if device is None:
-        device = handles[0][1].device if handles else engine.device
-    device = torch.device(device)
-    outs: list[int | None] = []
-    results: list[Any] = []
-    for x in out_flat:
-        if isinstance(x, torch.Tensor):
-            same = by_meta.get(id(x))
-            if same is not None:  # an in-place op returns its input
-                outs.append(None)
-                results.append(same)
-                continue
-            h = Tensor(x, mesh, engine, device)
-            outs.append(h._ref)
-            results.append(h)
+        if isinstance(out, torch.Tensor):
+            out_flat, out_spec = [out], None
         else:
-            results.append(x)
+            out_flat, out_spec = pytree.tree_flatten(out)
+        if key is not None:
+            _to_cache(key, out_flat, out_spec)
+        if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
+            return out  # metadata only (sizes, strides, is_same_size): nothing to send
+        for x in out_flat:
+            if isinstance(x, torch.Tensor):
+                same = by_meta.get(id(x))
+                if same is not None:  # an in-place op returns its input
+                    outs.append(None)
+                    results.append(same)
+                    continue
+                h = Tensor(x, mesh, engine, device)
+                outs.append(h._ref)
+                results.append(h)
+            else:
+                results.append(x)
     borrow = next((t._borrow for _, t in handles if t._borrow is not None), None)
     if borrow is not None and _returns_alias(func):  # views of a borrowed view end with it
         for r in results:
@@ -365,9 +408,11 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     wire_flat = list(flat)
     for i, t in handles:
         wire_flat[i] = Ref(t._ref)
-    wargs, wkwargs = pytree.tree_unflatten(wire_flat, spec)
+    wargs, wkwargs = _unflatten(wire_flat, spec)
     engine.send(
         mesh._shape,
         CallOp(name, wargs, wkwargs, tuple(outs), tuple(t._ref for t in mutated), not handles),
     )
+    if out_spec is None:
+        return results[0]
     return pytree.tree_unflatten(results, out_spec)

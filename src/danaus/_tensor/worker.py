@@ -235,17 +235,25 @@ class TensorWorker(Actor):
             raise TypeError(f"unknown tensor engine command {cmd!r}")
 
     def _resolve(self, tree: Any) -> Any:
-        def one(x: Any) -> Any:
-            if isinstance(x, Ref):
-                v = self.refs.get(x.id)
-                if isinstance(v, Failure):
-                    raise _Failed(v)
-                if v is None:
-                    raise KeyError(f"tensor {x.id} was deleted or never defined on this proc")
-                return v
-            return x
+        """``tree`` (tuples, lists, dicts) with each ``Ref`` replaced by its tensor.
 
-        return pytree.tree_map(one, tree)
+        Raises ``_Failed`` for a failed input, ``KeyError`` for a deleted one.
+        """
+        t = type(tree)
+        if t is Ref:
+            v = self.refs.get(tree.id)
+            if isinstance(v, Failure):
+                raise _Failed(v)
+            if v is None:
+                raise KeyError(f"tensor {tree.id} was deleted or never defined on this proc")
+            return v
+        if t is tuple or t is list:
+            return t(self._resolve(x) for x in tree)
+        if t is dict:
+            return {k: self._resolve(v) for k, v in tree.items()}
+        if isinstance(tree, (tuple, list, dict)):  # a namedtuple, an OrderedDict...
+            return pytree.tree_map(self._resolve, tree, is_leaf=lambda x: type(x) is Ref)
+        return tree
 
     def _fail(self, ids: Any, failure: Failure) -> None:
         for i in ids:
@@ -274,7 +282,10 @@ class TensorWorker(Actor):
         except Exception as e:
             self._fail((*outs, *mutates), self._failure(name, e))
             return
-        leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+        if isinstance(result, torch.Tensor):
+            leaves = [result]
+        else:
+            leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
         if len(leaves) != len(outs):
             err = RuntimeError(
                 f"{name} returned {len(leaves)} tensors on the worker but the client expected "
