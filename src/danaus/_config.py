@@ -288,6 +288,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Commands that, once queued, the tensor engine's sender sends without waiting longer.",
     ),
     Setting(
+        "tensor_threads",
+        "int",
+        0,
+        "torch intra-op threads in each tensor-engine worker's proc (torch.set_num_threads); "
+        "0: the host's cores divided among the mesh's procs on it (at least 1), as torchrun "
+        "does, so that procs sharing a host do not oversubscribe it.",
+    ),
+    Setting(
         "tensor_spawn_timeout",
         "duration",
         120.0,

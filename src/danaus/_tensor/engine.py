@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import secrets
 import threading
 import weakref
@@ -97,7 +98,9 @@ class Engine:
             f"tensor_engine_owner_{token}", _EngineOwner, token
         )
         timeout = config.get("tensor_collective_timeout")
-        args = ("127.0.0.1", self.store_port, timeout, self.device.type)
+        hosts = len(mesh._host_mesh) if mesh._host_mesh is not None else 1
+        threads = config.get("tensor_threads") or max(1, (os.cpu_count() or 1) * hosts // n)
+        args = ("127.0.0.1", self.store_port, timeout, self.device.type, threads)
         spawn: Any = self._owner.spawn_workers
         self.workers = spawn.call_one(flat, args).get(timeout=config.get("tensor_spawn_timeout"))
         self.size = n

@@ -100,8 +100,15 @@ class TensorWorker(Actor):
     """Holds this proc's shards (``id -> tensor | Failure``) and its process groups."""
 
     def __init__(
-        self, store_host: str, store_port: int, timeout_s: float, device: str = "cpu"
+        self,
+        store_host: str,
+        store_port: int,
+        timeout_s: float,
+        device: str = "cpu",
+        threads: int = 0,
     ) -> None:
+        if threads > 0:  # process-wide, as torchrun's OMP_NUM_THREADS: procs share the cores
+            torch.set_num_threads(threads)
         self.rank = current_rank().rank
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order

@@ -66,6 +66,10 @@ class StreamRunner:
 
     def _loop(self) -> None:
         _local.name = self.name
+        # OpenMP's thread count is per thread: a new thread would use the default (every
+        # core) whatever the process set, and tiny ops then cost milliseconds when procs
+        # share cores. Take the process's setting.
+        torch.set_num_threads(torch.get_num_threads())
         if self.cuda_stream is not None:
             torch.cuda.set_device(self.cuda_stream.device)
             with torch.cuda.stream(self.cuda_stream):
