@@ -16,8 +16,15 @@ from .conftest import REPLY_TIMEOUT, torch
 pytestmark = pytest.mark.torch
 
 
+_BEFORE: set[threading.Thread] = set()  # threads of other tests' meshes, left alone
+
+
 def _engine_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("danaus-tensor")]
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith("danaus-tensor") and t not in _BEFORE
+    ]
 
 
 def _refused(port: int) -> bool:
@@ -59,6 +66,7 @@ def _cycle() -> int:
 
 @pytest.mark.timeout(180)
 def test_stopping_the_mesh_ends_the_sender_thread_and_the_rendezvous_store() -> None:
+    _BEFORE.update(threading.enumerate())
     port = _cycle()
     assert _engine_threads() == []
     assert _refused(port), f"the rendezvous store still listens on port {port}"

@@ -37,6 +37,7 @@ from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
 from .messages import Delete
+from .stream import _stack as _streams
 from .worker import TensorWorker
 
 __all__ = ["Engine", "engine_for"]
@@ -106,6 +107,7 @@ class Engine:
         self.size = n
         self._ids = itertools.count(1)
         self._dead: dict[str, list[int]] = {}  # per stream
+        self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
         self._lock = threading.Lock()
         self._queue: list[tuple[Shape, str, Any]] = []
         self._cond = threading.Condition()
@@ -121,6 +123,15 @@ class Engine:
 
     def new_id(self) -> int:
         return next(self._ids)
+
+    def track(self, handle: Any, ref: int, stream: str) -> None:
+        """Release ``ref`` (on ``stream``) when ``handle`` is collected."""
+        self._live[weakref.ref(handle, self._collected)] = (ref, stream)
+
+    def _collected(self, wr: Any) -> None:
+        entry = self._live.pop(wr, None)  # atomic; runs in a GC callback on any thread
+        if entry is not None:
+            self.release(*entry)
 
     def release(self, ref: int, stream: str = "main") -> None:
         """A handle was collected: its id goes to the workers (its stream) with the next batch."""
@@ -221,9 +232,7 @@ class Engine:
         """
         self.check()
         if stream is None:
-            from .stream import get_active_stream
-
-            stream = get_active_stream().name
+            stream = _streams[-1].name
         with self._cond:
             self._queue.extend((shape, stream, c) for c in cmds)
             n = len(self._queue)

@@ -12,7 +12,6 @@ on the client, so ``loss.backward()`` sends the backward ops the same way.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -117,7 +116,7 @@ class Tensor(torch.Tensor):
         t._borrows = 0
         t._borrow = None
         t._dropped = False
-        weakref.finalize(t, engine.release, ref, stream.name)
+        engine.track(t, ref, stream.name)
         return t
 
     @property
@@ -284,6 +283,17 @@ def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tenso
     return out
 
 
+_OP_INFO: dict[Any, tuple[str, bool]] = {}
+
+
+def _op_info(func: Any) -> tuple[str, bool]:
+    """``func``'s name and whether it is mutable, looked up once per op."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        info = _OP_INFO[func] = (func.name(), func._schema.is_mutable)
+    return info
+
+
 def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     """Run torch op ``func`` for the active ``mesh``: propagate metadata, send, return handles.
 
@@ -291,7 +301,7 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     sending), ``ValueError`` for a local tensor or a tensor of another mesh,
     ``RuntimeError`` for an op that needs values on the client (``.item()``).
     """
-    name = func.name()
+    name, mutable = _op_info(func)
     flat, spec = _flatten(args, kwargs)
     handles: list[tuple[int, Tensor]] = []
     local = False
@@ -344,8 +354,8 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     device = kwargs.get("device")
     if device is None:
         device = handles[0][1].device if handles else engine.device
-    device = torch.device(device)
-    mutable = func._schema.is_mutable
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     key = None if mutable or name in _LIFT_OPS else _cache_key(func, flat, spec)
     cached = _META_CACHE.get(key) if key is not None else None
     outs: list[int | None] = []
