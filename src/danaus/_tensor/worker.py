@@ -90,6 +90,11 @@ _REDUCE_OPS = {
 }
 
 
+def _exact_bits(dtype: Any) -> int:
+    """Powers of two a float dtype sums exactly (its mantissa bits); 0 for other dtypes."""
+    return {torch.float32: 24, torch.float64: 53}.get(dtype, 0)
+
+
 def _allreduce_options(op: Any) -> Any:
     opts = dist.AllreduceOptions()
     opts.reduceOp = op
@@ -459,12 +464,37 @@ class TensorWorker(Actor):
         written = (*cmd.outs, *cmd.srcs) if cmd.inplace else cmd.outs
         try:
             pg = self._group(group) if len(group) > 1 else None
-            agreement = self._start_agreement(pg, failure)
-            flat = torch.cat([t.reshape(-1) for t in tensors])
+            me = group.index(self.rank)
+            # a sum's flag rides in the bucket itself (one more element: member k adds 2**k
+            # when its input failed); other reductions all-reduce it alongside
+            inline = (
+                pg is not None
+                and cmd.reduction in ("sum", "avg")
+                and _exact_bits(cmd.dtype) > len(group)
+            )
+            agreement = None if inline else self._start_agreement(pg, failure)
+            pieces = [t.reshape(-1) for t in tensors]
+            if inline:
+                bit = float(2**me) if failure is not None else 0.0
+                pieces.append(torch.full((1,), bit, dtype=cmd.dtype, device=self.device))
+            flat = torch.cat(pieces)
             if pg is not None:
                 op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
                 pg.allreduce([flat], _allreduce_options(op)).wait()
-            failure = self._finish_agreement(agreement, failure, name)
+            if inline:
+                bits = int(flat[-1].item())
+                if failure is None and bits:
+                    origin = group[(bits & -bits).bit_length() - 1]
+                    failure = Failure(
+                        name,
+                        origin,
+                        "RemoteTensorError",
+                        f"the input of {name} failed on rank {origin}",
+                        "",
+                    )
+                flat = flat[:-1]
+            else:
+                failure = self._finish_agreement(agreement, failure, name)
             if cmd.reduction == "avg":
                 flat.div_(len(group))
         except Exception as e:
