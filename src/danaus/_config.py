@@ -439,6 +439,48 @@ SETTINGS: tuple[Setting, ...] = (
         "Data connections an RDMA owner serves at once (each is a thread); more wait.",
     ),
     Setting(
+        "tensor_device",
+        "str",
+        "auto",
+        "Where tensor-engine workers keep shards: 'cpu', 'cuda' (each proc's GPU, its rank "
+        "modulo the GPUs it sees; NCCL collectives) or 'auto' (cuda when the client sees a GPU).",
+    ),
+    Setting(
+        "tensor_collective_timeout",
+        "duration",
+        300.0,
+        "Bound on one tensor-engine collective (gloo/NCCL process-group timeout); a dead peer "
+        "is seen sooner, by supervision.",
+    ),
+    Setting(
+        "tensor_send_delay",
+        "duration",
+        0.0005,
+        "How long the tensor engine's sender waits after the first queued command for more, to "
+        "send them in one message (anything that waits for a result sends at once); 0 sends "
+        "each as soon as possible.",
+    ),
+    Setting(
+        "tensor_send_batch",
+        "int",
+        256,
+        "Commands that, once queued, the tensor engine's sender sends without waiting longer.",
+    ),
+    Setting(
+        "tensor_threads",
+        "int",
+        0,
+        "torch intra-op threads in each tensor-engine worker's proc (torch.set_num_threads); "
+        "0: the host's cores divided among the mesh's procs on it (at least 1), as torchrun "
+        "does, so that procs sharing a host do not oversubscribe it.",
+    ),
+    Setting(
+        "tensor_spawn_timeout",
+        "duration",
+        120.0,
+        "Bound on spawning a mesh's tensor-engine workers at its first activate().",
+    ),
+    Setting(
         "rdma_connect_timeout",
         "duration",
         10.0,

@@ -32,3 +32,32 @@ def describe(x: torch.Tensor) -> dict[str, Any]:
 
 def fails(x: torch.Tensor) -> torch.Tensor:
     raise ValueError("boom from a remote function")
+
+
+# -- gates between streams on one worker (each worker process has its own) --------
+
+_GATES: dict[str, Any] = {}
+
+
+def _gate(name: str) -> Any:
+    import threading
+
+    return _GATES.setdefault(name, threading.Event())  # setdefault is atomic
+
+
+def wait_for_gate(x: torch.Tensor, name: str, timeout: float) -> torch.Tensor:
+    """1.0 if another stream opened gate ``name`` while this one waited, 0.0 if it never did."""
+    return torch.tensor(1.0 if _gate(name).wait(timeout) else 0.0)
+
+
+def open_gate(x: torch.Tensor, name: str) -> torch.Tensor:
+    """A copy of ``x`` taken now, then gate ``name`` opens."""
+    seen = x.clone()
+    _gate(name).set()
+    return seen
+
+
+def hold_then_fill(x: torch.Tensor, name: str, timeout: float, value: float) -> None:
+    """Wait for gate ``name`` (at most ``timeout`` s), then fill ``x`` with ``value``."""
+    _gate(name).wait(timeout)
+    x.fill_(value)

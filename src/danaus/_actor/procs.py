@@ -185,6 +185,9 @@ class ProcMesh(MeshTrait):
             cf.set_result(None)
             return Future._create(cf, "the procs to stop")
         self._state.stopped = True
+        engine, self._state.tensor_engine = self._state.tensor_engine, None
+        if engine is not None:  # its sender thread, rendezvous store and owner actor
+            engine.close()
         spawned = host.ensure_node().part(_Spawned)
         with spawned.lock:
             if self in spawned.meshes:

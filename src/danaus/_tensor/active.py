@@ -63,6 +63,10 @@ def same_mesh(a: Any, b: Any) -> bool:
 class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Sends torch ops to the active mesh; runs them locally under ``no_mesh``."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # no torch.compile wrapper around every op's dispatch: it costs ~10 us
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         from .tensor import dispatch
 

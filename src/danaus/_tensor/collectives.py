@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from .active import STATE, same_mesh
 from .engine import engine_for
 from .messages import Reduce, ReduceMany
+from .stream import check_use
 from .tensor import Tensor, meta_empty
 
 __all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
@@ -91,6 +92,7 @@ def _validate(
             f"reduce: the tensor is on mesh {tm!r} but the active mesh is {active!r}; "
             "use `with mesh.activate():` for the tensor's mesh"
         )
+    check_use(f"reduce({reduction!r})", [t], [t] if inplace else [])
     if t.requires_grad:
         raise ValueError(
             "reduce does not work with autograd: the tensor requires grad. Reduce a detached "

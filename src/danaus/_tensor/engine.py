@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import os
 import secrets
 import threading
 import weakref
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .. import _config as config
 from .._actor.actor import Actor
 from .._actor.context import Context, context, set_context
 from .._actor.endpoint import endpoint
@@ -35,12 +37,10 @@ from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
 from .messages import Delete
+from .stream import _stack as _streams
 from .worker import TensorWorker
 
 __all__ = ["Engine", "engine_for"]
-
-# Process groups give up on a peer after this long (a dead peer is seen sooner by supervision).
-COLLECTIVE_TIMEOUT_S = 300.0
 
 _create_lock = threading.Lock()
 # Engines by token, for their owner actors (which live in this process) to find them.
@@ -83,9 +83,11 @@ class Engine:
         procs = mesh._procs
         n = len(procs)
         # The store that process groups rendezvous through; workers connect as clients.
-        self.store = dist.TCPStore(  # type: ignore[attr-defined]
+        self.store: Any = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True
         )
+        self.store_port: int = self.store.port
+        self.device = _device()
         flat = ProcMesh(procs, Shape(["rank"], Slice.new_row_major([n])), mesh._state, None)
         token = secrets.token_hex(4)
         _ENGINES[token] = self
@@ -96,26 +98,45 @@ class Engine:
         self._owner: Any = ProcMesh._singleton(rt.proc_id).spawn(
             f"tensor_engine_owner_{token}", _EngineOwner, token
         )
-        args = ("127.0.0.1", self.store.port, COLLECTIVE_TIMEOUT_S)
+        timeout = config.get("tensor_collective_timeout")
+        hosts = len(mesh._host_mesh) if mesh._host_mesh is not None else 1
+        threads = config.get("tensor_threads") or max(1, (os.cpu_count() or 1) * hosts // n)
+        args = ("127.0.0.1", self.store_port, timeout, self.device.type, threads)
         spawn: Any = self._owner.spawn_workers
-        self.workers = spawn.call_one(flat, args).get(timeout=120)
-        self.device = torch.device("cpu")
+        self.workers = spawn.call_one(flat, args).get(timeout=config.get("tensor_spawn_timeout"))
         self.size = n
         self._ids = itertools.count(1)
-        self._dead: list[int] = []
+        self._dead: dict[str, list[int]] = {}  # per stream
+        self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
         self._lock = threading.Lock()
-        self._queue: list[tuple[Shape, Any]] = []
+        self._queue: list[tuple[Shape, str, Any]] = []
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
-        threading.Thread(target=self._send_loop, name="danaus-tensor-send", daemon=True).start()
+        self.closed = False
+        self._delay = config.get("tensor_send_delay")
+        self._batch = config.get("tensor_send_batch")
+        self._sender_thread = threading.Thread(
+            target=self._send_loop, name="danaus-tensor-send", daemon=True
+        )
+        self._sender_thread.start()
 
     def new_id(self) -> int:
         return next(self._ids)
 
-    def release(self, ref: int) -> None:
-        """A handle was collected: its id goes to the workers with the next command."""
-        self._dead.append(ref)  # list.append is atomic; may run in a GC callback
+    def track(self, handle: Any, ref: int, stream: str) -> None:
+        """Release ``ref`` (on ``stream``) when ``handle`` is collected."""
+        self._live[weakref.ref(handle, self._collected)] = (ref, stream)
+
+    def _collected(self, wr: Any) -> None:
+        entry = self._live.pop(wr, None)  # atomic; runs in a GC callback on any thread
+        if entry is not None:
+            self.release(*entry)
+
+    def release(self, ref: int, stream: str = "main") -> None:
+        """A handle was collected: its id goes to the workers (its stream) with the next batch."""
+        if not self.closed:  # setdefault and append are atomic; may run in a GC callback
+            self._dead.setdefault(stream, []).append(ref)
 
     @contextlib.contextmanager
     def as_owner(self) -> Iterator[None]:
@@ -158,9 +179,38 @@ class Engine:
                     pass
 
     def check(self) -> None:
-        """Raise the engine's ``SupervisionError`` if one of its workers has died."""
+        """Raise the engine's ``SupervisionError`` if one of its workers has died.
+
+        Raises ``RuntimeError`` once the mesh has been stopped.
+        """
         if self.broken is not None:
             raise self.broken
+        if self.closed:
+            raise RuntimeError(
+                "this mesh's procs were stopped (ProcMesh.stop()); its tensors are gone. "
+                "Spawn new procs to go on"
+            )
+
+    def close(self) -> None:
+        """The mesh stopped: end the sender thread, the rendezvous store and the owner actor.
+
+        Idempotent; does not wait for the workers (they stop with their procs).
+        """
+        with self._cond:
+            if self.closed:
+                return
+            self.closed = True
+            self._queue.clear()
+            self._cond.notify_all()
+        if self._sender_thread is not threading.current_thread():
+            self._sender_thread.join(timeout=5.0)
+        self._dead.clear()
+        self._targets.clear()
+        self.store = None  # the last reference: the store's server thread and port close
+        try:
+            self._owner.stop("the tensor engine's mesh stopped")
+        except Exception:  # the client's runtime is already shutting down
+            pass
 
     def watch(self, cf: concurrent.futures.Future[Any]) -> None:
         """Fail ``cf`` with ``SupervisionError`` if a worker dies before it completes."""
@@ -171,18 +221,22 @@ class Engine:
                 return
         cf.set_exception(self.broken)
 
-    def send(self, shape: Shape, *cmds: Any) -> None:
-        """Queue ``cmds`` for the workers of ``shape``, in order; never waits.
+    def send(self, shape: Shape, *cmds: Any, stream: str | None = None) -> None:
+        """Queue ``cmds`` for the workers of ``shape`` on ``stream`` (the active one), in order.
 
-        The engine's sender thread sends what has queued as soon as it can
-        (consecutive commands for the same procs go in one message); anything
-        that waits for the workers (a fetch) first sends what is queued.
-        Raises ``SupervisionError`` once a worker of this engine has died.
+        Never waits. The engine's sender thread sends what has queued as soon
+        as it can (consecutive commands for the same procs and stream go in
+        one message); anything that waits for the workers (a fetch) first
+        sends what is queued. Raises ``SupervisionError`` once a worker of this
+        engine has died, ``RuntimeError`` once the mesh has stopped.
         """
         self.check()
+        if stream is None:
+            stream = _streams[-1].name
         with self._cond:
-            self._queue.extend((shape, c) for c in cmds)
-            if len(self._queue) == len(cmds):
+            self._queue.extend((shape, stream, c) for c in cmds)
+            n = len(self._queue)
+            if n == len(cmds) or n - len(cmds) < self._batch <= n:
                 self._cond.notify()
 
     def flush(self) -> None:
@@ -193,27 +247,46 @@ class Engine:
     def _send_queued(self) -> None:
         # Called with _send_lock held, so batches leave in the order they were taken.
         with self._cond:  # no command is queued between the two swaps
+            if self.closed:
+                return
             queued, self._queue = self._queue, []
-            dead, self._dead = self._dead, []
-        if dead:  # every command that uses a dead id was queued before it died
-            queued.append((self.workers._shape, Delete(tuple(dead))))
+            dead, self._dead = self._dead, {}
+        # every command that uses a dead id was queued (on the id's stream) before it died
+        for stream, ids in dead.items():
+            queued.append((self.workers._shape, stream, Delete(tuple(ids))))
         i = 0
         while i < len(queued):
-            shape = queued[i][0]
+            shape, stream = queued[i][0], queued[i][1]
             j = i
-            while j < len(queued) and queued[j][0] == shape:
+            while j < len(queued) and queued[j][0] == shape and queued[j][1] == stream:
                 j += 1
-            self.targets(shape).run.broadcast([c for _, c in queued[i:j]])
+            self.targets(shape).run.broadcast(stream, [c for _, _, c in queued[i:j]])
             i = j
 
     def _send_loop(self) -> None:
         """The sender thread: waits for queued commands and sends them, batch by batch."""
+        delay, batch = self._delay, self._batch
         while True:
             with self._cond:
-                while not self._queue:
+                while not self._queue and not self.closed:
                     self._cond.wait()
+                if len(self._queue) < batch and delay > 0 and not self.closed:
+                    # gather what the client issues next into the same message
+                    self._cond.wait(delay)  # send() wakes it early when the batch is full
+                if self.closed:
+                    return
             with self._send_lock, self.as_owner():
                 self._send_queued()
+
+
+def _device() -> torch.device:
+    """The device workers keep shards on, from the ``tensor_device`` setting."""
+    kind = config.get("tensor_device")
+    if kind not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"setting tensor_device is {kind!r}; it must be 'auto', 'cpu' or 'cuda'")
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(kind)
 
 
 def engine_for(mesh: Any) -> Engine:
@@ -228,9 +301,14 @@ def engine_for(mesh: Any) -> Engine:
         )
     state = mesh._state
     engine = state.tensor_engine
-    if engine is None:
+    if engine is None or engine.closed:
         with _create_lock:
             engine = state.tensor_engine
-            if engine is None:
+            if engine is None or engine.closed:
+                if state.stopped:
+                    raise RuntimeError(
+                        f"{mesh!r} was stopped (ProcMesh.stop()); tensors need running procs. "
+                        "Spawn new procs to go on"
+                    )
                 engine = state.tensor_engine = Engine(mesh)
     return engine  # type: ignore[no-any-return]

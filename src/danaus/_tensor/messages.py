@@ -2,26 +2,38 @@
 
 Every command names the worker-side tensors it reads through ``Ref`` and the
 ids it defines as plain ints; the client allocates ids, so it never waits
-for a worker to learn a result's name.
+for a worker to learn a result's name. Commands are ``NamedTuple``s: they
+pickle and unpickle several times faster than dataclasses, which matters at
+one command per torch op.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["CallOp", "Delete", "MeshRank", "Reduce", "ReduceMany", "Ref", "RunRemote", "SendTo"]
+__all__ = [
+    "BorrowCreate",
+    "BorrowDrop",
+    "CallOp",
+    "Delete",
+    "MeshRank",
+    "Reduce",
+    "ReduceMany",
+    "Ref",
+    "RunRemote",
+    "SendTo",
+    "Signal",
+    "Wait",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class Ref:
+class Ref(NamedTuple):
     """A worker-side tensor named by id, inside a command's arguments."""
 
     id: int
 
 
-@dataclass(frozen=True, slots=True)
-class CallOp:
+class CallOp(NamedTuple):
     """Run the torch operator ``op`` (``"aten::add.Tensor"``) on the local shards.
 
     ``outs`` names each tensor leaf of the result in pytree order (``None``
@@ -37,15 +49,13 @@ class CallOp:
     factory: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(NamedTuple):
     """Drop these ids from the worker's table (the client's handles are gone)."""
 
     ids: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class MeshRank:
+class MeshRank(NamedTuple):
     """Define ``out`` as this worker's coordinate along ``dim`` of the mesh ``shape``."""
 
     out: int
@@ -53,8 +63,7 @@ class MeshRank:
     dim: str
 
 
-@dataclass(frozen=True, slots=True)
-class Reduce:
+class Reduce(NamedTuple):
     """A collective over groups of global ranks; this worker joins the group holding it.
 
     ``reduction`` is one of sum, avg, product, min, max, stack, band, bor,
@@ -71,8 +80,7 @@ class Reduce:
     dtype: Any
 
 
-@dataclass(frozen=True, slots=True)
-class ReduceMany:
+class ReduceMany(NamedTuple):
     """One all-reduce of several tensors of one dtype, packed into one buffer (a bucket)."""
 
     outs: tuple[int, ...]
@@ -84,8 +92,7 @@ class ReduceMany:
     dtype: Any
 
 
-@dataclass(frozen=True, slots=True)
-class RunRemote:
+class RunRemote(NamedTuple):
     """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves."""
 
     fn: Any
@@ -95,8 +102,7 @@ class RunRemote:
     mutates: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class SendTo:
+class SendTo(NamedTuple):
     """Point-to-point copy between two meshes' workers (``to_mesh``).
 
     ``pairs`` maps each destination global rank to its source global rank.
@@ -107,3 +113,36 @@ class SendTo:
     pairs: tuple[tuple[int, int], ...]
     shape: tuple[int, ...]
     dtype: Any
+
+
+class Signal(NamedTuple):
+    """On its stream: mark that every earlier command of this stream has run (event ``key``)."""
+
+    key: int
+
+
+class Wait(NamedTuple):
+    """On its stream: run nothing further until another stream reaches ``Signal(key)``."""
+
+    key: int
+
+
+class BorrowCreate(NamedTuple):
+    """On the borrowing stream: wait for ``Signal(key)`` on the origin; ``out`` aliases ``src``."""
+
+    key: int
+    out: int
+    src: int
+
+
+class BorrowDrop(NamedTuple):
+    """On the borrowing stream: forget ``alias`` and signal ``key`` (the origin waits on it).
+
+    A failure recorded on a mutable borrow goes back to ``src``: the origin
+    sees that its tensor was written by an op that failed.
+    """
+
+    key: int
+    alias: int
+    src: int
+    mutable: bool

@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .engine import engine_for
 from .messages import CallOp, SendTo
+from .stream import check_use
 from .tensor import Tensor
 
 __all__ = ["MeshSliceTensor", "slice_mesh", "slice_mesh_tensor", "to_mesh", "to_mesh_tensor"]
@@ -98,6 +99,7 @@ def _between(t: Tensor, src: Any, dst: Any) -> Tensor:
         )
     if src._shape == dst._shape and t._mesh._shape == dst._shape:
         return t
+    check_use("to_mesh", [t])
     pairs = _pairs(src, dst)
     engine = engine_for(dst)
     with _disable_current_modes():

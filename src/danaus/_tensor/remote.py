@@ -24,6 +24,7 @@ from .._actor.future import Future
 from .active import STATE, same_mesh
 from .engine import engine_for
 from .messages import Ref, RunRemote
+from .stream import check_use
 from .tensor import Tensor
 
 __all__ = ["Remote", "call_on_shard_and_fetch", "remote", "resolve_function"]
@@ -83,6 +84,7 @@ class Remote:
                     f"remote {self._name}: a local tensor of shape {list(x.shape)} was passed "
                     "while a mesh is active; create it under the mesh instead"
                 )
+        check_use(f"remote {self._name}", handles)
         return mesh, pytree.tree_unflatten(wire, spec), handles, (flat, spec)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -108,6 +110,9 @@ class Remote:
             x._ref
             for x, m, v in zip(flat, meta_flat, versions, strict=True)
             if isinstance(x, Tensor) and m._version != v
+        )
+        check_use(
+            f"remote {self._name}", [], [x for x in flat if getattr(x, "_ref", None) in mutates]
         )
         outs: list[int | None] = []
         results: list[Any] = []

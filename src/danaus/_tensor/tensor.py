@@ -12,7 +12,6 @@ on the client, so ``loss.backward()`` sends the backward ops the same way.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -22,14 +21,21 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .active import STATE, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
+from .stream import Stream, check_use, get_active_stream
 
-__all__ = ["Tensor", "dispatch", "meta_empty"]
+__all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
 
 
 def meta_empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
     """A meta tensor made outside any dispatch mode (so not itself sent to a mesh)."""
     with _disable_current_modes():
         return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def meta_like(m: torch.Tensor) -> torch.Tensor:
+    """A new meta tensor with ``m``'s sizes, strides and dtype (its own storage)."""
+    with _disable_current_modes():
+        return torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device="meta")
 
 
 # Ops that would need a shard's values on the client: they raise with advice instead.
@@ -61,30 +67,68 @@ class Tensor(torch.Tensor):
     """
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
-    _meta: torch.Tensor
+    _m: torch.Tensor | None
     _ref: int
     _mesh: Any
     _engine: Engine
+    _stream: Stream  # the stream it was made on; ops on it run there
+    _access: str  # "rw", "r" (immutably borrowed) or "" (lent mutably, or dropped)
+    _borrows: int  # live borrows of it
+    _borrow: Any  # the Borrow it came from (a borrowed view, or a view of one), or None
+    _dropped: bool
 
     @staticmethod
-    def __new__(cls, meta: torch.Tensor, mesh: Any, engine: Engine, device: Any) -> Tensor:
+    def __new__(
+        cls,
+        meta: Any,
+        mesh: Any,
+        engine: Engine,
+        device: Any,
+        stream: Stream | None = None,
+    ) -> Tensor:
+        """``meta`` is a meta tensor, or ``(sizes, strides, dtype)`` to make one when needed."""
+        if isinstance(meta, torch.Tensor):
+            size, stride, offset, dtype = (
+                meta.size(),
+                meta.stride(),
+                meta.storage_offset(),
+                meta.dtype,
+            )
+        else:
+            (size, stride, dtype), offset, meta = meta, 0, None
         t = torch.Tensor._make_wrapper_subclass(
             cls,
-            meta.size(),
-            strides=meta.stride(),
-            storage_offset=meta.storage_offset(),
-            dtype=meta.dtype,
-            layout=meta.layout,
+            size,
+            strides=stride,
+            storage_offset=offset,
+            dtype=dtype,
+            layout=torch.strided,
             device=device,
             requires_grad=False,
         )
         ref = engine.new_id()
-        t._meta = meta
+        t._m = meta
         t._ref = ref
         t._mesh = mesh
         t._engine = engine
-        weakref.finalize(t, engine.release, ref)
+        t._stream = stream = stream or get_active_stream()
+        t._access = "rw"
+        t._borrows = 0
+        t._borrow = None
+        t._dropped = False
+        engine.track(t, ref, stream.name)
         return t
+
+    @property
+    def _meta(self) -> torch.Tensor:
+        """A meta tensor with this tensor's sizes, strides and dtype (made at first use)."""
+        m = self._m
+        if m is None:
+            with _disable_current_modes():
+                m = self._m = torch.empty_strided(
+                    self.shape, self.stride(), dtype=self.dtype, device="meta"
+                )
+        return m
 
     @classmethod
     def __torch_dispatch__(  # type: ignore[override]
@@ -99,9 +143,10 @@ class Tensor(torch.Tensor):
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         grad = ", requires_grad=True" if self.requires_grad else ""
+        stream = "" if self._stream.default else f", stream={self._stream.name!r}"
         return (
             f"danaus.Tensor(shape={list(self.shape)}, dtype={self.dtype}, "
-            f"device={self.device}, mesh={self._mesh!r}{grad})"
+            f"device={self.device}, mesh={self._mesh!r}{stream}{grad})"
         )
 
     def reduce(
@@ -164,8 +209,8 @@ def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
     return tuple(parts)
 
 
-def _to_cache(key: Any, out: Any) -> None:
-    leaves, spec = pytree.tree_flatten(out)
+def _to_cache(key: Any, leaves: list[Any], spec: Any) -> None:
+    """Remember an op's result metadata (``None`` spec: a single tensor)."""
     entry = []
     for x in leaves:
         if isinstance(x, torch.Tensor):
@@ -179,15 +224,6 @@ def _to_cache(key: Any, out: Any) -> None:
     if len(_META_CACHE) >= _META_CACHE_MAX:
         _META_CACHE.clear()
     _META_CACHE[key] = (entry, spec)
-
-
-def _from_cache(cached: Any) -> Any:
-    entry, spec = cached
-    leaves = [
-        torch.empty_strided(v[0], v[1], dtype=v[2], device="meta") if is_tensor else v
-        for is_tensor, v in entry
-    ]
-    return pytree.tree_unflatten(leaves, spec)
 
 
 _MUTATES: dict[Any, tuple[tuple[int, str], ...]] = {}
@@ -206,6 +242,58 @@ def _mutated_args(func: Any) -> tuple[tuple[int, str], ...]:
     return m
 
 
+_ALIASING: dict[Any, bool] = {}
+
+
+def _returns_alias(func: Any) -> bool:
+    """Whether ``func`` returns a view of an input (its schema says so)."""
+    r = _ALIASING.get(func)
+    if r is None:
+        r = _ALIASING[func] = any(x.alias_info is not None for x in func._schema.returns)
+    return r
+
+
+_NESTED = (tuple, list, dict)
+
+
+def _flatten(args: Any, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
+    """``(args, kwargs)``'s leaves and how to rebuild them; a fast path for flat arguments."""
+    if not any(type(a) in _NESTED for a in args) and not any(
+        type(v) in _NESTED for v in kwargs.values()
+    ):
+        return [*args, *kwargs.values()], ("flat", len(args), tuple(kwargs))
+    return pytree.tree_flatten((args, kwargs))
+
+
+def _unflatten(flat: list[Any], spec: Any) -> Any:
+    if type(spec) is tuple:
+        n, keys = spec[1], spec[2]
+        return tuple(flat[:n]), dict(zip(keys, flat[n:], strict=True))
+    return pytree.tree_unflatten(flat, spec)
+
+
+def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tensor]:
+    """The mesh tensors ``func`` writes in place (from its schema)."""
+    out = []
+    for pos, arg_name in _mutated_args(func):
+        v = args[pos] if pos < len(args) else kwargs.get(arg_name)
+        for leaf in pytree.tree_leaves(v):
+            if isinstance(leaf, Tensor):
+                out.append(leaf)
+    return out
+
+
+_OP_INFO: dict[Any, tuple[str, bool]] = {}
+
+
+def _op_info(func: Any) -> tuple[str, bool]:
+    """``func``'s name and whether it is mutable, looked up once per op."""
+    info = _OP_INFO.get(func)
+    if info is None:
+        info = _OP_INFO[func] = (func.name(), func._schema.is_mutable)
+    return info
+
+
 def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     """Run torch op ``func`` for the active ``mesh``: propagate metadata, send, return handles.
 
@@ -213,8 +301,8 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     sending), ``ValueError`` for a local tensor or a tensor of another mesh,
     ``RuntimeError`` for an op that needs values on the client (``.item()``).
     """
-    name = func.name()
-    flat, spec = pytree.tree_flatten((args, kwargs))
+    name, mutable = _op_info(func)
+    flat, spec = _flatten(args, kwargs)
     handles: list[tuple[int, Tensor]] = []
     local = False
     for i, x in enumerate(flat):
@@ -259,25 +347,42 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
             "`.item()`, `bool(t)`, `float(t)`, `torch.equal`); fetch it instead with "
             "`danaus.inspect(t)` (blocks) or `danaus.fetch_shard(t)` (a future)"
         )
+    mutated = _mutated_handles(func, args, kwargs)
+    if handles:
+        check_use(name, [t for _, t in handles], mutated)
     engine = engine_for(mesh)
-    # metadata on the client: the same op on meta tensors
-    meta_flat = list(flat)
-    by_meta: dict[int, Tensor] = {}
-    for i, t in handles:
-        meta_flat[i] = t._meta
-        by_meta[id(t._meta)] = t
-    margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
     device = kwargs.get("device")
-    if "device" in mkwargs:
-        mkwargs = {**mkwargs, "device": "meta"}
-    if name in _LIFT_OPS:
-        margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
-    mutable = func._schema.is_mutable
+    if device is None:
+        device = handles[0][1].device if handles else engine.device
+    if not isinstance(device, torch.device):
+        device = torch.device(device)
     key = None if mutable or name in _LIFT_OPS else _cache_key(func, flat, spec)
     cached = _META_CACHE.get(key) if key is not None else None
-    if cached is not None:
-        out = _from_cache(cached)
+    outs: list[int | None] = []
+    results: list[Any] = []
+    if cached is not None:  # a repeated op: no meta tensors at all
+        entry, out_spec = cached
+        for is_tensor, v in entry:
+            if is_tensor:
+                h = Tensor(v, mesh, engine, device)
+                outs.append(h._ref)
+                results.append(h)
+            else:
+                results.append(v)
+        if not outs:
+            return pytree.tree_unflatten(results, out_spec)
     else:
+        # metadata on the client: the same op on meta tensors
+        meta_flat = list(flat)
+        by_meta: dict[int, Tensor] = {}
+        for i, t in handles:
+            meta_flat[i] = t._meta
+            by_meta[id(t._meta)] = t
+        margs, mkwargs = _unflatten(meta_flat, spec)
+        if "device" in mkwargs:
+            mkwargs = {**mkwargs, "device": "meta"}
+        if name in _LIFT_OPS:
+            margs = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in margs)
         try:
             out = func(*margs, **mkwargs)
         except NotImplementedError as e:
@@ -285,40 +390,39 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 f"{name} cannot run on a distributed tensor: its result's shape depends on the "
                 f"values ({e}). Fetch the values with danaus.inspect(t) and compute locally."
             ) from None
-        if key is not None:
-            _to_cache(key, out)
-    out_flat, out_spec = pytree.tree_flatten(out)
-    if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
-        return out  # metadata only (sizes, strides, is_same_size): nothing to send
-    if device is None:
-        device = handles[0][1].device if handles else engine.device
-    device = torch.device(device)
-    outs: list[int | None] = []
-    results: list[Any] = []
-    for x in out_flat:
-        if isinstance(x, torch.Tensor):
-            same = by_meta.get(id(x))
-            if same is not None:  # an in-place op returns its input
-                outs.append(None)
-                results.append(same)
-                continue
-            h = Tensor(x, mesh, engine, device)
-            outs.append(h._ref)
-            results.append(h)
+        if isinstance(out, torch.Tensor):
+            out_flat, out_spec = [out], None
         else:
-            results.append(x)
-    mutates: list[int] = []
-    for pos, arg_name in _mutated_args(func):
-        v = args[pos] if pos < len(args) else kwargs.get(arg_name)
-        for leaf in pytree.tree_leaves(v):
-            if isinstance(leaf, Tensor):
-                mutates.append(leaf._ref)
+            out_flat, out_spec = pytree.tree_flatten(out)
+        if key is not None:
+            _to_cache(key, out_flat, out_spec)
+        if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
+            return out  # metadata only (sizes, strides, is_same_size): nothing to send
+        for x in out_flat:
+            if isinstance(x, torch.Tensor):
+                same = by_meta.get(id(x))
+                if same is not None:  # an in-place op returns its input
+                    outs.append(None)
+                    results.append(same)
+                    continue
+                h = Tensor(x, mesh, engine, device)
+                outs.append(h._ref)
+                results.append(h)
+            else:
+                results.append(x)
+    borrow = next((t._borrow for _, t in handles if t._borrow is not None), None)
+    if borrow is not None and _returns_alias(func):  # views of a borrowed view end with it
+        for r in results:
+            if isinstance(r, Tensor) and r._borrow is None:
+                borrow._alias(r)
     wire_flat = list(flat)
     for i, t in handles:
         wire_flat[i] = Ref(t._ref)
-    wargs, wkwargs = pytree.tree_unflatten(wire_flat, spec)
+    wargs, wkwargs = _unflatten(wire_flat, spec)
     engine.send(
         mesh._shape,
-        CallOp(name, wargs, wkwargs, tuple(outs), tuple(mutates), not handles),
+        CallOp(name, wargs, wkwargs, tuple(outs), tuple(t._ref for t in mutated), not handles),
     )
+    if out_spec is None:
+        return results[0]
     return pytree.tree_unflatten(results, out_spec)

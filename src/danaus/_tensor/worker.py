@@ -1,9 +1,12 @@
 """``TensorWorker``: the actor on each proc that holds that proc's shards and runs commands.
 
-Commands arrive in the order the client issued them (per-sender FIFO) and
-run one at a time on the actor's thread. A failing command never raises out
-of ``run``: its outputs (and anything it wrote in place) are recorded as a
-``Failure``, which every command reading them passes on unchanged, so the
+Commands arrive in the order the client issued them (per-sender FIFO), in
+batches tagged with the stream they were issued on; the actor's thread
+hands each batch to that stream's thread (``worker_streams``), which runs
+its commands one at a time, so different streams run at the same time and
+meet only at the ``Signal``/``Wait`` points of borrows. A failing command
+never raises: its outputs (and anything it wrote in place) are recorded as
+a ``Failure``, which every command reading them passes on unchanged, so the
 error follows the data and the worker lives on.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import threading
 import traceback
 from typing import Any
 
@@ -22,11 +26,40 @@ from .._actor.actor import Actor
 from .._actor.context import current_rank
 from .._actor.endpoint import endpoint
 from .errors import Failure
-from .messages import CallOp, Delete, MeshRank, Reduce, ReduceMany, Ref, RunRemote, SendTo
+from .messages import (
+    BorrowCreate,
+    BorrowDrop,
+    CallOp,
+    Delete,
+    MeshRank,
+    Reduce,
+    ReduceMany,
+    Ref,
+    RunRemote,
+    SendTo,
+    Signal,
+    Wait,
+)
+from .worker_streams import Streams, current_stream
 
 __all__ = ["TensorWorker", "resolve_op"]
 
 _OPS: dict[str, Any] = {}
+# This process's tensor-engine workers by their engine's store port (one per client engine).
+_WORKERS: dict[int, TensorWorker] = {}
+
+
+def _pick_device(kind: str, rank: int) -> torch.device:
+    """``"cpu"``, or ``"cuda"``: this proc's GPU (its rank modulo the GPUs it sees)."""
+    if kind == "cuda":
+        n = torch.cuda.device_count()
+        if n == 0:
+            raise RuntimeError(
+                "the tensor engine was asked for CUDA (tensor_device='cuda') but this proc sees "
+                "no GPU; set DANAUS_TENSOR_DEVICE=cpu or auto"
+            )
+        return torch.device("cuda", rank % n)
+    return torch.device("cpu")
 
 
 def resolve_op(name: str) -> Any:
@@ -57,6 +90,11 @@ _REDUCE_OPS = {
 }
 
 
+def _exact_bits(dtype: Any) -> int:
+    """Powers of two a float dtype sums exactly (its mantissa bits); 0 for other dtypes."""
+    return {torch.float32: 24, torch.float64: 53}.get(dtype, 0)
+
+
 def _allreduce_options(op: Any) -> Any:
     opts = dist.AllreduceOptions()
     opts.reduceOp = op
@@ -66,17 +104,34 @@ def _allreduce_options(op: Any) -> Any:
 class TensorWorker(Actor):
     """Holds this proc's shards (``id -> tensor | Failure``) and its process groups."""
 
-    def __init__(self, store_host: str, store_port: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        store_host: str,
+        store_port: int,
+        timeout_s: float,
+        device: str = "cpu",
+        threads: int = 0,
+    ) -> None:
+        if threads > 0:  # process-wide, as torchrun's OMP_NUM_THREADS: procs share the cores
+            torch.set_num_threads(threads)
         self.rank = current_rank().rank
         self.refs: dict[int, Any] = {}
-        self.groups: dict[tuple[int, ...], Any] = {}
+        # process groups by (stream, ranks): each stream's collectives match up in its own order
+        self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self._groups_lock = threading.Lock()
         self.store_host = store_host
         self.store_port = store_port
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self._store: Any = None
-        self.device = torch.device("cpu")
+        self.device = _pick_device(device, self.rank)
+        self.streams = Streams(self._one, self.device)
+        _WORKERS[store_port] = self
 
     def __cleanup__(self, exc: Any = None) -> None:
+        self.streams.close()
+        for t in self.streams.threads():
+            t.join(timeout=1.0)  # best effort: a stream stuck in a collective is a daemon
+        _WORKERS.pop(self.store_port, None)
         # Process groups own threads that must not outlive the interpreter's shutdown.
         for pg in self.groups.values():
             try:
@@ -92,14 +147,22 @@ class TensorWorker(Actor):
         return {"pid": os.getpid(), "rank": self.rank, "device": str(self.device)}
 
     @endpoint
-    def run(self, commands: list[Any]) -> None:
-        """Run ``commands`` in order; never raises (failures are recorded on the outputs)."""
-        for cmd in commands:
-            self._one(cmd)
+    def run(self, stream: str, commands: list[Any]) -> None:
+        """Queue ``commands`` on ``stream``, after what was queued there; never raises."""
+        self.streams.submit(stream, commands)
+
+    @endpoint
+    def sync(self) -> None:
+        """Return once every stream has run what was sent before."""
+        self.streams.barrier()
 
     @endpoint
     def fetch(self, ids: list[int]) -> list[Any]:
-        """The values of ``ids`` on this proc (moved to CPU), ``Failure`` where one failed."""
+        """The values of ``ids`` on this proc (moved to CPU), ``Failure`` where one failed.
+
+        Waits for every stream to run what was sent before.
+        """
+        self.streams.barrier()
         out = []
         for i in ids:
             v = self.refs.get(i)
@@ -115,6 +178,7 @@ class TensorWorker(Actor):
         """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU)."""
         from .remote import resolve_function
 
+        self.streams.barrier()
         try:
             a, k = self._resolve((args, kwargs))
         except _Failed as f:
@@ -129,6 +193,7 @@ class TensorWorker(Actor):
 
     @endpoint
     def stats(self) -> dict[str, int]:
+        self.streams.barrier()
         return {
             "tensors": sum(isinstance(v, torch.Tensor) for v in self.refs.values()),
             "failed": sum(isinstance(v, Failure) for v in self.refs.values()),
@@ -140,6 +205,11 @@ class TensorWorker(Actor):
     def _one(self, cmd: Any) -> None:
         if isinstance(cmd, CallOp):
             self._call(cmd.op, resolve_op(cmd.op), cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+            if cmd.factory and self.device.type != "cpu" and "device" not in cmd.kwargs:
+                for i in cmd.outs:  # made without a device: this proc's device, as the client says
+                    v = self.refs.get(i) if i is not None else None
+                    if i is not None and isinstance(v, torch.Tensor) and v.device != self.device:
+                        self.refs[i] = v.to(self.device)
         elif isinstance(cmd, Delete):
             for i in cmd.ids:
                 self.refs.pop(i, None)
@@ -151,6 +221,18 @@ class TensorWorker(Actor):
             self._send_to(cmd)
         elif isinstance(cmd, MeshRank):
             self._mesh_rank(cmd)
+        elif isinstance(cmd, Signal):
+            self.streams.signal(cmd.key)
+        elif isinstance(cmd, Wait):
+            self.streams.wait(cmd.key)
+        elif isinstance(cmd, BorrowCreate):
+            self.streams.wait(cmd.key)
+            self.refs[cmd.out] = self.refs.get(cmd.src)
+        elif isinstance(cmd, BorrowDrop):
+            v = self.refs.pop(cmd.alias, None)
+            if cmd.mutable and isinstance(v, Failure):
+                self.refs[cmd.src] = v
+            self.streams.signal(cmd.key)
         elif isinstance(cmd, RunRemote):
             from .remote import resolve_function
 
@@ -165,17 +247,25 @@ class TensorWorker(Actor):
             raise TypeError(f"unknown tensor engine command {cmd!r}")
 
     def _resolve(self, tree: Any) -> Any:
-        def one(x: Any) -> Any:
-            if isinstance(x, Ref):
-                v = self.refs.get(x.id)
-                if isinstance(v, Failure):
-                    raise _Failed(v)
-                if v is None:
-                    raise KeyError(f"tensor {x.id} was deleted or never defined on this proc")
-                return v
-            return x
+        """``tree`` (tuples, lists, dicts) with each ``Ref`` replaced by its tensor.
 
-        return pytree.tree_map(one, tree)
+        Raises ``_Failed`` for a failed input, ``KeyError`` for a deleted one.
+        """
+        t = type(tree)
+        if t is Ref:
+            v = self.refs.get(tree.id)
+            if isinstance(v, Failure):
+                raise _Failed(v)
+            if v is None:
+                raise KeyError(f"tensor {tree.id} was deleted or never defined on this proc")
+            return v
+        if t is tuple or t is list:
+            return t(self._resolve(x) for x in tree)
+        if t is dict:
+            return {k: self._resolve(v) for k, v in tree.items()}
+        if isinstance(tree, (tuple, list, dict)):  # a namedtuple, an OrderedDict...
+            return pytree.tree_map(self._resolve, tree, is_leaf=lambda x: type(x) is Ref)
+        return tree
 
     def _fail(self, ids: Any, failure: Failure) -> None:
         for i in ids:
@@ -204,7 +294,10 @@ class TensorWorker(Actor):
         except Exception as e:
             self._fail((*outs, *mutates), self._failure(name, e))
             return
-        leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+        if isinstance(result, torch.Tensor):
+            leaves = [result]
+        else:
+            leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
         if len(leaves) != len(outs):
             err = RuntimeError(
                 f"{name} returned {len(leaves)} tensors on the worker but the client expected "
@@ -279,20 +372,24 @@ class TensorWorker(Actor):
     # -- collectives -------------------------------------------------------
 
     def _group(self, ranks: tuple[int, ...]) -> Any:
-        pg = self.groups.get(ranks)
+        """The process group of ``ranks`` for the calling stream, made at first use."""
+        key = (current_stream(), ranks)
+        pg = self.groups.get(key)
         if pg is None:
-            if self._store is None:
-                self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                    self.store_host, self.store_port, is_master=False, timeout=self.timeout
-                )
-            prefix = "pg/" + "_".join(map(str, ranks)) + "/"
-            store = dist.PrefixStore(prefix, self._store)  # type: ignore[attr-defined]
+            with self._groups_lock:
+                if self._store is None:
+                    self._store = dist.TCPStore(  # type: ignore[attr-defined]
+                        self.store_host, self.store_port, is_master=False, timeout=self.timeout
+                    )
+                store = self._store
+            prefix = f"pg/{key[0]}/" + "_".join(map(str, ranks)) + "/"
+            store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
             index = ranks.index(self.rank)
             if self.device.type == "cuda":
                 pg = dist.ProcessGroupNCCL(store, index, len(ranks))  # type: ignore[call-arg]
             else:
                 pg = dist.ProcessGroupGloo(store, index, len(ranks), self.timeout)
-            self.groups[ranks] = pg
+            self.groups[key] = pg
         return pg
 
     def _reduce(self, cmd: Reduce) -> None:
@@ -306,9 +403,10 @@ class TensorWorker(Actor):
             src = torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
         try:
             pg = self._group(group) if n > 1 else None
-            failure = self._agree_on_failure(pg, failure, name)
-            if failure is None:  # all members agree, so all skip the data together
-                result = self._collective(cmd, src, pg, n, group.index(self.rank))
+            # the flag goes alongside the data, not before it: one round trip, not two
+            agreement = self._start_agreement(pg, failure)
+            result = self._collective(cmd, src, pg, n, group.index(self.rank))
+            failure = self._finish_agreement(agreement, failure, name)
         except Exception as e:
             self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), self._failure(name, e))
             return
@@ -321,12 +419,25 @@ class TensorWorker(Actor):
             result = src
         self.refs[cmd.out] = result
 
-    def _agree_on_failure(self, pg: Any, failure: Failure | None, name: str) -> Failure | None:
-        """Every member learns whether any input failed, so all outputs fail together."""
+    def _start_agreement(self, pg: Any, failure: Failure | None) -> Any:
+        """Start telling every member whether this one's input failed (a MAX all-reduce).
+
+        Members whose input failed still join the data collective (with
+        zeros), so the group stays matched; all outputs then fail together.
+        """
         if pg is None:
+            return None
+        flag = torch.tensor(
+            [0 if failure is None else 1 + self.rank], dtype=torch.long, device=self.device
+        )
+        return pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)), flag
+
+    def _finish_agreement(self, started: Any, failure: Failure | None, name: str) -> Any:
+        """Wait for :meth:`_start_agreement`; the failure of some member, or ``None``."""
+        if started is None:
             return failure
-        flag = torch.tensor([0 if failure is None else 1 + self.rank], dtype=torch.long)
-        pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)).wait()
+        work, flag = started
+        work.wait()
         if failure is None and int(flag) > 0:
             origin = int(flag) - 1
             failure = Failure(
@@ -353,14 +464,37 @@ class TensorWorker(Actor):
         written = (*cmd.outs, *cmd.srcs) if cmd.inplace else cmd.outs
         try:
             pg = self._group(group) if len(group) > 1 else None
-            failure = self._agree_on_failure(pg, failure, name)
-            if failure is not None:  # all members agree, so all skip the data together
-                self._fail(written, failure)
-                return
-            flat = torch.cat([t.reshape(-1) for t in tensors])
+            me = group.index(self.rank)
+            # a sum's flag rides in the bucket itself (one more element: member k adds 2**k
+            # when its input failed); other reductions all-reduce it alongside
+            inline = (
+                pg is not None
+                and cmd.reduction in ("sum", "avg")
+                and _exact_bits(cmd.dtype) > len(group)
+            )
+            agreement = None if inline else self._start_agreement(pg, failure)
+            pieces = [t.reshape(-1) for t in tensors]
+            if inline:
+                bit = float(2**me) if failure is not None else 0.0
+                pieces.append(torch.full((1,), bit, dtype=cmd.dtype, device=self.device))
+            flat = torch.cat(pieces)
             if pg is not None:
                 op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
                 pg.allreduce([flat], _allreduce_options(op)).wait()
+            if inline:
+                bits = int(flat[-1].item())
+                if failure is None and bits:
+                    origin = group[(bits & -bits).bit_length() - 1]
+                    failure = Failure(
+                        name,
+                        origin,
+                        "RemoteTensorError",
+                        f"the input of {name} failed on rank {origin}",
+                        "",
+                    )
+                flat = flat[:-1]
+            else:
+                failure = self._finish_agreement(agreement, failure, name)
             if cmd.reduction == "avg":
                 flat.div_(len(group))
         except Exception as e:

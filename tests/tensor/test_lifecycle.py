@@ -1,0 +1,85 @@
+"""Stopping a mesh ends its tensor engine: no thread, store port or actor is left behind."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+import danaus
+from danaus.actor import this_host
+
+from .conftest import REPLY_TIMEOUT, torch
+
+pytestmark = pytest.mark.torch
+
+
+_BEFORE: set[threading.Thread] = set()  # threads of other tests' meshes, left alone
+
+
+def _engine_threads() -> list[str]:
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith("danaus-tensor") and t not in _BEFORE
+    ]
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.connect(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            return True
+    return False
+
+
+def _settled_thread_count(expected_at_most: int) -> int:
+    """The process's thread count once threads that are ending have ended (polls, no sleep-wait)."""
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    n = threading.active_count()
+    while n > expected_at_most and time.monotonic() < deadline:
+        time.sleep(0.05)
+        n = threading.active_count()
+    return n
+
+
+def _cycle() -> int:
+    """Spawn a one-proc mesh, compute on it, stop it; the store port it used."""
+    from danaus._tensor.engine import engine_for
+
+    pm = this_host().spawn_procs(per_host={"gpu": 1})
+    with pm.activate():
+        engine = engine_for(pm)
+        port = engine.store_port
+        value = danaus.inspect(torch.arange(4.0) * 2)
+        assert "danaus-tensor-send" in _engine_threads()
+    assert torch.equal(value, torch.arange(4.0) * 2)
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    assert engine.closed
+    with pytest.raises(RuntimeError, match="stopped"):
+        engine.send(pm._shape)
+    return port
+
+
+@pytest.mark.timeout(180)
+def test_stopping_the_mesh_ends_the_sender_thread_and_the_rendezvous_store() -> None:
+    _BEFORE.update(threading.enumerate())
+    port = _cycle()
+    assert _engine_threads() == []
+    assert _refused(port), f"the rendezvous store still listens on port {port}"
+    after_one = _settled_thread_count(10**6)
+    for _ in range(2):
+        port = _cycle()
+        assert _engine_threads() == []
+        assert _refused(port)
+    assert _settled_thread_count(after_one) <= after_one
+
+
+def test_activating_a_stopped_mesh_says_so() -> None:
+    pm = this_host().spawn_procs(per_host={"gpu": 1})
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    with pytest.raises(RuntimeError, match="was stopped"):
+        pm.activate()

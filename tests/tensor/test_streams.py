@@ -1,0 +1,164 @@
+"""Streams: ops of different streams run at the same time on a worker, ordered by borrows.
+
+Nothing here measures time. Concurrency is shown with gates (``threading.Event``
+objects inside each worker process, see ``helpers``): an op on ``main`` that
+waits for a gate which only a later op on ``comms`` opens finishes only if the
+two streams run at once. Ordering is shown the other way round: an op waits
+briefly for a gate that only an op which must come *after* it opens, so if
+the order were not kept the later op would see the value from before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+import danaus
+from danaus.actor import ProcMesh
+
+from . import helpers
+from .conftest import COORDS, base, local_base, torch
+
+pytestmark = pytest.mark.torch
+
+_names = itertools.count()
+
+
+def gate_name() -> str:
+    return f"gate-{next(_names)}"
+
+
+def _scalar(*_: Any) -> Any:
+    return torch.empty(())
+
+
+def _fills_first_arg(x: Any, *_: Any) -> None:
+    x.fill_(0.0)  # on meta tensors: tells remote() that x is written in place
+
+
+wait_for_gate = danaus.remote(helpers.wait_for_gate, propagate=_scalar)
+open_gate = danaus.remote(helpers.open_gate, propagate=lambda x, name: x.clone())
+hold_then_fill = danaus.remote(helpers.hold_then_fill, propagate=_fills_first_arg)
+
+# long enough never to pass by itself when the streams do run at once
+SAFETY_S = 30.0
+# how long an op waits for a gate that, when ordering is right, never opens
+BRIEF_S = 1.0
+
+
+def test_ops_on_another_stream_run_while_main_is_blocked(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    name = gate_name()
+    with mesh.activate():
+        waited = wait_for_gate(base(mesh), name, SAFETY_S)  # main: blocks on the gate
+        with comms.activate():
+            # comms: a collective and then the gate, issued after main's wait
+            total = base(mesh).reduce("gpu", "sum")
+            opened = open_gate(total, name)
+    for h, g in COORDS:
+        assert float(danaus.inspect(waited, host=h, gpu=g)) == 1.0, "the streams ran one by one"
+        both = local_base(h, 0) + local_base(h, 1)
+        assert torch.equal(danaus.inspect(opened, host=h, gpu=g), both)
+
+
+def test_a_borrow_waits_for_the_origin_streams_earlier_ops(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    name = gate_name()
+    with mesh.activate():
+        x = torch.zeros(3)
+        hold_then_fill(x, name, BRIEF_S, 5.0)  # main: writes 5 after waiting for the gate
+        view, borrow = comms.borrow(x)
+        with comms.activate():
+            seen = open_gate(view, name)  # reads, then opens the gate
+        borrow.drop()
+    for h, g in COORDS:
+        assert torch.equal(danaus.inspect(seen, host=h, gpu=g), torch.full((3,), 5.0))
+
+
+def test_dropping_a_borrow_makes_the_origin_wait_for_the_borrowers_ops(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    name = gate_name()
+    with mesh.activate():
+        x = torch.zeros(3)
+        view, borrow = comms.borrow(x, mutable=True)
+        with comms.activate():
+            hold_then_fill(view, name, BRIEF_S, 7.0)  # comms: writes 7 after the gate
+        borrow.drop()
+        seen = open_gate(x, name)  # main, after the drop: reads, then opens the gate
+    for h, g in COORDS:
+        assert torch.equal(danaus.inspect(seen, host=h, gpu=g), torch.full((3,), 7.0))
+        assert torch.equal(danaus.inspect(x, host=h, gpu=g), torch.full((3,), 7.0))
+
+
+def test_a_reduction_on_comms_of_a_borrowed_gradient_lands_in_the_original(
+    mesh: ProcMesh,
+) -> None:
+    comms = danaus.Stream("comms")
+    with mesh.activate():
+        g = base(mesh) * 2
+        view, borrow = comms.borrow(g, mutable=True)
+        with comms.activate():
+            view.reduce_("host", "sum")
+        borrow.drop()
+        after = g + 1
+    for h, gg in COORDS:
+        both = (local_base(0, gg) + local_base(1, gg)) * 2
+        assert torch.equal(danaus.inspect(after, host=h, gpu=gg), both + 1)
+
+
+def test_stream_rules_are_checked_on_the_client(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    with mesh.activate():
+        x = torch.ones(3)
+        with comms.activate():
+            with pytest.raises(ValueError, match="active stream is <Stream 'comms'>"):
+                x + 1
+            with pytest.raises(ValueError, match="active stream"):
+                x.reduce("gpu")
+        view, borrow = comms.borrow(x, mutable=True)
+        assert view._stream is comms and "stream='comms'" in repr(view)
+        with pytest.raises(ValueError, match="lent mutably"):
+            x * 2
+        with pytest.raises(ValueError, match="Cannot borrow"):
+            comms.borrow(x)
+        with comms.activate():
+            row = view[0:2]  # a view of the borrowed view ends with the borrow
+            doubled = view * 2  # a new tensor does not
+        borrow.drop()
+        borrow.drop()  # idempotent
+        y = x + 1  # the original is usable again
+        with comms.activate():
+            with pytest.raises(ValueError, match="dropped"):
+                view + 1
+            with pytest.raises(ValueError, match="dropped"):
+                row + 1
+            kept = doubled + 1
+        _frozen, shared = comms.borrow(y)
+        with pytest.raises(ValueError, match="read only"):
+            y.add_(1)
+        with pytest.raises(ValueError, match="mutably"):
+            comms.borrow(y, mutable=True)
+        with pytest.raises(ValueError, match="already on"):
+            danaus.get_active_stream().borrow(y)
+        z = y * 3  # reading while lent immutably is fine
+        shared.drop()
+    assert torch.equal(danaus.inspect(z), torch.full((3,), 6.0))
+    assert torch.equal(danaus.inspect(kept), torch.full((3,), 3.0))
+    assert danaus.get_active_stream().name == "main"
+
+
+def test_a_failure_on_a_mutable_borrow_passes_back_to_the_original(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    with mesh.activate():
+        x = torch.ones(3)
+        view, borrow = comms.borrow(x, mutable=True)
+        with comms.activate():
+            view.add_(view[torch.tensor([7])])  # index out of range: fails on every worker
+        borrow.drop()
+        dependent = x * 2
+        fine = torch.ones(2)
+    with pytest.raises(danaus.RemoteTensorError, match=r"aten::index\.Tensor"):
+        danaus.inspect(dependent)
+    assert torch.equal(danaus.inspect(fine), torch.ones(2))
