@@ -92,6 +92,7 @@ class Connection:
         self.drain_below = -1  # on_drained() once _queued <= this (-1: nobody asked)
         self.on_drained: Callable[[], None] | None = None
         self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
+        self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
         self._writer_armed = False
         self.closed = False
         self.close_exc: BaseException | None = None
@@ -387,6 +388,10 @@ class Connection:
             return
         if self._hs is not None and self._on_handshake_bytes():
             return
+        while self._held_frames:
+            self._on_frame(self, self._held_frames.popleft())
+            if self._paused or self.closed:
+                return
         self.last_recv = self.loop.time()
         decoder = self._decoder
         assert decoder is not None  # made when the handshake succeeded
@@ -407,12 +412,14 @@ class Connection:
             except PeerBrokenError as e:  # malformed (FrameError) or not authentic (AuthError)
                 self._fail(e, cause=None)
                 return
-            for f in frames:
+            for i, f in enumerate(frames):
                 if self.closed:
                     return
                 self._on_frame(self, f)
-            if self._paused:
-                return
+                if self._paused:
+                    # Read already (at most one read's worth): delivered on resume, in order.
+                    self._held_frames.extend(frames[i + 1 :])
+                    return
             if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                 return
 
@@ -456,6 +463,7 @@ class Connection:
             self._unsealed = []
             self._queued = 0
             self._paused.clear()
+            self._held_frames.clear()
         try:
             self.loop.remove_reader(self.fd)
             self.loop.remove_writer(self.fd)
