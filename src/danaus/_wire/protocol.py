@@ -49,6 +49,7 @@ __all__ = [
     "RdmaCheck",
     "RdmaData",
     "RdmaDrop",
+    "RdmaRelease",
     "Ready",
     "Refused",
     "Release",
@@ -65,8 +66,9 @@ __all__ = [
 ]
 
 #: Changes whenever a header's fields or a kind's meaning change. Version 1 was
-#: the untyped protocol of danaus 0.1 (its HELLO had no version).
-PROTOCOL_VERSION = 2
+#: the untyped protocol of danaus 0.1 (its HELLO had no version); version 3 added
+#: the transfer's deadline to RDMA_CHECK, a lease to its answer and RDMA_RELEASE.
+PROTOCOL_VERSION = 3
 
 
 class ProtocolError(FrameError):
@@ -99,6 +101,7 @@ class Kind(enum.IntEnum):
     RDMA_CHECK = 40
     RDMA_DROP = 41
     RDMA_DATA = 42
+    RDMA_RELEASE = 43
 
 
 # -- the runtime --------------------------------------------------------------
@@ -272,6 +275,13 @@ class RdmaCheck(NamedTuple):
     entries: tuple[tuple[int, int, int], ...]  # (buffer id, offset, length)
     port: PortId
     slot: int
+    deadline: float  # the transfer's deadline (time.monotonic() of this host)
+
+
+class RdmaRelease(NamedTuple):
+    """A transfer pinned by these RDMA_CHECK answers (lease ids) has ended."""
+
+    leases: tuple[int, ...]
 
 
 class RdmaDrop(NamedTuple):
@@ -312,6 +322,7 @@ _HEADERS: dict[int, Any] = {
     Kind.RDMA_CHECK: RdmaCheck,
     Kind.RDMA_DROP: RdmaDrop,
     Kind.RDMA_DATA: RdmaData,
+    Kind.RDMA_RELEASE: RdmaRelease,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
