@@ -166,6 +166,8 @@ class Runtime(PeerTable):
         self._room_waiters = 0
         self._delivering: Connection | None = None  # the connection being dispatched
         self._holding: set[Gate] = set()  # gates that paused a connection (I/O thread)
+        self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
+        self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
         self.waits = 0  # threads of this process blocked on a future or a held-back send
         self._waits_lock = threading.Lock()
         # block_hook(True/False) around a held-back send (set by the actor layer: the
@@ -547,6 +549,7 @@ class Runtime(PeerTable):
         if self.on_io_thread() or not self.loop.is_running():
             return  # the I/O thread never blocks (nor a thread before the loop runs)
         low: int = config.get("send_low_water")
+        self.held_back += 1
         self.begin_wait(blocked=True)
         try:
             with self._room:
@@ -603,6 +606,7 @@ class Runtime(PeerTable):
         if conn is None or conn.closed:
             return None
         conn.pause(gate)
+        self.pauses += 1
         self._holding.add(gate)
         return conn
 
