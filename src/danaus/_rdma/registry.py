@@ -207,10 +207,15 @@ def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
         rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, conn, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: _on_drop(rt, msg))
         rt.register(Kind.RDMA_RELEASE, lambda conn, msg: _on_release(msg))
-        rt.lost_callbacks.append(lambda name, reason: release_holder(name))
+        rt.lost_callbacks.append(_holder_lost)
     from . import net  # here, not at the top: net imports this module
 
     net.install(rt)
+
+
+def _holder_lost(name: str, reason: str) -> None:
+    """A proc is lost: the transfers it was doing with our buffers are over."""
+    release_holder(name)
 
 
 def _on_check(rt: Runtime, conn: Connection, frame: Message) -> None:
