@@ -252,8 +252,9 @@ def test_two_actors_flooding_each_other_do_not_deadlock(flooders) -> None:
     fa = a.flood.call_one(b, n, size)
     fb = b.flood.call_one(a, n, size)
     assert fa.get(timeout=60) == n and fb.get(timeout=60) == n
-    assert a.count.call_one().get(timeout=TIMEOUT) - before_a == n
-    assert b.count.call_one().get(timeout=TIMEOUT) - before_b == n
+    # Sent by the other actor, counted by a call of ours: two senders, no order between them.
+    _wait_until(lambda: a.count.call_one().get(timeout=TIMEOUT) - before_a == n, "a took all")
+    _wait_until(lambda: b.count.call_one().get(timeout=TIMEOUT) - before_b == n, "b took all")
 
 
 def test_an_actor_flooding_itself_does_not_deadlock(flooders) -> None:
