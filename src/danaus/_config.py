@@ -135,6 +135,37 @@ SETTINGS: tuple[Setting, ...] = (
         "kept for reuse: faulting in fresh pages costs more than the copy itself.",
     ),
     Setting(
+        "send_high_water",
+        "size",
+        64 * _MiB,
+        "A thread sending to a proc for which this process already holds more than "
+        "this many bytes (queued for a proc still starting, not yet written to its "
+        "connection, or offloaded and not yet read) blocks until they fall to "
+        "send_low_water, or the proc is lost. The I/O thread never blocks (0: never block).",
+    ),
+    Setting(
+        "send_low_water",
+        "size",
+        16 * _MiB,
+        "A sender held back by send_high_water goes on once the bytes held for its "
+        "peer are down to this.",
+    ),
+    Setting(
+        "inbox_high_water",
+        "size",
+        64 * _MiB,
+        "When more than this many bytes wait in an actor's inbox or a port receiver, "
+        "the connections bringing more are not read until they are down to "
+        "inbox_low_water (TCP backpressure on their senders; 0: unbounded).",
+    ),
+    Setting(
+        "inbox_low_water",
+        "size",
+        16 * _MiB,
+        "Connections paused by inbox_high_water are read again once the inbox holds "
+        "no more than this.",
+    ),
+    Setting(
         "coalesce_window",
         "duration",
         0.0,
@@ -479,6 +510,14 @@ SETTINGS: tuple[Setting, ...] = (
         "duration",
         120.0,
         "Bound on spawning a mesh's tensor-engine workers at its first activate().",
+    ),
+    Setting(
+        "rdma_lease_grace",
+        "duration",
+        5.0,
+        "A same-host transfer pins the buffer it uses until it ends; if the reader "
+        "neither finishes nor is lost, the pin expires this long after the "
+        "transfer's own deadline (a drop() waits for the pins).",
     ),
     Setting(
         "rdma_connect_timeout",

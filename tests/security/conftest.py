@@ -14,6 +14,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,3 +232,14 @@ def relay() -> Iterator[Callable[[int], Relay]]:
     yield make
     for r in made:
         r.close()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave this directory's ``slow`` tests out unless a ``-m`` expression is given."""
+    if config.getoption("markexpr"):
+        return
+    here = Path(__file__).parent
+    slow = [i for i in items if i.get_closest_marker("slow") and here in i.path.parents]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i not in slow]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._mesh import Extent, Point
+from .._runtime.flow import Gate, frame_bytes
 from .._runtime.metrics import EndpointStats
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire import codec
@@ -53,6 +54,29 @@ FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 # module", as torch fails). The import system is process-wide state, so one
 # process-wide lock serialises decoding; an uncontended acquire costs ~0.1 us.
 _DECODE_LOCK = threading.RLock()
+
+
+def cell_of_this_thread() -> ActorCell | None:
+    """The cell whose thread this is (any of its tasks), if any."""
+    from .context import _current
+
+    ctx = _current.get()
+    cell = ctx.actor_instance._cell if ctx is not None else None
+    if cell is None or cell.thread is not threading.current_thread():
+        return None
+    return cell  # type: ignore[no-any-return]
+
+
+def on_held_back(blocked: bool) -> None:
+    """``Runtime.block_hook``: an actor's send is held back by backpressure (or no more).
+
+    While it is, its own inbox pauses no connection: the bytes that would
+    unblock it may be behind them (two actors sending to each other).
+    """
+    cell = cell_of_this_thread()
+    if cell is not None:
+        with cell._lock:
+            cell.blocked += 1 if blocked else -1
 
 
 def _decode(frame: Message) -> Any:
@@ -94,6 +118,10 @@ class ActorCell(Failing, DeadlockCheck):
         self._lock = threading.Lock()
         self.serial_task: Any = None
         self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor
+        self.blocked = 0  # sends of this actor held back by backpressure, in progress
+        # Bytes in the inbox: above inbox_high_water the connections bringing more pause,
+        # unless the actor cannot consume now (waiting, or itself held back).
+        self._gate = Gate(rt, self._cannot_consume, high="inbox_high_water", low="inbox_low_water")
         self._queued: dict[int, Message] = {}  # calls in the inbox, for deadlock checks
         self._answered: set[int] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -126,7 +154,11 @@ class ActorCell(Failing, DeadlockCheck):
         if cycles:
             self._refuse_deadlock(frame)
             return
+        self._gate.arrived(frame_bytes(frame))
         self._put((_CALL, frame))
+
+    def _cannot_consume(self) -> bool:
+        return bool(self.waiting or self.blocked or self.stopped)
 
     def undeliverable(self, envelope: Any) -> None:
         """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
@@ -163,6 +195,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _refuse(self, item: Any) -> None:
         """Answer an item that arrived after the actor stopped."""
         if item[0] == _CALL:
+            self._gate.taken(frame_bytes(item[1]))
             header = item[1].header
             if header.port is None and header.sender is not None:
                 what = f"{self._label()}.{header.method}()"
@@ -342,6 +375,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _prepare(self, frame: Message) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
         _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
+        self._gate.taken(frame_bytes(frame))
         with self._lock:
             self._queued.pop(id(frame), None)
             if id(frame) in self._answered:
@@ -506,6 +540,7 @@ class ActorCell(Failing, DeadlockCheck):
 
     def _release(self) -> None:
         """Drop what a stopped actor holds; the cell stays only to answer "was stopped"."""
+        self._gate.close()
         self.instance = None
         self.spawn_frame = None  # type: ignore[assignment]
         self.endpoints = {}

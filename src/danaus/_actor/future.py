@@ -135,6 +135,9 @@ class Future(Generic[R]):
         cell = _waiting_cell()
         if cell is not None:
             cell.begin_wait()
+        rt = _proc.current()
+        if rt is not None:
+            rt.begin_wait()  # backpressure lets go of what this thread may be waiting for
         try:
             if timeout is None:
                 while True:
@@ -153,6 +156,8 @@ class Future(Generic[R]):
                     if self._cf.done() or left <= _WAKE:
                         raise
         finally:
+            if rt is not None:
+                rt.end_wait()
             if cell is not None:
                 cell.end_wait()
 
@@ -214,14 +219,21 @@ class Future(Generic[R]):
             asyncio.get_running_loop()
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
-        cell = _waiting_cell()
-        if cell is None or self._cf.done():
+        if self._cf.done():
             return (yield from self.as_asyncio().__await__())
-        cell.begin_wait()
+        cell = _waiting_cell()
+        rt = _proc.current()
+        if cell is not None:
+            cell.begin_wait()
+        if rt is not None:
+            rt.begin_wait()
         try:
             return (yield from self.as_asyncio().__await__())
         finally:
-            cell.end_wait()
+            if rt is not None:
+                rt.end_wait()
+            if cell is not None:
+                cell.end_wait()
 
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"

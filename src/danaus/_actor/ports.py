@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from .._errors import ActorError
 from .._runtime import host
+from .._runtime.flow import Gate, frame_bytes
 from .._runtime.runtime import STATUS_EXC, STATUS_OK
 from .._wire import codec
 from .._wire.frame import flat
@@ -145,7 +146,11 @@ class _Inbox:
     def __init__(self, rt: Any, once: bool) -> None:
         self._rt = rt
         self._lock = threading.Lock()
-        self._values: collections.deque[tuple[bool, Any]] = collections.deque()
+        self._values: collections.deque[tuple[bool, Any, int]] = collections.deque()
+        # Bytes of the messages nobody has taken yet: above inbox_high_water the
+        # connections bringing more pause, unless a thread of this process is waiting
+        # (it may be the reader, waiting for something behind them).
+        self.gate = Gate(rt, lambda: rt.waits > 0, high="inbox_high_water", low="inbox_low_water")
         self._waiters: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
         self._once = once
         self.port_id: PortId = rt.open_port(self)
@@ -158,9 +163,12 @@ class _Inbox:
         with self._lock:
             waiter = self._waiters.popleft() if self._waiters else None
             if waiter is None:
-                self._values.append((ok, value))
+                n = frame_bytes(frame)
+                self._values.append((ok, value, n))
         if waiter is not None:
             set_future(waiter, ok, value)
+        else:
+            self.gate.arrived(n)
         if self._once:
             self._rt.close_port(self.port_id.port)
 
@@ -171,16 +179,19 @@ class _Inbox:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._values:
-                ok, value = self._values.popleft()
+                ok, value, n = self._values.popleft()
+                self.gate.taken(n)
                 set_future(cf, ok, value)
             else:
                 self._waiters.append(cf)
         return cf
 
 
-def _close_port(rt: Any, port: int, cell: Any) -> None:
+def _close_port(rt: Any, port: int, cell: Any, gate: Gate | None = None) -> None:
     """Close a receiver's port (closed, collected): later sends bounce to their senders."""
     rt.close_port(port)
+    if gate is not None:
+        gate.close()  # nobody will take what it holds: read its connections again
     if cell is not None:
         cell.disown_port(port)
 
@@ -207,7 +218,9 @@ class PortReceiver(Generic[R]):
         cell = _owning_cell()
         if cell is not None:
             cell.own_port(self.port_id.port)
-        self._closer = weakref.finalize(self, _close_port, rt, self.port_id.port, cell)
+        self._closer = weakref.finalize(
+            self, _close_port, rt, self.port_id.port, cell, self._inbox.gate
+        )
 
     def recv(self) -> Future[R]:
         """A future of the next message (or the exception sent with ``Port.exception``).

@@ -22,7 +22,7 @@ from .._runtime import proc as _proc
 from .._runtime.runtime import STATUS_ERROR, STATUS_OK, Runtime
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Message
-from .cell import ActorCell
+from .cell import ActorCell, on_held_back
 
 __all__ = ["install"]
 
@@ -34,6 +34,7 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
     rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(rt, msg))
     rt.register(Kind.STOP_ACTOR, lambda conn, msg: _on_stop_actor(rt, msg))
     rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(rt, msg))
+    rt.block_hook = on_held_back
 
 
 def _on_spawn(rt: Runtime, frame: Message) -> None:

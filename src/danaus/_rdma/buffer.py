@@ -197,15 +197,18 @@ class RDMABuffer:
     def drop(self) -> Future[None]:
         """Release the registration: the owner stops holding the memory. Returns at once.
 
-        Later transfers with this buffer, anywhere, fail with ``RDMAError``.
-        Dropping twice, or after the owner died, is harmless. Do not drop
-        while a transfer with the buffer is still running.
+        Transfers that start after the drop, anywhere, fail with ``RDMAError``.
+        Transfers already under way on the owner's host keep the memory
+        pinned and finish first: the future completes once the last of them
+        has ended (or its reader was lost, or its deadline passed by
+        ``rdma_lease_grace``), and only then may the memory be freed or
+        reused. Wait for it (``drop().get()``) before reusing the memory.
+        Dropping twice, or after the owner died, is harmless.
         """
         rt = ensure_runtime()
         what = f"drop of {self}"
         if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
-            registry.drop([self._id])
-            return Future._resolved(None, what)
+            return Future._create(registry.drop([self._id]), what)
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def on_value(index: int, ok: bool, value: Any) -> None:

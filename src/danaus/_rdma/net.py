@@ -308,30 +308,14 @@ def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSe
             op, buffer_id, addr, size, offset, nbytes = _REQ.unpack(head)
             if op not in (FETCH, STORE):
                 return  # not our protocol: close
-            reg, why = registry.lookup(buffer_id, addr, size)
-            if reg is not None and offset + nbytes > reg.nbytes:
-                why = f"a request for bytes {offset}..{offset + nbytes} is out of range"
-            elif reg is not None and op == STORE and reg.readonly:
-                why = "it is read-only"
-            if why is not None or reg is None:
-                if op == STORE:
-                    _drain(sock, nbytes + (TAG if session is not None else 0))
-                    if session is not None:
-                        session.skip_recv()  # the payload's tag: its bytes are thrown away
-                msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
-                _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
-                continue
-            # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
-            view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
-            if op == FETCH:
-                _send_all(sock, _seal(session, [_RESP.pack(_OK, 0), view]))
-            else:
-                # The request was authentic; the payload's own tag catches bytes altered
-                # on the way (the transfer then fails: its data is not to be trusted).
-                _recv_into(sock, view)
-                _check(sock, session, b"", view)
-                _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-            del view, reg
+            # Pinned for this request: a drop() meanwhile waits until it is answered.
+            answers, lease_id, regs = registry.lease([(buffer_id, addr, size)])
+            why = answers[0]
+            reg = regs[0] if regs else None
+            try:
+                _answer(sock, session, op, reg, why, offset, nbytes)
+            finally:
+                registry.release(lease_id)
     except (OSError, AuthError):
         pass  # the requester went away or failed the handshake: it hears from its side
     finally:
@@ -340,6 +324,41 @@ def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSe
             sock.close()
         except OSError:  # pragma: no cover
             pass
+
+
+def _answer(
+    sock: socket.socket,
+    session: Session | None,
+    op: int,
+    reg: registry.Registration | None,
+    why: str | None,
+    offset: int,
+    nbytes: int,
+) -> None:
+    """Serve one FETCH or STORE of a pinned registration (or refuse it, saying why)."""
+    if reg is not None and offset + nbytes > reg.nbytes:
+        why = f"a request for bytes {offset}..{offset + nbytes} is out of range"
+    elif reg is not None and op == STORE and reg.readonly:
+        why = "it is read-only"
+    if why is not None or reg is None:
+        if op == STORE:
+            _drain(sock, nbytes + (TAG if session is not None else 0))
+            if session is not None:
+                session.skip_recv()  # the payload's tag: its bytes are thrown away
+        msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
+        _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
+        return
+    # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
+    view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
+    if op == FETCH:
+        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0), view]))
+    else:
+        # The request was authentic; the payload's own tag catches bytes altered
+        # on the way (the transfer then fails: its data is not to be trusted).
+        _recv_into(sock, view)
+        _check(sock, session, b"", view)
+        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
+    del view, reg
 
 
 def _drain(sock: socket.socket, nbytes: int) -> None:

@@ -18,10 +18,16 @@ handle to a dropped buffer can never name a later one.
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
 from .._runtime.runtime import STATUS_OK, Runtime
+from .._transport.conn import Connection
 from .._wire.protocol import Kind, Message
 from .memory import LocalMemory
 
@@ -30,26 +36,42 @@ __all__ = [
     "check",
     "drop",
     "install",
-    "lookup",
+    "lease",
     "register",
+    "release",
 ]
+
+log = logging.getLogger("danaus.rdma")
 
 
 class Registration:
-    """Registered memory: where it is, and the object that keeps it alive."""
+    """Registered memory: where it is, the object that keeps it alive, and its pins."""
 
-    __slots__ = ("addr", "memory", "nbytes", "readonly")
+    __slots__ = ("addr", "leases", "memory", "nbytes", "readonly", "waiters")
 
     def __init__(self, memory: LocalMemory) -> None:
         self.memory = memory
         self.addr = memory.addr
         self.nbytes = memory.nbytes
         self.readonly = memory.readonly
+        self.leases = 0  # transfers under way with this memory (each pins it)
+        self.waiters: list[Callable[[], None]] = []  # drops waiting for the pins to go
+
+
+class _Lease:
+    __slots__ = ("holder", "regs", "timer")
+
+    def __init__(self, regs: list[Registration], holder: str | None) -> None:
+        self.regs = regs
+        self.holder = holder  # the proc doing the transfer (None: this process)
+        self.timer: Any = None  # expiry (leases held by another proc)
 
 
 _lock = threading.Lock()
 _next_id = 1  # ids count up and are never reused
 _registered: dict[int, Registration] = {}
+_leases: dict[int, _Lease] = {}
+_next_lease = 1
 
 
 def register(memory: LocalMemory) -> int:
@@ -64,30 +86,103 @@ def register(memory: LocalMemory) -> int:
 
 def check(buffer_id: int, addr: int, nbytes: int) -> str | None:
     """None if ``buffer_id`` is registered here as ``(addr, nbytes)``, else why not."""
-    return lookup(buffer_id, addr, nbytes)[1]
-
-
-def lookup(buffer_id: int, addr: int, nbytes: int) -> tuple[Registration | None, str | None]:
-    """``(registration, None)`` if ``buffer_id`` is registered here as ``(addr, nbytes)``.
-
-    Otherwise ``(None, why not)``. Holding the registration keeps its memory
-    alive, even if the buffer is dropped meanwhile.
-    """
     with _lock:
-        reg = _registered.get(buffer_id)
-        issued = buffer_id < _next_id
+        return _lookup_locked(buffer_id, addr, nbytes)[1]
+
+
+def _lookup_locked(
+    buffer_id: int, addr: int, nbytes: int
+) -> tuple[Registration | None, str | None]:
+    reg = _registered.get(buffer_id)
     if reg is None:
-        return None, "it was dropped" if issued else "it is not registered"
+        return None, "it was dropped" if buffer_id < _next_id else "it is not registered"
     if reg.addr != addr or reg.nbytes != nbytes:  # pragma: no cover - ids are never reused
         return None, "its registration does not match the handle"
     return reg, None
 
 
-def drop(buffer_ids: list[int]) -> None:
-    """Forget ``buffer_ids`` (unknown ids are ignored): their memory is no longer held."""
+def lease(
+    entries: Any, holder: str | None = None
+) -> tuple[list[str | None], int | None, list[Registration]]:
+    """Check ``entries`` ``(id, addr, nbytes)`` and, if all are good, pin them.
+
+    Returns ``(answers, lease, registrations)``: one ``None`` or reason per
+    entry, and a lease id when every answer is ``None``. Until
+    :func:`release` (lease), a :func:`drop` of any of them waits and their
+    memory stays alive.
+    """
+    global _next_lease
     with _lock:
+        found = [_lookup_locked(*entry) for entry in entries]
+        answers = [why for _, why in found]
+        if any(why is not None for why in answers):
+            return answers, None, []
+        regs = [reg for reg, _ in found if reg is not None]
+        lease_id = _next_lease
+        _next_lease += 1
+        for reg in regs:
+            reg.leases += 1
+        _leases[lease_id] = _Lease(regs, holder)
+    return answers, lease_id, regs
+
+
+def release(lease_id: int | None) -> None:
+    """End a lease (unknown ids are ignored); drops waiting for it may complete."""
+    if lease_id is None:
+        return
+    with _lock:
+        held = _leases.pop(lease_id, None)
+        if held is None:
+            return
+        ready: list[Callable[[], None]] = []
+        for reg in held.regs:
+            reg.leases -= 1
+            if reg.leases == 0:
+                ready += reg.waiters
+                reg.waiters = []
+    if held.timer is not None:
+        held.timer.cancel()
+    for cb in ready:
+        cb()
+
+
+def release_holder(holder: str) -> list[int]:
+    """End every lease held by proc ``holder`` (it is lost); returns their ids."""
+    with _lock:
+        ids = [i for i, held in _leases.items() if held.holder == holder]
+    for lease_id in ids:
+        release(lease_id)
+    return ids
+
+
+def drop(buffer_ids: list[int]) -> concurrent.futures.Future[None]:
+    """Forget ``buffer_ids`` (unknown ids are ignored): later transfers fail at once.
+
+    Transfers already under way (leases) keep the memory alive and finish
+    first: the returned future completes when the last of them has ended,
+    and only then is the memory no longer held.
+    """
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+    with _lock:
+        pinned = []
         for buffer_id in buffer_ids:
-            _registered.pop(buffer_id, None)
+            reg = _registered.pop(buffer_id, None)
+            if reg is not None and reg.leases:
+                pinned.append(reg)
+        left = [len(pinned)]
+
+        def one_gone() -> None:
+            with _lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                done.set_result(None)
+
+        for reg in pinned:
+            reg.waiters.append(one_gone)
+    if not pinned:
+        done.set_result(None)
+    return done
 
 
 def registered_count() -> int:
@@ -103,28 +198,75 @@ def registered_buffers() -> list[dict[str, Any]]:
     return [{"id": i, "nbytes": r.nbytes, "readonly": r.readonly} for i, r in regs]
 
 
+def lease_count() -> int:
+    """How many transfers with this process's buffers are under way."""
+    with _lock:
+        return len(_leases)
+
+
 # -- the runtime side: answered on the I/O thread ----------------------------------
 
 
 def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
     """Register the RDMA frame handlers on ``rt`` (idempotent)."""
     if rt.handlers.get(Kind.RDMA_CHECK) is None:
-        rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, msg))
+        rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, conn, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: _on_drop(rt, msg))
         rt.observers["rdma"] = registered_buffers
+        rt.register(Kind.RDMA_RELEASE, lambda conn, msg: _on_release(msg))
+        rt.lost_callbacks.append(_holder_lost)
     from . import net  # here, not at the top: net imports this module
 
     net.install(rt)
 
 
-def _on_check(rt: Runtime, frame: Message) -> None:
-    entries, port, index = frame.header
-    answers = [check(buffer_id, addr, nbytes) for buffer_id, addr, nbytes in entries]
-    rt.reply(port, index, STATUS_OK, answers)
+def _holder_lost(name: str, reason: str) -> None:
+    """A proc is lost: the transfers it was doing with our buffers are over."""
+    release_holder(name)
+
+
+def _on_check(rt: Runtime, conn: Connection, frame: Message) -> None:
+    """Check and pin the buffers another proc of this host is about to copy (I/O thread).
+
+    The pin lasts until its RDMA_RELEASE, the holder's loss, or
+    ``rdma_lease_grace`` past the transfer's own deadline (a monotonic time:
+    the holder is on this host, whose monotonic clock we share).
+    """
+    entries, port, index, deadline = frame.header
+    holder = conn.peer.name if conn.peer is not None else None
+    answers, lease_id, _ = lease(entries, holder)
+    if lease_id is not None:
+        delay = max(0.0, float(deadline) - time.monotonic()) + config.get("rdma_lease_grace")
+        timer = rt.loop.call_later(delay, _expire, lease_id)
+        with _lock:
+            held = _leases.get(lease_id)
+            if held is not None:
+                held.timer = timer
+    rt.reply(port, index, STATUS_OK, (answers, lease_id))
+
+
+def _expire(lease_id: int) -> None:
+    with _lock:
+        held = _leases.get(lease_id)
+        if held is None:
+            return
+        held.timer = None
+    log.warning(
+        "an RDMA transfer by proc %s outlived its deadline without ending; its pin on "
+        "the buffer is released",
+        held.holder,
+    )
+    release(lease_id)
+
+
+def _on_release(frame: Message) -> None:
+    for lease_id in frame.header.leases:
+        release(lease_id)
 
 
 def _on_drop(rt: Runtime, frame: Message) -> None:
     buffer_ids, port, index = frame.header
-    drop(list(buffer_ids))
+    done = drop(list(buffer_ids))
     if port is not None:
-        rt.reply(port, index, STATUS_OK, None)
+        # Answered once the transfers under way have ended (the memory is then free).
+        done.add_done_callback(lambda _: rt.reply(port, index, STATUS_OK, None))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import functools
 import os
 import socket
 import threading
@@ -41,7 +42,7 @@ from .._runtime.host import ensure_runtime
 from .._runtime.runtime import Runtime
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
-from .._wire.protocol import Message, RdmaCheck, RdmaData
+from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import net, registry, vm
 from .errors import RDMAError, RDMAOwnerLostError
 from .memory import LocalMemory
@@ -160,7 +161,9 @@ class Transfer:
         me = (rt.proc_id.name, os.getpid())
         for key, ops in groups.items():
             if key == me:
-                self._checked(ops, [registry.check(*_entry(op)) for op in ops], local=True)
+                answers, lease_id, _ = registry.lease([_entry(op) for op in ops])
+                release = functools.partial(registry.release, lease_id)
+                self._checked(ops, answers, local=True, release=release)
             elif same_host(ops[0].buf, rt):
                 self._check_remote(rt, ops)
             else:
@@ -211,7 +214,15 @@ class Transfer:
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if ok:
-                self._checked(ops, list(value), local=False)
+                answers, lease_id = value
+                release = _Once(
+                    lambda: (
+                        rt.send(owner, RdmaRelease((lease_id,)), on_fail=_ignore)
+                        if lease_id is not None
+                        else None
+                    )
+                )
+                self._checked(ops, list(answers), local=False, release=release)
             elif isinstance(value, SupervisionError):
                 reason = value.reason or str(value)
                 self._fail(_owner_lost(self._label(ops[0]), ops[0].buf, reason, value))
@@ -225,20 +236,39 @@ class Transfer:
         entries = tuple(_entry(op) for op in ops)
         rt.send(
             owner,
-            RdmaCheck(entries, coll.port, 0),
+            RdmaCheck(entries, coll.port, 0, self._deadline),
             on_fail=lambda reason: coll.fail(0, reason),
         )
 
-    def _checked(self, ops: list[Op], answers: list[str | None], *, local: bool) -> None:
-        """The owner answered for ``ops``: fail on the first bad handle, else copy."""
+    def _checked(
+        self,
+        ops: list[Op],
+        answers: list[str | None],
+        *,
+        local: bool,
+        release: Callable[[], Any],
+    ) -> None:
+        """The owner answered for ``ops``: fail on the first bad handle, else copy.
+
+        The owner pinned the buffers (a lease) if every answer was good;
+        ``release`` ends the pin once every copy has returned, whatever the
+        outcome, so a ``drop()`` on the owner never frees memory under a copy.
+        """
         for op, why in zip(ops, answers, strict=True):
             if why is not None:
+                release()
                 self._fail(self._unusable(op, why))
                 return
         if self.cf.done():
+            release()
             return
         parts = [(op, off, n) for op in ops for off, n in _split(op.nbytes)]
-        self._launch(_executor(), self._run_part, [(*part, local) for part in parts])
+        if not parts:
+            release()
+        finished = _Countdown(len(parts), release)
+        self._launch(
+            _executor(), self._run_part, [(*part, local, finished) for part in parts], finished
+        )
 
     def _unusable(self, op: Op, why: str) -> RDMAError:
         return RDMAError(
@@ -249,16 +279,28 @@ class Transfer:
             owner=op.buf.owner,
         )
 
-    def _launch(self, pool: Any, run: Callable[..., None], parts: list[Any]) -> None:
-        """Run ``run(*part)`` for every part on ``pool``; the group they replace is done."""
+    def _launch(
+        self,
+        pool: Any,
+        run: Callable[..., None],
+        parts: list[Any],
+        finished: Callable[[], None] | None = None,
+    ) -> None:
+        """Run ``run(*part)`` for every part on ``pool``; the group they replace is done.
+
+        ``finished()`` is called once for each part that could not be started.
+        """
         with self._lock:
             self._left += len(parts) - 1
             last = self._left == 0
-        for part in parts:
+        for i, part in enumerate(parts):
             try:
                 pool.submit(run, *part)
             except RuntimeError as e:  # the interpreter is shutting down
                 self._fail(RDMAError(f"{self.what} failed: {e}", buffer=str(part[0].buf)))
+                if finished is not None:
+                    for _ in parts[i:]:
+                        finished()
                 return
         if last:
             set_future(self.cf, True, None)
@@ -375,10 +417,23 @@ class Transfer:
 
     # -- copies (worker threads) --
 
-    def _run_part(self, op: Op, off: int, n: int, local: bool) -> None:
-        if self.cf.done():
+    def _run_part(
+        self, op: Op, off: int, n: int, local: bool, finished: Callable[[], None]
+    ) -> None:
+        try:
+            self._copy_part(op, off, n, local)
+        finally:
+            finished()  # the owner's pin ends once every part has stopped touching it
+
+    def _stop(self) -> bool:
+        """Give up between chunks: the transfer failed, or its deadline passed (the
+        owner's pin expires after the deadline, so no chunk may start after it)."""
+        return self.cf.done() or time.monotonic() >= self._deadline
+
+    def _copy_part(self, op: Op, off: int, n: int, local: bool) -> None:
+        if self._stop():
             return
-        stop: Callable[[], bool] = self.cf.done
+        stop: Callable[[], bool] = self._stop
         try:
             if local:  # our own buffer: a plain memmove, no system call needed
                 if op.write:
@@ -452,6 +507,40 @@ class _OwnerWatch:
     def close(self) -> None:
         self.rt.close_port(self.port.port)
         self.rt.unwatch([self.owner.name], self.port.port)
+
+
+class _Countdown:
+    """Calls ``fn`` when it has been called ``n`` times (from any threads)."""
+
+    def __init__(self, n: int, fn: Callable[[], Any]) -> None:
+        self._n = n
+        self._fn = fn
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._n -= 1
+            last = self._n == 0
+        if last:
+            self._fn()
+
+
+class _Once:
+    """Calls ``fn`` the first time it is called."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn: Callable[[], Any] | None = fn
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+
+def _ignore(reason: str) -> None:
+    pass
 
 
 def _entry(op: Op) -> tuple[int, int, int]:

@@ -58,6 +58,10 @@ def _probe() -> tuple[int, int]:
     return _probe_addr, len(_PROBE)
 
 
+def _size(copies: Any) -> int:
+    return sum(len(c) for c in copies)
+
+
 def _bucket(n: int) -> int:
     return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
 
@@ -71,6 +75,7 @@ class Offloader:
         self.enabled = self.min > 0 and vm.available()
         self.ok_peers: set[str] = set()  # peers that can read our memory
         self._held: dict[int, tuple[str, list[Any]]] = {}
+        self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
         self._next = 0
         self._lock = threading.Lock()
         self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
@@ -127,6 +132,7 @@ class Offloader:
             self._next += 1
             token = self._next
             self._held[token] = (peer, list(copies.values()))
+            self._held_bytes[peer] = self._held_bytes.get(peer, 0) + _size(copies.values())
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return wire(Offload(token, tuple(descs), header)), small
 
@@ -155,17 +161,30 @@ class Offloader:
                 self._pool.setdefault(size, []).append(mapping)
                 self._pooled += size
 
+    def held_bytes(self, peer: str) -> int:
+        """Bytes offloaded to ``peer`` that it has not released yet (what we hold for it)."""
+        return self._held_bytes.get(peer, 0)
+
     def _on_release(self, conn: Connection, msg: Message) -> None:
         with self._lock:
             held = self._held.pop(msg.header.token, None)
             if held is not None:
-                self._recycle(held[1])
+                peer, copies = held
+                left = self._held_bytes.get(peer, 0) - _size(copies)
+                if left > 0:
+                    self._held_bytes[peer] = left
+                else:
+                    self._held_bytes.pop(peer, None)
+                self._recycle(copies)
+        if held is not None:
+            self.rt.notify_room()
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
             self.ok_peers.discard(name)
             for token in [t for t, (p, _) in self._held.items() if p == name]:
                 del self._held[token]  # not reused: a lost reader might still be reading
+            self._held_bytes.pop(name, None)
 
     def _on_offload(self, conn: Connection, msg: Message) -> None:
         token, descs, inner = msg.header

@@ -31,13 +31,24 @@ log = logging.getLogger("danaus.runtime")
 class _Peer:
     """Our outbound side towards one proc."""
 
-    __slots__ = ("conn", "lost", "pending", "proc", "queue", "ready_cbs", "spawned", "stopping")
+    __slots__ = (
+        "conn",
+        "lost",
+        "pending",
+        "proc",
+        "queue",
+        "queued_bytes",
+        "ready_cbs",
+        "spawned",
+        "stopping",
+    )
 
     def __init__(self, proc: ProcId, pending: bool) -> None:
         self.proc = proc
         self.conn: Connection | None = None
         self.pending = pending  # waiting for READY before connecting
         self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
+        self.queued_bytes = 0  # the bytes in queue (bounded: senders block above a mark)
         self.lost: str | None = None
         self.stopping = False
         self.spawned = pending  # we spawned it: its host agent will report how it exited
@@ -66,6 +77,9 @@ class PeerTable:
         raise NotImplementedError
 
     def _connect(self, peer: _Peer) -> None:
+        raise NotImplementedError
+
+    def notify_room(self) -> None:
         raise NotImplementedError
 
     # -- peers: expected, ready, lost ----------------------------------------
@@ -208,11 +222,13 @@ class PeerTable:
                 return
             peer.lost = reason
             queued, peer.queue = peer.queue, []
+            peer.queued_bytes = 0
             cbs, peer.ready_cbs = peer.ready_cbs, []
             conn = peer.conn
             watchers = self._watchers.pop(name, set())
         if conn is not None and not conn.closed:
             conn.close()
+        self.notify_room()  # senders held back by this peer's backlog give up
         # Every waiter is told, even if telling one of them fails.
         calls: list[Callable[[], Any]] = []
         calls += [functools.partial(f, reason) for _, f in queued if f is not None]

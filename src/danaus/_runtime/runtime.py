@@ -15,6 +15,12 @@ each incoming frame by its kind (the table and the headers are in
     other  -> the one handler a higher layer registered for the kind
               (``register``; a second registration for a kind is refused)
 
+Backpressure: a thread other than the I/O thread that sends to a peer whose
+outbound bytes (queued for a proc still starting, in the connection's
+backlog, offloaded and not yet released) exceed ``send_high_water`` blocks
+until they fall to ``send_low_water`` or the peer is lost; consumers that
+fall behind pause the connections that feed them (``flow.Gate``).
+
 Failure detection: a peer is *lost* when its connection hits EOF or an
 error, when connecting to it is refused, or when the host agent reports its
 exit. Everything waiting on a lost peer is told at once (ports watching it,
@@ -55,6 +61,7 @@ from .._wire.protocol import (
     decode,
     wire,
 )
+from .flow import Gate
 from .metrics import Tracer
 from .offload import Offloader
 from .peers import PeerTable, _Peer
@@ -161,6 +168,18 @@ class Runtime(PeerTable):
         self.metrics: bool = bool(config.get("metrics"))
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
+        # backpressure
+        self._room = threading.Condition(threading.Lock())  # senders waiting for a backlog
+        self._room_waiters = 0
+        self._delivering: Connection | None = None  # the connection being dispatched
+        self._holding: set[Gate] = set()  # gates that paused a connection (I/O thread)
+        self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
+        self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
+        self.waits = 0  # threads of this process blocked on a future or a held-back send
+        self._waits_lock = threading.Lock()
+        # block_hook(True/False) around a held-back send (set by the actor layer: the
+        # blocked actor's inbox stops pausing connections meanwhile)
+        self.block_hook: Callable[[bool], None] | None = None
 
     def register(self, kind: Kind, handler: Handler) -> None:
         """Handle frames of ``kind`` with ``handler(conn, message)`` on the I/O thread.
@@ -266,7 +285,9 @@ class Runtime(PeerTable):
         for conn in conns:
             if conn.closed:
                 continue
-            if now - conn.last_recv > timeout:
+            if conn.paused:
+                pass  # we stopped reading it (backpressure): its silence is ours
+            elif now - conn.last_recv > timeout:
                 why = (
                     "the host is unreachable (partitioned) or frozen"
                     if conn.tcp
@@ -430,10 +451,13 @@ class Runtime(PeerTable):
         if handler is None:
             log.error("no handler for frame kind %s from %s", msg.kind.name, conn.peer)
             return
+        outer, self._delivering = self._delivering, conn
         try:
             handler(conn, msg)
         except Exception:
             log.exception("danaus internal error while handling a %s frame", msg.kind.name)
+        finally:
+            self._delivering = outer
 
     def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
         self._accepted.discard(conn)
@@ -483,11 +507,13 @@ class Runtime(PeerTable):
         waits for the peer to come up), ``on_fail(reason)`` is called, or
         :class:`SupervisionError` raised if there is no ``on_fail``.
         """
+        peer = self._peers.get(proc.name)
+        if peer is not None and self._outbound(peer) > self._send_high:
+            self._wait_for_room(peer)
         raw = wire(header)
         if buffers and self.offload.ok_peers:
             raw, buffers = self.offload.wrap(proc.name, raw, buffers)
         parts = encode_frame(raw, body, buffers)
-        peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
                 peer.conn.send(parts)
@@ -502,6 +528,7 @@ class Runtime(PeerTable):
                 # Sent later: keep a snapshot (the caller may change its arrays now).
                 owned = [p if isinstance(p, bytes) else bytes(flat(p)) for p in parts]
                 peer.queue.append((owned, on_fail))
+                peer.queued_bytes += sum(len(p) for p in owned)
                 if not peer.pending and len(peer.queue) == 1:
                     self.call_soon(self._connect, peer)
                 return
@@ -517,6 +544,99 @@ class Runtime(PeerTable):
             on_fail(lost)
         else:
             raise SupervisionError(f"proc {proc.name} is unreachable: {lost}", reason=lost)
+
+    # -- backpressure --------------------------------------------------------
+
+    @property
+    def _send_high(self) -> int:
+        high: int = config.get("send_high_water")
+        return high if high > 0 else 1 << 62
+
+    def _outbound(self, peer: _Peer) -> int:
+        """Bytes on their way to ``peer`` that this process still holds."""
+        conn = peer.conn
+        n = peer.queued_bytes + self.offload.held_bytes(peer.proc.name)
+        if conn is not None:
+            n += conn.backlog_bytes
+        return n
+
+    def _wait_for_room(self, peer: _Peer) -> None:
+        """Block until what we hold for ``peer`` falls to the low-water mark (not on the
+        I/O thread, which never blocks), or ``peer`` is lost, or we close."""
+        if self.on_io_thread() or not self.loop.is_running():
+            return  # the I/O thread never blocks (nor a thread before the loop runs)
+        low: int = config.get("send_low_water")
+        self.held_back += 1
+        self.begin_wait(blocked=True)
+        try:
+            with self._room:
+                self._room_waiters += 1
+                try:
+                    while peer.lost is None and not self.closed:
+                        conn = peer.conn
+                        if self._outbound(peer) <= low:
+                            return
+                        if conn is not None and conn.closed:
+                            return  # the loss is on its way; send() reports it
+                        if conn is not None:
+                            conn.want_drain(low)
+                        # Woken by a drain, a release or a loss; the timeout only
+                        # re-checks (a wake-up is never needed for correctness).
+                        self._room.wait(0.5)
+                finally:
+                    self._room_waiters -= 1
+        finally:
+            self.end_wait(blocked=True)
+
+    def notify_room(self) -> None:
+        """Wake senders waiting for a backlog to drain (any thread)."""
+        if self._room_waiters:
+            with self._room:
+                self._room.notify_all()
+
+    def begin_wait(self, *, blocked: bool = False) -> None:
+        """A thread of this process starts waiting (a future, a held-back send).
+
+        Gates that paused a connection let go if their consumer may be that
+        thread: what it waits for may be behind the paused bytes.
+        """
+        with self._waits_lock:
+            self.waits += 1
+        if blocked and self.block_hook is not None:
+            self.block_hook(True)
+        if self._holding:
+            self.call_soon(self._exemptions_changed)
+
+    def end_wait(self, *, blocked: bool = False) -> None:
+        if blocked and self.block_hook is not None:
+            self.block_hook(False)
+        with self._waits_lock:
+            self.waits -= 1
+
+    def _exemptions_changed(self) -> None:
+        for gate in list(self._holding):
+            gate.exempt_changed()
+
+    def pause_delivering(self, gate: Gate) -> Connection | None:
+        """Stop reading the connection whose frame is being dispatched (I/O thread)."""
+        conn = self._delivering
+        if conn is None or conn.closed:
+            return None
+        conn.pause(gate)
+        self.pauses += 1
+        self._holding.add(gate)
+        return conn
+
+    def resume_reading(self, conns: list[Connection], gate: Gate) -> None:
+        """Read ``conns`` again, as far as ``gate`` is concerned (any thread)."""
+
+        def resume() -> None:
+            if not gate.holding:
+                self._holding.discard(gate)
+            for conn in conns:
+                conn.resume(gate)
+
+        self.call_soon(resume)
 
     def _connect(self, peer: _Peer) -> None:
         if peer.conn is not None or peer.lost is not None or peer.pending:
@@ -550,7 +670,10 @@ class Runtime(PeerTable):
             for parts, _ in peer.queue:
                 conn.send(parts)
             peer.queue = []
+            peer.queued_bytes = 0
             peer.conn = conn
+        conn.on_drained = self.notify_room
+        self.notify_room()
 
     def _on_outbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
         proc = conn.peer

@@ -10,6 +10,14 @@ caller passed, even if it changes its arrays after ``send()`` returns. When
 the peer breaks (EOF, reset, a bad frame) ``on_close(conn, exc)`` runs once on
 the I/O thread.
 
+Flow control: ``backlog_bytes`` counts what waits to be written (the runtime
+blocks senders on other threads above a high-water mark; the I/O thread
+itself never blocks), and ``on_drained`` runs on the I/O thread once the
+backlog falls to ``drain_below`` after someone asked (``want_drain``). A
+receiver that cannot take more pauses reading (``pause``/``resume``): the
+peer's writes then back up in the kernel and, beyond it, in the peer's own
+backlog, which blocks the peer's senders in turn.
+
 A TCP connection with a job secret runs the handshake (``auth.py``) before
 anything else, allocates its decode buffer only once it succeeded, and then
 seals every frame it sends and checks every frame it receives with the
@@ -80,6 +88,11 @@ class Connection:
         self._flush_deadline: float | None = None
         self._lock = threading.Lock()
         self._backlog: collections.deque[memoryview] = collections.deque()
+        self._queued = 0  # bytes in _backlog and _unsealed: what waits to be written
+        self.drain_below = -1  # on_drained() once _queued <= this (-1: nobody asked)
+        self.on_drained: Callable[[], None] | None = None
+        self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
+        self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
         self._writer_armed = False
         self.closed = False
         self.close_exc: BaseException | None = None
@@ -195,6 +208,8 @@ class Connection:
             self._session = session
             for parts in self._unsealed:
                 self._backlog.extend(_views(self._sealed(parts)))
+                if self._session is not None:
+                    self._queued += TAG
             self._unsealed = []
             if self._backlog:
                 self._arm_writer_locked()
@@ -230,22 +245,24 @@ class Connection:
             if self._hs is not None:
                 # Sealed once the handshake gives the key; a snapshot, since the caller
                 # may change its arrays as soon as we return.
-                self._unsealed.append(_owned(_views(parts)))
+                owned = _owned(_views(parts))
+                self._unsealed.append(owned)
+                self._queued += _nbytes(owned)
                 return
             parts = self._sealed(parts)
             if self._backlog or self._tls_pending:
-                self._backlog.extend(_owned(_views(parts)))
+                self._queue_locked(_owned(_views(parts)))
                 return
             if self.tls and not _on_loop_thread(self.loop):
                 # An SSL object must not be used by two threads at once (the I/O thread
                 # reads it): let the I/O thread write.
-                self._backlog.extend(_owned(_views(parts)))
+                self._queue_locked(_owned(_views(parts)))
                 self._arm_writer_locked()
                 return
             if burst and window > 0 and not _on_loop_thread(self.loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
-                self._backlog.extend(_owned(_views(parts)))
+                self._queue_locked(_owned(_views(parts)))
                 self._arm_writer_locked()
                 return
             try:
@@ -254,15 +271,30 @@ class Connection:
                 sent = 0
             except OSError as e:
                 # The reader will notice too; keep the frame so nothing is silently lost.
-                self._backlog.extend(_owned(_views(parts)))
+                self._queue_locked(_owned(_views(parts)))
                 self._arm_writer_locked()
                 del e
                 return
             total = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
             if sent == total:
                 return
-            self._backlog.extend(_owned(_skip(_views(parts), sent)))
+            self._queue_locked(_owned(_skip(_views(parts), sent)))
             self._arm_writer_locked()
+
+    def _queue_locked(self, views: list[memoryview]) -> None:
+        self._backlog.extend(views)
+        self._queued += _nbytes(views)
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes queued and not yet written to the socket (any thread; a snapshot)."""
+        return self._queued
+
+    def want_drain(self, below: int) -> None:
+        """Call ``on_drained()`` (I/O thread) once the backlog is at most ``below`` bytes."""
+        with self._lock:
+            if self.drain_below < 0 or below < self.drain_below:
+                self.drain_below = below
 
     def _arm_writer_locked(self) -> None:
         if self._writer_armed:
@@ -278,27 +310,34 @@ class Connection:
             self.loop.add_writer(self.fd, self._on_writable)
 
     def _on_writable(self) -> None:
+        err: BaseException | None = None
         with self._lock:
             while self._backlog:
                 batch = list(_take(self._backlog, _MAX_IOV))
                 try:
                     sent = self._write(batch)
                 except _WOULD_BLOCK:
-                    return
+                    break
                 except OSError as e:
-                    err: BaseException = e
+                    err = e
                     break
                 rest = list(_skip(batch, sent))
                 for _ in batch:
                     self._backlog.popleft()
                 self._backlog.extendleft(reversed(rest))
+                self._queued -= sent
                 if rest:
-                    return
+                    break
             else:
                 self._writer_armed = False
                 self.loop.remove_writer(self.fd)
-                return
-        self._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
+            drained = err is None and self.drain_below >= 0 and self._queued <= self.drain_below
+            if drained:
+                self.drain_below = -1
+        if err is not None:
+            self._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
+        elif drained and self.on_drained is not None:
+            self.on_drained()
 
     # -- reading (I/O thread) -------------------------------------------
 
@@ -323,12 +362,45 @@ class Connection:
         self.bytes_sent += sent
         return sent
 
+    def pause(self, who: Any) -> None:
+        """Stop reading until every ``who`` that paused has resumed (I/O thread).
+
+        Frames already read are still delivered. While paused, the peer's
+        writes back up in the kernel and then in the peer's own backlog.
+        """
+        if self.closed:
+            return
+        if not self._paused:
+            self.loop.remove_reader(self.fd)
+        self._paused.add(who)
+
+    def resume(self, who: Any) -> None:
+        """Undo ``pause(who)`` (I/O thread); reading starts again when nobody holds it."""
+        if who not in self._paused:
+            return
+        self._paused.discard(who)
+        if self._paused or self.closed:
+            return
+        self.last_recv = self.loop.time()  # we stopped listening; the peer did not go quiet
+        self.loop.add_reader(self.fd, self._on_readable)
+        self.loop.call_soon(self._on_readable)  # bytes TLS decrypted already wake no reader
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
+
     def _on_readable(self) -> None:
+        if self._paused or self.closed:
+            return
         if self._tls_pending:
             self._tls_step()
             return
         if self._hs is not None and self._on_handshake_bytes():
             return
+        while self._held_frames:
+            self._on_frame(self, self._held_frames.popleft())
+            if self._paused or self.closed:
+                return
         self.last_recv = self.loop.time()
         decoder = self._decoder
         assert decoder is not None  # made when the handshake succeeded
@@ -351,10 +423,14 @@ class Connection:
                 self._fail(e, cause=None)
                 return
             self.frames_recv += len(frames)
-            for f in frames:
+            for i, f in enumerate(frames):
                 if self.closed:
                     return
                 self._on_frame(self, f)
+                if self._paused:
+                    # Read already (at most one read's worth): delivered on resume, in order.
+                    self._held_frames.extend(frames[i + 1 :])
+                    return
             if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                 return
 
@@ -396,6 +472,9 @@ class Connection:
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
             self._backlog.clear()
             self._unsealed = []
+            self._queued = 0
+            self._paused.clear()
+            self._held_frames.clear()
         try:
             self.loop.remove_reader(self.fd)
             self.loop.remove_writer(self.fd)
@@ -428,6 +507,10 @@ def _owned(views: list[memoryview]) -> list[memoryview]:
     (the common case) is never copied.
     """
     return [v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in views]
+
+
+def _nbytes(views: list[memoryview]) -> int:
+    return sum(v.nbytes for v in views)
 
 
 def _skip(views: list[memoryview], n: int) -> list[memoryview]:

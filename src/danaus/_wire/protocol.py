@@ -54,6 +54,7 @@ __all__ = [
     "RdmaCheck",
     "RdmaData",
     "RdmaDrop",
+    "RdmaRelease",
     "Ready",
     "Refused",
     "Release",
@@ -74,8 +75,10 @@ __all__ = [
 ]
 
 #: Changes whenever a header's fields or a kind's meaning change. Version 1 was
-#: the untyped protocol of danaus 0.1 (its HELLO had no version).
-PROTOCOL_VERSION = 3  # 3: the observing kinds (STATS, TRACE_*, STACK)
+#: the untyped protocol of danaus 0.1 (its HELLO had no version). Version 3 added
+#: the observing kinds (STATS, TRACE_*, STACK), the transfer's deadline to
+#: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE.
+PROTOCOL_VERSION = 3
 
 
 class ProtocolError(FrameError):
@@ -108,6 +111,7 @@ class Kind(enum.IntEnum):
     RDMA_CHECK = 40
     RDMA_DROP = 41
     RDMA_DATA = 42
+    RDMA_RELEASE = 43
     LOG = 60
     LOG_ACK = 61
     LOG_TAIL = 62
@@ -290,6 +294,13 @@ class RdmaCheck(NamedTuple):
     entries: tuple[tuple[int, int, int], ...]  # (buffer id, offset, length)
     port: PortId
     slot: int
+    deadline: float  # the transfer's deadline (time.monotonic() of this host)
+
+
+class RdmaRelease(NamedTuple):
+    """A transfer pinned by these RDMA_CHECK answers (lease ids) has ended."""
+
+    leases: tuple[int, ...]
 
 
 class RdmaDrop(NamedTuple):
@@ -421,6 +432,7 @@ _HEADERS: dict[int, Any] = {
     Kind.TRACE_START: TraceStart,
     Kind.TRACE_STOP: TraceStop,
     Kind.STACK: Stack,
+    Kind.RDMA_RELEASE: RdmaRelease,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
