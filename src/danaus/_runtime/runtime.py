@@ -57,6 +57,7 @@ from .._wire.protocol import (
 )
 from .offload import Offloader
 from .peers import PeerTable, _Peer
+from .tree import TreeRouter
 
 __all__ = [
     "STATUS_ERROR",
@@ -129,6 +130,7 @@ class Runtime(PeerTable):
         self.register(Kind.READY, self._on_ready)
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
+        self.tree = TreeRouter(self)  # CAST and GATHER: messages to many actors (tree.py)
         self.mailboxes: dict[tuple[str, int], Mailbox] = {}
         self.ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
@@ -600,6 +602,12 @@ class Runtime(PeerTable):
             body, bufs = codec.dumps(
                 TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
             )
+        if port.proc.name == self.proc_id.name:
+            # A gather port of this proc's cast tree takes its own actor's reply directly.
+            local = getattr(self.ports.get(port.port), "local_reply", None)
+            if local is not None:
+                local(index, status, body, bufs)
+                return
         # The replying actor goes on and may change what it returned: ``send`` keeps
         # a snapshot of whatever it does not write at once (queued or offloaded).
         self.send(port.proc, Reply(port.port, index, status), body, bufs, on_fail or _ignore)

@@ -36,7 +36,9 @@ __all__ = [
     "Attach",
     "Bounce",
     "Call",
+    "Cast",
     "Failed",
+    "Gather",
     "Hello",
     "KillProcs",
     "Kind",
@@ -99,6 +101,8 @@ class Kind(enum.IntEnum):
     RDMA_CHECK = 40
     RDMA_DROP = 41
     RDMA_DATA = 42
+    CAST = 50
+    GATHER = 51
 
 
 # -- the runtime --------------------------------------------------------------
@@ -289,6 +293,40 @@ class RdmaData(NamedTuple):
     slot: int
 
 
+# -- the cast tree (danaus._mesh.tree, danaus._runtime.tree) -----------------------
+
+
+class Cast(NamedTuple):
+    """A message to the selected actors of subtree ``[lo, hi)`` of mesh ``mesh``'s
+    cast tree; the receiver is the proc of rank ``lo``. The body holds the arguments."""
+
+    mesh: str
+    name: str  # the mesh's name, for error messages
+    method: str
+    port: PortId | None  # replies: the parent's gather port (gather) or the caller's; None
+    gather: bool  # combine the subtree's replies into one GATHER to ``port``
+    selection: tuple[Any, ...]  # danaus._mesh.tree.Selection.to_wire()
+    lo: int
+    hi: int
+    fanout: int
+    table: tuple[ProcId, ...] | None  # procs of ranks [lo, hi): sent once per sender and mesh
+    labels: tuple[str, ...]  # the caller's slice's extent (each message's rank)
+    sizes: tuple[int, ...]
+    sender: ActorId | None
+    chain: tuple[ActorId, ...]
+    flags: int
+    hops: int  # how many procs this frame has passed through, the sender included
+
+
+class Gather(NamedTuple):
+    """The replies of subtree ``child`` for gather port ``port``: the body is a
+    restricted pickle of ``count`` entries ``(slot, status, body, buffers)``."""
+
+    port: int
+    child: int
+    count: int
+
+
 _HEADERS: dict[int, Any] = {
     Kind.CALL: Call,
     Kind.REPLY: Reply,
@@ -312,6 +350,8 @@ _HEADERS: dict[int, Any] = {
     Kind.RDMA_CHECK: RdmaCheck,
     Kind.RDMA_DROP: RdmaDrop,
     Kind.RDMA_DATA: RdmaData,
+    Kind.CAST: Cast,
+    Kind.GATHER: Gather,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
