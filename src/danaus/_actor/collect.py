@@ -218,12 +218,12 @@ class TreeCollector(Collector):
         if ancestors:
             for _, rank, _ in targets:
                 for lo, _hi in tree.path(rank, self.mesh_size, self.fanout)[:-1]:
-                    if procs[lo].name not in self.rank_of:
-                        self.rank_of[procs[lo].name] = lo
-                        self.watched.add(procs[lo].name)
-                        reason = self.rt.watch(procs[lo], self.port.port)
-                        if reason is not None:
-                            self.peer_lost(procs[lo].name, reason)
+                    name = procs[lo].name
+                    if name not in self.rank_of:
+                        # A forwarder known to be lost already is routed around: no watch.
+                        if self.rt.watch(procs[lo], self.port.port) is None:
+                            self.rank_of[name] = lo
+                            self.watched.add(name)
 
     def peer_lost(self, proc: str, reason: str) -> None:
         rank = self.rank_of.get(proc)
