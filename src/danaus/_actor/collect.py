@@ -219,11 +219,13 @@ class TreeCollector(Collector):
             for _, rank, _ in targets:
                 for lo, _hi in tree.path(rank, self.mesh_size, self.fanout)[:-1]:
                     name = procs[lo].name
-                    if name not in self.rank_of:
-                        # A forwarder known to be lost already is routed around: no watch.
-                        if self.rt.watch(procs[lo], self.port.port) is None:
-                            self.rank_of[name] = lo
-                            self.watched.add(name)
+                    # A forwarder known to be lost already is routed around: no watch.
+                    if (
+                        name not in self.rank_of
+                        and self.rt.watch(procs[lo], self.port.port) is None
+                    ):
+                        self.rank_of[name] = lo
+                        self.watched.add(name)
 
     def peer_lost(self, proc: str, reason: str) -> None:
         rank = self.rank_of.get(proc)
