@@ -32,6 +32,7 @@ other set of ranks is kept as a sorted list.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -48,21 +49,22 @@ __all__ = [
 ]
 
 
-def chunks(lo: int, hi: int, fanout: int) -> list[tuple[int, int]]:
+@functools.lru_cache(maxsize=1 << 16)
+def chunks(lo: int, hi: int, fanout: int) -> tuple[tuple[int, int], ...]:
     """``[lo, hi)`` cut into at most ``fanout`` contiguous, near-equal, non-empty ranges."""
     n = hi - lo
     if n <= 0:
-        return []
+        return ()
     k = min(fanout, n)
-    return [(lo + (i * n) // k, lo + ((i + 1) * n) // k) for i in range(k)]
+    return tuple((lo + (i * n) // k, lo + ((i + 1) * n) // k) for i in range(k))
 
 
-def root_children(n: int, fanout: int) -> list[tuple[int, int]]:
+def root_children(n: int, fanout: int) -> tuple[tuple[int, int], ...]:
     """The subtrees the sender sends to directly."""
     return chunks(0, n, fanout)
 
 
-def node_children(lo: int, hi: int, fanout: int) -> list[tuple[int, int]]:
+def node_children(lo: int, hi: int, fanout: int) -> tuple[tuple[int, int], ...]:
     """The subtrees node ``lo`` (whose subtree is ``[lo, hi)``) forwards to."""
     return chunks(lo + 1, hi, fanout)
 
@@ -95,7 +97,7 @@ def depth(n: int, fanout: int) -> int:
 
     def sub(lo: int, hi: int) -> int:
         kids = node_children(lo, hi, fanout)
-        return 1 + max((sub(a, b) for a, b in kids[:1] + kids[-1:]), default=0)
+        return 1 + max((sub(a, b) for a, b in (*kids[:1], *kids[-1:])), default=0)
 
     return max((sub(a, b) for a, b in root_children(n, fanout)), default=0)
 
@@ -106,7 +108,18 @@ class Selection:
     Build with :meth:`of` (from the slice of a mesh) or :meth:`from_wire`.
     """
 
-    __slots__ = ("_inner", "_list", "_n", "_off", "_ranks", "_sizes", "_slots", "_spans", "_str")
+    __slots__ = (
+        "_contig",
+        "_inner",
+        "_list",
+        "_n",
+        "_off",
+        "_ranks",
+        "_sizes",
+        "_slots",
+        "_spans",
+        "_str",
+    )
 
     def __init__(self) -> None:
         raise TypeError("use Selection.of(slice) or Selection.from_wire(...)")
@@ -137,6 +150,8 @@ class Selection:
             self._spans[d] = self._spans[d + 1] + (sizes[d + 1] - 1) * strides[d + 1]
         self._n = self._inner[0] * sizes[0] if sizes else 1
         self._ranks = self._slots = ()
+        # one contiguous run of ranks (a whole mesh, or a slice of its outer dimension)
+        self._contig = all(self._inner[d] == strides[d] for d in range(len(sizes)))
         return self
 
     @classmethod
@@ -145,6 +160,7 @@ class Selection:
         self._list = True
         self._ranks, self._slots = ranks, slots
         self._n = len(ranks)
+        self._contig = False
         self._off, self._sizes, self._str, self._inner, self._spans = 0, (), (), [], []
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"a selection names a rank twice: {ranks!r:.200}")
@@ -179,6 +195,9 @@ class Selection:
 
     def count_below(self, x: int) -> int:
         """How many selected ranks are ``< x``."""
+        if self._contig:
+            x -= self._off
+            return 0 if x <= 0 else x if x < self._n else self._n
         if self._list:
             return bisect.bisect_left(self._ranks, x)
         x -= self._off
@@ -200,6 +219,10 @@ class Selection:
 
     def __contains__(self, rank: object) -> bool:
         return isinstance(rank, int) and self.count_in(rank, rank + 1) == 1
+
+    def slot_at(self, i: int) -> int:
+        """The slot of the ``i``-th selected rank in rank order."""
+        return self._slots[i] if self._list else i
 
     def slot(self, rank: int) -> int:
         """The slot of selected rank ``rank``."""

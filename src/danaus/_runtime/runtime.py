@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from .. import _config as config
 from .._errors import SupervisionError
-from .._transport import tls
+from .._transport import inproc, tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
 from .._transport.conn import Connection
@@ -113,14 +113,20 @@ class Runtime(PeerTable):
         secret: bytes | None = None,
         host: str | None = None,
         insecure: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+        inproc: bool = False,
     ) -> None:
+        """``inproc=True`` makes a proc that lives in this process: it listens on
+        ``inproc:NAME`` instead of a Unix socket and runs on ``loop`` (which
+        several such runtimes may share; see ``danaus._transport.inproc``)."""
         self.job_dir = job_dir
+        self.inproc = inproc
         self.host = host or host_token()
         self.secret = secret
         self.insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
-        self._unix = f"unix:{os.path.join(job_dir, name + '.sock')}"
+        self._unix = f"inproc:{name}" if inproc else f"unix:{os.path.join(job_dir, name + '.sock')}"
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
-        self.loop = _new_loop()
+        self.loop = loop if loop is not None else _new_loop()
         self.thread: threading.Thread | None = None
         self.handlers: dict[Kind, Handler] = {}
         self.register(Kind.CALL, self._on_call)
@@ -174,9 +180,13 @@ class Runtime(PeerTable):
 
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
-        self._listener = listen(self._unix)
-        self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
-        self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
+        if self.inproc:
+            inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+        else:
+            self._listener = listen(self._unix)
+            self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
+        if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
+            self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
@@ -219,6 +229,17 @@ class Runtime(PeerTable):
             add()
         return f"tcp://{self._advertised}"
 
+    def listen_inproc(self) -> None:
+        """Also accept in-process connections (``inproc:NAME``), from runtimes of this
+        process (a simulated mesh). Changes ``proc_id``: call before the address travels.
+        """
+        if self.inproc or inproc.is_listening(self.proc_id.name):
+            return
+        inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+        self.proc_id = ProcId(
+            self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
+        )
+
     def listen_tcp_also(self, ip: str) -> None:
         """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
 
@@ -259,7 +280,7 @@ class Runtime(PeerTable):
         conns += list(self._accepted)
         ping = None
         for conn in conns:
-            if conn.closed:
+            if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
                 continue
             if now - conn.last_recv > timeout:
                 why = (
@@ -295,6 +316,7 @@ class Runtime(PeerTable):
         if self.closed:
             return
         self.closed = True
+        inproc.unlisten(self.proc_id.name)
         if self._listener is not None:
             self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
@@ -361,6 +383,13 @@ class Runtime(PeerTable):
                     # oldest goes (a legitimate handshake takes a round trip, not seconds).
                     oldest = next(iter(self._handshaking))
                     oldest.fail_now("too many connections in their handshake")
+
+    def _on_inproc_accept(self, conn: inproc.InprocConnection) -> None:
+        if self.closed:
+            conn.close()
+            return
+        conn.bind(self._dispatch, self._on_inbound_closed)  # type: ignore[arg-type]
+        self._accepted.add(conn)  # type: ignore[arg-type]
 
     def _on_authenticated(self, conn: Connection) -> None:
         self._handshaking.pop(conn, None)
@@ -469,6 +498,13 @@ class Runtime(PeerTable):
         :class:`SupervisionError` raised if there is no ``on_fail``.
         """
         raw = wire(header)
+        peer = self._peers.get(proc.name)
+        if peer is not None and peer.conn is not None and peer.conn.tcp is None:
+            try:  # a proc of this process (inproc): the frame is handed over, not encoded
+                peer.conn.send_message(raw, body, buffers)  # type: ignore[attr-defined]
+                return
+            except Exception:
+                pass  # closed: the slow path below reports it
         if buffers and self.offload.ok_peers:
             raw, buffers = self.offload.wrap(proc.name, raw, buffers)
         parts = encode_frame(raw, body, buffers)
@@ -509,6 +545,9 @@ class Runtime(PeerTable):
         s = None
         try:
             entry = choose(peer.proc.addr, self.host)
+            if entry.startswith("inproc:"):
+                self._connect_inproc(peer, entry[len("inproc:") :])
+                return
             s = connect_socket(entry)
             tcp = entry.startswith("tcp://")
             hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
@@ -532,6 +571,16 @@ class Runtime(PeerTable):
         with self._lock:
             # Flush under the lock, before publishing the connection: a sender on
             # another thread must not overtake the frames queued before it.
+            for parts, _ in peer.queue:
+                conn.send(parts)
+            peer.queue = []
+            peer.conn = conn
+
+    def _connect_inproc(self, peer: _Peer, name: str) -> None:
+        conn: Any = inproc.connect(name, self.loop, self._dispatch, self._on_outbound_closed)
+        conn.peer = peer.proc
+        conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, ()))))
+        with self._lock:
             for parts, _ in peer.queue:
                 conn.send(parts)
             peer.queue = []

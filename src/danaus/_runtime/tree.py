@@ -91,6 +91,8 @@ class TreeRouter:
         )
         self._installed: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
         self._modes: collections.OrderedDict[str, bool] = collections.OrderedDict()
+        self._selections: dict[tuple[Any, ...], Selection] = {}
+        self._deliver = rt.handlers[Kind.CALL]  # this proc's own actor gets its copy as a CALL
         # Numbering, route installation and the sends of one cast are atomic, so
         # casts from several threads of this proc leave in one order on every path.
         self._lock = threading.RLock()
@@ -185,12 +187,24 @@ class TreeRouter:
                 table, base, lo, hi, selection, header, body, buffers, parent, on_fail, lost
             )
             return
-        sub = header._replace(
-            port=parent.port if parent is not None else header.port,
-            lo=lo,
-            hi=hi,
-            table=tuple(table[lo - base : hi - base]) if install else None,
-            hops=header.hops + 1,
+        h = header
+        sub = Cast(
+            h.mesh,
+            h.name,
+            h.method,
+            parent.port if parent is not None else h.port,
+            h.gather,
+            h.selection,
+            lo,
+            hi,
+            h.fanout,
+            tuple(table[lo - base : hi - base]) if install else None,
+            h.labels,
+            h.sizes,
+            h.sender,
+            h.chain,
+            h.flags,
+            h.hops + 1,
         )
         self.stats.forwarded += 1
         self.rt.send(
@@ -292,25 +306,37 @@ class TreeRouter:
 
     # -- a proc of the tree ----------------------------------------------------
 
+    def _selection(self, wire: tuple[Any, ...]) -> Selection:
+        """The selection a CAST names (the same few recur: decoded once)."""
+        sel = self._selections.get(wire)
+        if sel is None:
+            sel = Selection.from_wire(wire)
+            if len(self._selections) >= 256:
+                self._selections.clear()
+            self._selections[wire] = sel
+        return sel
+
     def _on_cast(self, conn: Connection, msg: Message) -> None:
         h: Cast = msg.header
         stats = self.stats
         stats.casts += 1
         if h.hops > stats.max_hops:
             stats.max_hops = h.hops
+        lo, hi = h.lo, h.hi
         try:
-            selection = Selection.from_wire(h.selection)
-            if h.fanout < 2 or not 0 <= h.lo < h.hi:
-                raise ValueError(f"bad subtree [{h.lo}, {h.hi}) or fan-out {h.fanout}")
-            if h.table is not None and len(h.table) != h.hi - h.lo:
-                raise ValueError(f"{len(h.table)} routes for subtree [{h.lo}, {h.hi})")
-        except ValueError as e:
+            selection = self._selection(h.selection)
+            if h.fanout < 2 or not 0 <= lo < hi:
+                raise ValueError(f"bad subtree [{lo}, {hi}) or fan-out {h.fanout}")
+            if h.table is not None and len(h.table) != hi - lo:
+                raise ValueError(f"{len(h.table)} routes for subtree [{lo}, {hi})")
+        except (ValueError, TypeError) as e:
             log.error("dropping a malformed CAST from %s: %s", conn.peer, e)
             conn.fail_now(f"protocol error: malformed CAST: {e}")
             return
-        key = (h.mesh, h.lo, h.hi)
+        key = (h.mesh, lo, hi)
         table = h.table
-        if table is not None:
+        install = table is not None
+        if install:
             self._routes[key] = table
             self._routes.move_to_end(key)
             while len(self._routes) > config.get("tree_route_meshes"):
@@ -319,43 +345,45 @@ class TreeRouter:
             table = self._routes.get(key)
             if table is not None:
                 self._routes.move_to_end(key)
-        install = h.table is not None
-        local = h.lo in selection
-        kids = node_children(h.lo, h.hi, h.fanout)
+        # Selected ranks below each boundary: lo, then each subtree's start, then hi.
+        kids = node_children(lo, hi, h.fanout)
+        below = [selection.count_below(x) for x in (lo, *(a for a, _ in kids), hi)]
+        local = below[1] > below[0]
         if not install:
-            kids = [(a, b) for a, b in kids if selection.count_in(a, b)]
+            kids = tuple(k for i, k in enumerate(kids) if below[i + 2] > below[i + 1])
         agg: _NodeGather | None = None
         if h.gather and h.port is not None:
             agg = _NodeGather(self, h, selection, int(local))
-        if table is None and kids:
-            why = (
-                f"proc {self.rt.proc_id.name} has no routes for actor mesh {h.name!r} (it "
-                "keeps the tree_route_meshes most recently used meshes; raise that setting)"
-            )
-            below = [sr for a, b in kids for sr in selection.ranks_in(a, b)]
-            if agg is not None:
-                agg.fail_ranks(h, below, why)
-            else:
-                self._unreachable(h, below, why)
-        elif table is not None:
+        if table is None:
+            if kids:
+                why = (
+                    f"proc {self.rt.proc_id.name} has no routes for actor mesh {h.name!r} (it "
+                    "keeps the tree_route_meshes most recently used meshes; raise that setting)"
+                )
+                lost = [sr for a, b in kids for sr in selection.ranks_in(a, b)]
+                if agg is not None:
+                    agg.fail_ranks(h, lost, why)
+                else:
+                    self._unreachable(h, lost, why)
+        else:
             for a, b in kids:
                 self._send_subtree(
-                    table, h.lo, a, b, selection, h, msg.body, msg.buffers, install, agg, None
+                    table, lo, a, b, selection, h, msg.body, msg.buffers, install, agg, None
                 )
         if local:
             call = Call(
                 h.mesh,
-                h.lo,
+                lo,
                 h.method,
                 agg.port if agg is not None else h.port,
-                selection.slot(h.lo),
+                selection.slot_at(below[0]),
                 h.labels,
                 h.sizes,
                 h.sender,
                 h.chain,
                 h.flags,
             )
-            self.rt.handlers[Kind.CALL](conn, Message(Kind.CALL, call, msg.body, msg.buffers))
+            self._deliver(conn, Message(Kind.CALL, call, msg.body, msg.buffers))
         if agg is not None:
             agg.armed()
 

@@ -30,6 +30,7 @@ from .ids import ActorId, PortId, ProcId
 
 __all__ = [
     "Frame",
+    "decode_frame",
     "FrameDecoder",
     "FrameError",
     "alloc",
@@ -96,6 +97,15 @@ def flat(b: Any) -> Any:
         return b.raw()
     m = memoryview(b)
     return m.cast("B") if m.nbytes else b""
+
+
+def decode_frame(data: bytes | bytearray | memoryview) -> Frame:
+    """The one frame ``data`` holds (as ``encode_frame`` wrote it, length prefix
+    included); :class:`FrameError` if it is not exactly one well-formed frame."""
+    view = memoryview(data)
+    if len(view) < 8 or _LEN.unpack_from(view, 0)[0] != len(view) - 8:
+        raise FrameError(f"not one whole frame: {len(view)} bytes")
+    return _parse(view[8:])
 
 
 def _parse(frame: memoryview) -> Frame:

@@ -357,6 +357,7 @@ _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
 assert set(_HEADERS) == {int(k) for k in Kind}, "every kind has exactly one header type"
 _ARITY = {k: len(cls._fields) for k, cls in _HEADERS.items()}
+_KINDS = {int(k): k for k in Kind}
 
 
 class Message(NamedTuple):
@@ -388,7 +389,7 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
         raise ProtocolError(
             f"{cls.__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
         )
-    return Kind(kind), cls._make(raw[1:])
+    return _KINDS[kind], cls._make(raw[1:])
 
 
 def decode(frame: Frame) -> Message:
