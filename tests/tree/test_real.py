@@ -179,8 +179,12 @@ def _gather_outcomes(endpoint: Any, *args: Any) -> dict[int, BaseException | Any
         if len(out) == len(shape):
             done.set()
 
+    def on_values(slots: Any, values: Any) -> None:
+        for slot, value in zip(slots, values, strict=True):
+            on_value(slot, True, value)
+
     collector = GatherCollector(
-        rt, endpoint._what, endpoint._mesh._ref.name, len(shape), selection, on_value
+        rt, endpoint._what, endpoint._mesh._ref.name, len(shape), selection, on_value, on_values
     )
     header = endpoint._cast_header(True, None, selection)
     rt.tree.cast(

@@ -264,19 +264,28 @@ class Endpoint:
             cf.set_result(ValueMesh(shape, []))
             return Future._create(cf, self._what)
         values: list[Any] = [None] * n
-        countdown = Countdown(n, lambda: set_future(cf, True, ValueMesh(shape, values)))
+        left = [n]
+        lock = threading.Lock()
+
+        def on_values(slots: Any, got: Any) -> None:
+            for slot, value in zip(slots, got, strict=True):
+                values[slot] = value
+            with lock:
+                left[0] -= len(slots)
+                last = left[0] == 0
+            if last:
+                set_future(cf, True, ValueMesh(shape, values))
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if not ok:
                 set_future(cf, False, value)
                 return
-            values[index] = value
-            countdown.tick()
+            on_values((index,), (value,))
 
         rt = host.ensure_runtime()
         selection = Selection.of(shape.ndslice)
         name = self._mesh._ref.name
-        collector = GatherCollector(rt, self._what, name, n, selection, on_value)
+        collector = GatherCollector(rt, self._what, name, n, selection, on_value, on_values)
         for slot, rank, why in self._known_failed(selection):
             collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
         header = self._cast_header(True, None, selection)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import ActorError, InternalError, SupervisionError
@@ -244,7 +244,8 @@ class TreeCollector(Collector):
 
 class GatherCollector:
     """Replies of a gathered cast (``call()`` on a large mesh), one combined message per
-    subtree: turns each entry into ``on_value(slot, ok, value)``, once per slot."""
+    subtree: plain values come in bulk to ``on_values(slots, values)``, anything else
+    to ``on_value(slot, ok, value)``; each slot once."""
 
     def __init__(
         self,
@@ -254,14 +255,27 @@ class GatherCollector:
         n: int,
         selection: tree.Selection,
         on_value: Callable[[int, bool, Any], None],
+        on_values: Callable[[Sequence[int], Sequence[Any]], None],
     ) -> None:
         self.what = what
         self.name = name
         self.on_value = on_value
+        self.on_values = on_values
         self._done = bytearray(n)
         self._lock = threading.Lock()
-        self.root = RootGather(rt.tree, selection, self._entry, self._lost)
+        self.root = RootGather(rt.tree, selection, self._entry, self._lost, self._values)
         self.port = None  # replies come as GATHERs to root.port
+
+    def _values(self, slots: Sequence[int], values: Sequence[Any]) -> None:
+        done = self._done
+        with self._lock:
+            fresh = [i for i, s in enumerate(slots) if not done[s]]
+            for i in fresh:
+                done[slots[i]] = 1
+        if len(fresh) == len(slots):
+            self.on_values(slots, values)
+        elif fresh:
+            self.on_values([slots[i] for i in fresh], [values[i] for i in fresh])
 
     def _first(self, slot: int) -> bool:
         with self._lock:

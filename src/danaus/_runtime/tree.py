@@ -13,7 +13,11 @@ the fan-out, not with the mesh::
 
 With ``gather`` (``call()``), each proc opens a gather port, waits for its
 own actor's reply and one GATHER from each subtree it forwarded to, and
-sends one GATHER (all the replies of its subtree) to its parent. Without
+sends one GATHER (all the replies of its subtree) to its parent. Plain
+values (no out-of-band buffers) are unpickled on the way and travel up as one
+pickled list per subtree, so the caller unpickles ``fanout`` lists instead of
+one reply per actor; errors and values with large buffers travel as they
+came. Without
 (``stream()``, ports, ``call_one``), replies go straight to the caller's port,
 so each arrives as soon as its actor answers.
 
@@ -59,7 +63,7 @@ __all__ = ["RootGather", "TreeRouter", "TreeStats", "decode_entries", "encode_en
 
 log = logging.getLogger("danaus.runtime")
 
-STATUS_ERROR = 2  # as danaus._runtime.runtime (which imports this module)
+STATUS_OK, STATUS_ERROR = 0, 2  # as danaus._runtime.runtime (which imports this module)
 _OOB_MIN = 64 << 10  # reply buffers at least this large travel out of band in a GATHER
 
 Entry = tuple[int, int, Any, Sequence[Any]]  # (slot, status, body, buffers)
@@ -394,12 +398,12 @@ class TreeRouter:
         if deliver is None:
             return  # that gather gave up on this subtree already (its proc was declared lost)
         try:
-            entries = decode_entries(msg.body, msg.buffers)
+            entries, slots, values = decode_entries(msg.body, msg.buffers)
         except Exception as e:
             log.error("dropping a malformed GATHER from %s: %s", conn.peer, e)
             conn.fail_now(f"protocol error: malformed GATHER: {e}")
             return
-        deliver(msg.header.child, entries)
+        deliver(msg.header.child, entries, slots, values)
 
 
 # -- gathering ----------------------------------------------------------------
@@ -450,24 +454,34 @@ class _GatherBase:
     def fail_ranks(self, header: Cast, ranks: Sequence[tuple[int, int]], why: str) -> None:
         """Answer ``ranks`` (slot, rank) with a ``SupervisionError``: they were not reached."""
         entries = [(slot, STATUS_ERROR, _error_body(header, rank, why), ()) for slot, rank in ranks]
-        self._take(entries, final=False)
+        self._take(entries, (), (), final=False)
 
-    def deliver_gather(self, child: int, entries: list[Entry]) -> None:
+    def deliver_gather(
+        self, child: int, entries: list[Entry], slots: Sequence[int], values: Sequence[Any]
+    ) -> None:
         with self._lock:
             entry = self._children.pop(child, None)
             if entry is None:
                 return  # already failed (its proc was declared lost first)
             self._names.pop(entry[1], None)
-        self._take(entries, final=True)
+        self._take(entries, slots, values, final=True)
 
     def deliver(self, frame: Message) -> None:
         """A plain REPLY to this port (e.g. an undeliverable call answered by a runtime)."""
         h = frame.header
-        self._take([(h.slot, h.status, bytes(frame.body), list(frame.buffers))], final=True)
+        self._take([(h.slot, h.status, bytes(frame.body), list(frame.buffers))], (), (), final=True)
 
     def local_reply(self, slot: int, status: int, body: Any, buffers: Sequence[Any]) -> None:
         """The reply of this proc's own actor (any thread; its arrays are copied)."""
-        self._take([(slot, status, body, [bytes(flat(b)) for b in buffers])], final=True)
+        if status == STATUS_OK and not buffers:
+            try:
+                value = codec.loads(body)
+            except Exception:  # the caller will say it cannot be unpickled
+                pass
+            else:
+                self._take([], (slot,), (value,), final=True)
+                return
+        self._take([(slot, status, body, [bytes(flat(b)) for b in buffers])], (), (), final=True)
 
     def peer_lost(self, name: str, reason: str) -> None:
         with self._lock:
@@ -515,7 +529,9 @@ class _GatherBase:
     def _lost(self, lo: int, hi: int, why: str) -> None:
         raise NotImplementedError
 
-    def _take(self, entries: list[Entry], final: bool) -> None:
+    def _take(
+        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
+    ) -> None:
         raise NotImplementedError
 
     def _finish(self) -> None:
@@ -529,10 +545,16 @@ class _NodeGather(_GatherBase):
         super().__init__(router, selection, expected)
         self.header = header
         self.entries: list[Entry] = []
+        self.slots: list[int] = []
+        self.values: list[Any] = []
 
-    def _take(self, entries: list[Entry], final: bool) -> None:
+    def _take(
+        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
+    ) -> None:
         with self._lock:
             self.entries.extend(entries)
+            self.slots.extend(slots)
+            self.values.extend(values)
         if self._count(final):
             self._finish()
 
@@ -542,26 +564,30 @@ class _NodeGather(_GatherBase):
             (slot, STATUS_ERROR, _error_body(h, rank, why), ())
             for slot, rank in self.selection.ranks_in(lo, hi)
         ]
-        self._take(entries, final=True)
+        self._take(entries, (), (), final=True)
 
     def _finish(self) -> None:
         h = self.header
         assert h.port is not None
         with self._lock:
             entries, self.entries = self.entries, []
-        body, bufs = encode_entries(entries)
+            slots, self.slots = self.slots, []
+            values, self.values = self.values, []
+        body, bufs = encode_entries(entries, slots, values)
         self.router.stats.gathers_out += 1
+        count = len(entries) + len(slots)
         # If the parent is gone, its own parent fails this subtree: nothing to do here.
-        self.rt.send(h.port.proc, Gather(h.port.port, h.lo, len(entries)), body, bufs, _ignore)
+        self.rt.send(h.port.proc, Gather(h.port.port, h.lo, count), body, bufs, _ignore)
 
 
 class RootGather(_GatherBase):
     """The caller's gather port for one gathered cast.
 
-    ``on_entry(slot, status, body, buffers)`` runs for each reply (the body
-    is a pickled value as a REPLY carries it); ``on_lost(slot, rank, why)``
-    for each rank lost with a subtree. Either may run on the I/O thread or
-    the caller's.
+    ``on_values(slots, values)`` runs for replies that arrive as plain values,
+    ``on_entry(slot, status, body, buffers)`` for each other reply (the body
+    is a pickled value as a REPLY carries it), ``on_lost(slot, rank, why)``
+    for each rank lost with a subtree. Any may run on the I/O thread or the
+    caller's.
     """
 
     def __init__(
@@ -570,16 +596,22 @@ class RootGather(_GatherBase):
         selection: Selection,
         on_entry: Callable[[int, int, Any, Sequence[Any]], None],
         on_lost: Callable[[int, int, str], None],
+        on_values: Callable[[Sequence[int], Sequence[Any]], None],
     ) -> None:
         super().__init__(router, selection, 0)
         self.on_entry = on_entry
         self.on_lost = on_lost
+        self.on_values = on_values
 
     def fail_ranks(self, header: Cast, ranks: Sequence[tuple[int, int]], why: str) -> None:
         for slot, rank in ranks:
             self.on_lost(slot, rank, why)
 
-    def _take(self, entries: list[Entry], final: bool) -> None:
+    def _take(
+        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
+    ) -> None:
+        if slots:
+            self.on_values(slots, values)
         for slot, status, body, bufs in entries:
             self.on_entry(slot, status, body, bufs)
         if self._count(final):
@@ -618,8 +650,17 @@ class _NoClasses(pickle.Unpickler):
         raise pickle.UnpicklingError(f"a GATHER body may not name {module}.{name}")
 
 
-def encode_entries(entries: Sequence[Entry]) -> tuple[bytes, list[Any]]:
-    """``(body, buffers)`` of a GATHER: large reply buffers travel out of band."""
+def encode_entries(
+    entries: Sequence[Entry], slots: Sequence[int] = (), values: Sequence[Any] = ()
+) -> tuple[bytes, list[Any]]:
+    """``(body, buffers)`` of a GATHER: ``entries`` as they came (large reply buffers out
+    of band), and the plain ``values`` of ``slots`` as one pickled list."""
+    vbody = b""
+    if slots:
+        vbody, vbufs = codec.dumps(list(values))
+        if vbufs:  # pickled anew, some value grew buffers: send each as it would come
+            entries = [*entries, *(_plain(s, v) for s, v in zip(slots, values, strict=True))]
+            slots, vbody = (), b""
     oob: list[Any] = []
     big = sum(1 for e in entries for b in e[3] if len(flat(b)) >= _OOB_MIN)
     wrap = big <= MAX_BUFFERS - 1
@@ -633,13 +674,23 @@ def encode_entries(entries: Sequence[Entry]) -> tuple[bytes, list[Any]]:
     items = [
         (s, st, bytes(flat(body)), tuple(buf(b) for b in bufs)) for s, st, body, bufs in entries
     ]
-    body = pickle.dumps(items, protocol=5, buffer_callback=oob.append)
+    body = pickle.dumps((items, tuple(slots), vbody), protocol=5, buffer_callback=oob.append)
     return body, [b.raw() for b in oob]
 
 
-def decode_entries(body: Any, buffers: Sequence[Any]) -> list[Entry]:
-    """The entries of a GATHER body; raises on anything else."""
-    items = _NoClasses(io.BytesIO(body), buffers=buffers).load()
-    if not isinstance(items, list):
-        raise ValueError("a GATHER body is not a list")
-    return items
+def _plain(slot: int, value: Any) -> Entry:
+    body, bufs = codec.dumps(value)
+    return (slot, STATUS_OK, body, [bytes(flat(b)) for b in bufs])
+
+
+def decode_entries(
+    body: Any, buffers: Sequence[Any]
+) -> tuple[list[Entry], tuple[int, ...], list[Any]]:
+    """``(entries, slots, values)`` of a GATHER body; raises on anything else."""
+    items, slots, vbody = _NoClasses(io.BytesIO(body), buffers=buffers).load()
+    if not isinstance(items, list) or not isinstance(slots, tuple):
+        raise ValueError("a GATHER body is not (entries, slots, values)")
+    values = codec.loads(vbody) if slots else []
+    if len(values) != len(slots):
+        raise ValueError(f"a GATHER with {len(slots)} slots and {len(values)} values")
+    return items, slots, values

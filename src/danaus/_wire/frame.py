@@ -30,10 +30,10 @@ from .ids import ActorId, PortId, ProcId
 
 __all__ = [
     "Frame",
-    "decode_frame",
     "FrameDecoder",
     "FrameError",
     "alloc",
+    "decode_frame",
     "encode_frame",
     "flat",
 ]
