@@ -121,6 +121,7 @@ FACADES = {
     "danaus.testing": [
         "ClientScript",
         "FaultRecorder",
+        "SimulatedMesh",
         "client_env",
         "pid_alive",
         "wait_pids_gone",

@@ -96,7 +96,7 @@ class SimulatedMesh:
         def build() -> None:
             for rank in range(n):
                 rt = self._runtime(f"s{self._token}-{rank}")
-                inst = cls.__new__(cls)
+                inst: Any = object.__new__(cls)
                 inst.__init__(*args, **kwargs)
                 cell = _SimCell(rt, inst)
                 rt.mailboxes[(self.mesh_id, rank)] = cell

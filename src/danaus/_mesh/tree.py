@@ -121,6 +121,17 @@ class Selection:
         "_str",
     )
 
+    _list: bool
+    _contig: bool
+    _off: int
+    _sizes: tuple[int, ...]
+    _str: tuple[int, ...]
+    _inner: list[int]
+    _spans: list[int]
+    _n: int
+    _ranks: tuple[int, ...]
+    _slots: tuple[int, ...]
+
     def __init__(self) -> None:
         raise TypeError("use Selection.of(slice) or Selection.from_wire(...)")
 
@@ -161,7 +172,8 @@ class Selection:
         self._ranks, self._slots = ranks, slots
         self._n = len(ranks)
         self._contig = False
-        self._off, self._sizes, self._str, self._inner, self._spans = 0, (), (), [], []
+        self._off, self._sizes, self._str = 0, (), ()
+        self._inner, self._spans = [], []
         if len(set(ranks)) != len(ranks):
             raise ValueError(f"a selection names a rank twice: {ranks!r:.200}")
         return self

@@ -501,7 +501,7 @@ class Runtime(PeerTable):
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and peer.conn.tcp is None:
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
-                peer.conn.send_message(raw, body, buffers)  # type: ignore[attr-defined]
+                peer.conn.send_message(raw, body, buffers)
                 return
             except Exception:
                 pass  # closed: the slow path below reports it
@@ -577,7 +577,12 @@ class Runtime(PeerTable):
             peer.conn = conn
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:
-        conn: Any = inproc.connect(name, self.loop, self._dispatch, self._on_outbound_closed)
+        conn: Any = inproc.connect(
+            name,
+            self.loop,
+            self._dispatch,  # type: ignore[arg-type]
+            self._on_outbound_closed,  # type: ignore[arg-type]
+        )
         conn.peer = peer.proc
         conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, ()))))
         with self._lock:

@@ -338,9 +338,9 @@ class TreeRouter:
             conn.fail_now(f"protocol error: malformed CAST: {e}")
             return
         key = (h.mesh, lo, hi)
-        table = h.table
+        table: tuple[ProcId, ...] | None = h.table
         install = table is not None
-        if install:
+        if table is not None:
             self._routes[key] = table
             self._routes.move_to_end(key)
             while len(self._routes) > config.get("tree_route_meshes"):
@@ -453,7 +453,9 @@ class _GatherBase:
 
     def fail_ranks(self, header: Cast, ranks: Sequence[tuple[int, int]], why: str) -> None:
         """Answer ``ranks`` (slot, rank) with a ``SupervisionError``: they were not reached."""
-        entries = [(slot, STATUS_ERROR, _error_body(header, rank, why), ()) for slot, rank in ranks]
+        entries: list[Entry] = [
+            (slot, STATUS_ERROR, _error_body(header, rank, why), ()) for slot, rank in ranks
+        ]
         self._take(entries, (), (), final=False)
 
     def deliver_gather(
@@ -560,7 +562,7 @@ class _NodeGather(_GatherBase):
 
     def _lost(self, lo: int, hi: int, why: str) -> None:
         h = self.header
-        entries = [
+        entries: list[Entry] = [
             (slot, STATUS_ERROR, _error_body(h, rank, why), ())
             for slot, rank in self.selection.ranks_in(lo, hi)
         ]

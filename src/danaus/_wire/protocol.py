@@ -319,12 +319,12 @@ class Cast(NamedTuple):
 
 
 class Gather(NamedTuple):
-    """The replies of subtree ``child`` for gather port ``port``: the body is a
-    restricted pickle of ``count`` entries ``(slot, status, body, buffers)``."""
+    """The ``entries`` replies of subtree ``child`` for gather port ``port``; the body
+    is a restricted pickle (``danaus._runtime.tree.encode_entries``)."""
 
     port: int
     child: int
-    count: int
+    entries: int
 
 
 _HEADERS: dict[int, Any] = {
