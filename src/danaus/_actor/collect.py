@@ -269,9 +269,18 @@ class GatherCollector:
     def _values(self, slots: Sequence[int], values: Sequence[Any]) -> None:
         done = self._done
         with self._lock:
-            fresh = [i for i, s in enumerate(slots) if not done[s]]
-            for i in fresh:
-                done[slots[i]] = 1
+            lo, hi = min(slots), max(slots) + 1
+            # A fresh run of distinct slots (the usual case: one subtree of a slice).
+            if hi - lo == len(slots) and not done.count(1, lo, hi) and len(set(slots)) == hi - lo:
+                done[lo:hi] = b"\x01" * (hi - lo)
+                fresh = None
+            else:
+                fresh = [i for i, s in enumerate(slots) if not done[s]]
+                for i in fresh:
+                    done[slots[i]] = 1
+        if fresh is None:
+            self.on_values(slots, values)
+            return
         if len(fresh) == len(slots):
             self.on_values(slots, values)
         elif fresh:
