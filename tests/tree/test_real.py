@@ -165,6 +165,36 @@ def test_fifo_per_sender_and_destination_across_full_casts_slices_and_call_one(
         other.stop().get(timeout=TIMEOUT)
 
 
+class Cleanup(Actor):
+    """Writes what it handled, and that it was cleaned up, to a file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @endpoint
+    def note(self, what: str) -> None:
+        with open(f"{self.path}.{context().actor_instance.rank.rank}", "a") as f:
+            f.write(what + "\n")
+
+    def __cleanup__(self, exc: Any) -> None:
+        with open(f"{self.path}.{context().actor_instance.rank.rank}", "a") as f:
+            f.write("cleanup\n")
+
+
+def test_stop_follows_the_broadcasts_sent_before_it_on_every_path(
+    procs13: ProcMesh, tmp_path: Any
+) -> None:
+    m = procs13.spawn("cleanups", Cleanup, str(tmp_path / "log"))
+    m.initialized.get(timeout=TIMEOUT)
+    for i in range(5):
+        m.note.broadcast(f"b{i}")
+    m.slice(gpus=slice(12, 13)).note.broadcast("last")
+    m.stop().get(timeout=TIMEOUT)
+    for rank in range(13):
+        lines = (tmp_path / f"log.{rank}").read_text().split()
+        assert lines == [*(f"b{i}" for i in range(5)), *(["last"] if rank == 12 else []), "cleanup"]
+
+
 def _gather_outcomes(endpoint: Any, *args: Any) -> dict[int, BaseException | Any]:
     """Run ``endpoint.call(*args)`` through the tree and return every rank's own outcome
     (``call()`` itself only shows the first error)."""

@@ -201,8 +201,9 @@ class TreeCollector(Collector):
         *,
         mesh_size: int,
         fanout: int,
+        lost_is_ok: bool = False,
     ) -> None:
-        super().__init__(rt, what, n, on_value)
+        super().__init__(rt, what, n, on_value, lost_is_ok=lost_is_ok)
         self.mesh_size = mesh_size
         self.fanout = fanout
         self.ranks: dict[int, int] = {}  # index -> base rank

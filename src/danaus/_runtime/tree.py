@@ -53,7 +53,7 @@ from .._mesh.tree import Selection, node_children, root_children
 from .._wire import codec
 from .._wire.frame import MAX_BUFFERS, flat
 from .._wire.ids import PortId, ProcId
-from .._wire.protocol import Call, Cast, Gather, Kind, Message
+from .._wire.protocol import Call, Cast, Gather, Kind, Message, StopActor
 
 if TYPE_CHECKING:
     from .._transport.conn import Connection
@@ -64,6 +64,9 @@ __all__ = ["RootGather", "TreeRouter", "TreeStats", "decode_entries", "encode_en
 log = logging.getLogger("danaus.runtime")
 
 STATUS_OK, STATUS_ERROR = 0, 2  # as danaus._runtime.runtime (which imports this module)
+# A CAST flag: stop the actors (``method`` holds the reason) instead of calling them, so
+# a mesh's stop travels the same path as the messages sent to it before, and follows them.
+FLAG_STOP = 1 << 8
 _OOB_MIN = 64 << 10  # reply buffers at least this large travel out of band in a GATHER
 
 Entry = tuple[int, int, Any, Sequence[Any]]  # (slot, status, body, buffers)
@@ -374,7 +377,21 @@ class TreeRouter:
                 self._send_subtree(
                     table, lo, a, b, selection, h, msg.body, msg.buffers, install, agg, None
                 )
-        if local:
+        if local and h.flags & FLAG_STOP:
+            port = agg.port if agg is not None else h.port
+            slot = selection.slot_at(below[0])
+            stop = self.rt.handlers.get(Kind.STOP_ACTOR)
+            if stop is None or port is None:  # no actor layer here: nothing to stop
+                if port is not None:
+                    self.rt.reply(port, slot, STATUS_OK, None)
+            else:
+                stop(
+                    conn,
+                    Message(
+                        Kind.STOP_ACTOR, StopActor(h.mesh, lo, port, slot, h.method), msg.body, []
+                    ),
+                )
+        elif local:
             call = Call(
                 h.mesh,
                 lo,
