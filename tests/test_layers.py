@@ -123,6 +123,7 @@ FACADES = {
     "danaus.testing": [
         "ClientScript",
         "FaultRecorder",
+        "SimulatedMesh",
         "client_env",
         "pid_alive",
         "wait_pids_gone",

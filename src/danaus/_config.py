@@ -173,6 +173,27 @@ SETTINGS: tuple[Setting, ...] = (
         "thread (0 writes at once).",
     ),
     Setting(
+        "tree_min_ranks",
+        "int",
+        64,
+        "Actor meshes of at least this many ranks are messaged through the cast tree "
+        "(each proc forwards to its subtree); smaller ones get one frame per actor "
+        "from the sender.",
+    ),
+    Setting(
+        "tree_fanout",
+        "int",
+        16,
+        "How many subtrees the sender and each proc of the cast tree forward to.",
+    ),
+    Setting(
+        "tree_route_meshes",
+        "int",
+        4096,
+        "How many actor meshes a proc keeps cast-tree routes for (least recently "
+        "used are dropped; a cast through a dropped route fails that subtree).",
+    ),
+    Setting(
         "early_call_hold",
         "duration",
         1.0,

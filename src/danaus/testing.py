@@ -8,6 +8,13 @@ default ends the program) and lets a test wait for failures with a timeout::
     ...
     recorder.crashed("workers", {2})     # exactly rank 2 of "workers" failed
 
+``SimulatedMesh`` builds an actor mesh of thousands of in-process procs
+(real runtimes over the ``inproc`` transport, sharing one thread), for tests
+and benchmarks of sizes real processes cannot reach on one machine::
+
+    with SimulatedMesh(Counter, {"hosts": 256, "gpus": 16}) as sim:
+        sim.mesh.incr.broadcast()
+
 ``ClientScript`` runs a client program in its own interpreter (for what a
 test process cannot do to itself: exit codes, ``kill -9``, at-exit handlers),
 and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away.
@@ -25,9 +32,17 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ._actor.simulated import SimulatedMesh as SimulatedMesh
 from ._supervision.failure import MeshFailure
 
-__all__ = ["ClientScript", "FaultRecorder", "client_env", "pid_alive", "wait_pids_gone"]
+__all__ = [
+    "ClientScript",
+    "FaultRecorder",
+    "SimulatedMesh",
+    "client_env",
+    "pid_alive",
+    "wait_pids_gone",
+]
 
 _SRC = str(Path(__file__).resolve().parents[1])  # the danaus this process imports
 

@@ -5,6 +5,13 @@ Every adverb binds the arguments against the endpoint's signature and
 pickles them once, on the caller's thread, before anything is sent: a wrong
 call raises ``TypeError`` at the call site. The encoded body is then written
 to each destination proc's connection, so each sender→actor pair stays FIFO.
+
+A mesh of at least ``tree_min_ranks`` actors is messaged through its cast
+tree instead (``danaus._runtime.tree``), every message to it, whatever it
+selects: the path from this proc to each actor is then always the same, so
+FIFO holds per destination. ``call()`` gathers replies up the tree;
+``stream()``, ``call_one``, ``choose`` and port sends have each reply come
+straight back, as soon as it is ready.
 """
 
 from __future__ import annotations
@@ -16,15 +23,17 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from .. import _config as config
 from .._errors import SupervisionError
 from .._mesh import ValueMesh
+from .._mesh.tree import Selection
 from .._runtime import host
 from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import ProcId
-from .._wire.protocol import Call
+from .._wire.protocol import Call, Cast
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
-from .collect import Collector, Countdown, set_future
+from .collect import Collector, Countdown, GatherCollector, TreeCollector, set_future
 from .context import context
 from .endpoint import EndpointProperty
 from .future import Future
@@ -95,6 +104,9 @@ class Endpoint:
         targets: list[tuple[int, int, ProcId]],
         collector: Collector | _PortSink | None,
     ) -> None:
+        if self._tree_mode():
+            self._send_tree(payload, targets, collector)
+            return
         body, bufs = payload
         if collector is None and bufs:
             # A broadcast has no completion to wait for before reusing the arrays:
@@ -160,12 +172,144 @@ class Endpoint:
             args = {"mesh": self._mesh._ref.name, "actors": len(targets), "bytes": len(body)}
             tracer.span(f"send {self._what}", "send", t0, args, flow_out=flows)
 
+    # -- the cast tree ------------------------------------------------------------
+
+    def _tree_mode(self) -> bool:
+        """Whether this mesh is messaged through its cast tree (decided once per mesh)."""
+        return bool(
+            host.ensure_runtime().tree.use_tree(self._mesh._ref.mesh_id, self._mesh._ref.procs)
+        )
+
+    def _cast_header(self, gather: bool, port: Any, selection: Selection) -> Cast:
+        ctx = context()
+        inst = ctx.actor_instance
+        labels, sizes = self._mesh._labels_sizes()
+        return Cast(
+            self._mesh._ref.mesh_id,
+            self._mesh._ref.name,
+            self._name,
+            port,
+            gather,
+            selection.to_wire(),
+            0,
+            len(self._mesh._ref.procs),
+            config.get("tree_fanout"),
+            None,
+            labels,
+            sizes,
+            inst.actor_id if inst._cell is not None else None,
+            ctx._outgoing_chain() if port is not None or gather else (),
+            self._flags,
+            0,
+        )
+
+    def _known_failed(self, selection: Selection) -> list[tuple[int, int, str]]:
+        """``(slot, rank, why)`` of the selected actors known to have failed."""
+        failed = self._mesh._state.failed
+        if not failed:
+            return []
+        return [(selection.slot(r), r, why) for r, why in list(failed.items()) if r in selection]
+
+    def _send_tree(
+        self,
+        payload: Any,
+        targets: list[tuple[int, int, ProcId]] | None,
+        collector: Collector | _PortSink | None,
+    ) -> None:
+        """Send down the cast tree; replies (if any) come straight back to ``collector``."""
+        body, bufs = payload
+        if collector is None and bufs:
+            bufs = [bytes(flat(b)) for b in bufs]  # nothing tells a broadcast's caller when
+        rt = host.ensure_runtime()
+        procs = self._mesh._ref.procs
+        if targets is None or len(targets) == len(self._mesh._shape):
+            selection = Selection.of(self._mesh._shape.ndslice)
+        else:
+            order = sorted(targets, key=lambda t: t[1])
+            selection = Selection._listed(tuple(t[1] for t in order), tuple(t[0] for t in order))
+        failed = self._known_failed(selection)
+        name = self._mesh._ref.name
+        if failed and collector is None:
+            _, rank, reason = failed[0]
+            raise SupervisionError(
+                f"cannot broadcast {self._what}: actor {name}[{rank}] has "
+                f"failed: {reason}; slice the mesh to its healthy ranks",
+                actor=f"{name}[{rank}]",
+                reason=str(reason),
+            )
+        header = self._cast_header(
+            False, collector.port if collector is not None else None, selection
+        )
+        on_fail = None
+        if isinstance(collector, TreeCollector):
+            assert targets is not None
+            for slot, rank, why in failed:
+                collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
+            for index, rank, proc in targets:
+                collector.expect(index, proc, f"{name}[{rank}]")
+            collector.expect_tree(targets, procs, ancestors=len(targets) < len(procs))
+
+            def on_fail(slot: int, rank: int, why: str) -> None:
+                collector.fail(slot, why)
+
+        elif collector is not None:  # a user's port: as the direct path, nothing is watched
+            sink = collector
+
+            def on_fail(slot: int, rank: int, why: str) -> None:
+                sink.fail(slot, why)
+
+        else:
+
+            def on_fail(slot: int, rank: int, why: str) -> None:
+                return_to_sender(header.sender, f"{name}[{rank}].{self._name}()", why)
+
+        rt.tree.cast(procs, selection, header, body, bufs, on_fail=on_fail)
+
+    def _call_tree(self, payload: Any) -> Future[ValueMesh[Any]]:
+        """``call()`` through the tree, replies gathered one message per subtree."""
+        shape = self._mesh._shape
+        n = len(shape)
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if n == 0:
+            cf.set_result(ValueMesh(shape, []))
+            return Future._create(cf, self._what)
+        values: list[Any] = [None] * n
+        left = [n]
+        lock = threading.Lock()
+
+        def on_values(slots: Any, got: Any) -> None:
+            for slot, value in zip(slots, got, strict=True):
+                values[slot] = value
+            with lock:
+                left[0] -= len(slots)
+                last = left[0] == 0
+            if last:
+                set_future(cf, True, ValueMesh(shape, values))
+
+        def on_value(index: int, ok: bool, value: Any) -> None:
+            if not ok:
+                set_future(cf, False, value)
+                return
+            on_values((index,), (value,))
+
+        rt = host.ensure_runtime()
+        selection = Selection.of(shape.ndslice)
+        name = self._mesh._ref.name
+        collector = GatherCollector(rt, self._what, name, n, selection, on_value, on_values)
+        for slot, rank, why in self._known_failed(selection):
+            collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
+        header = self._cast_header(True, None, selection)
+        rt.tree.cast(self._mesh._ref.procs, selection, header, *payload, root=collector.root)
+        return Future._create(cf, self._what)
+
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[Any]]:
         """Send to every actor of the mesh; the future holds a ``ValueMesh`` of the replies.
 
         Does not block. The future raises ``ActorError`` if any actor raised, and
         ``SupervisionError`` if an actor's proc died.
         """
+        if self._tree_mode():
+            return self._call_tree(self._encode(args, kwargs))
         targets = self._targets()
         payload = self._encode(args, kwargs)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -187,12 +331,24 @@ class Endpoint:
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)
 
+    def _collector(self, n: int, on_value: Any) -> Collector:
+        """The collector for ``n`` replies that come straight back."""
+        rt = host.ensure_runtime()
+        if self._tree_mode():
+            return TreeCollector(
+                rt,
+                self._what,
+                n,
+                on_value,
+                mesh_size=len(self._mesh._ref.procs),
+                fanout=config.get("tree_fanout"),
+            )
+        return Collector(rt, self._what, n, on_value)
+
     def _one(self, targets: list[tuple[int, int, ProcId]], args: Any, kwargs: Any) -> Future[Any]:
         payload = self._encode(args, kwargs)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        collector = Collector(
-            host.ensure_runtime(), self._what, 1, lambda i, ok, v: set_future(cf, ok, v)
-        )
+        collector = self._collector(1, lambda i, ok, v: set_future(cf, ok, v))
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)
 
@@ -227,8 +383,7 @@ class Endpoint:
             set_future(cfs[k], ok, value)
 
         if targets:
-            collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
-            self._send(payload, targets, collector)
+            self._send(payload, targets, self._collector(len(targets), on_value))
         return iter([Future._create(cf, self._what) for cf in cfs])
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
@@ -236,6 +391,9 @@ class Endpoint:
 
         An exception in the endpoint fails the actor (there is no caller to tell).
         """
+        if self._tree_mode():
+            self._send_tree(self._encode(args, kwargs), None, None)
+            return
         self._send(self._encode(args, kwargs), self._targets(), None)
 
     def _send_to_port(

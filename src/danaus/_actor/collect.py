@@ -11,16 +11,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import ActorError, InternalError, SupervisionError
+from .._mesh import tree
 from .._runtime.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
+from .._runtime.tree import RootGather
 from .._wire import codec
 from .._wire.ids import PortId, ProcId
-from .._wire.protocol import Message
+from .._wire.protocol import Kind, Message, Reply
 
-__all__ = ["Collector", "Countdown", "decode_reply", "set_future"]
+__all__ = [
+    "Collector",
+    "Countdown",
+    "GatherCollector",
+    "TreeCollector",
+    "decode_reply",
+    "set_future",
+]
 
 
 def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
@@ -180,3 +189,141 @@ def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None
             cf.set_exception(value)
     except concurrent.futures.InvalidStateError:
         pass
+
+
+class TreeCollector(Collector):
+    """A collector for a message sent down the cast tree whose replies come straight back.
+
+    Besides the procs of the actors it waits for, it watches the procs that
+    forward to them: when one is lost, every pending reply from its subtree
+    fails (those actors may never have received the message).
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        what: str,
+        n: int,
+        on_value: Callable[[int, bool, Any], None],
+        *,
+        mesh_size: int,
+        fanout: int,
+        lost_is_ok: bool = False,
+    ) -> None:
+        super().__init__(rt, what, n, on_value, lost_is_ok=lost_is_ok)
+        self.mesh_size = mesh_size
+        self.fanout = fanout
+        self.ranks: dict[int, int] = {}  # index -> base rank
+        self.rank_of: dict[str, int] = {}  # watched proc name -> its base rank
+
+    def expect_tree(
+        self, targets: list[tuple[int, int, ProcId]], procs: Any, ancestors: bool
+    ) -> None:
+        """Expect ``(index, rank, proc)`` for each target; watch the forwarders too."""
+        for index, rank, proc in targets:
+            self.ranks[index] = rank
+            self.rank_of[proc.name] = rank
+        if ancestors:
+            for _, rank, _ in targets:
+                for lo, _hi in tree.path(rank, self.mesh_size, self.fanout)[:-1]:
+                    name = procs[lo].name
+                    # A forwarder known to be lost already is routed around: no watch.
+                    if (
+                        name not in self.rank_of
+                        and self.rt.watch(procs[lo], self.port.port) is None
+                    ):
+                        self.rank_of[name] = lo
+                        self.watched.add(name)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        rank = self.rank_of.get(proc)
+        if rank is None:
+            super().peer_lost(proc, reason)
+            return
+        lo, hi = tree.node_range(rank, self.mesh_size, self.fanout)
+        for index in list(self.pending):
+            r = self.ranks.get(index, -1)
+            if lo <= r < hi:
+                why = reason
+                if r != rank:
+                    why = f"proc {proc}, which forwards this message to it, was lost: {reason}"
+                self._lost_one(index, proc, why)
+
+
+class GatherCollector:
+    """Replies of a gathered cast (``call()`` on a large mesh), one combined message per
+    subtree: plain values come in bulk to ``on_values(slots, values)``, anything else
+    to ``on_value(slot, ok, value)``; each slot once."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        what: str,
+        name: str,
+        n: int,
+        selection: tree.Selection,
+        on_value: Callable[[int, bool, Any], None],
+        on_values: Callable[[Sequence[int], Sequence[Any]], None],
+    ) -> None:
+        self.what = what
+        self.name = name
+        self.on_value = on_value
+        self.on_values = on_values
+        self._done = bytearray(n)
+        self._lock = threading.Lock()
+        self.root = RootGather(rt.tree, selection, self._entry, self._lost, self._values)
+        self.port = None  # replies come as GATHERs to root.port
+
+    def _values(self, slots: Sequence[int], values: Sequence[Any]) -> None:
+        done = self._done
+        with self._lock:
+            lo, hi = min(slots), max(slots) + 1
+            # A fresh run of distinct slots (the usual case: one subtree of a slice).
+            if hi - lo == len(slots) and not done.count(1, lo, hi) and len(set(slots)) == hi - lo:
+                done[lo:hi] = b"\x01" * (hi - lo)
+                fresh = None
+            else:
+                fresh = [i for i, s in enumerate(slots) if not done[s]]
+                for i in fresh:
+                    done[slots[i]] = 1
+        if fresh is None:
+            self.on_values(slots, values)
+            return
+        if len(fresh) == len(slots):
+            self.on_values(slots, values)
+        elif fresh:
+            self.on_values([slots[i] for i in fresh], [values[i] for i in fresh])
+
+    def _first(self, slot: int) -> bool:
+        with self._lock:
+            if self._done[slot]:
+                return False
+            self._done[slot] = 1
+            return True
+
+    def _entry(self, slot: int, status: int, body: Any, bufs: Any) -> None:
+        if not self._first(slot):
+            return
+        msg = Message(Kind.REPLY, Reply(0, slot, status), memoryview(body), list(bufs))
+        ok, value = decode_reply(msg, self.what)
+        self.on_value(slot, ok, value)
+
+    def _lost(self, slot: int, rank: int, why: str) -> None:
+        if self._first(slot):
+            self.on_value(slot, False, _unreached(self.what, f"{self.name}[{rank}]", why))
+
+    def fail_supervision(self, index: int, why: str) -> None:
+        if self._first(index):
+            err = SupervisionError(
+                f"Actor call {self.what} failed: {why}", actor=self.what, reason=why
+            )
+            self.on_value(index, False, err)
+
+    def fail(self, slot: int, rank: int, why: str) -> None:
+        self._lost(slot, rank, why)
+
+
+def _unreached(what: str, label: str, why: str) -> SupervisionError:
+    return SupervisionError(
+        f"Actor call {what} failed: actor {label} was not reached: {why}", actor=label, reason=why
+    )

@@ -9,14 +9,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from .. import _config as config
 from .._errors import SupervisionError
 from .._mesh import MeshTrait, Shape
+from .._mesh.tree import Selection
 from .._runtime import host
+from .._runtime.tree import FLAG_STOP
 from .._wire.ids import ActorId, ProcId
-from .._wire.protocol import StopActor
+from .._wire.protocol import Cast, StopActor
 from . import owned
 from .adverbs import Endpoint, NotAnEndpoint
-from .collect import Collector, Countdown, set_future
+from .collect import Collector, Countdown, TreeCollector, set_future
 from .endpoint import EndpointProperty, endpoints_of
 from .future import Future
 
@@ -160,6 +163,9 @@ class ActorMesh(MeshTrait, Generic[A]):
 
         countdown = Countdown(len(ranks), stopped)
         what = f"{self._ref.name}.stop()"
+        if rt.tree.use_tree(self._ref.mesh_id, self._ref.procs):
+            self._stop_through_tree(rt, ranks, reason, countdown.tick, what)
+            return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
         collector = Collector(rt, what, len(ranks), countdown.tick, lost_is_ok=True)
         for index, rank in enumerate(ranks):
             collector.expect(index, self._ref.procs[rank])
@@ -171,6 +177,42 @@ class ActorMesh(MeshTrait, Generic[A]):
                 on_fail=functools.partial(collector.fail, index),
             )
         return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
+
+    def _stop_through_tree(
+        self, rt: Any, ranks: list[int], reason: str, tick: Any, what: str
+    ) -> None:
+        """Stop a mesh messaged through its cast tree: the stop follows, on every path,
+        whatever this proc sent to it before (a broadcast is handled, then the stop)."""
+        fanout = config.get("tree_fanout")
+        collector = TreeCollector(
+            rt,
+            what,
+            len(ranks),
+            tick,
+            mesh_size=len(self._ref.procs),
+            fanout=fanout,
+            lost_is_ok=True,
+        )
+        targets = [(i, r, self._ref.procs[r]) for i, r in enumerate(ranks)]
+        for index, _, proc in targets:
+            collector.expect(index, proc)
+        collector.expect_tree(targets, self._ref.procs, ancestors=len(ranks) < len(self._ref.procs))
+        selection = Selection.of(self._shape.ndslice)
+        labels = tuple(self._shape.extent.labels)
+        sizes = tuple(self._shape.extent.sizes)
+        header = Cast(
+            self._ref.mesh_id, self._ref.name, reason, collector.port, False,
+            selection.to_wire(), 0, len(self._ref.procs), fanout, None, labels, sizes,
+            None, (), FLAG_STOP, 0,
+        )  # fmt: skip
+        rt.tree.cast(
+            self._ref.procs,
+            selection,
+            header,
+            b"",
+            (),
+            on_fail=lambda s, r, why: collector.fail(s, why),
+        )
 
     async def __aenter__(self) -> ActorMesh[A]:
         return self

@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from .. import _config as config
 from .._errors import SupervisionError
-from .._transport import tls
+from .._transport import inproc, tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
 from .._transport.conn import Connection
@@ -65,6 +65,7 @@ from .flow import Gate
 from .metrics import Tracer
 from .offload import Offloader
 from .peers import PeerTable, _Peer
+from .tree import TreeRouter
 
 __all__ = [
     "STATUS_ERROR",
@@ -120,14 +121,20 @@ class Runtime(PeerTable):
         secret: bytes | None = None,
         host: str | None = None,
         insecure: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+        inproc: bool = False,
     ) -> None:
+        """``inproc=True`` makes a proc that lives in this process: it listens on
+        ``inproc:NAME`` instead of a Unix socket and runs on ``loop`` (which
+        several such runtimes may share; see ``danaus._transport.inproc``)."""
         self.job_dir = job_dir
+        self.inproc = inproc
         self.host = host or host_token()
         self.secret = secret
         self.insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
-        self._unix = f"unix:{os.path.join(job_dir, name + '.sock')}"
+        self._unix = f"inproc:{name}" if inproc else f"unix:{os.path.join(job_dir, name + '.sock')}"
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
-        self.loop = _new_loop()
+        self.loop = loop if loop is not None else _new_loop()
         self.thread: threading.Thread | None = None
         self.handlers: dict[Kind, Handler] = {}
         self.register(Kind.CALL, self._on_call)
@@ -137,6 +144,7 @@ class Runtime(PeerTable):
         self.register(Kind.READY, self._on_ready)
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
+        self.tree = TreeRouter(self)  # CAST and GATHER: messages to many actors (tree.py)
         self.mailboxes: dict[tuple[str, int], Mailbox] = {}
         self.ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
@@ -198,9 +206,13 @@ class Runtime(PeerTable):
 
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
-        self._listener = listen(self._unix)
-        self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
-        self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
+        if self.inproc:
+            inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+        else:
+            self._listener = listen(self._unix)
+            self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
+        if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
+            self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
@@ -243,6 +255,17 @@ class Runtime(PeerTable):
             add()
         return f"tcp://{self._advertised}"
 
+    def listen_inproc(self) -> None:
+        """Also accept in-process connections (``inproc:NAME``), from runtimes of this
+        process (a simulated mesh). Changes ``proc_id``: call before the address travels.
+        """
+        if self.inproc or inproc.is_listening(self.proc_id.name):
+            return
+        inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+        self.proc_id = ProcId(
+            self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
+        )
+
     def listen_tcp_also(self, ip: str) -> None:
         """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
 
@@ -283,7 +306,7 @@ class Runtime(PeerTable):
         conns += list(self._accepted)
         ping = None
         for conn in conns:
-            if conn.closed:
+            if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
                 continue
             if conn.paused:
                 pass  # we stopped reading it (backpressure): its silence is ours
@@ -321,6 +344,7 @@ class Runtime(PeerTable):
         if self.closed:
             return
         self.closed = True
+        inproc.unlisten(self.proc_id.name)
         if self._listener is not None:
             self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
@@ -397,6 +421,13 @@ class Runtime(PeerTable):
                     # oldest goes (a legitimate handshake takes a round trip, not seconds).
                     oldest = next(iter(self._handshaking))
                     oldest.fail_now("too many connections in their handshake")
+
+    def _on_inproc_accept(self, conn: inproc.InprocConnection) -> None:
+        if self.closed:
+            conn.close()
+            return
+        conn.bind(self._dispatch, self._on_inbound_closed)  # type: ignore[arg-type]
+        self._accepted.add(conn)  # type: ignore[arg-type]
 
     def _on_authenticated(self, conn: Connection) -> None:
         self._handshaking.pop(conn, None)
@@ -511,6 +542,13 @@ class Runtime(PeerTable):
         if peer is not None and self._outbound(peer) > self._send_high:
             self._wait_for_room(peer)
         raw = wire(header)
+        peer = self._peers.get(proc.name)
+        if peer is not None and peer.conn is not None and peer.conn.tcp is None:
+            try:  # a proc of this process (inproc): the frame is handed over, not encoded
+                peer.conn.send_message(raw, body, buffers)
+                return
+            except Exception:
+                pass  # closed: the slow path below reports it
         if buffers and self.offload.ok_peers:
             raw, buffers = self.offload.wrap(proc.name, raw, buffers)
         parts = encode_frame(raw, body, buffers)
@@ -644,6 +682,9 @@ class Runtime(PeerTable):
         s = None
         try:
             entry = choose(peer.proc.addr, self.host)
+            if entry.startswith("inproc:"):
+                self._connect_inproc(peer, entry[len("inproc:") :])
+                return
             s = connect_socket(entry)
             tcp = entry.startswith("tcp://")
             hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
@@ -674,6 +715,21 @@ class Runtime(PeerTable):
             peer.conn = conn
         conn.on_drained = self.notify_room
         self.notify_room()
+
+    def _connect_inproc(self, peer: _Peer, name: str) -> None:
+        conn: Any = inproc.connect(
+            name,
+            self.loop,
+            self._dispatch,  # type: ignore[arg-type]
+            self._on_outbound_closed,  # type: ignore[arg-type]
+        )
+        conn.peer = peer.proc
+        conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, ()))))
+        with self._lock:
+            for parts, _ in peer.queue:
+                conn.send(parts)
+            peer.queue = []
+            peer.conn = conn
 
     def _on_outbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
         proc = conn.peer
@@ -749,6 +805,12 @@ class Runtime(PeerTable):
             body, bufs = codec.dumps(
                 TypeError(f"the reply could not be pickled: {type(e).__name__}: {e}")
             )
+        if port.proc.name == self.proc_id.name:
+            # A gather port of this proc's cast tree takes its own actor's reply directly.
+            local = getattr(self.ports.get(port.port), "local_reply", None)
+            if local is not None:
+                local(index, status, body, bufs)
+                return
         # The replying actor goes on and may change what it returned: ``send`` keeps
         # a snapshot of whatever it does not write at once (queued or offloaded).
         self.send(port.proc, Reply(port.port, index, status), body, bufs, on_fail or _ignore)

@@ -3,6 +3,7 @@
 A proc's address is a ``;``-separated list of entries:
 
     unix:/tmp/danaus-0/ab12cd34/p1.sock      Unix socket (same host only)
+    inproc:p1                                a proc in this very process (inproc.py)
     tcp://10.0.0.2:41234                     TCP (any host; authenticated)
     host:3f9a1c                              the token of the host it runs on
 
@@ -20,6 +21,7 @@ import stat
 import tempfile
 
 from .. import _config as config
+from . import inproc
 
 __all__ = [
     "choose",
@@ -39,7 +41,7 @@ def parse(entry: str) -> tuple[str, str]:
     if entry.startswith("tcp://"):
         return "tcp", entry[len("tcp://") :]
     scheme, sep, rest = entry.partition(":")
-    if not sep or scheme not in ("unix", "host"):
+    if not sep or scheme not in ("unix", "host", "inproc"):
         raise ValueError(
             f"unsupported address {entry!r}; expected 'unix:/path/to/socket' or 'tcp://HOST:PORT'"
         )
@@ -61,6 +63,9 @@ def join(*entries: str) -> str:
 def choose(addr: str, my_host: str) -> str:
     """The entry of ``addr`` to connect to from a proc on host ``my_host``."""
     entries = [e for e in addr.split(";") if e]
+    local = next((e for e in entries if e.startswith("inproc:")), None)
+    if local is not None and inproc.is_listening(local[len("inproc:") :]):
+        return local  # that proc lives in this very process
     host = next((e[5:] for e in entries if e.startswith("host:")), None)
     unix = next((e for e in entries if e.startswith("unix:")), None)
     tcp = next((e for e in entries if e.startswith("tcp://")), None)

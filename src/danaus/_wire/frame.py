@@ -33,6 +33,7 @@ __all__ = [
     "FrameDecoder",
     "FrameError",
     "alloc",
+    "decode_frame",
     "encode_frame",
     "flat",
 ]
@@ -96,6 +97,15 @@ def flat(b: Any) -> Any:
         return b.raw()
     m = memoryview(b)
     return m.cast("B") if m.nbytes else b""
+
+
+def decode_frame(data: bytes | bytearray | memoryview) -> Frame:
+    """The one frame ``data`` holds (as ``encode_frame`` wrote it, length prefix
+    included); :class:`FrameError` if it is not exactly one well-formed frame."""
+    view = memoryview(data)
+    if len(view) < 8 or _LEN.unpack_from(view, 0)[0] != len(view) - 8:
+        raise FrameError(f"not one whole frame: {len(view)} bytes")
+    return _parse(view[8:])
 
 
 def _parse(frame: memoryview) -> Frame:

@@ -36,7 +36,9 @@ __all__ = [
     "Attach",
     "Bounce",
     "Call",
+    "Cast",
     "Failed",
+    "Gather",
     "Hello",
     "KillProcs",
     "Kind",
@@ -77,8 +79,9 @@ __all__ = [
 #: Changes whenever a header's fields or a kind's meaning change. Version 1 was
 #: the untyped protocol of danaus 0.1 (its HELLO had no version). Version 3 added
 #: the observing kinds (STATS, TRACE_*, STACK), the transfer's deadline to
-#: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE.
-PROTOCOL_VERSION = 3
+#: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE; version 4 the cast
+#: tree's CAST and GATHER.
+PROTOCOL_VERSION = 4
 
 
 class ProtocolError(FrameError):
@@ -121,6 +124,8 @@ class Kind(enum.IntEnum):
     TRACE_START = 71
     TRACE_STOP = 72
     STACK = 73
+    CAST = 50
+    GATHER = 51
 
 
 # -- the runtime --------------------------------------------------------------
@@ -400,6 +405,40 @@ class Stack(NamedTuple):
     slot: int
 
 
+# -- the cast tree (danaus._mesh.tree, danaus._runtime.tree) -----------------------
+
+
+class Cast(NamedTuple):
+    """A message to the selected actors of subtree ``[lo, hi)`` of mesh ``mesh``'s
+    cast tree; the receiver is the proc of rank ``lo``. The body holds the arguments."""
+
+    mesh: str
+    name: str  # the mesh's name, for error messages
+    method: str
+    port: PortId | None  # replies: the parent's gather port (gather) or the caller's; None
+    gather: bool  # combine the subtree's replies into one GATHER to ``port``
+    selection: tuple[Any, ...]  # danaus._mesh.tree.Selection.to_wire()
+    lo: int
+    hi: int
+    fanout: int
+    table: tuple[ProcId, ...] | None  # procs of ranks [lo, hi): sent once per sender and mesh
+    labels: tuple[str, ...]  # the caller's slice's extent (each message's rank)
+    sizes: tuple[int, ...]
+    sender: ActorId | None
+    chain: tuple[ActorId, ...]
+    flags: int
+    hops: int  # how many procs this frame has passed through, the sender included
+
+
+class Gather(NamedTuple):
+    """The ``entries`` replies of subtree ``child`` for gather port ``port``; the body
+    is a restricted pickle (``danaus._runtime.tree.encode_entries``)."""
+
+    port: int
+    child: int
+    entries: int
+
+
 _HEADERS: dict[int, Any] = {
     Kind.CALL: Call,
     Kind.REPLY: Reply,
@@ -433,11 +472,14 @@ _HEADERS: dict[int, Any] = {
     Kind.TRACE_STOP: TraceStop,
     Kind.STACK: Stack,
     Kind.RDMA_RELEASE: RdmaRelease,
+    Kind.CAST: Cast,
+    Kind.GATHER: Gather,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
 assert set(_HEADERS) == {int(k) for k in Kind}, "every kind has exactly one header type"
 _ARITY = {k: len(cls._fields) for k, cls in _HEADERS.items()}
+_KINDS = {int(k): k for k in Kind}
 
 
 class Message(NamedTuple):
@@ -469,7 +511,7 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
         raise ProtocolError(
             f"{cls.__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
         )
-    return Kind(kind), cls._make(raw[1:])
+    return _KINDS[kind], cls._make(raw[1:])
 
 
 def decode(frame: Frame) -> Message:
