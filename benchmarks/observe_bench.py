@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import danaus  # noqa: E402
-from danaus.actor import Actor, endpoint, this_host  # noqa: E402
+import danaus
+from danaus.actor import Actor, endpoint, this_host
 
 
 class Target(Actor):
