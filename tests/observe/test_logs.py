@@ -152,7 +152,7 @@ def test_logging_option_rejects_bad_values_naming_them(
     pm, _ = trainer
     with pytest.raises(ValueError, match="Invalid logging level: 300"):
         pm.logging_option(level=300)
-    with pytest.raises(ValueError, match="aggregate_window_sec .* got -1"):
+    with pytest.raises(ValueError, match=r"aggregate_window_sec .* got -1"):
         pm.logging_option(aggregate_window_sec=-1)
     with pytest.raises(TypeError, match="stream_to_client must be True or False"):
         pm.logging_option(stream_to_client="yes")  # type: ignore[arg-type]
