@@ -492,3 +492,43 @@ def test_a_client_that_falls_behind_is_told_how_many_lines_were_dropped(
         assert dropped > 0
     assert len(result["notes"]) >= 4
     assert re.match(r"\[spam \{gpus=\d\}\] \[\d+ lines of stdout dropped", result["notes"][0])
+
+
+_DIAGNOSTICS = """
+import logging, sys
+from danaus._runtime import logdir, proc
+from danaus.actor import this_host
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+procs.logging_option()  # also works on this_proc(): nothing to capture there
+from danaus.actor import this_proc
+this_proc().logging_option(level=logging.DEBUG)
+procs.initialized.get(timeout=30)
+logging.getLogger("danaus.test").warning("a diagnostic for the file only")
+logging.getLogger("danaus.test").error("an error the user needs")
+print(logdir.find_job(proc.current().proc_id.name))
+procs.stop().get(timeout=30)
+"""
+
+
+def test_danaus_diagnostics_go_to_its_log_file_and_only_errors_to_the_terminal(
+    tmp_path: Path,
+) -> None:
+    from danaus.testing import ClientScript, client_env
+
+    script = ClientScript(tmp_path).write(_DIAGNOSTICS)
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        env=client_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "a diagnostic for the file only" not in r.stderr
+    assert "an error the user needs" in r.stderr
+    assert "no handler" not in r.stderr
+    text = (Path(r.stdout.strip().splitlines()[-1]) / "danaus.log").read_text()
+    assert "WARNING: a diagnostic for the file only" in text
+    assert "ERROR: an error the user needs" in text
+    assert "no handler for frame kind" not in text

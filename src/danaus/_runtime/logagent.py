@@ -77,14 +77,14 @@ class LogCapture:
         self.client = client
         self.dir: str | None = None
         self.procs: dict[str, _Proc] = {}
-        self.queue: collections.deque[list[Any]] = (
-            collections.deque()
-        )  # [proc, stream, data, dropped]
-        self.queued = 0  # bytes waiting in the queue
+        # (proc, stream) -> its queue of [seq, lines, dropped before them]
+        self.queues: dict[tuple[_Proc, int], collections.deque[list[Any]]] = {}
+        self.ready: collections.deque[tuple[_Proc, int]] = collections.deque()
+        self.queued = 0  # bytes waiting in the queues
         self.inflight = 0  # bytes sent, not yet acknowledged
-        self.enqueued = 0  # entries ever queued
-        self.sent = 0  # entries ever sent
-        self.barriers: list[tuple[int, Any, int]] = []  # (entries to send first, port, slot)
+        self.seq = 0  # items ever queued
+        self.barriers: list[tuple[int, Any, int]] = []  # (last item to send first, port, slot)
+        self._pump_soon = False
         self._buf = bytearray(max(65536, config.get("log_pipe_size")))
         if job is not None:
             self.set_job(client, job)
@@ -95,9 +95,7 @@ class LogCapture:
     def set_job(self, client: ProcId | None, job: str) -> None:
         """Forward to ``client`` and write files for job ``job`` from now on."""
         self.client = client
-        self.queue.clear()
-        self.queued = self.inflight = 0
-        self.sent = self.enqueued
+        self._clear()
         try:
             self.dir = logdir.job_dir(job)
         except OSError as e:  # no files, but output still reaches the client
@@ -288,47 +286,64 @@ class LogCapture:
         p.file_bytes += len(chunk)
 
     # -- forwarding --------------------------------------------------------------------------
+    #
+    # Each (proc, stream) has its own queue of items [seq, data, dropped before it]; the
+    # pump serves the queues in turn, one frame of up to ``log_frame_bytes`` each, so the
+    # lines of one proc and stream stay in order and a chatty proc cannot starve the rest.
+    # The pump runs once per loop iteration (whatever was read in it goes out together).
 
     def _enqueue(self, p: _Proc, stream: int, chunk: bytes, lines: int) -> None:
+        key = (p, stream)
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = collections.deque()
+        if not q:
+            self.ready.append(key)
+        self.seq += 1
         if self.queued + len(chunk) > config.get("log_forward_buffer"):
-            last = self.queue[-1] if self.queue else None
-            if last is not None and last[0] is p and last[1] == stream and not last[2]:
-                last[3] += lines
+            if q and not q[-1][1]:
+                q[-1][2] += lines  # more dropped after the last report
             else:
-                self.queue.append([p, stream, b"", lines])
-                self.enqueued += 1
+                q.append([self.seq, b"", lines])
         else:
-            self.queue.append([p, stream, chunk, 0])
-            self.enqueued += 1
+            q.append([self.seq, chunk, 0])
             self.queued += len(chunk)
-        self._pump()
+        if not self._pump_soon:
+            self._pump_soon = True
+            self.rt.loop.call_soon(self._pump)
 
     def _pump(self) -> None:
+        self._pump_soon = False
         client = self.client
         if client is None:
             return
         window, most = config.get("log_forward_window"), config.get("log_frame_bytes")
-        q = self.queue
-        while q and self.inflight < window:
-            p, stream, data, dropped = q.popleft()
-            self.sent += 1
+        while self.ready and self.inflight < window:
+            key = self.ready.popleft()
+            p, stream = key
+            q = self.queues[key]
+            _, data, dropped = q.popleft()
             parts, size = [data], len(data)
-            while (
-                q
-                and q[0][0] is p
-                and q[0][1] == stream
-                and not q[0][3]
-                and size + len(q[0][2]) <= most
-            ):
-                parts.append(q.popleft()[2])
+            while q and not q[0][2] and size + len(q[0][1]) <= most:
+                parts.append(q.popleft()[1])
                 size += len(parts[-1])
-                self.sent += 1
+            if q:
+                self.ready.append(key)
+            else:
+                del self.queues[key]
             self.queued -= size
             self.inflight += size
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             header = Log(p.name, p.label, p.coords, stream, dropped)
             self.rt.send(client, header, body, on_fail=self._client_gone)
-        while self.barriers and self.barriers[0][0] <= self.sent:
+        self._release_barriers()
+
+    def _release_barriers(self) -> None:
+        """Answer the flushes whose lines have all been sent."""
+        if not self.barriers:
+            return
+        oldest = min((q[0][0] for q in self.queues.values() if q), default=self.seq + 1)
+        while self.barriers and self.barriers[0][0] < oldest:
             _, port, slot = self.barriers.pop(0)
             self.rt.reply(port, slot, STATUS_OK, None)
 
@@ -338,12 +353,12 @@ class LogCapture:
 
     def _client_gone(self, reason: str) -> None:
         self.client = None
-        self.queue.clear()
-        self.queued = self.inflight = 0
-        self.sent = self.enqueued
-        self._pump_barriers()
+        self._clear()
 
-    def _pump_barriers(self) -> None:
+    def _clear(self) -> None:
+        self.queues.clear()
+        self.ready.clear()
+        self.queued = self.inflight = 0
         for _, port, slot in self.barriers:
             self.rt.reply(port, slot, STATUS_OK, None)
         self.barriers.clear()
@@ -379,7 +394,7 @@ class LogCapture:
         if self.client is None:
             self.rt.reply(req.port, req.slot, STATUS_OK, None)
             return
-        self.barriers.append((self.enqueued, req.port, req.slot))
+        self.barriers.append((self.seq, req.port, req.slot))
         self._pump()
 
 

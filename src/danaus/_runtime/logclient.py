@@ -24,6 +24,7 @@ order per proc and stream.
 from __future__ import annotations
 
 import atexit
+import collections
 import concurrent.futures
 import contextlib
 import queue
@@ -222,13 +223,16 @@ class Printer:
         window: float,
     ) -> None:
         keys = _NUMBER.sub(b"#", body).split(b"\n")
+        del keys[len(lines) :]
         groups = self._groups
-        for key, line in zip(keys, lines, strict=False):
+        # Counted in C; only a key seen for the first time costs a lookup of its example.
+        for key, n in collections.Counter(keys).items():
             g = groups.get((label, stream, key))
             if g is None:
-                groups[(label, stream, key)] = _Group(prefix + line, stream)
+                g = groups[(label, stream, key)] = _Group(prefix + lines[keys.index(key)], stream)
+                g.count = n
             else:
-                g.count += 1
+                g.count += n
         if self._deadline is None:
             self._deadline = time.monotonic() + window
 

@@ -149,7 +149,8 @@ class LogControl:
         s = -1 if stream is None else int(stream)
         lv = -1 if level is None else level
         for p in procs:
-            self.rt.send(p, LogConfig((p.name,), s, lv, label), on_fail=_ignore)
+            if p.name != self.rt.proc_id.name:  # this process's output is not captured
+                self.rt.send(p, LogConfig((p.name,), s, lv, label), on_fail=_ignore)
 
     def flush(
         self, procs: list[ProcId], timeout: float | None = None
