@@ -102,6 +102,11 @@ class InprocConnection:
     tcp = None  # neither TCP nor a Unix socket: a runtime's heartbeat leaves it alone
     tls = False
     authenticated = True
+    # Frames are handed over at once, so nothing is ever backlogged here and
+    # backpressure (pause/resume, drain waits) has nothing to hold back.
+    backlog_bytes = 0
+    paused = False
+    on_drained: Callable[[], None] | None = None
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -155,6 +160,21 @@ class InprocConnection:
         self.frames_received += 1
         self.last_recv = self.loop.time()
         self._on_frame(self, frame)
+
+    @property
+    def frames_recv(self) -> int:  # the name a socket connection's counter has
+        return self.frames_received
+
+    bytes_sent = bytes_recv = 0  # frames are not encoded here: no bytes to count
+
+    def pause(self, who: Any) -> None:
+        """Backpressure on an in-process connection: nothing to stop (see ``paused``)."""
+
+    def resume(self, who: Any) -> None:
+        """Undo :meth:`pause` (a no-op, as it is)."""
+
+    def want_drain(self, low: int) -> None:
+        """A sender waits for the backlog to drain: it is always empty here."""
 
     def fail_now(self, why: str) -> None:
         """Close as if the peer broke (its loop's thread)."""
