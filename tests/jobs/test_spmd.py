@@ -124,7 +124,9 @@ def test_the_script_synced_to_two_namespace_hosts_ends_with_torchruns_weights(
     client = scripts.start_path(path, workers, private_hosts["secret"], str(code), str(out))
     stdout, err = client.communicate(timeout=220)
     assert client.returncode == 0, err
-    assert stdout.split() == [private_hosts["workers"][0].split("//")[1].rsplit(":", 1)[0]]
+    mine = [line for line in stdout.splitlines() if not line.startswith("[")]  # procs' lines
+    assert mine == [private_hosts["workers"][0].split("//")[1].rsplit(":", 1)[0]]
+    assert any(line.startswith("[spmd {hosts=") for line in stdout.splitlines())
     _assert_same_weights(out, torchrun_weights)
 
 
