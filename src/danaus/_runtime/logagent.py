@@ -202,7 +202,7 @@ class LogCapture:
     def _on_readable(self, p: _Proc, stream: int) -> None:
         self._drain(p, stream, budget=16)
 
-    def _drain(self, p: _Proc, stream: int, budget: int = 1 << 30) -> None:
+    def _drain(self, p: _Proc, stream: int, budget: int = 64) -> None:
         """Read what the pipe holds (up to ``budget`` reads: then let others run)."""
         fd = p.fds.get(stream)
         buf = self._buf
@@ -217,7 +217,7 @@ class LogCapture:
             if n == 0:
                 self._eof(p, stream)
                 return
-            self._take(p, stream, bytes(buf[:n]))
+            self._take(p, stream, bytes(memoryview(buf)[:n]))
             if n < len(buf):
                 return
 
