@@ -389,7 +389,7 @@ def fresh_worker(network: Network, secret: str) -> Iterator[Callable[..., Worker
 # -- the client ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # the short heartbeats end with this package's tests
 def client() -> Iterator[FaultRecorder]:
     """This process as a client: heartbeats like the workers', failures recorded.
 

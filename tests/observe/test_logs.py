@@ -78,8 +78,8 @@ def _flush(pm: ProcMesh) -> None:
 
 
 @pytest.fixture(scope="module")
-def trainer() -> Iterable[tuple[ProcMesh, Any]]:
-    pm = this_host().spawn_procs(per_host={"gpus": 2}, name="trainer")
+def logtrainer() -> Iterable[tuple[ProcMesh, Any]]:
+    pm = this_host().spawn_procs(per_host={"gpus": 2}, name="logtrainer")
     talkers = pm.spawn("talkers", Talker)
     talkers.initialized.get(timeout=TIMEOUT)
     yield pm, talkers
@@ -87,8 +87,8 @@ def trainer() -> Iterable[tuple[ProcMesh, Any]]:
 
 
 @pytest.fixture
-def unaggregated(trainer: tuple[ProcMesh, Any]) -> Iterable[tuple[ProcMesh, Any]]:
-    pm, talkers = trainer
+def unaggregated(logtrainer: tuple[ProcMesh, Any]) -> Iterable[tuple[ProcMesh, Any]]:
+    pm, talkers = logtrainer
     pm.logging_option(stream_to_client=True, aggregate_window_sec=None)
     yield pm, talkers
     pm.logging_option()  # Monarch's defaults again
@@ -106,8 +106,8 @@ def test_lines_reach_the_client_prefixed_and_in_order_per_proc_and_stream(
     _flush(pm)
     out, err = capsys.readouterr()
     for gpu in (0, 1):
-        assert _numbers(out, f"[trainer {{gpus={gpu}}}] ordered out") == list(range(300))
-        assert _numbers(err, f"[trainer {{gpus={gpu}}}] ordered err") == list(range(300))
+        assert _numbers(out, f"[logtrainer {{gpus={gpu}}}] ordered out") == list(range(300))
+        assert _numbers(err, f"[logtrainer {{gpus={gpu}}}] ordered err") == list(range(300))
     assert "ordered err" not in out and "ordered out" not in err
 
 
@@ -118,10 +118,10 @@ def test_output_is_captured_at_the_file_descriptor_level(
     talkers.slice(gpus=1).low_level.call_one("fd").get(timeout=TIMEOUT)
     _flush(pm)
     out, err = capsys.readouterr()
-    assert "[trainer {gpus=1}] fd os.write to fd 1\n" in out
-    assert "[trainer {gpus=1}] fd from a subprocess\n" in out
-    assert "[trainer {gpus=1}] fd printf from C\n" in out
-    assert "[trainer {gpus=1}] fd os.write to fd 2\n" in err
+    assert "[logtrainer {gpus=1}] fd os.write to fd 1\n" in out
+    assert "[logtrainer {gpus=1}] fd from a subprocess\n" in out
+    assert "[logtrainer {gpus=1}] fd printf from C\n" in out
+    assert "[logtrainer {gpus=1}] fd os.write to fd 2\n" in err
     assert "{gpus=0}] fd" not in out + err
 
 
@@ -137,7 +137,7 @@ def test_logging_records_are_forwarded_and_level_filters_them(
     one.log.call_one("debug").get(timeout=TIMEOUT)
     _flush(pm)
     err = capsys.readouterr().err
-    p = "[trainer {gpus=0}]"
+    p = "[logtrainer {gpus=0}]"
     assert f"{p} INFO user.app: default info record\n" in err
     assert f"{p} WARNING user.app: default warning record\n" in err
     assert "default debug record" not in err
@@ -147,9 +147,9 @@ def test_logging_records_are_forwarded_and_level_filters_them(
 
 
 def test_logging_option_rejects_bad_values_naming_them(
-    trainer: tuple[ProcMesh, Any],
+    logtrainer: tuple[ProcMesh, Any],
 ) -> None:
-    pm, _ = trainer
+    pm, _ = logtrainer
     with pytest.raises(ValueError, match="Invalid logging level: 300"):
         pm.logging_option(level=300)
     with pytest.raises(ValueError, match=r"aggregate_window_sec .* got -1"):
@@ -159,9 +159,9 @@ def test_logging_option_rejects_bad_values_naming_them(
 
 
 def test_stream_to_client_false_keeps_output_off_the_client_but_in_the_files(
-    trainer: tuple[ProcMesh, Any], capsys: pytest.CaptureFixture[str]
+    logtrainer: tuple[ProcMesh, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pm, talkers = trainer
+    pm, talkers = logtrainer
     pm.logging_option(stream_to_client=False)
     try:
         talkers.say.call(3, "quiet").get(timeout=TIMEOUT)
@@ -175,20 +175,20 @@ def test_stream_to_client_false_keeps_output_off_the_client_but_in_the_files(
 
 
 def test_aggregation_collapses_lines_that_differ_only_in_numbers(
-    trainer: tuple[ProcMesh, Any], capsys: pytest.CaptureFixture[str]
+    logtrainer: tuple[ProcMesh, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pm, talkers = trainer
+    pm, talkers = logtrainer
     pm.logging_option(aggregate_window_sec=3)  # the window ends early at the flush
     talkers.steps.call(10).get(timeout=TIMEOUT)
     _flush(pm)
     out = capsys.readouterr().out
     similar = re.findall(
-        r"^\[(\d+) similar lines\] \[trainer \{gpus=\d\}\] step 0 rank \d", out, re.M
+        r"^\[(\d+) similar lines\] \[logtrainer \{gpus=\d\}\] step 0 rank \d", out, re.M
     )
     assert similar == ["20"], out
     # Lines with no similar ones print as they are; the two procs' identical lines group.
     assert re.search(
-        r"^\[2 similar lines\] \[trainer \{gpus=\d\}\] a line like no other$", out, re.M
+        r"^\[2 similar lines\] \[logtrainer \{gpus=\d\}\] a line like no other$", out, re.M
     )
     assert "step 5" not in out
 
@@ -232,25 +232,25 @@ def _danaus(*args: str) -> subprocess.Popen[str]:
 
 
 def test_every_proc_has_a_log_file_that_danaus_logs_prints_filtered(
-    trainer: tuple[ProcMesh, Any],
+    logtrainer: tuple[ProcMesh, Any],
 ) -> None:
-    pm, talkers = trainer
+    pm, talkers = logtrainer
     talkers.say.call(2, "filed").get(timeout=TIMEOUT)
     _flush(pm)
-    files = {p.coords: p for p in _job_files() if p.label == "trainer"}
+    files = {p.coords: p for p in _job_files() if p.label == "logtrainer"}
     assert set(files) == {"gpus=0", "gpus=1"}
     for coords, p in files.items():
         text = Path(p.path).read_text()
         assert "filed out 1\n" in text and "filed err 1\n" in text, coords
         meta = json.loads(Path(p.path[: -len(".log")] + ".json").read_text())
-        assert meta["label"] == "trainer" and isinstance(meta["pid"], int)
+        assert meta["label"] == "logtrainer" and isinstance(meta["pid"], int)
         assert os.stat(p.path).st_mode & 0o077 == 0  # private to the user
     rt = _proc.current()
     assert rt is not None
-    cli = _danaus("logs", rt.proc_id.name, "--mesh", "trainer", "-c", "gpus=1")
+    cli = _danaus("logs", rt.proc_id.name, "--mesh", "logtrainer", "-c", "gpus=1")
     out, err = cli.communicate(timeout=TIMEOUT)
     assert cli.returncode == 0, err
-    assert "[trainer {gpus=1}] filed out 1\n" in out
+    assert "[logtrainer {gpus=1}] filed out 1\n" in out
     assert "{gpus=0}" not in out
     cli = _danaus("logs", rt.proc_id.name, "--mesh", "nosuchmesh")
     _, err = cli.communicate(timeout=TIMEOUT)
@@ -261,25 +261,25 @@ def test_every_proc_has_a_log_file_that_danaus_logs_prints_filtered(
 
 
 def test_danaus_logs_follow_prints_new_lines_as_they_come(
-    trainer: tuple[ProcMesh, Any],
+    logtrainer: tuple[ProcMesh, Any],
 ) -> None:
-    pm, talkers = trainer
+    pm, talkers = logtrainer
     talkers.say.call(1, "before-follow").get(timeout=TIMEOUT)
     _flush(pm)
     rt = _proc.current()
     assert rt is not None
-    cli = _danaus("logs", rt.proc_id.name, "-f", "-n", "1", "-c", "gpus=0", "-m", "trainer")
+    cli = _danaus("logs", rt.proc_id.name, "-f", "-n", "1", "-c", "gpus=0", "-m", "logtrainer")
     try:
         assert cli.stdout is not None
         first = cli.stdout.readline()  # the last line so far: it is following now
-        assert first.startswith("[trainer {gpus=0}] before-follow "), first
+        assert first.startswith("[logtrainer {gpus=0}] before-follow "), first
         talkers.say.call(1, "followed").get(timeout=TIMEOUT)
         seen = []
         for line in cli.stdout:  # bounded by the test's timeout
             seen.append(line)
             if "followed out 0" in line:
                 break
-        assert "[trainer {gpus=0}] followed out 0\n" in seen
+        assert "[logtrainer {gpus=0}] followed out 0\n" in seen
         assert not any("before-follow" in line or "gpus=1" in line for line in seen)
     finally:
         cli.kill()
