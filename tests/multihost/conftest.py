@@ -434,7 +434,7 @@ def attach(workers: Iterable[Worker], secret: str, timeout: float = TIMEOUT) -> 
     return hm
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def hosts(client: FaultRecorder, workers: list[Worker], secret: str) -> Iterator[HostMesh]:
     """The shared workers, attached: ``{"hosts": 3}``."""
     hm = attach(workers, secret)
@@ -442,7 +442,7 @@ def hosts(client: FaultRecorder, workers: list[Worker], secret: str) -> Iterator
     hm.shutdown().get(timeout=TIMEOUT)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def procs(hosts: HostMesh) -> ProcMesh:
     """Two procs on each shared host, ``{"hosts": 3, "gpus": 2}``, for tests that break nothing."""
     pm = hosts.spawn_procs(per_host={"gpus": 2})
