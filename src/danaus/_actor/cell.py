@@ -33,7 +33,7 @@ from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
 from .endpoint import EndpointProperty, endpoints_of
-from .failing import Failing, exception_payload
+from .failing import Failing, exception_payload, refuse_stopped
 from .ports import Port, _DroppingPort
 
 __all__ = ["ActorCell", "exception_payload"]
@@ -196,12 +196,7 @@ class ActorCell(Failing, DeadlockCheck):
         """Answer an item that arrived after the actor stopped."""
         if item[0] == _CALL:
             self._gate.taken(frame_bytes(item[1]))
-            header = item[1].header
-            if header.port is None and header.sender is not None:
-                what = f"{self._label()}.{header.method}()"
-                self.rt.bounce(header.sender, what, "the actor was stopped")
-            else:
-                self._reply_stopped(header.port, header.slot)
+            refuse_stopped(self.rt, self._label(), item[1].header)
         elif item[0] == _SUPERVISE:
             log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
         elif item[0] == _BOUNCED:

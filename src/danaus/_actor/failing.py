@@ -197,11 +197,7 @@ class Failing:
             self.rt.reply(port, index, STATUS_EXC, exception_payload(e))
 
     def _reply_stopped(self, port: PortId | None, index: int) -> None:
-        if port is not None:
-            err = SupervisionError(
-                f"actor {self._label()} was stopped", actor=self._label(), reason="stopped"
-            )
-            self.rt.reply(port, index, STATUS_ERROR, err)
+        reply_stopped(self.rt, self._label(), port, index)
 
     def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
         if port is not None:
@@ -211,3 +207,19 @@ class Failing:
                 reason=reason,
             )
             self.rt.reply(port, index, STATUS_ERROR, err)
+
+
+def reply_stopped(rt: Runtime, label: str, port: PortId | None, index: int) -> None:
+    """Answer a call to actor ``label``, which was stopped (to ``port``, if any)."""
+    if port is not None:
+        err = SupervisionError(f"actor {label} was stopped", actor=label, reason="stopped")
+        rt.reply(port, index, STATUS_ERROR, err)
+
+
+def refuse_stopped(rt: Runtime, label: str, header: Any) -> None:
+    """Answer a CALL that reached actor ``label`` after it stopped: a broadcast comes
+    back to its sender, a call hears "was stopped"."""
+    if header.port is None and header.sender is not None:
+        rt.bounce(header.sender, f"{label}.{header.method}()", "the actor was stopped")
+    else:
+        reply_stopped(rt, label, header.port, header.slot)

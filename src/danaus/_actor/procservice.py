@@ -16,13 +16,13 @@ import logging
 from typing import Any
 
 from .. import _config as config
-from .._errors import SupervisionError
 from .._runtime import host
 from .._runtime import proc as _proc
-from .._runtime.runtime import STATUS_ERROR, STATUS_OK, Runtime
+from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Message
 from .cell import ActorCell, on_held_back
+from .failing import refuse_stopped
 
 __all__ = ["install"]
 
@@ -63,16 +63,7 @@ class Stopped:
         self.label = label
 
     def deliver(self, frame: Message, sender: ProcId | None) -> None:
-        header = frame.header
-        if header.port is None and header.sender is not None:
-            self.rt.bounce(
-                header.sender, f"{self.label}.{header.method}()", "the actor was stopped"
-            )
-        elif header.port is not None:
-            err = SupervisionError(
-                f"actor {self.label} was stopped", actor=self.label, reason="stopped"
-            )
-            self.rt.reply(header.port, header.slot, STATUS_ERROR, err)
+        refuse_stopped(self.rt, self.label, frame.header)
 
 
 class _Graves:
