@@ -77,9 +77,7 @@ def _expected_procs() -> int:
 
 
 @pytest.mark.timeout(180)
-def test_the_page_shows_the_mesh_and_a_killed_proc(
-    browser: Any, faults: FaultRecorder
-) -> None:
+def test_the_page_shows_the_mesh_and_a_killed_proc(browser: Any, faults: FaultRecorder) -> None:
     from selenium.webdriver.support.ui import WebDriverWait
 
     pm = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
