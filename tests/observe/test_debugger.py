@@ -71,37 +71,44 @@ class AsyncDebugee(Actor):
         return z
 
 
+def say(*words):
+    # one write per line: the fault hook prints from another thread, and
+    # print() writes its pieces separately, so two prints can interleave
+    sys.stdout.write(" ".join(str(w) for w in words) + "\\n")
+    sys.stdout.flush()
+
+
 mode = sys.argv[1]
 if mode == "mesh":
     procs = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
     mesh = procs.spawn("debugee", Debugee)
-    print("RESULT", list(mesh.to_debug.call(10).get().values()), flush=True)
+    say("RESULT", list(mesh.to_debug.call(10).get().values()))
 elif mode == "postmortem":
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     crasher = procs.spawn("crasher", Debugee)
     neighbour = procs.spawn("neighbour", Neighbour)
     fut = crasher.crash.call_one(41)
     input()  # the test answers once the session is listed
-    print("NEIGHBOUR", neighbour.value.call_one().get(timeout=60), flush=True)
+    say("NEIGHBOUR", neighbour.value.call_one().get(timeout=60))
     try:
         fut.get()
     except Exception as e:
-        print("ERROR", type(e).__name__, "bad value 42" in str(e), flush=True)
+        say("ERROR", type(e).__name__, "bad value 42" in str(e))
 elif mode == "lost":
     import danaus.actor
 
-    danaus.actor.unhandled_fault_hook = lambda failure: print("FAULT", flush=True)
+    danaus.actor.unhandled_fault_hook = lambda failure: say("FAULT")
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     doomed = procs.spawn("doomed", Debugee)
     try:
         doomed.to_debug.call_one(1).get()
     except Exception as e:
-        print("LOST", type(e).__name__, flush=True)
+        say("LOST", type(e).__name__)
     input()  # stay up until the test has listed the sessions
 elif mode == "terminal":
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("worker", AsyncDebugee)
-    print("RESULT", list(workers.work.call(5).get().values()), flush=True)
+    say("RESULT", list(workers.work.call(5).get().values()))
 """
 
 LIST_DONE = re.compile(r"\((\d+) sessions? paused\)|no paused sessions")
