@@ -90,6 +90,24 @@ class MeshSystem:
         self.stop(procs, extra)
         return out, float(n)
 
+    def plain_throughput(
+        self, wl: Workload, p: Params, extra: dict[str, Any]
+    ) -> tuple[list[float], float]:
+        """What a user writes: issue every call on a one-actor slice, then get() each."""
+        procs = self.procs(1)
+        mesh = self.actors(procs)
+        one = mesh.slice(gpus=0)
+        n = p.size
+
+        def batch() -> None:
+            futs = [one.echo.call_one(i) for i in range(n)]
+            for f in futs:
+                f.get()
+
+        out = measure(batch, p)
+        self.stop(procs, extra)
+        return out, float(n)
+
     def gather(self, wl: Workload, p: Params, extra: dict[str, Any]) -> tuple[list[float], None]:
         procs = self.procs(p.size)
         m = self.actors(procs)
@@ -201,7 +219,10 @@ class MeshSystem:
             "spawn": self.spawn,
             "call_one": self.call_one,
             "throughput": self.throughput,
+            "plain_throughput": self.plain_throughput,
             "gather": self.gather,
+            "gather64": self.gather,
+            "spawn64": self.spawn,
             "payload_1MiB": self.payload,
             "payload_16MiB": self.payload,
             "payload_128MiB": self.payload,

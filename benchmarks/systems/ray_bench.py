@@ -187,6 +187,7 @@ IMPLS = {
     "spawn": spawn,
     "call_one": call_one,
     "throughput": throughput,
+    "plain_throughput": throughput,
     "gather": gather,
     "payload_1MiB": payload,
     "payload_16MiB": payload,
