@@ -5,6 +5,13 @@ tensors contribute their memory as buffers, which the transport writes
 without copying. ``loads(body, buffers)`` rebuilds the object; arrays come
 back as views of the received frame.
 
+Plain data (``None``, bools, numbers, strings, bytes, and tuples, lists,
+dicts and sets of them) takes a fast path: the C pickler with no
+cloudpickle machinery, through a reused pickler (a small pool, no lock), or
+straight ``pickle.dumps`` for a few atoms. The stream is the same pickle
+either way; anything else (a class, a function, an array, a tensor ...)
+goes to a fresh cloudpickle pickler, which pickles ``__main__`` by value.
+
 Torch is never imported here: tensors are recognised only when the sender
 has already imported torch.
 """
@@ -83,8 +90,85 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
         return super().reducer_override(obj)
 
 
+class _NotPlain(Exception):
+    """Raised by the plain pickler at the first value that is not plain data."""
+
+
+_ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
+_CONTAINERS = frozenset({tuple, list, dict, set, frozenset})
+_SMALL = 8  # a tuple of up to this many atoms (or empty containers) skips the pickler pool
+
+
+class _PlainPickler(pickle.Pickler):
+    """The C pickler for plain data only: ``_NotPlain`` at anything else.
+
+    The C pickler handles atoms itself and asks ``reducer_override`` about
+    every other object (containers included), so this sees each container
+    and the first value that would need a reduction.
+    """
+
+    def __init__(self) -> None:
+        self.out = io.BytesIO()
+        super().__init__(self.out, protocol=5)
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) in _CONTAINERS:
+            return NotImplemented
+        raise _NotPlain
+
+    def pickle(self, obj: Any) -> bytes:
+        out = self.out
+        out.seek(0)
+        out.truncate()
+        self.clear_memo()
+        self.dump(obj)
+        return out.getvalue()
+
+
+_POOL: list[_PlainPickler] = []  # idle plain picklers; list pop/append are atomic
+
+
+def _small_plain(obj: tuple[Any, ...]) -> bool:
+    """A short tuple of atoms and empty/atom-only small tuples and dicts (e.g. ``(args, {})``)."""
+    if len(obj) > _SMALL:
+        return False
+    for x in obj:
+        t = type(x)
+        if t in _ATOMS:
+            continue
+        if t is tuple and len(x) <= _SMALL:
+            for y in x:
+                if type(y) not in _ATOMS:
+                    return False
+            continue
+        if t is dict and not x:
+            continue
+        return False
+    return True
+
+
 def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
+    t = type(obj)
+    if t in _ATOMS or (t is tuple and _small_plain(obj)):
+        return pickle.dumps(obj, protocol=5), []
+    if t in _CONTAINERS:
+        try:
+            p = _POOL.pop()
+        except IndexError:
+            p = _PlainPickler()
+        try:
+            return p.pickle(obj), []
+        except Exception:  # not plain data (or not picklable): the general path decides
+            pass
+        finally:
+            if len(_POOL) < 8:
+                _POOL.append(p)
+    return _dumps_general(obj)
+
+
+def _dumps_general(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """cloudpickle, with out-of-band buffers and danaus's reductions."""
     buffers: list[pickle.PickleBuffer] = []
 
     def out_of_band(buf: pickle.PickleBuffer) -> bool:
