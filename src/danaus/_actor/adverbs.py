@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import pickle
 import random
+import struct
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,13 +32,20 @@ from .._mesh.tree import Selection
 from .._runtime import host
 from .._wire import codec
 from .._wire.frame import flat
-from .._wire.ids import ProcId
-from .._wire.protocol import Call, Cast
+from .._wire.ids import PortId, ProcId
+from .._wire.protocol import Call, Cast, wire
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
-from .collect import Collector, Countdown, GatherCollector, TreeCollector, set_future
+from .collect import (
+    Collector,
+    Countdown,
+    GatherCollector,
+    OneCall,
+    TreeCollector,
+    set_future,
+)
 from .context import context
 from .endpoint import EndpointProperty
-from .future import Future
+from .future import Future, Pending
 from .ports import Port
 from .undeliverable import return_to_sender
 
@@ -69,6 +78,33 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
         raise TypeError(f"the arguments of {prop.name}() cannot be pickled: {e}") from e
 
 
+_PORT_MARK = 0x5A5A5A5A  # a port number that pickles as BININT ("J" + 4 bytes)
+_I32 = struct.Struct("<i")
+
+
+class _CallHeader:
+    """The pickled CALL header of a call to one actor, as two halves around its
+    reply port's number: every call of an endpoint from one sender differs only
+    in that number (``call_one`` always uses slot 0). Built once per endpoint,
+    sender and chain; the receiver decodes the same tuple as ``encode_frame``'s."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self, header: Call) -> None:
+        marked = header._replace(port=PortId(header.port.proc, _PORT_MARK))
+        h = pickle.dumps(wire(marked), protocol=5)
+        mark = b"J" + _I32.pack(_PORT_MARK)
+        if h.count(mark) != 1:
+            raise ValueError("the header's port mark is not unique")
+        i = h.index(mark) + 1
+        self.head, self.tail = h[:i], h[i + 4 :]
+        if pickle.loads(self.pickled(7)) != wire(header._replace(port=PortId(header.port.proc, 7))):
+            raise ValueError("the header template does not round-trip")
+
+    def pickled(self, port: int) -> bytes:
+        return self.head + _I32.pack(port) + self.tail
+
+
 class Endpoint:
     """An endpoint of a mesh; pick an adverb to send a message."""
 
@@ -79,6 +115,9 @@ class Endpoint:
         self._name = name
         self._prop = prop
         self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
+        # call_one's fast path: (runtime, proc id, sender, chain) -> header template
+        self._headers: dict[tuple[Any, ...], _CallHeader | None] = {}
+        self._direct: bool | None = None  # not messaged through the cast tree
 
     @property
     def _what(self) -> str:
@@ -345,8 +384,15 @@ class Endpoint:
             )
         return Collector(rt, self._what, n, on_value)
 
-    def _one(self, targets: list[tuple[int, int, ProcId]], args: Any, kwargs: Any) -> Future[Any]:
-        payload = self._encode(args, kwargs)
+    def _one(
+        self,
+        targets: list[tuple[int, int, ProcId]],
+        args: Any,
+        kwargs: Any,
+        payload: Any = None,
+    ) -> Future[Any]:
+        if payload is None:
+            payload = self._encode(args, kwargs)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         collector = self._collector(1, lambda i, ok, v: set_future(cf, ok, v))
         self._send(payload, targets, collector)
@@ -354,13 +400,61 @@ class Endpoint:
 
     def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Call the only actor of a one-actor mesh. ``ValueError`` (before sending) otherwise."""
-        targets = self._targets()
+        targets = self._mesh.__dict__.get("_targets")
+        if targets is None:
+            targets = self._targets()
         if len(targets) != 1:
             raise ValueError(
                 f"call_one requires exactly 1 actor, but mesh {self._mesh._ref.name!r} has "
                 f"{len(targets)}; slice it first (e.g. mesh.slice(gpus=0)) or use call()"
             )
-        return self._one(targets, args, kwargs)
+        direct = self._direct
+        if direct is None:
+            direct = self._direct = not self._tree_mode()
+        rt = host.ensure_runtime()
+        if direct and rt.tracer is None and not self._mesh._state.failed:
+            payload = self._encode(args, kwargs)
+            if not payload[1]:
+                return self._call_one_fast(rt, targets[0], payload[0])
+            return self._one(list(targets), args, kwargs, payload)
+        return self._one(list(targets), args, kwargs)
+
+    def _call_one_fast(self, rt: Any, target: tuple[int, int, ProcId], body: bytes) -> Future[Any]:
+        """``call_one`` of plain arguments (no buffers) to a healthy actor, not traced:
+        a light port and future, and the header's pickle cached per endpoint."""
+        index, rank, proc = target
+        ctx = context()
+        inst = ctx.actor_instance
+        sender = inst.actor_id if inst._cell is not None else None
+        chain = ctx._outgoing_chain()
+        key = (rt, rt.proc_id, sender, chain)
+        tmpl = self._headers.get(key, False)
+        if tmpl is False:
+            labels, sizes = self._mesh._labels_sizes()
+            header = Call(
+                self._mesh._ref.mesh_id, rank, self._name, PortId(rt.proc_id, 0), index,
+                labels, sizes, sender, chain, self._flags,
+            )  # fmt: skip
+            try:
+                tmpl = _CallHeader(header)
+            except ValueError:
+                tmpl = None
+            if len(self._headers) > 64:  # many senders or chains: keep it bounded
+                self._headers.clear()
+            self._headers[key] = tmpl
+        fut = Pending()
+        call = OneCall(rt, self._what, proc, f"{self._mesh._ref.name}[{rank}]", fut)
+        port = call.port
+        labels, sizes = self._mesh._labels_sizes()
+        header = Call(
+            self._mesh._ref.mesh_id, rank, self._name, port, index,
+            labels, sizes, sender, chain, self._flags,
+        )  # fmt: skip
+        if tmpl is not None and port.port < _PORT_MARK:
+            rt.send(proc, header, body, (), call.fail, pickled=tmpl.pickled(port.port))
+        else:
+            rt.send(proc, header, body, (), call.fail)
+        return Future._create(fut, self._what)
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Call one actor of the mesh, chosen at random (load balancing)."""

@@ -24,6 +24,7 @@ from .._wire.protocol import Kind, Message, Reply
 
 __all__ = [
     "Collector",
+    "OneCall",
     "Countdown",
     "GatherCollector",
     "TreeCollector",
@@ -154,6 +155,60 @@ class Collector:
             if self._traced and tracer is not None:
                 tracer.end(self.what, "call", f"{self.port.proc.name}:{self.port.port}")
         self.on_value(index, ok, value)
+
+
+class OneCall:
+    """The port of one message to one actor whose reply completes ``fut`` (``call_one``).
+
+    What a :class:`Collector` of one does, with less per call: no tracing span
+    (the caller takes the general path while tracing), one watched proc, and
+    the first outcome (reply, loss of the proc, failure to send) taken by a
+    GIL-atomic ``list.pop`` instead of a lock.
+    """
+
+    __slots__ = ("_open", "fut", "label", "port", "proc", "rt", "what")
+
+    def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Any) -> None:
+        self.rt = rt
+        self.what = what
+        self.proc = proc
+        self.label = label
+        self.fut = fut
+        self._open = [True]
+        self.port: PortId = rt.open_port(self)
+        reason = rt.watch(proc, self.port.port)
+        if reason is not None:
+            self.peer_lost(proc.name, reason)
+
+    def _take(self) -> bool:
+        """True for the first outcome only; closes the port."""
+        try:
+            self._open.pop()
+        except IndexError:
+            return False
+        self.rt.close_port(self.port.port)
+        self.rt.unwatch((self.proc.name,), self.port.port)
+        return True
+
+    def deliver(self, frame: Message) -> None:
+        if self._take():
+            ok, value = decode_reply(frame, self.what)
+            set_future(self.fut, ok, value)
+
+    def fail(self, reason: str) -> None:
+        """The message could not be sent."""
+        self.peer_lost(self.proc.name, reason)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        if proc != self.proc.name or not self._take():
+            return
+        err = SupervisionError(
+            f"Actor call {self.what} failed: actor {self.label} is gone with its proc "
+            f"{proc}: {reason}",
+            actor=self.label,
+            reason=reason,
+        )
+        set_future(self.fut, False, err)
 
 
 class Countdown:

@@ -16,7 +16,113 @@ from .._runtime import proc as _proc
 
 R = TypeVar("R")
 
-__all__ = ["Future"]
+__all__ = ["Future", "Pending"]
+
+
+class Pending:
+    """A one-shot result slot: the part of ``concurrent.futures.Future`` danaus uses.
+
+    ``done``, ``result(timeout)``, ``exception(timeout)``, ``add_done_callback``,
+    ``set_result``, ``set_exception`` behave as the standard future's (the
+    first ``set_*`` wins, a second raises ``InvalidStateError``; a timeout
+    raises ``TimeoutError``). It costs a lock and a few slots instead of a
+    ``Condition`` with its own lock and lists: a call to one actor makes one
+    per call. Waiters block on a lock of their own, made only when they wait.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_lock", "_ok", "_value", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._ok = False
+        self._value: Any = None
+        self._waiters: list[threading.Lock] | None = None
+        self._callbacks: list[Callable[[Any], Any]] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self._done
+
+    def cancel(self) -> bool:
+        return False
+
+    def set_result(self, value: Any) -> None:
+        self._finish(True, value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(False, exc)
+
+    def _finish(self, ok: bool, value: Any) -> None:
+        with self._lock:
+            if self._done:
+                raise concurrent.futures.InvalidStateError(f"{self!r} is already done")
+            self._ok = ok
+            self._value = value
+            self._done = True
+            waiters, self._waiters = self._waiters, None
+            callbacks, self._callbacks = self._callbacks, None
+        if waiters:
+            for w in waiters:
+                w.release()
+        if callbacks:
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:  # as concurrent.futures: a callback's error is not ours
+                    _log_callback_error(fn)
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        w = threading.Lock()
+        w.acquire()
+        with self._lock:
+            if self._done:
+                return
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(w)
+        if w.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return
+        with self._lock:
+            if self._waiters is not None and w in self._waiters:
+                self._waiters.remove(w)
+        if not self._done:
+            raise concurrent.futures.TimeoutError()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return None if self._ok else self._value  # type: ignore[no-any-return]
+
+    def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
+        with self._lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def __repr__(self) -> str:
+        return f"<Pending {'done' if self._done else 'pending'}>"
+
+
+def _log_callback_error(fn: Any) -> None:
+    import logging
+
+    logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
 
 
 class Future(Generic[R]):
@@ -63,7 +169,8 @@ class Future(Generic[R]):
         self._what = f"coroutine {getattr(coro, '__qualname__', coro)!r}"
 
     @classmethod
-    def _create(cls, cf: concurrent.futures.Future[Any], what: str) -> Future[Any]:
+    def _create(cls, cf: Any, what: str) -> Future[Any]:
+        """Wrap ``cf``: a ``concurrent.futures.Future`` or a :class:`Pending`."""
         self: Future[Any] = object.__new__(cls)
         self._cf = cf
         self._coro = None

@@ -47,7 +47,7 @@ from .._transport.address import choose, connect_socket, host_token, join, liste
 from .._transport.auth import Handshake
 from .._transport.conn import Connection
 from .._wire import codec
-from .._wire.frame import Frame, encode_frame, flat
+from .._wire.frame import Frame, encode_frame, encode_pickled, flat
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import (
     PROTOCOL_VERSION,
@@ -530,6 +530,7 @@ class Runtime(PeerTable):
         body: bytes | memoryview = b"",
         buffers: Any = (),
         on_fail: Callable[[str], None] | None = None,
+        pickled: bytes | None = None,
     ) -> None:
         """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
         from any thread; never blocks.
@@ -537,11 +538,13 @@ class Runtime(PeerTable):
         If it cannot be delivered (the peer is lost, now or while the frame
         waits for the peer to come up), ``on_fail(reason)`` is called, or
         :class:`SupervisionError` raised if there is no ``on_fail``.
+        ``pickled``, when given, is the pickle of ``wire(header)`` (a caller
+        that caches header bytes); it is used when there are no buffers.
         """
         peer = self._peers.get(proc.name)
         if peer is not None and self._outbound(peer) > self._send_high:
             self._wait_for_room(peer)
-        raw = wire(header)
+        raw = wire(header)  # the tuple (inproc, offload, encode_frame)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and peer.conn.tcp is None:
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
@@ -551,7 +554,10 @@ class Runtime(PeerTable):
                 pass  # closed: the slow path below reports it
         if buffers and self.offload.ok_peers:
             raw, buffers = self.offload.wrap(proc.name, raw, buffers)
-        parts = encode_frame(raw, body, buffers)
+        if pickled is not None and not buffers:
+            parts = encode_pickled(pickled, body)
+        else:
+            parts = encode_frame(raw, body, buffers)
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
                 peer.conn.send(parts)

@@ -35,6 +35,7 @@ __all__ = [
     "alloc",
     "decode_frame",
     "encode_frame",
+    "encode_pickled",
     "flat",
 ]
 
@@ -87,6 +88,19 @@ def encode_frame(
         parts.append(body)
     parts.extend(r for r in raws if len(r))
     return parts
+
+
+_SMALL_BODY = 4096  # bodies up to this size are joined to the header (one write part)
+
+
+def encode_pickled(h: bytes, body: bytes | memoryview = b"") -> list[Any]:
+    """``encode_frame`` for a header pickled already and no buffers (``h`` is the
+    pickle of the header tuple); a small body is joined to it, one part in all."""
+    body_len = len(body)
+    prefix = _PREFIX.pack(_FIXED + len(h) + body_len, len(h), 0, body_len)
+    if body_len <= _SMALL_BODY:
+        return [prefix + h + body]
+    return [prefix + h, body]
 
 
 def flat(b: Any) -> Any:
