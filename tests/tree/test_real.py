@@ -255,3 +255,23 @@ def test_a_proc_killed_mid_cast_fails_exactly_its_subtree_and_is_routed_around_a
     assert all(log == [("die_at", 11)] for log in healthy.values())
     with pytest.raises(SupervisionError, match=r"victims\[11\]"):
         m.where.call().get(timeout=TIMEOUT)
+
+
+@pytest.mark.slow  # ~20 s: 64 procs are forked (fewer boot too fast to show the race)
+@pytest.mark.timeout(120)
+def test_a_call_right_after_spawning_waits_for_every_proc_of_the_tree_to_boot() -> None:
+    """The procs of a tree connect to each other: a cast sent while some are still
+    being forked must not make a forwarder declare them lost (it has no socket yet)."""
+    from danaus.actor import this_host
+
+    danaus.config.configure(tree_fanout=8)  # the client sends to 8 procs, each to 7 more
+    pm = this_host().spawn_procs(per_host={"gpus": 64})
+    try:
+        mesh = pm.spawn("fresh", Log)  # no wait for initialized: call at once
+        values = mesh.where.call(5).get(timeout=TIMEOUT)
+        assert sorted(r for r, _, _ in values.values()) == list(range(64))
+        mesh.add.broadcast("x")
+        logs = mesh.get_log.call().get(timeout=TIMEOUT).values()
+        assert all(log == [("x",)] for log in logs)
+    finally:
+        pm.stop().get(timeout=TIMEOUT)

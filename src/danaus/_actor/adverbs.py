@@ -249,6 +249,23 @@ class Endpoint:
             return []
         return [(selection.slot(r), r, why) for r, why in list(failed.items()) if r in selection]
 
+    def _await_boot(self) -> None:
+        """Before the first cast down the tree: wait until every proc of the mesh has booted.
+
+        The procs of the tree connect to each other; one that is still booting has
+        no socket yet, and a forwarder that cannot connect declares it lost. The
+        client that spawned the procs knows when each is up (a mesh received
+        from elsewhere was pickled after its procs were up). Blocks only while
+        procs are still booting, bounded as ``wait_ready``.
+        """
+        state = self._mesh._state
+        if state.booted:
+            return
+        from .mesh import wait_ready
+
+        wait_ready(self._mesh._ref.procs)
+        state.booted = True
+
     def _send_tree(
         self,
         payload: Any,
@@ -256,6 +273,7 @@ class Endpoint:
         collector: Collector | _PortSink | None,
     ) -> None:
         """Send down the cast tree; replies (if any) come straight back to ``collector``."""
+        self._await_boot()
         body, bufs = payload
         if collector is None and bufs:
             bufs = [bytes(flat(b)) for b in bufs]  # nothing tells a broadcast's caller when
@@ -331,6 +349,7 @@ class Endpoint:
                 return
             on_values((index,), (value,))
 
+        self._await_boot()
         rt = host.ensure_runtime()
         selection = Selection.of(shape.ndslice)
         name = self._mesh._ref.name

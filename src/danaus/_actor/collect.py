@@ -24,9 +24,9 @@ from .._wire.protocol import Kind, Message, Reply
 
 __all__ = [
     "Collector",
-    "OneCall",
     "Countdown",
     "GatherCollector",
+    "OneCall",
     "TreeCollector",
     "decode_reply",
     "set_future",

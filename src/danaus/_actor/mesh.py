@@ -48,6 +48,7 @@ class _State:
     failed: dict[int, str] = field(default_factory=dict)  # rank -> why (owner's view)
     tracebacks: dict[int, str] = field(default_factory=dict)  # rank -> remote traceback
     lock: threading.Lock = field(default_factory=threading.Lock)
+    booted: bool = False  # every proc of the mesh has booted (checked before a tree cast)
 
 
 def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
