@@ -173,6 +173,21 @@ SETTINGS: tuple[Setting, ...] = (
         "thread (0 writes at once).",
     ),
     Setting(
+        "send_batch",
+        "int",
+        64,
+        "Small frames one thread sends back to back, with no wait in between, are "
+        "written together, up to this many in one system call (0 or 1: each at once).",
+    ),
+    Setting(
+        "send_batch_delay",
+        "duration",
+        0.001,
+        "Sends closer together than this count as back to back for send_batch; held "
+        "frames are written at the latest this long after the first (any wait in the "
+        "process writes them at once).",
+    ),
+    Setting(
         "tree_min_ranks",
         "int",
         64,

@@ -115,13 +115,11 @@ class Endpoint:
         self._name = name
         self._prop = prop
         self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
+        self._what = f"{mesh._ref.name}.{name}()"
         # call_one's fast path: (runtime, proc id, sender, chain) -> header template
         self._headers: dict[tuple[Any, ...], _CallHeader | None] = {}
         self._direct: bool | None = None  # not messaged through the cast tree
 
-    @property
-    def _what(self) -> str:
-        return f"{self._mesh._ref.name}.{self._name}()"
 
     def _targets(self) -> list[tuple[int, int, ProcId]]:
         """``(index in this slice, rank in the whole mesh, proc)`` for each actor addressed."""

@@ -26,6 +26,7 @@ from .._mesh import Extent, Point
 from .._runtime.flow import Gate, frame_bytes
 from .._runtime.metrics import EndpointStats
 from .._runtime.runtime import STATUS_OK, Runtime
+from .._transport.conn import flush_held
 from .._wire import codec
 from .._wire.ids import ActorId, PortId, ProcId
 from .._wire.protocol import Message
@@ -54,6 +55,11 @@ FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
 # module", as torch fails). The import system is process-wide state, so one
 # process-wide lock serialises decoding; an uncontended acquire costs ~0.1 us.
 _DECODE_LOCK = threading.RLock()
+
+
+_POINTS_KEPT = 256
+# Results that are certainly not awaitable (skips inspect's ABC check per call).
+_PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict})
 
 
 def cell_of_this_thread() -> ActorCell | None:
@@ -133,6 +139,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.running: str | None = None  # the endpoint running now
         self.stats: dict[str, EndpointStats] = {}
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._points: dict[tuple[Any, ...], Point] = {}  # message ranks already built
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         if mode == "async":
@@ -279,8 +286,13 @@ class ActorCell(Failing, DeadlockCheck):
         self._loop.close()
 
     def _sync_loop(self) -> None:
+        q = self._q
         while True:
-            item = self._q.get()
+            try:
+                item = q.get_nowait()
+            except queue.Empty:
+                flush_held()  # idle now: replies held for a batched write go out
+                item = q.get()
             if item[0] == _STOP:
                 self._stop_children(item[3])
                 self._finish(item, self._cleanup_sync)
@@ -331,6 +343,8 @@ class ActorCell(Failing, DeadlockCheck):
     async def _serial(self, serial: asyncio.Queue[Any]) -> None:
         """Run the non-concurrent items one at a time, each to completion."""
         while True:
+            if serial.empty():
+                flush_held()  # idle now: replies held for a batched write go out
             item = await serial.get()
             if item[0] == _STOP:
                 await self._cancel_tasks()
@@ -395,7 +409,13 @@ class ActorCell(Failing, DeadlockCheck):
             self._reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
-        rank = Point(index, Extent(list(labels), list(sizes)))
+        key = (index, labels, sizes)
+        rank = self._points.get(key)
+        if rank is None:  # points are immutable: one per (index, extent) seen
+            rank = Point(index, Extent(list(labels), list(sizes)))
+            if len(self._points) >= _POINTS_KEPT:
+                self._points.clear()
+            self._points[key] = rank
         set_context(Context(self.ctx_instance, rank, chain))
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
@@ -423,7 +443,8 @@ class ActorCell(Failing, DeadlockCheck):
         self.running = prop.name
         try:
             result = prop.fn(self.instance, *args, **kwargs)
-            if inspect.isawaitable(result):  # a sync actor's endpoint returned a coroutine
+            if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
+                # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
             self._debug_finish(e)

@@ -161,7 +161,7 @@ def context() -> Context:
     ctx = _current.get()
     if ctx is not None:
         return ctx
-    tl = _thread_ctx.ctx if hasattr(_thread_ctx, "ctx") else None
+    tl = getattr(_thread_ctx, "ctx", None)
     return tl if tl is not None else _root_context()
 
 

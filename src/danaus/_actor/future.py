@@ -13,6 +13,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
 from .._runtime import proc as _proc
+from .._transport.conn import flush_held
 
 R = TypeVar("R")
 
@@ -207,15 +208,18 @@ class Future(Generic[R]):
         """
         if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        cf = self._cf
+        if cf.done():  # nothing to wait for
+            flush_held()  # a result was taken: what this thread sends next is not a burst
+            exc = cf.exception()
+            if exc is None:
+                return cf.result()  # type: ignore[no-any-return]
+            raise _clean(exc) from (None if isinstance(exc, TimeoutError) else exc.__cause__)
         if self._coro is not None:
             self._start(None)
         if not self._cf.done():
             _check_not_io_thread()
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                pass
-            else:
+            if _running_loop() is not None:
                 warnings.warn(
                     "Future.get() blocks the thread of a running asyncio event loop; "
                     "use 'await fut' instead",
@@ -327,6 +331,7 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
         if self._cf.done():
+            flush_held()  # a result was taken: what this thread sends next is not a burst
             return (yield from self.as_asyncio().__await__())
         cell = _waiting_cell()
         rt = _proc.current()
@@ -367,11 +372,18 @@ def _clean(e: BaseException | None) -> BaseException:
     return e.with_traceback(None)
 
 
+_running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
+_context_var: Any = None  # danaus._actor.context._current, once imported
+
+
 def _waiting_cell() -> Any:
     """The actor cell whose own thread is running this code, if any."""
-    from .context import _current
+    global _context_var
+    if _context_var is None:
+        from .context import _current
 
-    ctx = _current.get()
+        _context_var = _current
+    ctx = _context_var.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is None or cell.thread is not threading.current_thread():
         return None
@@ -385,8 +397,11 @@ def _waiting_cell() -> Any:
 
 
 def _check_not_io_thread() -> None:
+    loop = _running_loop()
+    if loop is None:
+        return
     rt = _proc.current()
-    if rt is not None and rt.on_io_thread():
+    if rt is not None and loop is rt.loop:
         raise RuntimeError(
             "Future.get() was called on danaus's I/O thread, which would deadlock; call it "
             "from an actor endpoint or the client's own threads"

@@ -45,7 +45,7 @@ from .._errors import SupervisionError
 from .._transport import inproc, tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
-from .._transport.conn import Connection
+from .._transport.conn import Connection, flush_held
 from .._wire import codec
 from .._wire.frame import Frame, encode_frame, encode_pickled, flat
 from .._wire.ids import PortId, ProcId
@@ -542,8 +542,10 @@ class Runtime(PeerTable):
         that caches header bytes); it is used when there are no buffers.
         """
         peer = self._peers.get(proc.name)
-        if peer is not None and self._outbound(peer) > self._send_high:
-            self._wait_for_room(peer)
+        if peer is not None:
+            held = self._outbound(peer)
+            if held and held > self._send_high:
+                self._wait_for_room(peer)
         raw = wire(header)  # the tuple (inproc, offload, encode_frame)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and peer.conn.tcp is None:
@@ -644,6 +646,7 @@ class Runtime(PeerTable):
         Gates that paused a connection let go if their consumer may be that
         thread: what it waits for may be behind the paused bytes.
         """
+        flush_held()  # frames held for a batched write may be what it waits for
         with self._waits_lock:
             self.waits += 1
         if blocked and self.block_hook is not None:

@@ -10,6 +10,17 @@ caller passed, even if it changes its arrays after ``send()`` returns. When
 the peer breaks (EOF, reset, a bad frame) ``on_close(conn, exc)`` runs once on
 the I/O thread.
 
+Write batching: small frames that one thread sends back to back (the
+previous send on the connection less than ``send_batch_delay`` ago, and no
+thread of this process has started waiting since) are held and written
+together, up to ``send_batch`` frames in one ``sendmsg``. What is held goes
+out when the batch is full, when any thread of the process starts to wait
+(:func:`flush_held`, called by the runtime's ``begin_wait`` and by an
+actor about to wait for its next message), when a frame that cannot be held
+follows, or at the latest ``send_batch_delay`` later from the I/O thread. A
+single call and its reply are never held (a wait came between them), and
+nothing takes a thread hop.
+
 Flow control: ``backlog_bytes`` counts what waits to be written (the runtime
 blocks senders on other threads above a high-water mark; the I/O thread
 itself never blocks), and ``on_drained`` runs on the I/O thread once the
@@ -42,11 +53,28 @@ from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder
 from .auth import TAG, Handshake, Session
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "flush_held"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
+
+
+_HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
+_held: set[Connection] = set()  # connections holding a batch (set.add/discard are atomic)
+_epoch = [0]  # changes whenever a thread of this process starts waiting
+
+
+def flush_held() -> None:
+    """A thread of this process is about to wait: write every held batch now (any thread).
+
+    Cheap when nothing is held. Sends after this are not held until one more
+    send on the same connection shows a burst.
+    """
+    _epoch[0] += 1
+    if _held:
+        for conn in list(_held):
+            conn.flush_held()
 
 
 class Connection:
@@ -94,6 +122,9 @@ class Connection:
         self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
         self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
         self._writer_armed = False
+        self._hold: list[bytes] = []  # small frames held for one batched write
+        self._hold_epoch = -1  # _epoch when this connection last wrote without holding
+        self._hold_timer = False  # a flush of what is held is scheduled on the I/O thread
         self.closed = False
         self.close_exc: BaseException | None = None
         self.peer: Any = None  # set by the runtime after the hello frame
@@ -239,9 +270,7 @@ class Connection:
                 )
             self.frames_sent += 1
             now = self.loop.time()
-            window = config.get("coalesce_window")
-            burst = now - self.last_send < window
-            self.last_send = now
+            last, self.last_send = self.last_send, now
             if self._hs is not None:
                 # Sealed once the handshake gives the key; a snapshot, since the caller
                 # may change its arrays as soon as we return.
@@ -249,37 +278,97 @@ class Connection:
                 self._unsealed.append(owned)
                 self._queued += _nbytes(owned)
                 return
-            parts = self._sealed(parts)
+            if self._session is not None:
+                parts = self._sealed(parts)
             if self._backlog or self._tls_pending:
-                self._queue_locked(_owned(_views(parts)))
+                self._queue_locked(_snapshot(parts))
                 return
+            hold = self._hold
+            if hold or (now - last < config.get("send_batch_delay") and self._hold_epoch == _epoch[0]):
+                if self._hold_frame(parts, hold):
+                    return
+                parts = [*hold, *parts]  # what is held goes first, in one write
+                hold.clear()
+                _held.discard(self)
+            self._hold_epoch = _epoch[0]
             if self.tls and not _on_loop_thread(self.loop):
                 # An SSL object must not be used by two threads at once (the I/O thread
                 # reads it): let the I/O thread write.
-                self._queue_locked(_owned(_views(parts)))
+                self._queue_locked(_snapshot(parts))
                 self._arm_writer_locked()
                 return
-            if burst and window > 0 and not _on_loop_thread(self.loop):
+            window = config.get("coalesce_window")
+            if window > 0 and now - last < window and not _on_loop_thread(self.loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
-                self._queue_locked(_owned(_views(parts)))
+                self._queue_locked(_snapshot(parts))
                 self._arm_writer_locked()
                 return
-            try:
-                sent = self._write(parts) if len(parts) <= _MAX_IOV else 0
-            except _WOULD_BLOCK:
-                sent = 0
-            except OSError as e:
-                # The reader will notice too; keep the frame so nothing is silently lost.
-                self._queue_locked(_owned(_views(parts)))
-                self._arm_writer_locked()
-                del e
+            self._write_now_locked(parts)
+
+    def _hold_frame(self, parts: list[Any], hold: list[bytes]) -> bool:
+        """Hold a small frame for a batched write (lock held); False if it cannot be."""
+        if (
+            len(parts) != 1
+            or type(parts[0]) is not bytes
+            or len(parts[0]) > _HOLD_MAX
+            or self.tls
+            or _on_loop_thread(self.loop)
+        ):
+            return False
+        batch = config.get("send_batch")
+        if batch <= 1:
+            return False
+        hold.append(parts[0])
+        if len(hold) >= batch:
+            frames = hold[:]
+            hold.clear()
+            _held.discard(self)
+            self._write_now_locked(frames)
+        elif len(hold) == 1:
+            _held.add(self)
+            if not self._hold_timer:
+                self._hold_timer = True
+                self.loop.call_soon_threadsafe(self._arm_hold_timer)
+        return True
+
+    def _arm_hold_timer(self) -> None:
+        self.loop.call_later(config.get("send_batch_delay"), self._hold_timer_fired)
+
+    def _hold_timer_fired(self) -> None:
+        self._hold_timer = False
+        self.flush_held()
+
+    def flush_held(self) -> None:
+        """Write the frames held for a batch now (any thread)."""
+        with self._lock:
+            hold = self._hold
+            if not hold or self.closed:
                 return
-            total = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
-            if sent == total:
+            frames = hold[:]
+            hold.clear()
+            _held.discard(self)
+            self._hold_epoch = -1
+            if self._backlog:
+                self._queue_locked(_snapshot(frames))
                 return
-            self._queue_locked(_owned(_skip(_views(parts), sent)))
+            self._write_now_locked(frames)
+
+    def _write_now_locked(self, parts: list[Any]) -> None:
+        """Write ``parts`` to the socket now; queue what it does not take (lock held)."""
+        try:
+            sent = self._write(parts) if len(parts) <= _MAX_IOV else 0
+        except _WOULD_BLOCK:
+            sent = 0
+        except OSError:
+            # The reader will notice too; keep the frame so nothing is silently lost.
+            self._queue_locked(_snapshot(parts))
             self._arm_writer_locked()
+            return
+        if sent == _total(parts):
+            return
+        self._queue_locked(_owned(_skip(_views(parts), sent)))
+        self._arm_writer_locked()
 
     def _queue_locked(self, views: list[memoryview]) -> None:
         self._backlog.extend(views)
@@ -457,6 +546,7 @@ class Connection:
         now = self.loop.time()
         if self._flush_deadline is None:
             self._flush_deadline = now + config.get("flush_timeout")
+        self.flush_held()
         with self._lock:
             pending = bool(self._backlog)
         if pending and not self.closed and now < self._flush_deadline:
@@ -471,6 +561,8 @@ class Connection:
             self.closed = True
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
             self._backlog.clear()
+            self._hold.clear()
+            _held.discard(self)
             self._unsealed = []
             self._queued = 0
             self._paused.clear()
@@ -488,10 +580,35 @@ class Connection:
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    tid = getattr(loop, "_thread_id", _NO_TID)  # asyncio's base loop records its thread
+    if tid is not _NO_TID:
+        return tid == threading.get_ident()
     try:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+_NO_TID = object()
+
+
+def _total(parts: list[Any]) -> int:
+    n = 0
+    for p in parts:
+        n += len(p) if type(p) is bytes else memoryview(p).nbytes
+    return n
+
+
+def _snapshot(parts: list[Any]) -> list[memoryview]:
+    """``_owned(_views(parts))``, with no cast or copy for ``bytes`` parts."""
+    out = []
+    for p in parts:
+        if type(p) is bytes:
+            out.append(memoryview(p))
+        else:
+            v = memoryview(p).cast("B")
+            out.append(v if isinstance(v.obj, bytes) else memoryview(bytes(v)))
+    return out
 
 
 def _views(parts: list[Any]) -> list[memoryview]:

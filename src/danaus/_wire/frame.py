@@ -246,7 +246,7 @@ class FrameDecoder:
                     )
                     del staged
                 # Small frames are copied out so the staging buffer can be reused.
-                data = bytearray(self._staging[begin : begin + total])
+                data = self._staging[begin : begin + total]  # a slice is a copy
                 self._start = begin + whole
                 frames.append(_parse(memoryview(data)))
                 continue
