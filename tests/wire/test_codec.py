@@ -42,3 +42,58 @@ def test_torch_tensors_travel_out_of_band() -> None:
     body, bufs = codec.dumps(b)
     out = codec.loads(body, [bytearray(memoryview(x)) for x in bufs])
     assert out.dtype == torch.bfloat16 and torch.equal(out, b)
+
+
+def test_plain_data_pickles_as_the_general_path_would_and_round_trips() -> None:
+    import pickle
+
+    values = [
+        7,
+        "text",
+        b"bytes",
+        None,
+        ((7,), {}),
+        ((1, "a", 2.5, None, True), {}),
+        ([1, 2, {"a": (1, 2.0)}], {"k": {3, 4}}),
+        {"nested": [[1, 2], (3, frozenset({4}))]},
+        list(range(10_000)),
+    ]
+    for v in values:
+        body, bufs = codec.dumps(v)
+        assert bufs == [] and codec.loads(body) == v
+        # The same pickle stream the C pickler writes (no cloudpickle machinery needed).
+        assert pickle.loads(body) == pickle.loads(pickle.dumps(v, protocol=5))
+
+
+def test_a_value_that_is_not_plain_data_falls_back_to_cloudpickle() -> None:
+    class Local:  # not importable by name: must travel by value
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    for v in ([1, Local(2)], ((Local(3),), {}), {"k": lambda: 4}, (np.int64(5),)):
+        body, bufs = codec.dumps(v)
+        out = codec.loads(body, bufs)
+        assert type(out) is type(v)
+    assert codec.loads(*codec.dumps([1, Local(2)]))[1].x == 2
+    assert codec.loads(*codec.dumps({"k": lambda: 4}))["k"]() == 4
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        codec.dumps_checked([1, threading.Lock()], "the list")
+
+
+def test_the_pooled_plain_picklers_give_each_thread_its_own_stream() -> None:
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(2_000):
+                v = [k, i, {"s": str(i) * (i % 7)}]
+                assert codec.loads(codec.dumps(v)[0]) == v
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []

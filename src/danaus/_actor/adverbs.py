@@ -79,14 +79,15 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
 
 
 _PORT_MARK = 0x5A5A5A5A  # a port number that pickles as BININT ("J" + 4 bytes)
+_HEADERS_KEPT = 256  # header templates kept per endpoint
 _I32 = struct.Struct("<i")
 
 
 class _CallHeader:
-    """The pickled CALL header of a call to one actor, as two halves around its
-    reply port's number: every call of an endpoint from one sender differs only
-    in that number (``call_one`` always uses slot 0). Built once per endpoint,
-    sender and chain; the receiver decodes the same tuple as ``encode_frame``'s."""
+    """The pickled CALL header of a message to one actor, as two halves around its
+    reply port's number: the calls of an endpoint to one rank and slot, from one
+    sender and chain, differ only in that number. Built once per endpoint and
+    key; the receiver decodes the same tuple as from ``encode_frame``."""
 
     __slots__ = ("head", "tail")
 
@@ -116,10 +117,9 @@ class Endpoint:
         self._prop = prop
         self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
         self._what = f"{mesh._ref.name}.{name}()"
-        # call_one's fast path: (runtime, proc id, sender, chain) -> header template
+        # (rank, slot, sender, chain, our proc id) -> the CALL header's template
         self._headers: dict[tuple[Any, ...], _CallHeader | None] = {}
         self._direct: bool | None = None  # not messaged through the cast tree
-
 
     def _targets(self) -> list[tuple[int, int, ProcId]]:
         """``(index in this slice, rank in the whole mesh, proc)`` for each actor addressed."""
@@ -199,7 +199,8 @@ class Endpoint:
                     return_to_sender, sender, f"{self._mesh._ref.name}[{rank}].{self._name}()"
                 )
             )
-            rt.send(proc, header, body, bufs, on_fail)
+            pickled = None if bufs else self._pickled_header(rt, header)
+            rt.send(proc, header, body, bufs, on_fail, pickled=pickled)
         if tracer is not None:
             flows = (
                 tuple(f"c:{port.proc.name}:{port.port}:{i}" for i, _, _ in targets if i not in skip)
@@ -444,21 +445,6 @@ class Endpoint:
         inst = ctx.actor_instance
         sender = inst.actor_id if inst._cell is not None else None
         chain = ctx._outgoing_chain()
-        key = (rt, rt.proc_id, sender, chain)
-        tmpl = self._headers.get(key, False)
-        if tmpl is False:
-            labels, sizes = self._mesh._labels_sizes()
-            header = Call(
-                self._mesh._ref.mesh_id, rank, self._name, PortId(rt.proc_id, 0), index,
-                labels, sizes, sender, chain, self._flags,
-            )  # fmt: skip
-            try:
-                tmpl = _CallHeader(header)
-            except ValueError:
-                tmpl = None
-            if len(self._headers) > 64:  # many senders or chains: keep it bounded
-                self._headers.clear()
-            self._headers[key] = tmpl
         fut = Pending()
         call = OneCall(rt, self._what, proc, f"{self._mesh._ref.name}[{rank}]", fut)
         port = call.port
@@ -467,11 +453,27 @@ class Endpoint:
             self._mesh._ref.mesh_id, rank, self._name, port, index,
             labels, sizes, sender, chain, self._flags,
         )  # fmt: skip
-        if tmpl is not None and port.port < _PORT_MARK:
-            rt.send(proc, header, body, (), call.fail, pickled=tmpl.pickled(port.port))
-        else:
-            rt.send(proc, header, body, (), call.fail)
+        rt.send(proc, header, body, (), call.fail, pickled=self._pickled_header(rt, header))
         return Future._create(fut, self._what)
+
+    def _pickled_header(self, rt: Any, header: Call) -> bytes | None:
+        """The pickle of ``wire(header)``, from a template cached per rank, slot, sender
+        and chain (only the reply port's number differs between calls); None when
+        there is no port or no template."""
+        port = header.port
+        if port is None or port.port >= _PORT_MARK or port.proc != rt.proc_id:
+            return None
+        key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id)
+        tmpl = self._headers.get(key, False)
+        if tmpl is False:
+            try:
+                tmpl = _CallHeader(header)
+            except ValueError:
+                tmpl = None
+            if len(self._headers) >= _HEADERS_KEPT:  # many ranks, senders or chains
+                self._headers.clear()
+            self._headers[key] = tmpl
+        return tmpl.pickled(port.port) if tmpl is not None else None
 
     def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Call one actor of the mesh, chosen at random (load balancing)."""

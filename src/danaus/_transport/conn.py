@@ -284,7 +284,9 @@ class Connection:
                 self._queue_locked(_snapshot(parts))
                 return
             hold = self._hold
-            if hold or (now - last < config.get("send_batch_delay") and self._hold_epoch == _epoch[0]):
+            if hold or (
+                now - last < config.get("send_batch_delay") and self._hold_epoch == _epoch[0]
+            ):
                 if self._hold_frame(parts, hold):
                     return
                 parts = [*hold, *parts]  # what is held goes first, in one write
