@@ -80,6 +80,7 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
 
 _PORT_MARK = 0x5A5A5A5A  # a port number that pickles as BININT ("J" + 4 bytes)
 _HEADERS_KEPT = 256  # header templates kept per endpoint
+_UNKNOWN: Any = object()
 _I32 = struct.Struct("<i")
 
 
@@ -92,14 +93,17 @@ class _CallHeader:
     __slots__ = ("head", "tail")
 
     def __init__(self, header: Call) -> None:
-        marked = header._replace(port=PortId(header.port.proc, _PORT_MARK))
+        if header.port is None:
+            raise ValueError("a header without a reply port has no template")
+        me = header.port.proc
+        marked = header._replace(port=PortId(me, _PORT_MARK))
         h = pickle.dumps(wire(marked), protocol=5)
         mark = b"J" + _I32.pack(_PORT_MARK)
         if h.count(mark) != 1:
             raise ValueError("the header's port mark is not unique")
         i = h.index(mark) + 1
         self.head, self.tail = h[:i], h[i + 4 :]
-        if pickle.loads(self.pickled(7)) != wire(header._replace(port=PortId(header.port.proc, 7))):
+        if pickle.loads(self.pickled(7)) != wire(header._replace(port=PortId(me, 7))):
             raise ValueError("the header template does not round-trip")
 
     def pickled(self, port: int) -> bytes:
@@ -464,8 +468,8 @@ class Endpoint:
         if port is None or port.port >= _PORT_MARK or port.proc != rt.proc_id:
             return None
         key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id)
-        tmpl = self._headers.get(key, False)
-        if tmpl is False:
+        tmpl = self._headers.get(key, _UNKNOWN)  # one lookup: another thread may clear
+        if tmpl is _UNKNOWN:
             try:
                 tmpl = _CallHeader(header)
             except ValueError:

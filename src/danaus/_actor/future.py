@@ -105,7 +105,7 @@ class Pending:
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         self._wait(timeout)
-        return None if self._ok else self._value  # type: ignore[no-any-return]
+        return None if self._ok else self._value
 
     def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
         with self._lock:
