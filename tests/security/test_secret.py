@@ -138,10 +138,10 @@ def test_the_secret_is_in_no_frame_a_spawn_sends_and_not_in_the_procs_environmen
         sent = []
         plain = rt.send
 
-        def spy(proc, header, body=b"", buffers=(), on_fail=None):
+        def spy(proc, header, body=b"", buffers=(), on_fail=None, **kw):
             raw = encode_frame(wire(header), body, buffers)
             sent.append((type(header), b"".join(map(bytes, raw))))
-            return plain(proc, header, body, buffers, on_fail)
+            return plain(proc, header, body, buffers, on_fail, **kw)
 
         rt.send = spy
         procs = this_host().spawn_procs(per_host={{"gpus": 1}})
