@@ -152,6 +152,7 @@ class Runtime(PeerTable):
         self._peers: dict[str, _Peer] = {}
         self._inbound: dict[str, Connection] = {}
         self._accepted: set[Connection] = set()
+        self._hb_due = 0.0  # when the next heartbeat tick is due (loop time)
         self._early: dict[tuple[str, int], list[tuple[Connection, Message]]] = {}
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
@@ -212,6 +213,7 @@ class Runtime(PeerTable):
             self._listener = listen(self._unix)
             self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
         if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
+            self._hb_due = self.loop.time() + config.get("heartbeat_interval")
             self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
@@ -304,6 +306,15 @@ class Runtime(PeerTable):
         interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
         conns = [p.conn for p in list(self._peers.values()) if p.conn is not None]
         conns += list(self._accepted)
+        # Silence is judged on our own running time. If this tick comes late,
+        # this loop itself did not run (the process was starved of CPU or of
+        # the GIL): the pings that arrived meanwhile are still unread, so that
+        # stretch is not held against the peers.
+        late = now - self._hb_due
+        if late > interval:
+            for conn in conns:
+                conn.last_recv = min(now, conn.last_recv + late)
+        self._hb_due = now + interval
         ping = None
         for conn in conns:
             if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
