@@ -80,9 +80,7 @@ def _browser() -> Any:
     binary = CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium")
     driver = CHROMEDRIVER if os.path.exists(CHROMEDRIVER) else shutil.which("chromedriver")
     if binary is None or driver is None:
-        sys.exit(
-            "needs Debian's chromium and chromium-driver (scripts/install-services, as root)"
-        )
+        sys.exit("needs Debian's chromium and chromium-driver (scripts/install-services, as root)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
