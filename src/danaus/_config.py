@@ -636,6 +636,14 @@ SETTINGS: tuple[Setting, ...] = (
         "How long the debugger's cast waits for the sessions to finish the command "
         "before it returns to the prompt (their output shows on attach).",
     ),
+    Setting(
+        "debug_output_max",
+        "size",
+        _MiB,
+        "How much of a debug session's output (characters) is kept, in the paused "
+        "proc until it is sent and in the client until it is shown: the last this "
+        "much, after a line saying how much was dropped.",
+    ),
 )
 
 _BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
