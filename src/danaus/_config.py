@@ -527,6 +527,14 @@ SETTINGS: tuple[Setting, ...] = (
         "does, so that procs sharing a host do not oversubscribe it.",
     ),
     Setting(
+        "handoff_poll_interval",
+        "duration",
+        0.2,
+        "While a tensor-engine stream waits for an actor to run a call it passed a tensor to, "
+        "how often it checks that the actor still lives (a stopped or failed actor releases "
+        "the stream).",
+    ),
+    Setting(
         "tensor_spawn_timeout",
         "duration",
         120.0,

@@ -18,6 +18,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .._actor import handoff
 from .active import STATE, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
@@ -181,6 +182,20 @@ class Tensor(torch.Tensor):
         from .collectives import reduce_tensor
 
         return reduce_tensor(self, dims, reduction, scatter, mesh, True)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled only as an actor endpoint's argument: the receiving proc's local shard."""
+        from .actors import ACTOR_ARGS
+
+        r = handoff.refer(self, ACTOR_ARGS)
+        if r is None:
+            raise TypeError(
+                f"{self!r} cannot be pickled: its values live on the workers of its mesh. "
+                "Pass it as an argument of an actor endpoint on the same procs (the actor gets "
+                "its local shard), or fetch its values with danaus.inspect(t) / "
+                "danaus.fetch_shard(t)"
+            )
+        return r
 
 
 def _describe(t: torch.Tensor) -> str:
