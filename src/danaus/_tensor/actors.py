@@ -50,8 +50,9 @@ class _ActorArgs:
                     f"stream; got {stream!r} and {t._stream!r}. Borrow one onto the other's "
                     "stream (stream.borrow(t))"
                 )
-            if "r" not in t._access:
-                why = "its borrow was dropped" if t._dropped else "it is lent mutably to a stream"
+            if "r" not in t._storage.access:
+                dropped = t._storage.dropped
+                why = "its borrow was dropped" if dropped else "it is lent mutably to a stream"
                 raise ValueError(
                     f"{to.what}: {t!r} cannot be passed to an actor because {why}; "
                     "drop the borrow first"

@@ -22,7 +22,7 @@ from .._actor import handoff
 from .active import STATE, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
-from .stream import Stream, check_use, get_active_stream
+from .stream import Storage, Stream, check_use, get_active_stream
 
 __all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
 
@@ -73,10 +73,7 @@ class Tensor(torch.Tensor):
     _mesh: Any
     _engine: Engine
     _stream: Stream  # the stream it was made on; ops on it run there
-    _access: str  # "rw", "r" (immutably borrowed) or "" (lent mutably, or dropped)
-    _borrows: int  # live borrows of it
-    _borrow: Any  # the Borrow it came from (a borrowed view, or a view of one), or None
-    _dropped: bool
+    _storage: Storage  # shared with its views on its stream: the borrow rules' state
 
     @staticmethod
     def __new__(
@@ -113,10 +110,7 @@ class Tensor(torch.Tensor):
         t._mesh = mesh
         t._engine = engine
         t._stream = stream = stream or get_active_stream()
-        t._access = "rw"
-        t._borrows = 0
-        t._borrow = None
-        t._dropped = False
+        t._storage = Storage()
         engine.track(t, ref, stream.name)
         return t
 
@@ -425,11 +419,11 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 results.append(h)
             else:
                 results.append(x)
-    borrow = next((t._borrow for _, t in handles if t._borrow is not None), None)
-    if borrow is not None and _returns_alias(func):  # views of a borrowed view end with it
+    if handles and _returns_alias(func):  # a view shares its input's storage (borrow rules)
+        storage = handles[0][1]._storage
         for r in results:
-            if isinstance(r, Tensor) and r._borrow is None:
-                borrow._alias(r)
+            if isinstance(r, Tensor):
+                r._storage = storage
     wire_flat = list(flat)
     for i, t in handles:
         wire_flat[i] = Ref(t._ref)
