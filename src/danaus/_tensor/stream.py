@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from .._runtime import host
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
 __all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]
@@ -204,21 +205,30 @@ def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
 
 
 _MAIN = Stream("main", _default=True)
-_stack: list[Stream] = [_MAIN]
-_lock = threading.Lock()
+
+
+class _Streams:
+    """This process's stack of active streams (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Stream] = [_MAIN]
+        self.lock = threading.Lock()
 
 
 def get_active_stream() -> Stream:
     """The stream new ops go to (``main`` unless another is active). Does not block."""
-    return _stack[-1]
+    node = host.current_node()
+    return _MAIN if node is None else node.part(_Streams).stack[-1]
 
 
 @contextlib.contextmanager
 def _activate(stream: Stream) -> Iterator[None]:
-    with _lock:
-        _stack.append(stream)
+    streams = host.ensure_node().part(_Streams)
+    stack = streams.stack
+    with streams.lock:
+        stack.append(stream)
     try:
         yield
     finally:
-        with _lock:  # the latest activation of it: activations nest
-            del _stack[len(_stack) - 1 - _stack[::-1].index(stream)]
+        with streams.lock:  # the latest activation of it: activations nest
+            del stack[len(stack) - 1 - stack[::-1].index(stream)]

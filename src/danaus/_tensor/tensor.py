@@ -19,7 +19,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor import handoff
-from .active import STATE, same_mesh
+from .active import active_mesh, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
 from .stream import Storage, Stream, check_use, get_active_stream
@@ -129,7 +129,7 @@ class Tensor(torch.Tensor):
     def __torch_dispatch__(  # type: ignore[override]
         cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:
-        return dispatch(func, args, kwargs or {}, STATE.mesh)
+        return dispatch(func, args, kwargs or {}, active_mesh())
 
     @property
     def mesh(self) -> Any:
