@@ -508,9 +508,16 @@ SETTINGS: tuple[Setting, ...] = (
         "tensor_send_delay",
         "duration",
         0.0005,
-        "How long the tensor engine's sender waits after the first queued command for more, to "
-        "send them in one message (anything that waits for a result sends at once); 0 sends "
+        "How long the tensor engine's sender waits for more commands after the last one queued, "
+        "to send them in one message (anything that waits for a result sends at once); 0 sends "
         "each as soon as possible.",
+    ),
+    Setting(
+        "tensor_send_max_delay",
+        "duration",
+        0.005,
+        "While the client keeps issuing tensor ops (each tensor_send_delay brings more), the "
+        "tensor engine's sender goes on gathering them into one message for at most this long.",
     ),
     Setting(
         "tensor_send_batch",

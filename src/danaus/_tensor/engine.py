@@ -21,6 +21,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -120,6 +121,7 @@ class Engine:
         self._targets: dict[Shape, Any] = {}
         self.closed = False
         self._delay = config.get("tensor_send_delay")
+        self._max_delay = max(self._delay, config.get("tensor_send_max_delay"))
         self._batch = config.get("tensor_send_batch")
         self._sender_thread = threading.Thread(
             target=self._send_loop, name="danaus-tensor-send", daemon=True
@@ -268,15 +270,29 @@ class Engine:
             i = j
 
     def _send_loop(self) -> None:
-        """The sender thread: waits for queued commands and sends them, batch by batch."""
+        """The sender thread: waits for queued commands and sends them, batch by batch.
+
+        After the first command it keeps gathering while the client keeps
+        issuing (each ``tensor_send_delay`` brings more), until the client
+        pauses, ``tensor_send_batch`` commands are queued or
+        ``tensor_send_max_delay`` has passed: a training step's burst of ops
+        then goes in one message per worker instead of several, and each
+        message costs every worker an actor dispatch and a thread wake-up.
+        """
         delay, batch = self._delay, self._batch
         while True:
             with self._cond:
                 while not self._queue and not self.closed:
                     self._cond.wait()
-                if len(self._queue) < batch and delay > 0 and not self.closed:
-                    # gather what the client issues next into the same message
-                    self._cond.wait(delay)  # send() wakes it early when the batch is full
+                if delay > 0:
+                    deadline = time.monotonic() + self._max_delay
+                    seen = 0
+                    while not self.closed and seen < len(self._queue) < batch:
+                        seen = len(self._queue)  # send() wakes it early when the batch is full
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(min(delay, left))
                 if self.closed:
                     return
             with self._send_lock, self.as_owner():

@@ -260,7 +260,20 @@ class TensorWorker(Actor):
                 raise KeyError(f"tensor {tree.id} was deleted or never defined on this proc")
             return v
         if t is tuple or t is list:
-            return t(self._resolve(x) for x in tree)
+            refs = self.refs
+            out = []
+            for x in tree:  # flat arguments (most ops'): no recursion, no generator
+                tx = type(x)
+                if tx is Ref:
+                    v = refs.get(x.id)
+                    if v is None or isinstance(v, Failure):
+                        v = self._resolve(x)  # raises the precise error
+                    out.append(v)
+                elif tx is tuple or tx is list or tx is dict or isinstance(x, (tuple, list, dict)):
+                    out.append(self._resolve(x))
+                else:
+                    out.append(x)
+            return out if t is list else tuple(out)
         if t is dict:
             return {k: self._resolve(v) for k, v in tree.items()}
         if isinstance(tree, (tuple, list, dict)):  # a namedtuple, an OrderedDict...
