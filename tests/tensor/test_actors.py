@@ -212,3 +212,31 @@ def test_tensors_of_two_streams_in_one_call_are_refused(mesh: ProcMesh, users: A
             got = _by_coord(users.describe.call(view).get(timeout=REPLY_TIMEOUT))
         borrow.drop()
     assert torch.equal(got[(1, 0)]["value"], local_base(1, 0))
+
+
+def test_an_actor_that_failed_before_the_call_releases_the_stream(mesh: ProcMesh) -> None:
+    import time
+
+    from . import conftest
+
+    am = mesh.spawn("doomed_shard_users", ShardUser)
+    am.initialized.get(timeout=REPLY_TIMEOUT)
+    seen = len(conftest._faults)
+    try:
+        with mesh.activate():
+            x = base(mesh)
+            am.fail_with.broadcast(x)  # a broadcast's exception fails the actor
+            never = am.describe.call(x)  # queued behind it: will not run
+            y = x + 1  # the stream must not wait for that call forever
+        assert torch.equal(danaus.inspect(y, host=1, gpu=1), local_base(1, 1) + 1)
+        with pytest.raises(Exception, match="endpoint failed on a shard"):
+            never.get(timeout=REPLY_TIMEOUT)
+    finally:
+        deadline = time.monotonic() + REPLY_TIMEOUT  # the failures reach the client's hook
+        while len(conftest._faults) - seen < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ours = [f for f in conftest._faults[seen:] if "doomed_shard_users" in str(f)]
+        for f in ours:
+            conftest._faults.remove(f)
+        am.stop().get(timeout=REPLY_TIMEOUT)
+    assert ours, "the actor's failure should have reached the client"
