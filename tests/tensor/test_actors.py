@@ -17,7 +17,10 @@ from danaus.actor import Actor, ProcMesh, endpoint
 
 from .conftest import COORDS, REPLY_TIMEOUT, base, local_base, torch
 
-pytestmark = pytest.mark.torch
+# The first test also spawns the actors, whose procs import this module and torch: on a
+# loaded machine that alone took over 30 s (the bound on each test stays).
+pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
+ACTOR_INIT_TIMEOUT = 150.0
 
 
 class ShardUser(Actor):
@@ -58,7 +61,7 @@ class AsyncShardUser(Actor):
 @pytest.fixture(scope="module")
 def users(mesh: ProcMesh) -> Iterable[Any]:
     am = mesh.spawn("shard_users", ShardUser)
-    am.initialized.get(timeout=REPLY_TIMEOUT)
+    am.initialized.get(timeout=ACTOR_INIT_TIMEOUT)
     yield am
     am.stop().get(timeout=REPLY_TIMEOUT)
 
@@ -220,7 +223,7 @@ def test_an_actor_that_failed_before_the_call_releases_the_stream(mesh: ProcMesh
     from . import conftest
 
     am = mesh.spawn("doomed_shard_users", ShardUser)
-    am.initialized.get(timeout=REPLY_TIMEOUT)
+    am.initialized.get(timeout=ACTOR_INIT_TIMEOUT)
     seen = len(conftest._faults)
     try:
         with mesh.activate():
