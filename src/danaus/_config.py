@@ -508,9 +508,16 @@ SETTINGS: tuple[Setting, ...] = (
         "tensor_send_delay",
         "duration",
         0.0005,
-        "How long the tensor engine's sender waits after the first queued command for more, to "
-        "send them in one message (anything that waits for a result sends at once); 0 sends "
+        "How long the tensor engine's sender waits for more commands after the last one queued, "
+        "to send them in one message (anything that waits for a result sends at once); 0 sends "
         "each as soon as possible.",
+    ),
+    Setting(
+        "tensor_send_max_delay",
+        "duration",
+        0.005,
+        "While the client keeps issuing tensor ops (each tensor_send_delay brings more), the "
+        "tensor engine's sender goes on gathering them into one message for at most this long.",
     ),
     Setting(
         "tensor_send_batch",
@@ -525,6 +532,14 @@ SETTINGS: tuple[Setting, ...] = (
         "torch intra-op threads in each tensor-engine worker's proc (torch.set_num_threads); "
         "0: the host's cores divided among the mesh's procs on it (at least 1), as torchrun "
         "does, so that procs sharing a host do not oversubscribe it.",
+    ),
+    Setting(
+        "handoff_poll_interval",
+        "duration",
+        0.2,
+        "While a tensor-engine stream waits for an actor to run a call it passed a tensor to, "
+        "how often it checks that the actor still lives (a stopped or failed actor releases "
+        "the stream).",
     ),
     Setting(
         "tensor_spawn_timeout",

@@ -32,6 +32,7 @@ from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import ProcId
 from .._wire.protocol import Call, Cast
+from . import handoff
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import Collector, Countdown, GatherCollector, TreeCollector, set_future
 from .context import context
@@ -93,9 +94,25 @@ class Endpoint:
             self._mesh.__dict__["_targets"] = cached
         return list(cached)
 
-    def _encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        payload = encode_args(self._prop, args, kwargs)
+    def _encode(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        targets: list[tuple[int, int, ProcId]] | None = None,
+    ) -> Any:
+        """Pickle the arguments for ``targets`` (all the mesh's actors when ``None``).
+
+        Arguments handed off on the receiving procs (distributed tensors, see
+        ``handoff``) are announced to their provider here, which may refuse.
+        """
+        with handoff.capture() as cap:
+            payload = encode_args(self._prop, args, kwargs)
         self._mesh._check_usable()
+        if cap.refs:
+            actors = tuple((r, p) for _, r, p in (self._targets() if targets is None else targets))
+            payload = cap.wrap(
+                payload, handoff.Recipients(self._mesh._ref.mesh_id, self._what, actors)
+            )
         return payload
 
     def _send(
@@ -311,7 +328,7 @@ class Endpoint:
         if self._tree_mode():
             return self._call_tree(self._encode(args, kwargs))
         targets = self._targets()
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         values: list[Any] = [None] * len(targets)
         shape = self._mesh._shape
@@ -346,7 +363,7 @@ class Endpoint:
         return Collector(rt, self._what, n, on_value)
 
     def _one(self, targets: list[tuple[int, int, ProcId]], args: Any, kwargs: Any) -> Future[Any]:
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         collector = self._collector(1, lambda i, ok, v: set_future(cf, ok, v))
         self._send(payload, targets, collector)
@@ -373,7 +390,7 @@ class Endpoint:
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
         """Call every actor; yield one future per actor, in the order replies arrive."""
         targets = self._targets()
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         cfs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in targets]
         arrived = [0]
 
@@ -409,7 +426,7 @@ class Endpoint:
             targets = [random.choice(targets)] if targets else []
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         if port is None:
             self._send(payload, targets, None)
             return
