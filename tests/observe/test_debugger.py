@@ -17,6 +17,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -180,7 +181,11 @@ def _cli(session: dict[str, object]) -> pexpect.spawn:
 
 def _list_until(prompt: pexpect.spawn, n: int) -> str:
     """Send 'list' until it shows ``n`` sessions; the table's text."""
-    for _ in range(200):
+    # Bounded by time, not by a count of tries: on a loaded machine the actors
+    # may take a while to reach their breakpoints.
+    deadline = time.monotonic() + 60
+    found = -1
+    while time.monotonic() < deadline:
         prompt.sendline("list")
         prompt.expect(LIST_DONE)
         table = prompt.before
@@ -188,7 +193,8 @@ def _list_until(prompt: pexpect.spawn, n: int) -> str:
         prompt.expect("danaus_dbg> ")
         if found == n:
             return str(table)
-    raise AssertionError(f"the debugger never listed {n} sessions")
+        time.sleep(0.05)  # polling another process's state, with a deadline
+    raise AssertionError(f"the debugger never listed {n} sessions (last: {found})")
 
 
 def _rows(table: str) -> dict[int, str]:
