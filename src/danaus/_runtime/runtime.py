@@ -643,8 +643,8 @@ class Runtime(PeerTable):
                         failed.append(name)
         if retry is not None and retry.waiting is not None:
             self._adopt(retry, retry.waiting)
-        for name in failed:
-            self._lose_soon(name, f"cannot connect to proc {name}: {exc}")
+        for name in failed:  # refused, reset, or it failed our handshake (a wrong secret)
+            self._lose_soon(name, f"the connection to proc {name} broke: {exc}")
         for name in lost:
             peer = self._peers.get(name)
             if peer is not None and peer.stopping:
