@@ -12,8 +12,8 @@ them straight out of the sender's memory (one copy instead of two).
 The wrapped frame travels on the same connection as every other frame, so
 order is kept. The receiver copies off the I/O thread (a copier thread: a
 large buffer must not stall heartbeats and other connections); meanwhile it
-stops reading that connection, so the frames behind it wait their turn. The sender copies each big buffer once, at send time, into a
-mapping of its own that it holds until RELEASE (or until the receiver is
+stops reading that connection, so the frames behind it wait their turn. The
+sender copies each big buffer once, at send time, into a mapping of its own that it holds until RELEASE (or until the receiver is
 lost): the receiver gets what was passed, even if the caller changes its
 array right after ``call()`` returns.
 """
@@ -208,7 +208,7 @@ class Offloader:
     def _copy_loop(self) -> None:
         while True:
             conn, msg, hold = self._copies.get()
-            token, descs, inner = msg.header
+            descs = msg.header.descs
             buffers = list(msg.buffers)
             pid = getattr(conn, "peer_pid", None)
             error = None
