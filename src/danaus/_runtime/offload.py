@@ -14,8 +14,9 @@ order is kept. The receiver copies off the I/O thread (a copier thread: a
 large buffer must not stall heartbeats and other connections); meanwhile it
 stops reading that connection, so the frames behind it wait their turn. The
 sender copies each big buffer once, at send time, into a mapping of its own
-that it holds until RELEASE (or until the receiver is lost): the receiver gets what was passed, even if the caller changes its
-array right after ``call()`` returns.
+that it holds until RELEASE (or until the receiver is lost): the receiver
+gets what was passed, even if the caller changes its array right after
+``call()`` returns.
 """
 
 from __future__ import annotations
