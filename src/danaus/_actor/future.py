@@ -164,10 +164,13 @@ class Future(Generic[R]):
                     stacklevel=2,
                 )
         try:
-            raw = self._wait(timeout)
+            return self._wait(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself raised a TimeoutError
-                raise _clean(self._cf.exception()) from None
+                exc = self._cf.exception()
+                if exc is None:  # raised by its reader (a Deferred): already clean
+                    raise
+                raise _clean(exc) from None
             raise TimeoutError(
                 f"timed out after {timeout} s waiting for {self._what}; the future is still "
                 "usable: call get() again or await it"
@@ -176,14 +179,19 @@ class Future(Generic[R]):
             if e is self._cf.exception():
                 raise _clean(e) from e.__cause__
             raise
-        if isinstance(raw, Deferred):  # a reply as received: decoded here, on our thread
+
+    def _wait(self, timeout: float | None) -> R:
+        """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
+        reply as received) is decoded here, on the waiting thread."""
+        raw = self._wait_raw(timeout)
+        if isinstance(raw, Deferred):
             try:
                 return raw.resolve()  # type: ignore[no-any-return]
             except Exception as e:
                 raise _clean(e) from e.__cause__
         return raw
 
-    def _wait(self, timeout: float | None) -> R:
+    def _wait_raw(self, timeout: float | None) -> R:
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
         asynchronous exit (an unhandled failure ends the program from another thread)."""
         cell = _waiting_cell()
