@@ -104,13 +104,6 @@ SETTINGS: tuple[Setting, ...] = (
         "After a spawned proc's connection closes, how long to wait for the host "
         "agent's report of how it exited before declaring it lost anyway.",
     ),
-    Setting(
-        "inbound_drain_timeout",
-        "duration",
-        1.0,
-        "When the connection to a peer breaks while its connection to us is open, "
-        "how long replies already sent may still arrive before the peer is lost.",
-    ),
     # -- messages ------------------------------------------------------------
     Setting(
         "codec_max_frame_length",

@@ -37,7 +37,7 @@ from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import Collector, Countdown, GatherCollector, TreeCollector, set_future
 from .context import context
 from .endpoint import EndpointProperty
-from .future import Future
+from .future import Deferred, Future, resolve
 from .ports import Port
 from .undeliverable import return_to_sender
 
@@ -301,7 +301,7 @@ class Endpoint:
                 left[0] -= len(slots)
                 last = left[0] == 0
             if last:
-                set_future(cf, True, ValueMesh(shape, values))
+                set_future(cf, True, _value_mesh(shape, values))
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if not ok:
@@ -333,7 +333,9 @@ class Endpoint:
         values: list[Any] = [None] * len(targets)
         shape = self._mesh._shape
         # Replies arrive on the I/O thread, failures to send on the caller's: count safely.
-        countdown = Countdown(len(targets), lambda: set_future(cf, True, ValueMesh(shape, values)))
+        countdown = Countdown(
+            len(targets), lambda: set_future(cf, True, _value_mesh(shape, values))
+        )
         if not targets:
             return Future._create(cf, self._what)
 
@@ -344,7 +346,7 @@ class Endpoint:
             values[index] = value
             countdown.tick()
 
-        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
+        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value, lazy=True)
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)
 
@@ -359,8 +361,9 @@ class Endpoint:
                 on_value,
                 mesh_size=len(self._mesh._ref.procs),
                 fanout=config.get("tree_fanout"),
+                lazy=True,
             )
-        return Collector(rt, self._what, n, on_value)
+        return Collector(rt, self._what, n, on_value, lazy=True)
 
     def _one(self, targets: list[tuple[int, int, ProcId]], args: Any, kwargs: Any) -> Future[Any]:
         payload = self._encode(args, kwargs, targets)
@@ -519,31 +522,39 @@ class Accumulator:
         """Call every actor; the future holds ``combine(...combine(identity, r1)..., rn)``."""
         futures = list(self._endpoint.stream(*args, **kwargs))
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        state = {"acc": self._identity, "left": len(futures)}
+        arrived: list[Any] = []  # replies in arrival order, folded by whoever reads cf
         lock = threading.Lock()
         if not futures:
             cf.set_result(self._identity)
+
+        def fold() -> Any:
+            acc = self._identity
+            for reply in arrived:
+                acc = self._combine(acc, resolve(reply))
+            return acc
 
         def one(f: Future[Any]) -> None:
             exc = f._cf.exception()
             with lock:
                 if cf.done():
                     return
-                if exc is not None:
-                    set_future(cf, False, exc)
+                reply = f._cf.result() if exc is None else None
+                if exc is not None or not getattr(reply, "ok", True):
+                    set_future(cf, False, exc if exc is not None else reply)
                     return
-                try:
-                    state["acc"] = self._combine(state["acc"], f._cf.result())
-                except Exception as e:
-                    set_future(cf, False, e)
-                    return
-                state["left"] -= 1
-                if state["left"] == 0:
-                    set_future(cf, True, state["acc"])
+                arrived.append(reply)
+                if len(arrived) == len(futures):
+                    # The fold runs user code: on the reader's thread, not the I/O thread.
+                    set_future(cf, True, Deferred(fold))
 
         for f in futures:
             f.add_done_callback(one)
         return Future._create(cf, f"accumulating {self._endpoint._what}")
+
+
+def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
+    """The ``ValueMesh`` of replies, built (and each reply unpickled) by its reader."""
+    return Deferred(lambda: ValueMesh(shape, [resolve(v) for v in values]))
 
 
 class NotAnEndpoint:

@@ -16,7 +16,55 @@ from .._runtime import proc as _proc
 
 R = TypeVar("R")
 
-__all__ = ["Future"]
+__all__ = ["Deferred", "Future", "resolve"]
+
+
+class Deferred:
+    """A result that its first reader computes, on the reader's thread.
+
+    The I/O thread completes futures with these instead of values, so that it
+    never runs user code (unpickling a reply may run any ``__reduce__``) nor
+    spends time on a large object: ``Future.get()``, ``await`` and the
+    adverbs built on them call :func:`resolve`, which computes it once and
+    returns the value or raises the call's exception. ``ok`` is False when
+    it is known, before computing, that it will raise.
+    """
+
+    __slots__ = ("_fn", "_lock", "_outcome")
+    ok = True
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn: Callable[[], Any] | None = fn
+        self._lock = threading.Lock()
+        self._outcome: tuple[bool, Any] | None = None
+
+    def _compute(self) -> tuple[bool, Any]:
+        assert self._fn is not None
+        try:
+            return True, self._fn()
+        except Exception as e:
+            return False, e
+
+    def resolve(self) -> Any:
+        """The value (computed the first time), or raise the exception."""
+        outcome = self._outcome
+        if outcome is None:
+            with self._lock:
+                outcome = self._outcome
+                if outcome is None:
+                    outcome = self._outcome = self._compute()
+                    self._fn = None  # what it held (a frame's bytes) can go
+        ok, value = outcome
+        if ok:
+            return value
+        raise value
+
+
+def resolve(value: Any) -> Any:
+    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
+    if isinstance(value, Deferred):
+        return value.resolve()
+    return value
 
 
 class Future(Generic[R]):
@@ -119,7 +167,10 @@ class Future(Generic[R]):
             return self._wait(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself raised a TimeoutError
-                raise _clean(self._cf.exception()) from None
+                exc = self._cf.exception()
+                if exc is None:  # raised by its reader (a Deferred): already clean
+                    raise
+                raise _clean(exc) from None
             raise TimeoutError(
                 f"timed out after {timeout} s waiting for {self._what}; the future is still "
                 "usable: call get() again or await it"
@@ -130,6 +181,17 @@ class Future(Generic[R]):
             raise
 
     def _wait(self, timeout: float | None) -> R:
+        """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
+        reply as received) is decoded here, on the waiting thread."""
+        raw = self._wait_raw(timeout)
+        if isinstance(raw, Deferred):
+            try:
+                return raw.resolve()  # type: ignore[no-any-return]
+            except Exception as e:
+                raise _clean(e) from e.__cause__
+        return raw
+
+    def _wait_raw(self, timeout: float | None) -> R:
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
         asynchronous exit (an unhandled failure ends the program from another thread)."""
         cell = _waiting_cell()
@@ -200,8 +262,13 @@ class Future(Generic[R]):
             exc = cf.exception()
             if exc is not None:
                 afut.set_exception(exc)
+                return
+            try:  # on the awaiting loop's thread: a reply is decoded here
+                value = resolve(cf.result())
+            except Exception as e:
+                afut.set_exception(e.with_traceback(None))
             else:
-                afut.set_result(cf.result())
+                afut.set_result(value)
 
         def on_done(cf: concurrent.futures.Future[Any]) -> None:
             if loop.is_closed():
