@@ -63,8 +63,8 @@ def torch_allreduce_seconds(rank: Any, port: int, world: int, nbytes: int, iters
     return took
 
 
-def torch_ddp_step_seconds(rank: Any, port: int, world: int, steps: int) -> float:
-    """Seconds per step of torch DDP (gloo) on the ddp_cpu example's model."""
+def torch_ddp_step_seconds(rank: Any, port: int, world: int, steps: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per step of torch DDP (gloo) on the ddp_cpu example's model."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -83,13 +83,18 @@ def torch_ddp_step_seconds(rank: Any, port: int, world: int, steps: int) -> floa
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
     dist.barrier()
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+
+
+def cpu_seconds() -> float:
+    """This worker process's CPU time so far (every thread)."""
+    return time.process_time()
 
 
 BATCH = 8
@@ -177,16 +182,31 @@ def bench_ddp(mesh: Any, steps: int) -> dict[str, float]:
         for _ in range(3):
             step()
         danaus.inspect(next(iter(model.parameters()))[:1])
-        t0 = time.perf_counter()
+        cpu = danaus.remote(cpu_seconds, propagate=lambda: None)
+        w0 = sum(cpu.call().get(timeout=600).values())
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             loss = step()
         danaus.inspect(loss)
         ours = (time.perf_counter() - t0) / steps
+        client_cpu = (time.process_time() - c0) / steps
+        workers_cpu = (sum(cpu.call().get(timeout=600).values()) - w0) / steps
         store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         raw = danaus.remote(torch_ddp_step_seconds, propagate=lambda *a: None)
         per_rank = raw.call(mesh.rank("dp"), store.port, mesh.size("dp"), steps).get(timeout=600)
-    theirs = max(per_rank.values())
-    return {"danaus_step_ms": ours * 1e3, "torch_ddp_step_ms": theirs * 1e3, "ratio": ours / theirs}
+    theirs = max(wall for wall, _ in per_rank.values())
+    theirs_cpu = sum(c for _, c in per_rank.values())
+    return {
+        "danaus_step_ms": ours * 1e3,
+        "torch_ddp_step_ms": theirs * 1e3,
+        "ratio": ours / theirs,
+        # CPU seconds per step summed over every process (the client's too): what a
+        # shared, oversubscribed machine divides among them, so steadier than wall time
+        "danaus_cpu_ms": (client_cpu + workers_cpu) * 1e3,
+        "danaus_client_cpu_ms": client_cpu * 1e3,
+        "torch_ddp_cpu_ms": theirs_cpu * 1e3,
+        "cpu_ratio": (client_cpu + workers_cpu) / theirs_cpu,
+    }
 
 
 def _median(rounds: list[Any]) -> Any:
@@ -247,6 +267,11 @@ def main() -> None:
         f"DDP step: danaus {r['danaus_step_ms']:.2f} ms, "
         f"torch DDP {r['torch_ddp_step_ms']:.2f} ms: "
         f"ratio {r['ratio']:.2f}"
+    )
+    print(
+        f"DDP step CPU (all processes): danaus {r['danaus_cpu_ms']:.2f} ms "
+        f"(client {r['danaus_client_cpu_ms']:.2f}), torch DDP {r['torch_ddp_cpu_ms']:.2f} ms: "
+        f"ratio {r['cpu_ratio']:.2f}"
     )
     worst = min(row["ratio"] for row in results["allreduce"])
     print(

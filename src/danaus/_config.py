@@ -104,13 +104,6 @@ SETTINGS: tuple[Setting, ...] = (
         "After a spawned proc's connection closes, how long to wait for the host "
         "agent's report of how it exited before declaring it lost anyway.",
     ),
-    Setting(
-        "inbound_drain_timeout",
-        "duration",
-        1.0,
-        "When the connection to a peer breaks while its connection to us is open, "
-        "how long replies already sent may still arrive before the peer is lost.",
-    ),
     # -- messages ------------------------------------------------------------
     Setting(
         "codec_max_frame_length",
@@ -523,9 +516,16 @@ SETTINGS: tuple[Setting, ...] = (
         "tensor_send_delay",
         "duration",
         0.0005,
-        "How long the tensor engine's sender waits after the first queued command for more, to "
-        "send them in one message (anything that waits for a result sends at once); 0 sends "
+        "How long the tensor engine's sender waits for more commands after the last one queued, "
+        "to send them in one message (anything that waits for a result sends at once); 0 sends "
         "each as soon as possible.",
+    ),
+    Setting(
+        "tensor_send_max_delay",
+        "duration",
+        0.005,
+        "While the client keeps issuing tensor ops (each tensor_send_delay brings more), the "
+        "tensor engine's sender goes on gathering them into one message for at most this long.",
     ),
     Setting(
         "tensor_send_batch",
@@ -540,6 +540,14 @@ SETTINGS: tuple[Setting, ...] = (
         "torch intra-op threads in each tensor-engine worker's proc (torch.set_num_threads); "
         "0: the host's cores divided among the mesh's procs on it (at least 1), as torchrun "
         "does, so that procs sharing a host do not oversubscribe it.",
+    ),
+    Setting(
+        "handoff_poll_interval",
+        "duration",
+        0.2,
+        "While a tensor-engine stream waits for an actor to run a call it passed a tensor to, "
+        "how often it checks that the actor still lives (a stopped or failed actor releases "
+        "the stream).",
     ),
     Setting(
         "tensor_spawn_timeout",
@@ -650,6 +658,14 @@ SETTINGS: tuple[Setting, ...] = (
         5.0,
         "How long the debugger's cast waits for the sessions to finish the command "
         "before it returns to the prompt (their output shows on attach).",
+    ),
+    Setting(
+        "debug_output_max",
+        "size",
+        _MiB,
+        "How much of a debug session's output (characters) is kept, in the paused "
+        "proc until it is sent and in the client until it is shown: the last this "
+        "much, after a line saying how much was dropped.",
     ),
 )
 

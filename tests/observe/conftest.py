@@ -54,6 +54,43 @@ class Worker(Actor):
         _events.setdefault(key, threading.Event()).set()
 
 
+class Parent(Actor):
+    """Spawns procs of its own and actors on them; handles their failures itself."""
+
+    def __init__(self) -> None:
+        self.meshes: dict[str, Any] = {}
+        self.failures: list[str] = []
+
+    @endpoint
+    def spawn_children(self, name: str, n: int) -> list[str]:
+        procs = this_host().spawn_procs(per_host={"gpus": n})
+        workers = procs.spawn(name, Worker)
+        workers.initialized.get(timeout=REPLY_TIMEOUT)
+        self.meshes[name] = (procs, workers)
+        return [p.name for p in procs._procs]
+
+    @endpoint
+    def ping_children(self, name: str, x: int) -> list[Any]:
+        return list(self.meshes[name][1].ping.call(x).get(timeout=REPLY_TIMEOUT).values())
+
+    @endpoint
+    def child_pids(self, name: str) -> list[int]:
+        return list(self.meshes[name][1].pid.call().get(timeout=REPLY_TIMEOUT).values())
+
+    @endpoint
+    def stop_children(self, name: str) -> None:
+        procs, _ = self.meshes.pop(name)
+        procs.stop().get(timeout=REPLY_TIMEOUT)
+
+    @endpoint
+    def seen_failures(self) -> list[str]:
+        return self.failures
+
+    def __supervise__(self, failure: Any) -> bool:
+        self.failures.append(str(failure))
+        return True
+
+
 @pytest.fixture(scope="session")
 def faults() -> Iterator[FaultRecorder]:
     recorder = FaultRecorder()

@@ -22,7 +22,7 @@ from danaus._observe import logtail
 from danaus.actor import this_host
 from danaus.testing import FaultRecorder
 
-from .conftest import REPLY_TIMEOUT, Worker
+from .conftest import REPLY_TIMEOUT, Parent, Worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -159,3 +159,34 @@ def test_the_stack_dump_button_shows_the_proc_s_stacks(browser: Any, faults: Fau
     finally:
         dash.stop()
         pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.mark.timeout(120)
+def test_the_page_shows_procs_an_actor_spawned(browser: Any, faults: FaultRecorder) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    parent = pm.spawn("browser_parent", Parent)
+    children = parent.spawn_children.call_one("browser_nested", 2).get(timeout=REPLY_TIMEOUT)
+    dash = danaus.dashboard.serve()
+    try:
+        browser.get(dash.url)
+
+        def nested(d: Any) -> dict[str, str]:
+            return dict(d.execute_script(_READ_NESTED))
+
+        WebDriverWait(browser, 30).until(lambda d: set(children) <= set(nested(d)))
+        shown = nested(browser)
+        assert all(shown[c] == pm._procs[0].name for c in children)
+        texts = {name: text for name, _, text in _page(browser)["procs"]}
+        assert "spawned by" in texts[children[0]] and "browser_nested[0]" in texts[children[0]]
+        parent.stop_children.call_one("browser_nested").get(timeout=REPLY_TIMEOUT)
+    finally:
+        dash.stop()
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+_READ_NESTED = """
+return Object.fromEntries([...document.querySelectorAll('.proc.nested')].map(
+  e => [e.dataset.proc, e.dataset.parent]));
+"""

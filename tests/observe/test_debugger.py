@@ -17,6 +17,7 @@ import signal
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,6 +106,10 @@ elif mode == "lost":
     except Exception as e:
         say("LOST", type(e).__name__)
     input()  # stay up until the test has listed the sessions
+elif mode == "loud":
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    loud = procs.spawn("loud", Debugee)
+    say("RESULT", loud.to_debug.call_one(1).get())
 elif mode == "terminal":
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     workers = procs.spawn("worker", AsyncDebugee)
@@ -176,7 +181,11 @@ def _cli(session: dict[str, object]) -> pexpect.spawn:
 
 def _list_until(prompt: pexpect.spawn, n: int) -> str:
     """Send 'list' until it shows ``n`` sessions; the table's text."""
-    for _ in range(200):
+    # Bounded by time, not by a count of tries: on a loaded machine the actors
+    # may take a while to reach their breakpoints.
+    deadline = time.monotonic() + 60
+    found = -1
+    while time.monotonic() < deadline:
         prompt.sendline("list")
         prompt.expect(LIST_DONE)
         table = prompt.before
@@ -184,7 +193,8 @@ def _list_until(prompt: pexpect.spawn, n: int) -> str:
         prompt.expect("danaus_dbg> ")
         if found == n:
             return str(table)
-    raise AssertionError(f"the debugger never listed {n} sessions")
+        time.sleep(0.05)  # polling another process's state, with a deadline
+    raise AssertionError(f"the debugger never listed {n} sessions (last: {found})")
 
 
 def _rows(table: str) -> dict[int, str]:
@@ -453,3 +463,56 @@ def test_debug_controller_serves_only_source_files_the_client_has_loaded() -> No
     assert text == Path(own).read_text()
     assert controller.source.call_one("/etc/passwd").get(timeout=EXPECT_TIMEOUT) is None
     assert debug_controller().sessions.call_one().get(timeout=EXPECT_TIMEOUT) == []  # the same one
+
+
+def test_a_sessions_output_keeps_its_last_part_and_says_how_much_was_dropped() -> None:
+    from danaus._actor.debugger.remote import OutputRing
+
+    ring = OutputRing(limit=10)
+    ring.append("0123456789")
+    assert ring.since() == "0123456789"
+    ring.append("abcde")  # 15 written, 10 kept
+    out = ring.since()
+    assert out.endswith("\n56789abcde") and out.startswith("[... 5 characters of debugger")
+    assert "debug_output_max" in out
+    assert ring.since(12) == "cde"  # from a position still kept: no marker
+    assert ring.since(2).startswith("[... 3 characters") and ring.since(2).endswith("56789abcde")
+    ring.clear()
+    assert ring.since() == "" and ring.since(3) == ""
+    ring.append("x" * 3000)  # one write larger than the bound
+    assert (
+        ring.since() == "[... 2.9 KiB of debugger output dropped: a session keeps "
+        "the last 10 characters (setting debug_output_max) ...]\n" + "x" * 10
+    )
+    big = OutputRing(limit=2048)
+    for _ in range(4096):  # a session that prints forever holds at most its bound
+        big.append("y" * 1000)
+    assert big._size == 2048 and len(big._parts) <= 3
+    assert big.since().startswith("[... 3.9 MiB of debugger output dropped")
+
+
+@pytest.mark.timeout(120)
+def test_a_pdb_command_that_prints_too_much_shows_its_tail_and_a_marker(
+    session: dict[str, object],
+) -> None:
+    client = _client(session, "loud", DANAUS_DEBUG_TERMINAL="0", DANAUS_DEBUG_OUTPUT_MAX="4KiB")
+    client.expect("paused in breakpoint")
+    dbg = _cli(session)
+    _list_until(dbg, 1)
+    dbg.sendline("attach loud 0")
+    dbg.expect(r"\(Pdb\) ")
+    dbg.sendline("p 'ab' * 100000 + 'THE-END'")
+    dbg.expect(
+        r"\[\.\.\. (\d+\.\d) KiB of debugger output dropped: a session keeps the last "
+        r"4\.0 KiB \(setting debug_output_max\) \.\.\.\]"
+    )
+    dropped_kib = float(dbg.match.group(1))
+    assert 190 < dropped_kib < 200  # 200,009 characters printed, 4 KiB kept
+    dbg.expect(r"abababTHE-END'\r\n")
+    dbg.expect(r"\(Pdb\) ")
+    assert len(dbg.before) < 100  # nothing after the tail but the prompt
+    dbg.sendline("c")
+    client.expect(r"RESULT 2")
+    dbg.expect("danaus_dbg> ")
+    dbg.sendline("quit")
+    dbg.expect(pexpect.EOF)

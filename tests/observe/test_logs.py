@@ -302,12 +302,15 @@ class Spammer(Actor):
             pad = "x" * 80
             written = 0
             write = sys.stdout.write
-            while written < nbytes or not self.stop_asked.is_set():
+            while written < nbytes:
                 line = f"{self.printed:09d} {rank} {pad}\n"
                 write(line)
                 written += len(line)
                 self.printed += 1
             sys.stdout.flush()
+            # Exactly nbytes (so how much is in flight does not depend on how
+            # fast the machine runs the pings), then idle until finish().
+            self.stop_asked.wait()
 
         self.thread = threading.Thread(target=run)
         self.thread.start()

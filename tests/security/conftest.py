@@ -98,8 +98,7 @@ def stop_node(node: Node) -> None:
 
     def close_all() -> None:
         rt.close()
-        conns = [p.conn for p in rt._peers.values() if p.conn is not None]
-        for conn in [*conns, *rt._accepted, *rt._inbound.values()]:
+        for conn in rt.all_connections():
             conn.close()
         rt.loop.stop()
 

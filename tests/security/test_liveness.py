@@ -51,3 +51,40 @@ def test_a_stopped_proc_on_this_host_is_lost_and_its_pending_call_fails(tmp_path
     out = ClientScript(tmp_path).run(STOPPED, timeout=80)
     assert "failed SupervisionError" in out.stdout, (out.stdout, out.stderr[-3000:])
     assert "no heartbeat" in out.stdout and "frozen" in out.stdout, out.stdout
+
+
+STALLED_CLIENT = """
+import time
+import danaus.actor, danaus.config
+from danaus._runtime import proc
+from danaus.actor import Actor, endpoint, this_host
+
+faults = []
+danaus.actor.unhandled_fault_hook = faults.append
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x):
+        return x
+
+pm = this_host().spawn_procs(per_host={"gpus": 2})
+actors = pm.spawn("echo", Echo)
+print("before", list(actors.echo.call(1).get(timeout=30).values()), flush=True)
+# Only this client gets the short timeout (its procs keep the default 5 s).
+danaus.config.configure(heartbeat_interval=0.1, heartbeat_timeout=1.0)
+rt = proc.current()
+time.sleep(0.5)  # a tick on the new interval, so the stall lands between two ticks
+# The client's own I/O loop stalls for 2.5 s (a process starved of CPU or of
+# the GIL): the procs' pings go unread, but the procs are fine.
+rt.loop.call_soon_threadsafe(time.sleep, 2.5)
+time.sleep(3.5)
+print("after", list(actors.echo.call(2).get(timeout=30).values()), flush=True)
+print("faults", len(faults), flush=True)
+"""
+
+
+def test_a_stall_of_the_client_s_own_loop_is_not_blamed_on_its_procs(tmp_path) -> None:
+    out = ClientScript(tmp_path).run(STALLED_CLIENT, timeout=80)
+    assert "before [1, 1]" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "after [2, 2]" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "faults 0" in out.stdout, out.stdout

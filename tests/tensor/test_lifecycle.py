@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,44 @@ def test_activating_a_stopped_mesh_says_so() -> None:
     pm.stop().get(timeout=REPLY_TIMEOUT)
     with pytest.raises(RuntimeError, match="was stopped"):
         pm.activate()
+
+
+_NEW_SESSION = r"""
+import torch
+import danaus
+from danaus.actor import shutdown_context, this_host
+
+pm = this_host().spawn_procs(per_host={"gpu": 1})
+pm.activate()  # left open, Monarch-style, when the session ends
+comms = danaus.Stream("comms")
+streams = comms.activate()
+streams.__enter__()
+assert danaus.get_active_stream() is comms
+shutdown_context().get(timeout=60)
+try:
+    danaus.get_active_mesh()
+except ValueError:
+    pass
+else:
+    raise AssertionError("the ended session's active mesh is still active")
+assert danaus.get_active_stream().name == "main", danaus.get_active_stream()
+pm2 = this_host().spawn_procs(per_host={"gpu": 2})
+with pm2.activate():
+    x = torch.arange(3.0) + pm2.rank("gpu")
+    print("VALUE", danaus.inspect(x, gpu=1).tolist())
+pm2.stop().get(timeout=60)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_new_session_starts_with_no_active_mesh_or_stream(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "new_session.py"
+    script.write_text(_NEW_SESSION)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "VALUE [1.0, 2.0, 3.0]" in done.stdout

@@ -162,3 +162,44 @@ def test_a_failure_on_a_mutable_borrow_passes_back_to_the_original(mesh: ProcMes
     with pytest.raises(danaus.RemoteTensorError, match=r"aten::index\.Tensor"):
         danaus.inspect(dependent)
     assert torch.equal(danaus.inspect(fine), torch.ones(2))
+
+
+def test_borrowing_a_view_lends_the_whole_storage_as_monarch(mesh: ProcMesh) -> None:
+    comms = danaus.Stream("comms")
+    with mesh.activate():
+        x = torch.ones(4, 3)
+        other_row = x[0]  # a view made before the borrow shares x's storage
+        view, borrow = comms.borrow(x[1], mutable=True)
+        assert view.shape == (3,)
+        for use in (lambda: x * 2, lambda: other_row + 1, lambda: x[2]):
+            with pytest.raises(ValueError, match="lent mutably"):
+                use()
+        with pytest.raises(ValueError, match="Cannot borrow"):
+            comms.borrow(other_row)
+        with comms.activate():
+            view.add_(10)  # writes row 1 of x on every worker
+            head = view[0:2]  # a view of the borrowed tensor: ends with the borrow
+            head.mul_(2)
+        borrow.drop()
+        with comms.activate(), pytest.raises(ValueError, match="dropped"):
+            head + 1
+        after_mutable = x + 0  # usable again, and sees the borrower's writes
+        # two immutable borrows of different views: x stays read only until both are dropped
+        _c0, b0 = comms.borrow(x[:, 0])
+        _c1, b1 = comms.borrow(x[:, 1])
+        with pytest.raises(ValueError, match="read only"):
+            x.add_(1)
+        with pytest.raises(ValueError, match="mutably"):
+            comms.borrow(x, mutable=True)
+        read = other_row * 3  # reading is fine while lent immutably
+        b0.drop()
+        with pytest.raises(ValueError, match="read only"):
+            other_row.zero_()
+        b1.drop()
+        x.add_(1)
+    expect = torch.ones(4, 3)
+    expect[1] += 10
+    expect[1, 0:2] *= 2
+    assert torch.equal(danaus.inspect(after_mutable, host=1, gpu=0), expect)
+    assert torch.equal(danaus.inspect(read), torch.full((3,), 3.0))
+    assert torch.equal(danaus.inspect(x, host=0, gpu=1), expect + 1)

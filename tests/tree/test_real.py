@@ -19,6 +19,7 @@ import pytest
 
 import danaus.config
 from danaus._actor.collect import GatherCollector
+from danaus._actor.future import resolve
 from danaus._mesh.tree import Selection
 from danaus._runtime import host
 from danaus.actor import (
@@ -225,7 +226,15 @@ def _gather_outcomes(endpoint: Any, *args: Any) -> dict[int, BaseException | Any
         root=collector.root,
     )
     assert done.wait(TIMEOUT), f"only {sorted(out)} answered"
-    return out
+    return {slot: _outcome(value) for slot, value in out.items()}
+
+
+def _outcome(value: Any) -> Any:
+    """A reply's value or exception (replies come undecoded: the reader decodes them)."""
+    try:
+        return resolve(value)
+    except Exception as e:
+        return e
 
 
 def test_a_proc_killed_mid_cast_fails_exactly_its_subtree_and_is_routed_around_after(

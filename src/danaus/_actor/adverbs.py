@@ -34,6 +34,7 @@ from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Call, Cast, wire
+from . import handoff
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import (
     Collector,
@@ -45,7 +46,7 @@ from .collect import (
 )
 from .context import context
 from .endpoint import EndpointProperty
-from .future import Future, Pending
+from .future import Deferred, Future, Pending, resolve
 from .ports import Port
 from .undeliverable import return_to_sender
 
@@ -134,9 +135,25 @@ class Endpoint:
             self._mesh.__dict__["_targets"] = cached
         return list(cached)
 
-    def _encode(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        payload = encode_args(self._prop, args, kwargs)
+    def _encode(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        targets: list[tuple[int, int, ProcId]] | None = None,
+    ) -> Any:
+        """Pickle the arguments for ``targets`` (all the mesh's actors when ``None``).
+
+        Arguments handed off on the receiving procs (distributed tensors, see
+        ``handoff``) are announced to their provider here, which may refuse.
+        """
+        with handoff.capture() as cap:
+            payload = encode_args(self._prop, args, kwargs)
         self._mesh._check_usable()
+        if cap.refs:
+            actors = tuple((r, p) for _, r, p in (self._targets() if targets is None else targets))
+            payload = cap.wrap(
+                payload, handoff.Recipients(self._mesh._ref.mesh_id, self._what, actors)
+            )
         return payload
 
     def _send(
@@ -344,7 +361,7 @@ class Endpoint:
                 left[0] -= len(slots)
                 last = left[0] == 0
             if last:
-                set_future(cf, True, ValueMesh(shape, values))
+                set_future(cf, True, _value_mesh(shape, values))
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if not ok:
@@ -372,12 +389,14 @@ class Endpoint:
         if self._tree_mode():
             return self._call_tree(self._encode(args, kwargs))
         targets = self._targets()
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         values: list[Any] = [None] * len(targets)
         shape = self._mesh._shape
         # Replies arrive on the I/O thread, failures to send on the caller's: count safely.
-        countdown = Countdown(len(targets), lambda: set_future(cf, True, ValueMesh(shape, values)))
+        countdown = Countdown(
+            len(targets), lambda: set_future(cf, True, _value_mesh(shape, values))
+        )
         if not targets:
             return Future._create(cf, self._what)
 
@@ -388,7 +407,7 @@ class Endpoint:
             values[index] = value
             countdown.tick()
 
-        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value)
+        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value, lazy=True)
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)
 
@@ -403,8 +422,9 @@ class Endpoint:
                 on_value,
                 mesh_size=len(self._mesh._ref.procs),
                 fanout=config.get("tree_fanout"),
+                lazy=True,
             )
-        return Collector(rt, self._what, n, on_value)
+        return Collector(rt, self._what, n, on_value, lazy=True)
 
     def _one(
         self,
@@ -414,7 +434,7 @@ class Endpoint:
         payload: Any = None,
     ) -> Future[Any]:
         if payload is None:
-            payload = self._encode(args, kwargs)
+            payload = self._encode(args, kwargs, targets)
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         collector = self._collector(1, lambda i, ok, v: set_future(cf, ok, v))
         self._send(payload, targets, collector)
@@ -490,7 +510,7 @@ class Endpoint:
     def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
         """Call every actor; yield one future per actor, in the order replies arrive."""
         targets = self._targets()
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         cfs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in targets]
         arrived = [0]
 
@@ -526,7 +546,7 @@ class Endpoint:
             targets = [random.choice(targets)] if targets else []
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
-        payload = self._encode(args, kwargs)
+        payload = self._encode(args, kwargs, targets)
         if port is None:
             self._send(payload, targets, None)
             return
@@ -619,31 +639,39 @@ class Accumulator:
         """Call every actor; the future holds ``combine(...combine(identity, r1)..., rn)``."""
         futures = list(self._endpoint.stream(*args, **kwargs))
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        state = {"acc": self._identity, "left": len(futures)}
+        arrived: list[Any] = []  # replies in arrival order, folded by whoever reads cf
         lock = threading.Lock()
         if not futures:
             cf.set_result(self._identity)
+
+        def fold() -> Any:
+            acc = self._identity
+            for reply in arrived:
+                acc = self._combine(acc, resolve(reply))
+            return acc
 
         def one(f: Future[Any]) -> None:
             exc = f._cf.exception()
             with lock:
                 if cf.done():
                     return
-                if exc is not None:
-                    set_future(cf, False, exc)
+                reply = f._cf.result() if exc is None else None
+                if exc is not None or not getattr(reply, "ok", True):
+                    set_future(cf, False, exc if exc is not None else reply)
                     return
-                try:
-                    state["acc"] = self._combine(state["acc"], f._cf.result())
-                except Exception as e:
-                    set_future(cf, False, e)
-                    return
-                state["left"] -= 1
-                if state["left"] == 0:
-                    set_future(cf, True, state["acc"])
+                arrived.append(reply)
+                if len(arrived) == len(futures):
+                    # The fold runs user code: on the reader's thread, not the I/O thread.
+                    set_future(cf, True, Deferred(fold))
 
         for f in futures:
             f.add_done_callback(one)
         return Future._create(cf, f"accumulating {self._endpoint._what}")
+
+
+def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
+    """The ``ValueMesh`` of replies, built (and each reply unpickled) by its reader."""
+    return Deferred(lambda: ValueMesh(shape, [resolve(v) for v in values]))
 
 
 class NotAnEndpoint:

@@ -35,6 +35,7 @@ from .context import Context, Instance, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
 from .endpoint import EndpointProperty, endpoints_of
 from .failing import Failing, exception_payload, refuse_stopped
+from .handoff import Wrapped
 from .ports import Port, _DroppingPort
 
 __all__ = ["ActorCell", "exception_payload"]
@@ -89,6 +90,12 @@ def _decode(frame: Message) -> Any:
     """Unpickle a frame's body, one actor thread of this proc at a time."""
     with _DECODE_LOCK:
         return codec.loads(frame.body, frame.buffers)
+
+
+def _decode_body(body: bytes, buffers: Any) -> Any:
+    """Unpickle a wrapped call's arguments (``handoff.Wrapped``) under the same lock."""
+    with _DECODE_LOCK:
+        return codec.loads(body, buffers)
 
 
 class ActorCell(Failing, DeadlockCheck):
@@ -403,9 +410,17 @@ class ActorCell(Failing, DeadlockCheck):
                 AttributeError(f"{type(self.instance).__qualname__} has no endpoint {method!r}"),
             )
             return None
+        wrapped = None
         try:
-            args, kwargs = _decode(frame)
+            decoded = _decode(frame)
+            if type(decoded) is Wrapped:  # arguments handed off on this proc (handoff.py)
+                wrapped = decoded
+                args, kwargs = wrapped.open(frame.buffers, _decode_body)
+            else:
+                args, kwargs = decoded
         except BaseException as e:
+            if wrapped is not None:
+                wrapped.finish()
             self._reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
@@ -420,7 +435,7 @@ class ActorCell(Failing, DeadlockCheck):
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
             args = (reply_to, *args)
-        return prop, port, index, args, kwargs
+        return prop, port, index, args, kwargs, wrapped
 
     def _adhoc_endpoint(self, method: str, flags: int) -> EndpointProperty | None:
         """A method called through ``as_endpoint``: treat it as an endpoint."""
@@ -438,7 +453,7 @@ class ActorCell(Failing, DeadlockCheck):
         prepared = self._prepare(frame)
         if prepared is None:
             return
-        prop, port, index, args, kwargs = prepared
+        prop, port, index, args, kwargs, wrapped = prepared
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -447,10 +462,14 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
+            if wrapped is not None:
+                wrapped.finish()
             self._debug_finish(e)
             self._measured(prop.name, t0, False, port, index)
             self._raised(e, prop, port, index)
             return
+        if wrapped is not None:
+            wrapped.finish()
         self._debug_finish(None)
         self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:
@@ -483,7 +502,13 @@ class ActorCell(Failing, DeadlockCheck):
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _invoke_async(
-        self, prop: EndpointProperty, port: Any, index: int, args: Any, kwargs: Any
+        self,
+        prop: EndpointProperty,
+        port: Any,
+        index: int,
+        args: Any,
+        kwargs: Any,
+        wrapped: Wrapped | None = None,
     ) -> None:
         t0 = time.perf_counter_ns()
         self.running = prop.name
@@ -492,10 +517,14 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
+            if wrapped is not None:
+                wrapped.finish()
             self._debug_finish(e)
             self._measured(prop.name, t0, False, port, index)
             self._raised(e, prop, port, index)
             return
+        if wrapped is not None:
+            wrapped.finish()
         self._debug_finish(None)
         self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:

@@ -4,7 +4,9 @@ A collector is opened for one call to ``n`` actors. It watches the procs
 those actors live on, so a proc that dies fails exactly the replies it owed
 (``SupervisionError``) and nothing waits for it. Collectors run on the I/O
 thread and complete ``concurrent.futures.Future`` objects, which the public
-:class:`~danaus._actor.future.Future` wraps.
+:class:`~danaus._actor.future.Future` wraps. A user's call gets its replies
+as :class:`Undecoded` (``lazy=True``): the I/O thread hands over the frame and
+the thread that reads the future unpickles it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .._runtime.tree import RootGather
 from .._wire import codec
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Kind, Message, Reply
+from .future import Deferred
 
 __all__ = [
     "Collector",
@@ -28,6 +31,7 @@ __all__ = [
     "GatherCollector",
     "OneCall",
     "TreeCollector",
+    "Undecoded",
     "decode_reply",
     "set_future",
 ]
@@ -60,6 +64,31 @@ def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     return False, InternalError(f"reply with unknown status {status!r}")
 
 
+class Undecoded(Deferred):
+    """A reply frame, unpickled by the first thread that reads it (never the I/O thread).
+
+    ``ok`` comes from the frame's status, known without unpickling; a value
+    that fails to unpickle raises ``ActorError`` saying so when read.
+    ``port=True``: a message on a user's port, where ``Port.exception(exc)``
+    makes the reader raise ``exc`` itself.
+    """
+
+    __slots__ = ("ok",)
+
+    def __init__(self, frame: Message, what: str, port: bool = False) -> None:
+        super().__init__(lambda: _decoded(frame, what, port))
+        self.ok = frame.header.status == STATUS_OK
+
+
+def _decoded(frame: Message, what: str, port: bool) -> Any:
+    ok, value = decode_reply(frame, what)
+    if ok:
+        return value
+    if port and frame.header.status == STATUS_EXC and isinstance(value, ActorError):
+        value = value.exception  # Port.exception(exc): recv() raises exc itself
+    raise value
+
+
 class Collector:
     """Collects the replies of one message sent to ``n`` destinations.
 
@@ -75,8 +104,10 @@ class Collector:
         on_value: Callable[[int, bool, Any], None],
         *,
         lost_is_ok: bool = False,
+        lazy: bool = False,
     ) -> None:
         self.rt = rt
+        self.lazy = lazy  # hand over Undecoded replies (the reader unpickles them)
         self.what = what
         self.pending: dict[int, str] = {}  # index -> proc name
         self.remaining = n
@@ -109,6 +140,10 @@ class Collector:
         with self._lock:
             if self.pending.pop(index, None) is None:
                 return  # already failed (its proc was lost), or a duplicate
+        if self.lazy:
+            lazy = Undecoded(frame, self.what)
+            self._done_one(index, lazy.ok, lazy)
+            return
         ok, value = decode_reply(frame, self.what)
         self._done_one(index, ok, value)
 
@@ -191,9 +226,8 @@ class OneCall:
         return True
 
     def deliver(self, frame: Message) -> None:
-        if self._take():
-            ok, value = decode_reply(frame, self.what)
-            set_future(self.fut, ok, value)
+        if self._take():  # the reader unpickles the reply, not the I/O thread
+            set_future(self.fut, True, Undecoded(frame, self.what))
 
     def fail(self, reason: str) -> None:
         """The message could not be sent."""
@@ -234,11 +268,12 @@ class Countdown:
 
 
 def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
-    """Complete ``cf`` unless it already is."""
+    """Complete ``cf`` unless it already is. A :class:`Deferred` value is the result
+    either way: whoever reads it gets its value or its exception."""
     if cf.done():
         return
     try:
-        if ok:
+        if ok or isinstance(value, Deferred):
             cf.set_result(value)
         else:
             cf.set_exception(value)
@@ -264,8 +299,9 @@ class TreeCollector(Collector):
         mesh_size: int,
         fanout: int,
         lost_is_ok: bool = False,
+        lazy: bool = False,
     ) -> None:
-        super().__init__(rt, what, n, on_value, lost_is_ok=lost_is_ok)
+        super().__init__(rt, what, n, on_value, lost_is_ok=lost_is_ok, lazy=lazy)
         self.mesh_size = mesh_size
         self.fanout = fanout
         self.ranks: dict[int, int] = {}  # index -> base rank
@@ -360,8 +396,8 @@ class GatherCollector:
         if not self._first(slot):
             return
         msg = Message(Kind.REPLY, Reply(0, slot, status), memoryview(body), list(bufs))
-        ok, value = decode_reply(msg, self.what)
-        self.on_value(slot, ok, value)
+        lazy = Undecoded(msg, self.what)
+        self.on_value(slot, lazy.ok, lazy)
 
     def _lost(self, slot: int, rank: int, why: str) -> None:
         if self._first(slot):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._mesh import Extent, Point
@@ -149,6 +151,21 @@ def refresh_root() -> None:
 
 def set_context(ctx: Context) -> contextvars.Token[Context | None]:
     return _current.set(ctx)
+
+
+@contextlib.contextmanager
+def acting_as(ctx: Context) -> Iterator[None]:
+    """Run the block as ``ctx``'s actor: what it sends, that actor sends.
+
+    For a helper thread that sends on an actor's behalf (the tensor engine's
+    sender sends as its owner actor, so that undeliverable messages and
+    failures go there). The block does not carry ``ctx``'s message chain.
+    """
+    token = _current.set(Context(ctx.actor_instance, ctx.message_rank))
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def context() -> Context:

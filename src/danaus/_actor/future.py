@@ -17,7 +17,7 @@ from .._transport.conn import flush_held
 
 R = TypeVar("R")
 
-__all__ = ["Future", "Pending"]
+__all__ = ["Deferred", "Future", "Pending", "resolve"]
 
 
 class Pending:
@@ -126,6 +126,54 @@ def _log_callback_error(fn: Any) -> None:
     logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
 
 
+class Deferred:
+    """A result that its first reader computes, on the reader's thread.
+
+    The I/O thread completes futures with these instead of values, so that it
+    never runs user code (unpickling a reply may run any ``__reduce__``) nor
+    spends time on a large object: ``Future.get()``, ``await`` and the
+    adverbs built on them call :func:`resolve`, which computes it once and
+    returns the value or raises the call's exception. ``ok`` is False when
+    it is known, before computing, that it will raise.
+    """
+
+    __slots__ = ("_fn", "_lock", "_outcome")
+    ok = True
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn: Callable[[], Any] | None = fn
+        self._lock = threading.Lock()
+        self._outcome: tuple[bool, Any] | None = None
+
+    def _compute(self) -> tuple[bool, Any]:
+        assert self._fn is not None
+        try:
+            return True, self._fn()
+        except Exception as e:
+            return False, e
+
+    def resolve(self) -> Any:
+        """The value (computed the first time), or raise the exception."""
+        outcome = self._outcome
+        if outcome is None:
+            with self._lock:
+                outcome = self._outcome
+                if outcome is None:
+                    outcome = self._outcome = self._compute()
+                    self._fn = None  # what it held (a frame's bytes) can go
+        ok, value = outcome
+        if ok:
+            return value
+        raise value
+
+
+def resolve(value: Any) -> Any:
+    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
+    if isinstance(value, Deferred):
+        return value.resolve()
+    return value
+
+
 class Future(Generic[R]):
     """The eventual result of an actor call.
 
@@ -213,7 +261,13 @@ class Future(Generic[R]):
             flush_held()  # a result was taken: what this thread sends next is not a burst
             exc = cf.exception()
             if exc is None:
-                return cf.result()  # type: ignore[no-any-return]
+                value = cf.result()
+                if isinstance(value, Deferred):  # a reply as received: decode it here
+                    try:
+                        return value.resolve()  # type: ignore[no-any-return]
+                    except Exception as e:
+                        raise _clean(e) from e.__cause__
+                return value  # type: ignore[no-any-return]
             raise _clean(exc) from (None if isinstance(exc, TimeoutError) else exc.__cause__)
         if self._coro is not None:
             self._start(None)
@@ -230,7 +284,10 @@ class Future(Generic[R]):
             return self._wait(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself raised a TimeoutError
-                raise _clean(self._cf.exception()) from None
+                exc = self._cf.exception()
+                if exc is None:  # raised by its reader (a Deferred): already clean
+                    raise
+                raise _clean(exc) from None
             raise TimeoutError(
                 f"timed out after {timeout} s waiting for {self._what}; the future is still "
                 "usable: call get() again or await it"
@@ -241,6 +298,17 @@ class Future(Generic[R]):
             raise
 
     def _wait(self, timeout: float | None) -> R:
+        """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
+        reply as received) is decoded here, on the waiting thread."""
+        raw = self._wait_raw(timeout)
+        if isinstance(raw, Deferred):
+            try:
+                return raw.resolve()  # type: ignore[no-any-return]
+            except Exception as e:
+                raise _clean(e) from e.__cause__
+        return raw
+
+    def _wait_raw(self, timeout: float | None) -> R:
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
         asynchronous exit (an unhandled failure ends the program from another thread)."""
         cell = _waiting_cell()
@@ -311,8 +379,13 @@ class Future(Generic[R]):
             exc = cf.exception()
             if exc is not None:
                 afut.set_exception(exc)
+                return
+            try:  # on the awaiting loop's thread: a reply is decoded here
+                value = resolve(cf.result())
+            except Exception as e:
+                afut.set_exception(e.with_traceback(None))
             else:
-                afut.set_result(cf.result())
+                afut.set_result(value)
 
         def on_done(cf: concurrent.futures.Future[Any]) -> None:
             if loop.is_closed():

@@ -15,7 +15,6 @@ import threading
 import weakref
 from typing import Any, Generic, TypeVar
 
-from .._errors import ActorError
 from .._runtime import host
 from .._runtime.flow import Gate, frame_bytes
 from .._runtime.runtime import STATUS_EXC, STATUS_OK
@@ -23,7 +22,7 @@ from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import ActorId, PortId
 from .._wire.protocol import Message, Reply
-from .collect import decode_reply, set_future
+from .collect import Undecoded, set_future
 from .future import Future
 
 __all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
@@ -157,9 +156,9 @@ class _Inbox:
 
     # PortHandler, on the I/O thread
     def deliver(self, frame: Message) -> None:
-        ok, value = decode_reply(frame, f"a message on port {self.port_id}")
-        if not ok and frame.header.status == STATUS_EXC and isinstance(value, ActorError):
-            value = value.exception  # Port.exception(exc): recv() raises exc itself
+        # Unpickled by whoever reads it (recv().get() or await), not here.
+        value = Undecoded(frame, f"a message on port {self.port_id}", port=True)
+        ok = value.ok
         with self._lock:
             waiter = self._waiters.popleft() if self._waiters else None
             if waiter is None:

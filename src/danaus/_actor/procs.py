@@ -28,7 +28,14 @@ from .context import context
 from .future import Future
 from .mesh import ActorMesh, MeshRef, _State, wait_ready
 
-__all__ = ["ProcMesh", "check_per_host", "owned_proc_meshes", "spawn_on", "this_proc"]
+__all__ = [
+    "ProcMesh",
+    "check_per_host",
+    "children",
+    "owned_proc_meshes",
+    "spawn_on",
+    "this_proc",
+]
 
 A = TypeVar("A")
 
@@ -61,6 +68,7 @@ class _ProcState:
     node: Any = None  # the node (client session) that spawned these procs
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
     log_label: str | None = None  # what log lines are prefixed with (the mesh's name)
+    spawner: str | None = None  # the actor that spawned these procs ("proc/mesh[rank]")
 
 
 class ProcMesh(MeshTrait):
@@ -362,7 +370,12 @@ def spawn_on(
         host.spawn_procs(batch, agent)
         logs.track((p for p, _ in batch), agent or host.agent())
     node = host.ensure_node()
-    state = _ProcState(owned=True, node=node, log_label=name)
+    spawner = context().actor_instance.actor_id
+    state = _ProcState(owned=True, node=node, log_label=name, spawner=str(spawner))
+    if rt.boot and "children" not in rt.observers:
+        # A proc that spawns procs tells whoever asks for its statistics about them,
+        # so the client's dashboard and traces find procs it did not spawn itself.
+        rt.observers["children"] = children
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
@@ -373,8 +386,35 @@ def spawn_on(
     spawned = node.part(_Spawned)
     with spawned.lock:
         spawned.meshes.append(pm)
-    owned.register_proc_mesh(context().actor_instance.actor_id, pm)
+    owned.register_proc_mesh(spawner, pm)
     return pm
+
+
+def children() -> list[dict[str, Any]]:
+    """The proc meshes this process spawned and has not stopped, as plain data.
+
+    One entry per mesh: its index here, name, dimensions, the actor that
+    spawned it, and each proc's name, freshest address and (if this process
+    has lost it) why. Runs on the I/O thread, in a ``STATS`` answer.
+    """
+    rt = host.ensure_runtime()
+    out = []
+    for index, pm in enumerate(owned_proc_meshes()):
+        ext = pm._shape.extent
+        out.append(
+            {
+                "index": index,
+                "name": pm._state.log_label,
+                "labels": list(ext.labels),
+                "sizes": list(ext.sizes),
+                "spawner": pm._state.spawner,
+                "procs": [
+                    {"proc": p.name, "addr": rt.resolve(p).addr, "lost": rt.is_lost(p.name)}
+                    for p in pm._procs
+                ],
+            }
+        )
+    return out
 
 
 def _coords_of(rank: int, sizes: list[int]) -> list[int]:

@@ -138,9 +138,8 @@ class SimulatedMesh:
         def down() -> None:
             rt = self.runtimes[rank]
             rt.close()
-            for conn in [*(p.conn for p in rt._peers.values()), *rt._accepted]:
-                if conn is not None:
-                    conn.close()
+            for conn in rt.all_connections():
+                conn.close()
 
         self.on_loop(down)
 

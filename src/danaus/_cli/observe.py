@@ -163,6 +163,8 @@ def rows(state: dict[str, Any]) -> list[list[str]]:
     for h in state["hosts"]:
         for p in h["procs"]:
             name = f"{p['proc']} {{{','.join(f'{k}={v}' for k, v in p['coords'].items())}}}"
+            if p.get("parent"):  # spawned by an actor on proc `parent`
+                name = f"  {name} in {p['parent']}"
             if not p["actors"]:
                 out.append([name, p["state"], "-", "-", "", "", "", "", "", "", ""])
             for a in p["actors"]:

@@ -39,7 +39,7 @@ from typing import Any
 from .. import _config as config
 from .._actor import introspect
 from .._runtime import host
-from .state import StateCollector, find_procs
+from .state import StateCollector, discover, find_procs
 
 __all__ = ["Dashboard", "serve"]
 
@@ -273,9 +273,8 @@ def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
 
 
 def _all_procs() -> list[Any]:
-    from .._actor.procs import owned_proc_meshes
-
-    return [p for pm in owned_proc_meshes() for p in pm._procs]
+    """Every proc of the client's tree, those its actors spawned included."""
+    return [e["id"] for e in discover()]
 
 
 def parse_coords(text: str) -> dict[str, int] | list[int] | None:

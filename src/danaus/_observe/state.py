@@ -25,7 +25,7 @@ from .._runtime import host
 from .._wire.ids import ProcId
 from . import logtail
 
-__all__ = ["StateCollector", "find_procs"]
+__all__ = ["StateCollector", "discover", "find_procs"]
 
 FAILURE_LOG_LINES = 20  # log lines attached to each failure
 
@@ -46,10 +46,7 @@ class StateCollector:
 
     def _collect(self) -> dict[str, Any]:
         rt = host.ensure_runtime()
-        entries = _proc_entries()
-        alive = [e["id"] for e in entries if rt.is_lost(e["id"].name) is None]
-        answers = introspect.ask_stats(alive).result()
-        by_name = {p.name: a for p, a in zip(alive, answers, strict=True)}
+        entries = discover(self._known)
         now = time.time()
         dt = now - self._prev_t if self._prev_t is not None else None
         counters: dict[tuple[str, ...], int] = {}
@@ -65,8 +62,8 @@ class StateCollector:
         totals = {"procs": 0, "alive": 0, "actors": 0, "calls": 0, "errors": 0, "rate": 0.0}
         for e in entries:
             p: ProcId = e["id"]
-            lost = rt.is_lost(p.name)
-            ok, snap = by_name.get(p.name, (False, None))
+            lost = e["lost"]
+            ok, snap = e["answer"]
             if lost is not None:
                 state, reason, snap = "dead", lost, self._known.get(p.name)
             elif ok:
@@ -78,6 +75,8 @@ class StateCollector:
                 "proc": p.name,
                 "mesh": e["mesh"],
                 "coords": e["coords"],
+                "parent": e["parent"],
+                "spawner": e["spawner"],
                 "state": state,
                 "reason": reason,
                 "pid": snap["pid"] if snap else None,
@@ -181,7 +180,85 @@ def _proc_entries() -> list[dict[str, Any]]:
             if p.name in seen:
                 continue
             seen.add(p.name)
-            out.append({"id": p, "mesh": n, "coords": _coords(i, labels, sizes)})
+            out.append(
+                {
+                    "id": p,
+                    "mesh": n,
+                    "coords": _coords(i, labels, sizes),
+                    "parent": None,
+                    "spawner": None,
+                    "lost": None,
+                }
+            )
+    return out
+
+
+def discover(known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every proc of this client's tree, with its statistics: its own procs, then
+    (level by level) the procs that their actors spawned.
+
+    Each entry: ``id`` (ProcId), ``mesh`` (an index for the client's own proc
+    meshes, ``"PARENT/INDEX"`` for a mesh that proc PARENT spawned),
+    ``coords``, ``parent`` and ``spawner`` (None at the top), ``lost`` (why
+    the client or the parent lost it, else None) and ``answer``: ``(True,
+    snapshot)`` or ``(False, why)``. One ``STATS`` round per level, each
+    bounded by ``stats_timeout``. A proc that does not answer this time is
+    searched for children in ``known`` (its last snapshot), if given.
+    """
+    rt = host.ensure_runtime()
+    level = _proc_entries()
+    seen = {e["id"].name for e in level}
+    out: list[dict[str, Any]] = []
+    while level:
+        for e in level:
+            # The parent's word first: its host agent says how the process ended.
+            e["lost"] = e["lost"] or rt.is_lost(e["id"].name)
+        alive = [e for e in level if e["lost"] is None]
+        answers = introspect.ask_stats([e["id"] for e in alive]).result()
+        for e in level:
+            e["answer"] = (False, e["lost"])
+        for e, answer in zip(alive, answers, strict=True):
+            e["answer"] = answer
+        out.extend(level)
+        nxt: list[dict[str, Any]] = []
+        for e in level:
+            ok, snap = e["answer"]
+            if not ok:
+                snap = (known or {}).get(e["id"].name)
+            for child in _children_of(e, snap):
+                if child["id"].name not in seen:
+                    seen.add(child["id"].name)
+                    nxt.append(child)
+        level = nxt
+    return out
+
+
+def _children_of(parent: dict[str, Any], snap: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not snap:
+        return []
+    meshes = snap.get("sections", {}).get("children", [])
+    if not isinstance(meshes, list):  # the section failed in that proc: {"error": ...}
+        return []
+    name = parent["id"].name
+    out = []
+    for m in meshes:
+        for i, c in enumerate(m["procs"]):
+            out.append(
+                {
+                    "id": ProcId(c["proc"], c["addr"]),
+                    "mesh": f"{name}/{m['index']}",
+                    "coords": _coords(i, m["labels"], m["sizes"]),
+                    "parent": name,
+                    "spawner": m["spawner"],
+                    # The parent owns it and hears of its exit; a dead parent's procs are gone.
+                    "lost": c["lost"]
+                    or (
+                        f"its parent proc {name} is gone, and its procs end with it"
+                        if parent["lost"]
+                        else None
+                    ),
+                }
+            )
     return out
 
 
@@ -209,13 +286,14 @@ def _failures() -> list[dict[str, Any]]:
 
 
 def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[ProcId]:
-    """The procs of mesh ``mesh`` (an actor mesh's name, or a proc mesh's index) at ``coords``.
+    """The procs of mesh ``mesh`` (an actor mesh's name, a proc mesh's index, or
+    ``PROC/INDEX`` for a proc mesh that proc PROC spawned) at ``coords``.
 
     ``coords`` is ``{"gpus": 1}`` (unnamed dimensions: all) or positional
     ``[0, 1]``; None means every proc of the mesh. Raises ``ValueError`` naming
     the meshes there are when nothing matches.
     """
-    candidates: list[tuple[list[str], list[int], list[ProcId]]] = []
+    candidates: list[tuple[list[str], list[int], list[ProcId | None]]] = []
     for om in owned.actor_meshes():
         if om.ref.name == mesh and not om.state.stopped:
             ext = om.mesh._shape.extent
@@ -226,10 +304,13 @@ def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[Pro
         ext = pm._shape.extent
         candidates.append((list(ext.labels), list(ext.sizes), list(pm._procs)))
     if not candidates:
+        candidates = _nested_candidates(mesh)
+    if not candidates:
         names = sorted({om.ref.name for om in owned.actor_meshes() if not om.state.stopped})
         raise ValueError(
             f"no mesh {mesh!r} in this client; actor meshes: {names}, proc meshes: "
-            f"0..{len(pms) - 1} (by index)"
+            f"0..{len(pms) - 1} (by index), or PROC/INDEX for a proc mesh that proc PROC "
+            "spawned (as `danaus top` shows it)"
         )
     out: list[ProcId] = []
     for labels, sizes, procs in candidates:
@@ -247,8 +328,43 @@ def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[Pro
                 raise ValueError(f"mesh {mesh!r} has dimensions {labels}, not {sorted(unknown)}")
         for i, p in enumerate(procs):
             c = _coords(i, labels, sizes)
-            if all(c[k] == v for k, v in want.items()) and p not in out:
+            if p is not None and all(c[k] == v for k, v in want.items()) and p not in out:
                 out.append(p)
     if not out:
         raise ValueError(f"mesh {mesh!r} has no proc at {coords}")
     return out
+
+
+def _nested_candidates(mesh: str) -> list[tuple[list[str], list[int], list[ProcId | None]]]:
+    """Meshes an actor spawned: a proc mesh by ``PARENT/INDEX``, or an actor mesh by name."""
+    meshes: dict[str, list[dict[str, Any]]] = {}
+    by_actor: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for e in discover():
+        if e["parent"] is None:
+            continue
+        meshes.setdefault(e["mesh"], []).append(e)
+        ok, snap = e["answer"]
+        for a in snap["actors"] if ok else []:
+            by_actor.setdefault(a["mesh_id"], []).append((a, e))
+    out: list[tuple[list[str], list[int], list[ProcId | None]]] = []
+    if mesh in meshes:
+        out.append(_as_candidate([(e["coords"], e["id"]) for e in meshes[mesh]]))
+    for members in by_actor.values():
+        if members[0][0]["name"] == mesh:
+            out.append(_as_candidate([(a["coords"], e["id"]) for a, e in members]))
+    return out
+
+
+def _as_candidate(
+    members: list[tuple[dict[str, int], ProcId]],
+) -> tuple[list[str], list[int], list[ProcId | None]]:
+    """Dimensions and row-major procs of a mesh known only by each member's coordinates."""
+    labels = list(members[0][0])
+    sizes = [max(c[k] for c, _ in members) + 1 for k in labels]
+    procs: list[ProcId | None] = [None] * math.prod(sizes)
+    for c, p in members:
+        index = 0
+        for k, size in zip(labels, sizes, strict=True):
+            index = index * size + c[k]
+        procs[index] = p
+    return labels, sizes, procs  # None where no member is (find_procs skips those)

@@ -5,8 +5,9 @@
     with danaus.trace("step.json"):
         trainer.step.call().get()
 
-While the block runs, the client and every proc it spawned (those spawned
-inside the block too) record spans: the client's calls (from sending to the
+While the block runs, the client and every proc of its tree (the procs it
+spawned, those its actors spawned, and those spawned inside the block too)
+record spans: the client's calls (from sending to the
 last reply), each send, each delivery to a mailbox, each endpoint's execution
 and each reply, with arrows from a send to the execution it caused and from a
 reply to where it arrived. At the end the spans are collected, put on the
@@ -27,10 +28,10 @@ from typing import Any
 
 from .. import _config as config
 from .._actor import introspect
-from .._actor.procs import owned_proc_meshes
 from .._runtime import host
 from .._runtime.metrics import Tracer
 from .._wire.ids import ProcId
+from .state import discover
 
 __all__ = ["Trace", "trace"]
 
@@ -93,6 +94,18 @@ class Trace:
                 pass
         mine = introspect.stop_local_trace(rt)
         procs = list(dict.fromkeys([*self._procs, *(p for lp in late for p in lp[0])]))
+        # Procs that actors spawned during the block (they joined the trace from their
+        # start, as their parent was tracing): learn their clocks now, then stop them too.
+        # TRACE_START is idempotent: a proc already tracing just answers with its clock.
+        started = {p.name for p in procs}
+        new = [p for p in _live_procs() if p.name not in started]
+        if new:
+            arrived = [0] * len(new)
+            sent = time.perf_counter_ns()
+            self._learn_offsets(
+                new, sent, arrived, introspect.ask_trace_start(new, arrived).result()
+            )
+            procs += new
         answers = introspect.ask_trace_stop(procs).result()
         parts = [(mine, 0)]
         missing = []
@@ -132,11 +145,8 @@ def trace(path: str | os.PathLike[str], *, otel: bool = False) -> Trace:
 
 
 def _live_procs() -> list[ProcId]:
-    rt = host.ensure_runtime()
-    procs: list[ProcId] = []
-    for pm in owned_proc_meshes():
-        procs.extend(p for p in pm._procs if rt.is_lost(p.name) is None)
-    return list(dict.fromkeys(procs))
+    """Every live proc of the client's tree: its own and those its actors spawned."""
+    return [e["id"] for e in discover() if e["lost"] is None]
 
 
 # -- Chrome trace JSON ------------------------------------------------------------------

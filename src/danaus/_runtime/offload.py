@@ -10,16 +10,20 @@ them straight out of the sender's memory (one copy instead of two).
     A <--RELEASE(token)---------------- B      ... and A lets go of them
 
 The wrapped frame travels on the same connection as every other frame, so
-order is kept. The sender copies each big buffer once, at send time, into a
-mapping of its own that it holds until RELEASE (or until the receiver is
-lost): the receiver gets what was passed, even if the caller changes its
-array right after ``call()`` returns.
+order is kept. The receiver copies off the I/O thread (a copier thread: a
+large buffer must not stall heartbeats and other connections); meanwhile it
+stops reading that connection, so the frames behind it wait their turn. The
+sender copies each big buffer once, at send time, into a mapping of its own
+that it holds until RELEASE (or until the receiver is lost): the receiver
+gets what was passed, even if the caller changes its array right after
+``call()`` returns.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +84,10 @@ class Offloader:
         self._lock = threading.Lock()
         self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
         self._pooled = 0
+        # Copies of received buffers, done by a thread of their own (started on first use).
+        self._copies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._copier: threading.Thread | None = None
+        self.copied_off_loop = 0  # bytes the copier thread read out of senders (a statistic)
         rt.register(Kind.OFFLOAD, self._on_offload)
         rt.register(Kind.OFFLOAD_OK, self._on_ok)
         rt.register(Kind.RELEASE, self._on_release)
@@ -187,25 +195,55 @@ class Offloader:
             self._held_bytes.pop(name, None)
 
     def _on_offload(self, conn: Connection, msg: Message) -> None:
-        token, descs, inner = msg.header
-        buffers = list(msg.buffers)
-        pid = getattr(conn, "peer_pid", None)
+        """Read the big buffers out of the sender, on the copier thread; the connection
+        pauses until the frame is rebuilt and delivered, so nothing overtakes it."""
+        hold = object()  # what pauses the connection until this frame is delivered
+        conn.pause(hold)
+        self._copies.put((conn, msg, hold))
+        if self._copier is None:
+            self._copier = threading.Thread(
+                target=self._copy_loop, name="danaus-offload-copy", daemon=True
+            )
+            self._copier.start()
+
+    def _copy_loop(self) -> None:
+        while True:
+            conn, msg, hold = self._copies.get()
+            descs = msg.header.descs
+            buffers = list(msg.buffers)
+            pid = getattr(conn, "peer_pid", None)
+            error = None
+            try:
+                if pid is None:
+                    raise OSError("the sender did not say its pid")
+                for i, addr, n in descs:
+                    # An anonymous mapping, not a bytearray: no zero-fill pass over memory
+                    # the copy is about to overwrite.
+                    buf = memoryview(alloc(n))
+                    vm.copy(pid, vm.address(buf), addr, n, write=False)
+                    buffers[i] = buf
+                    self.copied_off_loop += n
+            except (OSError, MemoryError, ValueError) as e:
+                error = f"reading a large buffer from the sender failed: {e}"
+            try:
+                self.rt.loop.call_soon_threadsafe(self._copied, conn, msg, hold, buffers, error)
+            except RuntimeError:  # the loop is closed: the runtime is gone
+                return
+
+    def _copied(
+        self, conn: Connection, msg: Message, hold: Any, buffers: list[Any], error: str | None
+    ) -> None:
+        """Back on the I/O thread: release the sender's copy, deliver, read on."""
+        token, _descs, inner = msg.header
         try:
-            if pid is None:
-                raise OSError("the sender did not say its pid")
-            for i, addr, n in descs:
-                # An anonymous mapping, not a bytearray: no zero-fill pass over memory
-                # the copy is about to overwrite.
-                buf = memoryview(alloc(n))
-                vm.copy(pid, vm.address(buf), addr, n, write=False)
-                buffers[i] = buf
-        except (OSError, MemoryError, ValueError) as e:
-            self._undelivered(conn, inner, f"reading a large buffer from the sender failed: {e}")
-            return
-        finally:
             if conn.peer is not None:
                 self.rt.send(conn.peer, Release(token), on_fail=lambda r: None)
-        self.rt._dispatch(conn, Frame(inner, msg.body, buffers))
+            if error is not None:
+                self._undelivered(conn, inner, error)
+            elif not conn.closed:
+                self.rt._dispatch(conn, Frame(inner, msg.body, buffers))
+        finally:
+            conn.resume(hold)
 
     def _undelivered(self, conn: Connection, inner: tuple[Any, ...], reason: str) -> None:
         """The frame cannot be rebuilt: whoever waits for it hears why (never silence)."""

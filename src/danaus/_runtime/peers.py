@@ -29,10 +29,20 @@ log = logging.getLogger("danaus.runtime")
 
 
 class _Peer:
-    """Our outbound side towards one proc."""
+    """What we know of one proc, and the one connection we share with it.
+
+    ``link`` is that connection once established (we dialled and it
+    answered ``WELCOME``, or it dialled and we welcomed it); ``conn`` is the
+    same connection once frames may go on it (``link``, published when the
+    peer is not pending); ``dialing`` is our own dial still waiting for its
+    ``WELCOME``; ``waiting`` a connection the peer dialled while our dial was
+    in flight and ours wins (kept, unanswered, in case ours fails).
+    """
 
     __slots__ = (
         "conn",
+        "dialing",
+        "link",
         "lost",
         "pending",
         "proc",
@@ -41,11 +51,15 @@ class _Peer:
         "ready_cbs",
         "spawned",
         "stopping",
+        "waiting",
     )
 
     def __init__(self, proc: ProcId, pending: bool) -> None:
         self.proc = proc
         self.conn: Connection | None = None
+        self.link: Connection | None = None
+        self.dialing: Connection | None = None
+        self.waiting: Connection | None = None
         self.pending = pending  # waiting for READY before connecting
         self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
         self.queued_bytes = 0  # the bytes in queue (bounded: senders block above a mark)
@@ -69,6 +83,7 @@ class PeerTable:
     exited: dict[str, str]
     _lock: threading.RLock
     _peers: dict[str, _Peer]
+    _spares: dict[str, Connection]
     _watchers: dict[str, set[int]]
     _exit_waiters: dict[str, list[Callable[[str], None]]]
     _lost_waiters: dict[str, list[Callable[[str], None]]]
@@ -77,6 +92,12 @@ class PeerTable:
         raise NotImplementedError
 
     def _connect(self, peer: _Peer) -> None:
+        raise NotImplementedError
+
+    def _publish(self, peer: _Peer) -> None:
+        raise NotImplementedError
+
+    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
         raise NotImplementedError
 
     def notify_room(self) -> None:
@@ -108,8 +129,11 @@ class PeerTable:
             peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
             cbs, peer.ready_cbs = peer.ready_cbs, []
             peer.pending = False
-            start = bool(peer.queue) and peer.lost is None
-        if start:  # even a proc whose bootstrap failed is up: it can still be stopped
+            linked = peer.link is not None and peer.conn is None and peer.lost is None
+            start = bool(peer.queue) and peer.lost is None and not linked
+        if linked:  # it dialled us already: what waited for its READY goes on that connection
+            self._publish(peer)
+        elif start:  # even a proc whose bootstrap failed is up: it can still be stopped
             self._connect(peer)
         for cb in cbs:
             cb(error)
@@ -174,8 +198,18 @@ class PeerTable:
             self.exited.pop(name, None)
             self._watchers.pop(name, None)
             self._lost_waiters.pop(name, None)
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
-            peer.conn.close()
+            spare = self._spares.pop(name, None)
+        if peer is not None:
+            for conn in (peer.link, peer.dialing, peer.waiting):
+                if conn is not None and not conn.closed and conn is not spare:
+                    conn.close()
+        if spare is not None and not spare.closed:
+            # It dialled us again while we held it lost (that connection was
+            # welcomed but left unused): now that it is back, that is our connection.
+            fresh = _Peer(spare.peer, pending=False)
+            with self._lock:
+                self._peers[name] = fresh
+            self._adopt(fresh, spare, welcome=False)  # welcomed when it dialled
 
     def learn(self, proc: ProcId) -> None:
         """Use ``proc``'s address (a better one than it advertises) from now on."""
@@ -224,10 +258,11 @@ class PeerTable:
             queued, peer.queue = peer.queue, []
             peer.queued_bytes = 0
             cbs, peer.ready_cbs = peer.ready_cbs, []
-            conn = peer.conn
+            conns = [peer.link, peer.dialing, peer.waiting]
             watchers = self._watchers.pop(name, set())
-        if conn is not None and not conn.closed:
-            conn.close()
+        for conn in conns:
+            if conn is not None and not conn.closed:
+                conn.close()
         self.notify_room()  # senders held back by this peer's backlog give up
         # Every waiter is told, even if telling one of them fails.
         calls: list[Callable[[], Any]] = []

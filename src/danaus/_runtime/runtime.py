@@ -1,15 +1,18 @@
 """The runtime of one proc: its I/O loop, its peers, its ports and its mailboxes.
 
 Every danaus process (the client, a host agent, a spawned proc) runs exactly
-one :class:`Runtime`. It listens on one address, keeps one outbound
-connection per peer proc (so each sender→receiver pair is FIFO), and routes
-each incoming frame by its kind (the table and the headers are in
-``danaus._wire.protocol``)::
+one :class:`Runtime`. It listens on one address, shares one connection with
+each peer proc, whichever of the two dialled it, for frames both ways (so
+each sender→receiver pair is FIFO, and a peer's EOF comes after everything
+it sent), and routes each incoming frame by its kind (the table and the
+headers are in ``danaus._wire.protocol``)::
 
     CALL   -> a local mailbox (an actor)
     REPLY  -> a local port
-    HELLO  -> names the proc at the other end of an inbound connection, and
-              refuses it (REFUSED) if it speaks another protocol version
+    HELLO  -> names the proc that dialled us; we answer WELCOME and use the
+              connection both ways, or REFUSED if it speaks another protocol
+              version (when both dialled at once, see ``_on_hello``)
+    WELCOME-> the proc we dialled took the connection: frames may go on it
     READY  -> a proc we are waiting for is up (or failed to boot)
     LOST   -> the host agent saw a proc exit
     other  -> the one handler a higher layer registered for the kind
@@ -21,8 +24,8 @@ backlog, offloaded and not yet released) exceed ``send_high_water`` blocks
 until they fall to ``send_low_water`` or the peer is lost; consumers that
 fall behind pause the connections that feed them (``flow.Gate``).
 
-Failure detection: a peer is *lost* when its connection hits EOF or an
-error, when connecting to it is refused, or when the host agent reports its
+Failure detection: a peer is *lost* when our connection with it hits EOF or
+an error, when connecting to it is refused, or when the host agent reports its
 exit. Everything waiting on a lost peer is told at once (ports watching it,
 frames queued for it); a lost peer never comes back, since proc names are
 never reused.
@@ -35,6 +38,7 @@ import errno
 import itertools
 import logging
 import os
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -58,6 +62,7 @@ from .._wire.protocol import (
     ProtocolError,
     Refused,
     Reply,
+    Welcome,
     decode,
     wire,
 )
@@ -140,6 +145,7 @@ class Runtime(PeerTable):
         self.register(Kind.CALL, self._on_call)
         self.register(Kind.REPLY, self._on_reply)
         self.register(Kind.HELLO, self._on_hello)
+        self.register(Kind.WELCOME, self._on_welcome)
         self.register(Kind.REFUSED, self._on_refused)
         self.register(Kind.READY, self._on_ready)
         self.register(Kind.LOST, self._on_lost_report)
@@ -150,8 +156,11 @@ class Runtime(PeerTable):
         self._port_ids = itertools.count(1)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
-        self._inbound: dict[str, Connection] = {}
-        self._accepted: set[Connection] = set()
+        self._hb_due = 0.0  # when the next heartbeat tick is due (loop time)
+        self._dialled: set[Connection] = set()  # connections we dialled, open
+        self._accepted: set[Connection] = set()  # connections others dialled, open
+        self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
+        self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
         self._early: dict[tuple[str, int], list[tuple[Connection, Message]]] = {}
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
@@ -212,6 +221,7 @@ class Runtime(PeerTable):
             self._listener = listen(self._unix)
             self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
         if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
+            self._hb_due = self.loop.time() + config.get("heartbeat_interval")
             self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
@@ -302,15 +312,24 @@ class Runtime(PeerTable):
             return
         now = self.loop.time()
         interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
-        conns = [p.conn for p in list(self._peers.values()) if p.conn is not None]
-        conns += list(self._accepted)
+        conns = self.all_connections()
+        # Silence is judged on our own running time. If this tick comes late,
+        # this loop itself did not run (the process was starved of CPU or of
+        # the GIL): the pings that arrived meanwhile are still unread, so that
+        # stretch is not held against the peers.
+        late = now - self._hb_due
+        if late > interval:
+            for conn in conns:
+                conn.last_recv = min(now, conn.last_recv + late)
+        self._hb_due = now + interval
         ping = None
+        me = self.proc_id.name
         for conn in conns:
             if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
                 continue
-            if conn.paused:
-                pass  # we stopped reading it (backpressure): its silence is ours
-            elif now - conn.last_recv > timeout:
+            if conn.paused or (conn.peer is not None and conn.peer.name == me):
+                pass  # we stopped reading it (backpressure), or it is us: its silence is ours
+            elif now - conn.last_recv > timeout and not _unread(conn):
                 why = (
                     "the host is unreachable (partitioned) or frozen"
                     if conn.tcp
@@ -356,27 +375,24 @@ class Runtime(PeerTable):
             if lsock is not None:
                 self.loop.remove_reader(lsock.fileno())
                 lsock.close()
-        for peer in list(self._peers.values()):
-            if peer.conn is not None:
-                peer.conn.flush_and_close()
-        for conn in list(self._inbound.values()):
+        for conn in self.all_connections():
             conn.flush_and_close()
 
+    def all_connections(self) -> list[Connection]:
+        """Every open connection: dialled, accepted, established or not (a snapshot)."""
+        return [c for c in [*self._dialled, *self._accepted] if not c.closed]
+
     def connections(self) -> list[tuple[str, str, Connection]]:
-        """``(peer proc name, "out" | "in", connection)`` for every open connection."""
-        out = [
-            (name, "out", p.conn)
-            for name, p in list(self._peers.items())
-            if p.conn is not None and not p.conn.closed
-        ]
-        out += [(name, "in", c) for name, c in list(self._inbound.items()) if not c.closed]
-        return out
+        """``(peer proc name, "out" | "in", connection)`` for every open connection
+        whose peer said who it is; "out" when we dialled it. Both directions of
+        the traffic with that peer go on it."""
+        out = [(c.peer.name, "out", c) for c in list(self._dialled) if c.peer is not None]
+        out += [(c.peer.name, "in", c) for c in list(self._accepted) if c.peer is not None]
+        return [(name, d, c) for name, d, c in out if not c.closed]
 
     def flushed(self) -> bool:
         """True once every connection is closed (after ``close()``)."""
-        return all(p.conn is None or p.conn.closed for p in list(self._peers.values())) and all(
-            c.closed for c in list(self._inbound.values())
-        )
+        return not self.all_connections()
 
     # -- accepting and hello ------------------------------------------------
 
@@ -400,7 +416,7 @@ class Runtime(PeerTable):
                     s,
                     self.loop,
                     self._dispatch,
-                    self._on_inbound_closed,
+                    self._on_conn_closed,
                     on_authenticated=self._on_authenticated,
                     handshake=hs,
                     tls=tls.server_context() if tcp else None,
@@ -426,7 +442,7 @@ class Runtime(PeerTable):
         if self.closed:
             conn.close()
             return
-        conn.bind(self._dispatch, self._on_inbound_closed)  # type: ignore[arg-type]
+        conn.bind(self._dispatch, self._on_conn_closed)  # type: ignore[arg-type]
         self._accepted.add(conn)  # type: ignore[arg-type]
 
     def _on_authenticated(self, conn: Connection) -> None:
@@ -447,6 +463,19 @@ class Runtime(PeerTable):
         self.loop.call_later(self._accept_backoff, resume)
 
     def _on_hello(self, conn: Connection, msg: Message) -> None:
+        """A proc dialled us. We answer ``WELCOME`` and send to it on this connection
+        from now on, unless one of these holds:
+
+        - it speaks another protocol version: ``REFUSED``, and it is lost;
+        - we share a connection with it already, or hold it lost: welcomed, and its
+          frames are read, but we keep sending on the connection we have (none for a
+          lost proc; ``forget_peer`` takes this one up if it comes back);
+        - our own dial to it is in flight too (both dialled at once): the dial of
+          the proc with the smaller name wins. If that is ours, this connection
+          stays unanswered (the other side closes it once ours reaches it; if ours
+          fails, we welcome this one instead); if it is theirs, we welcome this one
+          and close our dial, on which nothing but ``HELLO`` went.
+        """
         hello: Hello = msg.header
         if hello.version != PROTOCOL_VERSION:
             reason = (
@@ -460,8 +489,110 @@ class Runtime(PeerTable):
             self.peer_lost(hello.proc.name, reason)  # whatever waits on it hears why, now
             return
         conn.peer = hello.proc
-        self._inbound[hello.proc.name] = conn
+        name = hello.proc.name
+        if name == self.proc_id.name:
+            # We dialled ourselves (an actor sending to one of this proc's actors):
+            # our dialled end sends, this end only reads.
+            self._welcome(conn)
+            return
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is None:
+                peer = self._peers[name] = _Peer(hello.proc, pending=False)
+            if peer.lost is not None or peer.link is not None:
+                action = "spare"
+                if peer.lost is not None:
+                    self._spares[name] = conn
+            elif peer.dialing is not None and self.proc_id.name < name:
+                action = "wait"
+                peer.waiting = conn
+            else:
+                action = "adopt"
         self.offload.on_hello(conn, hello.offload)
+        if action == "spare":
+            self._welcome(conn)
+        elif action == "adopt":
+            self._adopt(peer, conn)
+
+    def _welcome(self, conn: Connection) -> bool:
+        try:
+            conn.send(encode_frame(wire(Welcome(self.proc_id, self.offload.hello_extra()))))
+            return True
+        except Exception:
+            return False  # closed meanwhile: its close handler tells whoever waits
+
+    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
+        """Welcome ``conn``, dialled by ``peer``, and make it our connection to it."""
+        with self._lock:
+            loser, peer.dialing = peer.dialing, None
+            peer.waiting = None
+        if loser is not None:
+            self._dialled.discard(loser)
+            loser.close()  # nothing but HELLO went on it
+        if not welcome or self._welcome(conn):
+            self._establish(peer, conn)
+
+    def _on_welcome(self, conn: Connection, msg: Message) -> None:
+        """The proc we dialled took our connection for both directions."""
+        welcome: Welcome = msg.header
+        if conn.peer is None or conn not in self._dialled:
+            log.error("a WELCOME on a connection we did not dial, from %s", welcome.proc.name)
+            return
+        dialled = conn.peer.name
+        with self._lock:
+            peer = self._peers.get(dialled)
+            if peer is None or peer.dialing is not conn:
+                return  # a dial we gave up (theirs won, or the proc was lost)
+            peer.dialing = None
+            waiting, peer.waiting = peer.waiting, None
+            alias = None
+            if welcome.proc.name != dialled:
+                # Dialled by address under a provisional name (attaching to a worker):
+                # the connection serves the proc's real name too, unless that has one.
+                other = self._peers.get(welcome.proc.name)
+                if other is None:
+                    other = self._peers[welcome.proc.name] = _Peer(welcome.proc, pending=False)
+                if (
+                    other.link is None
+                    and other.dialing is None
+                    and other.lost is None
+                    and not other.pending
+                ):
+                    alias = other
+                    self._aliases[conn] = welcome.proc.name
+        if waiting is not None:
+            waiting.close()  # theirs lost to ours: they close it too
+        self._establish(peer, conn)
+        if alias is not None:
+            self._establish(alias, conn)
+        self.offload.on_hello(conn, welcome.offload)
+
+    def _establish(self, peer: _Peer, conn: Connection) -> None:
+        """``conn`` is our connection to ``peer``; frames go on it unless it is pending."""
+        with self._lock:
+            peer.link = conn
+        conn.on_drained = self.notify_room
+        if not peer.pending:
+            self._publish(peer)
+
+    def _publish(self, peer: _Peer) -> None:
+        """Let frames go on ``peer.link``: first those queued, then any sender's."""
+        with self._lock:
+            conn = peer.link
+            if conn is None or peer.conn is conn:
+                return
+            # Flush under the lock, before publishing the connection: a sender on
+            # another thread must not overtake the frames queued before it.
+            for parts, _ in peer.queue:
+                try:
+                    conn.send(parts)
+                except Exception:
+                    break  # closed: its close handler reports the loss to the queue's owners
+            else:
+                peer.queue = []
+                peer.queued_bytes = 0
+            peer.conn = conn
+        self.notify_room()
 
     def _on_refused(self, conn: Connection, msg: Message) -> None:
         """The peer refused our connection: it is lost, for the reason it gave."""
@@ -490,25 +621,50 @@ class Runtime(PeerTable):
         finally:
             self._delivering = outer
 
-    def _on_inbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
+    def _on_conn_closed(self, conn: Connection, exc: BaseException | None) -> None:
+        """A connection closed (I/O thread). If it was our connection to a peer, the
+        peer is lost: everything it sent us came before this EOF, on this same
+        connection, so nothing it sent is still on its way."""
         self._accepted.discard(conn)
+        self._dialled.discard(conn)
         self._handshaking.pop(conn, None)
+        alias = self._aliases.pop(conn, None)
         proc = conn.peer
-        if proc is None:
+        if proc is None or self.closed:
             return
-        current = self._inbound.get(proc.name)
-        if current is not None and current is not conn:
-            return  # an old connection of a peer that has a newer one (re-attached)
-        if current is conn:
-            del self._inbound[proc.name]
-        peer = self._peers.get(proc.name)
-        if peer is not None and peer.stopping:
-            reason = "it stopped"
-        elif exc is None or "EOF" in str(exc):
-            reason = "its process exited"
-        else:
-            reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
-        self._lose_soon(proc.name, f"the connection from proc {proc.name} closed: {reason}")
+        lost: list[str] = []
+        failed: list[str] = []
+        retry = None
+        with self._lock:
+            if self._spares.get(proc.name) is conn:
+                del self._spares[proc.name]
+            for name in [proc.name] if alias is None else [proc.name, alias]:
+                peer = self._peers.get(name)
+                if peer is None:
+                    continue
+                if peer.waiting is conn:
+                    peer.waiting = None
+                if peer.link is conn:
+                    lost.append(name)
+                elif peer.dialing is conn:
+                    peer.dialing = None
+                    if peer.waiting is not None and not peer.waiting.closed:
+                        retry = peer  # our dial failed, theirs waits: take theirs
+                    else:
+                        failed.append(name)
+        if retry is not None and retry.waiting is not None:
+            self._adopt(retry, retry.waiting)
+        for name in failed:  # refused, reset, or it failed our handshake (a wrong secret)
+            self._lose_soon(name, f"the connection to proc {name} broke: {exc}")
+        for name in lost:
+            peer = self._peers.get(name)
+            if peer is not None and peer.stopping:
+                reason = "it stopped"
+            elif exc is None or "EOF" in str(exc):
+                reason = "its process exited"
+            else:
+                reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
+            self._lose_soon(name, f"the connection to proc {name} closed: {reason}")
 
     def _lose_soon(self, name: str, reason: str) -> None:
         peer = self._peers.get(name)
@@ -686,7 +842,15 @@ class Runtime(PeerTable):
         self.call_soon(resume)
 
     def _connect(self, peer: _Peer) -> None:
-        if peer.conn is not None or peer.lost is not None or peer.pending:
+        """Dial ``peer`` (I/O thread). Only ``HELLO`` goes on the connection until the
+        peer answers ``WELCOME``; queued frames wait in ``peer.queue`` till then."""
+        if (
+            peer.conn is not None
+            or peer.link is not None
+            or peer.dialing is not None
+            or peer.lost is not None
+            or peer.pending
+        ):
             return
         s = None
         try:
@@ -701,7 +865,7 @@ class Runtime(PeerTable):
                 s,
                 self.loop,
                 self._dispatch,
-                self._on_outbound_closed,
+                self._on_conn_closed,
                 handshake=hs,
                 tls=tls.client_context() if tcp else None,
             )
@@ -711,49 +875,26 @@ class Runtime(PeerTable):
             self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
             return
         conn.tcp = tcp
-        conn.peer = peer.proc
-        hello = Hello(self.proc_id, PROTOCOL_VERSION, self.offload.hello_extra())
-        conn.send(encode_frame(wire(hello)))
-        with self._lock:
-            # Flush under the lock, before publishing the connection: a sender on
-            # another thread must not overtake the frames queued before it.
-            for parts, _ in peer.queue:
-                conn.send(parts)
-            peer.queue = []
-            peer.queued_bytes = 0
-            peer.conn = conn
-        conn.on_drained = self.notify_room
-        self.notify_room()
+        self._dialing(peer, conn, self.offload.hello_extra())
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:
         conn: Any = inproc.connect(
             name,
             self.loop,
             self._dispatch,  # type: ignore[arg-type]
-            self._on_outbound_closed,  # type: ignore[arg-type]
+            self._on_conn_closed,  # type: ignore[arg-type]
         )
-        conn.peer = peer.proc
-        conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, ()))))
-        with self._lock:
-            for parts, _ in peer.queue:
-                conn.send(parts)
-            peer.queue = []
-            peer.conn = conn
+        self._dialing(peer, conn, ())
 
-    def _on_outbound_closed(self, conn: Connection, exc: BaseException | None) -> None:
-        proc = conn.peer
-        if self.closed:
-            return
-        reason = f"the connection to proc {proc.name} broke: {exc}"
-        inbound = self._inbound.get(proc.name)
-        if inbound is not None and not inbound.closed:
-            # Replies may still be in flight on the inbound connection: let it drain
-            # first (its EOF declares the loss), but never wait for long.
-            self.loop.call_later(
-                config.get("inbound_drain_timeout"), self.peer_lost, proc.name, reason
-            )
-        else:
-            self._lose_soon(proc.name, reason)
+    def _dialing(self, peer: _Peer, conn: Connection, offload: tuple[Any, ...]) -> None:
+        conn.peer = peer.proc
+        self._dialled.add(conn)
+        with self._lock:
+            peer.dialing = conn
+        try:
+            conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, offload))))
+        except Exception as e:  # it closed at once (before its close could name the peer)
+            self._on_conn_closed(conn, conn.close_exc or e)
 
     # -- ports ----------------------------------------------------------------
 
@@ -874,6 +1015,15 @@ class Runtime(PeerTable):
             return
         err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
         self.reply(port, index, STATUS_ERROR, err)
+
+
+def _unread(conn: Connection) -> bool:
+    """True if bytes wait in ``conn``'s socket: the peer spoke, we did not listen (our
+    loop was held up, e.g. by a long callback), so it is no silent peer."""
+    try:
+        return bool(select.select([conn.fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 def _ignore(reason: str) -> None:

@@ -6,7 +6,8 @@
 Monarch, so autograd's backward pass, which torch may run on another
 thread, sees the same mesh. While any activation is open on a thread, a
 ``TorchDispatchMode`` routes every torch op of that thread (factories
-included) to :func:`danaus._tensor.tensor.dispatch`.
+included) to :func:`danaus._tensor.tensor.dispatch`. The stack belongs to
+the client's node (``node.part``), so a new session starts with none.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["Activation", "activate", "get_active_mesh", "no_mesh"]
+from .._runtime import host
+
+__all__ = ["Activation", "activate", "active_mesh", "get_active_mesh", "no_mesh"]
 
 
 class _ActiveState:
@@ -26,7 +29,6 @@ class _ActiveState:
         self.stack: list[Any] = []
         self.acts: list[Activation] = []
         self.lock = threading.Lock()
-        self.modes = threading.local()
 
     @property
     def mesh(self) -> Any:
@@ -34,7 +36,25 @@ class _ActiveState:
         return stack[-1] if stack else None
 
 
-STATE = _ActiveState()
+# Whether this thread has our dispatch mode on torch's (per-thread, process-wide) mode stack,
+# and how many activations opened on it use it. It mirrors torch's state, not a session's:
+# an activation left open when a session ends keeps its mode, which the next session's
+# activations then share (two nested modes would send each other's meta computations).
+_modes = threading.local()
+
+
+def _state() -> _ActiveState:
+    """This process's activations (a part of its node; starts the client's node if needed)."""
+    return host.ensure_node().part(_ActiveState)
+
+
+def active_mesh() -> Any:
+    """The active proc mesh, or ``None`` (none, or ``no_mesh``). Does not block; cheap."""
+    node = host.current_node()
+    if node is None:
+        return None
+    stack = node.part(_ActiveState).stack
+    return stack[-1] if stack else None
 
 
 def get_active_mesh() -> Any:
@@ -43,7 +63,7 @@ def get_active_mesh() -> Any:
     Raises ``ValueError`` when no mesh is active (outside any
     ``mesh.activate()``, or inside ``no_mesh.activate()``).
     """
-    mesh = STATE.mesh
+    mesh = active_mesh()
     if mesh is None:
         raise ValueError(
             "no device mesh is active; use `with proc_mesh.activate():` to run torch ops on it"
@@ -70,7 +90,7 @@ class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         from .tensor import dispatch
 
-        return dispatch(func, args, kwargs or {}, STATE.mesh)
+        return dispatch(func, args, kwargs or {}, active_mesh())
 
 
 class Activation:
@@ -87,16 +107,17 @@ class Activation:
             engine_for(mesh)  # spawn the workers now, before the first op needs them
         self.mesh = mesh
         self._closed = False
-        with STATE.lock:
-            STATE.stack.append(mesh)
-            STATE.acts.append(self)
-            self._index = len(STATE.stack) - 1
-        depth = getattr(STATE.modes, "depth", 0)
+        self._state = state = _state()  # ends on this node's stack, even after a new session
+        with state.lock:
+            state.stack.append(mesh)
+            state.acts.append(self)
+            self._index = len(state.stack) - 1
+        depth = getattr(_modes, "depth", 0)
         if depth == 0:
             mode = _MeshMode()  # type: ignore[no-untyped-call]
             mode.__enter__()  # type: ignore[no-untyped-call]
-            STATE.modes.mode = mode
-        STATE.modes.depth = depth + 1
+            _modes.mode = mode
+        _modes.depth = depth + 1
 
     def __enter__(self) -> None:
         return None
@@ -108,20 +129,21 @@ class Activation:
         """End this activation (idempotent). Raises ``RuntimeError`` if a later one is open."""
         if self._closed:
             return
-        with STATE.lock:
-            if len(STATE.stack) != self._index + 1:
+        state = self._state
+        with state.lock:
+            if len(state.stack) != self._index + 1:
                 raise RuntimeError(
                     f"activations must end in reverse order: {self.mesh!r} was activated "
-                    f"before {STATE.stack[-1]!r}, which is still active; end that one first"
+                    f"before {state.stack[-1]!r}, which is still active; end that one first"
                 )
-            STATE.stack.pop()
-            STATE.acts.pop()
+            state.stack.pop()
+            state.acts.pop()
         self._closed = True
-        depth = STATE.modes.depth - 1
-        STATE.modes.depth = depth
+        depth = _modes.depth - 1
+        _modes.depth = depth
         if depth == 0:
-            STATE.modes.mode.__exit__(None, None, None)
-            STATE.modes.mode = None
+            _modes.mode.__exit__(None, None, None)
+            _modes.mode = None
 
 
 def activate(mesh: Any) -> Activation:
@@ -136,8 +158,9 @@ def activate(mesh: Any) -> Activation:
 
 def deactivate(mesh: Any) -> None:
     """End the latest open activation of ``mesh`` (no-op if none). Does not block."""
-    with STATE.lock:
-        acts = [a for a in STATE.acts if same_mesh(a.mesh, mesh)]
+    state = _state()
+    with state.lock:
+        acts = [a for a in state.acts if same_mesh(a.mesh, mesh)]
     if acts:
         acts[-1].close()
 

@@ -9,12 +9,13 @@ procs that agree on every dimension not reduced.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from torch.utils import _pytree as pytree
 
-from .active import STATE, same_mesh
+from .active import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import Reduce, ReduceMany
 from .stream import check_use
@@ -24,21 +25,16 @@ __all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
 
 REDUCTIONS = ("sum", "avg", "product", "min", "max", "stack", "band", "bor", "bxor")
 
-_GROUPS: dict[tuple[Any, tuple[str, ...]], tuple[tuple[int, ...], ...]] = {}
 
-
+@functools.lru_cache(maxsize=1024)  # a pure function of two values: no session state
 def _groups(shape: Any, dims: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
     """Global ranks of ``shape`` split by their coordinates outside ``dims`` (row-major)."""
-    key = (shape, dims)
-    g = _GROUPS.get(key)
-    if g is None:
-        keep = [label for label in shape.labels if label not in dims]
-        by: dict[tuple[int, ...], list[int]] = {}
-        for r in shape.ranks():
-            c = shape.coordinates(r)
-            by.setdefault(tuple(c[k] for k in keep), []).append(r)
-        g = _GROUPS[key] = tuple(tuple(v) for v in by.values())
-    return g
+    keep = [label for label in shape.labels if label not in dims]
+    by: dict[tuple[int, ...], list[int]] = {}
+    for r in shape.ranks():
+        c = shape.coordinates(r)
+        by.setdefault(tuple(c[k] for k in keep), []).append(r)
+    return tuple(tuple(v) for v in by.values())
 
 
 def _check_dtype(t: Tensor, reduction: str) -> None:
@@ -86,7 +82,7 @@ def _validate(
             f"reduction {reduction!r} with scatter={scatter} applies to one dimension only, "
             f"got {list(dims)}; reduce one dimension at a time"
         )
-    active = STATE.mesh
+    active = active_mesh()
     if not same_mesh(active, tm):
         raise ValueError(
             f"reduce: the tensor is on mesh {tm!r} but the active mesh is {active!r}; "

@@ -21,6 +21,7 @@ import itertools
 import os
 import secrets
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -30,21 +31,30 @@ import torch.distributed as dist
 
 from .. import _config as config
 from .._actor.actor import Actor
-from .._actor.context import Context, context, set_context
+from .._actor.context import Context, acting_as, context
 from .._actor.endpoint import endpoint
-from .._actor.procs import ProcMesh
+from .._actor.procs import ProcMesh, this_proc
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
 from .messages import Delete
-from .stream import _stack as _streams
+from .stream import get_active_stream
 from .worker import TensorWorker
 
 __all__ = ["Engine", "engine_for"]
 
 _create_lock = threading.Lock()
-# Engines by token, for their owner actors (which live in this process) to find them.
-_ENGINES: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
+
+
+class _Engines:
+    """The client's engines by token, for their owner actors to find (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.by_token: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
+
+
+def _engines() -> weakref.WeakValueDictionary[str, Engine]:
+    return host.ensure_node().part(_Engines).by_token
 
 
 class _EngineOwner(Actor):
@@ -59,18 +69,17 @@ class _EngineOwner(Actor):
 
     @endpoint
     def spawn_workers(self, procs: ProcMesh, args: tuple[Any, ...]) -> Any:
-        engine = _ENGINES.get(self.token)
+        engine = _engines().get(self.token)
         if engine is not None:
-            ctx = context()
-            engine._sender = Context(ctx.actor_instance, ctx.message_rank)
-        return procs._spawn("tensor_engine", TensorWorker, args, {}, None)
+            engine._sender = context()
+        return procs.spawn("tensor_engine", TensorWorker, *args)
 
     def _handle_undeliverable_message(self, envelope: Any) -> bool:
         # Commands in flight to a worker that died: __supervise__ reports the death.
         return True
 
     def __supervise__(self, failure: Any) -> bool:
-        engine = _ENGINES.get(self.token)
+        engine = _engines().get(self.token)
         if engine is not None:
             engine.on_failure(failure)
         return True
@@ -90,14 +99,11 @@ class Engine:
         self.device = _device()
         flat = ProcMesh(procs, Shape(["rank"], Slice.new_row_major([n])), mesh._state, None)
         token = secrets.token_hex(4)
-        _ENGINES[token] = self
+        _engines()[token] = self
         self.broken: SupervisionError | None = None
         self._sender: Context | None = None  # the owner's identity, set by spawn_workers
         self._pending: set[concurrent.futures.Future[Any]] = set()
-        rt = host.ensure_runtime()
-        self._owner: Any = ProcMesh._singleton(rt.proc_id).spawn(
-            f"tensor_engine_owner_{token}", _EngineOwner, token
-        )
+        self._owner: Any = this_proc().spawn(f"tensor_engine_owner_{token}", _EngineOwner, token)
         timeout = config.get("tensor_collective_timeout")
         hosts = len(mesh._host_mesh) if mesh._host_mesh is not None else 1
         threads = config.get("tensor_threads") or max(1, (os.cpu_count() or 1) * hosts // n)
@@ -115,6 +121,7 @@ class Engine:
         self._targets: dict[Shape, Any] = {}
         self.closed = False
         self._delay = config.get("tensor_send_delay")
+        self._max_delay = max(self._delay, config.get("tensor_send_max_delay"))
         self._batch = config.get("tensor_send_batch")
         self._sender_thread = threading.Thread(
             target=self._send_loop, name="danaus-tensor-send", daemon=True
@@ -145,12 +152,11 @@ class Engine:
         Every message to the workers is sent this way, so all share one sender
         and stay in order.
         """
-        token = set_context(self._sender) if self._sender is not None else None
-        try:
+        if self._sender is None:
             yield
-        finally:
-            if token is not None:
-                token.var.reset(token)
+            return
+        with acting_as(self._sender):
+            yield
 
     def targets(self, shape: Shape) -> Any:
         """The worker actors of the procs in ``shape`` (a mesh of this engine)."""
@@ -232,7 +238,7 @@ class Engine:
         """
         self.check()
         if stream is None:
-            stream = _streams[-1].name
+            stream = get_active_stream().name
         with self._cond:
             self._queue.extend((shape, stream, c) for c in cmds)
             n = len(self._queue)
@@ -264,15 +270,29 @@ class Engine:
             i = j
 
     def _send_loop(self) -> None:
-        """The sender thread: waits for queued commands and sends them, batch by batch."""
+        """The sender thread: waits for queued commands and sends them, batch by batch.
+
+        After the first command it keeps gathering while the client keeps
+        issuing (each ``tensor_send_delay`` brings more), until the client
+        pauses, ``tensor_send_batch`` commands are queued or
+        ``tensor_send_max_delay`` has passed: a training step's burst of ops
+        then goes in one message per worker instead of several, and each
+        message costs every worker an actor dispatch and a thread wake-up.
+        """
         delay, batch = self._delay, self._batch
         while True:
             with self._cond:
                 while not self._queue and not self.closed:
                     self._cond.wait()
-                if len(self._queue) < batch and delay > 0 and not self.closed:
-                    # gather what the client issues next into the same message
-                    self._cond.wait(delay)  # send() wakes it early when the batch is full
+                if delay > 0:
+                    deadline = time.monotonic() + self._max_delay
+                    seen = 0
+                    while not self.closed and seen < len(self._queue) < batch:
+                        seen = len(self._queue)  # send() wakes it early when the batch is full
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(min(delay, left))
                 if self.closed:
                     return
             with self._send_lock, self.as_owner():

@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils import _pytree as pytree
 
-from .._actor.future import Future
+from .._actor.future import Deferred, Future, resolve
 from .engine import engine_for
 from .errors import Failure, RemoteTensorError
 from .tensor import Tensor
@@ -85,15 +85,19 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
         if exc is not None:
             _settle(cf, False, exc)
             return
-        values = inner._cf.result()
-        out = list(leaves)
-        for (i, _t), v in zip(tensors, values, strict=True):
-            if isinstance(v, Failure):
-                _settle(cf, False, RemoteTensorError(v, rank, where))
-                return
-            v._danaus_fetched = True  # usable under an active mesh (see tensor.dispatch)
-            out[i] = v
-        _settle(cf, True, pytree.tree_unflatten(out, spec))
+        reply = inner._cf.result()
+
+        def build() -> Any:  # on the reader's thread: the reply is unpickled there
+            values = resolve(reply)
+            out = list(leaves)
+            for (i, _t), v in zip(tensors, values, strict=True):
+                if isinstance(v, Failure):
+                    raise RemoteTensorError(v, rank, where)
+                v._danaus_fetched = True  # usable under an active mesh (see tensor.dispatch)
+                out[i] = v
+            return pytree.tree_unflatten(out, spec)
+
+        _settle(cf, True, Deferred(build))
 
     inner._cf.add_done_callback(done)
     return Future._create(cf, f"fetch_shard at {where or 'rank ' + str(rank)}")

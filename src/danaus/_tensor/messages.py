@@ -16,6 +16,7 @@ __all__ = [
     "BorrowDrop",
     "CallOp",
     "Delete",
+    "HandOff",
     "MeshRank",
     "Reduce",
     "ReduceMany",
@@ -146,3 +147,18 @@ class BorrowDrop(NamedTuple):
     alias: int
     src: int
     mutable: bool
+
+
+class HandOff(NamedTuple):
+    """On its stream: give local shards to an actor's endpoint call, and wait for it to return.
+
+    ``refs`` are ``(argument index, id)``; ``ranks`` maps each worker's global
+    rank to the rank of the actor of mesh ``mesh_id`` on its proc (workers
+    not listed do nothing). See ``danaus._actor.handoff``.
+    """
+
+    key: str
+    total: int  # handed-off arguments of the call, from every mesh
+    refs: tuple[tuple[int, int], ...]
+    mesh_id: str
+    ranks: tuple[tuple[int, int], ...]

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor.future import Future
-from .active import STATE, same_mesh
+from .active import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import Ref, RunRemote
 from .stream import check_use
@@ -61,7 +61,7 @@ class Remote:
         return self._fn if isinstance(self._fn, str) else getattr(self._fn, "__qualname__", "fn")
 
     def _prepare(self, args: Any, kwargs: Any) -> tuple[Any, Any, list[Tensor], Any]:
-        mesh = STATE.mesh
+        mesh = active_mesh()
         if mesh is None:
             raise ValueError(
                 f"calling remote function {self._name} requires an active mesh "
@@ -181,7 +181,7 @@ def call_on_shard_and_fetch(
     Returns a future of its result, moved to the client. Never blocks.
     Raises ``ValueError`` without an active mesh or for unknown coordinates.
     """
-    mesh = STATE.mesh
+    mesh = active_mesh()
     if mesh is None:
         raise ValueError("call_on_shard_and_fetch requires an active mesh")
     from .fetch import _shard_rank

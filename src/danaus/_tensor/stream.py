@@ -11,19 +11,25 @@ stream has run everything issued before the drop. While a mutable borrow is
 live the origin cannot touch the tensor; while an immutable one is live
 neither stream may write it. These rules are Monarch's and are checked on
 the client, at the op.
+
+As in Monarch (``StorageAliases`` in ``monarch/common/borrows.py``), the
+rules hold per *storage*, not per handle: a tensor and every view of it on
+its stream share one :class:`Storage`, so borrowing a view (``x[0]``) locks
+``x`` and its other views too, and a borrowed tensor is a new storage on the
+borrowing stream whose views all end when the borrow is dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
+from .._runtime import host
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
-__all__ = ["Borrow", "Stream", "check_use", "get_active_stream"]
+__all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]
 
 
 class Stream:
@@ -57,39 +63,63 @@ class Stream:
             raise ValueError(
                 f"{t!r} is already on {self!r}: borrow it onto another stream, or use it as is"
             )
-        if mutable and "w" not in t._access:
+        src = t._storage
+        if "r" not in src.access:
             raise ValueError(
-                "Cannot borrow this tensor mutably because it (or a view) is already being "
-                "borrowed, or is itself an immutable borrow; drop the other borrow first"
+                f"Cannot borrow {t!r}: it (or a view of the same storage) is lent mutably to "
+                "another stream, or its borrow was dropped"
             )
-        if "r" not in t._access:
+        if mutable and "w" not in src.access:
             raise ValueError(
-                f"Cannot borrow {t!r}: it is lent mutably to another stream (or was dropped)"
+                "Cannot borrow this tensor mutably because it (or a view of the same storage) "
+                "is already being borrowed, or is itself an immutable borrow; drop the other "
+                "borrow first"
             )
         engine, shape = t._engine, t._mesh._shape
         view = Tensor(meta_like(t._meta), t._mesh, engine, t.device, stream=self)
         key = engine.new_id()
         engine.send(shape, Signal(key), stream=t._stream.name)
         engine.send(shape, BorrowCreate(key, view._ref, t._ref), stream=self.name)
-        if mutable:
-            t._access = ""
-            view._access = "rw"
-        else:
-            t._access = view._access = "r"
-        t._borrows += 1
         borrow = Borrow(t, view, self, mutable)
-        view._borrow = borrow
+        src.lend(mutable)
         return view, borrow
 
     def __repr__(self) -> str:
         return f"<Stream {self.name!r}>"
 
 
+class Storage:
+    """What a tensor and its views on one stream share: who may read and write it now.
+
+    ``access`` holds ``"r"`` and/or ``"w"``: ``"rw"`` normally, ``"r"`` while
+    immutably borrowed (or for an immutable borrow), ``""`` while lent
+    mutably or once its borrow was dropped (then ``dropped`` is set).
+    """
+
+    __slots__ = ("access", "dropped", "live", "own_access")
+
+    def __init__(self, access: str = "rw") -> None:
+        self.access = access
+        self.own_access = access  # what it returns to when its last borrow is dropped
+        self.dropped = False
+        self.live = 0  # borrows of it not yet dropped
+
+    def lend(self, mutable: bool) -> None:
+        self.live += 1
+        self.access = "" if mutable else "r"
+
+    def returned(self) -> None:
+        self.live -= 1
+        if self.live == 0:
+            self.access = self.own_access
+
+
 class Borrow:
     """A tensor lent to another stream; ``drop()`` gives it back (idempotent).
 
-    Dropping it also ends the borrowed view and every view made from it on the
-    borrowing stream; a borrow collected before ``drop()`` drops itself.
+    Dropping it also ends the borrowed tensor and every view made from it on
+    the borrowing stream (they share its storage); a borrow collected before
+    ``drop()`` drops itself.
     """
 
     def __init__(self, tensor: Any, view: Any, stream: Stream, mutable: bool) -> None:
@@ -97,38 +127,31 @@ class Borrow:
         self.stream = stream
         self.mutable = mutable
         self.dropped = False
-        self._view = view
-        self._aliases: weakref.WeakSet[Any] = weakref.WeakSet()
-
-    def _alias(self, t: Any) -> None:
-        """``t`` was made from the borrowed view (a view of it): it ends with the borrow."""
-        t._borrow = self
-        t._access = self._view._access
-        self._aliases.add(t)
+        self._view_ref = view._ref
+        # the borrowed tensor's storage on this stream, shared by the views made from it
+        self._borrowed = view._storage = Storage("rw" if mutable else "r")
 
     def drop(self) -> None:
         """Give the tensor back to its stream. Does not block.
 
         The origin stream runs nothing further (on the workers) until the
         borrowing stream has run what was issued before the drop. A failure
-        recorded on a mutable borrow's view passes to the original tensor.
+        recorded on a mutable borrow's tensor passes to the original tensor.
         """
         if self.dropped:
             return
         self.dropped = True
-        t, view = self.tensor, self._view
-        for alias in (view, *self._aliases):
-            alias._access = ""
-            alias._dropped = True
-        t._borrows -= 1
-        if t._borrows == 0:
-            t._access = "rw"
+        t = self.tensor
+        t._storage.returned()
         engine, shape = t._engine, t._mesh._shape
         key = engine.new_id()
         engine.send(
-            shape, BorrowDrop(key, view._ref, t._ref, self.mutable), stream=self.stream.name
+            shape, BorrowDrop(key, self._view_ref, t._ref, self.mutable), stream=self.stream.name
         )
         engine.send(shape, Wait(key), stream=t._stream.name)
+        # the borrowed tensor and its views end here (they share its storage)
+        self._borrowed.access = ""
+        self._borrowed.dropped = True
 
     def __enter__(self) -> Borrow:
         return self
@@ -163,8 +186,9 @@ def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
                 f"`with stream.activate():` for its stream, or move it here with "
                 f"`{stream.name}_stream.borrow(t)`"
             )
-        if "r" not in t._access:
-            if t._dropped:
+        access = t._storage.access
+        if "r" not in access:
+            if t._storage.dropped:
                 raise ValueError(
                     f"{what}: {t!r} came from a borrow that was dropped and is no longer usable"
                 )
@@ -173,7 +197,7 @@ def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
                 "call borrow.drop() first"
             )
     for t in mutated:
-        if "w" not in t._access:
+        if "w" not in t._storage.access:
             raise ValueError(
                 f"{what}: {t!r} would be written but it is read only because it is being "
                 "borrowed (immutably); drop the borrow first, or borrow it mutably"
@@ -181,21 +205,30 @@ def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
 
 
 _MAIN = Stream("main", _default=True)
-_stack: list[Stream] = [_MAIN]
-_lock = threading.Lock()
+
+
+class _Streams:
+    """This process's stack of active streams (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Stream] = [_MAIN]
+        self.lock = threading.Lock()
 
 
 def get_active_stream() -> Stream:
     """The stream new ops go to (``main`` unless another is active). Does not block."""
-    return _stack[-1]
+    node = host.current_node()
+    return _MAIN if node is None else node.part(_Streams).stack[-1]
 
 
 @contextlib.contextmanager
 def _activate(stream: Stream) -> Iterator[None]:
-    with _lock:
-        _stack.append(stream)
+    streams = host.ensure_node().part(_Streams)
+    stack = streams.stack
+    with streams.lock:
+        stack.append(stream)
     try:
         yield
     finally:
-        with _lock:  # the latest activation of it: activations nest
-            del _stack[len(_stack) - 1 - _stack[::-1].index(stream)]
+        with streams.lock:  # the latest activation of it: activations nest
+            del stack[len(stack) - 1 - stack[::-1].index(stream)]

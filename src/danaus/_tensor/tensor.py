@@ -18,10 +18,11 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .active import STATE, same_mesh
+from .._actor import handoff
+from .active import active_mesh, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
-from .stream import Stream, check_use, get_active_stream
+from .stream import Storage, Stream, check_use, get_active_stream
 
 __all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
 
@@ -72,10 +73,7 @@ class Tensor(torch.Tensor):
     _mesh: Any
     _engine: Engine
     _stream: Stream  # the stream it was made on; ops on it run there
-    _access: str  # "rw", "r" (immutably borrowed) or "" (lent mutably, or dropped)
-    _borrows: int  # live borrows of it
-    _borrow: Any  # the Borrow it came from (a borrowed view, or a view of one), or None
-    _dropped: bool
+    _storage: Storage  # shared with its views on its stream: the borrow rules' state
 
     @staticmethod
     def __new__(
@@ -112,10 +110,7 @@ class Tensor(torch.Tensor):
         t._mesh = mesh
         t._engine = engine
         t._stream = stream = stream or get_active_stream()
-        t._access = "rw"
-        t._borrows = 0
-        t._borrow = None
-        t._dropped = False
+        t._storage = Storage()
         engine.track(t, ref, stream.name)
         return t
 
@@ -134,7 +129,7 @@ class Tensor(torch.Tensor):
     def __torch_dispatch__(  # type: ignore[override]
         cls, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:
-        return dispatch(func, args, kwargs or {}, STATE.mesh)
+        return dispatch(func, args, kwargs or {}, active_mesh())
 
     @property
     def mesh(self) -> Any:
@@ -181,6 +176,20 @@ class Tensor(torch.Tensor):
         from .collectives import reduce_tensor
 
         return reduce_tensor(self, dims, reduction, scatter, mesh, True)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        """Pickled only as an actor endpoint's argument: the receiving proc's local shard."""
+        from .actors import ACTOR_ARGS
+
+        r = handoff.refer(self, ACTOR_ARGS)
+        if r is None:
+            raise TypeError(
+                f"{self!r} cannot be pickled: its values live on the workers of its mesh. "
+                "Pass it as an argument of an actor endpoint on the same procs (the actor gets "
+                "its local shard), or fetch its values with danaus.inspect(t) / "
+                "danaus.fetch_shard(t)"
+            )
+        return r
 
 
 def _describe(t: torch.Tensor) -> str:
@@ -410,11 +419,11 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                 results.append(h)
             else:
                 results.append(x)
-    borrow = next((t._borrow for _, t in handles if t._borrow is not None), None)
-    if borrow is not None and _returns_alias(func):  # views of a borrowed view end with it
+    if handles and _returns_alias(func):  # a view shares its input's storage (borrow rules)
+        storage = handles[0][1]._storage
         for r in results:
-            if isinstance(r, Tensor) and r._borrow is None:
-                borrow._alias(r)
+            if isinstance(r, Tensor):
+                r._storage = storage
     wire_flat = list(flat)
     for i, t in handles:
         wire_flat[i] = Ref(t._ref)

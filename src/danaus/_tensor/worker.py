@@ -22,15 +22,17 @@ import torch
 import torch.distributed as dist
 from torch.utils import _pytree as pytree
 
+from .._actor import handoff
 from .._actor.actor import Actor
 from .._actor.context import current_rank
 from .._actor.endpoint import endpoint
-from .errors import Failure
+from .errors import Failure, RemoteTensorError
 from .messages import (
     BorrowCreate,
     BorrowDrop,
     CallOp,
     Delete,
+    HandOff,
     MeshRank,
     Reduce,
     ReduceMany,
@@ -45,8 +47,6 @@ from .worker_streams import Streams, current_stream
 __all__ = ["TensorWorker", "resolve_op"]
 
 _OPS: dict[str, Any] = {}
-# This process's tensor-engine workers by their engine's store port (one per client engine).
-_WORKERS: dict[int, TensorWorker] = {}
 
 
 def _pick_device(kind: str, rank: int) -> torch.device:
@@ -125,13 +125,11 @@ class TensorWorker(Actor):
         self._store: Any = None
         self.device = _pick_device(device, self.rank)
         self.streams = Streams(self._one, self.device)
-        _WORKERS[store_port] = self
 
     def __cleanup__(self, exc: Any = None) -> None:
         self.streams.close()
         for t in self.streams.threads():
             t.join(timeout=1.0)  # best effort: a stream stuck in a collective is a daemon
-        _WORKERS.pop(self.store_port, None)
         # Process groups own threads that must not outlive the interpreter's shutdown.
         for pg in self.groups.values():
             try:
@@ -233,6 +231,8 @@ class TensorWorker(Actor):
             if cmd.mutable and isinstance(v, Failure):
                 self.refs[cmd.src] = v
             self.streams.signal(cmd.key)
+        elif isinstance(cmd, HandOff):
+            self._hand_off(cmd)
         elif isinstance(cmd, RunRemote):
             from .remote import resolve_function
 
@@ -260,7 +260,20 @@ class TensorWorker(Actor):
                 raise KeyError(f"tensor {tree.id} was deleted or never defined on this proc")
             return v
         if t is tuple or t is list:
-            return t(self._resolve(x) for x in tree)
+            refs = self.refs
+            out = []
+            for x in tree:  # flat arguments (most ops'): no recursion, no generator
+                tx = type(x)
+                if tx is Ref:
+                    v = refs.get(x.id)
+                    if v is None or isinstance(v, Failure):
+                        v = self._resolve(x)  # raises the precise error
+                    out.append(v)
+                elif tx is tuple or tx is list or tx is dict or isinstance(x, (tuple, list, dict)):
+                    out.append(self._resolve(x))
+                else:
+                    out.append(x)
+            return out if t is list else tuple(out)
         if t is dict:
             return {k: self._resolve(v) for k, v in tree.items()}
         if isinstance(tree, (tuple, list, dict)):  # a namedtuple, an OrderedDict...
@@ -308,6 +321,33 @@ class TensorWorker(Actor):
         for i, t in zip(outs, leaves, strict=True):
             if i is not None:
                 self.refs[i] = t
+
+    def _hand_off(self, cmd: HandOff) -> None:
+        """Give the local shards to the actor's call on this proc; wait until it returns.
+
+        The shards themselves, not copies: what the endpoint writes in place is
+        what later ops on this stream see. A failed input makes the call raise.
+        """
+        actor_rank = next((a for g, a in cmd.ranks if g == self.rank), None)
+        if actor_rank is None:
+            return
+        values: dict[int, Any] = {}
+        error: BaseException | None = None
+        for index, ref in cmd.refs:
+            v = self.refs.get(ref)
+            if isinstance(v, Failure):
+                error = RemoteTensorError(v, self.rank, {})
+                break
+            if v is None:
+                error = KeyError(f"tensor {ref} was deleted before the actor call that uses it")
+                break
+            values[index] = v
+        cuda = self.device.type == "cuda"
+        if cuda:  # the actor's thread uses the default CUDA stream: hand over finished values
+            torch.cuda.current_stream().synchronize()
+        handoff.offer(cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank)
+        if cuda:  # and what the endpoint queued on the default stream comes before what follows
+            torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
 
     def _mesh_rank(self, cmd: MeshRank) -> None:
         coord = cmd.shape.coordinates(self.rank)[cmd.dim]

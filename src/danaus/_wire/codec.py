@@ -196,5 +196,16 @@ def dumps_checked(obj: Any, what: str) -> tuple[bytes, list[pickle.PickleBuffer]
 
 
 def loads(body: bytes | memoryview, buffers: list[Any] | tuple[Any, ...] = ()) -> Any:
-    """Unpickle a body produced by :func:`dumps`."""
+    """Unpickle a body produced by :func:`dumps`.
+
+    Replies are unpickled on the thread that reads them, which may have torch
+    dispatch modes on (an active mesh of the tensor engine): they must not
+    turn the tensors the sender sent into the mesh's, so they are off meanwhile.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None and torch._C._len_torch_dispatch_stack() > 0:
+        from torch.utils._python_dispatch import _disable_current_modes
+
+        with _disable_current_modes():
+            return pickle.loads(body, buffers=buffers)
     return pickle.loads(body, buffers=buffers)

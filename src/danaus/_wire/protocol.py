@@ -14,13 +14,19 @@ numbers, and :data:`PROTOCOL_VERSION` changes whenever a header changes, so
 peers of different releases refuse each other in ``HELLO`` with an error
 that names both versions instead of misreading each other's frames.
 
-Flow of a connection (the connecting side speaks first)::
+Flow of a connection (the connecting side speaks first). One connection
+carries both directions between two procs::
 
     connector                                 acceptor
        |-- HELLO(proc, version, offload) ------>|  version differs:
        |<------------- REFUSED(reason) ---------|  refuse, close
-       |-- CALL / SPAWN / ... ----------------->|
-       |<-- REPLY / BOUNCE / FAILED ... (on the acceptor's own connection)
+       |<------------- WELCOME(proc, offload) --|  the acceptor's first frame
+       |<=== CALL / REPLY / SPAWN / ... both ways ===>|
+
+The connector sends nothing but ``HELLO`` (and ``PING``) before ``WELCOME``;
+when both procs dial each other at once, the acceptor whose name is the
+smaller holds back its ``WELCOME`` and the other connection wins
+(``docs/design.md``, "One connection per pair").
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ __all__ = [
     "StopProc",
     "TraceStart",
     "TraceStop",
+    "Welcome",
     "decode",
     "decode_header",
     "kind_of",
@@ -80,8 +87,9 @@ __all__ = [
 #: the untyped protocol of danaus 0.1 (its HELLO had no version). Version 3 added
 #: the observing kinds (STATS, TRACE_*, STACK), the transfer's deadline to
 #: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE; version 4 the cast
-#: tree's CAST and GATHER.
-PROTOCOL_VERSION = 4
+#: tree's CAST and GATHER; version 5 WELCOME: one connection per pair of procs,
+#: carrying both directions.
+PROTOCOL_VERSION = 5
 
 
 class ProtocolError(FrameError):
@@ -126,6 +134,7 @@ class Kind(enum.IntEnum):
     STACK = 73
     CAST = 50
     GATHER = 51
+    WELCOME = 80
 
 
 # -- the runtime --------------------------------------------------------------
@@ -161,6 +170,13 @@ class Hello(NamedTuple):
     proc: ProcId
     version: int
     offload: tuple[Any, ...]  # (pid, host key, probe address, probe length) or ()
+
+
+class Welcome(NamedTuple):
+    """The acceptor takes the connection for both directions: its first frame on it."""
+
+    proc: ProcId
+    offload: tuple[Any, ...]  # as in HELLO: lets the connector offload to the acceptor
 
 
 class Refused(NamedTuple):
@@ -474,6 +490,7 @@ _HEADERS: dict[int, Any] = {
     Kind.RDMA_RELEASE: RdmaRelease,
     Kind.CAST: Cast,
     Kind.GATHER: Gather,
+    Kind.WELCOME: Welcome,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"

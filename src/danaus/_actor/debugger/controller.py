@@ -32,13 +32,14 @@ from .frontends import (
     TerminalFrontend,
     same_user,
 )
-from .remote import SessionInfo
+from .remote import OutputRing, SessionInfo
 
 __all__ = ["INFO_NAME", "SOCKET_NAME", "DebugController", "Session"]
 
 SOCKET_NAME = "debug.sock"  # in the client's job directory
 INFO_NAME = "debug.json"  # beside it: {"pid", "argv", "socket"}, for `danaus debug` to find it
 PROMPT = "danaus_dbg> "
+MARKER_ROOM = 4096  # characters: the proc's "... dropped" line fits above its bound
 _CONTINUES = {"c", "cont", "continue", "q", "quit", "exit"}
 
 BANNER = """
@@ -55,7 +56,9 @@ class Session:
     def __init__(self, info: SessionInfo) -> None:
         self.info = info
         self.where = info.where
-        self.output: list[str] = []  # pdb output since the last line sent to it
+        # pdb output since the last line sent to it: what one read brought, which the
+        # proc already bounded (room for its marker line on top), so this is a safety net.
+        self.output = OutputRing(config.get("debug_output_max") + MARKER_ROOM)
         self.reply: asyncio.Future[str] | None = None  # set while its pdb waits for a line
         self.ended: str | None = None  # why it is over
 
@@ -122,8 +125,7 @@ class DebugController(Actor):
         s = self._sessions.get(key)
         if s is None:
             raise RuntimeError(f"no debug session for actor {key[0]} rank {key[1]}")
-        if output:
-            s.output.append(output)
+        s.output.append(output)
         s.where = where
         s.reply = self._loop.create_future()
         reply = s.reply
@@ -135,8 +137,7 @@ class DebugController(Actor):
         """The session is over (its endpoint returned or raised)."""
         s = self._sessions.pop(key, None)
         if s is not None:
-            if output:
-                s.output.append(output)
+            s.output.append(output)
             s.ended = "its endpoint finished"
             self._changed()
 
@@ -279,11 +280,11 @@ class DebugController(Actor):
 
     async def _attach(self, fe: Frontend, s: Session) -> None:
         await fe.write(f"attached to {s.label}; 'detach' returns to the debugger prompt\n")
-        shown = 0
+        shown: int | None = None  # everything of the current command's output
         while True:
             await self._wait_until(lambda: s.ended is not None or s.waiting)
-            text = "".join(s.output[shown:])
-            shown = len(s.output)
+            text = s.output.since(shown)
+            shown = s.output.end
             if s.ended is not None:
                 await fe.write(text + f"session {s.label} ended: {s.ended}\n")
                 return
@@ -296,7 +297,7 @@ class DebugController(Actor):
             if not s.send(line):
                 await fe.write(f"session {s.label} ended: {s.ended or 'it stopped waiting'}\n")
                 return
-            shown = 0
+            shown = None
 
     async def _cast(self, fe: Frontend, chosen: list[Session], line: str) -> None:
         """Send ``line`` to each chosen session; wait a while for them to be back at a prompt."""

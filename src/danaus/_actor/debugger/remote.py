@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import bdb
+import collections
 import linecache
 import os
 import pdb
@@ -34,13 +35,14 @@ from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from ... import _config as config
 from ..._runtime.runtime import Runtime
 from ..context import context
 
 if TYPE_CHECKING:
     from ..cell import ActorCell
 
-__all__ = ["ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
+__all__ = ["OutputRing", "ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
 
 CONTROLLER_NAME = "debug_controller"
 
@@ -63,21 +65,81 @@ class SessionInfo:
         object.__setattr__(self, "key", (self.mesh_id, self.rank))
 
 
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} characters"
+
+
+class OutputRing:
+    """The last ``limit`` characters of a debug session's output, and how many were dropped.
+
+    Positions count every character ever appended; :meth:`since` gives the
+    text from a position on, led by a marker line saying how much of it was
+    dropped, and :meth:`clear` starts a new stretch (what one pdb command
+    printed). A session that prints forever holds at most ``limit``.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = max(1, limit if limit is not None else config.get("debug_output_max"))
+        self._parts: collections.deque[str] = collections.deque()
+        self._size = 0
+        self.start = 0  # position of the first character kept
+        self.end = 0  # position after the last one appended
+        self.base = 0  # where the current stretch began (the last clear)
+
+    def append(self, text: str) -> None:
+        if not text:
+            return
+        self.end += len(text)
+        self._parts.append(text)
+        self._size += len(text)
+        while self._size > self.limit:
+            first, excess = self._parts[0], self._size - self.limit
+            if len(first) <= excess:
+                self._parts.popleft()
+                cut = len(first)
+            else:
+                self._parts[0] = first[excess:]
+                cut = excess
+            self._size -= cut
+            self.start += cut
+
+    def since(self, pos: int | None = None) -> str:
+        """The text of this stretch from ``pos`` (default: its beginning) to the end."""
+        pos = self.base if pos is None else max(pos, self.base)
+        marker = ""
+        if pos < self.start:
+            marker = (
+                f"[... {_size(self.start - pos)} of debugger output dropped: a session keeps "
+                f"the last {_size(self.limit)} (setting debug_output_max) ...]\n"
+            )
+            pos = self.start
+        return marker + "".join(self._parts)[pos - self.start :]
+
+    def clear(self) -> None:
+        self._parts.clear()
+        self._size = 0
+        self.start = self.base = self.end
+
+
 class _Output:
-    """pdb's stdout: kept until the next read carries it to the controller."""
+    """pdb's stdout: kept (bounded) until the next read carries it to the controller."""
 
     def __init__(self) -> None:
-        self._parts: list[str] = []
+        self._ring = OutputRing()
 
     def write(self, s: str) -> int:
-        self._parts.append(s)
+        self._ring.append(s)
         return len(s)
 
     def flush(self) -> None:
         pass
 
     def take(self) -> str:
-        out, self._parts = "".join(self._parts), []
+        out = self._ring.since()
+        self._ring.clear()
         return out
 
 
