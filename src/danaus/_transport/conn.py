@@ -553,6 +553,45 @@ class Connection:
             pending = bool(self._backlog)
         if pending and not self.closed and now < self._flush_deadline:
             self.loop.call_later(0.01, self.flush_and_close)
+        elif self.tcp and not self.tls and not self.closed and not pending:
+            self._shut_and_linger()
+        else:
+            self.close()
+
+    def _shut_and_linger(self) -> None:
+        """End our direction, then read and drop until the peer's EOF (I/O thread).
+
+        A TCP socket closed while bytes it received are still unread sends a
+        reset instead of a FIN, and a reset makes the peer's kernel throw away
+        what it had received but not yet read: the last frames we wrote would
+        be lost. The connection carries both directions, so the peer's pings
+        can always be in flight; hence the shutdown and the wait for its EOF
+        (bounded by ``flush_timeout``).
+        """
+        try:
+            self.loop.remove_reader(self.fd)
+            self.sock.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError, RuntimeError):
+            self.close()
+            return
+        self._linger()
+
+    def _linger(self) -> None:
+        while not self.closed:
+            try:
+                data = self.sock.recv(1 << 16)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self.close()
+                return
+            if not data:  # the peer's EOF: everything we wrote was read
+                self.close()
+                return
+        if self.closed:
+            return
+        if self._flush_deadline is not None and self.loop.time() < self._flush_deadline:
+            self.loop.call_later(0.01, self._linger)
         else:
             self.close()
 
