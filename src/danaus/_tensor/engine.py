@@ -241,8 +241,12 @@ class Engine:
         if stream is None:
             stream = get_active_stream().name
         with self._cond:
-            self._queue.extend((shape, stream, c) for c in cmds)
-            n = len(self._queue)
+            queue = self._queue  # under the lock: the sender swaps it for a new list
+            if len(cmds) == 1:
+                queue.append((shape, stream, cmds[0]))
+            else:
+                queue.extend((shape, stream, c) for c in cmds)
+            n = len(queue)
             if n == len(cmds) or n - len(cmds) < self._batch <= n:
                 self._cond.notify()
 

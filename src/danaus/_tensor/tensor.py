@@ -208,18 +208,23 @@ _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.la
 _VALUE, _NEW, _INPUT = 0, 1, 2
 
 
-def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
-    """A hashable key for ``func`` applied to ``flat``; ``None`` when it cannot be cached.
+def _cache_key(func: str, flat: list[Any], spec: Any) -> Any:
+    """A hashable key for the op named ``func`` applied to ``flat``; ``None`` when it cannot be cached.
 
     Each mesh tensor contributes its sizes, strides, storage offset, dtype and
     device, and its position among the tensors seen before (so ``x + x`` and
     ``x + y`` are told apart); other leaves their type and value.
     """
+    # the op's name, not the op: the name is unique per overload and hashes in C
     parts: list[Any] = [func, spec, torch.get_default_dtype()]
     seen: list[Tensor] = []
     for x in flat:
         if isinstance(x, Tensor):
-            alias = next((j for j, s in enumerate(seen) if s is x), -1)
+            alias = -1
+            for j, s in enumerate(seen):
+                if s is x:
+                    alias = j
+                    break
             seen.append(x)
             parts.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device, alias))
         elif isinstance(x, torch.Tensor):
@@ -423,7 +428,7 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
         device = handles[0][1].device if handles else engine.device
     if not isinstance(device, torch.device):
         device = torch.device(device)
-    key = None if name in _LIFT_OPS else _cache_key(func, flat, spec)
+    key = None if name in _LIFT_OPS else _cache_key(name, flat, spec)
     cached = _META_CACHE.get(key) if key is not None else None
     outs: list[int | None] = []
     results: list[Any] = []
