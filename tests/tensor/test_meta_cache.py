@@ -86,7 +86,7 @@ def test_a_shape_mismatch_after_warm_up_still_raises_at_the_op(mesh: ProcMesh) -
             a @ bad
         with pytest.raises(RuntimeError, match="broadcast"):
             a.add_(torch.ones(4))
-        with pytest.raises(RuntimeError, match="Promotion|result type"):
+        with pytest.raises(RuntimeError, match=r"Promotion|result type"):
             torch.ones(2, 3, dtype=torch.int64).add_(a)  # float into int, in place
         d = a @ b  # the engine goes on after the errors
     assert torch.equal(danaus.inspect(c), torch.full((2, 2), 6.0))

@@ -209,7 +209,7 @@ _VALUE, _NEW, _INPUT = 0, 1, 2
 
 
 def _cache_key(func: str, flat: list[Any], spec: Any) -> Any:
-    """A hashable key for the op named ``func`` applied to ``flat``; ``None`` when it cannot be cached.
+    """A hashable key for the op named ``func`` applied to ``flat``; ``None``: not cacheable.
 
     Each mesh tensor contributes its sizes, strides, storage offset, dtype and
     device, and its position among the tensors seen before (so ``x + x`` and
@@ -242,7 +242,7 @@ def _to_cache(key: Any, leaves: list[Any], spec: Any, inputs: dict[int, int]) ->
     ``inputs`` maps ``id`` of an input's meta tensor to its position among the
     op's leaves: a result that is an input is remembered as that position.
     """
-    entry = []
+    entry: list[tuple[int, Any]] = []
     for x in leaves:
         if isinstance(x, torch.Tensor):
             i = inputs.get(id(x))

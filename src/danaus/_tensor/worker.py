@@ -152,9 +152,8 @@ class TensorWorker(Actor):
         ``commands`` is a list, or the list pickled by the client's engine (plain
         commands only, see ``engine._packed``).
         """
-        if type(commands) is bytes:
-            commands = pickle.loads(commands)
-        self.streams.submit(stream, commands)
+        cmds = pickle.loads(commands) if isinstance(commands, bytes) else commands
+        self.streams.submit(stream, cmds)
 
     @endpoint
     def sync(self) -> None:
