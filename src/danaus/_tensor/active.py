@@ -88,9 +88,20 @@ class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
         return False  # no torch.compile wrapper around every op's dispatch: it costs ~10 us
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return _dispatch()(func, args, kwargs or {}, active_mesh())
+
+
+def _dispatch() -> Any:
+    """``tensor.dispatch`` (imported at first use: ``tensor`` imports this module)."""
+    global _DISPATCH
+    if _DISPATCH is None:
         from .tensor import dispatch
 
-        return dispatch(func, args, kwargs or {}, active_mesh())
+        _DISPATCH = dispatch
+    return _DISPATCH
+
+
+_DISPATCH: Any = None
 
 
 class Activation:

@@ -171,14 +171,15 @@ class Borrow:
         return f"<Borrow of {self.tensor!r} by {self.stream!r}, {state}>"
 
 
-def check_use(what: str, tensors: Any, mutated: Any = ()) -> None:
+def check_use(what: str, tensors: Any, mutated: Any = (), stream: Stream | None = None) -> None:
     """Monarch's stream rules for an op: its tensors are on the active stream and accessible.
 
     Raises ``ValueError`` naming the tensor and what to do (activate its
     stream, borrow it, drop the borrow first); not ``TypeError`` as Monarch,
     which torch's operators turn into "unsupported operand type(s)".
     """
-    stream = get_active_stream()
+    if stream is None:
+        stream = get_active_stream()
     for t in tensors:
         if t._stream is not stream:
             raise ValueError(

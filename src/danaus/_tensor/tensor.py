@@ -196,19 +196,37 @@ def _describe(t: torch.Tensor) -> str:
     return f"tensor of shape {list(t.shape)} and dtype {t.dtype} on {t.device}"
 
 
-# Result metadata of functional ops by (op, inputs' metadata, other arguments): a
-# repeated op (a training step's) skips running on meta tensors.
+# Result metadata of ops by (op, inputs' metadata, other arguments): a repeated op (a
+# training step's) skips running on meta tensors. A miss runs the op on meta tensors,
+# which raises a shape or dtype error; only what succeeded is remembered, so an error
+# is never skipped. In-place ops are remembered too (their results are their inputs),
+# unless they change an input's sizes or strides (``t_()``, ``resize_()``).
 _META_CACHE: dict[Any, Any] = {}
 _META_CACHE_MAX = 8192
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
+# a cache entry's leaves: a plain value, a new tensor's (sizes, strides, dtype), an input
+_VALUE, _NEW, _INPUT = 0, 1, 2
 
 
-def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
-    """A hashable key for ``func`` applied to ``flat``; ``None`` when it cannot be cached."""
+def _cache_key(func: str, flat: list[Any], spec: Any) -> Any:
+    """A hashable key for the op named ``func`` applied to ``flat``; ``None``: not cacheable.
+
+    Each mesh tensor contributes its sizes, strides, storage offset, dtype and
+    device, and its position among the tensors seen before (so ``x + x`` and
+    ``x + y`` are told apart); other leaves their type and value.
+    """
+    # the op's name, not the op: the name is unique per overload and hashes in C
     parts: list[Any] = [func, spec, torch.get_default_dtype()]
+    seen: list[Tensor] = []
     for x in flat:
         if isinstance(x, Tensor):
-            parts.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device))
+            alias = -1
+            for j, s in enumerate(seen):
+                if s is x:
+                    alias = j
+                    break
+            seen.append(x)
+            parts.append((tuple(x.shape), x.stride(), x.storage_offset(), x.dtype, x.device, alias))
         elif isinstance(x, torch.Tensor):
             return None
         elif type(x) in _PLAIN or isinstance(x, torch.memory_format):
@@ -218,16 +236,24 @@ def _cache_key(func: Any, flat: list[Any], spec: Any) -> Any:
     return tuple(parts)
 
 
-def _to_cache(key: Any, leaves: list[Any], spec: Any) -> None:
-    """Remember an op's result metadata (``None`` spec: a single tensor)."""
-    entry = []
+def _to_cache(key: Any, leaves: list[Any], spec: Any, inputs: dict[int, int]) -> None:
+    """Remember an op's results (``spec`` ``None``: a single tensor).
+
+    ``inputs`` maps ``id`` of an input's meta tensor to its position among the
+    op's leaves: a result that is an input is remembered as that position.
+    """
+    entry: list[tuple[int, Any]] = []
     for x in leaves:
         if isinstance(x, torch.Tensor):
-            if x.storage_offset() != 0 or x.device.type != "meta":
+            i = inputs.get(id(x))
+            if i is not None:
+                entry.append((_INPUT, i))
+            elif x.storage_offset() != 0 or x.device.type != "meta":
                 return  # an offset view: recompute each time
-            entry.append((True, (tuple(x.shape), x.stride(), x.dtype)))
+            else:
+                entry.append((_NEW, (tuple(x.shape), x.stride(), x.dtype)))
         elif type(x) in _PLAIN:
-            entry.append((False, x))
+            entry.append((_VALUE, x))
         else:
             return
     if len(_META_CACHE) >= _META_CACHE_MAX:
@@ -263,32 +289,68 @@ def _returns_alias(func: Any) -> bool:
 
 
 _NESTED = (tuple, list, dict)
+_SEQ = (tuple, list)
 
 
 def _flatten(args: Any, kwargs: dict[str, Any]) -> tuple[list[Any], Any]:
-    """``(args, kwargs)``'s leaves and how to rebuild them; a fast path for flat arguments."""
-    if not any(type(a) in _NESTED for a in args) and not any(
-        type(v) in _NESTED for v in kwargs.values()
-    ):
-        return [*args, *kwargs.values()], ("flat", len(args), tuple(kwargs))
-    return pytree.tree_flatten((args, kwargs))
+    """``(args, kwargs)``'s leaves and how to rebuild them.
+
+    Fast paths for what ops take: plain arguments, and lists or tuples of plain
+    leaves (sizes, ``_foreach`` tensor lists); anything deeper goes through pytree.
+    """
+    vals = (*args, *kwargs.values())
+    for v in vals:
+        if type(v) in _NESTED:
+            break
+    else:
+        return list(vals), ("flat", len(args), tuple(kwargs), None)
+    flat: list[Any] = []
+    layout: list[Any] = []
+    for v in vals:
+        tv = type(v)
+        if tv in _SEQ:
+            for x in v:
+                if type(x) in _NESTED:
+                    return pytree.tree_flatten((args, kwargs))
+            flat.extend(v)
+            layout.append((tv, len(v)))
+        elif tv is dict:
+            return pytree.tree_flatten((args, kwargs))
+        else:
+            flat.append(v)
+            layout.append(None)
+    return flat, ("flat", len(args), tuple(kwargs), tuple(layout))
 
 
 def _unflatten(flat: list[Any], spec: Any) -> Any:
     if type(spec) is tuple:
-        n, keys = spec[1], spec[2]
-        return tuple(flat[:n]), dict(zip(keys, flat[n:], strict=True))
+        n, keys, layout = spec[1], spec[2], spec[3]
+        if layout is None:
+            vals = flat
+        else:
+            vals = []
+            i = 0
+            for item in layout:
+                if item is None:
+                    vals.append(flat[i])
+                    i += 1
+                else:
+                    ctor, k = item
+                    vals.append(ctor(flat[i : i + k]))
+                    i += k
+        return tuple(vals[:n]), dict(zip(keys, vals[n:], strict=True))
     return pytree.tree_unflatten(flat, spec)
 
 
 def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tensor]:
     """The mesh tensors ``func`` writes in place (from its schema)."""
-    out = []
+    out: list[Tensor] = []
     for pos, arg_name in _mutated_args(func):
         v = args[pos] if pos < len(args) else kwargs.get(arg_name)
-        for leaf in pytree.tree_leaves(v):
-            if isinstance(leaf, Tensor):
-                out.append(leaf)
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, _SEQ):
+            out.extend(x for x in v if isinstance(x, Tensor))
     return out
 
 
@@ -356,37 +418,43 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
             "`.item()`, `bool(t)`, `float(t)`, `torch.equal`); fetch it instead with "
             "`danaus.inspect(t)` (blocks) or `danaus.fetch_shard(t)` (a future)"
         )
-    mutated = _mutated_handles(func, args, kwargs)
+    mutated = _mutated_handles(func, args, kwargs) if mutable else []
+    stream = get_active_stream()
     if handles:
-        check_use(name, [t for _, t in handles], mutated)
+        check_use(name, [t for _, t in handles], mutated, stream)
     engine = engine_for(mesh)
     device = kwargs.get("device")
     if device is None:
         device = handles[0][1].device if handles else engine.device
     if not isinstance(device, torch.device):
         device = torch.device(device)
-    key = None if mutable or name in _LIFT_OPS else _cache_key(func, flat, spec)
+    key = None if name in _LIFT_OPS else _cache_key(name, flat, spec)
     cached = _META_CACHE.get(key) if key is not None else None
     outs: list[int | None] = []
     results: list[Any] = []
     if cached is not None:  # a repeated op: no meta tensors at all
         entry, out_spec = cached
-        for is_tensor, v in entry:
-            if is_tensor:
-                h = Tensor(v, mesh, engine, device)
+        for kind, v in entry:
+            if kind == _NEW:
+                h = Tensor(v, mesh, engine, device, stream)
                 outs.append(h._ref)
                 results.append(h)
+            elif kind == _INPUT:  # an in-place op returns its input
+                outs.append(None)
+                results.append(flat[v])
             else:
                 results.append(v)
-        if not outs:
+        if not outs and not mutable:
             return pytree.tree_unflatten(results, out_spec)
     else:
         # metadata on the client: the same op on meta tensors
         meta_flat = list(flat)
         by_meta: dict[int, Tensor] = {}
+        positions: dict[int, int] = {}
         for i, t in handles:
-            meta_flat[i] = t._meta
-            by_meta[id(t._meta)] = t
+            m = meta_flat[i] = t._meta
+            by_meta[id(m)] = t
+            positions[id(m)] = i
         margs, mkwargs = _unflatten(meta_flat, spec)
         if "device" in mkwargs:
             mkwargs = {**mkwargs, "device": "meta"}
@@ -403,8 +471,8 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
             out_flat, out_spec = [out], None
         else:
             out_flat, out_spec = pytree.tree_flatten(out)
-        if key is not None:
-            _to_cache(key, out_flat, out_spec)
+        if key is not None and all(_same_metadata(t) for t in mutated):
+            _to_cache(key, out_flat, out_spec, positions)
         if not any(isinstance(x, torch.Tensor) for x in out_flat) and not mutable:
             return out  # metadata only (sizes, strides, is_same_size): nothing to send
         for x in out_flat:
@@ -414,7 +482,7 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
                     outs.append(None)
                     results.append(same)
                     continue
-                h = Tensor(x, mesh, engine, device)
+                h = Tensor(x, mesh, engine, device, stream)
                 outs.append(h._ref)
                 results.append(h)
             else:
@@ -431,7 +499,16 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
     engine.send(
         mesh._shape,
         CallOp(name, wargs, wkwargs, tuple(outs), tuple(t._ref for t in mutated), not handles),
+        stream=stream.name,
     )
     if out_spec is None:
         return results[0]
     return pytree.tree_unflatten(results, out_spec)
+
+
+def _same_metadata(t: Tensor) -> bool:
+    """Whether ``t``'s meta tensor still has its sizes and strides (not ``t_()``, ``resize_()``)."""
+    m = t._meta
+    return bool(
+        m.shape == t.shape and m.stride() == t.stride() and m.storage_offset() == t.storage_offset()
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import threading
 import traceback
 from typing import Any
@@ -145,9 +146,14 @@ class TensorWorker(Actor):
         return {"pid": os.getpid(), "rank": self.rank, "device": str(self.device)}
 
     @endpoint
-    def run(self, stream: str, commands: list[Any]) -> None:
-        """Queue ``commands`` on ``stream``, after what was queued there; never raises."""
-        self.streams.submit(stream, commands)
+    def run(self, stream: str, commands: list[Any] | bytes) -> None:
+        """Queue ``commands`` on ``stream``, after what was queued there; never raises.
+
+        ``commands`` is a list, or the list pickled by the client's engine (plain
+        commands only, see ``engine._packed``).
+        """
+        cmds = pickle.loads(commands) if isinstance(commands, bytes) else commands
+        self.streams.submit(stream, cmds)
 
     @endpoint
     def sync(self) -> None:
