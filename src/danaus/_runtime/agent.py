@@ -28,7 +28,7 @@ from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Lost, Message, Ready
 from .logagent import LogCapture
 from .runtime import STATUS_EXC, STATUS_OK, Runtime
-from .zygote import read_msg, write_msg, zygote_loop
+from .zygote import PipeWriter, read_msg, zygote_loop
 
 __all__ = [
     "describe_exit",
@@ -100,6 +100,7 @@ class Agent:
         rt.register(Kind.ATTACH, self._on_attach)
         rt.register(Kind.SHUTDOWN_HOST, self._on_shutdown)
         rt.loop.add_reader(resp_r, self._on_zygote)
+        self.to_zygote = PipeWriter(rt.loop, req_w, lambda: self._exit("the zygote died"))
         if worker:
             rt.lost_callbacks.append(self._on_lost)
         else:
@@ -167,7 +168,7 @@ class Agent:
             boot = {**boot, **self.logs.open(proc, requester, boot)}
             boot["secret"] = self.secret  # through the zygote's pipe, not a frame
             self.procs[proc.name] = (proc, requester)
-            write_msg(self.req_w, ("fork", proc.name, boot))
+            self.to_zygote.send(("fork", proc.name, boot))
 
     def _on_kill(self, conn: Any, msg: Message) -> None:
         for name in msg.header.names:

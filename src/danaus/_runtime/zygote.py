@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["read_msg", "set_pdeathsig", "write_msg", "zygote_loop"]
+__all__ = ["PipeWriter", "read_msg", "set_pdeathsig", "write_msg", "zygote_loop"]
 
 _LEN = struct.Struct("<I")
 _PR_SET_PDEATHSIG = 1
@@ -38,6 +38,56 @@ def write_msg(fd: int, msg: Any) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+
+class PipeWriter:
+    """Length-prefixed pickles written to a pipe from an event loop, never blocking it.
+
+    The agent asks its zygote for procs through a pipe of 64 KiB; the zygote
+    forks one at a time, so a request for many procs fills the pipe long
+    before they are all forked. A blocking write there would hold the agent's
+    I/O loop (no heartbeats, no other requests) until the zygote caught up:
+    spawning 64 procs on a loaded host stalled it past the heartbeat timeout.
+    What the pipe does not take is kept, in order, and written when it can be.
+    ``on_broken`` is called once if the reader is gone.
+    """
+
+    def __init__(self, loop: Any, fd: int, on_broken: Callable[[], None]) -> None:
+        self.loop = loop
+        self.fd = fd
+        self.on_broken = on_broken
+        self.pending = bytearray()
+        self._watching = False
+        os.set_blocking(fd, False)
+
+    def send(self, msg: Any) -> None:
+        """Queue ``msg`` and write what the pipe takes now (the loop's thread)."""
+        data = pickle.dumps(msg, protocol=5)
+        self.pending += _LEN.pack(len(data))
+        self.pending += data
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.pending:
+            try:
+                n = os.write(self.fd, self.pending)
+            except (BlockingIOError, InterruptedError):
+                if not self._watching:
+                    self._watching = True
+                    self.loop.add_writer(self.fd, self._flush)
+                return
+            except OSError:  # EPIPE: the zygote is gone
+                self.pending.clear()
+                self._stop_watching()
+                self.on_broken()
+                return
+            del self.pending[:n]
+        self._stop_watching()
+
+    def _stop_watching(self) -> None:
+        if self._watching:
+            self._watching = False
+            self.loop.remove_writer(self.fd)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
