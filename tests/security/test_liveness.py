@@ -54,6 +54,7 @@ def test_a_stopped_proc_on_this_host_is_lost_and_its_pending_call_fails(tmp_path
 
 
 STALLED_CLIENT = """
+import threading
 import time
 import danaus.actor, danaus.config
 from danaus._runtime import proc
@@ -73,11 +74,17 @@ print("before", list(actors.echo.call(1).get(timeout=30).values()), flush=True)
 # Only this client gets the short timeout (its procs keep the default 5 s).
 danaus.config.configure(heartbeat_interval=0.1, heartbeat_timeout=1.0)
 rt = proc.current()
-time.sleep(0.5)  # a tick on the new interval, so the stall lands between two ticks
-# The client's own I/O loop stalls for 2.5 s (a process starved of CPU or of
-# the GIL): the procs' pings go unread, but the procs are fine.
-rt.loop.call_soon_threadsafe(time.sleep, 2.5)
-time.sleep(3.5)
+after_stall = threading.Event()
+
+def stall():
+    # The client's own I/O loop stalls for 2.5 s (a process starved of CPU or
+    # of the GIL): the procs' pings go unread, but the procs are fine.
+    time.sleep(2.5)
+    # Let several heartbeat ticks (0.1 s apart) judge the silence first.
+    rt.loop.call_later(0.5, after_stall.set)
+
+rt.loop.call_soon_threadsafe(stall)
+assert after_stall.wait(30), "the client's loop never came back"
 print("after", list(actors.echo.call(2).get(timeout=30).values()), flush=True)
 print("faults", len(faults), flush=True)
 """

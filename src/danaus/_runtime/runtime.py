@@ -156,7 +156,6 @@ class Runtime(PeerTable):
         self._port_ids = itertools.count(1)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
-        self._hb_due = 0.0  # when the next heartbeat tick is due (loop time)
         self._dialled: set[Connection] = set()  # connections we dialled, open
         self._accepted: set[Connection] = set()  # connections others dialled, open
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
@@ -221,7 +220,6 @@ class Runtime(PeerTable):
             self._listener = listen(self._unix)
             self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
         if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
-            self._hb_due = self.loop.time() + config.get("heartbeat_interval")
             self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
         if in_thread:
             self.thread = threading.Thread(
@@ -313,15 +311,6 @@ class Runtime(PeerTable):
         now = self.loop.time()
         interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
         conns = self.all_connections()
-        # Silence is judged on our own running time. If this tick comes late,
-        # this loop itself did not run (the process was starved of CPU or of
-        # the GIL): the pings that arrived meanwhile are still unread, so that
-        # stretch is not held against the peers.
-        late = now - self._hb_due
-        if late > interval:
-            for conn in conns:
-                conn.last_recv = min(now, conn.last_recv + late)
-        self._hb_due = now + interval
         ping = None
         me = self.proc_id.name
         for conn in conns:
