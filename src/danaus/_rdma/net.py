@@ -62,6 +62,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime.runtime import STATUS_OK, Runtime
+from .._runtime import node as _node
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
@@ -371,15 +372,33 @@ def _drain(sock: socket.socket, nbytes: int) -> None:
         left -= k
 
 
-_server: _Server | None = None
+class DataServer:
+    """The node's part for the data plane: its data server, started on first use.
+
+    Closed with the node (``shutdown_context()``), so a client that starts
+    again gets a new server and the old listener does not outlive its session.
+    """
+
+    def __init__(self) -> None:
+        self.server: _Server | None = None
+
+    def address(self, rt: Runtime) -> tuple[str, int]:
+        if self.server is None or self.server.pid != os.getpid() or self.server.rt is not rt:
+            self.server = _Server(rt)
+        return self.server.address
+
+    def on_node_end(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
 
 def _server_address(rt: Runtime) -> tuple[str, int]:
     """Start this process's data server on first use (I/O thread); its ``(host, port)``."""
-    global _server
-    if _server is None or _server.pid != os.getpid() or _server.rt is not rt:
-        _server = _Server(rt)
-    return _server.address
+    node = _node.current()
+    if node is None or node.runtime is not rt:
+        raise RuntimeError(f"proc {rt.proc_id.name} has no running node to serve data from")
+    return node.part(DataServer).address(rt)
 
 
 def _on_data_address(rt: Runtime, frame: Message) -> None:

@@ -51,7 +51,11 @@ class Node:
         self._parts: dict[type, Any] = {}
 
     def part(self, cls: type[T]) -> T:
-        """The state of one subsystem on this node: ``cls()``, made on first use."""
+        """The state of one subsystem on this node: ``cls()``, made on first use.
+
+        A part with an ``on_node_end()`` method has it called when the client's
+        node ends (:func:`end`), before the runtime closes.
+        """
         try:
             return self._parts[cls]  # type: ignore[no-any-return]
         except KeyError:
@@ -113,6 +117,10 @@ def end(node: Node) -> None:
         node.closed = True
         if _node is node:
             _node = None
+    for part in list(node.parts().values()):
+        on_end = getattr(part, "on_node_end", None)
+        if on_end is not None:
+            on_end()  # e.g. the data server stops listening
     rt = node.runtime
     done = threading.Event()
 

@@ -1,0 +1,46 @@
+"""The data server belongs to the node: one per session, closed when the session ends."""
+
+from __future__ import annotations
+
+import socket
+import types
+
+import pytest
+
+from danaus._rdma import net
+from danaus._runtime import node as node_mod
+
+
+def _stub_runtime(tmp_path) -> types.SimpleNamespace:
+    listener = socket.create_server(("127.0.0.1", 0))
+    return types.SimpleNamespace(
+        _tcp_listener=listener,
+        tcp_advertise="127.0.0.1",
+        secret=b"s" * 32,
+        proc_id=types.SimpleNamespace(name="stub"),
+        thread=None,
+        job_dir=str(tmp_path / "job"),
+    )
+
+
+def test_the_data_server_is_made_once_and_stops_listening_when_its_node_ends(tmp_path) -> None:
+    rt = _stub_runtime(tmp_path)
+    node = node_mod.Node(rt, client=True)  # type: ignore[arg-type]
+    part = node.part(net.DataServer)
+    address = part.address(rt)  # type: ignore[arg-type]
+    socket.create_connection(address, timeout=5).close()  # it listens
+    assert part.address(rt) == address  # type: ignore[arg-type]  # the same server on reuse
+    node_mod.end(node)
+    assert part.server is None
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address, timeout=5)
+    rt._tcp_listener.close()
+
+
+def test_a_node_that_is_not_current_serves_no_data_address(tmp_path) -> None:
+    rt = _stub_runtime(tmp_path)
+    try:
+        with pytest.raises(RuntimeError, match="no running node"):
+            net._server_address(rt)  # type: ignore[arg-type]
+    finally:
+        rt._tcp_listener.close()
