@@ -352,6 +352,7 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
 MinJobAge=300
+GresTypes=gpu
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
@@ -390,13 +391,19 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, hosts_network: Network) -> I
     key.chmod(0o400)
     hosts = {f"danaus{i + 1}": hosts_network.add_host() for i in range(SLURM_NODES)}
     conf = d / "slurm.conf"
+    # Two GPUs per node, stand-in files for devices: enough for Slurm to grant
+    # or refuse --gpus-per-node, which is what SlurmJob's tests check.
+    for i in range(2):
+        (d / f"gpu{i}").touch()
+    (d / "gres.conf").write_text(f"Name=gpu File={d}/gpu[0-1]\n")
     conf.write_text(
         SLURM_CONF.format(
             d=d,
             controller=socket.gethostname().split(".")[0],
             controller_ip=hosts_network.gateway,
             nodes="\n".join(
-                f"NodeName={name} NodeAddr={h.ip} CPUs=2 State=UNKNOWN" for name, h in hosts.items()
+                f"NodeName={name} NodeAddr={h.ip} CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN"
+                for name, h in hosts.items()
             ),
             user="root",
             ctld_port=free_port(),
@@ -432,10 +439,15 @@ def slurm(tmp_path_factory: pytest.TempPathFactory, hosts_network: Network) -> I
             node = Daemon(f"slurmd {name}", argv, env)
             daemons.append(node)
             node.wait_for("slurmd started on")
-        wait_until(
-            lambda: cluster.run("sinfo", "-h", "-o", "%T").stdout.strip() == "idle",
-            "the Slurm nodes becoming idle",
-        )
+        try:
+            wait_until(
+                lambda: cluster.run("sinfo", "-h", "-o", "%T").stdout.strip() == "idle",
+                "the Slurm nodes becoming idle",
+            )
+        except pytest.fail.Exception:
+            nodes = cluster.run("sinfo", "-N", "-h", "-o", "%N %T %E").stdout
+            logs = "\n".join(line for dm in daemons for line in dm.lines[-15:])
+            pytest.fail(f"the Slurm nodes did not become idle:\n{nodes}\n{logs}")
         yield cluster
     finally:
         try:

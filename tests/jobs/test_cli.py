@@ -47,9 +47,13 @@ def test_apply_exec_kill_drive_one_job_from_separate_commands(tmp_path: Path) ->
         "[hosts=1,gpus=0] 1/2 0/2 2",
         "[hosts=1,gpus=1] 1/2 1/2 3",
     ]
-    one = danaus(tmp_path, "exec", "--", "sh", "-c", "echo rank $DANAUS_RANK of $DANAUS_SIZE")
+    rank = ["sh", "-c", "echo rank $DANAUS_RANK of $DANAUS_SIZE"]
+    one = danaus(tmp_path, "exec", "--", *rank)  # --one is the default
     assert one.returncode == 0, one.stderr
     assert one.stdout.splitlines() == ["[hosts=0] rank 0 of 2"]
+    explicit = danaus(tmp_path, "exec", "--one", "--per-host", "gpus=2", "--", *rank)
+    assert explicit.returncode == 0, explicit.stderr
+    assert explicit.stdout.splitlines() == ["[hosts=0,gpus=0] rank 0 of 4"]
     point = danaus(tmp_path, "exec", "--point", "hosts=1", "--", "sh", "-c", "echo no >&2; exit 3")
     assert point.returncode == 3
     assert point.stderr.splitlines()[-2:] == ["[hosts=1] no", "[hosts=1] exited with 3"]

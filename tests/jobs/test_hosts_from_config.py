@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from danaus._job.config import expand_hostlist
+from danaus.testing import client_env
 
-from .conftest import LocalWorker, Scripts, free_port
+from .conftest import LocalWorker, Scripts, Slurm, free_port, wait_until
 
 
 def test_slurm_host_lists_expand_like_scontrol_show_hostnames() -> None:
@@ -66,3 +69,71 @@ def test_elsewhere_it_starts_two_local_hosts_ended_at_exit(scripts: Scripts) -> 
     out, err = client.communicate(timeout=60)
     assert client.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["sizes"] == {"hosts": 2}
+
+
+IN_SRUN_ALLOCATION = """\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --job-name=danaus_fromconfig
+#SBATCH --output={out}
+# docs/jobs.md's batch script: the workers by srun, then the client beside them.
+srun --ntasks-per-node=1 {python} -m danaus worker --listen tcp://0.0.0.0:$DANAUS_WORKER_PORT &
+{python} {client}
+"""
+
+SRUN_CLIENT = """
+    import json, os
+    from danaus.actor import Actor, endpoint, hosts_from_config
+
+    class Where(Actor):
+        @endpoint
+        def where(self):
+            return {"node": os.environ.get("SLURMD_NODENAME"),
+                    "netns": os.stat("/proc/self/ns/net").st_ino}
+
+    hosts = hosts_from_config("trainers")
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    answers = list(procs.spawn("where", Where).where.call().get(timeout=60).values())
+    with open("result.json", "w") as f:
+        json.dump({"sizes": procs.sizes, "answers": answers,
+                   "client_netns": os.stat("/proc/self/ns/net").st_ino}, f)
+    procs.stop().get(timeout=30)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_in_a_real_allocation_it_attaches_to_the_workers_srun_started(
+    slurm: Slurm, scripts: Scripts, job_secret: str
+) -> None:
+    d = scripts.tmp_path
+    client = scripts.write(SRUN_CLIENT, "client.py")
+    batch = IN_SRUN_ALLOCATION.format(out=d / "job.out", python=sys.executable, client=client)
+    env = {
+        **slurm.env,
+        **client_env(),
+        "DANAUS_SECRET": job_secret,  # the job's environment, as in the docs
+        "DANAUS_WORKER_PORT": str(free_port()),
+    }
+    sub = subprocess.run(
+        ["sbatch", "--parsable", f"--chdir={d}"],
+        input=batch,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip()
+    wait_until(
+        lambda: slurm.job_state(job_id) not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"),
+        "the batch job ending",
+        timeout=100,
+    )
+    log = (d / "job.out").read_text() if (d / "job.out").exists() else "(no log)"
+    assert slurm.job_state(job_id) == "COMPLETED", log
+    result = json.loads((d / "result.json").read_text())
+    assert result["sizes"] == {"hosts": 2, "gpus": 2}
+    nodes = ["danaus1", "danaus1", "danaus2", "danaus2"]
+    assert [a["node"] for a in result["answers"]] == nodes  # $SLURM_JOB_NODELIST's order
+    assert [a["netns"] for a in result["answers"]] == [slurm.nodes[n].netns_inode for n in nodes]
+    assert result["client_netns"] == slurm.nodes["danaus1"].netns_inode

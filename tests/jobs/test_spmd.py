@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -166,3 +167,53 @@ def test_the_same_script_on_a_two_node_slurm_allocation_ends_with_torchruns_weig
     assert mine == [slurm.nodes["danaus1"].ip]  # the master: rank 0's node
     assert any(line.startswith("[spmd {hosts=") for line in stdout.splitlines())
     _assert_same_weights(out, torchrun_weights)
+
+
+ELASTIC_ENV = """
+    import json, os
+    from danaus.actor import Actor, endpoint
+    from danaus.job import ProcessJob
+    from danaus.spmd import setup_torch_elastic_env
+
+    NAMES = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+             "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+             "MASTER_ADDR", "MASTER_PORT"]
+
+    class Env(Actor):  # another actor of the same procs: it sees the process's environment
+        @endpoint
+        def env(self):
+            return {name: os.environ.get(name) for name in NAMES}
+
+    job = ProcessJob({"hosts": 2})
+    try:
+        procs = job.state(cached_path=None).hosts.spawn_procs(per_host={"gpus": 2})
+        setup_torch_elastic_env(procs)
+        first = list(procs.spawn("env", Env).env.call().get(timeout=30).values())
+        setup_torch_elastic_env(procs, master_addr="10.1.2.3", master_port=4567)
+        again = list(procs.spawn("env2", Env).env.call().get(timeout=30).values())
+        print(json.dumps({"first": first, "again": again}), flush=True)
+    finally:
+        job.kill()
+"""
+
+
+def test_setup_torch_elastic_env_gives_every_proc_torchruns_eleven_variables(
+    scripts: Scripts,
+) -> None:
+    out = scripts.run(ELASTIC_ENV)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    first = result["first"]
+    assert [e["RANK"] for e in first] == ["0", "1", "2", "3"]  # hosts x gpus, row major
+    assert [e["LOCAL_RANK"] for e in first] == ["0", "1", "0", "1"]
+    assert [e["GROUP_RANK"] for e in first] == ["0", "0", "1", "1"]
+    assert [e["ROLE_RANK"] for e in first] == ["0", "1", "2", "3"]
+    for e in first:
+        assert (e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"], e["GROUP_WORLD_SIZE"]) == ("4", "2", "2")
+        assert (e["ROLE_WORLD_SIZE"], e["ROLE_NAME"]) == ("4", "default")
+    # Without a master given: the first proc's address and a free port, the same for all.
+    masters = {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in first}
+    assert len(masters) == 1
+    addr, port = masters.pop()
+    assert addr == "127.0.0.1" and 0 < int(port) < 65536
+    assert {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in result["again"]} == {("10.1.2.3", "4567")}

@@ -91,3 +91,47 @@ def test_a_host_that_refuses_ssh_is_named_with_sshs_error(sshd: SSHD) -> None:
     assert "could not start a worker on host '127.0.0.1'" in str(e.value)
     assert "Connection refused" in str(e.value)
     assert f"port {closed}" in str(e.value)
+
+
+RECONNECT = """
+    import json, os, sys
+    from danaus.actor import Actor, endpoint
+    from danaus.job import SSHJob
+
+    class Worker(Actor):
+        @endpoint
+        def worker(self):
+            with open(f"/proc/{os.getppid()}/stat") as f:  # proc -> zygote -> worker
+                return int(f.read().rpartition(")")[2].split()[1])
+
+    ssh_args, port = json.loads(sys.argv[1]), int(sys.argv[2])
+    job = SSHJob(["127.0.0.1", "127.0.0.2"], python_exe=sys.executable, ssh_args=ssh_args,
+                 port=port)
+    hosts = job.state().hosts  # applies, or reconnects through .danaus/job_state.pkl
+    procs = hosts.spawn_procs(per_host={"gpus": 1})
+    workers = list(procs.spawn("w", Worker).worker.call().get(timeout=30).values())
+    print(json.dumps({"workers": workers, "started": bool(job.workers)}), flush=True)
+    if sys.argv[3:] == ["kill"]:
+        job.kill()
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_second_client_reconnects_to_the_workers_ssh_started(
+    sshd: SSHD, scripts: Scripts
+) -> None:
+    path = scripts.write(RECONNECT)
+    args = [json.dumps(sshd.ssh_args), str(free_port())]
+    first = scripts.start_path(path, *args)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    one = json.loads(out.strip().splitlines()[-1])
+    assert one["started"] and len(set(one["workers"])) == 2
+    # The first client exited without kill(): the second attaches to the same workers.
+    second = scripts.start_path(path, *args, "kill")
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    two = json.loads(out.strip().splitlines()[-1])
+    assert two == {"workers": one["workers"], "started": False}
+    assert wait_pids_gone(one["workers"]) == []  # its kill() ended them over ssh
+    assert not (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()

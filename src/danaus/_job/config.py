@@ -2,7 +2,8 @@
 
 Inside a Slurm allocation (``$SLURM_JOB_NODELIST`` set), with a ``danaus
 worker`` started on every node (``srun danaus worker --listen
-tcp://0.0.0.0:PORT``), it attaches to those workers. Elsewhere it does what
+tcp://0.0.0.0:PORT``), it attaches to those workers, at each node's
+``NodeAddr`` as ``scontrol`` reports it (the node's name where it cannot). Elsewhere it does what
 Monarch's stand-in does: it starts two local worker hosts, so that examples
 written for a cluster run on a laptop.
 """
@@ -16,6 +17,7 @@ import re
 from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
 from .jobs import ProcessJob
+from .slurm import _bracket, node_addresses
 
 __all__ = ["expand_hostlist", "hosts_from_config"]
 
@@ -70,9 +72,11 @@ def _split_top(hostlist: str) -> list[str]:
 def hosts_from_config(name: str) -> HostMesh:
     """The host mesh named ``name`` (dimension ``hosts``) of where this program runs.
 
-    In a Slurm allocation: one host per node of ``$SLURM_JOB_NODELIST``,
-    attached on the setting ``worker_port`` (``$DANAUS_WORKER_PORT``, default
-    26600) with the job secret ``$DANAUS_SECRET``. Elsewhere: the setting
+    In a Slurm allocation: one host per node of ``$SLURM_JOB_NODELIST``, in
+    that order, attached at the node's ``NodeAddr`` (``scontrol show node``;
+    its name when Slurm's commands are not there) on the setting
+    ``worker_port`` (``$DANAUS_WORKER_PORT``, default 26600) with the job
+    secret ``$DANAUS_SECRET``. Elsewhere: the setting
     ``local_hosts`` (2) local worker processes, ended when this program exits.
     """
     if not isinstance(name, str) or not name:
@@ -83,7 +87,9 @@ def hosts_from_config(name: str) -> HostMesh:
         if not 0 < port < 65536:
             raise ValueError(f"the setting worker_port must be a TCP port number, got {port!r}")
         nodes = expand_hostlist(nodelist)
-        return attach_to_workers(workers=[f"tcp://{n}:{port}" for n in nodes], name=name)
+        addrs = node_addresses(nodelist)
+        workers = [f"tcp://{_bracket(addrs.get(n, n))}:{port}" for n in nodes]
+        return attach_to_workers(workers=workers, name=name)
     job = ProcessJob({"hosts": config.get("local_hosts")})
     if not _local_jobs:
         atexit.register(_kill_local)

@@ -22,7 +22,7 @@ from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
 from .jobs import JobTrait, _check_mesh_name, _job_secret, client_argv, worker_port
 
-__all__ = ["SlurmError", "SlurmJob"]
+__all__ = ["SlurmError", "SlurmJob", "node_addresses"]
 
 LOG_TAIL = 3000  # bytes of the job's log quoted when it fails (an error message's length)
 
@@ -52,7 +52,14 @@ class SlurmJob(JobTrait):
     listens on; ``slurm_args`` are extra ``#SBATCH`` options (``"--reservation=x"``);
     ``time_limit`` (``"HH:MM:SS"``), ``partition``, ``gpus_per_node``,
     ``cpus_per_task``, ``mem``, ``account``, ``qos``, ``exclusive`` map to the
-    sbatch options of those names. The job's output goes to
+    sbatch options of those names; ``ntasks_per_node`` is the allocation's
+    ``--ntasks-per-node`` (what Slurm reserves per node: CPUs, and the
+    tasks of your own ``srun`` steps), while danaus runs one worker per node
+    either way (spawn several procs per host with ``spawn_procs``). The job is
+    submitted ``--no-requeue``: a node that fails ends it (``NODE_FAIL``) and
+    the client's ``SlurmError`` quotes Slurm's reason, where a requeued job
+    would come back with new workers that hold none of the client's procs
+    (``slurm_args=["--requeue"]`` asks for it anyway). The job's output goes to
     ``log_dir/slurm-JOBID-JOBNAME.out`` (``log_dir`` defaults to the current
     directory). ``job_start_timeout`` (seconds, ``None``: no limit) bounds the
     wait for the allocation; past it the job is cancelled and ``SlurmError``
@@ -189,6 +196,7 @@ class SlurmJob(JobTrait):
                 lines.append(f"#SBATCH --{flag}={value}")
         if self._exclusive:
             lines.append("#SBATCH --exclusive")
+        lines.append("#SBATCH --no-requeue")  # slurm_args come later: "--requeue" there wins
         lines += [f"#SBATCH {arg}" for arg in self._slurm_args]
         # Every node listens on its NodeAddr, the address clients connect to (a worker
         # on 0.0.0.0 would advertise loopback). The secret is in the job's environment.
@@ -281,9 +289,13 @@ class SlurmJob(JobTrait):
     def _ended(self, info: dict[str, str]) -> SlurmError:
         state = info.get("JobState", "gone")
         reason = info.get("Reason", "none given")
+        if info and state not in _ENDED:  # e.g. PENDING again: requeued (slurm_args --requeue)
+            what = f"stopped running ({state}, reason {reason}, restarts {info.get('Restarts')})"
+        else:
+            what = f"ended ({state}, reason {reason})"
         return SlurmError(
-            f"Slurm job {self.job_id} ended ({state}, reason {reason}) before its workers "
-            f"were ready; its log {self.log_path} ends with:\n{self._log_tail()}"
+            f"Slurm job {self._job()} {what} before its workers were ready; its log "
+            f"{self.log_path} ends with:\n{self._log_tail()}"
         )
 
     def _log_tail(self) -> str:
@@ -327,15 +339,9 @@ class SlurmJob(JobTrait):
         out = _run(["scontrol", "show", "hostnames", nodelist])
         if out.returncode != 0:
             raise SlurmError(f"scontrol show hostnames {nodelist} failed: {out.stderr.strip()}")
-        nodes = []
-        for name in out.stdout.split():
-            node = _run(["scontrol", "-o", "show", "node", name])
-            addr = name
-            for word in node.stdout.split():
-                if word.startswith("NodeAddr="):
-                    addr = word[len("NodeAddr=") :]
-            nodes.append((name, addr))
-        return nodes
+        names = out.stdout.split()
+        addrs = node_addresses(nodelist)
+        return [(name, addrs.get(name, name)) for name in names]
 
     # -- attaching, ending -----------------------------------------------------------
 
@@ -349,8 +355,9 @@ class SlurmJob(JobTrait):
                 f"tcp://{_bracket(addr)}:{self._port}" for _, addr in (next(it) for _ in range(n))
             ]
             meshes[name] = attach_to_workers(workers=addrs, secret=self._secret)
-        # Workers that die at start (no danaus there, port taken) end the job: say so
-        # with the log, rather than let the attach retry until its deadline.
+        # Workers that die at start (no danaus there, port taken) end the job, as does
+        # a node that fails: say so with Slurm's reason and the log, rather than let
+        # the attach retry until its deadline.
         for mesh in meshes.values():
             while True:
                 try:
@@ -358,7 +365,7 @@ class SlurmJob(JobTrait):
                     break
                 except TimeoutError:
                     info = self._job_info()
-                    if not info or info.get("JobState") in _ENDED:
+                    if info.get("JobState") != "RUNNING":
                         raise self._ended(info) from None
         return meshes
 
@@ -381,6 +388,24 @@ class SlurmJob(JobTrait):
             if out.returncode != 0 and "Invalid job id" not in out.stderr:
                 raise SlurmError(f"scancel {self.job_id} failed: {out.stderr.strip()}")
         self._nodes = []
+
+
+def node_addresses(nodelist: str) -> dict[str, str]:
+    """Node name -> ``NodeAddr`` (the address Slurm reaches it at) for the nodes of
+    ``nodelist`` (a Slurm host list, ``"n[01-04]"``), from one ``scontrol show node``.
+
+    Names Slurm does not know, or all of them when ``scontrol`` fails, are left out.
+    """
+    try:
+        out = _run(["scontrol", "-o", "show", "node", nodelist])
+    except SlurmError:
+        return {}
+    addrs: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        fields = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
+        if fields.get("NodeName") and fields.get("NodeAddr"):
+            addrs[fields["NodeName"]] = fields["NodeAddr"]
+    return addrs
 
 
 def _bracket(addr: str) -> str:
