@@ -130,3 +130,26 @@ def test_garbage_on_the_data_server_closes_only_that_connection(data_server, buf
         wait_closed(s)
     sock, _session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
     sock.close()
+
+
+def test_the_data_server_survives_a_thread_that_cannot_start(data_server, monkeypatch) -> None:
+    # "can't start new thread" (a process at its thread limit) for the first data thread:
+    # that connection is shed, the accept loop goes on and serves the next one.
+    real = net.threading.Thread
+    failed: list[str] = []
+
+    class Failing(real):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            if self.name == "danaus-rdma-data" and not failed:
+                failed.append(self.name)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(net.threading, "Thread", Failing)
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as first:
+        assert wait_closed(first) == b"", "the connection whose thread failed was served"
+    assert failed == ["danaus-rdma-data"]
+    sock, session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    sock.close()
+    assert session is not None

@@ -166,11 +166,14 @@ from danaus._transport.auth import Handshake
 
 SECRET = b"s" * 32
 paused = threading.Event()
+pauses = []
 
 class Seen(logging.Handler):
     def emit(self, record):
         if "pausing" in record.getMessage():
-            paused.set()
+            pauses.append(float(record.getMessage().split("pausing for ")[1].split()[0]))
+            if len(pauses) >= 4:
+                paused.set()
 
 logging.getLogger("danaus.runtime").addHandler(Seen())
 rt = Runtime("emfile", make_job_dir(), secret=SECRET)
@@ -187,7 +190,9 @@ try:
 except OSError:
     pass
 print("out of descriptors after", len(held), flush=True)
-assert paused.wait(20), "the listener never paused on EMFILE"
+assert paused.wait(20), f"the listener did not pause on EMFILE, again and again: {pauses}"
+# Each retry waits longer than the one before (it does not spin on the error).
+print("pauses", pauses[:4], pauses[:4] == sorted(set(pauses[:4])), flush=True)
 for s in held:
     s.close()
 s = socket.create_connection(("127.0.0.1", port), timeout=20)
@@ -203,8 +208,9 @@ print("served again", hs.done, flush=True)
 """
 
 
-def test_a_listener_out_of_descriptors_pauses_then_serves_again(tmp_path) -> None:
+def test_a_listener_out_of_descriptors_backs_off_then_serves_again(tmp_path) -> None:
     from danaus.testing import ClientScript
 
     out = ClientScript(tmp_path).run(EMFILE_CLIENT, timeout=60)
     assert "served again True" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "True" in out.stdout.split("pauses", 1)[1].splitlines()[0], out.stdout
