@@ -10,13 +10,10 @@ every frame arrives intact and in per-thread order.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,32 +23,18 @@ from danaus._wire.frame import encode_frame
 
 from .conftest import KIND, TIMEOUT
 
-pytestmark = [
-    pytest.mark.timeout(120),
-    pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl tool"),
-]
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
-def contexts(tmp_path_factory: pytest.TempPathFactory) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+def contexts(pki: dict[str, str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(server, client) contexts: mutual TLS against a throwaway CA."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-days", "1", "-subj", "/CN=danaus-test-ca", cwd=d)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key",
-             "-out", "node.csr", "-subj", "/CN=node", cwd=d)  # fmt: skip
-    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "node.pem", "-days", "1", cwd=d)  # fmt: skip
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client.check_hostname = False
     for ctx in (server, client):
-        ctx.load_cert_chain(d / "node.pem", d / "node.key")
-        ctx.load_verify_locations(d / "ca.pem")
+        ctx.load_cert_chain(pki["tls_cert"], pki["tls_key"])
+        ctx.load_verify_locations(pki["tls_ca"])
         ctx.verify_mode = ssl.CERT_REQUIRED
     return server, client
 
