@@ -109,6 +109,18 @@ def test_a_frame_announcing_a_huge_size_is_refused_before_allocation(nodes) -> N
     _legit_frame_arrives(server, client, "still serving")
 
 
+def test_a_frame_over_the_configured_limit_is_refused_though_it_would_fit(nodes, settings) -> None:
+    # 64 MiB could be allocated at once here: only the limit (1 MiB) refuses it, as soon
+    # as its length is read (otherwise the server would wait for the 64 MiB to come).
+    settings(codec_max_frame_length=1 << 20)
+    server, client = nodes("srv"), nodes("cli")
+    s, _session = _authenticated(server)
+    with s:
+        s.sendall(struct.pack("<Q", 64 << 20) + b"\0" * 64)
+        assert wait_closed(s) == b""
+    _legit_frame_arrives(server, client, "still serving")
+
+
 def test_the_default_frame_limit_is_well_under_this_machines_memory() -> None:
     import os
 
