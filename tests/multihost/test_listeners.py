@@ -226,3 +226,35 @@ def test_the_secret_is_in_no_frame_a_remote_spawn_sends(hosts, secret) -> None:
             assert not any(needle in frame for _, frame in sent)
     finally:
         pm.stop().get(timeout=TIMEOUT)
+
+
+class SysPath(Actor):
+    @endpoint
+    def entries(self) -> list[str]:
+        import sys
+
+        return list(sys.path)
+
+
+def test_a_remote_proc_takes_only_the_clients_safe_sys_path_entries(hosts, tmp_path) -> None:
+    import sys
+
+    safe, shared = tmp_path / "safe", tmp_path / "shared"
+    safe.mkdir()
+    safe.chmod(0o755)
+    shared.mkdir()
+    shared.chmod(0o777)  # anyone on that host could plant a module here
+    sys.path.extend([str(safe), str(shared)])
+    try:
+        pm = hosts.spawn_procs(per_host={"gpus": 1})
+    finally:
+        sys.path.remove(str(safe))
+        sys.path.remove(str(shared))
+    try:
+        seen = pm.spawn("syspath", SysPath).entries.call().get(timeout=TIMEOUT).values()
+        assert seen
+        for entries in seen:
+            assert str(safe) in entries
+            assert str(shared) not in entries
+    finally:
+        pm.stop().get(timeout=TIMEOUT)
