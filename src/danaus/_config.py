@@ -496,7 +496,8 @@ SETTINGS: tuple[Setting, ...] = (
         "rdma_max_data_threads",
         "int",
         64,
-        "Data connections an RDMA owner serves at once (each is a thread); more wait.",
+        "Data connections an RDMA owner serves at once (each is a thread); one beyond "
+        "it is closed unserved (its transfer fails).",
     ),
     Setting(
         "tensor_device",

@@ -169,13 +169,28 @@ class Producer(Actor):
         return eaten, _rss()[1] - base, consumer_growth
 
 
-def _slow_consumer(total: int, size: int, high: int, delay: float) -> None:
+class AsyncProducer(Actor):
+    """The same, from a coroutine: its held-back sends block its thread (docs/design.md)."""
+
+    @endpoint
+    async def produce(self, consumer: Any, total: int, size: int) -> tuple[int, int, int]:
+        arr = np.ones(size, dtype=np.uint8)
+        base = _reset_peak()
+        for _ in range(total // size):
+            consumer.eat.broadcast(arr)
+        eaten, consumer_growth = await consumer.eaten.call_one()
+        return eaten, _rss()[1] - base, consumer_growth
+
+
+def _slow_consumer(
+    total: int, size: int, high: int, delay: float, producer_cls: type = Producer
+) -> None:
     pm = this_host().spawn_procs(
         per_host={"gpus": 2}, bootstrap=lambda: _small_marks(high, high // 4)
     )
     try:
         consumer = pm.slice(gpus=1).spawn("consumer", Consumer, delay)
-        producer = pm.slice(gpus=0).spawn("producer", Producer)
+        producer = pm.slice(gpus=0).spawn("producer", producer_cls)
         consumer.start.call_one().get(timeout=TIMEOUT)
         eaten, producer_growth, consumer_growth = producer.produce.call_one(
             consumer, total, size
@@ -194,17 +209,20 @@ def _slow_consumer(total: int, size: int, high: int, delay: float) -> None:
     assert consumer_growth < bound, (consumer_growth, bound)
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
-def test_a_slow_consumer_bounds_the_memory_of_both_ends() -> None:
-    # 256 MiB in 8 MiB messages, marks of 16 MiB: the same check as the 2 GiB one below.
-    _slow_consumer(total=256 * MiB, size=8 * MiB, high=16 * MiB, delay=0.02)
-
-
-@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_two_gib_to_a_slow_consumer_keeps_memory_bounded() -> None:
+    # 2 GiB in 32 MiB messages, marks of 64 MiB: about 10 s here (in the default run,
+    # as the issue asks); the bound is 8 messages, an eighth of what is sent.
     _slow_consumer(total=2048 * MiB, size=32 * MiB, high=64 * MiB, delay=0.02)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_an_async_sender_to_a_slow_consumer_is_held_back_too() -> None:
+    # 256 MiB in 8 MiB messages from a coroutine, marks of 16 MiB.
+    _slow_consumer(
+        total=256 * MiB, size=8 * MiB, high=16 * MiB, delay=0.02, producer_cls=AsyncProducer
+    )
 
 
 # -- no deadlock: actors flooding each other, themselves, a port ----------------------

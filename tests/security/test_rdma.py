@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import select
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -130,3 +131,45 @@ def test_garbage_on_the_data_server_closes_only_that_connection(data_server, buf
         wait_closed(s)
     sock, _session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
     sock.close()
+
+
+def test_the_data_server_survives_a_thread_that_cannot_start(data_server, monkeypatch) -> None:
+    # "can't start new thread" (a process at its thread limit) for the first data thread:
+    # that connection is shed, the accept loop goes on and serves the next one.
+    real = net.threading.Thread
+    failed: list[str] = []
+
+    class Failing(real):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            if self.name == "danaus-rdma-data" and not failed:
+                failed.append(self.name)
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(net.threading, "Thread", Failing)
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as first:
+        assert wait_closed(first) == b"", "the connection whose thread failed was served"
+    assert failed == ["danaus-rdma-data"]
+    sock, session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    sock.close()
+    assert session is not None
+
+
+def test_with_tls_the_data_connection_is_tls(data_server, buffer, pki, settings) -> None:
+    from danaus._transport import tls
+    from danaus._transport.auth import MAGIC
+
+    assert tls.client_context() is None  # first used without TLS ...
+    settings(**pki)  # ... then configured: it takes effect, it is not cached away
+    _node, address = data_server()
+    buf, entry = buffer
+    with socket.create_connection(address, timeout=TIMEOUT) as plain:
+        plain.sendall(b"\0" * 64)  # no TLS ClientHello: refused, and nothing in the clear
+        assert MAGIC not in wait_closed(plain)
+    sock, session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+    with sock:
+        assert isinstance(sock, ssl.SSLSocket) and session is None  # TLS protects every byte
+        net._send_all(sock, [_store_head(entry, 64), b"T" * 64])
+        assert net._RESP.unpack(recv_exactly(sock, net._RESP.size))[0] == net._OK
+    assert bytes(buf) == b"T" * 64

@@ -109,6 +109,18 @@ def test_a_frame_announcing_a_huge_size_is_refused_before_allocation(nodes) -> N
     _legit_frame_arrives(server, client, "still serving")
 
 
+def test_a_frame_over_the_configured_limit_is_refused_though_it_would_fit(nodes, settings) -> None:
+    # 64 MiB could be allocated at once here: only the limit (1 MiB) refuses it, as soon
+    # as its length is read (otherwise the server would wait for the 64 MiB to come).
+    settings(codec_max_frame_length=1 << 20)
+    server, client = nodes("srv"), nodes("cli")
+    s, _session = _authenticated(server)
+    with s:
+        s.sendall(struct.pack("<Q", 64 << 20) + b"\0" * 64)
+        assert wait_closed(s) == b""
+    _legit_frame_arrives(server, client, "still serving")
+
+
 def test_the_default_frame_limit_is_well_under_this_machines_memory() -> None:
     import os
 
@@ -166,11 +178,14 @@ from danaus._transport.auth import Handshake
 
 SECRET = b"s" * 32
 paused = threading.Event()
+pauses = []
 
 class Seen(logging.Handler):
     def emit(self, record):
         if "pausing" in record.getMessage():
-            paused.set()
+            pauses.append(float(record.getMessage().split("pausing for ")[1].split()[0]))
+            if len(pauses) >= 4:
+                paused.set()
 
 logging.getLogger("danaus.runtime").addHandler(Seen())
 rt = Runtime("emfile", make_job_dir(), secret=SECRET)
@@ -187,7 +202,9 @@ try:
 except OSError:
     pass
 print("out of descriptors after", len(held), flush=True)
-assert paused.wait(20), "the listener never paused on EMFILE"
+assert paused.wait(20), f"the listener did not pause on EMFILE, again and again: {pauses}"
+# Each retry waits longer than the one before (it does not spin on the error).
+print("pauses", pauses[:4], pauses[:4] == sorted(set(pauses[:4])), flush=True)
 for s in held:
     s.close()
 s = socket.create_connection(("127.0.0.1", port), timeout=20)
@@ -203,8 +220,9 @@ print("served again", hs.done, flush=True)
 """
 
 
-def test_a_listener_out_of_descriptors_pauses_then_serves_again(tmp_path) -> None:
+def test_a_listener_out_of_descriptors_backs_off_then_serves_again(tmp_path) -> None:
     from danaus.testing import ClientScript
 
     out = ClientScript(tmp_path).run(EMFILE_CLIENT, timeout=60)
     assert "served again True" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "True" in out.stdout.split("pauses", 1)[1].splitlines()[0], out.stdout

@@ -59,6 +59,13 @@ def test_a_forged_frame_after_a_relayed_handshake_is_refused(nodes, relay, tmp_p
     _assert_refused(server, link, tmp_path)
 
 
+def test_a_well_formed_frame_with_a_forged_tag_is_refused(nodes, relay, tmp_path) -> None:
+    # A header the restricted unpickler accepts: only the tag stands in the way.
+    server, _client, _via, link = _relayed(nodes, relay)
+    link.inject(b"".join(map(bytes, encode_frame((KIND, "forged")))) + os.urandom(32))
+    _assert_refused(server, link, tmp_path)
+
+
 def test_a_replayed_frame_is_refused(nodes, relay, tmp_path) -> None:
     server, _client, _via, link = _relayed(nodes, relay)
     frames = []

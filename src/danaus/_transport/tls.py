@@ -35,11 +35,22 @@ def enabled() -> bool:
     return _files() is not None
 
 
-@functools.lru_cache(maxsize=1)
 def server_context() -> ssl.SSLContext | None:
+    """The context of the accepting side, or None without TLS (the settings of now)."""
     files = _files()
-    if files is None:
-        return None
+    return None if files is None else _server_context(files)
+
+
+def client_context() -> ssl.SSLContext | None:
+    """The context of the dialling side, or None without TLS (the settings of now)."""
+    files = _files()
+    return None if files is None else _client_context(files)
+
+
+# Cached per set of files, not once for all: TLS configured after a first connection
+# (or turned off) takes effect at the next one instead of being silently ignored.
+@functools.lru_cache(maxsize=4)
+def _server_context(files: tuple[str, str, str]) -> ssl.SSLContext:
     cert, key, ca = files
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -49,11 +60,8 @@ def server_context() -> ssl.SSLContext | None:
     return ctx
 
 
-@functools.lru_cache(maxsize=1)
-def client_context() -> ssl.SSLContext | None:
-    files = _files()
-    if files is None:
-        return None
+@functools.lru_cache(maxsize=4)
+def _client_context(files: tuple[str, str, str]) -> ssl.SSLContext:
     cert, key, ca = files
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
