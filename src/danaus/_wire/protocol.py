@@ -510,7 +510,15 @@ _KINDS = {int(k): k for k in Kind}
 # resolve). Each field that holds ids has a converter pair, chosen by its
 # annotation; ``wire`` flattens, ``decode_header`` rebuilds.
 
-_make_proc = ProcId._make
+# Rebuilding uses tuple.__new__ (C) rather than a NamedTuple's generated __new__
+# (Python): the lengths are checked here instead.
+_tn = tuple.__new__
+
+
+def _make_proc(t: Any) -> ProcId:
+    if type(t) is not tuple or len(t) != 2:
+        raise TypeError(f"not a proc id: {t!r:.80}")
+    return _tn(ProcId, t)  # type: ignore[no-any-return]
 
 
 def _flat_port(p: PortId) -> tuple[Any, ...]:
@@ -518,7 +526,9 @@ def _flat_port(p: PortId) -> tuple[Any, ...]:
 
 
 def _make_port(t: Any) -> PortId:
-    return PortId(_make_proc(t[0]), t[1])
+    if type(t) is not tuple or len(t) != 2:
+        raise TypeError(f"not a port id: {t!r:.80}")
+    return _tn(PortId, (_make_proc(t[0]), t[1]))  # type: ignore[no-any-return]
 
 
 def _flat_actor(a: ActorId) -> tuple[Any, ...]:
@@ -526,7 +536,9 @@ def _flat_actor(a: ActorId) -> tuple[Any, ...]:
 
 
 def _make_actor(t: Any) -> ActorId:
-    return ActorId(_make_proc(t[0]), t[1], t[2])
+    if type(t) is not tuple or len(t) != 3:
+        raise TypeError(f"not an actor id: {t!r:.80}")
+    return _tn(ActorId, (_make_proc(t[0]), t[1], t[2]))  # type: ignore[no-any-return]
 
 
 def _optional(fn: Any) -> Any:
@@ -588,9 +600,8 @@ def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
             convs.append((i, *_CONVERTERS[ann]))
         else:
             assert "Id" not in ann, f"{cls.__name__}.{name}: no converter for {ann!r}"
-    make = cls._make
     if not convs:
-        return (lambda h: (kind, *h)), (lambda raw: make(raw[1:]))
+        return (lambda h: (kind, *h)), (lambda raw: _tn(cls, raw[1:]))
 
     def flatten(h: Any) -> tuple[Any, ...]:
         out = [kind, *h]
@@ -602,7 +613,7 @@ def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
         vals = list(raw[1:])
         for i, _, dec in convs:
             vals[i] = dec(vals[i])
-        return make(vals)
+        return _tn(cls, vals)
 
     return flatten, rebuild
 
@@ -613,25 +624,22 @@ _REBUILD = {k: c[1] for k, c in _CODECS.items()}
 
 
 def _call_rebuild(raw: tuple[Any, ...]) -> Call:
-    # The hottest header, by hand: a call to one actor from the client.
-    _, mesh, rank, method, port, slot, labels, sizes, sender, chain, flags = raw
-    return Call(
-        mesh,
-        rank,
-        method,
-        None if port is None else PortId(_make_proc(port[0]), port[1]),
-        slot,
-        labels,
-        sizes,
-        None if sender is None else _make_actor(sender),
-        tuple(map(_make_actor, chain)) if chain else (),
-        flags,
-    )
+    # The hottest header, by hand: a call from the client has a port, no sender, no chain.
+    vals = list(raw[1:])
+    port, sender, chain = vals[3], vals[7], vals[8]
+    if port is not None:
+        vals[3] = _make_port(port)
+    if sender is not None:
+        vals[7] = _make_actor(sender)
+    if chain:
+        vals[8] = tuple(map(_make_actor, chain))
+    return _tn(Call, vals)  # type: ignore[no-any-return]
 
 
 def _reply_rebuild(raw: tuple[Any, ...]) -> Reply:
-    _, port, slot, status, sender = raw
-    return Reply(port, slot, status, None if sender is None else _make_actor(sender))
+    if raw[4] is None:
+        return _tn(Reply, raw[1:])  # type: ignore[no-any-return]
+    return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))  # type: ignore[no-any-return]
 
 
 _REBUILD[Kind.CALL] = _call_rebuild
