@@ -76,6 +76,8 @@ def encode_frame(
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
     h = pickle.dumps(header, protocol=5)
+    if not buffers:
+        return encode_pickled(h, body)
     raws = [flat(b) for b in buffers]
     lens = b"".join(_LEN.pack(len(r)) for r in raws)
     body_len = len(body)
@@ -150,7 +152,10 @@ def _parse(frame: memoryview) -> Frame:
     for n in lens:
         bufs.append(frame[pos : pos + n])
         pos += n
-    return Frame(header, body, bufs)
+    return _tn(Frame, (header, body, bufs))  # type: ignore[no-any-return]
+
+
+_tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C
 
 
 _MAP_FLAGS = (

@@ -642,8 +642,14 @@ def _reply_rebuild(raw: tuple[Any, ...]) -> Reply:
     return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))  # type: ignore[no-any-return]
 
 
+def _reply_flatten(h: Reply) -> tuple[Any, ...]:
+    sender = h[3]
+    return (2, h[0], h[1], h[2], None if sender is None else _flat_actor(sender))
+
+
 _REBUILD[Kind.CALL] = _call_rebuild
 _REBUILD[Kind.REPLY] = _reply_rebuild
+_WIRE[Reply] = _reply_flatten
 
 
 class Message(NamedTuple):
@@ -685,4 +691,4 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
 def decode(frame: Frame) -> Message:
     """The :class:`Message` a received frame carries; raises :class:`ProtocolError`."""
     kind, header = decode_header(frame.header)
-    return Message(kind, header, frame.body, frame.buffers)
+    return _tn(Message, (kind, header, frame[1], frame[2]))  # type: ignore[no-any-return]
