@@ -60,9 +60,7 @@ class FrameError(PeerBrokenError):
 
 class _HeaderUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(
-            f"a frame header may not name {module}.{name} (builtins only)"
-        )
+        raise pickle.UnpicklingError(f"a frame header may not name {module}.{name} (builtins only)")
 
 
 class Frame(NamedTuple):
