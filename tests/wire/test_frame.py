@@ -80,7 +80,7 @@ def test_ids_travel_in_headers_as_builtins() -> None:
 def test_a_header_naming_a_class_is_refused() -> None:
     # Even danaus's own ids: a header is builtins only.
     header = (2, PortId(ProcId("p1", "unix:/tmp/x.sock"), 7), 3, 0)
-    with pytest.raises(FrameError, match="may not name danaus._wire.ids.PortId"):
+    with pytest.raises(FrameError, match=r"may not name danaus\._wire\.ids\.PortId"):
         _feed_all(FrameDecoder(), _wire_bytes(encode_frame(header)), [10_000])
 
 

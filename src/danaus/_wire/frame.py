@@ -150,7 +150,7 @@ def _parse(frame: memoryview) -> Frame:
     for n in lens:
         bufs.append(frame[pos : pos + n])
         pos += n
-    return _tn(Frame, (header, body, bufs))  # type: ignore[no-any-return]
+    return _tn(Frame, (header, body, bufs))
 
 
 _tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C

@@ -518,7 +518,7 @@ _tn = tuple.__new__
 def _make_proc(t: Any) -> ProcId:
     if type(t) is not tuple or len(t) != 2:
         raise TypeError(f"not a proc id: {t!r:.80}")
-    return _tn(ProcId, t)  # type: ignore[no-any-return]
+    return _tn(ProcId, t)
 
 
 def _flat_port(p: PortId) -> tuple[Any, ...]:
@@ -528,7 +528,7 @@ def _flat_port(p: PortId) -> tuple[Any, ...]:
 def _make_port(t: Any) -> PortId:
     if type(t) is not tuple or len(t) != 2:
         raise TypeError(f"not a port id: {t!r:.80}")
-    return _tn(PortId, (_make_proc(t[0]), t[1]))  # type: ignore[no-any-return]
+    return _tn(PortId, (_make_proc(t[0]), t[1]))
 
 
 def _flat_actor(a: ActorId) -> tuple[Any, ...]:
@@ -538,7 +538,7 @@ def _flat_actor(a: ActorId) -> tuple[Any, ...]:
 def _make_actor(t: Any) -> ActorId:
     if type(t) is not tuple or len(t) != 3:
         raise TypeError(f"not an actor id: {t!r:.80}")
-    return _tn(ActorId, (_make_proc(t[0]), t[1], t[2]))  # type: ignore[no-any-return]
+    return _tn(ActorId, (_make_proc(t[0]), t[1], t[2]))
 
 
 def _optional(fn: Any) -> Any:
@@ -633,13 +633,13 @@ def _call_rebuild(raw: tuple[Any, ...]) -> Call:
         vals[7] = _make_actor(sender)
     if chain:
         vals[8] = tuple(map(_make_actor, chain))
-    return _tn(Call, vals)  # type: ignore[no-any-return]
+    return _tn(Call, vals)
 
 
 def _reply_rebuild(raw: tuple[Any, ...]) -> Reply:
     if raw[4] is None:
-        return _tn(Reply, raw[1:])  # type: ignore[no-any-return]
-    return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))  # type: ignore[no-any-return]
+        return _tn(Reply, raw[1:])
+    return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))
 
 
 def _reply_flatten(h: Reply) -> tuple[Any, ...]:
@@ -691,4 +691,4 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
 def decode(frame: Frame) -> Message:
     """The :class:`Message` a received frame carries; raises :class:`ProtocolError`."""
     kind, header = decode_header(frame.header)
-    return _tn(Message, (kind, header, frame[1], frame[2]))  # type: ignore[no-any-return]
+    return _tn(Message, (kind, header, frame[1], frame[2]))
