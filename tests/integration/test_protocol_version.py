@@ -1,5 +1,6 @@
 """Peers that speak another protocol version refuse each other and say so; garbage
-from an authenticated peer closes only its own connection."""
+from an authenticated peer (an unknown kind, a malformed id) closes only its own
+connection; a call to an actor that does not exist is answered, not dropped."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import socket
 
 import pytest
 
+from danaus._errors import SupervisionError
+from danaus._runtime.runtime import STATUS_ERROR
+from danaus._wire import codec
 from danaus._wire.frame import FrameDecoder, encode_frame
-from danaus._wire.ids import ProcId
-from danaus._wire.protocol import PROTOCOL_VERSION, Hello, Kind, decode, wire
+from danaus._wire.ids import PortId, ProcId
+from danaus._wire.protocol import PROTOCOL_VERSION, Call, Hello, Kind, decode, wire
 from danaus.actor import Actor, ProcMesh, endpoint
 
 from .conftest import REPLY_TIMEOUT
@@ -89,3 +93,42 @@ def test_a_client_of_another_version_is_told_why_it_cannot_spawn(client_script) 
     assert "speaks danaus protocol version 99" in line
     assert f"speaks version {PROTOCOL_VERSION}" in line
     assert "run the same danaus release on every host" in line
+
+
+def _frame_bytes(raw: tuple) -> bytes:
+    return b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame(raw))
+
+
+@pytest.mark.timeout(60)
+def test_a_header_with_a_malformed_id_closes_only_its_connection(procs) -> None:
+    s = _connect_to(procs)
+    with s:
+        hello = Hello(ProcId("bad-id-peer", "unix:/nonexistent.sock"), PROTOCOL_VERSION, ())
+        s.sendall(_frame_bytes(wire(hello)))
+        call = wire(Call("version_echo", 0, "echo", None, 0, (), (), None, (), 0))
+        s.sendall(_frame_bytes((*call[:4], ("not", "a", "port"), *call[5:])))
+        assert [decode(f).kind for f in _read_until_eof(s)] == [Kind.WELCOME]
+    mesh = procs.spawn("malformed_id_after", Echo)
+    assert mesh.echo.call(4).get(timeout=REPLY_TIMEOUT).values() == [4, 4]
+
+
+@pytest.mark.timeout(60)
+def test_a_call_to_an_actor_that_does_not_exist_is_answered_undeliverable(procs) -> None:
+    s = _connect_to(procs)
+    with s:
+        me = ProcId("no-actor-peer", "unix:/nonexistent.sock")
+        s.sendall(_frame_bytes(wire(Hello(me, PROTOCOL_VERSION, ()))))
+        body, _ = codec.dumps(((1,), {}))
+        call = Call("no_such_mesh", 0, "echo", PortId(me, 7), 3, (), (), None, (), 0)
+        s.sendall(b"".join(bytes(memoryview(p).cast("B")) for p in encode_frame(wire(call), body)))
+        dec, msgs = FrameDecoder(), []
+        while not any(m.kind is Kind.REPLY for m in msgs):  # after early_call_hold
+            buf = dec.buffer()
+            n = s.recv_into(buf)
+            assert n, "the proc closed the connection without answering"
+            msgs.extend(decode(f) for f in dec.feed(n))
+    (reply,) = [m for m in msgs if m.kind is Kind.REPLY]
+    assert (reply.header.port, reply.header.slot, reply.header.status) == (7, 3, STATUS_ERROR)
+    err = codec.loads(reply.body, reply.buffers)
+    assert isinstance(err, SupervisionError)
+    assert "no actor no_such_mesh[0]" in str(err)

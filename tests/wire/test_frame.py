@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from danaus._errors import PeerBrokenError
 from danaus._wire import codec
 from danaus._wire.frame import FrameDecoder, FrameError, encode_frame
-from danaus._wire.ids import PortId, ProcId
+from danaus._wire.ids import ActorId, PortId, ProcId
+from danaus._wire.protocol import Kind, Reply, decode_header, wire
 
 
 def _wire_bytes(parts: list) -> bytes:
@@ -65,11 +66,22 @@ def test_a_large_frame_is_received_in_place_and_its_buffers_are_writable_views()
     out[0] = 42.0  # a view of the received frame: writable, no copy was needed
 
 
-def test_ids_travel_in_headers() -> None:
+def test_ids_travel_in_headers_as_builtins() -> None:
     proc = ProcId("p1", "unix:/tmp/x.sock")
-    header = (2, PortId(proc, 7), 3, 0)
-    (frame,) = _feed_all(FrameDecoder(), _wire_bytes(encode_frame(header)), [10_000])
-    assert frame.header == header and frame.header[1].proc.name == "p1"
+    header = Reply(7, 3, 0, ActorId(proc, "m", 2))
+    (frame,) = _feed_all(FrameDecoder(), _wire_bytes(encode_frame(wire(header))), [10_000])
+    assert frame.header == (2, 7, 3, 0, (("p1", "unix:/tmp/x.sock"), "m", 2))
+    assert type(frame.header[4]) is tuple  # no class was named on the wire
+    kind, typed = decode_header(frame.header)
+    assert kind == Kind.REPLY and typed == header
+    assert type(typed.sender) is ActorId and type(typed.sender.proc) is ProcId
+
+
+def test_a_header_naming_a_class_is_refused() -> None:
+    # Even danaus's own ids: a header is builtins only.
+    header = (2, PortId(ProcId("p1", "unix:/tmp/x.sock"), 7), 3, 0)
+    with pytest.raises(FrameError, match=r"may not name danaus\._wire\.ids\.PortId"):
+        _feed_all(FrameDecoder(), _wire_bytes(encode_frame(header)), [10_000])
 
 
 def test_an_absurd_length_is_refused_before_any_allocation() -> None:

@@ -12,10 +12,13 @@ from danaus._wire.ids import ActorId, PortId, ProcId
 from danaus._wire.protocol import (
     PROTOCOL_VERSION,
     Call,
+    Cast,
+    Failed,
     Hello,
     Kind,
     ProtocolError,
     Reply,
+    SpawnProcs,
     decode,
     decode_header,
     kind_of,
@@ -35,12 +38,54 @@ def _decoded(header: tuple) -> object:
 
 
 def test_every_kind_has_exactly_one_header_type_and_round_trips() -> None:
-    call = Call("m.1", 3, "echo", PORT, 2, ("gpus",), (4,), ActorId("m.1", 0, PROC), (), 1)
+    sender = ActorId(PROC, "m.1", 0)
+    call = Call("m.1", 3, "echo", PORT, 2, ("gpus",), (4,), sender, (sender,), 1)
     msg = decode(_decoded(wire(call)))  # through real framing and the restricted unpickler
     assert msg.kind is Kind.CALL and msg.header == call and type(msg.header) is Call
     assert msg.header.method == "echo" and bytes(msg.body) == b"body"
+    assert type(msg.header.port) is PortId and type(msg.header.port.proc) is ProcId
+    assert type(msg.header.chain[0]) is ActorId and msg.header.sender.proc.name == "p1"
     assert kind_of(Reply(7, 0, 0)) is Kind.REPLY
     assert wire(Reply(7, 0, 0)) == (int(Kind.REPLY), 7, 0, 0, None)
+
+
+def test_ids_travel_as_plain_tuples_and_come_back_typed() -> None:
+    # Every header type that holds ids: the wire tuple holds builtins only.
+    def plain(v: object) -> bool:
+        if isinstance(v, (ProcId, PortId, ActorId)):
+            return False
+        if isinstance(v, (tuple, list)):
+            return all(plain(x) for x in v)
+        if isinstance(v, dict):
+            return all(plain(x) for x in v.values())
+        return True
+
+    actor = ActorId(PROC, "m", 1)
+    headers = [
+        Call("m", 0, "f", None, 0, (), (), None, (), 0),
+        Reply(1, 2, 0, actor),
+        Hello(PROC, PROTOCOL_VERSION, ()),
+        SpawnProcs(PROC, [(PROC, {"owner": PROC, "agent": PROC, "client": None, "x": 1})]),
+        Cast("m", "n", "f", PORT, True, ("l", (0,), (0,)), 0, 1, 16, (PROC,), (), (), actor,
+             (actor,), 0, 1),
+        Failed(actor, "m", 0, "r", "tb"),
+    ]  # fmt: skip
+    for h in headers:
+        raw = wire(h)
+        assert plain(raw), raw
+        assert pickle.loads(pickle.dumps(raw)) == raw
+        assert decode_header(raw) == (kind_of(h), h)
+    _, spawn = decode_header(wire(headers[3]))
+    assert type(spawn.procs[0][1]["owner"]) is ProcId
+
+
+def test_a_malformed_id_is_a_protocol_error() -> None:
+    good = wire(Call("m", 0, "f", PORT, 0, (), (), None, (), 0))
+    bad = (*good[:4], ("not a proc", 7), *good[5:])
+    with pytest.raises(ProtocolError, match="Call header with a malformed id"):
+        decode_header(bad)
+    with pytest.raises(ProtocolError, match="malformed id"):
+        decode_header((int(Kind.HELLO), 5, PROTOCOL_VERSION, ()))
 
 
 def test_an_unknown_kind_is_a_protocol_error() -> None:
@@ -66,10 +111,10 @@ class _Boom:
 
 @pytest.mark.parametrize(
     "header",
-    [(1, os.system), (1, _Boom()), (1, SystemExit), (1, pickle.loads)],
-    ids=["function", "reduce", "exception-class", "pickle.loads"],
+    [(1, os.system), (1, _Boom()), (1, SystemExit), (1, pickle.loads), (1, PORT)],
+    ids=["function", "reduce", "exception-class", "pickle.loads", "danaus-id"],
 )
-def test_a_header_naming_anything_but_danaus_ids_is_refused_before_it_runs(header) -> None:
+def test_a_header_naming_anything_but_builtins_is_refused_before_it_runs(header) -> None:
     raw = pickle.dumps(header, protocol=5)
     body = b""
     prefix = __import__("struct").pack("<QIIQ", 16 + len(raw), len(raw), 0, len(body))

@@ -146,6 +146,11 @@ class Endpoint:
         Arguments handed off on the receiving procs (distributed tensors, see
         ``handoff``) are announced to their provider here, which may refuse.
         """
+        if codec.small_plain((args, kwargs)):
+            # Atoms only: nothing in them can be handed off, no capture needed.
+            payload = encode_args(self._prop, args, kwargs)
+            self._mesh._check_usable()
+            return payload
         with handoff.capture() as cap:
             payload = encode_args(self._prop, args, kwargs)
         self._mesh._check_usable()

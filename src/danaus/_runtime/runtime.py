@@ -691,19 +691,19 @@ class Runtime(PeerTable):
             held = self._outbound(peer)
             if held and held > self._send_high:
                 self._wait_for_room(peer)
-        raw = wire(header)  # the tuple (inproc, offload, encode_frame)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and peer.conn.tcp is None:
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
-                peer.conn.send_message(raw, body, buffers)
+                peer.conn.send_message(wire(header), body, buffers)
                 return
             except Exception:
                 pass  # closed: the slow path below reports it
-        if buffers and self.offload.ok_peers:
-            raw, buffers = self.offload.wrap(proc.name, raw, buffers)
         if pickled is not None and not buffers:
             parts = encode_pickled(pickled, body)
         else:
+            raw = wire(header)
+            if buffers and self.offload.ok_peers:
+                raw, buffers = self.offload.wrap(proc.name, raw, buffers)
             parts = encode_frame(raw, body, buffers)
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
@@ -995,7 +995,7 @@ class Runtime(PeerTable):
         if call.port is None and call.sender is not None:
             self.bounce(call.sender, f"{call.mesh}[{call.rank}].{call.method}()", reason)
         else:
-            self.undeliverable(call.port, call.index, reason)
+            self.undeliverable(call.port, call.slot, reason)
 
     def undeliverable(self, port: PortId | None, index: int, reason: str) -> None:
         """Answer a call that cannot be delivered with ``SupervisionError``."""

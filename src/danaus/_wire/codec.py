@@ -26,7 +26,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["dumps", "dumps_checked", "loads"]
+__all__ = ["dumps", "dumps_checked", "loads", "small_plain"]
 
 _OOB_MIN = 4096  # buffers smaller than this are pickled in band
 MAX_OOB_BUFFERS = 1024  # well under the frame decoder's limit (MAX_BUFFERS)
@@ -145,6 +145,12 @@ def _small_plain(obj: tuple[Any, ...]) -> bool:
             continue
         return False
     return True
+
+
+def small_plain(obj: Any) -> bool:
+    """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
+    dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
+    return type(obj) is tuple and _small_plain(obj)
 
 
 def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:

@@ -5,7 +5,7 @@ Layout (little-endian)::
     u64 length of everything after this field
     u32 header length  | u32 number of buffers | u64 body length
     u64 length of each buffer
-    header bytes (a pickled tuple of builtins and ids, read by a restricted unpickler)
+    header bytes (a pickled tuple of builtins, read by a restricted unpickler)
     body bytes   (a pickle-5 stream, decoded later by the receiver of the message)
     buffer bytes (pickle-5 out-of-band buffers, back to back)
 
@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 
 from .. import _config as config
 from .._errors import PeerBrokenError
-from .ids import ActorId, PortId, ProcId
 
 __all__ = [
     "Frame",
@@ -52,20 +51,16 @@ class FrameError(PeerBrokenError):
     """A frame was malformed, truncated or larger than allowed; the connection is closed."""
 
 
-# The only classes a frame header may name. Headers are decoded on the I/O thread
-# before anything else looks at a frame, so they must not be able to run code:
-# no reduce of arbitrary callables, only builtins' own opcodes and danaus's ids.
-_HEADER_CLASSES = {("danaus._wire.ids", cls.__name__): cls for cls in (ActorId, PortId, ProcId)}
+# A frame header is a tuple of builtins (ids travel as plain tuples, see
+# danaus._wire.protocol). Headers are decoded on the I/O thread before anything
+# else looks at a frame, so they must not be able to run code: the unpickler
+# resolves no class and no callable at all (``find_class`` refuses everything;
+# the extension registry goes through it too), only builtins' own opcodes.
 
 
 class _HeaderUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        try:
-            return _HEADER_CLASSES[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(
-                f"a frame header may not name {module}.{name} (only danaus ids)"
-            ) from None
+        raise pickle.UnpicklingError(f"a frame header may not name {module}.{name} (builtins only)")
 
 
 class Frame(NamedTuple):
@@ -79,6 +74,8 @@ def encode_frame(
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
     h = pickle.dumps(header, protocol=5)
+    if not buffers:
+        return encode_pickled(h, body)
     raws = [flat(b) for b in buffers]
     lens = b"".join(_LEN.pack(len(r)) for r in raws)
     body_len = len(body)
@@ -153,7 +150,10 @@ def _parse(frame: memoryview) -> Frame:
     for n in lens:
         bufs.append(frame[pos : pos + n])
         pos += n
-    return Frame(header, body, bufs)
+    return _tn(Frame, (header, body, bufs))
+
+
+_tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C
 
 
 _MAP_FLAGS = (

@@ -1,11 +1,13 @@
 """The message protocol: one table of frame kinds, each with a typed header.
 
-Every frame's header travels as a plain tuple ``(kind, *fields)`` (pickled
-by :func:`danaus._wire.frame.encode_frame` and unpickled with a restricted
-unpickler that knows only builtins and danaus's id types). :func:`wire`
+Every frame's header travels as a plain tuple ``(kind, *fields)`` of builtins
+only (pickled by :func:`danaus._wire.frame.encode_frame` and unpickled with a
+restricted unpickler that resolves no class at all): the ids
+(``ProcId``, ``PortId``, ``ActorId``) travel as plain tuples. :func:`wire`
 turns a typed header into that tuple, and :func:`decode` turns a received
-tuple back into a :class:`Message` with the typed header, refusing an
-unknown kind or a header of the wrong length with :class:`ProtocolError`
+tuple back into a :class:`Message` with the typed header (ids rebuilt),
+refusing an unknown kind, a header of the wrong length or a malformed id
+with :class:`ProtocolError`
 (the connection it came on is closed; nothing else is affected).
 
 Each header type serves exactly one kind (``kind_of``); the kind numbers are part of
@@ -88,8 +90,9 @@ __all__ = [
 #: the observing kinds (STATS, TRACE_*, STACK), the transfer's deadline to
 #: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE; version 4 the cast
 #: tree's CAST and GATHER; version 5 WELCOME: one connection per pair of procs,
-#: carrying both directions.
-PROTOCOL_VERSION = 5
+#: carrying both directions; version 6 sends ids in headers as plain tuples (a header
+#: is builtins only).
+PROTOCOL_VERSION = 6
 
 
 class ProtocolError(FrameError):
@@ -499,6 +502,156 @@ _ARITY = {k: len(cls._fields) for k, cls in _HEADERS.items()}
 _KINDS = {int(k): k for k in Kind}
 
 
+# -- ids travel as tuples of builtins -------------------------------------------------
+#
+# A header on the wire holds builtins only: the ids (ProcId, PortId, ActorId) are
+# NamedTuples on both ends but travel as plain tuples, so a header unpickles
+# without naming a single class (faster, and nothing for an unpickler to
+# resolve). Each field that holds ids has a converter pair, chosen by its
+# annotation; ``wire`` flattens, ``decode_header`` rebuilds.
+
+# Rebuilding uses tuple.__new__ (C) rather than a NamedTuple's generated __new__
+# (Python): the lengths are checked here instead.
+_tn = tuple.__new__
+
+
+def _make_proc(t: Any) -> ProcId:
+    if type(t) is not tuple or len(t) != 2:
+        raise TypeError(f"not a proc id: {t!r:.80}")
+    return _tn(ProcId, t)
+
+
+def _flat_port(p: PortId) -> tuple[Any, ...]:
+    return (tuple(p[0]), p[1])
+
+
+def _make_port(t: Any) -> PortId:
+    if type(t) is not tuple or len(t) != 2:
+        raise TypeError(f"not a port id: {t!r:.80}")
+    return _tn(PortId, (_make_proc(t[0]), t[1]))
+
+
+def _flat_actor(a: ActorId) -> tuple[Any, ...]:
+    return (tuple(a[0]), a[1], a[2])
+
+
+def _make_actor(t: Any) -> ActorId:
+    if type(t) is not tuple or len(t) != 3:
+        raise TypeError(f"not an actor id: {t!r:.80}")
+    return _tn(ActorId, (_make_proc(t[0]), t[1], t[2]))
+
+
+def _optional(fn: Any) -> Any:
+    return lambda v: None if v is None else fn(v)
+
+
+# The keys of a boot dictionary (SPAWN_PROCS) that hold a ProcId.
+_BOOT_PROCS = ("owner", "agent", "client")
+
+
+def _flat_boot(boot: dict[str, Any]) -> dict[str, Any]:
+    out = dict(boot)
+    for key, value in boot.items():
+        if isinstance(value, (ProcId, PortId, ActorId)):
+            if key not in _BOOT_PROCS or type(value) is not ProcId:
+                raise TypeError(f"boot key {key!r} holds an id ({value!r}) the wire cannot carry")
+            out[key] = tuple(value)
+    return out
+
+
+def _make_boot(boot: Any) -> dict[str, Any]:
+    out = dict(boot)
+    for key in _BOOT_PROCS:
+        if out.get(key) is not None:
+            out[key] = _make_proc(out[key])
+    return out
+
+
+# annotation -> (flatten, rebuild); None passes through every one of them (a few
+# callers put None where the annotation says an id, e.g. a bounce with no sender).
+_CONVERTERS: dict[str, tuple[Any, Any]] = {
+    "ProcId": (tuple, _make_proc),
+    "PortId": (_flat_port, _make_port),
+    "ActorId": (_flat_actor, _make_actor),
+    "tuple[ActorId, ...]": (
+        lambda v: tuple(map(_flat_actor, v)),
+        lambda v: tuple(map(_make_actor, v)),
+    ),
+    "tuple[ProcId, ...]": (
+        lambda v: tuple(map(tuple, v)),
+        lambda v: tuple(map(_make_proc, v)),
+    ),
+    "list[tuple[ProcId, dict[str, Any]]]": (
+        lambda v: [(tuple(p), _flat_boot(b)) for p, b in v],
+        lambda v: [(_make_proc(p), _make_boot(b)) for p, b in v],
+    ),
+}
+_CONVERTERS = {k: (_optional(e), _optional(d)) for k, (e, d) in _CONVERTERS.items()}
+_CONVERTERS.update({k + " | None": v for k, v in _CONVERTERS.items()})
+
+
+def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
+    """``(flatten, rebuild)`` for one header type: header -> wire tuple -> header."""
+    convs = []
+    for i, name in enumerate(cls._fields):
+        ann = cls.__annotations__[name]
+        ann = getattr(ann, "__forward_arg__", ann)  # a NamedTuple keeps ForwardRefs
+        if ann in _CONVERTERS:
+            convs.append((i, *_CONVERTERS[ann]))
+        else:
+            assert "Id" not in ann, f"{cls.__name__}.{name}: no converter for {ann!r}"
+    if not convs:
+        return (lambda h: (kind, *h)), (lambda raw: _tn(cls, raw[1:]))
+
+    def flatten(h: Any) -> tuple[Any, ...]:
+        out = [kind, *h]
+        for i, enc, _ in convs:
+            out[i + 1] = enc(h[i])
+        return tuple(out)
+
+    def rebuild(raw: tuple[Any, ...]) -> Any:
+        vals = list(raw[1:])
+        for i, _, dec in convs:
+            vals[i] = dec(vals[i])
+        return _tn(cls, vals)
+
+    return flatten, rebuild
+
+
+_CODECS = {k: _codec(int(k), cls) for k, cls in _HEADERS.items()}
+_WIRE = {cls: _CODECS[k][0] for k, cls in _HEADERS.items()}
+_REBUILD = {k: c[1] for k, c in _CODECS.items()}
+
+
+def _call_rebuild(raw: tuple[Any, ...]) -> Call:
+    # The hottest header, by hand: a call from the client has a port, no sender, no chain.
+    vals = list(raw[1:])
+    port, sender, chain = vals[3], vals[7], vals[8]
+    if port is not None:
+        vals[3] = _make_port(port)
+    if sender is not None:
+        vals[7] = _make_actor(sender)
+    if chain:
+        vals[8] = tuple(map(_make_actor, chain))
+    return _tn(Call, vals)
+
+
+def _reply_rebuild(raw: tuple[Any, ...]) -> Reply:
+    if raw[4] is None:
+        return _tn(Reply, raw[1:])
+    return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))
+
+
+def _reply_flatten(h: Reply) -> tuple[Any, ...]:
+    sender = h[3]
+    return (2, h[0], h[1], h[2], None if sender is None else _flat_actor(sender))
+
+
+_REBUILD[Kind.CALL] = _call_rebuild
+_REBUILD[Kind.REPLY] = _reply_rebuild
+_WIRE[Reply] = _reply_flatten
+
+
 class Message(NamedTuple):
     """A received frame with its typed header."""
 
@@ -514,24 +667,28 @@ def kind_of(header: Any) -> Kind:
 
 
 def wire(header: Any) -> tuple[Any, ...]:
-    """The tuple a typed header travels as: ``(kind, *fields)``."""
-    return (int(_KIND_OF[type(header)]), *header)
+    """The tuple a typed header travels as: ``(kind, *fields)``, builtins only (ids
+    become plain tuples)."""
+    return _WIRE[type(header)](header)  # type: ignore[no-any-return]
 
 
 def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
     """``(kind, typed header)`` of a wire tuple; :class:`ProtocolError` if it is not one."""
     kind = raw[0]
-    cls = _HEADERS.get(kind) if type(kind) is int else None
-    if cls is None:
+    rebuild = _REBUILD.get(kind) if type(kind) is int else None
+    if rebuild is None:
         raise ProtocolError(f"frame of unknown kind {kind!r}")
     if len(raw) - 1 != _ARITY[kind]:
         raise ProtocolError(
-            f"{cls.__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
+            f"{_HEADERS[kind].__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
         )
-    return _KINDS[kind], cls._make(raw[1:])
+    try:
+        return _KINDS[kind], rebuild(raw)
+    except (TypeError, ValueError, IndexError, AttributeError) as e:
+        raise ProtocolError(f"{_HEADERS[kind].__name__} header with a malformed id: {e}") from e
 
 
 def decode(frame: Frame) -> Message:
     """The :class:`Message` a received frame carries; raises :class:`ProtocolError`."""
     kind, header = decode_header(frame.header)
-    return Message(kind, header, frame.body, frame.buffers)
+    return _tn(Message, (kind, header, frame[1], frame[2]))
