@@ -128,6 +128,14 @@ SETTINGS: tuple[Setting, ...] = (
         "kept for reuse: faulting in fresh pages costs more than the copy itself.",
     ),
     Setting(
+        "recv_pool",
+        "size",
+        512 * _MiB,
+        "Bytes of receive memory (large frames and offloaded buffers, 1 MiB and up) "
+        "kept mapped for reuse once nothing refers to it any more: faulting in fresh "
+        "pages costs more than the copy into them (0 keeps none).",
+    ),
+    Setting(
         "send_high_water",
         "size",
         64 * _MiB,

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config as config
 from .._transport import vm
-from .._wire.frame import Frame, alloc, flat
+from .._wire.frame import Frame, alloc, flat, recv_pool
 from .._wire.protocol import (
     Kind,
     Message,
@@ -217,9 +217,9 @@ class Offloader:
                 if pid is None:
                     raise OSError("the sender did not say its pid")
                 for i, addr, n in descs:
-                    # An anonymous mapping, not a bytearray: no zero-fill pass over memory
-                    # the copy is about to overwrite.
-                    buf = memoryview(alloc(n))
+                    # Warm memory when some is free (no page faults), else a fresh
+                    # pre-faulted mapping; never a bytearray (a zero-fill pass first).
+                    buf = recv_pool.take(n)
                     vm.copy(pid, vm.address(buf), addr, n, write=False)
                     buffers[i] = buf
                     self.copied_off_loop += n
