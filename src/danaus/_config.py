@@ -136,6 +136,14 @@ SETTINGS: tuple[Setting, ...] = (
         "pages costs more than the copy into them (0 keeps none).",
     ),
     Setting(
+        "recv_thread_min",
+        "size",
+        4 * _MiB,
+        "A frame at least this large arriving on a socket (not TLS) is received by a "
+        "thread of its own while the I/O loop goes on serving heartbeats and other "
+        "connections (0: the I/O loop reads every frame).",
+    ),
+    Setting(
         "send_high_water",
         "size",
         64 * _MiB,

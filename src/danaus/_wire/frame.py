@@ -289,15 +289,29 @@ class FrameDecoder:
         *,
         trailer: int = 0,
         check: Callable[[bytes, memoryview, memoryview], None] | None = None,
+        handoff_min: int = 0,
     ) -> None:
         self.max_frame = config.get("codec_max_frame_length") if max_frame is None else max_frame
         self.trailer = trailer
         self.check = check
+        # Frames of at least this many bytes (0: none) are not received here: feed()
+        # stops at them and leaves ``handoff`` = (bytes in all, bytes read already) for
+        # a reader of the caller's choosing, which then calls ``finish``.
+        self.handoff_min = handoff_min
+        self.handoff: tuple[int, bytes] | None = None
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging
         self._big: memoryview | None = None  # a large frame being received in place
         self._big_filled = 0
+
+    def finish(self, big: memoryview) -> Frame:
+        """The frame ``big`` holds, received whole (its length prefix excluded): checked,
+        then parsed. Any thread; raises what ``feed`` raises."""
+        total = len(big) - self.trailer
+        if self.check is not None:
+            self.check(_LEN.pack(total), big[:total], big[total:])
+        return _parse(big[:total])
 
     def buffer(self) -> memoryview:
         """The memory the next read should fill."""
@@ -321,10 +335,7 @@ class FrameDecoder:
             if self._big_filled < len(self._big):
                 return frames
             big, self._big = self._big, None
-            total = len(big) - self.trailer
-            if self.check is not None:
-                self.check(_LEN.pack(total), big[:total], big[total:])
-            frames.append(_parse(big[:total]))
+            frames.append(self.finish(big))
             return frames
         self._end += n
         while True:
@@ -353,12 +364,17 @@ class FrameDecoder:
                 frames.append(_parse(memoryview(data)))
                 continue
             if whole + 8 > len(self._staging):
+                have = avail - 8
+                if self.handoff_min and whole >= self.handoff_min:
+                    # Someone else receives it (off the I/O loop); we wait for them.
+                    self.handoff = (whole, bytes(self._staging[self._start + 8 : self._end]))
+                    self._start = self._end = 0
+                    break
                 # Large frame: receive the rest straight into its own memory.
                 try:
                     big = recv_pool.take(whole)
                 except (MemoryError, OSError, ValueError, OverflowError) as e:
                     raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
-                have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0
                 self._big, self._big_filled = big, have
