@@ -85,6 +85,7 @@ def _stop(pid: int) -> None:
     deadline = time.monotonic() + REPLY_TIMEOUT
     while time.monotonic() < deadline:
         states = []
+        assert os.path.exists(f"/proc/{pid}/task"), f"proc {pid} is gone"
         for task in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as f:
                 states.append(f.read().rpartition(")")[2].split()[0])
@@ -189,6 +190,7 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(local, remote, size)
             assert time.monotonic() < deadline, "the reply never started to arrive"
             assert not big.done(), "a large frame was received by the I/O loop"
             time.sleep(0.0005)
+        assert lost == [], lost
         _stop(pid)
         stopped = True
         assert not big.done()
