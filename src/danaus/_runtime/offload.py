@@ -126,6 +126,7 @@ class Offloader:
         self._lent: dict[int, tuple[str, _Slot]] = {}
         self._slot_bytes = 0
         self.shared = _SHARED
+        self.slots_made = 0  # shared slots created (a statistic: reuse keeps it flat)
         # Receiver side: slots whose mapping died here, to be returned (any thread adds).
         self._returns: collections.deque[tuple[ProcId, int]] = collections.deque()
         self.mapped = 0  # bytes received by mapping a shared slot (a statistic)
@@ -214,10 +215,12 @@ class Offloader:
             return None
         size = _bucket(n)
         with self._lock:
+            limit = config.get("snapshot_pool")
+            if self._slot_bytes > limit:  # the setting was lowered: free slots go first
+                self._evict_slots(self._slot_bytes - limit)
             free = self._slots.get(size)
             slot = free.pop() if free else None
             if slot is None:
-                limit = config.get("snapshot_pool")
                 if self._slot_bytes + size > limit:
                     self._evict_slots(self._slot_bytes + size - limit)
                 if self._slot_bytes + size > limit:
@@ -232,6 +235,7 @@ class Offloader:
             fd = os.memfd_create("danaus-snapshot", getattr(os, "MFD_CLOEXEC", 0))
             os.ftruncate(fd, size)
             slot = _Slot(fd, size, uid)
+            self.slots_made += 1
         except (OSError, ValueError) as e:
             log.debug("no shared snapshot slot of %d bytes: %s", size, e)
             with self._lock:
@@ -289,6 +293,16 @@ class Offloader:
                 self._pool.setdefault(size, []).append(mapping)
                 self._pooled += size
 
+    def slots_lent(self, peer: str) -> int:
+        """Shared slots ``peer`` has not returned yet (a statistic)."""
+        with self._lock:
+            return sum(1 for p, _ in self._lent.values() if p == peer)
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of shared slots, free and lent (at most ``snapshot_pool``)."""
+        return self._slot_bytes
+
     def held_bytes(self, peer: str) -> int:
         """Bytes offloaded to ``peer`` that it has not released yet (what we hold for it)."""
         return self._held_bytes.get(peer, 0)
@@ -332,39 +346,45 @@ class Offloader:
 
     def _copy_loop(self) -> None:
         while True:
-            conn, msg, hold = self._copies.get()
-            descs = msg.header.descs
-            buffers = list(msg.buffers)
-            pid = getattr(conn, "peer_pid", None)
-            error = None
-            copied: list[int] = []  # shared slots we copied instead of mapping
-            try:
-                if pid is None:
-                    raise OSError("the sender did not say its pid")
-                for desc in descs:
-                    i, addr, n = desc[:3]
-                    if len(desc) >= 5:
-                        mapped = self._map_slot(conn.peer, pid, desc[3], desc[4], n)
-                        if mapped is not None:
-                            buffers[i] = mapped
-                            self.mapped += n
-                            self.copied_off_loop += n
-                            continue
-                        copied.append(desc[4])
-                    # Warm memory when some is free (no page faults), else a fresh
-                    # pre-faulted mapping; never a bytearray (a zero-fill pass first).
-                    buf = recv_pool.take(n)
-                    vm.copy(pid, vm.address(buf), addr, n, write=False)
-                    buffers[i] = buf
-                    self.copied_off_loop += n
-            except (OSError, MemoryError, ValueError) as e:
-                error = f"reading a large buffer from the sender failed: {e}"
-            try:
-                self.rt.loop.call_soon_threadsafe(
-                    self._copied, conn, msg, hold, buffers, error, copied
-                )
-            except RuntimeError:  # the loop is closed: the runtime is gone
+            # One frame per call: nothing of it stays referenced here while this thread
+            # waits for the next (a mapping still referenced is never given back).
+            if not self._copy_one(*self._copies.get()):
                 return
+
+    def _copy_one(self, conn: Connection, msg: Message, hold: Any) -> bool:
+        """Read or map the big buffers of one frame, then hand it to the I/O thread;
+        False once the runtime is gone."""
+        descs = msg.header.descs
+        buffers = list(msg.buffers)
+        pid = getattr(conn, "peer_pid", None)
+        error = None
+        copied: list[int] = []  # shared slots we copied instead of mapping
+        try:
+            if pid is None:
+                raise OSError("the sender did not say its pid")
+            for desc in descs:
+                i, addr, n = desc[:3]
+                if len(desc) >= 5:
+                    mapped = self._map_slot(conn.peer, pid, desc[3], desc[4], n)
+                    if mapped is not None:
+                        buffers[i] = mapped
+                        self.mapped += n
+                        self.copied_off_loop += n
+                        continue
+                    copied.append(desc[4])
+                # Warm memory when some is free (no page faults), else a fresh
+                # pre-faulted mapping; never a bytearray (a zero-fill pass first).
+                buf = recv_pool.take(n)
+                vm.copy(pid, vm.address(buf), addr, n, write=False)
+                buffers[i] = buf
+                self.copied_off_loop += n
+        except (OSError, MemoryError, ValueError) as e:
+            error = f"reading a large buffer from the sender failed: {e}"
+        try:
+            self.rt.loop.call_soon_threadsafe(self._copied, conn, msg, hold, buffers, error, copied)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            return False
+        return True
 
     def _map_slot(self, peer: ProcId | None, pid: int, fd: int, uid: int, n: int) -> Any:
         """Map the sender's shared slot (copy-on-write), or None if we cannot."""
