@@ -222,7 +222,7 @@ class Offload(NamedTuple):
     (memfd, slot uid) when the copy lies in a shared slot the receiver may map)."""
 
     token: int
-    descs: tuple[tuple[int, int, int], ...]
+    descs: tuple[tuple[int, ...], ...]
     inner: tuple[Any, ...]
 
 
