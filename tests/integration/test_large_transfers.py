@@ -103,7 +103,13 @@ def local() -> Iterator[ProcMesh]:
 
 
 @pytest.fixture(scope="module")
-def remote() -> Iterator[HostMesh]:
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Where the worker's (and its procs') stderr goes: quoted when a test fails."""
+    return tmp_path_factory.mktemp("worker") / "stderr.log"
+
+
+@pytest.fixture(scope="module")
+def remote(worker_log: Any) -> Iterator[HostMesh]:
     """One worker host on loopback: its procs are reached over authenticated TCP."""
     rt = host.ensure_runtime()
     secret = rt.secret.decode() if rt.secret is not None else new_secret()
@@ -113,14 +119,16 @@ def remote() -> Iterator[HostMesh]:
     # (a one-sided copy, as between procs of one host). This test wants the socket.
     env["DANAUS_OFFLOAD_MIN"] = "0"
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        start_new_session=True,
-    )
+    with worker_log.open("w") as err:  # the worker has its own copy of the descriptor
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            start_new_session=True,
+        )
     assert worker.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
     stream = worker.stdout
@@ -171,7 +179,9 @@ def test_a_1gib_reply_between_procs_of_this_host_is_copied_off_the_io_loop(local
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("size", [64 * MiB, GiB], ids=["64MiB", "1GiB"])
-def test_a_large_reply_over_tcp_is_received_off_the_io_loop(local, remote, size) -> None:
+def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
+    local, remote, worker_log, size
+) -> None:
     rprocs = remote.spawn_procs(per_host={"r": 2})
     far = rprocs.spawn(f"large_tcp_{size}", Blob)
     sender, far_other = far.slice(r=0), far.slice(r=1)
@@ -191,7 +201,10 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(local, remote, size)
             assert not big.done(), "a large frame was received by the I/O loop"
             time.sleep(0.0005)
         assert lost == [], lost
-        _stop(pid)
+        try:
+            _stop(pid)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the worker said: {worker_log.read_text()[-3000:]}") from e
         stopped = True
         assert not big.done()
         for i in range(10):  # the I/O loop serves other connections meanwhile
