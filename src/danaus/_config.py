@@ -124,8 +124,10 @@ SETTINGS: tuple[Setting, ...] = (
         "snapshot_pool",
         "size",
         512 * _MiB,
-        "Bytes of released snapshot mappings (copies of large buffers sent later) "
-        "kept for reuse: faulting in fresh pages costs more than the copy itself.",
+        "Bytes of shared snapshot slots (copies of large buffers sent to a proc of "
+        "this host, which maps them), free or still mapped there, and separately of "
+        "released private snapshot mappings, kept for reuse: faulting in fresh pages "
+        "costs more than the copy itself.",
     ),
     Setting(
         "recv_pool",
