@@ -124,8 +124,26 @@ SETTINGS: tuple[Setting, ...] = (
         "snapshot_pool",
         "size",
         512 * _MiB,
-        "Bytes of released snapshot mappings (copies of large buffers sent later) "
-        "kept for reuse: faulting in fresh pages costs more than the copy itself.",
+        "Bytes of shared snapshot slots (copies of large buffers sent to a proc of "
+        "this host, which maps them), free or still mapped there, and separately of "
+        "released private snapshot mappings, kept for reuse: faulting in fresh pages "
+        "costs more than the copy itself.",
+    ),
+    Setting(
+        "recv_pool",
+        "size",
+        512 * _MiB,
+        "Bytes of receive memory (large frames and offloaded buffers, 1 MiB and up) "
+        "kept mapped for reuse once nothing refers to it any more: faulting in fresh "
+        "pages costs more than the copy into them (0 keeps none).",
+    ),
+    Setting(
+        "recv_thread_min",
+        "size",
+        4 * _MiB,
+        "A frame at least this large arriving on a socket (not TLS) is received by a "
+        "thread of its own while the I/O loop goes on serving heartbeats and other "
+        "connections (0: the I/O loop reads every frame).",
     ),
     Setting(
         "send_high_water",

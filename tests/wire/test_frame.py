@@ -131,3 +131,46 @@ def test_corrupting_one_byte_of_a_valid_frame_never_escapes_as_another_error(dat
         _feed_all(FrameDecoder(max_frame=1 << 16), bytes(raw), [len(raw)])
     except FrameError:
         pass
+
+
+# -- warm receive memory ------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def test_warm_pool_reuses_a_mapping_only_once_nothing_refers_to_it() -> None:
+    from danaus._wire.frame import WarmPool
+
+    pool = WarmPool(lambda: 64 * MiB)
+    first = pool.take(3 * MiB)
+    first[:5] = b"hello"
+    arr = np.frombuffer(first, dtype=np.uint8)  # user code builds on the view
+    del first
+    second = pool.take(3 * MiB)  # the first is still held through `arr`
+    assert pool.reused == 0
+    second[:5] = b"world"
+    assert bytes(arr[:5]) == b"hello"
+    del arr
+    third = pool.take(3 * MiB)  # now the first mapping is free again: warm, reused
+    assert pool.reused == 1
+    assert bytes(third[:5]) == b"hello"
+    assert len(third) == 3 * MiB
+    del second, third
+    small = pool.take(1000)  # below the pool's smallest size: a plain fresh mapping
+    assert len(small) == 1000 and pool.kept <= 64 * MiB
+
+
+def test_warm_pool_keeps_at_most_its_limit() -> None:
+    from danaus._wire.frame import WarmPool
+
+    pool = WarmPool(lambda: 8 * MiB)
+    held = [pool.take(3 * MiB) for _ in range(4)]  # 4 lent, only 2 fit the limit
+    assert pool.kept <= 8 * MiB
+    del held
+    big = pool.take(6 * MiB)  # another size class: free mappings are evicted for it
+    assert pool.kept <= 8 * MiB and len(big) == 6 * MiB
+    pool.clear()
+    assert pool.kept == 0
+    off = WarmPool(lambda: 0)
+    views = [off.take(2 * MiB) for _ in range(2)]
+    assert off.kept == 0 and off.reused == 0 and len(views) == 2

@@ -298,6 +298,7 @@ class ActorCell(Failing, DeadlockCheck):
             try:
                 item = q.get_nowait()
             except queue.Empty:
+                item = None  # drop the last message now: its buffers may be shared memory
                 flush_held()  # idle now: replies held for a batched write go out
                 item = q.get()
             if item[0] == _STOP:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import select
 import socket
 import ssl
 import threading
@@ -50,7 +51,7 @@ from typing import Any
 
 from .. import _config as config
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
-from .._wire.frame import Frame, FrameDecoder
+from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .auth import TAG, Handshake, Session
 
 __all__ = ["Connection", "flush_held"]
@@ -109,7 +110,7 @@ class Connection:
         self._on_close = on_close
         self._max_frame = max_frame
         # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.
-        self._decoder: FrameDecoder | None = None if handshake else FrameDecoder(max_frame)
+        self._decoder: FrameDecoder | None = None if handshake else self._new_decoder()
         self._session: Session | None = None
         self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
         self._on_authenticated = on_authenticated
@@ -121,6 +122,7 @@ class Connection:
         self.on_drained: Callable[[], None] | None = None
         self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
         self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
+        self._reader: threading.Thread | None = None  # receiving a large frame off the loop
         self._writer_armed = False
         self._hold: list[bytes] = []  # small frames held for one batched write
         self._hold_epoch = -1  # _epoch when this connection last wrote without holding
@@ -137,6 +139,7 @@ class Connection:
         self.bytes_sent = 0
         self.frames_recv = 0
         self.bytes_recv = 0
+        self.recv_off_loop = 0  # bytes of large frames received by a reader thread
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
         self._hs_buf = b""
@@ -149,6 +152,11 @@ class Connection:
             loop.call_soon(self._tls_step)
         else:
             self._start_handshake()
+
+    def _new_decoder(self, **kw: Any) -> FrameDecoder:
+        # A TLS socket is only ever read by the I/O thread: no hand-off of large frames.
+        handoff = 0 if self.tls else config.get("recv_thread_min")
+        return FrameDecoder(self._max_frame, handoff_min=handoff, **kw)
 
     def _start_handshake(self) -> None:
         if self._hs is not None:
@@ -231,9 +239,9 @@ class Connection:
             return True
         session = None if self.tls else hs.session()  # TLS protects every byte already
         if session is not None:
-            self._decoder = FrameDecoder(self._max_frame, trailer=TAG, check=session.check)
+            self._decoder = self._new_decoder(trailer=TAG, check=session.check)
         else:
-            self._decoder = FrameDecoder(self._max_frame)
+            self._decoder = self._new_decoder()
         with self._lock:
             self._hs = None
             self._session = session
@@ -495,6 +503,9 @@ class Connection:
         self.last_recv = self.loop.time()
         decoder = self._decoder
         assert decoder is not None  # made when the handshake succeeded
+        if decoder.handoff is not None:
+            self._hand_off(decoder)
+            return
         for _ in range(_READ_BUDGET):
             buf = decoder.buffer()
             try:
@@ -522,8 +533,89 @@ class Connection:
                     # Read already (at most one read's worth): delivered on resume, in order.
                     self._held_frames.extend(frames[i + 1 :])
                     return
+            if decoder.handoff is not None:
+                if not self.closed:
+                    self._hand_off(decoder)
+                return
             if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                 return
+
+    # -- large frames, received off the I/O loop ------------------------------
+
+    def _hand_off(self, decoder: FrameDecoder) -> None:
+        """A large frame begins: a thread of its own receives it while the I/O loop
+        serves everyone else (I/O thread). The connection pauses until it is in."""
+        assert decoder.handoff is not None
+        whole, head = decoder.handoff
+        decoder.handoff = None
+        self.pause(_READER)
+        self._reader = threading.Thread(
+            target=self._read_large,
+            args=(decoder, whole, head),
+            name="danaus-recv-large",
+            daemon=True,
+        )
+        self._reader.start()
+
+    def _read_large(self, decoder: FrameDecoder, whole: int, head: bytes) -> None:
+        """Receive one large frame straight into its own (warm) memory, check and
+        parse it, and hand it to the I/O thread (reader thread)."""
+        frame: Frame | None = None
+        err: BaseException | None = None
+        try:
+            try:
+                big = recv_pool.take(whole)
+            except (MemoryError, OSError, ValueError, OverflowError) as e:
+                raise FrameError(f"cannot allocate a frame of {whole} bytes: {e}") from e
+            big[: len(head)] = head
+            filled = len(head)
+            poll = select.poll()
+            poll.register(self.fd, select.POLLIN)
+            while filled < whole and not self.closed:
+                try:
+                    n = self.sock.recv_into(big[filled:])
+                except _WOULD_BLOCK:
+                    poll.poll(_READER_POLL_MS)
+                    continue
+                except OSError as e:
+                    raise PeerBrokenError(f"read failed: {e}") from e
+                if n == 0:
+                    raise PeerBrokenError("connection closed by peer (EOF)")
+                filled += n
+                self.bytes_recv += n
+                self.recv_off_loop += n
+                self.last_recv = self.loop.time()
+            if filled == whole:
+                frame = decoder.finish(big)
+        except PeerBrokenError as e:  # FrameError, AuthError, a broken socket
+            err = e
+        except BaseException as e:  # reported on the I/O thread, never lost
+            err = PeerBrokenError(f"receiving a large frame failed: {e!r}")
+            err.__cause__ = e
+        try:
+            self.loop.call_soon_threadsafe(self._large_done, frame, err)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            self._release_socket()
+
+    def _large_done(self, frame: Frame | None, err: BaseException | None) -> None:
+        """Back on the I/O thread: deliver the frame in order and read on."""
+        self._reader = None
+        if self.closed:
+            self._release_socket()
+            return
+        if err is not None:
+            self._fail(err, cause=None)
+            return
+        assert frame is not None
+        self.frames_recv += 1
+        self._held_frames.append(frame)  # delivered first when reading resumes
+        self.resume(_READER)
+
+    def _release_socket(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
     # -- closing ------------------------------------------------------------
 
@@ -550,7 +642,7 @@ class Connection:
             self._flush_deadline = now + config.get("flush_timeout")
         self.flush_held()
         with self._lock:
-            pending = bool(self._backlog)
+            pending = bool(self._backlog) or self._reader is not None
         if pending and not self.closed and now < self._flush_deadline:
             self.loop.call_later(0.01, self.flush_and_close)
         elif self.tcp and not self.tls and not self.closed and not pending:
@@ -613,10 +705,15 @@ class Connection:
             self.loop.remove_writer(self.fd)
         except (ValueError, OSError, RuntimeError):
             pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        if self._reader is not None:
+            # A thread is receiving on this socket: wake it (it sees EOF or an error, then
+            # `closed`) and let it close the socket, so its descriptor is not reused under it.
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        else:
+            self._release_socket()
         self._on_close(self, exc)
 
 
@@ -631,6 +728,8 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
 
 
 _NO_TID = object()
+_READER = "large frame"  # what pauses a connection while a thread receives a large frame
+_READER_POLL_MS = 200  # a reader thread waiting for bytes looks at `closed` this often
 
 
 def _total(parts: list[Any]) -> int:

@@ -21,6 +21,8 @@ import io
 import mmap
 import pickle
 import struct
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -31,6 +33,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "FrameError",
+    "WarmPool",
     "alloc",
     "decode_frame",
     "encode_frame",
@@ -171,6 +174,105 @@ def alloc(n: int) -> Any:
     return mmap.mmap(-1, n, flags=_MAP_FLAGS)
 
 
+def _size_class(n: int) -> int:
+    """``n`` rounded up to one of 8 steps per power of two (at most 12.5 % more)."""
+    step = 1 << max(12, n.bit_length() - 4)
+    return -(-n // step) * step
+
+
+def _refs_of_a_listed_object() -> int:
+    """What ``sys.getrefcount`` says of an object held by one list only, while
+    ``WarmPool`` looks at it in its loop (a baseline measured, not assumed)."""
+    holder = [mmap.mmap(-1, 4096)]
+    for m in holder:
+        n = sys.getrefcount(m)
+    holder[0].close()
+    return n
+
+
+_FREE_REFS = _refs_of_a_listed_object()
+
+
+def _free_one(maps: Any) -> Any:
+    """A mapping of ``maps`` nothing else refers to, or None."""
+    for m in maps:
+        if sys.getrefcount(m) <= _FREE_REFS:
+            return m
+    return None
+
+
+class WarmPool:
+    """Receive memory that stays mapped and faulted in between messages.
+
+    A fresh mapping costs a page fault (and the kernel zeroing a page) for every
+    4 KiB, which on a virtual machine costs more than copying the data into it
+    (``benchmarks/NOTES.md``). ``take(n)`` returns an ``n``-byte view of a mapping
+    that earlier messages used, when one of the right size class is free, else of
+    a new one. A mapping is free when nothing but this pool refers to it: every
+    view of it (a frame's buffers, a numpy array or tensor built on them, a
+    ``memoryview``) holds a reference to the mapping object, so a mapping that user
+    code still holds, directly or through any view, is never handed out again.
+    The mappings the pool keeps, free or lent, add up to at most ``limit()``
+    bytes; a mapping taken when the pool is full is not kept (it is unmapped when
+    its last user drops it, as without a pool). Thread-safe.
+    """
+
+    def __init__(self, limit: Callable[[], int], smallest: int = 1 << 20) -> None:
+        self._limit = limit
+        self._smallest = smallest
+        self._lock = threading.Lock()
+        self._maps: dict[int, list[Any]] = {}  # size class -> mappings the pool keeps
+        self.kept = 0  # bytes of the mappings kept
+        self.reused = 0  # takes served by a warm mapping (a statistic, for tests)
+
+    def take(self, n: int) -> memoryview:
+        if n < self._smallest:
+            return memoryview(alloc(n))
+        size = _size_class(n)
+        with self._lock:
+            warm = _free_one(self._maps.get(size, ()))
+            if warm is not None:
+                self.reused += 1
+                return memoryview(warm)[:n]
+            limit = self._limit()
+            if self.kept + size > limit:
+                self._evict(self.kept + size - limit)
+            keep = self.kept + size <= limit
+        mapping = alloc(size)  # outside the lock: populating a big mapping takes a while
+        if keep:
+            with self._lock:
+                self._maps.setdefault(size, []).append(mapping)
+                self.kept += size
+        return memoryview(mapping)[:n]
+
+    def _evict(self, want: int) -> None:
+        """Unmap free mappings (largest classes first) until ``want`` bytes are gone."""
+        for size in sorted(self._maps, reverse=True):
+            maps = self._maps[size]
+            for m in list(maps):
+                if want <= 0:
+                    return
+                if sys.getrefcount(m) <= _FREE_REFS + 1:  # + the copy of the list
+                    maps.remove(m)
+                    self.kept -= size
+                    want -= size
+                    m.close()
+            if not maps:
+                del self._maps[size]
+
+    def clear(self) -> None:
+        """Unmap every free mapping; lent ones are forgotten (they die with their users)."""
+        with self._lock:
+            self._evict(self.kept)
+            self._maps.clear()
+            self.kept = 0
+
+
+#: The receive memory of this process: large frames read from a socket and large
+#: buffers copied out of a sender on this host land in it.
+recv_pool = WarmPool(lambda: config.get("recv_pool"))
+
+
 class FrameDecoder:
     """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
 
@@ -187,20 +289,34 @@ class FrameDecoder:
         *,
         trailer: int = 0,
         check: Callable[[bytes, memoryview, memoryview], None] | None = None,
+        handoff_min: int = 0,
     ) -> None:
         self.max_frame = config.get("codec_max_frame_length") if max_frame is None else max_frame
         self.trailer = trailer
         self.check = check
+        # Frames of at least this many bytes (0: none) are not received here: feed()
+        # stops at them and leaves ``handoff`` = (bytes in all, bytes read already) for
+        # a reader of the caller's choosing, which then calls ``finish``.
+        self.handoff_min = handoff_min
+        self.handoff: tuple[int, bytes] | None = None
         self._staging = bytearray(_STAGING)
         self._start = 0  # first unparsed byte in staging
         self._end = 0  # end of valid bytes in staging
-        self._big: Any = None  # a large frame being received in place (mmap)
+        self._big: memoryview | None = None  # a large frame being received in place
         self._big_filled = 0
+
+    def finish(self, big: memoryview) -> Frame:
+        """The frame ``big`` holds, received whole (its length prefix excluded): checked,
+        then parsed. Any thread; raises what ``feed`` raises."""
+        total = len(big) - self.trailer
+        if self.check is not None:
+            self.check(_LEN.pack(total), big[:total], big[total:])
+        return _parse(big[:total])
 
     def buffer(self) -> memoryview:
         """The memory the next read should fill."""
         if self._big is not None:
-            return memoryview(self._big)[self._big_filled :]
+            return self._big[self._big_filled :]
         if self._end == len(self._staging):
             self._compact()
         return memoryview(self._staging)[self._end :]
@@ -218,11 +334,8 @@ class FrameDecoder:
             self._big_filled += n
             if self._big_filled < len(self._big):
                 return frames
-            big, self._big = memoryview(self._big), None
-            total = len(big) - self.trailer
-            if self.check is not None:
-                self.check(_LEN.pack(total), big[:total], big[total:])
-            frames.append(_parse(big[:total]))
+            big, self._big = self._big, None
+            frames.append(self.finish(big))
             return frames
         self._end += n
         while True:
@@ -251,12 +364,17 @@ class FrameDecoder:
                 frames.append(_parse(memoryview(data)))
                 continue
             if whole + 8 > len(self._staging):
+                have = avail - 8
+                if self.handoff_min and whole >= self.handoff_min:
+                    # Someone else receives it (off the I/O loop); we wait for them.
+                    self.handoff = (whole, bytes(self._staging[self._start + 8 : self._end]))
+                    self._start = self._end = 0
+                    break
                 # Large frame: receive the rest straight into its own memory.
                 try:
-                    big = alloc(whole)
+                    big = recv_pool.take(whole)
                 except (MemoryError, OSError, ValueError, OverflowError) as e:
                     raise FrameError(f"cannot allocate a frame of {total} bytes: {e}") from e
-                have = avail - 8
                 big[:have] = self._staging[self._start + 8 : self._end]
                 self._start = self._end = 0
                 self._big, self._big_filled = big, have

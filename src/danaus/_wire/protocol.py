@@ -69,6 +69,7 @@ __all__ = [
     "Refused",
     "Release",
     "Reply",
+    "Return",
     "ShutdownHost",
     "Spawn",
     "SpawnProcs",
@@ -138,6 +139,7 @@ class Kind(enum.IntEnum):
     CAST = 50
     GATHER = 51
     WELCOME = 80
+    RETURN = 87
 
 
 # -- the runtime --------------------------------------------------------------
@@ -219,10 +221,11 @@ class Ping(NamedTuple):
 
 class Offload(NamedTuple):
     """Frame ``inner`` (a wire tuple) whose big buffers the receiver copies out of
-    the sender's memory (``descs``: (buffer index, address, length))."""
+    the sender's memory (``descs``: (buffer index, address, length), followed by
+    (memfd, slot uid) when the copy lies in a shared slot the receiver may map)."""
 
     token: int
-    descs: tuple[tuple[int, int, int], ...]
+    descs: tuple[tuple[int, ...], ...]
     inner: tuple[Any, ...]
 
 
@@ -233,9 +236,17 @@ class OffloadOk(NamedTuple):
 
 
 class Release(NamedTuple):
-    """The receiver has copied offloaded buffers ``token``: the sender may let go."""
+    """The receiver has copied (or mapped) offloaded buffers ``token``: the sender
+    stops counting them against its send limit."""
 
     token: int
+
+
+class Return(NamedTuple):
+    """Shared snapshot slots ``uids`` the receiver mapped are no longer referenced
+    there (or were copied instead): the sender may reuse them."""
+
+    uids: tuple[int, ...]
 
 
 # -- host agents ---------------------------------------------------------------
@@ -494,6 +505,7 @@ _HEADERS: dict[int, Any] = {
     Kind.CAST: Cast,
     Kind.GATHER: Gather,
     Kind.WELCOME: Welcome,
+    Kind.RETURN: Return,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"

@@ -1,0 +1,198 @@
+"""A large reply over TCP is received off the I/O loop (issue 11 §2).
+
+The actor's proc lives on a ``danaus worker`` on loopback with a host token of
+its own and offloading off, as another machine would be (a worker in this
+kernel could otherwise offload, as procs of one host do); its reply frame is
+received by a reader thread of its own, straight into its memory, while the
+I/O loop serves everyone else. The test freezes the sending proc (SIGSTOP) in
+the middle of the frame, so the transfer is certainly under way while other
+actors (on the worker and on this host) are called; then lets it go on and
+checks the bytes. No peer is declared lost. 64 MiB and 1 GiB.
+
+This module attaches to a loopback worker, so it must run after
+``tests/multihost`` (whose hosts cannot reach a loopback address the client
+would then advertise): ``transport`` sorts after ``multihost``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from danaus._runtime import host
+from danaus._transport.auth import new_secret
+from danaus.actor import Actor, HostMesh, ProcMesh, attach_to_workers, endpoint, this_host
+
+MiB = 1 << 20
+GiB = 1 << 30
+REPLY_TIMEOUT = 30.0
+WORKER_START_TIMEOUT = 60.0
+
+
+class Blob(Actor):
+    @endpoint
+    def blob(self, size: int) -> Any:
+        data = bytearray(size)
+        data[0], data[size // 2], data[-1] = 1, 2, 3
+        return pickle.PickleBuffer(data)  # out of band: offloaded or sent as it is
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def echo(self, x: int) -> int:
+        return x
+
+
+def _check(value: Any, size: int) -> None:
+    view = memoryview(value)
+    assert view.nbytes == size
+    assert (view[0], view[size // 2], view[-1]) == (1, 2, 3)
+    assert view[1] == 0 and view[size - 2] == 0
+
+
+def _lost_counter() -> list[str]:
+    lost: list[str] = []
+    rt = host.ensure_runtime()
+    rt.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
+    return lost
+
+
+def _off_loop() -> int:
+    """Bytes this client's reader threads received (large frames, off the I/O loop)."""
+    return sum(c.recv_off_loop for c in host.ensure_runtime().all_connections())
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while time.monotonic() < deadline:
+        states = []
+        assert os.path.exists(f"/proc/{pid}/task"), f"proc {pid} is gone"
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rpartition(")")[2].split()[0])
+        if states and all(state in "tT" for state in states):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"proc {pid} did not stop")
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[ProcMesh]:
+    pm = this_host().spawn_procs(per_host={"gpus": 2})
+    yield pm
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Where the worker's (and its procs') stderr goes: quoted when a test fails."""
+    return tmp_path_factory.mktemp("worker") / "stderr.log"
+
+
+@pytest.fixture(scope="module")
+def remote(worker_log: Any) -> Iterator[HostMesh]:
+    """One worker host on loopback: its procs are reached over authenticated TCP."""
+    rt = host.ensure_runtime()
+    secret = rt.secret.decode() if rt.secret is not None else new_secret()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
+    env["DANAUS_SECRET"] = secret
+    # The worker shares this kernel: without this, large buffers would skip the socket
+    # (a one-sided copy, as between procs of one host). This test wants the socket.
+    env["DANAUS_OFFLOAD_MIN"] = "0"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with worker_log.open("w") as err:  # the worker has its own copy of the descriptor
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            text=True,
+            start_new_session=True,
+        )
+    assert worker.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    stream = worker.stdout
+    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
+    try:
+        try:
+            line = lines.get(timeout=WORKER_START_TIMEOUT)
+        except queue.Empty:
+            line = ""
+        assert line.startswith("danaus worker listening on "), f"worker said {line!r}"
+        hm = attach_to_workers(workers=[line.split()[-1]], secret=secret)
+        assert hm.initialized.get(timeout=REPLY_TIMEOUT) is True
+        yield hm
+        with contextlib.suppress(Exception):
+            hm.shutdown().get(timeout=REPLY_TIMEOUT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(timeout=REPLY_TIMEOUT)
+    finally:
+        if worker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        stream.close()
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("size", [64 * MiB, GiB], ids=["64MiB", "1GiB"])
+def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
+    local, remote, worker_log, size
+) -> None:
+    rprocs = remote.spawn_procs(per_host={"r": 2})
+    far = rprocs.spawn(f"large_tcp_{size}", Blob)
+    sender, far_other = far.slice(r=0), far.slice(r=1)
+    near = local.spawn(f"large_near_{size}", Blob).slice(gpus=0)
+    pid = sender.pid.call_one().get(timeout=REPLY_TIMEOUT)
+    assert far_other.echo.call_one(0).get(timeout=REPLY_TIMEOUT) == 0
+    lost = _lost_counter()
+    before = _off_loop()
+    big = sender.blob.call_one(size)
+    stopped = False
+    try:
+        # Wait until a reader thread is receiving the reply, then freeze its sender:
+        # the frame is now certainly half-way through the client's socket.
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        while _off_loop() == before:
+            assert time.monotonic() < deadline, "the reply never started to arrive"
+            assert not big.done(), "a large frame was received by the I/O loop"
+            time.sleep(0.0005)
+        assert lost == [], lost
+        try:
+            _stop(pid)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the worker said: {worker_log.read_text()[-3000:]}") from e
+        stopped = True
+        assert not big.done()
+        for i in range(10):  # the I/O loop serves other connections meanwhile
+            assert far_other.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+            assert near.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+        assert not big.done()
+    finally:
+        if stopped:
+            os.kill(pid, signal.SIGCONT)
+    value = big.get(timeout=REPLY_TIMEOUT)
+    _check(value, size)
+    del value, big
+    gc.collect()
+    assert _off_loop() - before >= size - 1 * MiB  # all but what the I/O loop read first
+    assert far_other.echo.call_one(-1).get(timeout=REPLY_TIMEOUT) == -1
+    assert lost == []
+    rprocs.stop().get(timeout=REPLY_TIMEOUT)
