@@ -26,6 +26,8 @@ __all__ = ["SlurmError", "SlurmJob", "node_addresses"]
 
 LOG_TAIL = 3000  # bytes of the job's log quoted when it fails (an error message's length)
 
+_COMPLETING_POLLS = 20  # polls of a COMPLETING job for its final state
+
 _ENDED = {
     "BOOT_FAIL",
     "CANCELLED",
@@ -287,6 +289,13 @@ class SlurmJob(JobTrait):
         return info
 
     def _ended(self, info: dict[str, str]) -> SlurmError:
+        # COMPLETING is on the way to the job's final state (NODE_FAIL, FAILED, ...):
+        # wait a little for it, so that the error names how the job ended.
+        for _ in range(_COMPLETING_POLLS):
+            if info.get("JobState") != "COMPLETING":
+                break
+            time.sleep(config.get("slurm_poll_interval"))
+            info = self._job_info() or info
         state = info.get("JobState", "gone")
         reason = info.get("Reason", "none given")
         if info and state not in _ENDED:  # e.g. PENDING again: requeued (slurm_args --requeue)
