@@ -1,7 +1,8 @@
 """mkdocs hooks: the benchmark page's table and plots, made from ``benchmarks/RESULTS.md``.
 
-The latest run's table (the first fenced block after "## Latest run") is
-parsed; ``on_files`` adds three SVG figures drawn with matplotlib, and
+The latest run's table (the first fenced block of a full run; RESULTS.md lists
+runs newest first) is parsed, with whichever systems that run measured;
+``on_files`` adds three SVG figures drawn with matplotlib, and
 ``on_page_markdown`` puts the table itself where ``benchmarks.md`` says
 ``<!-- benchmark-table -->``. Nothing is written into the source tree.
 """
@@ -15,32 +16,42 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
-SYSTEMS = ("danaus", "monarch", "ray")
 PLACEHOLDER = "<!-- benchmark-table -->"
 
 
 def latest_block() -> str:
-    """The text of the latest run's fenced block in RESULTS.md."""
-    text = RESULTS.read_text()
-    after = text.split("## Latest run", 1)[1]
-    return after.split("```", 2)[1].strip("\n")
+    """The text of the latest full run's fenced block in RESULTS.md (newest first)."""
+    blocks = RESULTS.read_text().split("```")[1::2]
+    return next(b for b in blocks if "danaus benchmarks, full mode" in b).strip("\n")
 
 
 def parse(block: str) -> dict[str, dict[str, Any]]:
-    """``{workload: {"unit": ..., "higher_is_better": bool, system: median}}``."""
+    """``{workload: {"unit": ..., "higher_is_better": bool, system: median}}``.
+
+    The systems are the header's columns between ``unit`` and the ratios.
+    """
     rows: dict[str, dict[str, Any]] = {}
     lines = block.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("workload")) + 2
-    for line in lines[start:]:
+    head = next(i for i, line in enumerate(lines) if line.startswith("workload"))
+    columns = lines[head].split()[2:]
+    names = [c for c in columns if "/" not in c]
+    for line in lines[head + 2 :]:
         if not line.strip():
             break
         fields = re.split(r"\s{2,}", line.strip())
-        workload, unit, cells = fields[0], fields[1], fields[2:6]
+        workload, unit, cells = fields[0], fields[1], fields[2 : 2 + len(names)]
         row: dict[str, Any] = {"unit": unit.split(" (")[0], "higher_is_better": "(^)" in unit}
-        for name, cell in zip(("floor", *SYSTEMS), cells, strict=True):
-            row[name] = float(cell.split(" (")[0].replace(",", ""))
+        for name, cell in zip(names, cells, strict=True):
+            value = cell.split(" (")[0].replace(",", "")
+            row[name] = float(value) if value not in ("-", "") else float("nan")
         rows[workload] = row
     return rows
+
+
+def systems(rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The systems a run measured (the floor is a reference, not a system)."""
+    first = next(iter(rows.values()))
+    return [k for k in first if k not in ("unit", "higher_is_better", "floor")]
 
 
 def _svg(fig: Any) -> bytes:
@@ -56,6 +67,7 @@ def figures(rows: dict[str, dict[str, Any]]) -> dict[str, bytes]:
     import matplotlib.pyplot as plt
 
     out: dict[str, bytes] = {}
+    measured = systems(rows)
     groups = {
         "latency.svg": ("us", "median latency, µs (lower is better)"),
         "bandwidth.svg": ("MiB/s", "payload bandwidth, MiB/s (higher is better)"),
@@ -63,8 +75,8 @@ def figures(rows: dict[str, dict[str, Any]]) -> dict[str, bytes]:
     for name, (unit, title) in groups.items():
         names = [w for w, r in rows.items() if r["unit"] == unit]
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        width = 0.8 / len(SYSTEMS)
-        for i, system in enumerate(SYSTEMS):
+        width = 0.8 / len(measured)
+        for i, system in enumerate(measured):
             xs = [j + i * width for j in range(len(names))]
             ax.bar(xs, [rows[w][system] for w in names], width, label=system)
         ax.set_xticks([j + width for j in range(len(names))], names)
@@ -75,7 +87,8 @@ def figures(rows: dict[str, dict[str, Any]]) -> dict[str, bytes]:
     # How many times better danaus is than each other system, workload by workload.
     fig, ax = plt.subplots(figsize=(7, 3.6))
     names = list(rows)
-    for i, other in enumerate(("monarch", "ray")):
+    others = [m for m in measured if m != "danaus"]
+    for i, other in enumerate(others):
         factors = []
         for w in names:
             r = rows[w]
