@@ -21,6 +21,7 @@ import pytest
 
 from danaus._runtime import host
 from danaus.actor import Actor, ActorError, Channel, ProcMesh, endpoint, this_host
+from large_blobs import lost_peers
 
 from .conftest import REPLY_TIMEOUT
 
@@ -91,18 +92,11 @@ def _wait_done(fut: Any) -> None:
         time.sleep(0.005)
 
 
-def _lost_counter() -> list[str]:
-    lost: list[str] = []
-    rt = host.ensure_runtime()
-    rt.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
-    return lost
-
-
 @pytest.mark.parametrize("size", [0, 256 * MiB], ids=["small", "256MiB"])
 def test_a_reply_is_unpickled_by_its_reader_while_other_calls_go_on(two, tmp_path, size) -> None:
     actors = two.spawn(f"lazy_{size}", Replier)
     slow, other = actors.slice(gpus=0), actors.slice(gpus=1)
-    lost = _lost_counter()
+    lost = lost_peers()
     rt = host.ensure_runtime()
     copied = rt.offload.copied_off_loop
     gate = str(tmp_path / "gate")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import pickle
 import queue
 import signal
 import subprocess
@@ -33,42 +32,13 @@ import pytest
 
 from danaus._runtime import host
 from danaus._transport.auth import new_secret
-from danaus.actor import Actor, HostMesh, ProcMesh, attach_to_workers, endpoint, this_host
+from danaus.actor import HostMesh, ProcMesh, attach_to_workers, this_host
+from large_blobs import Blob, check_blob, lost_peers
 
 MiB = 1 << 20
 GiB = 1 << 30
 REPLY_TIMEOUT = 30.0
 WORKER_START_TIMEOUT = 60.0
-
-
-class Blob(Actor):
-    @endpoint
-    def blob(self, size: int) -> Any:
-        data = bytearray(size)
-        data[0], data[size // 2], data[-1] = 1, 2, 3
-        return pickle.PickleBuffer(data)  # out of band: offloaded or sent as it is
-
-    @endpoint
-    def pid(self) -> int:
-        return os.getpid()
-
-    @endpoint
-    def echo(self, x: int) -> int:
-        return x
-
-
-def _check(value: Any, size: int) -> None:
-    view = memoryview(value)
-    assert view.nbytes == size
-    assert (view[0], view[size // 2], view[-1]) == (1, 2, 3)
-    assert view[1] == 0 and view[size - 2] == 0
-
-
-def _lost_counter() -> list[str]:
-    lost: list[str] = []
-    rt = host.ensure_runtime()
-    rt.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
-    return lost
 
 
 def _off_loop() -> int:
@@ -162,7 +132,7 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
     near = local.spawn(f"large_near_{size}", Blob).slice(gpus=0)
     pid = sender.pid.call_one().get(timeout=REPLY_TIMEOUT)
     assert far_other.echo.call_one(0).get(timeout=REPLY_TIMEOUT) == 0
-    lost = _lost_counter()
+    lost = lost_peers()
     before = _off_loop()
     big = sender.blob.call_one(size)
     stopped = False
@@ -189,7 +159,7 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
         if stopped:
             os.kill(pid, signal.SIGCONT)
     value = big.get(timeout=REPLY_TIMEOUT)
-    _check(value, size)
+    check_blob(value, size)
     del value, big
     gc.collect()
     assert _off_loop() - before >= size - 1 * MiB  # all but what the I/O loop read first
