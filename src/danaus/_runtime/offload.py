@@ -410,14 +410,14 @@ class Offloader:
 
     def _dropped(self, peer: ProcId, uid: int) -> None:
         """A mapped slot died here (any thread, maybe inside garbage collection): no
-        locks, just a note and a wake-up of the I/O thread."""
-        first = not self._returns
+        locks, just a note and a wake-up of the I/O thread. Always a wake-up: skipping
+        it when notes were already queued could leave this one behind, had the I/O
+        thread just emptied the queue (drops are of large buffers: few)."""
         self._returns.append((peer, uid))
-        if first:
-            try:
-                self.rt.loop.call_soon_threadsafe(self._send_returns)
-            except RuntimeError:  # the loop is closed: the runtime is gone
-                pass
+        try:
+            self.rt.loop.call_soon_threadsafe(self._send_returns)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            pass
 
     def _send_returns(self) -> None:
         by_peer: dict[ProcId, list[int]] = {}
