@@ -635,28 +635,36 @@ _WIRE = {cls: _CODECS[k][0] for k, cls in _HEADERS.items()}
 _REBUILD = {k: c[1] for k, c in _CODECS.items()}
 
 
+# The hottest headers, by hand, at field positions read from the types (not typed in).
+_CALL_PORT, _CALL_SENDER, _CALL_CHAIN = map(Call._fields.index, ("port", "sender", "chain"))
+assert Reply._fields[-1] == "sender", "the REPLY codec below expects the sender last"
+
+
 def _call_rebuild(raw: tuple[Any, ...]) -> Call:
-    # The hottest header, by hand: a call from the client has a port, no sender, no chain.
+    # A call from the client has a port, no sender, no chain.
     vals = list(raw[1:])
-    port, sender, chain = vals[3], vals[7], vals[8]
+    port, sender, chain = vals[_CALL_PORT], vals[_CALL_SENDER], vals[_CALL_CHAIN]
     if port is not None:
-        vals[3] = _make_port(port)
+        vals[_CALL_PORT] = _make_port(port)
     if sender is not None:
-        vals[7] = _make_actor(sender)
+        vals[_CALL_SENDER] = _make_actor(sender)
     if chain:
-        vals[8] = tuple(map(_make_actor, chain))
+        vals[_CALL_CHAIN] = tuple(map(_make_actor, chain))
     return _tn(Call, vals)
 
 
 def _reply_rebuild(raw: tuple[Any, ...]) -> Reply:
-    if raw[4] is None:
+    if raw[-1] is None:
         return _tn(Reply, raw[1:])
-    return _tn(Reply, (raw[1], raw[2], raw[3], _make_actor(raw[4])))
+    return _tn(Reply, (*raw[1:-1], _make_actor(raw[-1])))
+
+
+_REPLY_KIND = int(Kind.REPLY)
 
 
 def _reply_flatten(h: Reply) -> tuple[Any, ...]:
-    sender = h[3]
-    return (2, h[0], h[1], h[2], None if sender is None else _flat_actor(sender))
+    sender = h[-1]
+    return (_REPLY_KIND, *h[:-1], None if sender is None else _flat_actor(sender))
 
 
 _REBUILD[Kind.CALL] = _call_rebuild
