@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import shutil
 import socket
 import struct
-import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -233,29 +231,6 @@ def relay() -> Iterator[Callable[[int], Relay]]:
     yield make
     for r in made:
         r.close()
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A throwaway CA and one certificate it signed, as danaus's TLS settings."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl tool")
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-days", "1", "-subj", "/CN=danaus-test-ca", cwd=d)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key",
-             "-out", "node.csr", "-subj", "/CN=node", cwd=d)  # fmt: skip
-    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "node.pem", "-days", "1", cwd=d)  # fmt: skip
-    return {
-        "tls_cert": str(d / "node.pem"),
-        "tls_key": str(d / "node.key"),
-        "tls_ca": str(d / "ca.pem"),
-    }
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,36 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl tool")
 
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """A throwaway CA and one certificate it signed (PEM files)."""
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
-             "-out", "ca.pem", "-days", "1", "-subj", "/CN=danaus-test-ca", cwd=d)  # fmt: skip
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key",
-             "-out", "node.csr", "-subj", "/CN=node", cwd=d)  # fmt: skip
-    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "node.pem", "-days", "1", cwd=d)  # fmt: skip
-    return {
-        "DANAUS_TLS_CERT": str(d / "node.pem"),
-        "DANAUS_TLS_KEY": str(d / "node.key"),
-        "DANAUS_TLS_CA": str(d / "ca.pem"),
-    }
+@pytest.fixture
+def tls_env(pki: dict[str, str]) -> dict[str, str]:
+    """The shared test PKI as the environment variables danaus reads."""
+    return {f"DANAUS_{key.upper()}": path for key, path in pki.items()}
 
 
 CLIENT = textwrap.dedent(
@@ -60,10 +41,10 @@ CLIENT = textwrap.dedent(
 
 
 @pytest.mark.timeout(120)
-def test_hosts_talk_over_mutual_tls_when_certificates_are_given(tmp_path, pki) -> None:
+def test_hosts_talk_over_mutual_tls_when_certificates_are_given(tmp_path, tls_env) -> None:
     script = tmp_path / "client.py"
     script.write_text(CLIENT)
-    env = {**os.environ, **pki, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    env = {**os.environ, **tls_env, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     r = subprocess.run(
         [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=110
     )
@@ -72,7 +53,7 @@ def test_hosts_talk_over_mutual_tls_when_certificates_are_given(tmp_path, pki) -
 
 
 @pytest.mark.timeout(120)
-def test_a_client_without_tls_cannot_attach_to_a_tls_worker(tmp_path, pki) -> None:
+def test_a_client_without_tls_cannot_attach_to_a_tls_worker(tmp_path, tls_env) -> None:
     env = {
         **os.environ,
         "DANAUS_SECRET": "t" * 32,
@@ -80,8 +61,8 @@ def test_a_client_without_tls_cannot_attach_to_a_tls_worker(tmp_path, pki) -> No
     }
     worker = subprocess.Popen(
         [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0",
-         "--tls-cert", pki["DANAUS_TLS_CERT"], "--tls-key", pki["DANAUS_TLS_KEY"],
-         "--tls-ca", pki["DANAUS_TLS_CA"]],
+         "--tls-cert", tls_env["DANAUS_TLS_CERT"], "--tls-key", tls_env["DANAUS_TLS_KEY"],
+         "--tls-ca", tls_env["DANAUS_TLS_CA"]],
         env=env, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
