@@ -6,6 +6,7 @@ Everything listens and connects on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import queue
@@ -122,6 +123,18 @@ def nodes() -> Iterator[Callable[..., Node]]:
     yield make
     for node in made:
         stop_node(node)
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An asyncio loop running on a thread of its own (as a runtime's I/O thread)."""
+    lp = asyncio.new_event_loop()
+    t = threading.Thread(target=lp.run_forever, daemon=True)
+    t.start()
+    yield lp
+    lp.call_soon_threadsafe(lp.stop)
+    t.join(TIMEOUT)
+    lp.close()
 
 
 def recv_exactly(sock: socket.socket, n: int) -> bytes:

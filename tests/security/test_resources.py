@@ -8,11 +8,9 @@ goes on serving its legitimate peers.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -137,17 +135,6 @@ def test_an_authenticated_peer_sends_sealed_frames_the_server_accepts(nodes) -> 
         s.sendall(b"".join(map(bytes, parts)) + session.seal(parts))  # type: ignore[attr-defined]
         assert server.got.get(timeout=TIMEOUT) == (KIND, "by hand")
         assert len(session.seal([b""])) == TAG  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    t = threading.Thread(target=lp.run_forever, daemon=True)
-    t.start()
-    yield lp
-    lp.call_soon_threadsafe(lp.stop)
-    t.join(TIMEOUT)
-    lp.close()
 
 
 def test_flush_and_close_gives_up_on_a_peer_that_stops_reading(loop, settings) -> None:

@@ -9,11 +9,9 @@ every frame arrives intact and in per-thread order.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -37,17 +35,6 @@ def contexts(pki: dict[str, str]) -> tuple[ssl.SSLContext, ssl.SSLContext]:
         ctx.load_verify_locations(pki["tls_ca"])
         ctx.verify_mode = ssl.CERT_REQUIRED
     return server, client
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    t = threading.Thread(target=lp.run_forever, daemon=True)
-    t.start()
-    yield lp
-    lp.call_soon_threadsafe(lp.stop)
-    t.join(TIMEOUT)
-    lp.close()
 
 
 class Watch:
