@@ -483,6 +483,7 @@ class Endpoint:
             labels, sizes, sender, chain, self._flags,
         )  # fmt: skip
         rt.send(proc, header, body, (), call.fail, pickled=self._pickled_header(rt, header))
+        fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
         return Future._create(fut, self._what)
 
     def _pickled_header(self, rt: Any, header: Call) -> bytes | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import queue
 import threading
 import time
@@ -146,6 +147,11 @@ class ActorCell(Failing, DeadlockCheck):
         self.running: str | None = None  # the endpoint running now
         self.stats: dict[str, EndpointStats] = {}
         self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # An idle sync actor reads the connection its last call came on itself
+        # (Connection.read_directly); _put rings the bell to end that wait.
+        self._home: ProcId | None = None
+        self._bell = -1  # an eventfd, made on the first such wait
+        self._bell_on = False
         self._points: dict[tuple[Any, ...], Point] = {}  # message ranks already built
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -168,8 +174,19 @@ class ActorCell(Failing, DeadlockCheck):
         if cycles:
             self._refuse_deadlock(frame)
             return
+        self._home = sender
         self._gate.arrived(frame_bytes(frame))
         self._put((_CALL, frame))
+
+    def direct_call(self, frame: Message, sender: ProcId | None) -> bool:
+        """Take a call read directly by a thread other than the I/O thread (the
+        runtime's ``_direct_frame``); False to leave it to the I/O thread, which
+        alone may pause a connection (when it would push the inbox over its mark)."""
+        gate = self._gate
+        if gate.high > 0 and gate.bytes + frame_bytes(frame) > gate.high:
+            return False
+        self.deliver(frame, sender)
+        return True
 
     def _cannot_consume(self) -> bool:
         return bool(self.waiting or self.blocked or self.stopped)
@@ -203,6 +220,11 @@ class ActorCell(Failing, DeadlockCheck):
                     self._loop.call_soon_threadsafe(self._aq.put_nowait, item)
                 else:
                     self._q.put(item)
+                    if self._bell_on:
+                        try:
+                            os.eventfd_write(self._bell, 1)
+                        except OSError:  # full (it only needs to be readable) or closed
+                            pass
                 return
         self._refuse(item)
 
@@ -293,6 +315,43 @@ class ActorCell(Failing, DeadlockCheck):
         self._loop.close()
 
     def _sync_loop(self) -> None:
+        try:
+            self._sync_items()
+        finally:
+            if self._bell >= 0:
+                self._bell_on = False
+                os.close(self._bell)
+                self._bell = -1
+
+    def _idle_get(self) -> Any:
+        """The next item of a sync actor with nothing to do (its thread).
+
+        While no call is queued it reads the connection its last call came on
+        (when no other thread is reading it): a call then reaches it without
+        waking the I/O thread and then this one. Anything else queued for it
+        rings the bell, which ends the read.
+        """
+        q = self._q
+        home = self._home
+        conn = self.rt.reader_for(home) if home is not None else None
+        if conn is None:
+            return q.get()
+        if self._bell < 0:
+            self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._bell_on = True
+        try:
+            while q.empty():
+                if not conn.read_directly(_queued(q), _IDLE_READ, self._bell):
+                    break
+                try:
+                    os.eventfd_read(self._bell)
+                except BlockingIOError:
+                    pass
+        finally:
+            self._bell_on = False
+        return q.get()
+
+    def _sync_items(self) -> None:
         q = self._q
         while True:
             try:
@@ -300,7 +359,7 @@ class ActorCell(Failing, DeadlockCheck):
             except queue.Empty:
                 item = None  # drop the last message now: its buffers may be shared memory
                 flush_held()  # idle now: replies held for a batched write go out
-                item = q.get()
+                item = self._idle_get()
             if item[0] == _STOP:
                 self._stop_children(item[3])
                 self._finish(item, self._cleanup_sync)
@@ -609,3 +668,10 @@ def _call_hook(fn: Any, arg: Any) -> tuple[bool, BaseException | None]:
         return bool(r), None
     except Exception as e:
         return False, e
+
+
+_IDLE_READ = 1.0  # s: an idle actor's direct read returns this often (and starts again)
+
+
+def _queued(q: queue.SimpleQueue[Any]) -> Callable[[], bool]:
+    return lambda: not q.empty()

@@ -202,6 +202,7 @@ class OneCall:
     """
 
     __slots__ = ("_open", "fut", "label", "port", "proc", "rt", "what")
+    direct = True  # deliver() may run on a thread that read the reply itself
 
     def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Any) -> None:
         self.rt = rt

@@ -31,9 +31,12 @@ class Pending:
     per call. Waiters block on a lock of their own, made only when they wait.
     """
 
-    __slots__ = ("_callbacks", "_done", "_lock", "_ok", "_value", "_waiters")
+    __slots__ = ("_callbacks", "_done", "_lock", "_ok", "_value", "_waiters", "reader")
 
     def __init__(self) -> None:
+        # The connection its result will come on, when a waiter may read it itself
+        # (``Connection.read_directly``); set by the caller that sent the message.
+        self.reader: Any = None
         self._lock = threading.Lock()
         self._done = False
         self._ok = False
@@ -118,6 +121,21 @@ class Pending:
 
     def __repr__(self) -> str:
         return f"<Pending {'done' if self._done else 'pending'}>"
+
+
+def _read_own_reply(reader: Any, cf: Any, timeout: float | None) -> float | None:
+    """Read the connection the result will come on, on this thread, while no other
+    thread does (saves waking the I/O thread and then this one). Returns what is
+    left of ``timeout`` for the usual wait, which takes over if the connection
+    cannot be read here (busy, closing) or when the time is up."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not cf.done():
+        left = _WAKE if deadline is None else min(_WAKE, deadline - time.monotonic())
+        if left <= 0 or not reader.read_directly(cf.done, left):
+            break
+    if deadline is None:
+        return None
+    return max(0.0, deadline - time.monotonic())
 
 
 def _log_callback_error(fn: Any) -> None:
@@ -318,6 +336,9 @@ class Future(Generic[R]):
         if rt is not None:
             rt.begin_wait()  # backpressure lets go of what this thread may be waiting for
         try:
+            reader = getattr(self._cf, "reader", None)
+            if reader is not None and not self._cf.done():
+                timeout = _read_own_reply(reader, self._cf, timeout)
             if timeout is None:
                 while True:
                     try:

@@ -418,6 +418,7 @@ class Runtime(PeerTable):
             if conn.closed:
                 continue  # the peer was gone before we even wrote (e.g. reset at once)
             conn.tcp = tcp
+            self._allow_direct(conn)
             self._accepted.add(conn)
             if hs is not None:
                 self._handshaking[conn] = None
@@ -609,6 +610,44 @@ class Runtime(PeerTable):
             log.exception("danaus internal error while handling a %s frame", msg.kind.name)
         finally:
             self._delivering = outer
+
+    # -- direct reads (a waiting thread reads its own reply) -------------------
+
+    def _allow_direct(self, conn: Connection) -> None:
+        if config.get("direct_read"):
+            conn.direct_frame = self._direct_frame
+
+    def reader_for(self, proc: ProcId) -> Connection | None:
+        """The connection to ``proc`` if a waiting thread may read it directly."""
+        peer = self._peers.get(proc.name)
+        conn = peer.conn if peer is not None else None
+        return conn if getattr(conn, "direct_frame", None) is not None else None
+
+    def _direct_frame(self, conn: Connection, frame: Frame) -> bool:
+        """Handle a frame on the thread that read it directly (not the I/O thread).
+
+        Only what is safe off the I/O thread: a reply to a port whose handler
+        says so (``direct``), a call to a mailbox that takes it (``direct_call``).
+        Anything else returns False and goes to the I/O thread, in order.
+        """
+        if self.tracer is not None or conn.peer is None:
+            return False
+        try:
+            msg = decode(frame)
+        except ProtocolError:
+            return False  # the I/O thread reports it
+        kind = msg.kind
+        if kind is Kind.REPLY:
+            handler = self.ports.get(msg.header.port)
+            if handler is None or not getattr(handler, "direct", False):
+                return False
+            handler.deliver(msg)
+            return True
+        if kind is Kind.CALL:
+            mb = self.mailboxes.get((msg.header.mesh, msg.header.rank))
+            take = getattr(mb, "direct_call", None)
+            return take is not None and bool(take(msg, conn.peer))
+        return False
 
     def _on_conn_closed(self, conn: Connection, exc: BaseException | None) -> None:
         """A connection closed (I/O thread). If it was our connection to a peer, the
@@ -864,6 +903,7 @@ class Runtime(PeerTable):
             self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
             return
         conn.tcp = tcp
+        self._allow_direct(conn)
         self._dialing(peer, conn, self.offload.hello_extra())
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:

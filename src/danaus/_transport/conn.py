@@ -43,6 +43,7 @@ import asyncio
 import collections
 import errno
 import select
+import selectors
 import socket
 import ssl
 import threading
@@ -123,6 +124,17 @@ class Connection:
         self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
         self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
         self._reader: threading.Thread | None = None  # receiving a large frame off the loop
+        # Direct reads (read_directly): the read role is held by the I/O thread while
+        # it reads, or by a thread waiting for a reply; _mu orders the changes of the
+        # loop's interest in this socket made by either.
+        self._rlock = threading.Lock()
+        self._mu = threading.Lock()
+        self._direct = False  # a thread other than the I/O thread reads now
+        self._broken: BaseException | None = None  # a direct read found a bad frame
+        self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
+        # Set by the runtime: handle a frame on the reading thread; False to leave it to
+        # the I/O thread (which then gets it, and everything after it, in order).
+        self.direct_frame: Callable[[Connection, Frame], bool] | None = None
         self._writer_armed = False
         self._hold: list[bytes] = []  # small frames held for one batched write
         self._hold_epoch = -1  # _epoch when this connection last wrote without holding
@@ -140,6 +152,7 @@ class Connection:
         self.frames_recv = 0
         self.bytes_recv = 0
         self.recv_off_loop = 0  # bytes of large frames received by a reader thread
+        self.frames_direct = 0  # frames a waiting thread read and handled itself
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
         self._hs_buf = b""
@@ -400,13 +413,13 @@ class Connection:
             return
         self._writer_armed = True
         if _on_loop_thread(self.loop):
-            self.loop.add_writer(self.fd, self._on_writable)
+            self._sel_op(self.loop.add_writer, self.fd, self._on_writable)
         else:
             self.loop.call_soon_threadsafe(self._add_writer)
 
     def _add_writer(self) -> None:
         if not self.closed:
-            self.loop.add_writer(self.fd, self._on_writable)
+            self._sel_op(self.loop.add_writer, self.fd, self._on_writable)
 
     def _on_writable(self) -> None:
         err: BaseException | None = None
@@ -429,7 +442,7 @@ class Connection:
                     break
             else:
                 self._writer_armed = False
-                self.loop.remove_writer(self.fd)
+                self._sel_op(self.loop.remove_writer, self.fd)
             drained = err is None and self.drain_below >= 0 and self._queued <= self.drain_below
             if drained:
                 self.drain_below = -1
@@ -470,7 +483,7 @@ class Connection:
         if self.closed:
             return
         if not self._paused:
-            self.loop.remove_reader(self.fd)
+            self._sel_op(self.loop.remove_reader, self.fd)
         self._paused.add(who)
 
     def resume(self, who: Any) -> None:
@@ -481,7 +494,7 @@ class Connection:
         if self._paused or self.closed:
             return
         self.last_recv = self.loop.time()  # we stopped listening; the peer did not go quiet
-        self.loop.add_reader(self.fd, self._on_readable)
+        self._sel_op(self.loop.add_reader, self.fd, self._on_readable)
         self.loop.call_soon(self._on_readable)  # bytes TLS decrypted already wake no reader
 
     @property
@@ -489,7 +502,22 @@ class Connection:
         return bool(self._paused)
 
     def _on_readable(self) -> None:
+        if not self._rlock.acquire(False):
+            # A waiting thread reads this connection now: the loop must not spin on it.
+            with self._mu:
+                if self._direct:
+                    self._set_interest(False)
+            return
+        try:
+            self._read_on_loop()
+        finally:
+            self._rlock.release()
+
+    def _read_on_loop(self) -> None:
         if self._paused or self.closed:
+            return
+        if self._broken is not None:
+            self._fail(PeerBrokenError(str(self._broken)), cause=None)
             return
         if self._tls_pending:
             self._tls_step()
@@ -539,6 +567,141 @@ class Connection:
                 return
             if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
                 return
+
+    # -- direct reads: a waiting thread reads its own reply ----------------------
+
+    def _sel_op(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Change the loop's interest in this socket (I/O thread), keeping a direct
+        reader's mute: the loop must not watch for reads while another thread reads."""
+        with self._mu:
+            fn(*args)
+            if self._direct:
+                self._set_interest(False)
+
+    def _set_interest(self, read: bool) -> None:
+        """Set the kernel's epoll mask for this socket to what the loop registered,
+        without reads unless ``read`` (``_mu`` held)."""
+        sel = self._sel
+        assert sel is not None
+        try:
+            events = sel.get_key(self.fd).events
+        except (KeyError, ValueError):  # not registered now (paused, closing)
+            return
+        mask = 0
+        if read and events & selectors.EVENT_READ:
+            mask |= select.EPOLLIN
+        if events & selectors.EVENT_WRITE:
+            mask |= select.EPOLLOUT
+        try:
+            sel._selector.modify(self.fd, mask)  # type: ignore[attr-defined]
+        except OSError:
+            pass
+
+    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        """Read this connection on the calling thread, for up to ``timeout`` s, until
+        ``done()`` (any thread but the I/O thread).
+
+        A thread about to block for a reply that will come on this connection
+        reads it itself: the I/O thread is neither woken nor handed anything,
+        which saves two thread wake-ups per round trip. Each frame read goes
+        to ``direct_frame``; the first one it declines, and every frame after
+        it, goes to the I/O thread in order. ``bell`` is a descriptor that
+        ends the wait when readable (the caller drains it). Returns False,
+        having done nothing, when the role cannot be taken (the I/O thread is
+        reading, the connection is TLS, paused, closing, receiving a large
+        frame...): the caller then waits the usual way.
+        """
+        if self._sel is None or self.direct_frame is None or not self._rlock.acquire(False):
+            return False
+        try:
+            with self._mu:
+                if (
+                    self.closed
+                    or self._paused
+                    or self._held_frames
+                    or self._hs is not None
+                    or self._broken is not None
+                    or self._decoder is None
+                    or self._decoder.handoff is not None
+                ):
+                    return False
+                self._direct = True
+                self._set_interest(False)
+            try:
+                self._read_direct(done, timeout, bell)
+            finally:
+                with self._mu:
+                    self._direct = False
+                    if self.closed:
+                        self._release_socket()  # _close left it to us
+                    else:
+                        self._set_interest(True)
+        finally:
+            self._rlock.release()
+        if (
+            self._held_frames
+            or self._broken is not None
+            or (self._decoder is not None and self._decoder.handoff is not None)
+        ):
+            # Left for the I/O thread, asked only now that it can take the role (an
+            # earlier try may have found it still held, and nothing else wakes it).
+            self._wake_loop()
+        return True
+
+    def _read_direct(self, done: Callable[[], bool], timeout: float, bell: int) -> None:
+        decoder = self._decoder
+        assert decoder is not None and self.direct_frame is not None
+        poll = select.poll()
+        poll.register(self.fd, select.POLLIN)
+        if bell >= 0:
+            poll.register(bell, select.POLLIN)
+        deadline = -1.0
+        while not done() and not self.closed:
+            if deadline < 0:
+                deadline = self.loop.time() + timeout
+                wait_ms = int(timeout * 1000)
+            else:
+                wait_ms = int((deadline - self.loop.time()) * 1000)
+                if wait_ms <= 0:
+                    return
+            ready = poll.poll(wait_ms)
+            if not ready:
+                return
+            if bell >= 0 and any(fd == bell for fd, _ in ready):
+                return
+            buf = decoder.buffer()
+            try:
+                n = self.sock.recv_into(buf)
+            except _WOULD_BLOCK:
+                continue
+            except OSError:
+                return  # the I/O thread reads the same error and closes
+            if n == 0:
+                return  # EOF: left unread, for the I/O thread to see and report
+            self.bytes_recv += n
+            self.last_recv = self.loop.time()
+            try:
+                frames = decoder.feed(n)
+            except PeerBrokenError as e:  # the I/O thread closes the connection
+                self._broken = e
+                return
+            self.frames_recv += len(frames)
+            declined = False
+            for f in frames:
+                if declined or self.closed or not self.direct_frame(self, f):
+                    declined = True
+                    self._held_frames.append(f)  # the I/O thread delivers it first, in order
+                else:
+                    self.frames_direct += 1
+            if declined or decoder.handoff is not None:
+                return  # the I/O thread takes over from here
+
+    def _wake_loop(self) -> None:
+        """Have the I/O thread read this connection soon (held frames, a large frame)."""
+        try:
+            self.loop.call_soon_threadsafe(self._on_readable)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            pass
 
     # -- large frames, received off the I/O loop ------------------------------
 
@@ -661,7 +824,7 @@ class Connection:
         (bounded by ``flush_timeout``).
         """
         try:
-            self.loop.remove_reader(self.fd)
+            self._sel_op(self.loop.remove_reader, self.fd)
             self.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError, RuntimeError):
             self.close()
@@ -701,11 +864,20 @@ class Connection:
             self._paused.clear()
             self._held_frames.clear()
         try:
-            self.loop.remove_reader(self.fd)
-            self.loop.remove_writer(self.fd)
+            self._sel_op(self.loop.remove_reader, self.fd)
+            self._sel_op(self.loop.remove_writer, self.fd)
         except (ValueError, OSError, RuntimeError):
             pass
-        if self._reader is not None:
+        with self._mu:
+            direct = self._direct  # then the direct reader closes the socket when it stops
+            if direct:
+                try:
+                    self.sock.shutdown(socket.SHUT_RDWR)  # wakes it
+                except OSError:
+                    pass
+        if direct:
+            pass
+        elif self._reader is not None:
             # A thread is receiving on this socket: wake it (it sees EOF or an error, then
             # `closed`) and let it close the socket, so its descriptor is not reused under it.
             try:
@@ -715,6 +887,12 @@ class Connection:
         else:
             self._release_socket()
         self._on_close(self, exc)
+
+
+def _epoll_of(loop: asyncio.AbstractEventLoop) -> selectors.EpollSelector | None:
+    """The loop's epoll selector, when it has one that other threads may adjust."""
+    sel = getattr(loop, "_selector", None)
+    return sel if isinstance(sel, selectors.EpollSelector) else None
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:

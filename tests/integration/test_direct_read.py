@@ -1,0 +1,88 @@
+"""Direct reads between real processes: a caller waiting in ``get()`` reads its reply
+itself, an idle actor reads its next call itself, and anything else still reaches
+them (``Connection.read_directly``; the transport's own tests are in
+``tests/transport/test_direct_read.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from danaus._runtime import host
+from danaus._runtime import proc as _proc
+from danaus.actor import Actor, ActorMesh, ProcMesh, endpoint
+
+from .conftest import REPLY_TIMEOUT
+
+
+def _direct_frames(rt: Any) -> int:
+    return sum(getattr(c, "frames_direct", 0) for c in rt.all_connections())
+
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x: Any) -> Any:
+        return x
+
+    @endpoint
+    def direct_frames(self) -> int:
+        rt = _proc.current()
+        assert rt is not None
+        return _direct_frames(rt)
+
+    @endpoint
+    def relay(self, other: ActorMesh[Echo], x: Any) -> Any:
+        """Call ``other`` (an actor of another proc) and return what it answered."""
+        return other.echo.call_one(x).get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def pair(procs: ProcMesh) -> Iterator[tuple[ActorMesh[Echo], ActorMesh[Echo]]]:
+    mesh = procs.spawn("direct_read", Echo)
+    mesh.initialized.get(timeout=REPLY_TIMEOUT)
+    yield mesh.slice(gpus=0), mesh.slice(gpus=1)
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None:
+    a, _ = pair
+    rt = host.ensure_runtime()
+    client0 = _direct_frames(rt)
+    actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
+    for i in range(50):
+        assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+    client = _direct_frames(rt) - client0
+    actor = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT) - actor0
+    # Replies read by the client's waiting thread, calls by the idle actor's thread
+    # (not all of them need to be: the I/O thread may hold the role at that moment).
+    assert client >= 10, f"only {client} of 50 replies were read by the waiting thread"
+    assert actor >= 10, f"only {actor} of 50 calls were read by the idle actor"
+
+
+def test_a_call_on_another_connection_wakes_an_actor_reading_its_last_callers(
+    pair: Any,
+) -> None:
+    """``a`` idles reading the client's connection; ``b``'s calls come on another one,
+    through ``a``'s I/O thread, which must end ``a``'s read (its bell). Without
+    the bell each relay would wait for the read to time out (1 s): 100 of them
+    outlast the test's timeout."""
+    a, b = pair
+    for i in range(100):
+        assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i  # home: the client
+        assert b.relay.call_one(a, -i).get(timeout=REPLY_TIMEOUT) == -i
+
+
+def test_a_broadcast_and_a_call_one_interleave(pair: Any, procs: ProcMesh) -> None:
+    """Replies to a gather (read by the I/O thread) and to call_one (read directly) on
+    the same connections, back to back, all arrive."""
+    a, b = pair
+    both = procs.spawn("direct_read_both", Echo)
+    try:
+        for i in range(30):
+            assert sorted(both.echo.call(i).get(timeout=REPLY_TIMEOUT).values()) == [i, i]
+            assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+            assert b.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+    finally:
+        both.stop().get(timeout=REPLY_TIMEOUT)

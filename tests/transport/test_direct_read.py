@@ -1,0 +1,246 @@
+"""Direct reads: a thread waiting for a frame reads the connection itself.
+
+A real ``Connection`` on a socket pair, its loop on a thread of its own; the
+other end writes frames with ``encode_frame``. ``direct_frame`` takes frames
+whose header is ``("mine", n)`` and declines every other one, which the I/O
+thread must then deliver, in order, with everything after it. Every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from danaus._errors import PeerBrokenError
+from danaus._transport import conn as conn_mod
+from danaus._wire.frame import Frame, encode_frame
+
+TIMEOUT = 10.0
+
+
+class Side:
+    """Our end (a Connection) and what happened on it."""
+
+    def __init__(self, conn: conn_mod.Connection, theirs: socket.socket) -> None:
+        self.conn = conn
+        self.theirs = theirs
+        self.direct: list[tuple[Any, int]] = []  # (header, thread id) taken directly
+        self.on_loop: list[tuple[Any, int]] = []  # (header, thread id) given to on_frame
+        self.closed = threading.Event()
+        self.close_exc: BaseException | None = None
+        self.readable_calls = 0
+        self.loop_thread = 0
+
+    def write(self, *headers: Any) -> None:
+        parts: list[Any] = []
+        for h in headers:
+            parts += [bytes(p) for p in encode_frame(h, b"body")]
+        self.theirs.sendall(b"".join(parts))
+
+    def reading(
+        self, done: Callable[[], bool], timeout: float = TIMEOUT, bell: int = -1
+    ) -> Callable[[], bool]:
+        """Start ``read_directly`` on a thread and wait until it holds the read role
+        (so that what is written next is read there, not by the loop); returns a
+        function that joins the thread and gives ``read_directly``'s result."""
+        out: list[bool] = []
+        t = threading.Thread(
+            target=lambda: out.append(self.conn.read_directly(done, timeout, bell))
+        )
+        t.start()
+        self.until(lambda: self.conn._direct or bool(out))
+        assert not out, "read_directly returned before it read"
+
+        def join() -> bool:
+            t.join(TIMEOUT)
+            assert not t.is_alive(), "read_directly did not return"
+            return out[0]
+
+        return join
+
+    def until(self, cond: Callable[[], bool]) -> None:
+        for _ in range(int(TIMEOUT / 0.01)):
+            if cond():
+                return
+            threading.Event().wait(0.01)
+        raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def side() -> Iterator[Side]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(TIMEOUT)
+    made: list[Side] = []
+    ready = threading.Event()
+
+    def build() -> None:
+        def on_frame(c: conn_mod.Connection, f: Frame) -> None:
+            s.on_loop.append((f.header, threading.get_ident()))
+
+        def on_close(c: conn_mod.Connection, e: BaseException | None) -> None:
+            s.close_exc = e
+            s.closed.set()
+
+        conn = conn_mod.Connection(ours, loop, on_frame, on_close)
+        s = Side(conn, theirs)
+
+        def direct(c: conn_mod.Connection, f: Frame) -> bool:
+            if f.header[0] != "mine":
+                return False
+            s.direct.append((f.header, threading.get_ident()))
+            return True
+
+        conn.direct_frame = direct
+        counted = conn._on_readable
+
+        def readable() -> None:
+            s.readable_calls += 1
+            counted()
+
+        # The loop holds the bound method it registered: register the counting one.
+        loop.remove_reader(conn.fd)
+        conn._on_readable = readable  # type: ignore[method-assign]
+        loop.add_reader(conn.fd, readable)
+        s.loop_thread = threading.get_ident()
+        made.append(s)
+        ready.set()
+
+    loop.call_soon_threadsafe(build)
+    assert ready.wait(TIMEOUT)
+    yield made[0]
+    if not made[0].conn.closed:
+        loop.call_soon_threadsafe(made[0].conn.close)
+    made[0].closed.wait(TIMEOUT)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(TIMEOUT)
+    loop.close()
+    theirs.close()
+
+
+def test_the_waiting_thread_reads_and_handles_its_frames_the_loop_never_wakes(side: Side) -> None:
+    join = side.reading(lambda: len(side.direct) >= 100)  # waits in poll(); the loop too
+    for i in range(10):
+        side.write(*[("mine", 10 * i + k) for k in range(10)])
+    assert join()
+    assert [h for h, _ in side.direct] == [("mine", i) for i in range(100)]
+    assert len({t for _, t in side.direct}) == 1
+    assert side.loop_thread not in {t for _, t in side.direct}
+    assert side.on_loop == []
+    # While it read, the loop was not told the socket was readable (no spinning on it).
+    assert side.readable_calls == 0
+    assert side.conn.frames_direct == 100
+
+
+def test_a_declined_frame_and_all_after_it_go_to_the_io_thread_in_order(side: Side) -> None:
+    join = side.reading(lambda: False)
+    side.write(("mine", 0), ("other", 1), ("mine", 2), ("other", 3))
+    assert join()  # it returns after the hand-off
+    side.until(lambda: len(side.on_loop) == 3)
+    assert [h for h, _ in side.direct] == [("mine", 0)]
+    assert [h for h, _ in side.on_loop] == [("other", 1), ("mine", 2), ("other", 3)]
+    assert {t for _, t in side.on_loop} == {side.loop_thread}
+    # Afterwards the loop reads again by itself.
+    side.write(("other", 4))
+    side.until(lambda: len(side.on_loop) == 4)
+
+
+def test_the_wait_ends_at_its_timeout_and_the_loop_then_reads_again(side: Side) -> None:
+    assert side.conn.read_directly(lambda: False, 0.05)
+    side.write(("other", 1))
+    side.until(lambda: len(side.on_loop) == 1)
+
+
+def test_a_bell_ends_the_wait_without_reading(side: Side) -> None:
+    bell = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        join = side.reading(lambda: False, TIMEOUT, bell)
+        os.eventfd_write(bell, 1)
+        assert join()
+        assert os.eventfd_read(bell) == 1
+        assert side.direct == [] and side.on_loop == []
+    finally:
+        os.close(bell)
+
+
+def test_garbage_read_directly_closes_the_connection_on_the_io_thread(side: Side) -> None:
+    # A header longer than the whole frame: not a frame.
+    join = side.reading(lambda: False)
+    side.theirs.sendall(struct.pack("<QIIQ", 16, 1 << 30, 0, 0))
+    assert join()
+    assert side.closed.wait(TIMEOUT)
+    assert isinstance(side.close_exc, PeerBrokenError)
+    # And the role cannot be taken any more.
+    assert not side.conn.read_directly(lambda: False, 0.01)
+
+
+def test_eof_while_reading_directly_is_reported_by_the_io_thread(side: Side) -> None:
+    join = side.reading(lambda: False)
+    side.theirs.shutdown(socket.SHUT_RDWR)
+    assert join()
+    assert side.closed.wait(TIMEOUT)
+    assert isinstance(side.close_exc, PeerBrokenError)
+    assert "EOF" in str(side.close_exc)
+
+
+def test_closing_from_the_io_thread_wakes_a_direct_reader_which_then_closes_the_socket(
+    side: Side,
+) -> None:
+    join = side.reading(lambda: False)
+    side.conn.loop.call_soon_threadsafe(side.conn.close)
+    assert join()
+    assert side.closed.wait(TIMEOUT)
+    assert side.conn.sock.fileno() == -1  # released once the reader let go of it
+    assert not side.conn.read_directly(lambda: False, 0.01)
+
+
+def test_the_role_is_refused_while_the_connection_is_paused(side: Side) -> None:
+    done = threading.Event()
+    side.conn.loop.call_soon_threadsafe(lambda: (side.conn.pause("test"), done.set()))
+    assert done.wait(TIMEOUT)
+    assert not side.conn.read_directly(lambda: False, 0.01)
+    side.write(("mine", 0))
+    side.conn.loop.call_soon_threadsafe(side.conn.resume, "test")
+    side.until(lambda: len(side.on_loop) == 1)  # the loop read it, as usual
+
+
+def _epoll_mask(conn: conn_mod.Connection) -> int:
+    """The kernel's event mask for ``conn``'s socket in its loop's epoll set."""
+    epfd = conn.loop._selector._selector.fileno()  # type: ignore[attr-defined]
+    with open(f"/proc/self/fdinfo/{epfd}") as f:
+        for line in f:
+            fields = line.split()
+            if fields[:2] == ["tfd:", str(conn.fd)]:
+                return int(fields[3], 16)
+    raise AssertionError(f"fd {conn.fd} is not in the loop's epoll set")
+
+
+def test_writes_queued_on_the_loop_during_a_direct_read_keep_the_read_muted(side: Side) -> None:
+    """The loop arming its writer re-registers the socket: the direct reader's mute holds,
+    and when the read ends the loop watches for reads and writes again."""
+    assert _epoll_mask(side.conn) & 0x1  # EPOLLIN: the loop reads
+    join = side.reading(lambda: bool(side.direct))
+    side.until(lambda: _epoll_mask(side.conn) & 0x1 == 0)  # muted
+    big = b"x" * (1 << 20)
+    for _ in range(8):  # more than the socket takes: the loop arms its writer
+        side.conn.send([big])
+    # Still muted, with the writer armed (EPOLLOUT), once the loop has re-registered it.
+    side.until(lambda: side.conn._writer_armed and _epoll_mask(side.conn) & 0x5 == 0x4)
+    threading.Event().wait(0.1)
+    assert _epoll_mask(side.conn) & 0x5 == 0x4
+    side.write(("mine", 1))
+    assert join()
+    assert _epoll_mask(side.conn) & 0x5 == 0x5  # reads and writes watched again
+    received = 0
+    while received < 8 * len(big):  # and the backlog drains
+        received += len(side.theirs.recv(1 << 20))
