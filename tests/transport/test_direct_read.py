@@ -244,3 +244,77 @@ def test_writes_queued_on_the_loop_during_a_direct_read_keep_the_read_muted(side
     received = 0
     while received < 8 * len(big):  # and the backlog drains
         received += len(side.theirs.recv(1 << 20))
+
+
+@pytest.fixture
+def second(side: Side) -> Iterator[Side]:
+    """Another connection on the same loop as ``side``."""
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(TIMEOUT)
+    made: list[Side] = []
+    ready = threading.Event()
+
+    def build() -> None:
+        def on_frame(c: conn_mod.Connection, f: Frame) -> None:
+            s.on_loop.append((f.header, threading.get_ident()))
+
+        def on_close(c: conn_mod.Connection, e: BaseException | None) -> None:
+            s.close_exc = e
+            s.closed.set()
+
+        conn = conn_mod.Connection(ours, side.conn.loop, on_frame, on_close)
+        s = Side(conn, theirs)
+
+        def direct(c: conn_mod.Connection, f: Frame) -> bool:
+            if f.header[0] != "mine":
+                return False
+            s.direct.append((f.header, threading.get_ident()))
+            return True
+
+        conn.direct_frame = direct
+        made.append(s)
+        ready.set()
+
+    side.conn.loop.call_soon_threadsafe(build)
+    assert ready.wait(TIMEOUT)
+    yield made[0]
+    side.conn.loop.call_soon_threadsafe(made[0].conn.close)
+    made[0].closed.wait(TIMEOUT)
+    theirs.close()
+
+
+def test_one_thread_reads_several_connections_until_done(side: Side, second: Side) -> None:
+    """A gather's waiter: replies on two connections, read by the waiting thread."""
+    out: list[bool] = []
+    both = (side.conn, second.conn)
+    t = threading.Thread(
+        target=lambda: out.append(
+            conn_mod.read_many(both, lambda: len(side.direct) + len(second.direct) == 20, TIMEOUT)
+        )
+    )
+    t.start()
+    side.until(lambda: side.conn._direct and second.conn._direct)
+    for i in range(10):
+        side.write(("mine", i))
+        second.write(("mine", 100 + i))
+    t.join(TIMEOUT)
+    assert out == [True]
+    assert [h for h, _ in side.direct] == [("mine", i) for i in range(10)]
+    assert [h for h, _ in second.direct] == [("mine", 100 + i) for i in range(10)]
+    assert side.on_loop == [] and second.on_loop == []
+    # Both are read by the loop again afterwards.
+    side.write(("other", 0))
+    second.write(("other", 1))
+    side.until(lambda: len(side.on_loop) == 1 and len(second.on_loop) == 1)
+
+
+def test_several_connections_are_taken_all_or_none(side: Side, second: Side) -> None:
+    done = threading.Event()
+    second.conn.loop.call_soon_threadsafe(lambda: (second.conn.pause("test"), done.set()))
+    assert done.wait(TIMEOUT)
+    assert not conn_mod.read_many((side.conn, second.conn), lambda: False, TIMEOUT)
+    assert not side.conn._direct and side.conn._rlock.acquire(False)  # given back
+    side.conn._rlock.release()
+    side.write(("other", 0))  # and the loop still reads the first one
+    side.until(lambda: len(side.on_loop) == 1)
+    second.conn.loop.call_soon_threadsafe(second.conn.resume, "test")

@@ -47,6 +47,7 @@ import selectors
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -55,7 +56,7 @@ from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .auth import TAG, Handshake, Session
 
-__all__ = ["Connection", "flush_held"]
+__all__ = ["Connection", "flush_held", "read_many"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -131,6 +132,7 @@ class Connection:
         self._mu = threading.Lock()
         self._direct = False  # a thread other than the I/O thread reads now
         self._broken: BaseException | None = None  # a direct read found a bad frame
+        self._eof = False  # a direct read found EOF or a read error (the loop reports it)
         self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
         # Set by the runtime: handle a frame on the reading thread; False to leave it to
         # the I/O thread (which then gets it, and everything after it, in order).
@@ -611,90 +613,82 @@ class Connection:
         reading, the connection is TLS, paused, closing, receiving a large
         frame...): the caller then waits the usual way.
         """
+        return read_many((self,), done, timeout, bell)
+
+    def _take_role(self) -> bool:
+        """Become this connection's reader, muting the loop's reads (False: cannot)."""
         if self._sel is None or self.direct_frame is None or not self._rlock.acquire(False):
             return False
+        with self._mu:
+            if (
+                self.closed
+                or self._paused
+                or self._held_frames
+                or self._hs is not None
+                or self._broken is not None
+                or self._eof
+                or self._decoder is None
+                or self._decoder.handoff is not None
+            ):
+                self._rlock.release()
+                return False
+            self._direct = True
+            self._set_interest(False)
+        return True
+
+    def _give_role(self) -> None:
+        """Stop being the reader; the loop watches the socket again."""
         try:
             with self._mu:
-                if (
-                    self.closed
-                    or self._paused
-                    or self._held_frames
-                    or self._hs is not None
-                    or self._broken is not None
-                    or self._decoder is None
-                    or self._decoder.handoff is not None
-                ):
-                    return False
-                self._direct = True
-                self._set_interest(False)
-            try:
-                self._read_direct(done, timeout, bell)
-            finally:
-                with self._mu:
-                    self._direct = False
-                    if self.closed:
-                        self._release_socket()  # _close left it to us
-                    else:
-                        self._set_interest(True)
+                self._direct = False
+                if self.closed:
+                    self._release_socket()  # _close left it to us
+                else:
+                    self._set_interest(True)
         finally:
             self._rlock.release()
         if (
             self._held_frames
             or self._broken is not None
+            or self._eof
             or (self._decoder is not None and self._decoder.handoff is not None)
         ):
             # Left for the I/O thread, asked only now that it can take the role (an
             # earlier try may have found it still held, and nothing else wakes it).
             self._wake_loop()
-        return True
 
-    def _read_direct(self, done: Callable[[], bool], timeout: float, bell: int) -> None:
+    def _read_once(self) -> bool:
+        """One read as the direct reader; True when the I/O thread must take over."""
         decoder = self._decoder
         assert decoder is not None and self.direct_frame is not None
-        poll = select.poll()
-        poll.register(self.fd, select.POLLIN)
-        if bell >= 0:
-            poll.register(bell, select.POLLIN)
-        deadline = -1.0
-        while not done() and not self.closed:
-            if deadline < 0:
-                deadline = self.loop.time() + timeout
-                wait_ms = int(timeout * 1000)
+        if self.closed:
+            return True
+        try:
+            n = self.sock.recv_into(decoder.buffer())
+        except _WOULD_BLOCK:
+            return False
+        except OSError:
+            self._eof = True  # the I/O thread reads the same error and closes
+            return True
+        if n == 0:
+            self._eof = True  # left for the I/O thread to see and report
+            return True
+        self.bytes_recv += n
+        self.last_recv = self.loop.time()
+        try:
+            frames = decoder.feed(n)
+        except PeerBrokenError as e:  # the I/O thread closes the connection
+            self._broken = e
+            return True
+        self.frames_recv += len(frames)
+        declined = False
+        for f in frames:
+            if declined or self.closed or not self.direct_frame(self, f):
+                declined = True
+                self._held_frames.append(f)  # the I/O thread delivers it first, in order
             else:
-                wait_ms = int((deadline - self.loop.time()) * 1000)
-                if wait_ms <= 0:
-                    return
-            ready = poll.poll(wait_ms)
-            if not ready:
-                return
-            if bell >= 0 and any(fd == bell for fd, _ in ready):
-                return
-            buf = decoder.buffer()
-            try:
-                n = self.sock.recv_into(buf)
-            except _WOULD_BLOCK:
-                continue
-            except OSError:
-                return  # the I/O thread reads the same error and closes
-            if n == 0:
-                return  # EOF: left unread, for the I/O thread to see and report
-            self.bytes_recv += n
-            self.last_recv = self.loop.time()
-            try:
-                frames = decoder.feed(n)
-            except PeerBrokenError as e:  # the I/O thread closes the connection
-                self._broken = e
-                return
-            self.frames_recv += len(frames)
-            declined = False
-            for f in frames:
-                if declined or self.closed or not self.direct_frame(self, f):
-                    declined = True
-                    self._held_frames.append(f)  # the I/O thread delivers it first, in order
-                else:
-                    self.frames_direct += 1
-            if declined or decoder.handoff is not None:
-                return  # the I/O thread takes over from here
+                self.frames_direct += 1
+        return declined or decoder.handoff is not None
 
     def _wake_loop(self) -> None:
         """Have the I/O thread read this connection soon (held frames, a large frame)."""
@@ -887,6 +881,52 @@ class Connection:
         else:
             self._release_socket()
         self._on_close(self, exc)
+
+
+def read_many(
+    conns: tuple[Connection, ...] | list[Connection],
+    done: Callable[[], bool],
+    timeout: float,
+    bell: int = -1,
+) -> bool:
+    """``Connection.read_directly`` over several connections at once (a gather whose
+    replies come on several): the calling thread takes every one's read role or
+    none (returning False), then reads whichever is ready until ``done()``, the
+    timeout, the bell, or a frame or event it must leave to the I/O thread."""
+    taken: list[Connection] = []
+    for c in conns:
+        if not c._take_role():
+            for t in taken:
+                t._give_role()
+            return False
+        taken.append(c)
+    try:
+        poll = select.poll()
+        by_fd = {}
+        for c in taken:
+            poll.register(c.fd, select.POLLIN)
+            by_fd[c.fd] = c
+        if bell >= 0:
+            poll.register(bell, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not done():
+            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            ready = poll.poll(wait_ms)
+            if not ready:
+                return True
+            stop = False
+            for fd, _ in ready:
+                c = by_fd.get(fd)
+                if c is None:  # the bell
+                    stop = True
+                elif c._read_once():
+                    stop = True
+            if stop or wait_ms == 0:
+                return True
+    finally:
+        for t in taken:
+            t._give_role()
+    return True
 
 
 def _epoll_of(loop: asyncio.AbstractEventLoop) -> selectors.EpollSelector | None:
