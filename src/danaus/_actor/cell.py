@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import _config as config
 from .._mesh import Extent, Point
 from .._runtime.flow import Gate, frame_bytes
 from .._runtime.metrics import EndpointStats
@@ -150,7 +151,7 @@ class ActorCell(Failing, DeadlockCheck):
         # An idle sync actor reads the connection its last call came on itself
         # (Connection.read_directly); _put rings the bell to end that wait.
         self._home: ProcId | None = None
-        self._bell = -1  # an eventfd, made on the first such wait
+        self._bell = -1  # an eventfd, made when its thread starts (direct_read on)
         self._bell_on = False
         self._points: dict[tuple[Any, ...], Point] = {}  # message ranks already built
         self._aq: asyncio.Queue[Any] | None = None
@@ -315,6 +316,10 @@ class ActorCell(Failing, DeadlockCheck):
         self._loop.close()
 
     def _sync_loop(self) -> None:
+        if config.get("direct_read"):
+            # Made now, not at the first idle wait: an actor costs the same descriptors
+            # for its whole life (so leaks show as growth).
+            self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         try:
             self._sync_items()
         finally:
@@ -333,11 +338,9 @@ class ActorCell(Failing, DeadlockCheck):
         """
         q = self._q
         home = self._home
-        conn = self.rt.reader_for(home) if home is not None else None
+        conn = self.rt.reader_for(home) if home is not None and self._bell >= 0 else None
         if conn is None:
             return q.get()
-        if self._bell < 0:
-            self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._bell_on = True
         try:
             while q.empty():
