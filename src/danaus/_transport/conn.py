@@ -902,7 +902,7 @@ def read_many(
         taken.append(c)
     try:
         poll = select.poll()
-        by_fd = {}
+        by_fd: dict[int, Connection] = {}
         for c in taken:
             poll.register(c.fd, select.POLLIN)
             by_fd[c.fd] = c
@@ -916,10 +916,8 @@ def read_many(
                 return True
             stop = False
             for fd, _ in ready:
-                c = by_fd.get(fd)
-                if c is None:  # the bell
-                    stop = True
-                elif c._read_once():
+                ready_conn = by_fd.get(fd)  # None: the bell
+                if ready_conn is None or ready_conn._read_once():
                     stop = True
             if stop or wait_ms == 0:
                 return True
