@@ -74,19 +74,14 @@ def test_a_call_on_another_connection_wakes_an_actor_reading_its_last_callers(
         assert b.relay.call_one(a, -i).get(timeout=REPLY_TIMEOUT) == -i
 
 
-def test_a_gather_reads_the_replies_of_several_procs_itself(pair: Any, procs: ProcMesh) -> None:
-    """``call()`` over two procs: its waiter reads both connections; gathers and
-    call_one on the same connections, back to back, all get their answers."""
+def test_gathers_and_call_one_interleave_on_the_same_connections(
+    pair: Any, procs: ProcMesh
+) -> None:
+    """Replies to a gather (read by the I/O thread) and to call_one (read by the caller)
+    on the same connections, back to back: every one arrives, none twice."""
     a, b = pair
     both = procs.spawn("direct_read_both", Echo)
-    rt = host.ensure_runtime()
     try:
-        both.initialized.get(timeout=REPLY_TIMEOUT)
-        before = _direct_frames(rt)
-        for i in range(30):
-            assert sorted(both.echo.call(i).get(timeout=REPLY_TIMEOUT).values()) == [i, i]
-        gathered = _direct_frames(rt) - before
-        assert gathered >= 10, f"only {gathered} of 60 gathered replies were read directly"
         for i in range(30):
             assert sorted(both.echo.call(i).get(timeout=REPLY_TIMEOUT).values()) == [i, i]
             assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i

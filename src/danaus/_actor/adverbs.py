@@ -30,7 +30,6 @@ from .._errors import SupervisionError
 from .._mesh import ValueMesh
 from .._mesh.tree import Selection
 from .._runtime import host
-from .._transport.conn import read_many
 from .._wire import codec
 from .._wire.frame import flat
 from .._wire.ids import PortId, ProcId
@@ -413,11 +412,8 @@ class Endpoint:
             values[index] = value
             countdown.tick()
 
-        rt = host.ensure_runtime()
-        collector = Collector(rt, self._what, len(targets), on_value, lazy=True)
-        collector.direct = True  # on_value is safe on any thread
+        collector = Collector(host.ensure_runtime(), self._what, len(targets), on_value, lazy=True)
         self._send(payload, targets, collector)
-        cf.reader = _replies_from(rt, targets)  # type: ignore[attr-defined]
         return Future._create(cf, self._what)
 
     def _collector(self, n: int, on_value: Any) -> Collector:
@@ -677,36 +673,6 @@ class Accumulator:
         for f in futures:
             f.add_done_callback(one)
         return Future._create(cf, f"accumulating {self._endpoint._what}")
-
-
-class _Replies:
-    """The connections a gather's replies come on, which its waiter may read itself."""
-
-    __slots__ = ("conns",)
-
-    def __init__(self, conns: list[Any]) -> None:
-        self.conns = conns
-
-    def read_directly(self, done: Any, timeout: float) -> bool:
-        return read_many(self.conns, done, timeout)
-
-
-def _replies_from(rt: Any, targets: list[tuple[int, int, ProcId]]) -> _Replies | None:
-    """What a gather's waiter may read: the connections to the targets' procs, if
-    every one can be read directly and they are few (a large mesh is left to the
-    I/O thread: one thread polling many sockets gains nothing)."""
-    conns: dict[int, Any] = {}
-    for _, _, proc in targets:
-        conn = rt.reader_for(proc)
-        if conn is None:
-            return None
-        conns[id(conn)] = conn
-        if len(conns) > _DIRECT_GATHER_MAX:
-            return None
-    return _Replies(list(conns.values()))
-
-
-_DIRECT_GATHER_MAX = 16
 
 
 def _value_mesh(shape: Any, values: list[Any]) -> Deferred:

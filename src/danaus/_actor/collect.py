@@ -96,8 +96,6 @@ class Collector:
     or the failing sender's thread), then the port closes itself.
     """
 
-    direct = False  # True when on_value may run on a thread that read the reply itself
-
     def __init__(
         self,
         rt: Runtime,

@@ -56,7 +56,7 @@ from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .auth import TAG, Handshake, Session
 
-__all__ = ["Connection", "flush_held", "read_many"]
+__all__ = ["Connection", "flush_held"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -613,7 +613,24 @@ class Connection:
         reading, the connection is TLS, paused, closing, receiving a large
         frame...): the caller then waits the usual way.
         """
-        return read_many((self,), done, timeout, bell)
+        if not self._take_role():
+            return False
+        try:
+            poll = select.poll()
+            poll.register(self.fd, select.POLLIN)
+            if bell >= 0:
+                poll.register(bell, select.POLLIN)
+            deadline = time.monotonic() + timeout
+            while not done():
+                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                ready = poll.poll(wait_ms)
+                if not ready or wait_ms == 0:
+                    break
+                if any(fd == bell for fd, _ in ready) or self._read_once():
+                    break
+        finally:
+            self._give_role()
+        return True
 
     def _take_role(self) -> bool:
         """Become this connection's reader, muting the loop's reads (False: cannot)."""
@@ -881,50 +898,6 @@ class Connection:
         else:
             self._release_socket()
         self._on_close(self, exc)
-
-
-def read_many(
-    conns: tuple[Connection, ...] | list[Connection],
-    done: Callable[[], bool],
-    timeout: float,
-    bell: int = -1,
-) -> bool:
-    """``Connection.read_directly`` over several connections at once (a gather whose
-    replies come on several): the calling thread takes every one's read role or
-    none (returning False), then reads whichever is ready until ``done()``, the
-    timeout, the bell, or a frame or event it must leave to the I/O thread."""
-    taken: list[Connection] = []
-    for c in conns:
-        if not c._take_role():
-            for t in taken:
-                t._give_role()
-            return False
-        taken.append(c)
-    try:
-        poll = select.poll()
-        by_fd: dict[int, Connection] = {}
-        for c in taken:
-            poll.register(c.fd, select.POLLIN)
-            by_fd[c.fd] = c
-        if bell >= 0:
-            poll.register(bell, select.POLLIN)
-        deadline = time.monotonic() + timeout
-        while not done():
-            wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            ready = poll.poll(wait_ms)
-            if not ready:
-                return True
-            stop = False
-            for fd, _ in ready:
-                ready_conn = by_fd.get(fd)  # None: the bell
-                if ready_conn is None or ready_conn._read_once():
-                    stop = True
-            if stop or wait_ms == 0:
-                return True
-    finally:
-        for t in taken:
-            t._give_role()
-    return True
 
 
 def _epoll_of(loop: asyncio.AbstractEventLoop) -> selectors.EpollSelector | None:
