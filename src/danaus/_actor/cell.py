@@ -153,6 +153,8 @@ class ActorCell(Failing, DeadlockCheck):
         self._home: ProcId | None = None
         self._bell = -1  # an eventfd, made when its thread starts (direct_read on)
         self._bell_on = False
+        self._rung = False  # the bell was rung and not read yet
+        self._tid = 0  # its thread's ident (sync actors)
         self._points: dict[tuple[Any, ...], Point] = {}  # message ranks already built
         self._aq: asyncio.Queue[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -221,11 +223,14 @@ class ActorCell(Failing, DeadlockCheck):
                     self._loop.call_soon_threadsafe(self._aq.put_nowait, item)
                 else:
                     self._q.put(item)
-                    if self._bell_on:
+                    if self._bell_on and threading.get_ident() != self._tid:
+                        # Its thread reads a connection (not this one, which is it):
+                        # end that read. Under _lock, so the bell is still open.
                         try:
                             os.eventfd_write(self._bell, 1)
-                        except OSError:  # full (it only needs to be readable) or closed
+                        except OSError:  # full: it only needs to be readable
                             pass
+                        self._rung = True
                 return
         self._refuse(item)
 
@@ -316,6 +321,7 @@ class ActorCell(Failing, DeadlockCheck):
         self._loop.close()
 
     def _sync_loop(self) -> None:
+        self._tid = threading.get_ident()
         if config.get("direct_read"):
             # Made now, not at the first idle wait: an actor costs the same descriptors
             # for its whole life (so leaks show as growth).
@@ -323,10 +329,11 @@ class ActorCell(Failing, DeadlockCheck):
         try:
             self._sync_items()
         finally:
-            if self._bell >= 0:
+            with self._lock:  # no _put is ringing it
                 self._bell_on = False
-                os.close(self._bell)
-                self._bell = -1
+                bell, self._bell = self._bell, -1
+            if bell >= 0:
+                os.close(bell)
 
     def _idle_get(self) -> Any:
         """The next item of a sync actor with nothing to do (its thread).
@@ -346,10 +353,12 @@ class ActorCell(Failing, DeadlockCheck):
             while q.empty():
                 if not conn.read_directly(_queued(q), _IDLE_READ, self._bell):
                     break
-                try:
-                    os.eventfd_read(self._bell)
-                except BlockingIOError:
-                    pass
+                if self._rung:  # set after the write: reading now finds it
+                    self._rung = False
+                    try:
+                        os.eventfd_read(self._bell)
+                    except BlockingIOError:
+                        pass
         finally:
             self._bell_on = False
         return q.get()
