@@ -12,7 +12,8 @@ import pytest
 
 from danaus._runtime import host
 from danaus._runtime import proc as _proc
-from danaus.actor import Actor, ActorMesh, ProcMesh, endpoint
+from danaus.actor import Actor, ActorMesh, ProcMesh, context, endpoint
+from danaus.config import configured
 
 from .conftest import REPLY_TIMEOUT
 
@@ -88,3 +89,30 @@ def test_gathers_and_call_one_interleave_on_the_same_connections(
             assert b.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
     finally:
         both.stop().get(timeout=REPLY_TIMEOUT)
+
+
+class Home(Actor):
+    @endpoint
+    def home(self) -> str | None:
+        """The proc whose connection this actor reads when idle (None: none)."""
+        cell = context().actor_instance._cell
+        return None if cell._home is None else cell._home.name
+
+
+def test_an_actor_reached_through_the_cast_tree_does_not_read_that_connection(
+    procs: ProcMesh,
+) -> None:
+    """Casts are routed by the I/O thread: an actor reading the connection they come
+    on would only hand each one back (three wake-ups instead of two)."""
+    tree = procs.spawn("direct_read_tree", Home)
+    plain = procs.spawn("direct_read_plain", Home)
+    try:
+        with configured(tree_min_ranks=2):  # decided at the mesh's first message
+            homes = tree.home.call().get(timeout=REPLY_TIMEOUT)  # through the tree
+        assert list(homes.values()) == [None, None]
+        # The same call sent directly: each actor then reads the client's connection.
+        me = host.ensure_runtime().proc_id.name
+        assert list(plain.home.call().get(timeout=REPLY_TIMEOUT).values()) == [me, me]
+    finally:
+        tree.stop().get(timeout=REPLY_TIMEOUT)
+        plain.stop().get(timeout=REPLY_TIMEOUT)

@@ -177,7 +177,8 @@ class ActorCell(Failing, DeadlockCheck):
         if cycles:
             self._refuse_deadlock(frame)
             return
-        self._home = sender
+        if not self.rt.cast_delivery:
+            self._home = sender
         self._gate.arrived(frame_bytes(frame))
         self._put((_CALL, frame))
 

@@ -188,6 +188,10 @@ class Runtime(PeerTable):
         self._room = threading.Condition(threading.Lock())  # senders waiting for a backlog
         self._room_waiters = 0
         self._delivering: Connection | None = None  # the connection being dispatched
+        # True while the cast tree hands this proc's actor its copy of a CAST: that
+        # connection brings casts, which only the I/O thread can route, so it is no
+        # connection for the actor to read directly (ActorCell._home).
+        self.cast_delivery = False
         self._holding: set[Gate] = set()  # gates that paused a connection (I/O thread)
         self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
         self.pauses = 0  # times a connection was paused for a full inbox (a statistic)

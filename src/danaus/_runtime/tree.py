@@ -404,7 +404,12 @@ class TreeRouter:
                 h.chain,
                 h.flags,
             )
-            self._deliver(conn, Message(Kind.CALL, call, msg.body, msg.buffers))
+            rt = self.rt
+            rt.cast_delivery = True
+            try:
+                self._deliver(conn, Message(Kind.CALL, call, msg.body, msg.buffers))
+            finally:
+                rt.cast_delivery = False
         if agg is not None:
             agg.armed()
 
