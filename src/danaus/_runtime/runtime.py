@@ -853,9 +853,12 @@ class Runtime(PeerTable):
             gate.exempt_changed()
 
     def pause_delivering(self, gate: Gate) -> Connection | None:
-        """Stop reading the connection whose frame is being dispatched (I/O thread)."""
+        """Stop reading the connection whose frame is being dispatched (I/O thread).
+
+        None on another thread (a direct read): ``_delivering`` is the I/O
+        thread's, and only the I/O thread may pause a connection."""
         conn = self._delivering
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or not self.on_io_thread():
             return None
         conn.pause(gate)
         self.pauses += 1

@@ -133,6 +133,7 @@ class Connection:
         self._direct = False  # a thread other than the I/O thread reads now
         self._broken: BaseException | None = None  # a direct read found a bad frame
         self._eof = False  # a direct read found EOF or a read error (the loop reports it)
+        self._unwatched = False  # _close took the socket out of the loop (under _mu)
         self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
         # Set by the runtime: handle a frame on the reading thread; False to leave it to
         # the I/O thread (which then gets it, and everything after it, in order).
@@ -639,6 +640,7 @@ class Connection:
         with self._mu:
             if (
                 self.closed
+                or self._unwatched
                 or self._paused
                 or self._held_frames
                 or self._hs is not None
@@ -658,7 +660,7 @@ class Connection:
         try:
             with self._mu:
                 self._direct = False
-                if self.closed:
+                if self._unwatched:
                     self._release_socket()  # _close left it to us
                 else:
                     self._set_interest(True)
@@ -874,12 +876,15 @@ class Connection:
             self._queued = 0
             self._paused.clear()
             self._held_frames.clear()
-        try:
-            self._sel_op(self.loop.remove_reader, self.fd)
-            self._sel_op(self.loop.remove_writer, self.fd)
-        except (ValueError, OSError, RuntimeError):
-            pass
         with self._mu:
+            # One step for a direct reader: the loop forgets the socket before anyone
+            # may close it, and either we close it or the direct reader does.
+            try:
+                self.loop.remove_reader(self.fd)
+                self.loop.remove_writer(self.fd)
+            except (ValueError, OSError, RuntimeError):
+                pass
+            self._unwatched = True
             direct = self._direct  # then the direct reader closes the socket when it stops
             if direct:
                 try:
