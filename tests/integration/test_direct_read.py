@@ -5,6 +5,7 @@ them (``Connection.read_directly``; the transport's own tests are in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,11 +41,16 @@ class Echo(Actor):
 
 
 @pytest.fixture(scope="module")
-def pair(procs: ProcMesh) -> Iterator[tuple[ActorMesh[Echo], ActorMesh[Echo]]]:
+def whole(procs: ProcMesh) -> Iterator[ActorMesh[Echo]]:
     mesh = procs.spawn("direct_read", Echo)
     mesh.initialized.get(timeout=REPLY_TIMEOUT)
-    yield mesh.slice(gpus=0), mesh.slice(gpus=1)
+    yield mesh
     mesh.stop().get(timeout=REPLY_TIMEOUT)
+
+
+@pytest.fixture
+def pair(whole: ActorMesh[Echo]) -> tuple[ActorMesh[Echo], ActorMesh[Echo]]:
+    return whole.slice(gpus=0), whole.slice(gpus=1)
 
 
 def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None:
@@ -116,3 +122,45 @@ def test_an_actor_reached_through_the_cast_tree_does_not_read_that_connection(
     finally:
         tree.stop().get(timeout=REPLY_TIMEOUT)
         plain.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_many_threads_calling_share_the_connection_and_each_gets_its_own_answers(
+    pair: Any, whole: ActorMesh[Echo]
+) -> None:
+    """Eight threads call the same actor at once: one of them reads the connection
+    at a time and completes the others' futures too; a ninth calls the other actor
+    and a tenth gathers from both meanwhile."""
+    a, b = pair
+    errors: list[BaseException] = []
+
+    def caller(k: int) -> None:
+        try:
+            for i in range(150):
+                x = k * 1000 + i
+                assert a.echo.call_one(x).get(timeout=REPLY_TIMEOUT) == x
+        except BaseException as e:
+            errors.append(e)
+
+    def other() -> None:
+        try:
+            for i in range(50):
+                assert b.echo.call_one(-i).get(timeout=REPLY_TIMEOUT) == -i
+        except BaseException as e:
+            errors.append(e)
+
+    def gatherer(both: ActorMesh[Echo]) -> None:
+        try:
+            for i in range(50):
+                assert list(both.echo.call(i).get(timeout=REPLY_TIMEOUT).values()) == [i, i]
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(8)]
+    threads.append(threading.Thread(target=other))
+    threads.append(threading.Thread(target=gatherer, args=(whole,)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(4 * REPLY_TIMEOUT)
+    assert not any(t.is_alive() for t in threads), "a caller hung"
+    assert errors == []
