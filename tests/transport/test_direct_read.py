@@ -119,6 +119,10 @@ def side() -> Iterator[Side]:
     loop.call_soon_threadsafe(build)
     assert ready.wait(TIMEOUT)
     yield made[0]
+    if loop.is_closed():  # the test closed it (a runtime's shutdown)
+        made[0].conn.sock.close()
+        theirs.close()
+        return
     if not made[0].conn.closed:
         loop.call_soon_threadsafe(made[0].conn.close)
     made[0].closed.wait(TIMEOUT)
@@ -244,3 +248,15 @@ def test_writes_queued_on_the_loop_during_a_direct_read_keep_the_read_muted(side
     received = 0
     while received < 8 * len(big):  # and the backlog drains
         received += len(side.theirs.recv(1 << 20))
+
+
+def test_a_direct_read_outliving_its_loop_ends_quietly(side: Side) -> None:
+    """The runtime closed its loop (shutdown) while a thread still read: the read
+    ends at its timeout without raising (giving the role back touches the closed
+    loop's selector)."""
+    join = side.reading(lambda: False, 0.3)
+    loop = side.conn.loop
+    loop.call_soon_threadsafe(loop.stop)
+    side.until(lambda: not loop.is_running())
+    loop.close()  # closes its selector, as a runtime's close does
+    assert join()

@@ -588,7 +588,7 @@ class Connection:
         assert sel is not None
         try:
             events = sel.get_key(self.fd).events
-        except (KeyError, ValueError):  # not registered now (paused, closing)
+        except (KeyError, ValueError, RuntimeError):  # not registered now, or loop closed
             return
         mask = 0
         if read and events & selectors.EVENT_READ:
@@ -597,7 +597,7 @@ class Connection:
             mask |= select.EPOLLOUT
         try:
             sel._selector.modify(self.fd, mask)  # type: ignore[attr-defined]
-        except OSError:
+        except (OSError, ValueError):  # gone from the set, or the epoll object closed
             pass
 
     def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
