@@ -23,6 +23,7 @@ from danaus._transport.auth import MAGIC, TAG, Handshake, Session, load_secret
 from danaus._wire.frame import Frame, FrameDecoder
 from danaus._wire.protocol import Kind
 from danaus.actor import this_host
+from wire_bytes import recv_exactly
 
 from .conftest import TIMEOUT, Probe, client_env, recv_until_closed
 
@@ -33,15 +34,6 @@ HANDSHAKE_TIMEOUT = 5.0  # the server's bound on an unfinished handshake
 def _connect(address: str) -> socket.socket:
     host, _, port = address[len("tcp://") :].rpartition(":")
     return socket.create_connection((host, int(port)), timeout=TIMEOUT)
-
-
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    got = b""
-    while len(got) < n:
-        chunk = sock.recv(n - len(got))
-        assert chunk, f"connection closed after {len(got)} of {n} bytes"
-        got += chunk
-    return got
 
 
 @pytest.fixture
@@ -81,7 +73,7 @@ def test_an_unauthenticated_peer_is_disconnected_without_a_frame(
     workers, legit, answer, within
 ) -> None:
     with _connect(workers[1].address) as sock:
-        challenge = _recv_exactly(sock, CHALLENGE)
+        challenge = recv_exactly(sock, CHALLENGE)
         assert challenge.startswith(MAGIC)
         during = legit.echo.call("during")  # the legit client is served meanwhile
         answer(sock, challenge)
@@ -132,8 +124,8 @@ def _authenticated(address: str, secret: str) -> tuple[socket.socket, Session]:
     assert key is not None
     hs = Handshake(key, "client")
     sock = _connect(address)
-    sock.sendall(hs.feed(_recv_exactly(sock, hs.want())))
-    assert hs.feed(_recv_exactly(sock, hs.want())) == b""
+    sock.sendall(hs.feed(recv_exactly(sock, hs.want())))
+    assert hs.feed(recv_exactly(sock, hs.want())) == b""
     assert hs.done
     return sock, hs.session()
 

@@ -31,6 +31,7 @@ from danaus._transport.auth import MAGIC, Handshake, load_secret
 from danaus._wire.frame import encode_frame
 from danaus._wire.protocol import Kind, SpawnProcs, wire
 from danaus.actor import Actor, endpoint
+from wire_bytes import recv_exactly
 
 from .conftest import TIMEOUT, recv_until_closed
 
@@ -72,22 +73,12 @@ def _dial(address: str) -> socket.socket:
     return s
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    got = b""
-    while len(got) < n:
-        chunk = sock.recv(n - len(got))
-        if not chunk:
-            raise EOFError(f"closed after {len(got)} of {n} bytes")
-        got += chunk
-    return got
-
-
 def _handshake(address: str, secret: bytes) -> None:
     """A legitimate peer authenticates (and leaves)."""
     with _dial(address) as s:
         hs = Handshake(secret, "client")
-        s.sendall(hs.feed(_recv_exactly(s, hs.want())))
-        assert hs.feed(_recv_exactly(s, hs.want())) == b""
+        s.sendall(hs.feed(recv_exactly(s, hs.want())))
+        assert hs.feed(recv_exactly(s, hs.want())) == b""
         assert hs.done
 
 
@@ -126,7 +117,7 @@ def test_an_unauthenticated_pickle_runs_on_no_listener_of_the_job(listeners, tmp
         bomb = _Boom(str(target))
         frame = b"".join(map(bytes, encode_frame((int(Kind.REFUSED), bomb))))
         with _dial(address) as s:
-            assert _recv_exactly(s, CHALLENGE).startswith(MAGIC), name
+            assert recv_exactly(s, CHALLENGE).startswith(MAGIC), name
             s.sendall(frame + pickle.dumps(bomb))
             rest, _ = recv_until_closed(s, timeout=TIMEOUT)
             # Nothing but, from a data server, its refusal marker (in place of a MAC).
@@ -149,7 +140,7 @@ def test_a_slowloris_on_each_message_listener_is_bounded(listeners, secret) -> N
         crowd = [_dial(address) for _ in range(cap + extra)]
         try:
             for s in crowd:
-                assert _recv_exactly(s, CHALLENGE).startswith(MAGIC), name
+                assert recv_exactly(s, CHALLENGE).startswith(MAGIC), name
             # The oldest were shed at once, long before the handshake deadline (which
             # would close them all) ...
             for s in crowd[:extra]:
@@ -175,7 +166,7 @@ def test_a_slowloris_on_each_data_server_is_bounded(listeners, secret) -> None:
     try:
         for name, address in servers:  # all at once: their deadlines run together
             for s in crowds[name]:
-                assert _recv_exactly(s, CHALLENGE).startswith(MAGIC), name
+                assert recv_exactly(s, CHALLENGE).startswith(MAGIC), name
             # Every thread is taken: one more connection is closed at once, unserved.
             with _dial(address) as more:
                 rest, _ = recv_until_closed(more, timeout=TIMEOUT)

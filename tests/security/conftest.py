@@ -26,6 +26,7 @@ from danaus._transport.auth import MAGIC, TAG
 from danaus._wire.frame import encode_frame
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Bounce, Kind, Message, Refused, wire
+from wire_bytes import recv_exactly
 
 SECRET = b"0123456789abcdef" * 4
 # The test runtimes take over two kinds: REFUSED frames (one string field) are
@@ -135,16 +136,6 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     lp.call_soon_threadsafe(lp.stop)
     t.join(TIMEOUT)
     lp.close()
-
-
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    got = b""
-    while len(got) < n:
-        chunk = sock.recv(n - len(got))
-        if not chunk:
-            raise EOFError(f"closed after {len(got)} of {n} bytes")
-        got += chunk
-    return got
 
 
 def read_frame_bytes(sock: socket.socket, tagged: bool = True) -> bytes:
