@@ -1,7 +1,11 @@
 """A framed, ordered, thread-safe connection on a non-blocking stream socket.
 
 Reading happens on the I/O thread's event loop (``loop.add_reader``); frames
-go to ``on_frame(conn, frame)`` in arrival order. Writing may happen from any
+go to ``on_frame(conn, frame)`` in arrival order. A thread about to block for
+a frame that comes on this connection may read it itself instead
+(``read_directly``: a caller waiting for its reply, an idle actor for its next
+call) while the I/O thread is not reading; what it does not take goes to the
+I/O thread, in order. Writing may happen from any
 thread: ``send(parts)`` writes straight to the socket while nothing is queued
 (no thread hop on the hot path) and otherwise appends a snapshot of what is
 left to a backlog that the I/O thread drains, so the bytes of one connection
