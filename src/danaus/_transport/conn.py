@@ -881,30 +881,23 @@ class Connection:
             self._paused.clear()
             self._held_frames.clear()
         with self._mu:
-            # One step for a direct reader: the loop forgets the socket before anyone
-            # may close it, and either we close it or the direct reader does.
+            # One step: the loop forgets the socket before anyone may close it. A thread
+            # reading it (a direct reader, or the reader of a large frame) is woken by
+            # the shutdown and closes it when it stops, so its descriptor is never
+            # reused under it; otherwise we close it now.
             try:
                 self.loop.remove_reader(self.fd)
                 self.loop.remove_writer(self.fd)
             except (ValueError, OSError, RuntimeError):
                 pass
             self._unwatched = True
-            direct = self._direct  # then the direct reader closes the socket when it stops
-            if direct:
+            reading = self._direct or self._reader is not None
+            if reading:
                 try:
-                    self.sock.shutdown(socket.SHUT_RDWR)  # wakes it
+                    self.sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
-        if direct:
-            pass
-        elif self._reader is not None:
-            # A thread is receiving on this socket: wake it (it sees EOF or an error, then
-            # `closed`) and let it close the socket, so its descriptor is not reused under it.
-            try:
-                self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        else:
+        if not reading:
             self._release_socket()
         self._on_close(self, exc)
 
