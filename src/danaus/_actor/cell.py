@@ -177,7 +177,7 @@ class ActorCell(Failing, DeadlockCheck):
         if cycles:
             self._refuse_deadlock(frame)
             return
-        if not self.rt.cast_delivery:
+        if sender is not None:  # a CALL frame on the connection from it (not a cast)
             self._home = sender
         self._gate.arrived(frame_bytes(frame))
         self._put((_CALL, frame))

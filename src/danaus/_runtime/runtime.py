@@ -98,9 +98,10 @@ class PortHandler(Protocol):
 
 
 class Mailbox(Protocol):
-    """An actor's inbox (called on the I/O thread)."""
+    """An actor's inbox (called on the I/O thread). ``via``: the peer whose connection
+    brought the CALL frame (None: this proc's copy of a cast)."""
 
-    def deliver(self, frame: Message, sender: ProcId | None) -> None: ...
+    def deliver(self, frame: Message, via: ProcId | None) -> None: ...
 
 
 Handler = Callable[[Connection, Message], None]
@@ -160,7 +161,7 @@ class Runtime(PeerTable):
         self._accepted: set[Connection] = set()  # connections others dialled, open
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
         self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
-        self._early: dict[tuple[str, int], list[tuple[Connection, Message]]] = {}
+        self._early: dict[tuple[str, int], list[tuple[ProcId | None, Message]]] = {}
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
@@ -188,10 +189,6 @@ class Runtime(PeerTable):
         self._room = threading.Condition(threading.Lock())  # senders waiting for a backlog
         self._room_waiters = 0
         self._delivering: Connection | None = None  # the connection being dispatched
-        # True while the cast tree hands this proc's actor its copy of a CAST: that
-        # connection brings casts, which only the I/O thread can route, so it is no
-        # connection for the actor to read directly (ActorCell._home).
-        self.cast_delivery = False
         self._holding: set[Gate] = set()  # gates that paused a connection (I/O thread)
         self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
         self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
@@ -1007,21 +1004,28 @@ class Runtime(PeerTable):
     # -- mailboxes ----------------------------------------------------------
 
     def _on_call(self, conn: Connection, msg: Message) -> None:
+        self.deliver_call(msg, conn.peer)
+
+    def deliver_call(self, msg: Message, via: ProcId | None) -> None:
+        """Give a call to its mailbox (I/O thread). ``via`` is the peer whose connection
+        brought it as a CALL frame, None for this proc's copy of a cast, which the cast
+        tree hands over: a connection that brings casts is none for an actor to read
+        directly (only the I/O thread routes casts)."""
         mesh, rank = msg.header.mesh, msg.header.rank
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
             tracer = self.tracer
             if tracer is None:
-                mb.deliver(msg, conn.peer)
+                mb.deliver(msg, via)
                 return
             t0 = tracer.now()
-            mb.deliver(msg, conn.peer)
+            mb.deliver(msg, via)
             tracer.span(f"deliver {msg.header.method}", "deliver", t0, {"actor": f"{mesh}[{rank}]"})
             return
         # The actor may be spawning right now: the spawner's SPAWN and a third
         # party's call travel on different connections. Hold the call briefly.
         early = self._early.setdefault((mesh, rank), [])
-        early.append((conn, msg))
+        early.append((via, msg))
         if len(early) == 1:
             hold = config.get("early_call_hold")
             self.loop.call_later(hold, self._early_expired, (mesh, rank))
@@ -1029,11 +1033,11 @@ class Runtime(PeerTable):
     def mailbox_added(self, key: tuple[str, int]) -> None:
         """A mailbox was registered (I/O thread): deliver the calls that came first."""
         mb = self.mailboxes[key]
-        for conn, frame in self._early.pop(key, []):
-            mb.deliver(frame, conn.peer)
+        for via, frame in self._early.pop(key, []):
+            mb.deliver(frame, via)
 
     def _early_expired(self, key: tuple[str, int]) -> None:
-        for _conn, frame in self._early.pop(key, []):
+        for _via, frame in self._early.pop(key, []):
             self._no_such_actor(frame)
 
     def _no_such_actor(self, msg: Message) -> None:

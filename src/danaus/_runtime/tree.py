@@ -99,7 +99,6 @@ class TreeRouter:
         self._installed: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
         self._modes: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._selections: dict[tuple[Any, ...], Selection] = {}
-        self._deliver = rt.handlers[Kind.CALL]  # this proc's own actor gets its copy as a CALL
         # Numbering, route installation and the sends of one cast are atomic, so
         # casts from several threads of this proc leave in one order on every path.
         self._lock = threading.RLock()
@@ -404,12 +403,7 @@ class TreeRouter:
                 h.chain,
                 h.flags,
             )
-            rt = self.rt
-            rt.cast_delivery = True
-            try:
-                self._deliver(conn, Message(Kind.CALL, call, msg.body, msg.buffers))
-            finally:
-                rt.cast_delivery = False
+            self.rt.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
         if agg is not None:
             agg.armed()
 
