@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,9 @@ import pytest
 
 import danaus.config
 from danaus._runtime import host
+from danaus._runtime.offload import Offloader
+from danaus._wire.ids import ProcId
+from danaus._wire.protocol import Kind, Message, Offload
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
 
 from .conftest import REPLY_TIMEOUT
@@ -130,3 +134,23 @@ def test_slots_stay_within_snapshot_pool(keeper) -> None:
         assert keeper.ranges.call_one().get(timeout=REPLY_TIMEOUT) == want
         keeper.drop.call_one().get(timeout=REPLY_TIMEOUT)
         _wait_returned(peer)
+
+
+def test_a_receiver_that_cannot_read_the_sender_returns_every_slot_of_the_frame() -> None:
+    """The copy fails before any slot is mapped (here: the sender's pid is unknown):
+    the frame is refused, and all its slots go back to the sender at once, not only
+    those the receiver got to (else the sender counts them lent until it loses us)."""
+    handed: list[tuple[Any, ...]] = []
+    rt = SimpleNamespace(
+        register=lambda kind, fn: None,
+        lost_callbacks=[],
+        loop=SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args)),
+    )
+    off = Offloader(rt)  # type: ignore[arg-type]
+    conn = SimpleNamespace(peer=ProcId("sender", "unix:/nowhere"), peer_pid=None)
+    descs = ((0, 1000, N, 7, 11), (1, 2000, N), (2, 3000, N, 8, 12))
+    msg = Message(Kind.OFFLOAD, Offload(1, descs, (0,)), b"", [b"", b"", b""])
+    assert off._copy_one(conn, msg, None)  # type: ignore[arg-type]
+    [(_conn, _msg, _hold, _buffers, error, returned)] = handed
+    assert error is not None and "did not say its pid" in error
+    assert returned == [11, 12]

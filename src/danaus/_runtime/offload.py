@@ -358,20 +358,20 @@ class Offloader:
         buffers = list(msg.buffers)
         pid = getattr(conn, "peer_pid", None)
         error = None
-        copied: list[int] = []  # shared slots we copied instead of mapping
+        mapped: set[int] = set()  # shared slots we mapped; any other goes back (RETURN)
         try:
             if pid is None:
                 raise OSError("the sender did not say its pid")
             for desc in descs:
                 i, addr, n = desc[:3]
                 if len(desc) >= 5:
-                    mapped = self._map_slot(conn.peer, pid, desc[3], desc[4], n)
-                    if mapped is not None:
-                        buffers[i] = mapped
+                    view = self._map_slot(conn.peer, pid, desc[3], desc[4], n)
+                    if view is not None:
+                        buffers[i] = view
+                        mapped.add(desc[4])
                         self.mapped += n
                         self.copied_off_loop += n
                         continue
-                    copied.append(desc[4])
                 # Warm memory when some is free (no page faults), else a fresh
                 # pre-faulted mapping; never a bytearray (a zero-fill pass first).
                 buf = recv_pool.take(n)
@@ -380,6 +380,9 @@ class Offloader:
                 self.copied_off_loop += n
         except (OSError, MemoryError, ValueError) as e:
             error = f"reading a large buffer from the sender failed: {e}"
+        # Slots copied instead of mapped, or not reached after an error: the sender
+        # may reuse them at once (else it would count them lent until we are lost).
+        copied = [d[4] for d in descs if len(d) >= 5 and d[4] not in mapped]
         try:
             self.rt.loop.call_soon_threadsafe(self._copied, conn, msg, hold, buffers, error, copied)
         except RuntimeError:  # the loop is closed: the runtime is gone
