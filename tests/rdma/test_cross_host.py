@@ -16,11 +16,8 @@ import contextlib
 import hashlib
 import os
 import pickle
-import queue
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -32,15 +29,15 @@ import pytest
 import danaus.actor
 from danaus._rdma import net
 from danaus._runtime.host import ensure_runtime
-from danaus._transport.auth import AuthError, new_secret
+from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
-from danaus.actor import ActorMesh, Future, HostMesh, MeshFailure, ProcMesh, attach_to_workers
+from danaus.actor import ActorMesh, Future, HostMesh, MeshFailure, ProcMesh
 from danaus.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAOwnerLostError
+from loopback_worker import loopback_worker
 
 from .conftest import REPLY_TIMEOUT, Holder, random_bytes
 
 MiB = 1 << 20
-WORKER_START_TIMEOUT = 60.0
 
 
 def _name() -> str:
@@ -81,43 +78,8 @@ def faults() -> Iterator[Faults]:
 @pytest.fixture(scope="module")
 def remote(faults: Faults) -> Iterator[HostMesh]:
     """One worker host on loopback, attached with this client's job secret."""
-    rt = ensure_runtime()
-    # A client holds one job secret: reuse it if another suite attached first.
-    secret = rt.secret.decode() if rt.secret is not None else new_secret()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
-    env["DANAUS_SECRET"] = secret
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        start_new_session=True,
-    )
-    assert worker.stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    stream = worker.stdout
-    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
-    try:
-        try:
-            line = lines.get(timeout=WORKER_START_TIMEOUT)
-        except queue.Empty:
-            line = ""
-        assert line.startswith("danaus worker listening on "), f"worker said {line!r}"
-        hm = attach_to_workers(workers=[line.split()[-1]], secret=secret)
-        assert hm.initialized.get(timeout=REPLY_TIMEOUT) is True
+    with loopback_worker() as hm:
         yield hm
-        with contextlib.suppress(Exception):
-            hm.shutdown().get(timeout=REPLY_TIMEOUT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.wait(timeout=REPLY_TIMEOUT)
-    finally:
-        if worker.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
-        stream.close()
 
 
 @pytest.fixture(scope="module")

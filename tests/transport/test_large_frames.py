@@ -19,11 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,14 +27,13 @@ from typing import Any
 import pytest
 
 from danaus._runtime import host
-from danaus._transport.auth import new_secret
-from danaus.actor import HostMesh, ProcMesh, attach_to_workers, this_host
+from danaus.actor import HostMesh, ProcMesh, this_host
 from large_blobs import Blob, check_blob, lost_peers
+from loopback_worker import loopback_worker
 
 MiB = 1 << 20
 GiB = 1 << 30
 REPLY_TIMEOUT = 30.0
-WORKER_START_TIMEOUT = 60.0
 
 
 def _off_loop() -> int:
@@ -78,47 +73,10 @@ def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="module")
 def remote(worker_log: Any) -> Iterator[HostMesh]:
     """One worker host on loopback: its procs are reached over authenticated TCP."""
-    rt = host.ensure_runtime()
-    secret = rt.secret.decode() if rt.secret is not None else new_secret()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
-    env["DANAUS_SECRET"] = secret
     # The worker shares this kernel: without this, large buffers would skip the socket
     # (a one-sided copy, as between procs of one host). This test wants the socket.
-    env["DANAUS_OFFLOAD_MIN"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    with worker_log.open("w") as err:  # the worker has its own copy of the descriptor
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            text=True,
-            start_new_session=True,
-        )
-    assert worker.stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    stream = worker.stdout
-    threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
-    try:
-        try:
-            line = lines.get(timeout=WORKER_START_TIMEOUT)
-        except queue.Empty:
-            line = ""
-        assert line.startswith("danaus worker listening on "), f"worker said {line!r}"
-        hm = attach_to_workers(workers=[line.split()[-1]], secret=secret)
-        assert hm.initialized.get(timeout=REPLY_TIMEOUT) is True
+    with loopback_worker({"DANAUS_OFFLOAD_MIN": "0"}, stderr=worker_log) as hm:
         yield hm
-        with contextlib.suppress(Exception):
-            hm.shutdown().get(timeout=REPLY_TIMEOUT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            worker.wait(timeout=REPLY_TIMEOUT)
-    finally:
-        if worker.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
-        stream.close()
 
 
 @pytest.mark.timeout(240)
