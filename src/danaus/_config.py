@@ -199,6 +199,14 @@ SETTINGS: tuple[Setting, ...] = (
         "it: two thread wake-ups fewer per round trip (not with TLS or uvloop).",
     ),
     Setting(
+        "spin_wait",
+        "duration",
+        0.0002,
+        "A direct read (direct_read) polls without sleeping for up to this long before "
+        "it blocks: an answer that comes sooner is read without a thread wake-up. After a "
+        "miss, the next waits on that connection skip it (1, 2, 4 ... up to 64). 0: never.",
+    ),
+    Setting(
         "send_batch_delay",
         "duration",
         0.001,

@@ -68,6 +68,26 @@ def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None
     assert actor >= 10, f"only {actor} of 50 calls were read by the idle actor"
 
 
+def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) -> None:
+    """With a spin longer than any reply takes, every direct read of a reply is a hit
+    (read while spinning), and none falls asleep first."""
+    a, _ = pair
+    rt = host.ensure_runtime()
+    a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected, the role free
+
+    def spins() -> tuple[int, int]:
+        conns = rt.all_connections()
+        return sum(c.spins_hit for c in conns), sum(c.spins_missed for c in conns)
+
+    hit0, missed0 = spins()
+    with configured(spin_wait=REPLY_TIMEOUT):
+        for i in range(50):
+            assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+    hit, missed = spins()
+    assert missed == missed0
+    assert hit - hit0 >= 10, f"only {hit - hit0} of 50 replies were read while spinning"
+
+
 def test_a_call_on_another_connection_wakes_an_actor_reading_its_last_callers(
     pair: Any,
 ) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from danaus import config
 from danaus._errors import PeerBrokenError
 from danaus._transport import conn as conn_mod
 from danaus._wire.frame import Frame, encode_frame
@@ -262,3 +263,83 @@ def test_a_direct_read_outliving_its_loop_ends_quietly(side: Side) -> None:
     side.until(lambda: not loop.is_running())
     loop.close()  # closes its selector, as a runtime's close does
     assert join()
+
+
+# -- spinning before blocking (spin_wait) -------------------------------------
+
+
+@pytest.fixture
+def spinning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spinning allowed whatever this machine's CPU count (one CPU turns it off)."""
+    monkeypatch.setattr(conn_mod, "_SPIN_OK", True)
+
+
+def test_a_frame_that_comes_while_the_reader_spins_is_a_hit(side: Side, spinning: None) -> None:
+    # A spin of a minute: the frame can only be read in it (a miss would sleep after).
+    with config.configured(spin_wait=60.0):
+        join = side.reading(lambda: len(side.direct) >= 1)
+        side.write(("mine", 0))
+        assert join()
+    assert [h for h, _ in side.direct] == [("mine", 0)]
+    assert (side.conn.spins_hit, side.conn.spins_missed) == (1, 0)
+    assert side.readable_calls == 0  # the loop stayed muted while it spun
+
+
+def test_a_bell_ends_a_spin(side: Side, spinning: None) -> None:
+    bell = os.eventfd(0, os.EFD_NONBLOCK)
+    try:
+        with config.configured(spin_wait=60.0):
+            join = side.reading(lambda: False, 60.0, bell)
+            os.eventfd_write(bell, 1)
+            assert join()  # in well under the minute it would spin for
+        assert os.eventfd_read(bell) == 1
+        assert side.direct == []
+    finally:
+        os.close(bell)
+
+
+def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
+    side: Side, spinning: None
+) -> None:
+    spun: list[int] = []
+    with config.configured(spin_wait=0.0005):
+        for i in range(1, 240):
+            before = side.conn.spins_missed
+            assert side.conn.read_directly(lambda: False, 0.001)
+            if side.conn.spins_missed > before:
+                spun.append(i)
+        # Skips of 1, 2, 4, ... 64 between spins, then 64 for good.
+        assert spun == [1, 3, 6, 11, 20, 37, 70, 135, 200]
+        assert side.conn.spins_hit == 0
+        # A hit ends the back-off: after it, the next wait spins again.
+        for _ in range(64):
+            if not side.conn._spin_skip:
+                break
+            assert side.conn.read_directly(lambda: False, 0.001)
+        assert side.conn._spin_skip == 0 and side.conn.spins_missed == len(spun)
+        with config.configured(spin_wait=60.0):
+            join = side.reading(lambda: len(side.direct) >= 1)
+            side.write(("mine", 0))
+            assert join()
+        assert side.conn.spins_hit == 1
+        missed = side.conn.spins_missed
+        assert side.conn.read_directly(lambda: False, 0.001)
+        assert side.conn.spins_missed == missed + 1  # spun at once, no skip left
+
+
+def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:
+    with config.configured(spin_wait=0):
+        for _ in range(20):
+            assert side.conn.read_directly(lambda: False, 0.001)
+        join = side.reading(lambda: len(side.direct) >= 1)
+        side.write(("mine", 0))
+        assert join()
+    assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)
+
+
+def test_one_cpu_never_spins(side: Side, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(conn_mod, "_SPIN_OK", False)
+    with config.configured(spin_wait=60.0):
+        for _ in range(5):
+            assert side.conn.read_directly(lambda: False, 0.001)
+    assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)

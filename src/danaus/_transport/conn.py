@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import os
 import select
 import selectors
 import socket
@@ -67,6 +68,9 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSL
 _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
 
 
+# One CPU: a spinning reader only delays the peer it waits for.
+_SPIN_OK = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else False
+_SPIN_SKIP_MAX = 64  # waits without spinning after repeated misses, at most
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 _held: set[Connection] = set()  # connections holding a batch (set.add/discard are atomic)
 _epoch = [0]  # changes whenever a thread of this process starts waiting
@@ -138,6 +142,10 @@ class Connection:
         self._broken: BaseException | None = None  # a direct read found a bad frame
         self._eof = False  # a direct read found EOF or a read error (the loop reports it)
         self._unwatched = False  # _close took the socket out of the loop (under _mu)
+        # Spinning before a direct read blocks (read_directly; the role holder's):
+        # waits to skip spinning, and the skip after the next miss (doubling to a cap).
+        self._spin_skip = 0
+        self._spin_backoff = 0
         self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
         # Set by the runtime: handle a frame on the reading thread; False to leave it to
         # the I/O thread (which then gets it, and everything after it, in order).
@@ -157,6 +165,8 @@ class Connection:
         self.frames_sent = 0
         self.bytes_sent = 0
         self.frames_recv = 0
+        self.spins_hit = 0  # direct reads whose frame came while they spun
+        self.spins_missed = 0  # ... and those that spun for nothing, then slept
         self.bytes_recv = 0
         self.recv_off_loop = 0  # bytes of large frames received by a reader thread
         self.frames_direct = 0  # frames a waiting thread read and handled itself
@@ -617,6 +627,11 @@ class Connection:
         having done nothing, when the role cannot be taken (the I/O thread is
         reading, the connection is TLS, paused, closing, receiving a large
         frame...): the caller then waits the usual way.
+
+        Before it blocks, the reader polls without blocking for up to
+        ``spin_wait`` s: an answer that comes that soon is read by a thread
+        that never slept, which on a virtual machine saves the wake-up and the
+        cold caches after it (see ``_spin_for``).
         """
         if not self._take_role():
             return False
@@ -625,17 +640,53 @@ class Connection:
             poll.register(self.fd, select.POLLIN)
             if bell >= 0:
                 poll.register(bell, select.POLLIN)
-            deadline = time.monotonic() + timeout
+            now = time.monotonic()
+            deadline = now + timeout
+            spin = min(self._spin_for(), timeout)
+            spin_end = now + spin if spin > 0 else 0.0
             while not done():
-                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-                ready = poll.poll(wait_ms)
-                if not ready or wait_ms == 0:
-                    break
+                if spin_end:
+                    ready = poll.poll(0)
+                    if not ready:
+                        if time.monotonic() < spin_end:
+                            continue
+                        spin_end = 0.0
+                        self._spun(False)
+                        continue
+                    self._spun(True)
+                    spin_end = 0.0
+                else:
+                    wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                    ready = poll.poll(wait_ms)
+                    if not ready or wait_ms == 0:
+                        break
                 if any(fd == bell for fd, _ in ready) or self._read_once():
                     break
         finally:
             self._give_role()
         return True
+
+    def _spin_for(self) -> float:
+        """How long this direct read polls before it blocks (the role holder's).
+
+        Spinning pays when the answer comes within ``spin_wait``; when it did
+        not, the next waits skip spinning, 1, 2, 4 ... up to ``_SPIN_SKIP_MAX``
+        of them, so a peer that answers slowly (real work, a loaded machine)
+        costs at most one spin in 65 waits. A hit starts again from no skip.
+        """
+        if self._spin_skip:
+            self._spin_skip -= 1
+            return 0.0
+        spin: float = config.get("spin_wait")
+        return spin if _SPIN_OK else 0.0
+
+    def _spun(self, hit: bool) -> None:
+        if hit:
+            self.spins_hit += 1
+            self._spin_backoff = 0
+        else:
+            self.spins_missed += 1
+            self._spin_skip = self._spin_backoff = min(2 * self._spin_backoff or 1, _SPIN_SKIP_MAX)
 
     def _take_role(self) -> bool:
         """Become this connection's reader, muting the loop's reads (False: cannot)."""
