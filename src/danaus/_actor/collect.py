@@ -212,7 +212,7 @@ class OneCall:
         self.fut = fut
         self._open = [True]
         self.port: PortId = rt.open_port(self)
-        reason = rt.watch(proc, self.port.port)
+        reason = rt.watch_call(proc, self.port.port)
         if reason is not None:
             self.peer_lost(proc.name, reason)
 
@@ -223,7 +223,7 @@ class OneCall:
         except IndexError:
             return False
         self.rt.close_port(self.port.port)
-        self.rt.unwatch((self.proc.name,), self.port.port)
+        self.rt.unwatch_call(self.proc, self.port.port)
         return True
 
     def deliver(self, frame: Message) -> None:

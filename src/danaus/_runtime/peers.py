@@ -40,6 +40,7 @@ class _Peer:
     """
 
     __slots__ = (
+        "calls",
         "conn",
         "dialing",
         "link",
@@ -67,6 +68,8 @@ class _Peer:
         self.stopping = False
         self.spawned = pending  # we spawned it: its host agent will report how it exited
         self.ready_cbs: list[Callable[[str | None], None]] = []
+        # Ports of calls to one actor of this proc (``watch_call``): no lock, see there.
+        self.calls: set[int] = set()
 
 
 def _discard(_: Any) -> None:
@@ -242,6 +245,30 @@ class PeerTable:
         peer = self._peers.get(name)
         return peer is not None and peer.stopping
 
+    def watch_call(self, proc: ProcId, port: int) -> str | None:
+        """``watch(proc, port)`` for one call, without the lock (any thread).
+
+        The port goes into the peer's ``calls`` set, then ``lost`` is read:
+        ``peer_lost`` sets ``lost`` before it copies the set, so a port added
+        after that copy sees ``lost`` here, and one added before it is in the
+        copy (it may hear of the loss both ways; its handler takes the first).
+        Undo with ``unwatch_call``.
+        """
+        peer = self._peers.get(proc.name)
+        if peer is None:
+            with self._lock:
+                peer = self._peers.get(proc.name)
+                if peer is None:
+                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
+        peer.calls.add(port)
+        return peer.lost
+
+    def unwatch_call(self, proc: ProcId, port: int) -> None:
+        """Undo ``watch_call`` (any thread; set.discard is atomic)."""
+        peer = self._peers.get(proc.name)
+        if peer is not None:
+            peer.calls.discard(port)
+
     def is_lost(self, name: str) -> str | None:
         peer = self._peers.get(name)
         return peer.lost if peer is not None else None
@@ -260,6 +287,9 @@ class PeerTable:
             cbs, peer.ready_cbs = peer.ready_cbs, []
             conns = [peer.link, peer.dialing, peer.waiting]
             watchers = self._watchers.pop(name, set())
+        # After ``lost`` is set: a call watched from now on sees it (``watch_call``).
+        # (Copying a set of ints runs no Python code: whole under the GIL.)
+        watchers |= peer.calls.copy()
         for conn in conns:
             if conn is not None and not conn.closed:
                 conn.close()
