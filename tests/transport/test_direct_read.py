@@ -305,7 +305,8 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
     with config.configured(spin_wait=0.0005):
         for i in range(1, 240):
             before = side.conn.spins_missed
-            assert side.conn.read_directly(lambda: False, 0.001)
+            # Waits of 6 ms: far longer than 4 spins (a slow peer, not a cold one).
+            assert side.conn.read_directly(lambda: False, 0.006)
             if side.conn.spins_missed > before:
                 spun.append(i)
         # Skips of 1, 2, 4, ... 64 between spins, then 64 for good.
@@ -315,7 +316,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         for _ in range(64):
             if not side.conn._spin_skip:
                 break
-            assert side.conn.read_directly(lambda: False, 0.001)
+            assert side.conn.read_directly(lambda: False, 0.006)
         assert side.conn._spin_skip == 0 and side.conn.spins_missed == len(spun)
         with config.configured(spin_wait=60.0):
             join = side.reading(lambda: len(side.direct) >= 1)
@@ -323,8 +324,18 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
             assert join()
         assert side.conn.spins_hit == 1
         missed = side.conn.spins_missed
-        assert side.conn.read_directly(lambda: False, 0.001)
+        assert side.conn.read_directly(lambda: False, 0.006)
         assert side.conn.spins_missed == missed + 1  # spun at once, no skip left
+
+
+def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side, spinning: None) -> None:
+    """A wait a little longer than the spin (the peer was slow to wake) keeps spinning:
+    else two ends that each wait a little too long would both stop spinning for good."""
+    with config.configured(spin_wait=0.01):
+        for i in range(1, 6):
+            assert side.conn.read_directly(lambda: False, 0.012)  # 1.2 spins, < 4
+            assert side.conn.spins_missed == i  # every one of them spun
+            assert side.conn._spin_skip == 0
 
 
 def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:

@@ -71,6 +71,7 @@ _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
 # One CPU: a spinning reader only delays the peer it waits for.
 _SPIN_OK = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else False
 _SPIN_SKIP_MAX = 64  # waits without spinning after repeated misses, at most
+_SPIN_NEAR = 4  # a miss whose wait was at most this many spins long does not skip
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 _held: set[Connection] = set()  # connections holding a batch (set.add/discard are atomic)
 _epoch = [0]  # changes whenever a thread of this process starts waiting
@@ -147,6 +148,10 @@ class Connection:
         self._spin_skip = 0
         self._spin_backoff = 0
         self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
+        self._sel_keys: dict[int, selectors.SelectorKey] | None = getattr(
+            self._sel, "_fd_to_key", None
+        )
+        self._polls: dict[int, Any] = {}  # the direct reader's poll objects, by bell
         # Set by the runtime: handle a frame on the reading thread; False to leave it to
         # the I/O thread (which then gets it, and everything after it, in order).
         self.direct_frame: Callable[[Connection, Frame], bool] | None = None
@@ -600,10 +605,17 @@ class Connection:
         without reads unless ``read`` (``_mu`` held)."""
         sel = self._sel
         assert sel is not None
-        try:
-            events = sel.get_key(self.fd).events
-        except (KeyError, ValueError, RuntimeError):  # not registered now, or loop closed
-            return
+        keys = self._sel_keys
+        if keys is not None:  # the selector's own table: a dict lookup, not four calls
+            key = keys.get(self.fd)
+            if key is None:  # not registered now
+                return
+            events = key.events
+        else:  # pragma: no cover - a selector without the table
+            try:
+                events = sel.get_key(self.fd).events
+            except (KeyError, ValueError, RuntimeError):  # not registered now, or loop closed
+                return
         mask = 0
         if read and events & selectors.EVENT_READ:
             mask |= select.EPOLLIN
@@ -636,14 +648,19 @@ class Connection:
         if not self._take_role():
             return False
         try:
-            poll = select.poll()
-            poll.register(self.fd, select.POLLIN)
-            if bell >= 0:
-                poll.register(bell, select.POLLIN)
+            poll = self._polls.get(bell)  # the role holder's alone: no lock needed
+            if poll is None:
+                if len(self._polls) >= 8:  # readers come and go (actors' bells)
+                    self._polls.clear()
+                poll = self._polls[bell] = select.poll()
+                poll.register(self.fd, select.POLLIN)
+                if bell >= 0:
+                    poll.register(bell, select.POLLIN)
             now = time.monotonic()
             deadline = now + timeout
             spin = min(self._spin_for(), timeout)
             spin_end = now + spin if spin > 0 else 0.0
+            hit = False
             while not done():
                 if spin_end:
                     ready = poll.poll(0)
@@ -651,9 +668,8 @@ class Connection:
                         if time.monotonic() < spin_end:
                             continue
                         spin_end = 0.0
-                        self._spun(False)
                         continue
-                    self._spun(True)
+                    hit = True
                     spin_end = 0.0
                 else:
                     wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -662,6 +678,8 @@ class Connection:
                         break
                 if any(fd == bell for fd, _ in ready) or self._read_once():
                     break
+            if spin > 0:
+                self._spun(hit, time.monotonic() - now, spin)
         finally:
             self._give_role()
         return True
@@ -669,10 +687,14 @@ class Connection:
     def _spin_for(self) -> float:
         """How long this direct read polls before it blocks (the role holder's).
 
-        Spinning pays when the answer comes within ``spin_wait``; when it did
-        not, the next waits skip spinning, 1, 2, 4 ... up to ``_SPIN_SKIP_MAX``
-        of them, so a peer that answers slowly (real work, a loaded machine)
-        costs at most one spin in 65 waits. A hit starts again from no skip.
+        Spinning pays when the answer comes within ``spin_wait``. When the
+        wait lasted more than ``_SPIN_NEAR`` times the spin (a peer doing real
+        work), the next waits skip spinning, 1, 2, 4 ... up to
+        ``_SPIN_SKIP_MAX`` of them, so such a peer costs at most one spin in
+        65 waits; a hit starts again from no skip. A nearer miss does not
+        skip: the peer was only slow to wake, and if both ends stopped
+        spinning for that, both would stay slow to wake, each waiting longer
+        than the other spins, for good.
         """
         if self._spin_skip:
             self._spin_skip -= 1
@@ -680,12 +702,14 @@ class Connection:
         spin: float = config.get("spin_wait")
         return spin if _SPIN_OK else 0.0
 
-    def _spun(self, hit: bool) -> None:
+    def _spun(self, hit: bool, waited: float, spin: float) -> None:
+        """Account for one spin (the role holder's): ``waited`` s in all."""
         if hit:
             self.spins_hit += 1
             self._spin_backoff = 0
-        else:
-            self.spins_missed += 1
+            return
+        self.spins_missed += 1
+        if waited > _SPIN_NEAR * spin:
             self._spin_skip = self._spin_backoff = min(2 * self._spin_backoff or 1, _SPIN_SKIP_MAX)
 
     def _take_role(self) -> bool:
