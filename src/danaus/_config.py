@@ -204,7 +204,7 @@ SETTINGS: tuple[Setting, ...] = (
         0.0002,
         "A direct read (direct_read) polls without sleeping for up to this long before "
         "it blocks: an answer that comes sooner is read without a thread wake-up. After a "
-        "wait of more than 4 spins, the next waits on that connection skip it (1, 2, 4 ... "
+        "wait of more than 3 spins, the next waits on that connection skip it (1, 2, 4 ... "
         "up to 64). 0: never.",
     ),
     Setting(

@@ -305,7 +305,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
     with config.configured(spin_wait=0.0005):
         for i in range(1, 240):
             before = side.conn.spins_missed
-            # Waits of 6 ms: far longer than 4 spins (a slow peer, not a cold one).
+            # Waits of 6 ms: far longer than 3 spins (a slow peer, not a cold one).
             assert side.conn.read_directly(lambda: False, 0.006)
             if side.conn.spins_missed > before:
                 spun.append(i)
@@ -333,7 +333,7 @@ def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side, spinning: None
     else two ends that each wait a little too long would both stop spinning for good."""
     with config.configured(spin_wait=0.01):
         for i in range(1, 6):
-            assert side.conn.read_directly(lambda: False, 0.012)  # 1.2 spins, < 4
+            assert side.conn.read_directly(lambda: False, 0.012)  # 1.2 spins, < 3
             assert side.conn.spins_missed == i  # every one of them spun
             assert side.conn._spin_skip == 0
 

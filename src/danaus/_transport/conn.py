@@ -71,7 +71,7 @@ _READ_BUDGET = 64  # reads per wakeup before yielding to other connections
 # One CPU: a spinning reader only delays the peer it waits for.
 _SPIN_OK = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else False
 _SPIN_SKIP_MAX = 64  # waits without spinning after repeated misses, at most
-_SPIN_NEAR = 4  # a miss whose wait was at most this many spins long does not skip
+_SPIN_NEAR = 3  # a miss whose wait was at most this many spins long does not skip
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 _held: set[Connection] = set()  # connections holding a batch (set.add/discard are atomic)
 _epoch = [0]  # changes whenever a thread of this process starts waiting
