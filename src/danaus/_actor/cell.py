@@ -178,7 +178,7 @@ class ActorCell(Failing, DeadlockCheck):
             self._refuse_deadlock(frame)
             return
         if sender is not None:  # a CALL frame on the connection from it (not a cast)
-            self._home = sender
+            self._home = sender if _single(frame.header.sizes) else None
         self._gate.arrived(frame_bytes(frame))
         self._put((_CALL, frame))
 
@@ -684,6 +684,14 @@ def _call_hook(fn: Any, arg: Any) -> tuple[bool, BaseException | None]:
 
 
 _IDLE_READ = 1.0  # s: an idle actor's direct read returns this often (and starts again)
+
+
+def _single(sizes: tuple[int, ...]) -> bool:
+    """A call addressed to one actor (``call_one``, a one-actor mesh), not to several."""
+    for n in sizes:
+        if n != 1:
+            return False
+    return True
 
 
 def _queued(q: queue.SimpleQueue[Any]) -> Callable[[], bool]:
