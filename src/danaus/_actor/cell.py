@@ -688,10 +688,7 @@ _IDLE_READ = 1.0  # s: an idle actor's direct read returns this often (and start
 
 def _single(sizes: tuple[int, ...]) -> bool:
     """A call addressed to one actor (``call_one``, a one-actor mesh), not to several."""
-    for n in sizes:
-        if n != 1:
-            return False
-    return True
+    return sizes.count(1) == len(sizes)
 
 
 def _queued(q: queue.SimpleQueue[Any]) -> Callable[[], bool]:
