@@ -288,6 +288,34 @@ def summarize(wl: Workload, samples: list[float], work: float | None) -> dict[st
 # ----------------------------------------------------------------------------- the run
 
 
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(all CPU ticks, stolen ticks) from ``/proc/stat``; None where there is none."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        ticks = [int(x) for x in fields]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest time is
+    # already counted in user and nice.
+    return sum(ticks[:8]), ticks[7] if len(ticks) > 7 else 0
+
+
+def _steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return round(100.0 * (after[1] - before[1]) / (after[0] - before[0]), 1)
+
+
+def _steal_s(meta: dict[str, Any]) -> str:
+    steal = meta.get("steal_pct")
+    if steal is None:
+        return ""
+    rounds = [f"{x}%" for x in meta.get("steal_pct_rounds") or [] if x is not None]
+    return f"; CPU stolen by the hypervisor: {steal}%" + (
+        f" (rounds: {', '.join(rounds)})" if rounds else ""
+    )
+
+
 def machine_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
@@ -379,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     stamp = _dt.datetime.now(_dt.timezone.utc)
     load_before = os.getloadavg()
+    cpu_before = _cpu_ticks()
+    steal_rounds: list[float | None] = []
     avail = discover(systems, a.monarch_python, a.ray_python)
     for info in avail.values():
         if not info["available"]:
@@ -401,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             say(skipped_note)
             break
         round_start = time.monotonic()
+        round_cpu = _cpu_ticks()
         order = active[r % len(active) :] + active[: r % len(active)] if active else []
         for wl in wls:
             p = wl.params(smoke)
@@ -416,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(_progress(r, wl, s, res))
         rounds_done += 1
         last_round_s = time.monotonic() - round_start
+        steal_rounds.append(_steal_pct(round_cpu, _cpu_ticks()))
 
     results = aggregate(wls, active, raw)
     targets = evaluate_targets(results, avail)
@@ -431,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
             # Other work on the machine skews the numbers: the 1/5/15-minute load averages.
             "loadavg_before": [round(x, 2) for x in load_before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            # CPU time the hypervisor gave to others while we wanted it (a shared VM's
+            # noise, which the load average does not show): % of all CPU time.
+            "steal_pct": _steal_pct(cpu_before, _cpu_ticks()),
+            "steal_pct_rounds": steal_rounds,
             "command": " ".join(
                 [Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]
             ),
@@ -687,7 +723,8 @@ def render(doc: dict[str, Any]) -> str:
         f"{meta['wall_s']} s",
         f"machine: {m.get('cpu', '?')}, {m.get('cpus')} cpus, {m.get('memory_gib')} GiB, "
         f"Python {m.get('python')}; load average before/after: "
-        f"{meta.get('loadavg_before', ['?'])[0]} / {meta.get('loadavg_after', ['?'])[0]}",
+        f"{meta.get('loadavg_before', ['?'])[0]} / {meta.get('loadavg_after', ['?'])[0]}"
+        + _steal_s(meta),
         "versions: "
         + ", ".join(
             f"{s} {doc['systems'][s].get('version', '')}".strip() for s in systems if s != "floor"
