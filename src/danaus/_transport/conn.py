@@ -170,7 +170,7 @@ class Connection:
         self.frames_sent = 0
         self.bytes_sent = 0
         self.frames_recv = 0
-        self.spins_hit = 0  # direct reads whose frame came while they spun
+        self.spins_hit = 0  # direct reads whose wait ended while they spun (frame or bell)
         self.spins_missed = 0  # ... and those that spun for nothing, then slept
         self.bytes_recv = 0
         self.recv_off_loop = 0  # bytes of large frames received by a reader thread
