@@ -17,7 +17,8 @@ and benchmarks of sizes real processes cannot reach on one machine::
 
 ``ClientScript`` runs a client program in its own interpreter (for what a
 test process cannot do to itself: exit codes, ``kill -9``, at-exit handlers),
-and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away.
+and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away;
+``freeze`` stops one (SIGSTOP) and waits until it really has.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "FaultRecorder",
     "SimulatedMesh",
     "client_env",
+    "freeze",
     "pid_alive",
     "wait_pids_gone",
 ]
@@ -75,6 +77,38 @@ def wait_pids_gone(pids: Iterable[int], timeout: float = 20.0) -> list[int]:
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.02)  # polling an external condition (process exit), with a deadline
+
+
+def freeze(pid: int, timeout: float = 20.0) -> None:
+    """SIGSTOP process ``pid`` and return once every thread of it has stopped.
+
+    ``kill`` only starts a group stop: until the kernel has stopped each
+    thread, a running one (an actor spinning for its next call, say) may
+    still read a message sent meanwhile and answer it. Raises
+    ``AssertionError`` if the process is gone or not stopped in ``timeout`` s.
+    Resume it with ``os.kill(pid, signal.SIGCONT)``.
+    """
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        raise AssertionError(f"process {pid} is gone") from None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:
+            raise AssertionError(f"process {pid} is gone") from None
+        states = []
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/stat") as f:
+                    states.append(f.read().rpartition(")")[2].split()[0])
+            except OSError:  # that thread just ended
+                pass
+        if states and all(state in "tT" for state in states):
+            return
+        time.sleep(0.001)  # polling the kernel's view of another process, with a deadline
+    raise AssertionError(f"process {pid} did not stop within {timeout} s")
 
 
 def client_env() -> dict[str, str]:

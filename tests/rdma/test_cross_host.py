@@ -33,6 +33,7 @@ from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
 from danaus.actor import ActorMesh, Future, HostMesh, MeshFailure, ProcMesh
 from danaus.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAOwnerLostError
+from danaus.testing import freeze
 from loopback_worker import loopback_worker
 
 from .conftest import REPLY_TIMEOUT, Holder, random_bytes
@@ -119,25 +120,6 @@ def victim(remote: HostMesh, faults: Faults) -> Iterator[tuple[ActorMesh[Holder]
         os.kill(pid, signal.SIGCONT)
     with contextlib.suppress(Exception):
         pm.stop().get(timeout=REPLY_TIMEOUT)
-
-
-def _stop(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until every thread of it has stopped.
-
-    ``kill`` only starts a group stop; until one of its threads runs, another
-    thread may still answer a request that arrives meanwhile.
-    """
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while time.monotonic() < deadline:
-        states = []
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as f:
-                states.append(f.read().rpartition(")")[2].split()[0])
-        if states and all(state in "tT" for state in states):
-            return
-        time.sleep(0.001)
-    raise AssertionError(f"proc {pid} did not stop")
 
 
 def _outcome(fut: Future[None]) -> BaseException | None:
@@ -365,7 +347,7 @@ def test_a_stopped_owner_times_out_with_a_timeout_error_naming_the_buffer(
     buf = holder.fill.call_one("big", MiB, 7).get(timeout=REPLY_TIMEOUT)
     if warm:  # the data server is known and a connection is pooled
         buf.read_into(bytearray(MiB)).get(timeout=REPLY_TIMEOUT)
-    _stop(pid)  # far shorter than the heartbeat timeout: not lost
+    freeze(pid, REPLY_TIMEOUT)  # far shorter than the heartbeat timeout: not lost
     try:
         err = _outcome(buf.read_into(bytearray(MiB), timeout=0.3))
         assert isinstance(err, TimeoutError)
@@ -393,7 +375,7 @@ def test_an_owner_killed_in_the_middle_of_a_transfer_fails_it_at_once(
     deadline = time.monotonic() + REPLY_TIMEOUT
     while dst[0] == 0 and not fut.done() and time.monotonic() < deadline:
         pass  # spin until the first bytes land: the transfer has begun
-    _stop(pid)  # freeze it mid-transfer, then kill it
+    freeze(pid, REPLY_TIMEOUT)  # freeze it mid-transfer, then kill it
     assert dst[0] == 7, "the transfer never started"
     assert not fut.done(), "the transfer finished before the owner could be stopped"
     os.kill(pid, signal.SIGKILL)
@@ -422,7 +404,7 @@ def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
 ) -> None:
     holder, pid, name = victim
     buf = holder.fill.call_one("big", MiB, 7).get(timeout=REPLY_TIMEOUT)
-    _stop(pid)  # the first contact (RDMA_DATA) waits for the owner
+    freeze(pid, REPLY_TIMEOUT)  # the first contact (RDMA_DATA) waits for the owner
     try:
         fut = buf.read_into(bytearray(MiB))
         assert not fut.done()  # the owner is stopped: its first contact cannot answer

@@ -19,6 +19,7 @@ os.environ["DANAUS_HEARTBEAT_INTERVAL"] = "0.1"
 os.environ["DANAUS_HEARTBEAT_TIMEOUT"] = "1.0"
 import danaus.actor
 from danaus.actor import Actor, endpoint, this_host
+from danaus.testing import freeze
 
 faults = []
 danaus.actor.unhandled_fault_hook = faults.append
@@ -35,7 +36,7 @@ class Sleeper(Actor):
 pm = this_host().spawn_procs(per_host={"gpus": 1})
 actor = pm.spawn("sleeper", Sleeper)
 pid = actor.pid.call_one().get(timeout=30)
-os.kill(pid, signal.SIGSTOP)
+freeze(pid)  # every thread stopped: none can still answer
 try:
     pending = actor.echo.call_one("are you there")
     try:

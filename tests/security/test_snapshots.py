@@ -21,6 +21,7 @@ import hashlib, os, signal, sys
 import numpy as np
 import danaus.actor
 from danaus.actor import Actor, endpoint, this_host
+from danaus.testing import freeze
 
 faults = []
 danaus.actor.unhandled_fault_hook = faults.append
@@ -49,7 +50,7 @@ if case == "starting":
 else:
     actor.digest.call_one(a).get(timeout=30)  # connected (offload agreed for big ones)
     pid = actor.pid.call_one().get(timeout=30)
-    os.kill(pid, signal.SIGSTOP)  # nothing is read until it resumes
+    freeze(pid)  # nothing is read until it resumes
     try:
         fut = actor.digest.call_one(a)
         a[:] = 7

@@ -16,7 +16,6 @@ would then advertise): ``transport`` sorts after ``multihost``.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import signal
@@ -28,6 +27,7 @@ import pytest
 
 from danaus._runtime import host
 from danaus.actor import HostMesh, ProcMesh, this_host
+from danaus.testing import freeze
 from large_blobs import Blob, check_blob, lost_peers
 from loopback_worker import loopback_worker
 
@@ -39,22 +39,6 @@ REPLY_TIMEOUT = 30.0
 def _off_loop() -> int:
     """Bytes this client's reader threads received (large frames, off the I/O loop)."""
     return sum(c.recv_off_loop for c in host.ensure_runtime().all_connections())
-
-
-def _stop(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until every thread of it has stopped."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while time.monotonic() < deadline:
-        states = []
-        assert os.path.exists(f"/proc/{pid}/task"), f"proc {pid} is gone"
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/stat") as f:
-                states.append(f.read().rpartition(")")[2].split()[0])
-        if states and all(state in "tT" for state in states):
-            return
-        time.sleep(0.001)
-    raise AssertionError(f"proc {pid} did not stop")
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +88,7 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
             time.sleep(0.0005)
         assert lost == [], lost
         try:
-            _stop(pid)
+            freeze(pid, REPLY_TIMEOUT)
         except AssertionError as e:
             raise AssertionError(f"{e}; the worker said: {worker_log.read_text()[-3000:]}") from e
         stopped = True

@@ -688,7 +688,8 @@ _IDLE_READ = 1.0  # s: an idle actor's direct read returns this often (and start
 
 def _single(sizes: tuple[int, ...]) -> bool:
     """A call addressed to one actor (``call_one``, a one-actor mesh), not to several."""
-    return sizes.count(1) == len(sizes)
+    # A malformed header (a buggy peer) fails later, in _prepare, and is answered there.
+    return type(sizes) is tuple and sizes.count(1) == len(sizes)
 
 
 def _queued(q: queue.SimpleQueue[Any]) -> Callable[[], bool]:
