@@ -125,6 +125,7 @@ FACADES = {
         "FaultRecorder",
         "SimulatedMesh",
         "client_env",
+        "freeze",
         "pid_alive",
         "wait_pids_gone",
     ],
