@@ -326,14 +326,15 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         missed = side.conn.spins_missed
         assert side.conn.read_directly(lambda: False, 0.006)
         assert side.conn.spins_missed == missed + 1  # spun at once, no skip left
+        assert side.conn._spin_skip == 1  # and the back-off starts again from 1, not 64
 
 
 def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side, spinning: None) -> None:
     """A wait a little longer than the spin (the peer was slow to wake) keeps spinning:
     else two ends that each wait a little too long would both stop spinning for good."""
-    with config.configured(spin_wait=0.01):
+    with config.configured(spin_wait=0.05):
         for i in range(1, 6):
-            assert side.conn.read_directly(lambda: False, 0.012)  # 1.2 spins, < 3
+            assert side.conn.read_directly(lambda: False, 0.06)  # 1.2 spins, < 3
             assert side.conn.spins_missed == i  # every one of them spun
             assert side.conn._spin_skip == 0
 
