@@ -19,6 +19,7 @@ import pytest
 
 import danaus.config
 from danaus._errors import SupervisionError
+from danaus._runtime.flow import Gate
 from danaus.actor import Actor, Channel, endpoint, this_host
 
 from .conftest import KIND, TIMEOUT, Node, note
@@ -108,6 +109,58 @@ def test_a_blocked_sender_gives_up_when_its_peer_is_lost(nodes) -> None:
         t.join(TIMEOUT)
         assert not t.is_alive()
         assert len(errors) == 1 and "unreachable" in str(errors[0]), errors
+
+
+class _GateRuntime:
+    """What a Gate uses of a runtime: pausing the connection being delivered, with a
+    hook that runs inside the pause (another thread acting in that window)."""
+
+    def __init__(self, during_pause: Any) -> None:
+        self.during_pause = during_pause
+        self.holding: set[Any] = set()
+        self.resumed: list[Any] = []
+
+    def pause_delivering(self, gate: Any) -> str:
+        self.during_pause()
+        self.holding.add(gate)
+        return "conn"
+
+    def resume_reading(self, conns: list[Any], gate: Any) -> None:
+        self.resumed.extend(conns)
+
+
+def _gate(rt: _GateRuntime, exempt: Any) -> Gate:
+    with danaus.config.configured(inbox_high_water=HIGH, inbox_low_water=LOW):
+        return Gate(rt, exempt, high="inbox_high_water", low="inbox_low_water")  # type: ignore[arg-type]
+
+
+def test_a_consumer_that_begins_to_wait_while_its_gate_pauses_is_not_left_paused() -> None:
+    # The consumer's thread begins to wait after the gate checked it could consume and
+    # before the gate counts as holding: it sees no holding gate, so it asks nobody to
+    # let go. The gate must see the wait itself, or nothing ever resumes the connection
+    # (an actor flooding itself hung like this, 1 CI run in 5).
+    waiting = False
+
+    def consumer_begins_to_wait() -> None:
+        nonlocal waiting
+        waiting = True
+        assert not rt.holding  # what begin_wait reads: nothing to let go of
+
+    rt = _GateRuntime(consumer_begins_to_wait)
+    gate = _gate(rt, lambda: waiting)
+    gate.arrived(2 * HIGH)
+    assert rt.resumed == ["conn"] and not gate.holding
+
+
+def test_a_gate_over_its_mark_pauses_while_its_consumer_can_consume() -> None:
+    rt = _GateRuntime(lambda: None)
+    gate = _gate(rt, lambda: False)
+    gate.arrived(HIGH)
+    assert not gate.holding  # at the mark, not over it
+    gate.arrived(1)
+    assert gate.holding and rt.resumed == []
+    gate.taken(HIGH + 1 - LOW)
+    assert rt.resumed == ["conn"] and not gate.holding
 
 
 # -- actors: a slow consumer, memory measured -----------------------------------------

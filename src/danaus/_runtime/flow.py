@@ -66,8 +66,17 @@ class Gate:
             if self.bytes <= self.high or self.high <= 0 or self._exempt():
                 return
             conn = self.rt.pause_delivering(self)
-            if conn is not None:
-                self._paused.append(conn)
+            if conn is None:
+                return
+            self._paused.append(conn)
+            # The consumer may have begun to wait between the check above and the
+            # pause: it then saw no holding gate and asked nobody to let go. Now that
+            # this gate counts as holding, one of the two sees the other (in that
+            # order on both sides), so check again.
+            if not self._exempt():
+                return
+            conns, self._paused = self._paused, []
+        self.rt.resume_reading(conns, self)
 
     def taken(self, n: int) -> None:
         """The consumer took ``n`` bytes (any thread)."""
