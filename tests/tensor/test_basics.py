@@ -124,8 +124,21 @@ def test_a_tensor_of_another_mesh_is_an_error(mesh: ProcMesh) -> None:
         y = torch.ones(3)
         with pytest.raises(ValueError, match="was used while mesh"):
             x + y
-    with pytest.raises(ValueError, match="no mesh is active"):
-        x + 1
+
+
+def test_an_op_on_mesh_tensors_with_no_active_mesh_runs_on_their_mesh(mesh: ProcMesh) -> None:
+    # As Monarch (its getting-started runs torch.relu on an rref result outside activate()).
+    with mesh.activate():
+        x = base(mesh)
+    y = torch.relu(x - 3)  # no mesh is active
+    assert isinstance(y, danaus.Tensor) and y._mesh is x._mesh
+    for h, g in COORDS:
+        assert torch.equal(danaus.inspect(y, host=h, gpu=g), torch.relu(local_base(h, g) - 3))
+    with danaus.no_mesh.activate():  # nor under no_mesh
+        z = y * 2
+    assert torch.equal(danaus.inspect(z, host=1, gpu=1), torch.relu(local_base(1, 1) - 3) * 2)
+    with pytest.raises(ValueError, match="local"):
+        x + torch.ones(6)  # a local tensor with mesh tensors is still refused
 
 
 def test_a_shape_mismatch_raises_at_the_op_before_anything_is_sent(mesh: ProcMesh) -> None:

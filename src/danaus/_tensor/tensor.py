@@ -382,14 +382,11 @@ def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
         elif isinstance(x, torch.Tensor):
             local = True
     if mesh is None:
-        if handles:
-            t = handles[0][1]
-            raise ValueError(
-                f"{name}: a tensor on mesh {t._mesh!r} was used while no mesh is active. Use "
-                "`with mesh.activate():` for ops on mesh tensors, or `danaus.inspect(t)` to get "
-                "its value here."
-            )
-        return func(*args, **kwargs)
+        if not handles:
+            return func(*args, **kwargs)
+        # No active mesh (or no_mesh): the op runs on its tensors' mesh, as Monarch's
+        # (which takes the mesh of the first distributed tensor before the ambient one).
+        mesh = handles[0][1]._mesh
     if (
         local
         and not handles
