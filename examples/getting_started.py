@@ -7,8 +7,9 @@ A Monarch program runs with ``monarch`` in its imports replaced by ``danaus``.
 
 Sections: actors and endpoints; futures; proc meshes and host meshes; context
 and ranks; supervision with ``MeshFailure``; RDMA buffers; channels and
-ports; ``send``; threads and actors; distributed tensors (when torch is
-installed: ``pip install 'danaus[torch]'``).
+ports; ``send``; threads and actors; distributed tensors, passed to actors
+and made by them with ``rref`` (when torch is installed:
+``pip install 'danaus[torch]'``).
 """
 
 from __future__ import annotations
@@ -244,6 +245,14 @@ def threads_and_actors(counters: Any) -> None:
 # -- 10. Distributed tensors ---------------------------------------------------------------------
 
 
+class Scaler(Actor):
+    """Section 10: ``rref`` turns what an endpoint returns into a distributed tensor."""
+
+    @endpoint(propagate=lambda x: x)  # the result's shape, from the argument's (meta tensors)
+    def scale(self, x: Any) -> Any:
+        return x * 2
+
+
 def distributed_tensors(procs: ProcMesh) -> None:
     try:
         import torch
@@ -260,7 +269,19 @@ def distributed_tensors(procs: ProcMesh) -> None:
         summed = fetch_shard(total, gpus=0).get(timeout=TIMEOUT)
     assert torch.equal(shard2, torch.full((2, 3), 3.0))
     assert torch.equal(summed, torch.full((2, 3), 10.0))  # (1+0) + (1+1) + (1+2) + (1+3)
-    print("10. shard 2 holds 3s; reduced over gpus every shard holds", summed[0, 0].item())
+    # An actor on each proc gets its proc's shard; with rref, what it returns becomes a
+    # distributed tensor at once (propagate gives the shape), usable in further ops.
+    scalers = procs.spawn("scalers", Scaler)
+    out = torch.relu(scalers.scale.rref(t) - 5)  # no active mesh needed: t's mesh
+    shard3 = fetch_shard(out, gpus=3).get(timeout=TIMEOUT)
+    assert torch.equal(shard3, torch.full((2, 3), 3.0))  # relu(2 * (1 + 3) - 5)
+    scalers.stop().get(timeout=TIMEOUT)
+    print(
+        "10. shard 2 holds 3s; reduced over gpus every shard holds",
+        summed[0, 0].item(),
+        "; rref: shard 3 of relu(2t - 5) holds",
+        shard3[0, 0].item(),
+    )
 
 
 def main() -> None:

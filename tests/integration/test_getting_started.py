@@ -104,6 +104,54 @@ print(dtrainers.step.call().get())
 results["dsteps"] = list(dtrainers.step.call(input=1).get().values())
 
 
+# Distributed tensors ("hosts=0" dropped from fetch_shard: this mesh has no such dimension).
+import torch
+
+with trainer_procs.activate():
+    t = torch.rand(3, 4)
+print(t)
+
+from danaus import fetch_shard
+
+print("one", fetch_shard(t, gpus=0).get())
+print("two", fetch_shard(t, gpus=1).get())
+
+with trainer_procs.activate():
+    dist_compute = t @ t.T
+
+print("dist", fetch_shard(dist_compute, gpus=0).get())
+print(dtrainers.step.call(dist_compute[0]).get())
+shard1 = fetch_shard(t, gpus=1).get()
+results["dist"] = torch.allclose(fetch_shard(dist_compute, gpus=1).get(), shard1 @ shard1.T)
+stepped = dtrainers.step.call(dist_compute[0]).get().item(gpus=1)
+results["step_input"] = stepped.endswith(str((shard1 @ shard1.T)[0]))
+
+
+class LinearActor(Actor):
+    def __init__(self):
+        self.w = torch.rand(3, 3)
+
+    @endpoint(propagate=lambda x: x)
+    def forward(self, input):
+        return input @ self.w
+
+
+linear = trainer_procs.spawn("linear", LinearActor)
+
+o = torch.relu(linear.forward.rref(t))
+# As in Monarch, the guide's shapes disagree on the procs ([3, 4] @ [3, 3]): the error
+# follows the data and is raised where the value is fetched.
+try:
+    fetch_shard(o, gpus=0).get()
+except Exception as exc:
+    results["rref_error"] = [type(exc).__name__, "mat1 and mat2 shapes" in str(exc)]
+square = trainer_procs.spawn("square", LinearActor)
+with trainer_procs.activate():
+    s3 = torch.rand(3, 3)
+o = torch.relu(square.forward.rref(s3) - 0.5)
+called = square.forward.call(s3).get().item(gpus=1)  # the same endpoint, values sent back
+results["rref_ok"] = torch.allclose(fetch_shard(o, gpus=1).get(), torch.relu(called - 0.5))
+
 # Errors in a called endpoint are routed to the caller.
 class Errorful(Actor):
     @endpoint
@@ -137,6 +185,9 @@ def test_monarch_getting_started_runs_and_exits_cleanly(client_script) -> None:
     assert results["steps"] == [f"Trainer {{'gpus': {i}/4}} taking a step." for i in range(4)]
     assert results["dsteps"] == ["Step with data <fake data 2> and input = 1"] * 4
     assert results["error"] == "ActorError"
+    assert results["dist"] and results["step_input"]
+    assert results["rref_error"] == ["RemoteTensorError", True]
+    assert results["rref_ok"]
 
 
 @pytest.mark.timeout(180)

@@ -539,6 +539,39 @@ class Endpoint:
             return
         self._send(self._encode(args, kwargs), self._targets(), None)
 
+    def rref(self, *args: Any, **kwargs: Any) -> Any:
+        """Call every actor; their results become distributed tensors (tensor engine).
+
+        Needs torch. The endpoint's ``propagate`` function gives the results'
+        shapes from meta tensors on the client, so this returns at once: the
+        mesh tensors (in the structure ``propagate`` returned) of the mesh of
+        the distributed tensors passed, or of the active mesh. The actors must
+        be one per proc of that mesh. The call is ordered with the tensor ops
+        of the active stream both ways, as a call with tensor arguments is; an
+        endpoint that raises fails the result tensors, not the actor. See
+        ``docs/tensor.md``.
+        """
+        from .procs import _tensor_api
+
+        return _tensor_api().actor_rref(self, args, kwargs)
+
+    def _send_returning(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        hand_off: Any,
+    ) -> None:
+        """Send to every actor with no reply port; the outcome of each call goes to the
+        producers on its proc, which ``hand_off(key, count, refs, recipients)`` sets up
+        (it may raise, before anything is sent). See ``handoff``."""
+        targets = self._targets()
+        with handoff.capture() as cap:
+            payload = encode_args(self._prop, args, kwargs)
+        self._mesh._check_usable()
+        actors = tuple((r, p) for _, r, p in targets)
+        recipients = handoff.Recipients(self._mesh._ref.mesh_id, self._what, actors)
+        self._send(cap.wrap(payload, recipients, hand_off=hand_off), targets, None)
+
     def _send_to_port(
         self,
         args: tuple[Any, ...],
@@ -562,7 +595,7 @@ class Endpoint:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
             f"endpoint {self._name}() of an actor mesh cannot be called directly; pick an "
-            f"adverb: .call(), .call_one(), .choose(), .stream() or .broadcast()"
+            f"adverb: .call(), .call_one(), .choose(), .stream(), .broadcast() or .rref()"
         )
 
     def __repr__(self) -> str:

@@ -493,7 +493,7 @@ class ActorCell(Failing, DeadlockCheck):
                 args, kwargs = decoded
         except BaseException as e:
             if wrapped is not None:
-                wrapped.finish()
+                wrapped.finish(error=e)
             self._reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
@@ -536,13 +536,15 @@ class ActorCell(Failing, DeadlockCheck):
                 result = asyncio.run(_await(result))
         except BaseException as e:
             if wrapped is not None:
-                wrapped.finish()
+                wrapped.finish(error=e)
             self._debug_finish(e)
             self._measured(prop.name, t0, False, port, index)
+            if wrapped is not None and wrapped.returns and isinstance(e, Exception):
+                return  # the producers record it (rref): the actor does not fail
             self._raised(e, prop, port, index)
             return
         if wrapped is not None:
-            wrapped.finish()
+            wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
         self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:
@@ -591,13 +593,15 @@ class ActorCell(Failing, DeadlockCheck):
                 result = await result
         except BaseException as e:
             if wrapped is not None:
-                wrapped.finish()
+                wrapped.finish(error=e)
             self._debug_finish(e)
             self._measured(prop.name, t0, False, port, index)
+            if wrapped is not None and wrapped.returns and isinstance(e, Exception):
+                return  # the producers record it (rref): the actor does not fail
             self._raised(e, prop, port, index)
             return
         if wrapped is not None:
-            wrapped.finish()
+            wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
         self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:

@@ -26,6 +26,15 @@ tensors; it only runs this protocol:
     client ── hand_off: command ──▶ producer (stream)  ── offer(key) ─┐ waits for finish
            ── call(Wrapped(key)) ─▶ actor: open(key) ◀─ values ───────┘
                                      run endpoint; finish(key) ──▶ producer goes on
+
+A call may also hand its *result* to the producers (``endpoint.rref``: the
+endpoint's return value becomes a distributed tensor): the sender passes
+its own ``hand_off`` to :meth:`Capture.wrap`, which then wraps the body even
+when no argument is handed off, marks it ``returns``, and the actor's cell
+gives :meth:`Wrapped.finish` the endpoint's result or exception, which
+:func:`offer` returns to the producer. Such a call has no reply port: its
+outcome goes to the producers only, and an endpoint that raises does not
+fail its actor (the producer records the exception instead).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from .. import _config as config
@@ -81,18 +90,32 @@ class Capture:
         self.refs.append((provider, obj))
         return _handed, (len(self.refs) - 1,)
 
-    def wrap(self, payload: tuple[bytes, list[Any]], recipients: Recipients) -> Any:
-        """Tell each provider where the call goes; the payload, wrapped. Raises to refuse."""
+    def wrap(
+        self,
+        payload: tuple[bytes, list[Any]],
+        recipients: Recipients,
+        hand_off: Callable[[str, int, list[tuple[int, Any]], Recipients], None] | None = None,
+    ) -> Any:
+        """Tell each provider where the call goes; the payload, wrapped. Raises to refuse.
+
+        With ``hand_off``, that alone is told, of every reference (there may be
+        none), and the endpoint's result goes back to the producers
+        (``Wrapped.returns``).
+        """
         from .._wire import codec
 
         key = f"{host.ensure_runtime().proc_id.name}:{next(_handoffs().keys)}"
-        by_provider: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
-        for i, (provider, obj) in enumerate(self.refs):
-            by_provider.setdefault(id(provider), (provider, []))[1].append((i, obj))
-        for provider, refs in by_provider.values():
-            provider.hand_off(key, len(self.refs), refs, recipients)
+        if hand_off is not None:
+            hand_off(key, len(self.refs), list(enumerate(obj for _, obj in self.refs)), recipients)
+        else:
+            by_provider: dict[int, tuple[Any, list[tuple[int, Any]]]] = {}
+            for i, (provider, obj) in enumerate(self.refs):
+                by_provider.setdefault(id(provider), (provider, []))[1].append((i, obj))
+            for provider, refs in by_provider.values():
+                provider.hand_off(key, len(self.refs), refs, recipients)
         body, bufs = payload
-        outer, extra = codec.dumps(Wrapped(key, len(self.refs), bytes(body)))
+        wrapped = Wrapped(key, len(self.refs), bytes(body), returns=hand_off is not None)
+        outer, extra = codec.dumps(wrapped)
         assert not extra
         return outer, bufs
 
@@ -121,13 +144,15 @@ def refer(obj: Any, provider: Any) -> tuple[Any, tuple[int]] | None:
 
 
 class _Slot:
-    __slots__ = ("done", "error", "ready", "values")
+    __slots__ = ("done", "error", "outcome", "ready", "values")
 
     def __init__(self) -> None:
         self.values: dict[int, Any] = {}
         self.error: BaseException | None = None
         self.ready = threading.Event()
         self.done = threading.Event()
+        # What the endpoint did, set before ``done``: (True, result) or (False, exception).
+        self.outcome: tuple[bool, Any] = (False, RuntimeError("the endpoint did not run"))
 
 
 class Handoffs:
@@ -157,10 +182,11 @@ def _handoffs() -> Handoffs:
 class Wrapped:
     """A call's pickled arguments that wait for handed-off values (what the actor receives)."""
 
-    def __init__(self, key: str, count: int, body: bytes) -> None:
+    def __init__(self, key: str, count: int, body: bytes, returns: bool = False) -> None:
         self.key = key
         self.count = count
         self.body = body
+        self.returns = returns  # the endpoint's outcome goes to the producers (rref)
 
     def open(self, buffers: Any, decode: Any) -> Any:
         """Wait for the values, then unpickle the arguments with them (``decode(body, bufs)``).
@@ -177,23 +203,27 @@ class Wrapped:
         finally:
             _local.values = None
 
-    def finish(self) -> None:
-        """The endpoint has returned (or could not run): the producers go on."""
+    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        """The endpoint has returned ``result`` or raised ``error`` (or could not run, with
+        ``error`` saying why): the producers go on, and :func:`offer` returns that."""
         h = _handoffs()
         slot = h.slot(self.key)
         h.forget(self.key)
+        slot.outcome = (True, result) if error is None else (False, error)
         slot.done.set()
 
 
 def offer(
     key: str, count: int, values: dict[int, Any] | BaseException, mesh_id: str, rank: int
-) -> bool:
+) -> tuple[bool, Any] | None:
     """On a producer's thread: hand ``values`` (index -> value) to the call ``key``, then wait.
 
     ``values`` may be an exception, which the call then raises. Several
-    producers may each offer some of the ``count`` values. Returns ``True``
-    once the endpoint has returned, ``False`` if the actor ``(mesh_id,
-    rank)`` of this proc stopped or failed without running the call.
+    producers may each offer some of the ``count`` values. Once the endpoint
+    has returned, returns ``(True, its result)`` or ``(False, the exception)``
+    (the result is only kept for a call that ``returns``; ``None`` otherwise);
+    ``None`` if the actor ``(mesh_id, rank)`` of this proc stopped or failed
+    without running the call.
     """
     h = _handoffs()
     slot = h.slot(key)
@@ -212,5 +242,5 @@ def offer(
             continue  # its spawn has not arrived yet
         if getattr(mailbox, "stopped", True) or getattr(mailbox, "failed", None) is not None:
             h.forget(key)  # a tombstone, a stopped or a failed actor: the call will not run
-            return False
-    return True
+            return None
+    return slot.outcome

@@ -10,6 +10,7 @@ import torch
 from .active import Activation, get_active_mesh, no_mesh
 from .active import activate as activate
 from .active import deactivate as deactivate
+from .actors import actor_rref as actor_rref  # for Endpoint.rref
 from .autograd import grad_generator
 from .collectives import reduce, reduce_
 from .engine import engine_for

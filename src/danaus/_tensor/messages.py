@@ -150,7 +150,8 @@ class BorrowDrop(NamedTuple):
 
 
 class HandOff(NamedTuple):
-    """On its stream: give local shards to an actor's endpoint call, and wait for it to return.
+    """On its stream: give local shards to an actor's endpoint call, and wait for it to return
+    (then, for ``rref``, define ``outs`` from what it returned).
 
     ``refs`` are ``(argument index, id)``; ``ranks`` maps each worker's global
     rank to the rank of the actor of mesh ``mesh_id`` on its proc (workers
@@ -162,3 +163,7 @@ class HandOff(NamedTuple):
     refs: tuple[tuple[int, int], ...]
     mesh_id: str
     ranks: tuple[tuple[int, int], ...]
+    # ``endpoint.rref``: the ids its result's tensors get, in ``tree_leaves`` order
+    # (None: a plain call, whose result is not kept).
+    outs: tuple[int, ...] | None = None
+    what: str = ""  # "linear.forward()", for the results' failures

@@ -313,6 +313,12 @@ class TensorWorker(Actor):
         except Exception as e:
             self._fail((*outs, *mutates), self._failure(name, e))
             return
+        self._define(name, result, outs, mutates)
+
+    def _define(
+        self, name: str, result: Any, outs: tuple[int | None, ...], mutates: tuple[int, ...]
+    ) -> None:
+        """``outs`` are the tensors of ``result``, in order (fails them all on a mismatch)."""
         if isinstance(result, torch.Tensor):
             leaves = [result]
         else:
@@ -335,14 +341,20 @@ class TensorWorker(Actor):
         what later ops on this stream see. A failed input makes the call raise.
         """
         actor_rank = next((a for g, a in cmd.ranks if g == self.rank), None)
+        outs = cmd.outs
+        name = f"{cmd.what or cmd.mesh_id}.rref on actor {actor_rank}"
         if actor_rank is None:
+            if outs:  # the client checks that each proc has an actor: only a bug gets here
+                err = RuntimeError(f"no actor on worker {self.rank} computes its shard")
+                self._fail(outs, self._failure(name, err))
             return
         values: dict[int, Any] = {}
         error: BaseException | None = None
+        failed: Failure | None = None
         for index, ref in cmd.refs:
             v = self.refs.get(ref)
             if isinstance(v, Failure):
-                error = RemoteTensorError(v, self.rank, {})
+                error, failed = RemoteTensorError(v, self.rank, {}), v
                 break
             if v is None:
                 error = KeyError(f"tensor {ref} was deleted before the actor call that uses it")
@@ -351,9 +363,20 @@ class TensorWorker(Actor):
         cuda = self.device.type == "cuda"
         if cuda:  # the actor's thread uses the default CUDA stream: hand over finished values
             torch.cuda.current_stream().synchronize()
-        handoff.offer(cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank)
+        outcome = handoff.offer(cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank)
         if cuda:  # and what the endpoint queued on the default stream comes before what follows
             torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
+        if outs is None:
+            return
+        if failed is not None:  # an input had failed: the results fail with it
+            self._fail(outs, failed)
+        elif outcome is None:
+            err = RuntimeError(f"actor {actor_rank} stopped or failed before it ran the call")
+            self._fail(outs, self._failure(name, err))
+        elif not outcome[0]:
+            self._fail(outs, self._failure(name, outcome[1]))
+        else:
+            self._define(name, outcome[1], outs, ())
 
     def _mesh_rank(self, cmd: MeshRank) -> None:
         coord = cmd.shape.coordinates(self.rank)[cmd.dim]
