@@ -322,6 +322,14 @@ SETTINGS: tuple[Setting, ...] = (
         "How long a job waits for a worker process it started to listen.",
     ),
     Setting(
+        "job_probe_timeout",
+        "duration",
+        2.0,
+        "When a client loads a job another client started (job_state_path), each of the "
+        "job's workers must accept a TCP connection within this long, or the job counts "
+        "as gone and is started afresh.",
+    ),
+    Setting(
         "worker_port",
         "int",
         26600,

@@ -135,3 +135,29 @@ def test_a_second_client_reconnects_to_the_workers_ssh_started(
     assert two == {"workers": one["workers"], "started": False}
     assert wait_pids_gone(one["workers"]) == []  # its kill() ended them over ssh
     assert not (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_saved_job_whose_workers_died_is_started_afresh(sshd: SSHD, scripts: Scripts) -> None:
+    import os
+    import signal
+
+    path = scripts.write(RECONNECT)
+    args = [json.dumps(sshd.ssh_args), str(free_port())]
+    first = scripts.start_path(path, *args)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    one = json.loads(out.strip().splitlines()[-1])
+    assert (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+    for pid in set(one["workers"]):  # the hosts' workers die; the saved job still names them
+        os.killpg(pid, signal.SIGKILL)  # each worker leads its session (--detach)
+    assert wait_pids_gone(one["workers"]) == []
+    # The second client finds nobody listening there: it starts new workers, as if no
+    # job had been saved, instead of attaching to dead addresses.
+    second = scripts.start_path(path, *args, "kill")
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    two = json.loads(out.strip().splitlines()[-1])
+    assert two["started"] and len(set(two["workers"])) == 2
+    assert not set(two["workers"]) & set(one["workers"])
+    assert wait_pids_gone(two["workers"]) == []

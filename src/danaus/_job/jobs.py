@@ -28,6 +28,8 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers, this_host
+from .._transport.address import parse as parse_address
+from .._transport.address import split_tcp
 from .._transport.auth import new_secret
 from .detach import LISTENING
 
@@ -443,6 +445,15 @@ class _DetachedWorkersJob(JobTrait):
         self._stop_all([w for ws in self._workers.values() for w in ws])
         self._workers = {}
 
+    def _still_running(self) -> bool:
+        """Whether every worker still accepts connections at its address (probed at once,
+        each within the setting ``job_probe_timeout``)."""
+        addresses = [w.address for ws in self._workers.values() for w in ws]
+        if not addresses:
+            return False
+        with concurrent.futures.ThreadPoolExecutor(min(32, len(addresses))) as pool:
+            return all(pool.map(_accepting, addresses))
+
     @property
     def workers(self) -> dict[str, list[StartedWorker]]:
         """The workers started, per mesh (empty before ``apply()``)."""
@@ -518,7 +529,22 @@ class ProcessJob(_DetachedWorkersJob):
             os.killpg(worker.pid, signal.SIGKILL)  # its session: worker, zygote, procs
 
     def _still_running(self) -> bool:
-        return all(_pid_exists(w.pid) for ws in self._workers.values() for w in ws)
+        pids = (w.pid for ws in self._workers.values() for w in ws)
+        return all(_pid_exists(p) for p in pids) and super()._still_running()  # pids get reused
+
+
+def _accepting(address: str) -> bool:
+    """Whether something accepts TCP connections at ``address`` (closed at once, before
+    any handshake: the worker drops it); an address of another scheme is not probed."""
+    scheme, rest = parse_address(address)
+    if scheme != "tcp":
+        return True
+    host, port = split_tcp(rest)
+    try:
+        with socket.create_connection((host, port), timeout=config.get("job_probe_timeout")):
+            return True
+    except OSError:
+        return False
 
 
 def _pid_exists(pid: int) -> bool:
