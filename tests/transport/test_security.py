@@ -104,7 +104,8 @@ def test_an_insecure_worker_listens_when_told_to() -> None:
     )
     try:
         assert p.stdout is not None
-        assert p.stdout.readline().startswith("danaus worker listening on tcp://")
+        # On every interface, and it says so (not a loopback address others cannot use).
+        assert p.stdout.readline().startswith("danaus worker listening on tcp://0.0.0.0:")
     finally:
         p.kill()
         p.wait(timeout=30)

@@ -304,10 +304,16 @@ def run_worker(
     req_w, resp_r = _fork_zygote()
     rt = Runtime("w" + secrets.token_hex(3), make_job_dir(), secret=secret, insecure=insecure)
     rt.start(in_thread=False)
-    advertised = rt.listen_tcp(bind, bind if bind not in ("0.0.0.0", "::") else "127.0.0.1", port)
+    wildcard = bind in ("0.0.0.0", "::")
+    advertised = rt.listen_tcp(bind, "127.0.0.1" if wildcard else bind, port)
     Agent(rt, req_w, resp_r, worker=True)
     if on_listening is not None:
-        on_listening(advertised)
+        # On every interface: say so (clients reach it at any of this host's addresses;
+        # the procs it spawns advertise the one each client came in on).
+        shown = advertised
+        if wildcard:
+            shown = f"tcp://{'[::]' if bind == '::' else bind}:{advertised.rsplit(':', 1)[1]}"
+        on_listening(shown)
     rt.loop.run_forever()
 
 
