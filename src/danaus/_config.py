@@ -540,7 +540,8 @@ SETTINGS: tuple[Setting, ...] = (
         "int",
         64,
         "Data connections an RDMA owner serves at once (each is a thread); one beyond "
-        "it is closed unserved (its transfer fails).",
+        "it is closed unserved, and its requester tries again (backing off) within its "
+        "transfer's time.",
     ),
     Setting(
         "tensor_device",

@@ -173,3 +173,28 @@ def test_with_tls_the_data_connection_is_tls(data_server, buffer, pki, settings)
         net._send_all(sock, [_store_head(entry, 64), b"T" * 64])
         assert net._RESP.unpack(recv_exactly(sock, net._RESP.size))[0] == net._OK
     assert bytes(buf) == b"T" * 64
+
+
+def test_a_requester_turned_away_by_a_busy_data_server_tries_again(data_server, settings) -> None:
+    # One data thread, held by a peer that never answers the challenge: a requester is
+    # closed unserved until the handshake deadline frees the thread, and then served
+    # (it was a failed transfer before: the 65th concurrent requester of one owner).
+    settings(rdma_max_data_threads=1, handshake_timeout=0.5)
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as holder:
+        assert recv_exactly(holder, CHALLENGE)  # it has the only thread
+        with socket.create_connection(address, timeout=TIMEOUT) as extra:
+            assert wait_closed(extra) == b"", "a second thread served a connection"
+        sock, session = net.connect(address, SECRET, TIMEOUT, lambda s: True)
+        with sock:
+            assert session is not None
+        assert wait_closed(holder) == b""  # the holder was timed out: that freed the thread
+
+
+def test_a_data_server_busy_for_the_whole_transfer_time_is_named(data_server, settings) -> None:
+    settings(rdma_max_data_threads=1, handshake_timeout=30)
+    _node, address = data_server()
+    with socket.create_connection(address, timeout=TIMEOUT) as holder:
+        assert recv_exactly(holder, CHALLENGE)
+        with pytest.raises(net.Unserved, match="data threads stayed busy"):
+            net.connect(address, SECRET, 0.5, lambda s: True)

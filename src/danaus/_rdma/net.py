@@ -27,8 +27,9 @@ registered memory and receives straight into the destination::
   is acted on: an injected, replayed or spliced STORE never writes a byte.
 - The server bounds what an unauthenticated peer costs: a deadline for the
   whole handshake, at most ``rdma_max_data_threads`` connection threads (beyond
-  that a new connection is closed at once), and an accept loop that backs
-  off when out of descriptors or threads instead of dying.
+  that a new connection is closed at once, unserved, and the requester tries
+  again, backing off, within its transfer's time), and an accept loop that
+  backs off when out of descriptors or threads instead of dying.
 - A transfer is split into a few parts, each on its own connection, so a
   large copy uses several streams (and cores) at once.
 - Nothing waits forever: the requester shuts its sockets down when its
@@ -52,6 +53,7 @@ import ctypes
 import errno
 import os
 import queue
+import random
 import socket
 import ssl
 import struct
@@ -101,6 +103,11 @@ class Refused(Exception):
 
 class Closed(ConnectionError):
     """The data connection ended in the middle of a request (EOF)."""
+
+
+class Unserved(Closed):
+    """The owner closed a new data connection before its first byte: every data thread of
+    its server was busy (``rdma_max_data_threads``), or its process is going away."""
 
 
 def split(nbytes: int) -> list[tuple[int, int]]:
@@ -180,6 +187,7 @@ def _handshake(
     first = hs.start()
     if first:
         sock.sendall(first)
+    heard = False  # anything from the peer yet
     while not hs.done:
         buf = bytearray(hs.want())
         view, got = memoryview(buf), 0
@@ -190,8 +198,11 @@ def _handshake(
             sock.settimeout(left)
             k = sock.recv_into(view[got:])
             if k == 0:
+                if role == "client" and not heard:
+                    raise Unserved("the owner's data server closed the connection unserved")
                 raise Closed("the peer closed the data connection during the handshake")
             got += k
+            heard = True
         try:
             out = hs.feed(bytes(buf))
         except AuthError:
@@ -537,25 +548,54 @@ def _give_back(key: tuple[str, int], conn: _Conn) -> None:
 
 
 def connect(
-    address: tuple[str, int], secret: bytes | None, timeout: float, track: Any
+    address: tuple[str, int],
+    secret: bytes | None,
+    timeout: float,
+    track: Any,
+    untrack: Any = None,
 ) -> tuple[socket.socket, Session | None]:
     """A new authenticated data connection to ``address``, and its session.
 
     ``track(sock)`` is called before connecting (so the caller can shut it
     down to abort); if it returns False the transfer is over: ``Closed``.
+    A connection the owner closes unserved (all its data threads busy) is
+    tried again, backing off up to 0.2 s at a time, within ``timeout``
+    (``untrack(sock)`` is called for each given up); then ``Unserved``.
     """
+    deadline = time.monotonic() + timeout
+    backoff = 0.0
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return _connect_once(address, secret, deadline - time.monotonic(), track, untrack)
+        except Unserved as e:
+            left = deadline - time.monotonic()
+            if left <= 0.001:
+                raise Unserved(
+                    f"{e} {tries} times in a row: all its rdma_max_data_threads data threads "
+                    "stayed busy (too many transfers from that one owner at once)"
+                ) from None
+        backoff = min(0.2, max(0.002, 2 * backoff))
+        time.sleep(min(left, backoff * random.uniform(0.5, 1.5)))  # jitter: not in step
+
+
+def _connect_once(
+    address: tuple[str, int], secret: bytes | None, timeout: float, track: Any, untrack: Any
+) -> tuple[socket.socket, Session | None]:
     host, port = address
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     if not track(sock):
         _close(sock)
         raise Closed("the transfer is over")
+    tracked = [sock]
+    ctx = tls.client_context()
     try:
         _tune(sock)
         sock.settimeout(max(0.001, min(timeout, config.get("rdma_connect_timeout"))))
         sock.connect((host, port))
         limit = max(0.001, min(timeout, config.get("handshake_timeout")))
         deadline = time.monotonic() + limit
-        ctx = tls.client_context()
         if ctx is not None:
             sock.settimeout(limit)
             tls_sock = ctx.wrap_socket(sock)
@@ -563,12 +603,20 @@ def connect(
                 _close(tls_sock)
                 raise Closed("the transfer is over")
             sock = tls_sock
+            tracked.append(sock)
         session = _handshake(sock, secret, "client", deadline)
         if ctx is not None:
             session = None  # TLS protects every byte
         sock.settimeout(None)
-    except BaseException:
+    except BaseException as e:
         _close(sock)
+        if untrack is not None:
+            for t in tracked:
+                untrack(t)
+        if isinstance(e, (ssl.SSLEOFError, ConnectionResetError)) and ctx is not None:
+            # Closed before the TLS handshake: unserved, as above (with TLS, the first
+            # bytes a busy server would have sent are TLS's, not the challenge).
+            raise Unserved(f"the owner's data server closed the connection unserved ({e})") from e
         raise
     return sock, session
 
@@ -599,7 +647,7 @@ def request(
         _give_back(key, conn)
         raise Closed("the transfer is over")
     if conn is None:
-        conn = connect(address, secret, deadline - time.monotonic(), track)
+        conn = connect(address, secret, deadline - time.monotonic(), track, untrack)
     sock, session = conn
     ok = False
     try:
