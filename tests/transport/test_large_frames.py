@@ -90,7 +90,14 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
         try:
             freeze(pid, REPLY_TIMEOUT)
         except AssertionError as e:
-            raise AssertionError(f"{e}; the worker said: {worker_log.read_text()[-3000:]}") from e
+            try:  # how the client heard it end (an exit report names the signal)
+                big.get(timeout=REPLY_TIMEOUT)
+                outcome = "the reply arrived"
+            except Exception as err:
+                outcome = f"the reply failed: {err}"
+            raise AssertionError(
+                f"{e}; {outcome}; the worker said: {worker_log.read_text()[-3000:]}"
+            ) from e
         stopped = True
         assert not big.done()
         for i in range(10):  # the I/O loop serves other connections meanwhile
