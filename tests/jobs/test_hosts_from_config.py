@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from danaus._job.config import expand_hostlist
-from danaus.testing import client_env
+from danaus.testing import client_env, wait_pids_gone
 
 from .conftest import LocalWorker, Scripts, Slurm, free_port, wait_until
 
@@ -68,7 +68,12 @@ def test_elsewhere_it_starts_two_local_hosts_ended_at_exit(scripts: Scripts) -> 
     client = scripts.start_path(scripts.write(IN_ALLOCATION))
     out, err = client.communicate(timeout=60)
     assert client.returncode == 0, err
-    assert json.loads(out.strip().splitlines()[-1])["sizes"] == {"hosts": 2}
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["sizes"] == {"hosts": 2}
+    # Ended at exit: the atexit hook once raised ("cannot schedule new futures after
+    # interpreter shutdown") and left both workers (and their zygotes) running.
+    assert "Exception ignored" not in err, err
+    assert wait_pids_gone(result["zygotes"]) == []
 
 
 IN_SRUN_ALLOCATION = """\

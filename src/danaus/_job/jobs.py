@@ -437,9 +437,16 @@ class _DetachedWorkersJob(JobTrait):
         raise NotImplementedError
 
     def _stop_all(self, workers: list[StartedWorker]) -> None:
-        if workers:
+        if not workers:
+            return
+        try:
             with concurrent.futures.ThreadPoolExecutor(min(32, len(workers))) as pool:
                 list(pool.map(self._stop, workers))
+        except RuntimeError:
+            # At interpreter exit (hosts_from_config's workers end in an atexit hook)
+            # a pool takes no work: one by one, or the workers outlive the program.
+            for worker in workers:
+                self._stop(worker)
 
     def _kill(self) -> None:
         self._stop_all([w for ws in self._workers.values() for w in ws])
