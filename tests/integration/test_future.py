@@ -124,6 +124,50 @@ def test_await_future_inside_asyncio_run(echo) -> None:
     assert asyncio.run(main()) == ("awaited", [5, 5])
 
 
+def test_a_future_is_a_coroutine_for_asyncio_run_and_create_task(echo) -> None:
+    # Monarch declares logging_option and sync_workspace `async def`; its programs pass
+    # them to asyncio.run, which takes coroutines only. Every danaus Future is one.
+    import collections.abc
+
+    fut = echo.slice(gpus=1).echo.call_one("driven")
+    assert isinstance(fut, collections.abc.Coroutine)
+    assert asyncio.run(fut) == "driven"
+    assert fut.get(timeout=0) == "driven"  # still a future: its value stays
+    assert asyncio.run(echo.slice(gpus=0).echo.call_one(7)) == 7  # pending when run
+
+    async def main() -> list[object]:
+        task = asyncio.create_task(echo.slice(gpus=0).echo.call_one("task"))
+        both = await asyncio.gather(echo.slice(gpus=1).echo.call_one(1), task)
+        return list(both)
+
+    assert asyncio.run(main()) == [1, "task"]
+    with pytest.raises(ActorError) as info:
+        asyncio.run(echo.slice(gpus=0).fail.call_one("run-boom"))
+    assert isinstance(info.value.exception, KeyError)
+
+
+def test_a_future_driven_as_a_coroutine_can_be_cancelled_and_stays_usable(
+    latch: LatchPair,
+) -> None:
+    fut, key = _held(latch)
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.ensure_future(fut), 0.05)  # cancels its task
+
+    asyncio.run(main())
+    assert not fut.done()
+    latch.release(key, gpus=0)
+    assert asyncio.run(fut) is True  # driven afresh after the cancelled run
+    assert fut.get(timeout=REPLY_TIMEOUT) is True
+
+
+def test_logging_option_can_be_run_as_monarchs_coroutine(procs: ProcMesh) -> None:
+    # Monarch's getting-started: asyncio.run(procs.logging_option(...)).
+    assert asyncio.run(procs.logging_option(stream_to_client=True, aggregate_window_sec=3)) is None
+    procs.logging_option()  # Monarch's defaults again
+
+
 def test_await_on_a_future_that_raises_raises_actor_error(echo) -> None:
     async def main() -> None:
         await echo.slice(gpus=0).fail.call_one("async-boom")

@@ -214,7 +214,7 @@ class Future(Generic[R]):
         total = Future(coro=both()).get()
     """
 
-    __slots__ = ("_cf", "_coro", "_what")
+    __slots__ = ("_cf", "_coro", "_steps", "_what")
     _cf: concurrent.futures.Future[Any]
     _what: str
 
@@ -233,6 +233,7 @@ class Future(Generic[R]):
             )
         self._cf = concurrent.futures.Future()
         self._coro: Any = coro  # taken (set to None) by whoever first waits
+        self._steps: Any = None  # driven as a coroutine (send/throw): its __await__
         self._what = f"coroutine {getattr(coro, '__qualname__', coro)!r}"
 
     @classmethod
@@ -241,6 +242,7 @@ class Future(Generic[R]):
         self: Future[Any] = object.__new__(cls)
         self._cf = cf
         self._coro = None
+        self._steps = None
         self._what = what
         return self
 
@@ -418,6 +420,42 @@ class Future(Generic[R]):
 
         self._cf.add_done_callback(on_done)
         return afut
+
+    # -- a coroutine too ------------------------------------------------------------
+    # Monarch declares some methods ``async def`` where danaus returns a Future
+    # (``logging_option``, ``sync_workspace``), and programs hand their results to
+    # ``asyncio.run`` or ``create_task``, which take coroutines only. With these three
+    # methods every Future is one (``collections.abc.Coroutine``): a task drives it
+    # exactly as it would ``await fut``.
+
+    def send(self, value: Any) -> Any:
+        """Coroutine protocol: one step of ``await self`` (for an asyncio task)."""
+        if self._steps is None:
+            self._steps = self.__await__()
+        try:
+            return self._steps.send(value)
+        except BaseException:  # finished (StopIteration too): the next run starts afresh
+            self._steps = None
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Coroutine protocol: raise ``typ`` (or ``val``) where ``await self`` waits."""
+        if self._steps is None:
+            self._steps = self.__await__()
+        exc = typ if val is None else val
+        if isinstance(exc, type):
+            exc = exc()
+        try:
+            return self._steps.throw(exc)
+        except BaseException:
+            self._steps = None
+            raise
+
+    def close(self) -> None:
+        """Coroutine protocol: stop waiting as a coroutine (the future itself goes on)."""
+        steps, self._steps = self._steps, None
+        if steps is not None:
+            steps.close()
 
     def __await__(self) -> Generator[Any, None, R]:
         try:
