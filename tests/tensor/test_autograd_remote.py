@@ -102,6 +102,23 @@ def test_remote_in_place_and_its_adverbs_return_values_to_the_client(mesh: ProcM
         assert v == {"sum": expect, "shape": [6]}
 
 
+def test_send_takes_a_remote_function_and_each_procs_result_reaches_the_port(
+    mesh: ProcMesh,
+) -> None:
+    # Monarch's getting-started: send(check_memory, args=(), kwargs={}, port=port).
+    from danaus.actor import Channel, send
+
+    describe = danaus.remote(helpers.describe, propagate=lambda x: None)
+    port, receiver = Channel.open()
+    with mesh.activate():
+        x = base(mesh)
+        send(describe, args=(x,), kwargs={}, port=port)
+    got = sorted(receiver.recv().get(timeout=30)["sum"] for _ in COORDS)
+    assert got == sorted(float(local_base(h, g).sum()) for h, g in COORDS)
+    with pytest.raises(TypeError, match=r"endpoint of an actor mesh .* or a remote function"):
+        send(helpers.describe, args=(), kwargs={}, port=port)  # a plain function
+
+
 def test_a_remote_function_that_raises_fails_its_results_only(mesh: ProcMesh) -> None:
     fails = danaus.remote(helpers.fails, propagate=lambda x: x)
     with mesh.activate():

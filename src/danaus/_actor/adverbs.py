@@ -628,11 +628,15 @@ def send(
 ) -> None:
     """Send ``endpoint(*args, **kwargs)`` to its mesh; each actor's reply goes to ``port``.
 
-    ``selection`` is ``"all"`` or ``"choose"`` (one actor at random). Does not block.
+    ``endpoint`` is an endpoint of an actor mesh (``mesh.method``) or, as in
+    Monarch, a remote function (``danaus.remote``: one reply per proc of the
+    active mesh). ``selection`` is ``"all"`` or ``"choose"`` (one actor at
+    random). Does not block.
     """
-    if not isinstance(endpoint, Endpoint):
+    if not isinstance(endpoint, Endpoint) and not hasattr(endpoint, "_send_to_port"):
         raise TypeError(
-            f"send() needs an endpoint of an actor mesh (mesh.method), got {endpoint!r}"
+            "send() needs an endpoint of an actor mesh (mesh.method) or a remote function, "
+            f"got {endpoint!r}"
         )
     endpoint._send_to_port(tuple(args), dict(kwargs), port, selection)
 

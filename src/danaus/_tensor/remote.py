@@ -151,6 +151,12 @@ class Remote:
         with engine.as_owner():
             return ep.call_one(*a)  # type: ignore[no-any-return]
 
+    def _send_to_port(self, args: Any, kwargs: Any, port: Any, selection: str) -> None:
+        """``send(fn, args, kwargs, port=...)``: each proc's result to ``port``. Never blocks."""
+        engine, ep, a = self._endpoint(args, kwargs)
+        with engine.as_owner():
+            ep._send_to_port(a, {}, port, selection)
+
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every proc and discard the results. Never blocks."""
         mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
