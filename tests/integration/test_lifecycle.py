@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from danaus.actor import (
     ProcMesh,
     SupervisionError,
     concurrent_endpoint,
+    context,
     endpoint,
     this_host,
     this_proc,
@@ -156,6 +158,74 @@ def test_cleanup_runs_on_stop_after_the_messages_already_sent(
     for f in files:
         report = json.loads(f.read_text())
         assert report == {"exc": "None", "seen": list(range(50))}
+
+
+class FailsThenCleans(Actor):
+    """Fails from an endpoint that raises in a broadcast; logs each __cleanup__ call."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    @endpoint
+    def boom(self) -> None:
+        raise ValueError("kaboom")
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        with open(Path(self.out) / "cleanups", "a") as f:
+            f.write(repr(exc) + "\n")
+
+
+class AsyncFailsThenCleans(Actor):
+    def __init__(self, out: str) -> None:
+        self.out = out
+
+    @endpoint
+    async def boom(self) -> None:
+        raise ValueError("kaboom")
+
+    async def __cleanup__(self, exc: BaseException | None) -> None:
+        await asyncio.sleep(0)
+        with open(Path(self.out) / "cleanups", "a") as f:
+            f.write(repr(exc) + "\n")
+
+
+class CleanupOwner(Actor):
+    """Owns a child that fails, and handles its failure (the client hears nothing)."""
+
+    def __init__(self, kind: str, out: str) -> None:
+        cls = FailsThenCleans if kind == "sync" else AsyncFailsThenCleans
+        self.child = context().actor_instance.proc.spawn("child", cls, out)
+        self.failures: list[str] = []
+
+    def __supervise__(self, failure: Any) -> bool:
+        self.failures.append(str(failure))
+        return True
+
+    @endpoint
+    def fail_child(self) -> None:
+        self.child.boom.broadcast()
+
+    @endpoint
+    def failures_seen(self) -> int:
+        return len(self.failures)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_cleanup_runs_with_the_exception_when_an_actor_fails_and_only_once(
+    procs: ProcMesh, tmp_path: Path, kind: str
+) -> None:
+    # Monarch: "called when the actor stops, normally or because of an error ... exc
+    # carries the exception on an error stop". It did not run at all after a failure.
+    owner = procs.slice(gpus=0).spawn(f"cleanup_owner_{kind}", CleanupOwner, kind, str(tmp_path))
+    owner.fail_child.call_one().get(timeout=REPLY_TIMEOUT)
+    log = tmp_path / "cleanups"
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert log.read_text().splitlines() == ["ValueError('kaboom')"]
+    assert owner.failures_seen.call_one().get(timeout=REPLY_TIMEOUT) == 1
+    owner.stop().get(timeout=REPLY_TIMEOUT)  # stops the failed child too: no second cleanup
+    assert log.read_text().splitlines() == ["ValueError('kaboom')"]
 
 
 class Interrupted(Actor):

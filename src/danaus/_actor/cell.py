@@ -126,6 +126,9 @@ class ActorCell(Failing, DeadlockCheck):
         self.ctx_instance: Instance | None = None
         self.endpoints: dict[str, EndpointProperty] = {}
         self.failed: str | None = None
+        self.fail_exc: BaseException | None = None
+        self.owned_stopping: threading.Thread | None = None
+        self._cleaned = False  # __cleanup__ ran (at a stop, or after a failure)
         self.stopped = False
         self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
@@ -379,16 +382,18 @@ class ActorCell(Failing, DeadlockCheck):
                 return
             if item[0] == _SUPERVISE:
                 self._supervise_done(item[1], *_call_hook(self._hook("__supervise__"), item[1]))
-                continue
-            if item[0] == _BOUNCED:
+            elif item[0] == _BOUNCED:
                 self._bounced(
                     *_call_hook(self._hook("_handle_undeliverable_message"), item[1]), item[1]
                 )
-                continue
-            try:
-                self._handle_sync(item[1])
-            except BaseException as e:  # a bug of ours: fail loudly, never die silently
-                self._internal_error(item[1], e)
+            else:
+                try:
+                    self._handle_sync(item[1])
+                except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                    self._internal_error(item[1], e)
+            if self.failed is not None and not self._cleaned:
+                self._owned_stopped()
+                self._cleanup_sync(self.fail_exc)
 
     async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
         """Dispatch: concurrent endpoints start at once, everything else runs in order."""
@@ -436,8 +441,7 @@ class ActorCell(Failing, DeadlockCheck):
                     await asyncio.get_running_loop().run_in_executor(
                         None, self._stop_children, item[3]
                     )
-                if self.instance is not None and self.failed is None:
-                    await self._cleanup_async(None)
+                await self._cleanup_async(None if self.failed is None else self.fail_exc)
                 self._finish(item, None)
                 return
             if item[0] in (_SUPERVISE, _BOUNCED):
@@ -451,13 +455,19 @@ class ActorCell(Failing, DeadlockCheck):
                     done(item[1], bool(r), None)
                 except Exception as e:
                     done(item[1], False, e)
-                continue
-            try:
-                prepared = self._prepare(item[1])
-                if prepared is not None:
-                    await self._invoke_async(*prepared)
-            except BaseException as e:  # a bug of ours: fail loudly, never die silently
-                self._internal_error(item[1], e)
+            else:
+                try:
+                    prepared = self._prepare(item[1])
+                    if prepared is not None:
+                        await self._invoke_async(*prepared)
+                except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                    self._internal_error(item[1], e)
+            if self.failed is not None and not self._cleaned:
+                deadline = time.monotonic() + config.get("stop_proc_timeout")
+                stopping = self.owned_stopping
+                while stopping is not None and stopping.is_alive() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # the meshes it owned stop first
+                await self._cleanup_async(self.fail_exc)
 
     # -- handling one message -------------------------------------------
 
@@ -620,9 +630,20 @@ class ActorCell(Failing, DeadlockCheck):
 
     # -- stopping ---------------------------------------------------------
 
+    def _owned_stopped(self) -> None:
+        """After a failure: wait until the meshes it owned have stopped (bounded)."""
+        stopping = self.owned_stopping
+        if stopping is not None:
+            stopping.join(config.get("stop_proc_timeout"))
+
     def _cleanup_sync(self, exc: BaseException | None) -> None:
+        """``__cleanup__(exc)``, once: at a stop (``None``, or the failure's exception)
+        or right after the actor failed (its thread)."""
+        if self._cleaned:
+            return
+        self._cleaned = True
         fn = getattr(self.instance, "__cleanup__", None)
-        if fn is None or self.failed is not None:
+        if fn is None:
             return
         try:
             r = fn(exc)
@@ -632,6 +653,9 @@ class ActorCell(Failing, DeadlockCheck):
             log.exception("__cleanup__ of actor %s raised", self._label())
 
     async def _cleanup_async(self, exc: BaseException | None) -> None:
+        if self._cleaned:
+            return
+        self._cleaned = True
         fn = getattr(self.instance, "__cleanup__", None)
         if fn is None:
             return
@@ -645,7 +669,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _finish(self, item: Any, cleanup: Callable[[BaseException | None], None] | None) -> None:
         _, port, index, _reason = item
         if cleanup is not None and self.instance is not None:
-            cleanup(None)
+            cleanup(None if self.failed is None else self.fail_exc)
         with self._lock:
             self.stopped = True
         while True:  # whatever arrived behind the stop is answered, never dropped

@@ -66,6 +66,8 @@ class Failing:
     owner: ActorId | None
     mesh_id: str
     failed: str | None
+    fail_exc: BaseException | None  # what __cleanup__ gets after a failure
+    owned_stopping: threading.Thread | None  # stopping the meshes it owned, after a failure
     stopped: bool
     stopping: bool
     instance: Any
@@ -104,7 +106,7 @@ class Failing:
                 f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
                 "instead of answering through its response port"
             )
-            self.fail(reason, exception_payload(e)[1])
+            self.fail(reason, exception_payload(e)[1], e)
             self._reply_error(port, index, reason)
             return
         if port is not None and isinstance(e, Exception):
@@ -122,7 +124,7 @@ class Failing:
             )
         else:
             reason = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
-        self.fail(reason, tb)
+        self.fail(reason, tb, e)
         if port is not None:
             self._reply_error(port, index, reason)
 
@@ -165,22 +167,27 @@ class Failing:
             tb = getattr(failure, "traceback", "") or ""
         self.fail(reason, tb)
 
-    def fail(self, reason: str, tb: str) -> None:
+    def fail(self, reason: str, tb: str, exc: BaseException | None = None) -> None:
         """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
 
-        The meshes it owns are stopped: no one is left to supervise them.
+        The meshes it owns are stopped: no one is left to supervise them. Its
+        ``__cleanup__`` then gets ``exc`` (or an ``Exception`` of ``reason``), as
+        in Monarch, on the actor's thread once the failing message is done.
         """
         with self._lock:
             if self.failed is not None:
                 return
             self.failed = reason
+            self.fail_exc = exc if exc is not None else Exception(reason)
         self.report_failure(reason, tb)
         if self.ctx_instance is not None:
-            threading.Thread(
+            stopping = threading.Thread(
                 target=owned.stop_owned,
                 args=(self.ctx_instance.actor_id, f"its owner failed: {reason}"),
                 daemon=True,
-            ).start()
+            )
+            self.owned_stopping = stopping
+            stopping.start()
 
     def report_failure(self, reason: str, tb: str) -> None:
         """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
