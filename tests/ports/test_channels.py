@@ -152,3 +152,30 @@ def test_send_rejects_an_unknown_selection(senders) -> None:
     port, _ = Channel.open()
     with pytest.raises(ValueError, match="'all' or 'choose'"):
         send(senders.echo, (1,), {}, port=port, selection="some")
+
+
+def test_a_ranked_receiver_gives_each_reply_with_its_senders_rank(senders: Any) -> None:
+    # Monarch's Channel.open_ranked / PortReceiver.ranked: (rank, value) per reply.
+    port, ranked = Channel.open_ranked()
+    send(senders.echo, ("hi",), {}, port=port)
+    got = sorted(ranked.recv().get(timeout=TIMEOUT) for _ in range(2))
+    assert got == [(0, (0, "hi")), (1, (1, "hi"))]  # the rank the port gives, the actor's own
+    one = senders.slice(gpus=1)
+    send(one.echo, ("one",), {}, port=port)
+    assert ranked.recv().get(timeout=TIMEOUT) == (0, (0, "one"))  # ranks in the sliced mesh
+
+
+def test_ranked_shares_the_receivers_messages_and_raises_what_was_sent(senders: Any) -> None:
+    port, receiver = Channel.open()
+    ranked = receiver.ranked()
+    assert ranked.port_id == receiver.port_id
+    port.send("plain")
+    assert ranked.recv().get(timeout=TIMEOUT) == (0, "plain")  # a channel's own port: rank 0
+    port.send("again")
+    assert receiver.recv().get(timeout=TIMEOUT) == "again"  # the plain view still works
+    senders.slice(gpus=0).send_exception.call_one(port).get(timeout=TIMEOUT)
+    with pytest.raises(KeyError, match="no such shard"):
+        ranked.recv().get(timeout=TIMEOUT)
+    del receiver  # the ranked view keeps the port open
+    port.send("kept")
+    assert ranked.recv().get(timeout=TIMEOUT) == (0, "kept")

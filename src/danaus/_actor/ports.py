@@ -23,7 +23,7 @@ from .._wire.frame import flat
 from .._wire.ids import ActorId, PortId
 from .._wire.protocol import Message, Reply
 from .collect import Undecoded, set_future
-from .future import Future
+from .future import Deferred, Future, resolve
 
 __all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
 
@@ -145,12 +145,15 @@ class _Inbox:
     def __init__(self, rt: Any, once: bool) -> None:
         self._rt = rt
         self._lock = threading.Lock()
-        self._values: collections.deque[tuple[bool, Any, int]] = collections.deque()
+        self._values: collections.deque[tuple[bool, Any, int, int]] = collections.deque()
         # Bytes of the messages nobody has taken yet: above inbox_high_water the
         # connections bringing more pause, unless a thread of this process is waiting
         # (it may be the reader, waiting for something behind them).
         self.gate = Gate(rt, lambda: rt.waits > 0, high="inbox_high_water", low="inbox_low_water")
-        self._waiters: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+        # (future, ranked): a ranked reader gets (the sender's rank, the value)
+        self._waiters: collections.deque[tuple[concurrent.futures.Future[Any], bool]] = (
+            collections.deque()
+        )
         self._once = once
         self.port_id: PortId = rt.open_port(self)
 
@@ -159,13 +162,15 @@ class _Inbox:
         # Unpickled by whoever reads it (recv().get() or await), not here.
         value = Undecoded(frame, f"a message on port {self.port_id}", port=True)
         ok = value.ok
+        rank = frame.header.slot  # the sender's rank, for a reply; a port's index otherwise
         with self._lock:
             waiter = self._waiters.popleft() if self._waiters else None
             if waiter is None:
                 n = frame_bytes(frame)
-                self._values.append((ok, value, n))
+                self._values.append((ok, value, n, rank))
         if waiter is not None:
-            set_future(waiter, ok, value)
+            cf, ranked = waiter
+            set_future(cf, ok, _Ranked(rank, value) if ranked else value)
         else:
             self.gate.arrived(n)
         if self._once:
@@ -174,16 +179,26 @@ class _Inbox:
     def peer_lost(self, proc: str, reason: str) -> None:
         pass  # any proc may hold the port; none is awaited in particular
 
-    def next(self) -> concurrent.futures.Future[Any]:
+    def next(self, ranked: bool = False) -> concurrent.futures.Future[Any]:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._values:
-                ok, value, n = self._values.popleft()
+                ok, value, n, rank = self._values.popleft()
                 self.gate.taken(n)
-                set_future(cf, ok, value)
+                set_future(cf, ok, _Ranked(rank, value) if ranked else value)
             else:
-                self._waiters.append(cf)
+                self._waiters.append((cf, ranked))
         return cf
+
+
+class _Ranked(Deferred):
+    """``(rank, value)``, unpickled by its reader (raising what ``value`` raises)."""
+
+    __slots__ = ("ok",)
+
+    def __init__(self, rank: int, value: Any) -> None:
+        super().__init__(lambda: (rank, resolve(value)))
+        self.ok = value.ok
 
 
 def _close_port(rt: Any, port: int, cell: Any, gate: Gate | None = None) -> None:
@@ -232,8 +247,35 @@ class PortReceiver(Generic[R]):
         """Stop receiving: later sends come back to their senders as undeliverable."""
         self._closer()
 
+    def ranked(self) -> RankedPortReceiver[R]:
+        """This receiver's messages as ``(rank, value)``: the rank of the actor whose
+        reply it is (``send(endpoint, ..., port=port)``), as Monarch's ``ranked()``."""
+        return RankedPortReceiver(self)
+
     def __repr__(self) -> str:
         return f"<PortReceiver {self.port_id}>"
+
+
+class RankedPortReceiver(Generic[R]):
+    """A :class:`PortReceiver` whose ``recv()`` gives ``(rank, value)``; made by
+    ``PortReceiver.ranked()`` or ``Channel.open_ranked()``. A message sent on a port
+    made by ``Channel.open`` carries rank 0."""
+
+    def __init__(self, receiver: PortReceiver[R]) -> None:
+        self._receiver = receiver  # keeps the port open
+        self.port_id = receiver.port_id
+
+    def recv(self) -> Future[tuple[int, R]]:
+        """A future of ``(rank, the next message)``. Never blocks."""
+        return Future._create(
+            self._receiver._inbox.next(ranked=True), f"a message on port {self.port_id}"
+        )
+
+    def close(self) -> None:
+        self._receiver.close()
+
+    def __repr__(self) -> str:
+        return f"<RankedPortReceiver {self.port_id}>"
 
 
 class Channel(Generic[R]):
@@ -244,3 +286,9 @@ class Channel(Generic[R]):
         """Open a channel; ``once=True`` for a single message."""
         receiver: PortReceiver[R] = PortReceiver(once)
         return Port(receiver.port_id, 0, once=once), receiver
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:
+        """``open()``, with a receiver that gives ``(rank, value)`` (see ``ranked()``)."""
+        port, receiver = Channel[R].open(once)
+        return port, receiver.ranked()
