@@ -16,6 +16,7 @@ from danaus.actor import (
     Future,
     HostMesh,
     ProcMesh,
+    SupervisionError,
     endpoint,
     this_host,
     this_proc,
@@ -277,6 +278,66 @@ def test_bootstrap_that_raises_makes_initialized_raise_actor_error() -> None:
         assert "bootstrap refuses to start" in str(info.value)
     finally:
         pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+class Affinity(Actor):
+    @endpoint
+    def cpus(self) -> tuple[list[int], list[int]]:
+        """The CPUs of the actor's thread, and of a thread it starts now."""
+        seen: list[list[int]] = []
+        t = threading.Thread(target=lambda: seen.append(sorted(os.sched_getaffinity(0))))
+        t.start()
+        t.join()
+        return sorted(os.sched_getaffinity(0)), seen[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux affinity")
+def test_proc_bind_pins_each_proc_and_the_threads_it_starts() -> None:
+    # Monarch's spawn_procs(proc_bind=[...]): one binding per proc of a host.
+    node0 = "/sys/devices/system/node/node0/cpulist"
+    from danaus._runtime.binding import cpulist
+
+    node_cpus = sorted(cpulist(Path(node0).read_text())) if Path(node0).exists() else None
+    first, last = min(os.sched_getaffinity(0)), max(os.sched_getaffinity(0))
+    binds: list[dict[str, str]] = [
+        {"cpus": str(first)},
+        {"physcpubind": f"{first}-{last}", "cpus": str(last)},
+    ]
+    if node_cpus is not None:
+        binds.append({"cpunodebind": "0", "membind": "0"})
+    pm = this_host().spawn_procs(per_host={"gpus": len(binds)}, proc_bind=binds)
+    try:
+        got = list(pm.spawn("affinity", Affinity).cpus.call().get(timeout=REPLY_TIMEOUT).values())
+        assert got[0] == ([first], [first])
+        assert got[1] == ([last], [last])  # both keys: the CPUs in both
+        if node_cpus is not None:
+            assert got[2] == (node_cpus, node_cpus)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_proc_bind_is_checked_before_spawning_and_a_bad_cpu_fails_the_boot() -> None:
+    with pytest.raises(ValueError, match=r"proc_bind length \(1\) must equal procs_per_host \(2\)"):
+        this_host().spawn_procs(per_host={"gpus": 2}, proc_bind=[{"cpus": "0"}])
+    with pytest.raises(ValueError, match="unknown keys \\['cpu'\\]"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpu": "0"}])
+    with pytest.raises(ValueError, match="not a CPU or node list"):
+        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "zero"}])
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])
+    try:
+        with pytest.raises(SupervisionError, match="could not be bound as proc_bind said"):
+            pm.initialized.get(timeout=REPLY_TIMEOUT)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_monarch_spawn_options_danaus_cannot_honour_say_so() -> None:
+    host = this_host()
+    assert host.is_fake_in_process is False
+    with pytest.raises(NotImplementedError, match="forks each proc"):
+        host.spawn_procs(per_host={"gpus": 1}, bootstrap_command=["python", "-m", "x"])
+    with pytest.raises(NotImplementedError, match="run the Python that started the worker"):
+        host.with_python_executable("/usr/bin/python3")
 
 
 def test_spawn_procs_rejects_a_per_host_dimension_that_is_not_a_positive_int() -> None:

@@ -65,9 +65,14 @@ def test_rank_of_several_dims_and_ranks_give_each_shard_its_coordinates(mesh: Pr
     with mesh.activate():
         flat = mesh.rank(["host", "gpu"])
         ranks = mesh.ranks
+        gpu = mesh.rank_tensor("gpu")  # Monarch's names for the same
+        monarch_ranks = mesh.rank_tensors()
     for h, g in COORDS:
         assert int(danaus.inspect(flat, host=h, gpu=g)) == 2 * h + g
         got = danaus.inspect(ranks, host=h, gpu=g)
+        assert (int(got["host"]), int(got["gpu"])) == (h, g)
+        assert int(danaus.inspect(gpu, host=h, gpu=g)) == g
+        got = danaus.inspect(monarch_ranks, host=h, gpu=g)
         assert (int(got["host"]), int(got["gpu"])) == (h, g)
 
 

@@ -13,6 +13,7 @@ import concurrent.futures
 import enum
 import errno
 import functools
+import math
 import os
 import secrets
 import socket
@@ -25,7 +26,7 @@ from typing import Any
 
 from .. import _config as config
 from .._mesh import MeshTrait, Shape, Slice
-from .._runtime import host
+from .._runtime import binding, host
 from .._transport.address import join, parse, split_tcp
 from .._transport.auth import load_secret
 from .._wire.ids import ProcId
@@ -101,16 +102,32 @@ class HostMesh(MeshTrait):
         per_host: dict[str, int] | None = None,
         bootstrap: Callable[[], Any] | None = None,
         name: str | None = None,
+        proc_bind: list[dict[str, str]] | None = None,
+        bootstrap_command: Any = None,
     ) -> ProcMesh:
         """Start ``per_host`` procs on every host; returns the ``ProcMesh`` at once.
 
         The mesh's dimensions are the hosts' followed by ``per_host``'s, row
         major (``hosts x gpus``). ``bootstrap`` runs in each new proc before any
-        actor; if it raises, ``initialized`` raises. Raises ``TypeError`` /
-        ``ValueError`` for a malformed ``per_host``, ``RuntimeError`` after
-        ``shutdown()``. Blocks only while the hosts are still being attached.
+        actor; if it raises, ``initialized`` raises. ``proc_bind`` (as Monarch's)
+        binds each proc of a host to CPUs or NUMA nodes: one dict per proc, keys
+        ``cpus``, ``physcpubind``, ``cpunodebind``, ``membind`` (see
+        ``danaus._runtime.binding``); a binding a host cannot apply makes
+        ``initialized`` raise. Raises ``TypeError`` / ``ValueError`` for a
+        malformed ``per_host`` or ``proc_bind``, ``NotImplementedError`` for
+        ``bootstrap_command`` (danaus forks procs, it does not run a command),
+        ``RuntimeError`` after ``shutdown()``. Blocks only while the hosts are
+        still being attached.
         """
         per_host = check_per_host(per_host, self._shape.labels)
+        if bootstrap_command is not None:
+            raise NotImplementedError(
+                "spawn_procs(bootstrap_command=...) is not supported: danaus forks each proc "
+                "from a pre-imported process of the host's worker, it does not run a "
+                "command. Set up a proc with bootstrap=..., bind it with proc_bind=..., "
+                "and start the worker (danaus worker) with the Python and environment wanted"
+            )
+        binds = binding.check(proc_bind, math.prod(per_host.values()))
         if self._state.shut_down:
             raise RuntimeError("HostMesh has already been shut down")
         if bootstrap is not None and not callable(bootstrap):
@@ -119,7 +136,7 @@ class HostMesh(MeshTrait):
             bootstrap = functools.partial(
                 workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
             )
-        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self)
+        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds)
         self._state.proc_meshes.append(pm)
         return pm
 
@@ -131,6 +148,22 @@ class HostMesh(MeshTrait):
                 f"cannot {what} `HostMesh` that is a reference instead of owned (a slice, or a "
                 "mesh received from elsewhere); only the client that attached it can"
             )
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """False: a host mesh's procs are real processes (as ``this_host()``'s in Monarch)."""
+        return False
+
+    def with_python_executable(self, python_exe: str) -> HostMesh:
+        """Not supported (``NotImplementedError``): Monarch starts each proc with a command,
+        danaus forks it from a pre-imported process of the host's worker, which runs the
+        Python the worker was started with."""
+        raise NotImplementedError(
+            f"HostMesh.with_python_executable({python_exe!r}) is not supported: danaus forks "
+            "procs from the host's worker, so they run the Python that started the worker. "
+            f"Start the workers with that Python ({python_exe} -m danaus worker ..., or "
+            "SSHJob(python_exe=...)) and attach to them"
+        )
 
     def sync_workspace(
         self, workspace: Workspace, conda: bool = False, auto_reload: bool = False

@@ -292,6 +292,14 @@ class ProcMesh(MeshTrait):
         """``{dim: self.rank(dim)}`` for every dimension of this mesh."""
         return _tensor_api().mesh_ranks(self)
 
+    def rank_tensor(self, dim: Any) -> Any:
+        """Monarch's name for :meth:`rank`."""
+        return self.rank(dim)
+
+    def rank_tensors(self) -> Any:
+        """Monarch's name for :attr:`ranks`."""
+        return self.ranks
+
     async def __aenter__(self) -> ProcMesh:
         return self
 
@@ -336,10 +344,12 @@ def spawn_on(
     bootstrap: Callable[[], Any] | None,
     name: str | None,
     host_mesh: Any,
+    binds: list[dict[str, str]] | None = None,
 ) -> ProcMesh:
     """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
+    ``binds``: the CPU/NUMA binding of each proc of a host, in order (``proc_bind``).
     """
     from .controller import ensure_registry  # the controller module builds on this one
 
@@ -357,7 +367,7 @@ def spawn_on(
     logs = log_control(rt)
     for agent in agents:
         batch = []
-        for _ in range(local):
+        for i in range(local):
             nm = host.new_proc_name()
             proc = ProcId(nm, f"unix:{rt.job_dir}/{nm}.sock")
             coords = ",".join(
@@ -365,7 +375,10 @@ def spawn_on(
                 for label, c in zip(labels, _coords_of(len(procs), sizes), strict=True)
             )
             boot = host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")
-            batch.append((proc, {**boot, "coords": coords}))
+            boot = {**boot, "coords": coords}
+            if binds is not None and binds[i]:
+                boot["bind"] = binds[i]
+            batch.append((proc, boot))
             procs.append(proc)
         host.spawn_procs(batch, agent)
         logs.track((p for p, _ in batch), agent or host.agent())

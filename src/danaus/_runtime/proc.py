@@ -21,6 +21,7 @@ from .. import _config as config
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Ready
+from . import binding
 from . import node as _node
 from .runtime import Runtime
 
@@ -37,6 +38,11 @@ def current() -> Runtime | None:
 
 def proc_main(name: str, boot: dict[str, Any]) -> int:
     """Run a proc until it is stopped; returns the exit code."""
+    error = None
+    try:  # first, while this process has one thread: every thread it starts inherits it
+        binding.apply(boot.get("bind"))
+    except (OSError, ValueError) as e:
+        error = f"proc {name} could not be bound as proc_bind said ({boot.get('bind')}): {e}"
     os.environ.update(boot.get("env", {}))
     # User code in this proc has no business with the job secret: the runtime keeps it.
     os.environ.pop("DANAUS_SECRET", None)
@@ -56,8 +62,7 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     if boot.get("tcp_advertise"):
         rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])
     _node.start(rt, client=False, boot=boot)
-    error = None
-    if boot.get("bootstrap") is not None:
+    if error is None and boot.get("bootstrap") is not None:
         try:
             fn = codec.loads(boot["bootstrap"])
             result = fn()
