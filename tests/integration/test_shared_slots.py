@@ -157,3 +157,41 @@ def test_a_receiver_that_cannot_read_the_sender_returns_every_slot_of_the_frame(
     [(_conn, _msg, _hold, _buffers, error, returned)] = handed
     assert error is not None and "did not say its pid" in error
     assert returned == [11, 12]
+
+
+def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loss (I/O thread) closes the slots lent to the peer, among them one a sender
+    thread is still copying a frame into; the sender then sends the bytes instead. The
+    loss raised (a mapping with a view exported cannot be closed) and left the slot
+    lent, and the sender put it back among the free ones: evicted later, its
+    descriptor number would have been closed a second time, whatever file had that
+    number by then. Now the sender closes it, once."""
+    from danaus._runtime import offload
+
+    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
+    off = Offloader(rt)  # type: ignore[arg-type]
+    if not off.shared:
+        pytest.skip("no memfd_create here: no shared slots")
+    off.ok_peers.add("peer")
+    address = offload.vm.address
+    lost: list[bool] = []
+
+    def address_then_lose(view: Any) -> int:
+        if not lost:  # after the copy, before the sender takes the lock: the I/O thread
+            lost.append(True)
+            off._on_lost("peer", "gone during the copy")
+        return address(view)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(offload.vm, "address", address_then_lose)
+    data = np.arange(N, dtype=np.uint8)
+    header, bufs = off.wrap("peer", (0,), [data])
+    assert header == (0,) and bufs[0] is data  # the bytes go as they are
+    assert off.slots_made == 1
+    assert not any(off._slots.values()), "a slot the loss took was put back among the free"
+    assert off.slots_lent("peer") == 0 and off.slot_bytes == 0
+    monkeypatch.setattr(offload.vm, "address", address)
+    off.ok_peers.add("peer")  # a new peer of that name: a fresh slot
+    header, _ = off.wrap("peer", (0,), [data])
+    assert header != (0,) and off.slots_made == 2

@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import traceback
 from typing import Any
 
@@ -228,6 +229,11 @@ class Agent:
         A local agent's directory is its client's job directory: removing it here
         cleans up after a client that was SIGKILLed (its lifeline closed), too.
         """
+        if why not in ("the client went away", "the client shut the host down"):
+            # Not an ending the client asked for: say why its procs are going.
+            name = self.rt.proc_id.name
+            print(f"danaus host agent {name}: {why}; ending its procs", file=sys.stderr)
+            sys.stderr.flush()
         for name in list(self.pids):
             self._kill(name)
         shutil.rmtree(self.rt.job_dir, ignore_errors=True)

@@ -97,9 +97,18 @@ class _Slot:
             os.close(fd)
             raise
 
-    def close(self) -> None:
-        self.map.close()
+    def close(self) -> bool:
+        """Unmap and close it, once; False (nothing done yet) while a sender thread still
+        copies into it (a view of it is exported): that thread closes it after."""
+        if self.fd < 0:
+            return True
+        try:
+            self.map.close()
+        except BufferError:
+            return False
         os.close(self.fd)
+        self.fd = -1  # closing twice would close whatever file reuses the number
+        return True
 
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
@@ -180,6 +189,7 @@ class Offloader:
         # receiver maps) or else into a mapping of our own (which it copies).
         copies: dict[int, Any] = {}
         slots: dict[int, _Slot] = {}
+        view = None
         for i in big:
             raw = raws[i]
             slot = self._take_slot(peer, len(raw)) if not isinstance(raw, bytes) else None
@@ -194,17 +204,29 @@ class Offloader:
             + ((slots[i].fd, slots[i].uid) if i in slots else ())
             for i in big
         ]
+        gone: list[_Slot] = []
         with self._lock:
-            if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
+            lost = peer not in self.ok_peers
+            if lost:  # meanwhile: send the bytes instead
+                # A slot still lent goes back to the free ones. The loss took the
+                # others, and could not close them while we copied into them: we do.
                 for slot in slots.values():
-                    self._lent.pop(slot.uid, None)
-                    self._free_slot(slot)
-                return header, buffers
-            self._next += 1
-            token = self._next
-            size = _size(copies.values())
-            self._held[token] = (peer, [c for i, c in copies.items() if i not in slots], size)
-            self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
+                    if self._lent.pop(slot.uid, None) is not None:
+                        self._free_slot(slot)
+                    else:
+                        gone.append(slot)
+            else:
+                self._next += 1
+                token = self._next
+                size = _size(copies.values())
+                self._held[token] = (peer, [c for i, c in copies.items() if i not in slots], size)
+                self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
+        if lost:
+            view = None  # no view of a slot left: it can be unmapped
+            copies.clear()
+            for slot in gone:
+                slot.close()
+            return header, buffers
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return wire(Offload(token, tuple(descs), header)), small
 

@@ -22,6 +22,7 @@ import select
 import signal
 import struct
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -122,7 +123,22 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
 
 
 def zygote_loop(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], int]) -> None:
-    """Serve fork requests until the request pipe closes. In a child, raise SystemExit."""
+    """Serve fork requests until the request pipe closes. In a child, raise SystemExit.
+
+    An unexpected error in the zygote itself is printed before it exits (its agent
+    then ends the host's procs, saying the zygote died)."""
+    try:
+        _serve(req_r, resp_w, child_main)
+    except SystemExit:
+        raise  # a proc leaving (the child's path), or the zygote's own exit
+    except BaseException:
+        traceback.print_exc()
+        print(f"danaus zygote {os.getpid()}: exiting after the error above", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+
+
+def _serve(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], int]) -> None:
     parent = os.getppid()
     set_pdeathsig()
     if os.getppid() != parent:  # pragma: no cover - the agent died while we started
