@@ -203,3 +203,29 @@ def test_borrowing_a_view_lends_the_whole_storage_as_monarch(mesh: ProcMesh) -> 
     assert torch.equal(danaus.inspect(after_mutable, host=1, gpu=0), expect)
     assert torch.equal(danaus.inspect(read), torch.full((3,), 3.0))
     assert torch.equal(danaus.inspect(x, host=0, gpu=1), expect + 1)
+
+
+def test_a_command_that_raises_does_not_skip_the_rest_of_its_batch() -> None:
+    # Commands record their own failures; one that raises anyway (a bug) used to end its
+    # whole batch, and a hand-off later in that batch never reached the actor waiting
+    # for it (blocked for good).
+    import threading
+
+    from danaus._tensor.worker_streams import StreamRunner
+
+    ran: list[str] = []
+    done = threading.Event()
+
+    def run_one(cmd: str) -> None:
+        if cmd == "bug":
+            raise TypeError("unknown tensor engine command")
+        ran.append(cmd)
+        if cmd == "hand-off":
+            done.set()
+
+    runner = StreamRunner("test", run_one, torch.device("cpu"))
+    runner.put(["first", "bug", "hand-off"])
+    assert done.wait(30)
+    runner.stop()
+    runner.thread.join(30)
+    assert ran == ["first", "hand-off"]

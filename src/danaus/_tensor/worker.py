@@ -351,18 +351,21 @@ class TensorWorker(Actor):
         values: dict[int, Any] = {}
         error: BaseException | None = None
         failed: Failure | None = None
-        for index, ref in cmd.refs:
-            v = self.refs.get(ref)
-            if isinstance(v, Failure):
-                error, failed = RemoteTensorError(v, self.rank, {}), v
-                break
-            if v is None:
-                error = KeyError(f"tensor {ref} was deleted before the actor call that uses it")
-                break
-            values[index] = v
         cuda = self.device.type == "cuda"
-        if cuda:  # the actor's thread uses the default CUDA stream: hand over finished values
-            torch.cuda.current_stream().synchronize()
+        try:  # whatever happens here, the actor is told: it waits for this offer
+            for index, ref in cmd.refs:
+                v = self.refs.get(ref)
+                if isinstance(v, Failure):
+                    error, failed = RemoteTensorError(v, self.rank, {}), v
+                    break
+                if v is None:
+                    error = KeyError(f"tensor {ref} was deleted before the actor call that uses it")
+                    break
+                values[index] = v
+            if cuda:  # the actor's thread uses the default CUDA stream: hand over finished values
+                torch.cuda.current_stream().synchronize()
+        except Exception as e:
+            error = e
         outcome = handoff.offer(cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank)
         if cuda:  # and what the endpoint queued on the default stream comes before what follows
             torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())

@@ -82,14 +82,19 @@ class StreamRunner:
             item = self._q.get()
             if item is _STOP:
                 return
-            try:
-                if callable(item):
+            if callable(item):
+                try:
                     item()
-                else:
-                    for cmd in item:
-                        self._run_one(cmd)
-            except Exception:  # a bug: commands record their own failures
-                log.exception("tensor engine stream %r: a command raised", self.name)
+                except Exception:  # a bug: commands record their own failures
+                    log.exception("tensor engine stream %r: a task raised", self.name)
+                continue
+            for cmd in item:
+                try:
+                    self._run_one(cmd)
+                except Exception:  # a bug: commands record their own failures
+                    # The rest of the batch still runs: a hand-off among them is what
+                    # an actor waits for, and skipping it would block that actor.
+                    log.exception("tensor engine stream %r: a command raised", self.name)
 
 
 class _Event:
