@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor.handoff import Recipients
 from .active import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import HandOff
+from .remote import new_handles, run_propagate
 from .stream import Stream, check_use, get_active_stream
 from .tensor import Tensor
 
@@ -146,20 +146,11 @@ def actor_rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
             + (" (some on the same proc)" if len(set(workers)) != len(workers) else "")
             + ". Spawn the actors on that mesh (procs.spawn(...)) and call them all"
         )
-    out = _propagate(what, endpoint._prop.propagate, flat, spec)
-    out_flat, out_spec = pytree.tree_flatten(out)
+    out_flat, out_spec = _propagate(what, endpoint._prop.propagate, flat, spec)
     engine = engine_for(mesh)
     engine.check()
     device = handles[0].device if handles else engine.device
-    results: list[Any] = []
-    outs: list[int] = []
-    for x in out_flat:
-        if isinstance(x, torch.Tensor):
-            h = Tensor(x, mesh, engine, device, stream)
-            outs.append(h._ref)
-            results.append(h)
-        else:
-            results.append(x)
+    results, outs = new_handles(out_flat, mesh, engine, device, stream)
 
     def hand_off(key: str, count: int, refs: list[tuple[int, Any]], to: Recipients) -> None:
         cmd = HandOff(
@@ -178,8 +169,9 @@ def actor_rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return pytree.tree_unflatten(results, out_spec)
 
 
-def _propagate(what: str, propagate: Any, flat: list[Any], spec: Any) -> Any:
-    """What ``propagate`` says the endpoint returns, run on meta tensors (the client's)."""
+def _propagate(what: str, propagate: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any]:
+    """What ``propagate`` says the endpoint returns (flattened, its tensors as meta
+    tensors, and its structure), run on meta tensors on the client."""
     if propagate is None or propagate == "cached":
         raise NotImplementedError(
             f"{what}: cached propagation is not implemented for actor endpoints (as in "
@@ -189,11 +181,6 @@ def _propagate(what: str, propagate: Any, flat: list[Any], spec: Any) -> Any:
     if propagate == "mocked":
         raise NotImplementedError(f"{what}: mocked propagation is not implemented (as in Monarch)")
     if propagate == "inspect":
-        return None
-    with _disable_current_modes():  # local torch: meta tensors in, meta tensors out
-        meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
-        margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
-        out = propagate(*margs, **mkwargs)
-        return pytree.tree_map_only(
-            torch.Tensor, lambda x: x if x.device.type == "meta" else x.to("meta"), out
-        )
+        return pytree.tree_flatten(None)
+    out_flat, out_spec, _ = run_propagate(propagate, flat, spec)
+    return out_flat, out_spec

@@ -27,7 +27,14 @@ from .messages import Ref, RunRemote
 from .stream import check_use
 from .tensor import Tensor
 
-__all__ = ["Remote", "call_on_shard_and_fetch", "remote", "resolve_function"]
+__all__ = [
+    "Remote",
+    "call_on_shard_and_fetch",
+    "new_handles",
+    "remote",
+    "resolve_function",
+    "run_propagate",
+]
 
 
 def resolve_function(fn: Any) -> Callable[..., Any]:
@@ -38,6 +45,45 @@ def resolve_function(fn: Any) -> Callable[..., Any]:
     if not module:
         raise ValueError(f"remote({fn!r}): a function path looks like 'package.module.function'")
     return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+def run_propagate(prop: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any, list[bool]]:
+    """``prop`` run in local torch on meta copies of the mesh tensors among ``flat`` (the
+    flattened arguments, ``spec`` their structure): its result flattened, with its
+    tensors as meta tensors; the result's structure; for each argument, whether
+    ``prop`` wrote it in place (a mesh tensor whose meta copy's version moved)."""
+    with _disable_current_modes():
+        meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
+        versions = [m._version if isinstance(m, torch.Tensor) else None for m in meta_flat]
+        margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
+        out = prop(*margs, **mkwargs)
+        out_flat, out_spec = pytree.tree_flatten(out)
+        out_flat = [
+            x if not isinstance(x, torch.Tensor) or x.device.type == "meta" else x.to("meta")
+            for x in out_flat
+        ]
+    written = [
+        isinstance(x, Tensor) and m._version != v
+        for x, m, v in zip(flat, meta_flat, versions, strict=True)
+    ]
+    return out_flat, out_spec, written
+
+
+def new_handles(
+    out_flat: list[Any], mesh: Any, engine: Any, device: Any, stream: Any = None
+) -> tuple[list[Any], list[int]]:
+    """A new mesh tensor for each meta tensor of ``out_flat`` (other leaves kept as they
+    are), and their ids in order: what a worker defines from the real result."""
+    results: list[Any] = []
+    outs: list[int] = []
+    for x in out_flat:
+        if isinstance(x, torch.Tensor):
+            h = Tensor(x, mesh, engine, device, stream)
+            outs.append(h._ref)
+            results.append(h)
+        else:
+            results.append(x)
+    return results, outs
 
 
 class Remote:
@@ -96,33 +142,13 @@ class Remote:
         mesh, (wargs, wkwargs), handles, (flat, spec) = self._prepare(args, kwargs)
         engine = engine_for(mesh)
         prop = self._propagate or resolve_function(self._fn)
-        with _disable_current_modes():
-            meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
-            versions = [m._version if isinstance(m, torch.Tensor) else None for m in meta_flat]
-            margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
-            out = prop(*margs, **mkwargs)
-            out_flat, out_spec = pytree.tree_flatten(out)
-            out_flat = [
-                x if not isinstance(x, torch.Tensor) or x.device.type == "meta" else x.to("meta")
-                for x in out_flat
-            ]
-        mutates = tuple(
-            x._ref
-            for x, m, v in zip(flat, meta_flat, versions, strict=True)
-            if isinstance(x, Tensor) and m._version != v
-        )
+        out_flat, out_spec, written = run_propagate(prop, flat, spec)
+        mutates = tuple(x._ref for x, w in zip(flat, written, strict=True) if w)
         check_use(
             f"remote {self._name}", [], [x for x in flat if getattr(x, "_ref", None) in mutates]
         )
-        outs: list[int | None] = []
-        results: list[Any] = []
-        for x in out_flat:
-            if isinstance(x, torch.Tensor):
-                h = Tensor(x, mesh, engine, handles[0].device if handles else engine.device)
-                outs.append(h._ref)
-                results.append(h)
-            else:
-                results.append(x)
+        device = handles[0].device if handles else engine.device
+        results, outs = new_handles(out_flat, mesh, engine, device)
         engine.send(mesh._shape, RunRemote(self._fn, wargs, wkwargs, tuple(outs), mutates))
         return pytree.tree_unflatten(results, out_spec)
 
