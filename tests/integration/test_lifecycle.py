@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,8 @@ import pytest
 
 from danaus.actor import (
     Actor,
+    Channel,
+    Port,
     ProcMesh,
     SupervisionError,
     concurrent_endpoint,
@@ -161,23 +162,22 @@ def test_cleanup_runs_on_stop_after_the_messages_already_sent(
 
 
 class FailsThenCleans(Actor):
-    """Fails from an endpoint that raises in a broadcast; logs each __cleanup__ call."""
+    """Fails from an endpoint that raises in a broadcast; reports each __cleanup__ call."""
 
-    def __init__(self, out: str) -> None:
-        self.out = out
+    def __init__(self, port: Port[str]) -> None:
+        self.port = port
 
     @endpoint
     def boom(self) -> None:
         raise ValueError("kaboom")
 
     def __cleanup__(self, exc: BaseException | None) -> None:
-        with open(Path(self.out) / "cleanups", "a") as f:
-            f.write(repr(exc) + "\n")
+        self.port.send(repr(exc))
 
 
 class AsyncFailsThenCleans(Actor):
-    def __init__(self, out: str) -> None:
-        self.out = out
+    def __init__(self, port: Port[str]) -> None:
+        self.port = port
 
     @endpoint
     async def boom(self) -> None:
@@ -185,16 +185,15 @@ class AsyncFailsThenCleans(Actor):
 
     async def __cleanup__(self, exc: BaseException | None) -> None:
         await asyncio.sleep(0)
-        with open(Path(self.out) / "cleanups", "a") as f:
-            f.write(repr(exc) + "\n")
+        self.port.send(repr(exc))
 
 
 class CleanupOwner(Actor):
     """Owns a child that fails, and handles its failure (the client hears nothing)."""
 
-    def __init__(self, kind: str, out: str) -> None:
+    def __init__(self, kind: str, port: Port[str]) -> None:
         cls = FailsThenCleans if kind == "sync" else AsyncFailsThenCleans
-        self.child = context().actor_instance.proc.spawn("child", cls, out)
+        self.child = context().actor_instance.proc.spawn("child", cls, port)
         self.failures: list[str] = []
 
     def __supervise__(self, failure: Any) -> bool:
@@ -212,20 +211,20 @@ class CleanupOwner(Actor):
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_cleanup_runs_with_the_exception_when_an_actor_fails_and_only_once(
-    procs: ProcMesh, tmp_path: Path, kind: str
+    procs: ProcMesh, kind: str
 ) -> None:
     # Monarch: "called when the actor stops, normally or because of an error ... exc
     # carries the exception on an error stop". It did not run at all after a failure.
-    owner = procs.slice(gpus=0).spawn(f"cleanup_owner_{kind}", CleanupOwner, kind, str(tmp_path))
+    port, cleanups = Channel.open()
+    owner = procs.slice(gpus=0).spawn(f"cleanup_owner_{kind}", CleanupOwner, kind, port)
     owner.fail_child.call_one().get(timeout=REPLY_TIMEOUT)
-    log = tmp_path / "cleanups"
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while not log.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert log.read_text().splitlines() == ["ValueError('kaboom')"]
+    assert cleanups.recv().get(timeout=REPLY_TIMEOUT) == "ValueError('kaboom')"
     assert owner.failures_seen.call_one().get(timeout=REPLY_TIMEOUT) == 1
-    owner.stop().get(timeout=REPLY_TIMEOUT)  # stops the failed child too: no second cleanup
-    assert log.read_text().splitlines() == ["ValueError('kaboom')"]
+    # Stopping the owner stops the failed child too. A second cleanup would send from
+    # that proc before the stop's answer on the same connection: nothing came.
+    second = cleanups.recv()
+    owner.stop().get(timeout=REPLY_TIMEOUT)
+    assert not second.done()
 
 
 class Interrupted(Actor):

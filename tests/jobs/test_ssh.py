@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from typing import Any
 
 import pytest
 
@@ -116,22 +119,24 @@ RECONNECT = """
 """
 
 
+def _reconnecting_client(scripts: Scripts, path: str, *args: str) -> dict[str, Any]:
+    """Run the RECONNECT client to its end; what it printed."""
+    client = scripts.start_path(path, *args)
+    out, err = client.communicate(timeout=60)
+    assert client.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 @pytest.mark.timeout(90)
 def test_a_second_client_reconnects_to_the_workers_ssh_started(
     sshd: SSHD, scripts: Scripts
 ) -> None:
     path = scripts.write(RECONNECT)
     args = [json.dumps(sshd.ssh_args), str(free_port())]
-    first = scripts.start_path(path, *args)
-    out, err = first.communicate(timeout=60)
-    assert first.returncode == 0, err
-    one = json.loads(out.strip().splitlines()[-1])
+    one = _reconnecting_client(scripts, path, *args)
     assert one["started"] and len(set(one["workers"])) == 2
     # The first client exited without kill(): the second attaches to the same workers.
-    second = scripts.start_path(path, *args, "kill")
-    out, err = second.communicate(timeout=60)
-    assert second.returncode == 0, err
-    two = json.loads(out.strip().splitlines()[-1])
+    two = _reconnecting_client(scripts, path, *args, "kill")
     assert two == {"workers": one["workers"], "started": False}
     assert wait_pids_gone(one["workers"]) == []  # its kill() ended them over ssh
     assert not (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
@@ -139,25 +144,16 @@ def test_a_second_client_reconnects_to_the_workers_ssh_started(
 
 @pytest.mark.timeout(120)
 def test_a_saved_job_whose_workers_died_is_started_afresh(sshd: SSHD, scripts: Scripts) -> None:
-    import os
-    import signal
-
     path = scripts.write(RECONNECT)
     args = [json.dumps(sshd.ssh_args), str(free_port())]
-    first = scripts.start_path(path, *args)
-    out, err = first.communicate(timeout=60)
-    assert first.returncode == 0, err
-    one = json.loads(out.strip().splitlines()[-1])
+    one = _reconnecting_client(scripts, path, *args)
     assert (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
     for pid in set(one["workers"]):  # the hosts' workers die; the saved job still names them
         os.killpg(pid, signal.SIGKILL)  # each worker leads its session (--detach)
     assert wait_pids_gone(one["workers"]) == []
     # The second client finds nobody listening there: it starts new workers, as if no
     # job had been saved, instead of attaching to dead addresses.
-    second = scripts.start_path(path, *args, "kill")
-    out, err = second.communicate(timeout=60)
-    assert second.returncode == 0, err
-    two = json.loads(out.strip().splitlines()[-1])
+    two = _reconnecting_client(scripts, path, *args, "kill")
     assert two["started"] and len(set(two["workers"])) == 2
     assert not set(two["workers"]) & set(one["workers"])
     assert wait_pids_gone(two["workers"]) == []

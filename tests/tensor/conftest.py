@@ -9,7 +9,9 @@ holds ``torch.arange(6.) + 10 * h + g``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -22,12 +24,36 @@ from danaus.actor import ProcMesh, this_host  # noqa: E402
 REPLY_TIMEOUT = 30.0
 
 _faults: list[Any] = []
+_fault_came = threading.Condition()
+
+
+def _record(fault: Any) -> None:
+    with _fault_came:
+        _faults.append(fault)
+        _fault_came.notify_all()
+
+
+@contextlib.contextmanager
+def failures_of(mesh_name: str, n: int) -> Iterator[None]:
+    """The block makes actor mesh ``mesh_name`` fail: afterwards, wait (bounded) until
+    ``n`` of its failures reached the client's hook, take them out of the record (the
+    check after each test would fail on them), and fail unless at least one came."""
+    seen = len(_faults)
+    yield
+    with _fault_came:
+        _fault_came.wait_for(
+            lambda: sum(mesh_name in str(f) for f in _faults[seen:]) >= n, REPLY_TIMEOUT
+        )
+        ours = [f for f in _faults[seen:] if mesh_name in str(f)]
+        for f in ours:
+            _faults.remove(f)
+    assert ours, f"the failure of {mesh_name} should have reached the client"
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _record_unhandled_faults() -> Iterable[list[Any]]:
     previous = danaus_actor.unhandled_fault_hook
-    danaus_actor.unhandled_fault_hook = _faults.append
+    danaus_actor.unhandled_fault_hook = _record
     yield _faults
     danaus_actor.unhandled_fault_hook = previous
 

@@ -15,7 +15,7 @@ import pytest
 import danaus
 from danaus.actor import Actor, ProcMesh, endpoint
 
-from .conftest import COORDS, REPLY_TIMEOUT, base, local_base, torch
+from .conftest import COORDS, REPLY_TIMEOUT, base, failures_of, local_base, torch
 
 # The first test also spawns the actors, whose procs import this module and torch: on a
 # loaded machine that alone took over 30 s (the bound on each test stays).
@@ -218,15 +218,10 @@ def test_tensors_of_two_streams_in_one_call_are_refused(mesh: ProcMesh, users: A
 
 
 def test_an_actor_that_failed_before_the_call_releases_the_stream(mesh: ProcMesh) -> None:
-    import time
-
-    from . import conftest
-
     am = mesh.spawn("doomed_shard_users", ShardUser)
     am.initialized.get(timeout=ACTOR_INIT_TIMEOUT)
-    seen = len(conftest._faults)
     try:
-        with mesh.activate():
+        with failures_of("doomed_shard_users", 4), mesh.activate():
             x = base(mesh)
             am.fail_with.broadcast(x)  # a broadcast's exception fails the actor
             never = am.describe.call(x)  # queued behind it: will not run
@@ -235,11 +230,4 @@ def test_an_actor_that_failed_before_the_call_releases_the_stream(mesh: ProcMesh
         with pytest.raises(Exception, match="endpoint failed on a shard"):
             never.get(timeout=REPLY_TIMEOUT)
     finally:
-        deadline = time.monotonic() + REPLY_TIMEOUT  # the failures reach the client's hook
-        while len(conftest._faults) - seen < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ours = [f for f in conftest._faults[seen:] if "doomed_shard_users" in str(f)]
-        for f in ours:
-            conftest._faults.remove(f)
         am.stop().get(timeout=REPLY_TIMEOUT)
-    assert ours, "the actor's failure should have reached the client"

@@ -17,7 +17,7 @@ import pytest
 import danaus
 from danaus.actor import Actor, ProcMesh, current_rank, endpoint
 
-from .conftest import COORDS, REPLY_TIMEOUT, base, local_base, torch
+from .conftest import COORDS, REPLY_TIMEOUT, base, failures_of, local_base, torch
 
 pytestmark = [pytest.mark.torch, pytest.mark.timeout(180)]
 ACTOR_INIT_TIMEOUT = 150.0
@@ -211,15 +211,10 @@ def test_an_async_endpoint_rref(mesh: ProcMesh) -> None:
 
 
 def test_an_actor_that_failed_before_the_call_fails_the_results(mesh: ProcMesh) -> None:
-    import time
-
-    from . import conftest
-
     am = mesh.spawn("rref_doomed", Layer)
     am.initialized.get(timeout=ACTOR_INIT_TIMEOUT)
-    seen = len(conftest._faults)
     try:
-        with mesh.activate():
+        with failures_of("rref_doomed", 4), mesh.activate():
             x = base(mesh)
             am.fails.broadcast(x)  # a broadcast's exception fails the actor
             out = am.affine.rref(x, 2.0)  # queued behind it: will not run
@@ -228,11 +223,4 @@ def test_an_actor_that_failed_before_the_call_fails_the_results(mesh: ProcMesh) 
         with pytest.raises(danaus.RemoteTensorError, match="failed before it ran the call"):
             danaus.inspect(out, host=0, gpu=1)
     finally:
-        deadline = time.monotonic() + REPLY_TIMEOUT  # the failures reach the client's hook
-        while len(conftest._faults) - seen < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ours = [f for f in conftest._faults[seen:] if "rref_doomed" in str(f)]
-        for f in ours:
-            conftest._faults.remove(f)
         am.stop().get(timeout=REPLY_TIMEOUT)
-    assert ours, "the actor's failure should have reached the client"
