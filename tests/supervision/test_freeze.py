@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,7 +20,8 @@ def spin():
     while True:
         pass
 for _ in range(2):
-    threading.Thread(target=spin, daemon=True).start()
+    threading.Thread(target=spin, daemon=True).start()  # returns once it runs
+print("ready", flush=True)
 spin()
 """
 
@@ -35,12 +35,9 @@ def _states(pid: int) -> list[str]:
 
 
 def test_freeze_returns_with_every_thread_stopped_and_sigcont_resumes_them() -> None:
-    p = subprocess.Popen([sys.executable, "-c", BUSY])
+    p = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 30
-        while len(os.listdir(f"/proc/{p.pid}/task")) < 3:  # its threads are starting
-            assert time.monotonic() < deadline, "the busy threads did not start"
-            time.sleep(0.001)
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"  # 3 threads run
         freeze(p.pid)
         states = _states(p.pid)
         assert len(states) == 3 and all(s in "tT" for s in states), states
@@ -49,6 +46,8 @@ def test_freeze_returns_with_every_thread_stopped_and_sigcont_resumes_them() -> 
     finally:
         p.kill()
         p.wait(30)
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def test_freeze_of_a_process_that_is_gone_says_so() -> None:
