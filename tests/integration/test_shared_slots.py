@@ -195,3 +195,32 @@ def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
     off.ok_peers.add("peer")  # a new peer of that name: a fresh slot
     header, _ = off.wrap("peer", (0,), [data])
     assert header != (0,) and off.slots_made == 2
+
+
+def test_a_large_snapshot_is_copied_with_the_gil_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sender copying a large frame into a slot (or a private snapshot) goes through the
+    chunked copy that releases the GIL: one memoryview assignment of 1 GiB held the GIL
+    long enough on a loaded host that the proc's I/O thread missed its heartbeats and the
+    client declared the proc frozen."""
+    from danaus._runtime import offload
+
+    copies: list[int] = []
+    memmove = offload.vm.memmove
+
+    def recorded(dst: int, src: int, n: int, **kw: Any) -> bool:
+        copies.append(n)
+        return memmove(dst, src, n, **kw)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(offload.vm, "memmove", recorded)
+    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
+    off = Offloader(rt)  # type: ignore[arg-type]
+    off.ok_peers.add("peer")
+    data = np.arange(N, dtype=np.uint8)
+    off.wrap("peer", (0,), [data])
+    assert copies == [N]
+    if off._lent:  # a shared slot holds the copy
+        [(_, slot)] = off._lent.values()
+        copy = memoryview(slot.map)[:N]
+    else:  # a private snapshot does
+        [(_, [copy], _)] = off._held.values()
+    assert bytes(copy) == data.tobytes()
