@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _config as config
 from .._transport import vm
+from .._wire import memory
 from .._wire.frame import Frame, alloc, flat, recv_pool
 from .._wire.protocol import (
     Kind,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from .._wire.ids import ProcId
     from .runtime import Runtime
 
-__all__ = ["Offloader"]
+__all__ = ["Offloader", "own"]
 
 log = logging.getLogger("danaus.runtime")
 
@@ -92,7 +93,7 @@ class _Slot:
     def __init__(self, fd: int, size: int, uid: int) -> None:
         self.fd, self.size, self.uid = fd, size, uid
         try:
-            self.map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _POPULATE)
+            self.map = memory.shared(fd, size)  # faulted in without holding the GIL
         except BaseException:
             os.close(fd)
             raise
@@ -118,7 +119,17 @@ def _copy(dst: memoryview, src: Any) -> None:
     vm.memmove(vm.address(dst), vm.address(memoryview(src).cast("B")), len(dst))
 
 
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+def own(part: Any) -> Any:
+    """A private copy of the byte-like ``part`` (a frame part kept to send later);
+    a large one is copied as ``_copy`` does, without holding the GIL throughout."""
+    view = flat(part)
+    if len(view) < memory.SMALL:
+        return bytes(view)
+    copy = memoryview(alloc(len(view)))
+    _copy(copy, view)
+    return copy
+
+
 _SHARED = hasattr(os, "memfd_create") and hasattr(mmap, "MAP_SHARED")
 
 

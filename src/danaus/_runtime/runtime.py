@@ -51,7 +51,7 @@ from .._transport.address import choose, connect_socket, host_token, join, liste
 from .._transport.auth import Handshake
 from .._transport.conn import Connection, flush_held
 from .._wire import codec
-from .._wire.frame import Frame, encode_frame, encode_pickled, flat
+from .._wire.frame import Frame, encode_frame, encode_pickled
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import (
     PROTOCOL_VERSION,
@@ -68,7 +68,7 @@ from .._wire.protocol import (
 )
 from .flow import Gate
 from .metrics import Tracer
-from .offload import Offloader
+from .offload import Offloader, own
 from .peers import PeerTable, _Peer
 from .tree import TreeRouter
 
@@ -757,7 +757,7 @@ class Runtime(PeerTable):
                 peer = self._peers[proc.name] = _Peer(proc, pending=False)
             if peer.lost is None and (peer.pending or peer.conn is None):
                 # Sent later: keep a snapshot (the caller may change its arrays now).
-                owned = [p if isinstance(p, bytes) else bytes(flat(p)) for p in parts]
+                owned = [p if isinstance(p, bytes) else own(p) for p in parts]
                 peer.queue.append((owned, on_fail))
                 peer.queued_bytes += sum(len(p) for p in owned)
                 if not peer.pending and len(peer.queue) == 1:

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from .. import _config as config
 from .._errors import PeerBrokenError
+from . import memory
 
 __all__ = [
     "Frame",
@@ -159,19 +160,13 @@ def _parse(frame: memoryview) -> Frame:
 _tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C
 
 
-_MAP_FLAGS = (
-    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
-    if hasattr(mmap, "MAP_ANONYMOUS")
-    else None
-)
-
-
 def alloc(n: int) -> Any:
-    """Writable memory for a large buffer: a private anonymous mapping, pre-faulted by
-    the kernel (``MAP_POPULATE``), which is faster to fill than a zeroed bytearray."""
-    if _MAP_FLAGS is None:  # pragma: no cover - not POSIX
+    """Writable memory for a large buffer: a private anonymous mapping with its pages
+    faulted in (without holding the GIL: ``memory``), which is faster to fill than a
+    zeroed bytearray."""
+    if not hasattr(mmap, "MAP_ANONYMOUS"):  # pragma: no cover - not POSIX
         return bytearray(n)
-    return mmap.mmap(-1, n, flags=_MAP_FLAGS)
+    return memory.anonymous(n)
 
 
 def _size_class(n: int) -> int:
