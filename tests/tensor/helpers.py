@@ -34,6 +34,10 @@ def fails(x: torch.Tensor) -> torch.Tensor:
     raise ValueError("boom from a remote function")
 
 
+def exits(x: torch.Tensor) -> torch.Tensor:
+    raise SystemExit(3)  # a BaseException, not an Exception: it must not end the stream
+
+
 # -- gates between streams on one worker (each worker process has its own) --------
 
 _GATES: dict[str, Any] = {}

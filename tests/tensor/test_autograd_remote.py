@@ -130,6 +130,19 @@ def test_a_remote_function_that_raises_fails_its_results_only(mesh: ProcMesh) ->
     assert torch.equal(danaus.inspect(fine), local_base(0, 0) + 1)
 
 
+def test_a_remote_function_that_raises_system_exit_fails_its_results_and_the_stream_goes_on(
+    mesh: ProcMesh,
+) -> None:
+    exits = danaus.remote(helpers.exits, propagate=lambda x: x)
+    with mesh.activate():
+        x = base(mesh)
+        bad = exits(x)
+        after = x + 1  # the same stream, after the exit: it still runs
+    with pytest.raises(danaus.RemoteTensorError, match="SystemExit"):
+        danaus.inspect(bad)
+    assert torch.equal(danaus.inspect(after), local_base(0, 0) + 1)
+
+
 def test_remote_needs_an_active_mesh() -> None:
     with pytest.raises(ValueError, match="active mesh"):
         danaus.remote(helpers.add_and_scale)(torch.ones(2), 1.0)

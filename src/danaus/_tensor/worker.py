@@ -245,7 +245,7 @@ class TensorWorker(Actor):
             name = cmd.fn if isinstance(cmd.fn, str) else getattr(cmd.fn, "__qualname__", "fn")
             try:
                 fn = resolve_function(cmd.fn)
-            except Exception as e:
+            except BaseException as e:  # an import that calls sys.exit(), say
                 self._fail((*cmd.outs, *cmd.mutates), self._failure(f"remote {name}", e))
                 return
             self._call(f"remote {name}", fn, cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
@@ -310,7 +310,7 @@ class TensorWorker(Actor):
         except _Failed as f:
             self._fail((*outs, *mutates), f.failure)
             return
-        except Exception as e:
+        except BaseException as e:  # SystemExit too: user code must not end the stream
             self._fail((*outs, *mutates), self._failure(name, e))
             return
         self._define(name, result, outs, mutates)

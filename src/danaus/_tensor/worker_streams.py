@@ -85,13 +85,13 @@ class StreamRunner:
             if callable(item):
                 try:
                     item()
-                except Exception:  # a bug: commands record their own failures
+                except BaseException:  # a bug: commands record their own failures
                     log.exception("tensor engine stream %r: a task raised", self.name)
                 continue
             for cmd in item:
                 try:
                     self._run_one(cmd)
-                except Exception:  # a bug: commands record their own failures
+                except BaseException:  # a bug: commands record their own failures
                     # The rest of the batch still runs: a hand-off among them is what
                     # an actor waits for, and skipping it would block that actor.
                     log.exception("tensor engine stream %r: a command raised", self.name)
