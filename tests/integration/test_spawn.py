@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from danaus._mesh import Region, Slice
 from danaus.actor import (
     Actor,
     ActorError,
@@ -155,6 +156,14 @@ def test_spawn_procs_gives_a_proc_mesh_with_the_per_host_dimensions(procs: ProcM
     assert isinstance(procs, ProcMesh)
     assert procs.sizes == {"gpus": 2}
     assert procs.initialized.get(timeout=REPLY_TIMEOUT) is True
+
+
+def test_a_proc_mesh_and_its_slices_name_their_base_ranks_as_a_region(procs: ProcMesh) -> None:
+    assert procs.region == Region(["gpus"], Slice.new_row_major([2]))
+    second = procs.slice(gpus=1)
+    assert second.region.slice() == Slice(1, [], [])  # base rank 1 of the mesh
+    assert dict(procs.region.point_of_base_rank(1)) == {"gpus": 1}
+    assert this_host().region == Region([], Slice(0, [], []))
 
 
 def test_spawn_procs_starts_one_os_process_per_rank(procs: ProcMesh) -> None:
@@ -334,6 +343,7 @@ def test_proc_bind_is_checked_before_spawning_and_a_bad_cpu_fails_the_boot() -> 
 def test_monarch_spawn_options_danaus_cannot_honour_say_so() -> None:
     host = this_host()
     assert host.is_fake_in_process is False
+    assert host.stream_logs is True  # procs forward their output by default
     with pytest.raises(NotImplementedError, match="forks each proc"):
         host.spawn_procs(per_host={"gpus": 1}, bootstrap_command=["python", "-m", "x"])
     with pytest.raises(NotImplementedError, match="run the Python that started the worker"):

@@ -59,7 +59,17 @@ def test_mesh_trait_is_abstract_in_shape_and_new_with_shape() -> None:
 def test_mesh_trait_defines_no_init_and_only_the_documented_public_names() -> None:
     assert "__init__" not in vars(MeshTrait)
     public = {name for name in dir(MeshTrait) if not name.startswith("_")}
-    assert public == {"slice", "split", "rename", "flatten", "size", "sizes", "extent", "to_table"}
+    assert public == {
+        "slice",
+        "split",
+        "rename",
+        "flatten",
+        "size",
+        "sizes",
+        "extent",
+        "region",
+        "to_table",
+    }
 
 
 # -- slice ---------------------------------------------------------------------

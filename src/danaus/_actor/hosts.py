@@ -150,6 +150,13 @@ class HostMesh(MeshTrait):
             )
 
     @property
+    def stream_logs(self) -> bool:
+        """True: procs spawned here forward their output to the client from the start
+        (aggregated, ``ProcMesh.logging_option`` changes it), on every host mesh; in
+        Monarch only host meshes made with ``stream_logs`` do."""
+        return True
+
+    @property
     def is_fake_in_process(self) -> bool:
         """False: a host mesh's procs are real processes (as ``this_host()``'s in Monarch)."""
         return False

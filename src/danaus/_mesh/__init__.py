@@ -2,15 +2,16 @@
 
 Owns: ``Slice`` (alias ``NDSlice``, strided views of global ranks),
 ``Extent`` and ``Point`` (named sizes and named coordinates), ``Shape``
-(labels over a Slice, cut with ``at``/``select``/``index``), ``MeshTrait``
+(labels over a Slice, cut with ``at``/``select``/``index``), ``Region``
+(Monarch's name for the same), ``MeshTrait``
 (``slice``, ``split``, ``rename``, ``flatten``, ``size``, ``sizes``,
-``extent``, ``to_table`` for any mesh that implements ``_shape`` and
+``extent``, ``region``, ``to_table`` for any mesh that implements ``_shape`` and
 ``_new_with_shape``) and ``ValueMesh`` (one value per rank).
 
 Imports: nothing else from danaus, and only the standard library. Pure:
 every operation is a function of its arguments; misuse raises at once.
 
-Modules: ``slice`` (Slice), ``extent`` (Extent, Point), ``shape`` (Shape),
+Modules: ``slice`` (Slice), ``extent`` (Extent, Point), ``shape`` (Shape), ``region`` (Region),
 ``trait`` (MeshTrait), ``table`` (text rendering), ``value_mesh``
 (ValueMesh), ``_check`` (argument checks and error messages).
 """
@@ -18,9 +19,10 @@ Modules: ``slice`` (Slice), ``extent`` (Extent, Point), ``shape`` (Shape),
 from __future__ import annotations
 
 from .extent import Extent, Point
+from .region import Region
 from .shape import Shape
 from .slice import NDSlice, Slice
 from .trait import MeshTrait
 from .value_mesh import ValueMesh
 
-__all__ = ["Extent", "MeshTrait", "NDSlice", "Point", "Shape", "Slice", "ValueMesh"]
+__all__ = ["Extent", "MeshTrait", "NDSlice", "Point", "Region", "Shape", "Slice", "ValueMesh"]

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ._check import as_int, as_int_list, as_labels, unknown_dim_message
+
+if TYPE_CHECKING:
+    from .region import Region
 
 __all__ = ["Extent", "Point"]
 
@@ -52,6 +56,14 @@ class Extent(Mapping[str, int]):
     def sizes(self) -> list[int]:
         """The dimension sizes, in label order."""
         return list(self._sizes)
+
+    @property
+    def region(self) -> Region:
+        """The extent as Monarch's ``Region``: its labels over base ranks 0..n-1, row-major."""
+        from .region import Region  # region builds on extent
+        from .slice import Slice
+
+        return Region(self._labels, Slice.new_row_major(self._sizes))
 
     @property
     def nelements(self) -> int:

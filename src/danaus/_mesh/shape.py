@@ -14,11 +14,14 @@ same global ranks as the composed cut::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import SupportsIndex
+from typing import TYPE_CHECKING, SupportsIndex
 
 from ._check import as_int, as_labels, unknown_dim_message
 from .extent import Extent
 from .slice import Slice
+
+if TYPE_CHECKING:
+    from .region import Region
 
 __all__ = ["Shape"]
 
@@ -73,6 +76,13 @@ class Shape:
     def extent(self) -> Extent:
         """The dimension sizes by name."""
         return Extent(self._labels, self._slice.sizes)
+
+    @property
+    def region(self) -> Region:
+        """The same labels and slice as Monarch's ``Region``."""
+        from .region import Region  # region builds on shape
+
+        return Region(self._labels, self._slice)
 
     def __len__(self) -> int:
         """The number of ranks."""

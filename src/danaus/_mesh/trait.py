@@ -22,6 +22,7 @@ from typing import SupportsIndex, TypeVar
 
 from ._check import as_int, as_labels, check_unique, did_you_mean, unknown_dim_message
 from .extent import Extent
+from .region import Region
 from .shape import Shape
 from .slice import Slice, row_major_strides
 from .table import render_table
@@ -171,6 +172,11 @@ class MeshTrait(ABC):
     def extent(self) -> Extent:
         """The dims and their sizes as an Extent."""
         return self._shape.extent
+
+    @property
+    def region(self) -> Region:
+        """The mesh's labels over the base ranks it holds (Monarch's ``Region``)."""
+        return self._shape.region
 
     def __len__(self) -> int:
         """The number of ranks in the mesh."""
