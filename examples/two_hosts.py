@@ -41,7 +41,7 @@ class Where(Actor):
     @endpoint
     def where(self) -> str:
         netns = os.readlink("/proc/self/ns/net")
-        tcp = [e for e in context().actor_instance.proc_id.addr.split(";") if e.startswith("tcp")]
+        tcp = [e for e in context().actor_instance.actor_id.addr.split(";") if e.startswith("tcp")]
         return f"pid {os.getpid()}, {netns}, reachable at {tcp[0] if tcp else '?'}"
 
     @endpoint

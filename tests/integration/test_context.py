@@ -48,6 +48,7 @@ class Introspect(Actor):
             "str": str(inst),
             "class_name": inst.class_name,
             "pid": os.getpid(),
+            "proc_id": inst.proc_id,
         }
 
     @endpoint
@@ -159,7 +160,15 @@ def test_instance_names_id_and_creator(introspect) -> None:
     assert {i["class_name"] for i in infos} == {"Introspect"}
     assert len({i["actor_id"] for i in infos}) == 4
     assert len({i["pid"] for i in infos}) == 4
+    assert len({i["proc_id"] for i in infos}) == 4
     for info in infos:
+        # Monarch's forms: the proc as a "proc@location" string; the id's string members
+        actor_id = info["actor_id"]
+        assert isinstance(info["proc_id"], str)
+        assert info["proc_id"] == f"{actor_id.proc.name}@{actor_id.proc.addr}" == actor_id.proc_id
+        assert actor_id.proc_name == actor_id.proc.name
+        assert actor_id.actor_name == actor_id.mesh and actor_id.mesh.startswith("introspect")
+        assert actor_id.addr == actor_id.proc.addr and actor_id.addr.startswith("unix:")
         assert info["creator"] == "<root>"
         assert info["creator_name"] == "root"
         assert info["str"].startswith("<root>.")

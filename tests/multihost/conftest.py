@@ -483,7 +483,7 @@ class Facts:
 
 
 def where_am_i() -> Facts:
-    addr = context().actor_instance.proc_id.addr
+    addr = context().actor_instance.actor_id.addr
     entries = addr.split(";")
     tcp = next((e for e in entries if e.startswith("tcp://")), "")
     unix = next((e[len("unix:") :] for e in entries if e.startswith("unix:")), "")

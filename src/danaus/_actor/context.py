@@ -48,8 +48,10 @@ class Instance:
         self._cell: Any = None  # the ActorCell hosting it, inside procs
 
     @property
-    def proc_id(self) -> Any:
-        return self.actor_id.proc
+    def proc_id(self) -> str:
+        """This actor's proc as a string, ``name@address``, as Monarch's ``proc@location``
+        (the proc itself is ``actor_id.proc``)."""
+        return self.actor_id.proc_id
 
     @property
     def proc(self) -> ProcMesh:

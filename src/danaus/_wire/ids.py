@@ -27,6 +27,27 @@ class ActorId(NamedTuple):
     def __str__(self) -> str:
         return f"{self.proc.name}/{self.mesh}[{self.rank}]"
 
+    # Monarch's ActorId (ActorAddr) names, as strings.
+    @property
+    def proc_id(self) -> str:
+        """The proc, ``name@address`` (Monarch's ``proc@location``)."""
+        return f"{self.proc.name}@{self.proc.addr}"
+
+    @property
+    def proc_name(self) -> str:
+        """The proc's name."""
+        return self.proc.name
+
+    @property
+    def actor_name(self) -> str:
+        """The name of the actor's mesh."""
+        return self.mesh
+
+    @property
+    def addr(self) -> str:
+        """The address of the actor's proc."""
+        return self.proc.addr
+
 
 class PortId(NamedTuple):
     """A port: the proc that owns the receiver and the port's number there."""
