@@ -141,6 +141,7 @@ FACADES = {
         "Stream",
         "Tensor",
         "call_on_shard_and_fetch",
+        "coalescing",
         "clear_runtime_config",
         "configure",
         "configured",
@@ -258,7 +259,6 @@ MONARCH_OLDER = {
 # Top-level names of Monarch's tensor engine that danaus does not provide; each is
 # also listed, with the reason, in docs/monarch-differences.md.
 TENSOR_ENGINE_NOT_YET_AVAILABLE = [
-    "coalescing",
     "grad_function",
     "OpaqueRef",
     "RemoteProcessGroup",

@@ -38,6 +38,7 @@ _TENSOR_NAMES = (
     "Stream",
     "Tensor",
     "call_on_shard_and_fetch",
+    "coalescing",
     "fetch_shard",
     "get_active_mesh",
     "get_active_stream",

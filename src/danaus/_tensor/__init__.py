@@ -15,7 +15,7 @@ Modules: ``active`` (the active mesh and the dispatch mode), ``tensor``
 (``Tensor`` and dispatch of torch ops), ``engine`` (the client side of one
 mesh's workers), ``worker`` (the worker actor), ``messages`` (commands),
 ``collectives`` (``reduce``), ``fetch`` (``fetch_shard``, ``inspect``,
-``show``), ``errors``.
+``show``), ``coalescing`` (holding a block's ops until it ends), ``errors``.
 """
 
 from __future__ import annotations

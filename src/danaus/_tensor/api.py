@@ -12,6 +12,7 @@ from .active import activate as activate
 from .active import deactivate as deactivate
 from .actors import actor_rref as actor_rref  # for Endpoint.rref
 from .autograd import grad_generator
+from .coalescing import coalescing
 from .collectives import reduce, reduce_
 from .engine import engine_for
 from .errors import RemoteTensorError
@@ -30,6 +31,7 @@ __all__ = [
     "Tensor",
     "activate",
     "call_on_shard_and_fetch",
+    "coalescing",
     "deactivate",
     "fetch_shard",
     "get_active_mesh",

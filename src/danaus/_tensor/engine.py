@@ -38,11 +38,12 @@ from .._actor.procs import ProcMesh, this_proc
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
+from . import coalescing
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .stream import get_active_stream
 from .worker import TensorWorker
 
-__all__ = ["Engine", "engine_for"]
+__all__ = ["Engine", "engine_for", "flush_all"]
 
 _create_lock = threading.Lock()
 
@@ -121,6 +122,7 @@ class Engine:
         self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
         self.closed = False
+        self.messages_sent = 0  # batches of commands broadcast (a statistic, for tests)
         self._delay = config.get("tensor_send_delay")
         self._max_delay = max(self._delay, config.get("tensor_send_max_delay"))
         self._batch = config.get("tensor_send_batch")
@@ -272,6 +274,7 @@ class Engine:
             while j < len(queued) and queued[j][0] == shape and queued[j][1] == stream:
                 j += 1
             self.targets(shape).run.broadcast(stream, _packed([c for _, _, c in queued[i:j]]))
+            self.messages_sent += 1
             i = j
 
     def _send_loop(self) -> None:
@@ -287,7 +290,8 @@ class Engine:
         delay, batch = self._delay, self._batch
         while True:
             with self._cond:
-                while not self._queue and not self.closed:
+                # a coalescing block holds everything until it ends (it flushes then)
+                while (not self._queue or coalescing.active()) and not self.closed:
                     self._cond.wait()
                 if delay > 0:
                     deadline = time.monotonic() + self._max_delay
@@ -310,6 +314,16 @@ class Engine:
 # large tensors). Ops that carry a local tensor's value go through the codec.
 _PLAIN_COMMANDS = (CallOp, Delete, Reduce, ReduceMany)
 _VALUE_CARRIERS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
+
+
+def flush_all() -> None:
+    """Send what every live engine holds (a coalescing block ended), and wake its sender."""
+    if host.current_node() is None:  # no node: no engine, and nothing to start one for
+        return
+    for engine in list(_engines().values()):
+        engine.flush()
+        with engine._cond:
+            engine._cond.notify()
 
 
 def _packed(cmds: list[Any]) -> Any:

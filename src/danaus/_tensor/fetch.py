@@ -8,6 +8,7 @@ from typing import Any
 from torch.utils import _pytree as pytree
 
 from .._actor.future import Deferred, Future, resolve
+from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .errors import Failure, RemoteTensorError
 from .tensor import Tensor
@@ -57,6 +58,7 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
     tensors = [(i, x) for i, x in enumerate(leaves) if isinstance(x, Tensor)]
     if not tensors:
         return Future._resolved(obj, "fetch_shard")
+    check_not_coalescing("fetching a mesh tensor")
     mesh = tensors[0][1]._mesh
     for _, t in tensors:
         if t._mesh is not mesh and not (

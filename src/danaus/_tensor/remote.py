@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor.future import Future
 from .active import active_mesh, same_mesh
+from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .messages import Ref, RunRemote
 from .stream import check_use
@@ -156,6 +157,7 @@ class Remote:
 
     def _endpoint(self, args: Any, kwargs: Any, shape: Any = None) -> tuple[Any, Any, Any]:
         """(engine, the workers' ``call_remote`` endpoint for ``shape``, its arguments)."""
+        check_not_coalescing("fetching a remote function's results")
         mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
         engine = engine_for(mesh)
         engine.check()

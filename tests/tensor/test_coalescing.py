@@ -1,0 +1,87 @@
+"""``with coalescing():`` holds a block's tensor ops and sends them together at its end."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import danaus
+from danaus._tensor.engine import engine_for
+from danaus.actor import ProcMesh
+
+from . import helpers
+from .conftest import base, local_base, torch
+
+pytestmark = pytest.mark.torch
+
+# How long the block lasts while the test checks that nothing left: many times the
+# sender's longest gathering (tensor_send_max_delay); without the hold, ops leave
+# within it. Not a speed threshold: a slow machine can only make the check weaker.
+HOLD = 0.3
+
+
+def _nothing_sent_for(engine: object, seconds: float) -> bool:
+    before = engine.messages_sent  # type: ignore[attr-defined]
+    threading.Event().wait(seconds)
+    return engine.messages_sent == before  # type: ignore[attr-defined]
+
+
+def test_the_ops_of_a_block_leave_together_when_it_ends(mesh: ProcMesh) -> None:
+    with mesh.activate():
+        engine = engine_for(mesh)
+        x = base(mesh)
+        danaus.inspect(x)  # everything before the block has left
+        sent = engine.messages_sent
+        with danaus.coalescing():
+            y = x
+            for _ in range(40):  # more than one batch's worth (tensor_send_batch)
+                y = y + 1
+            assert _nothing_sent_for(engine, HOLD)
+        held = engine.messages_sent - sent
+        got = danaus.inspect(y, host=1, gpu=1)
+    # The ops in one message (one slice, one stream), the intermediates' deletion in one more.
+    assert 1 <= held <= 2
+    assert torch.equal(got, local_base(1, 1) + 40)
+
+
+def test_a_nested_block_is_part_of_the_outermost(mesh: ProcMesh) -> None:
+    with mesh.activate():
+        engine = engine_for(mesh)
+        x = base(mesh)
+        danaus.inspect(x)
+        with danaus.coalescing():
+            with danaus.coalescing():
+                y = x * 2
+            assert _nothing_sent_for(engine, HOLD)  # the inner end sent nothing
+            z = y + 1
+        got = danaus.inspect(z)
+    assert torch.equal(got, local_base(0, 0) * 2 + 1)
+
+
+def test_fetching_inside_a_block_is_refused_and_the_block_still_sends(mesh: ProcMesh) -> None:
+    describe = danaus.remote(helpers.describe, propagate=lambda x: None)
+    with mesh.activate():
+        x = base(mesh)
+        with danaus.coalescing():
+            y = x + 5
+            with pytest.raises(NotImplementedError, match="during a coalescing block"):
+                danaus.inspect(y)
+            with pytest.raises(NotImplementedError, match="during a coalescing block"):
+                danaus.fetch_shard(y, host=0, gpu=1)
+            with pytest.raises(NotImplementedError, match="during a coalescing block"):
+                describe.call_one(y)
+        got = danaus.inspect(y, host=0, gpu=1)
+    assert torch.equal(got, local_base(0, 1) + 5)
+
+
+def test_a_block_left_by_an_exception_still_sends_its_ops(mesh: ProcMesh) -> None:
+    with mesh.activate():
+        x = base(mesh)
+        with pytest.raises(KeyError), danaus.coalescing():
+            y = x * 3
+            raise KeyError("the user's own error")
+        got = danaus.inspect(y, host=1, gpu=0)
+        after = danaus.inspect(x + 1)  # not held any more
+    assert torch.equal(got, local_base(1, 0) * 3)
+    assert torch.equal(after, local_base(0, 0) + 1)
