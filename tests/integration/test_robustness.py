@@ -116,6 +116,26 @@ def test_a_reply_is_a_snapshot_even_if_the_actor_changes_it_right_after() -> Non
 
 
 @pytest.mark.timeout(60)
+def test_a_large_argument_sent_before_the_proc_is_up_is_a_snapshot() -> None:
+    """The call is queued until the proc connects: its 32 MiB argument is copied then
+    (outside the runtime's lock, in chunks), and later changes do not reach it."""
+    np = pytest.importorskip("numpy")
+    procs = this_host().spawn_procs(per_host={"x": 1})
+    try:
+        echo = procs.spawn("echo_early", Echo)  # returns before the proc has booted
+        arr = np.zeros(1 << 22, dtype=np.int64)  # 32 MiB
+        first = echo.echo.call_one(arr)
+        arr += 7  # after the call: must not show in what was sent
+        second = echo.echo.call_one(arr)
+        got = first.get(timeout=30)
+        assert int(got.min()) == int(got.max()) == 0
+        again = second.get(timeout=30)
+        assert int(again.min()) == int(again.max()) == 7
+    finally:
+        procs.stop().get(timeout=30)
+
+
+@pytest.mark.timeout(60)
 def test_a_message_with_thousands_of_small_arrays_arrives() -> None:
     np = pytest.importorskip("numpy")
     procs = this_host().spawn_procs(per_host={"x": 1})

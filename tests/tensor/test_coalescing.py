@@ -31,11 +31,10 @@ def test_the_ops_of_a_block_leave_together_when_it_ends(mesh: ProcMesh) -> None:
     with mesh.activate():
         engine = engine_for(mesh)
         x = base(mesh)
-        danaus.inspect(x)  # everything before the block has left
-        sent = engine.messages_sent
         with danaus.coalescing():
+            sent = engine.messages_sent  # what came before left as the block opened
             y = x
-            for _ in range(40):  # more than one batch's worth (tensor_send_batch)
+            for _ in range(40):
                 y = y + 1
             assert _nothing_sent_for(engine, HOLD)
         held = engine.messages_sent - sent
@@ -51,9 +50,11 @@ def test_a_nested_block_is_part_of_the_outermost(mesh: ProcMesh) -> None:
         x = base(mesh)
         danaus.inspect(x)
         with danaus.coalescing():
+            sent = engine.messages_sent
             with danaus.coalescing():
                 y = x * 2
-            assert _nothing_sent_for(engine, HOLD)  # the inner end sent nothing
+            assert engine.messages_sent == sent  # the inner end sent nothing
+            assert _nothing_sent_for(engine, HOLD)
             z = y + 1
         got = danaus.inspect(z)
     assert torch.equal(got, local_base(0, 0) * 2 + 1)
@@ -70,9 +71,26 @@ def test_fetching_inside_a_block_is_refused_and_the_block_still_sends(mesh: Proc
             with pytest.raises(NotImplementedError, match="during a coalescing block"):
                 danaus.fetch_shard(y, host=0, gpu=1)
             with pytest.raises(NotImplementedError, match="during a coalescing block"):
-                describe.call_one(y)
+                describe.call(y)
         got = danaus.inspect(y, host=0, gpu=1)
     assert torch.equal(got, local_base(0, 1) + 5)
+
+
+def test_ops_issued_just_before_a_block_leave_when_it_opens(mesh: ProcMesh) -> None:
+    """What came before the block is not held with it, even when the sender was
+    still gathering those ops as the block opened."""
+    with mesh.activate():
+        engine = engine_for(mesh)
+        x = base(mesh)
+        danaus.inspect(x)
+        before = x * 4  # queued; the sender gathers it for a while before sending
+        with danaus.coalescing():
+            with engine._cond:
+                assert engine._queue == []  # sent as the block opened, not held with it
+            inside = before + 1
+            assert _nothing_sent_for(engine, HOLD)
+        got = danaus.inspect(inside)
+    assert torch.equal(got, local_base(0, 0) * 4 + 1)
 
 
 def test_a_block_left_by_an_exception_still_sends_its_ops(mesh: ProcMesh) -> None:

@@ -9,6 +9,8 @@ GIL was released for the call.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import sys
 import threading
@@ -24,8 +26,8 @@ from danaus._wire.frame import alloc
 MiB = 1 << 20
 BIG = 256 * MiB
 
-pytestmark = pytest.mark.skipif(
-    memory._madvise() is None, reason="MADV_POPULATE_WRITE is a Linux call"
+needs_populate = pytest.mark.skipif(
+    not memory.supported(), reason="needs MADV_POPULATE_WRITE (Linux 5.14 or later)"
 )
 
 
@@ -53,7 +55,7 @@ def _seen_inside(make: object, function: object = memory.populate) -> bool:
             if frame is not None and frame.f_code is code:
                 seen.append(True)
                 return
-            time.sleep(0)  # hands the GIL back at once
+            time.sleep(1e-4)  # hands the GIL back
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(10.0)
@@ -68,6 +70,7 @@ def _seen_inside(make: object, function: object = memory.populate) -> bool:
     return bool(seen)
 
 
+@needs_populate
 def test_a_large_anonymous_mapping_is_faulted_in_while_other_threads_run() -> None:
     before = _rss()
     box: list[object] = []
@@ -80,6 +83,7 @@ def test_a_large_anonymous_mapping_is_faulted_in_while_other_threads_run() -> No
     assert view[-1] == 7
 
 
+@needs_populate
 def test_a_large_shared_file_mapping_is_faulted_in_while_other_threads_run() -> None:
     fd = os.memfd_create("danaus-test")
     try:
@@ -105,10 +109,22 @@ def test_a_large_frame_part_kept_to_send_later_is_copied_while_other_threads_run
     assert own(b"small") == b"small" and isinstance(own(bytearray(b"ab")), bytes)
 
 
-def test_without_populate_write_a_mapping_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An older kernel refuses MADV_POPULATE_WRITE: the pages fault in on first write."""
-    monkeypatch.setattr(memory, "_unsupported", True)
+def test_a_kernel_without_populate_write_is_asked_once_and_pages_fault_in_on_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kernel before 5.14 answers EINVAL: not asked again, the mapping still works."""
+    calls: list[int] = []
+
+    def refusing(addr: int, length: int, advice: int) -> int:
+        calls.append(advice)
+        ctypes.set_errno(errno.EINVAL)
+        return -1
+
+    monkeypatch.setattr(memory, "_madvise", lambda: refusing)
+    monkeypatch.setattr(memory, "_unsupported", False)
     mapping = memory.anonymous(memory.SMALL * 2)
-    assert memory.populate(mapping) is False
+    assert calls == [memory._MADV_POPULATE_WRITE] and memory._unsupported is True
+    assert memory.populate(memory.anonymous(memory.SMALL * 2)) is False
+    assert calls == [memory._MADV_POPULATE_WRITE]  # not asked again
     mapping[-1] = 3
     assert mapping[-1] == 3

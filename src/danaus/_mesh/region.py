@@ -60,7 +60,9 @@ class Region:
         raise AttributeError("Region is immutable")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Region) and self._shape == other._shape
+        if not isinstance(other, Region):
+            return NotImplemented
+        return self._shape == other._shape
 
     def __hash__(self) -> int:
         return hash(("Region", self._shape))

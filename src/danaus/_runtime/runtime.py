@@ -50,7 +50,7 @@ from .._transport import inproc, tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
 from .._transport.conn import Connection, flush_held
-from .._wire import codec
+from .._wire import codec, memory
 from .._wire.frame import Frame, encode_frame, encode_pickled
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import (
@@ -114,6 +114,11 @@ def _new_loop() -> asyncio.AbstractEventLoop:
         return uvloop.new_event_loop()  # type: ignore[no-any-return]
     except ImportError:
         return asyncio.new_event_loop()
+
+
+def _has_large(parts: list[Any]) -> bool:
+    """Whether a frame part would take long to copy (``offload.own`` copies it in chunks)."""
+    return any(not isinstance(p, bytes) and memoryview(p).nbytes >= memory.SMALL for p in parts)
 
 
 class Runtime(PeerTable):
@@ -751,19 +756,28 @@ class Runtime(PeerTable):
                 return
             except Exception:
                 pass  # lost: fall through to the slow path, which reports it
-        with self._lock:
-            peer = self._peers.get(proc.name)
-            if peer is None:
-                peer = self._peers[proc.name] = _Peer(proc, pending=False)
-            if peer.lost is None and (peer.pending or peer.conn is None):
-                # Sent later: keep a snapshot (the caller may change its arrays now).
-                owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-                peer.queue.append((owned, on_fail))
-                peer.queued_bytes += sum(len(p) for p in owned)
-                if not peer.pending and len(peer.queue) == 1:
-                    self.call_soon(self._connect, peer)
-                return
-            lost = peer.lost
+        # Sent later, if the peer is not connected yet: keep a snapshot (the caller may
+        # change its arrays now). A large one is made outside the lock, which the I/O
+        # thread takes, and the peer looked at again after.
+        owned: list[Any] | None = None
+        while True:
+            with self._lock:
+                peer = self._peers.get(proc.name)
+                if peer is None:
+                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
+                later = peer.lost is None and (peer.pending or peer.conn is None)
+                if later and (owned is not None or not _has_large(parts)):
+                    if owned is None:
+                        owned = [p if isinstance(p, bytes) else own(p) for p in parts]
+                    peer.queue.append((owned, on_fail))
+                    peer.queued_bytes += sum(len(p) for p in owned)
+                    if not peer.pending and len(peer.queue) == 1:
+                        self.call_soon(self._connect, peer)
+                    return
+                lost = peer.lost
+            if not later:
+                break
+            owned = [p if isinstance(p, bytes) else own(p) for p in parts]
         if lost is None:
             assert peer.conn is not None
             try:

@@ -1,8 +1,10 @@
 """``coalescing()``: the tensor ops of a block go to the workers together, at its end.
 
-Inside ``with coalescing():`` the engines' sender threads send nothing; what
-the block issues stays queued, in order, and leaves when the outermost block
-ends, one message per mesh slice and stream (``Engine.flush``). Nested
+When the outermost block opens, what was issued before it is sent; inside,
+the engines' sender threads send nothing, and what the block issues stays
+queued, in order, and leaves when that block ends (``Engine.flush``: one
+message per run of ops on one mesh slice and stream, plus one for the
+deletions of tensors dropped meanwhile). Nested
 blocks are part of the outermost one. As in Monarch, fetching a value
 (``fetch_shard``, ``inspect``, a remote function's ``call``) inside a block
 raises ``NotImplementedError``: it would wait for ops the block still holds.
@@ -43,6 +45,11 @@ def coalescing() -> Iterator[None]:
     global _depth
     with _lock:
         _depth += 1
+        outermost = _depth == 1
+    if outermost:  # what came before the block leaves now: the block holds its own ops
+        from .engine import flush_all  # the engine module imports this one
+
+        flush_all()
     try:
         yield
     finally:

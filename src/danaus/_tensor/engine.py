@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import itertools
+import logging
 import os
 import pickle
 import secrets
@@ -44,6 +45,8 @@ from .stream import get_active_stream
 from .worker import TensorWorker
 
 __all__ = ["Engine", "engine_for", "flush_all"]
+
+log = logging.getLogger("danaus.tensor")
 
 _create_lock = threading.Lock()
 
@@ -257,11 +260,13 @@ class Engine:
         with self._send_lock, self.as_owner():
             self._send_queued()
 
-    def _send_queued(self) -> None:
+    def _send_queued(self, by_sender: bool = False) -> None:
         # Called with _send_lock held, so batches leave in the order they were taken.
         with self._cond:  # no command is queued between the two swaps
             if self.closed:
                 return
+            if by_sender and coalescing.active():
+                return  # a block opened while the sender gathered: its end sends them
             queued, self._queue = self._queue, []
             dead, self._dead = self._dead, {}
         # every command that uses a dead id was queued (on the id's stream) before it died
@@ -305,7 +310,7 @@ class Engine:
                 if self.closed:
                     return
             with self._send_lock, self.as_owner():
-                self._send_queued()
+                self._send_queued(by_sender=True)
 
 
 # Commands made only of plain data (ids, numbers, strings, dtypes, sizes): a batch of
@@ -317,13 +322,18 @@ _VALUE_CARRIERS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
 
 
 def flush_all() -> None:
-    """Send what every live engine holds (a coalescing block ended), and wake its sender."""
+    """Send what every live engine holds (a coalescing block opens or ends), and wake its
+    sender."""
     if host.current_node() is None:  # no node: no engine, and nothing to start one for
         return
     for engine in list(_engines().values()):
-        engine.flush()
-        with engine._cond:
-            engine._cond.notify()
+        try:
+            engine.flush()
+        except Exception:  # its mesh is gone, say: its tensors' next use says so
+            log.exception("tensor engine: sending what a coalescing block held failed")
+        finally:
+            with engine._cond:
+                engine._cond.notify()
 
 
 def _packed(cmds: list[Any]) -> Any:

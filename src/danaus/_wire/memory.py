@@ -1,7 +1,7 @@
 """Large mappings made without holding the GIL.
 
 ``mmap.mmap(..., flags=MAP_POPULATE)`` faults every page in inside the
-``mmap`` call, and CPython holds the GIL through it: 0.5 s for 1 GiB on an
+``mmap`` call, and CPython up to 3.11 holds the GIL through it: 0.5 s for 1 GiB on an
 idle virtual machine, several seconds on a loaded one, during which the
 process's I/O thread can send no heartbeat (its peers then declare it frozen
 and give it up). Here a large mapping is made unpopulated (quick) and its
@@ -14,13 +14,13 @@ read or a chunked ``memmove``, both of which release the GIL too.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import errno
 import functools
 import mmap
 import sys
 from typing import Any
 
-__all__ = ["anonymous", "populate", "shared"]
+__all__ = ["anonymous", "populate", "shared", "supported"]
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = 23  # linux/mman.h, since 5.14
@@ -33,7 +33,7 @@ def _madvise() -> Any:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).madvise
+        fn = ctypes.CDLL(None, use_errno=True).madvise  # this process's libc
     except (OSError, AttributeError):  # pragma: no cover - a Linux without a usable libc
         return None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
@@ -57,9 +57,18 @@ def populate(mapping: mmap.mmap) -> bool:
             return True
     finally:
         del anchor
-    if ctypes.get_errno() == 22:  # EINVAL: this kernel has no MADV_POPULATE_WRITE
+    if ctypes.get_errno() == errno.EINVAL:  # this kernel has no MADV_POPULATE_WRITE
         _unsupported = True
     return False  # ENOMEM and the like: the pages fault in on use (or fail there)
+
+
+def supported() -> bool:
+    """Whether this system faults pages in without the GIL (a one-page probe)."""
+    probe = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        return populate(probe)
+    finally:
+        probe.close()
 
 
 def anonymous(n: int) -> mmap.mmap:
