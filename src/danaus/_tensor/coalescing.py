@@ -4,8 +4,8 @@ When the outermost block opens, what was issued before it is sent; inside,
 the engines' sender threads send nothing, and what the block issues stays
 queued, in order, and leaves when that block ends (``Engine.flush``: one
 message per run of ops on one mesh slice and stream, plus one for the
-deletions of tensors dropped meanwhile). Nested
-blocks are part of the outermost one. As in Monarch, fetching a value
+deletions of tensors dropped meanwhile). Nested blocks are part of the
+outermost one. As in Monarch, fetching a value
 (``fetch_shard``, ``inspect``, a remote function's ``call``) inside a block
 raises ``NotImplementedError``: it would wait for ops the block still holds.
 A block left by an exception still sends what it queued, so every tensor it

@@ -1,8 +1,8 @@
 """Large mappings made without holding the GIL.
 
 ``mmap.mmap(..., flags=MAP_POPULATE)`` faults every page in inside the
-``mmap`` call, and CPython up to 3.11 holds the GIL through it: 0.5 s for 1 GiB on an
-idle virtual machine, several seconds on a loaded one, during which the
+``mmap`` call, and CPython up to 3.11 holds the GIL through it: 0.5 s for
+1 GiB on an idle virtual machine, longer on a loaded one, during which the
 process's I/O thread can send no heartbeat (its peers then declare it frozen
 and give it up). Here a large mapping is made unpopulated (quick) and its
 pages are faulted in by ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+)
@@ -64,6 +64,8 @@ def populate(mapping: mmap.mmap) -> bool:
 
 def supported() -> bool:
     """Whether this system faults pages in without the GIL (a one-page probe)."""
+    if _madvise() is None:
+        return False
     probe = mmap.mmap(-1, mmap.PAGESIZE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         return populate(probe)
