@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from typing import Any
 
 import pytest
 
@@ -15,16 +15,16 @@ from .conftest import base, local_base, torch
 
 pytestmark = pytest.mark.torch
 
-# How long the block lasts while the test checks that nothing left: many times the
-# sender's longest gathering (tensor_send_max_delay); without the hold, ops leave
-# within it. Not a speed threshold: a slow machine can only make the check weaker.
-HOLD = 0.3
 
-
-def _nothing_sent_for(engine: object, seconds: float) -> bool:
-    before = engine.messages_sent  # type: ignore[attr-defined]
-    threading.Event().wait(seconds)
-    return engine.messages_sent == before  # type: ignore[attr-defined]
+def _a_sender_pass_sends_nothing(engine: Any) -> bool:
+    """Run what the sender thread runs once it has gathered (its send of the queue):
+    inside a block it must send nothing and leave the block's ops queued."""
+    before = engine.messages_sent
+    with engine._send_lock, engine.as_owner():
+        engine._send_queued(by_sender=True)
+    with engine._cond:
+        queued = len(engine._queue)
+    return engine.messages_sent == before and queued > 0
 
 
 def test_the_ops_of_a_block_leave_together_when_it_ends(mesh: ProcMesh) -> None:
@@ -36,7 +36,7 @@ def test_the_ops_of_a_block_leave_together_when_it_ends(mesh: ProcMesh) -> None:
             y = x
             for _ in range(40):
                 y = y + 1
-            assert _nothing_sent_for(engine, HOLD)
+            assert _a_sender_pass_sends_nothing(engine)
         held = engine.messages_sent - sent
         got = danaus.inspect(y, host=1, gpu=1)
     # The ops in one message (one slice, one stream), the intermediates' deletion in one more.
@@ -54,7 +54,7 @@ def test_a_nested_block_is_part_of_the_outermost(mesh: ProcMesh) -> None:
             with danaus.coalescing():
                 y = x * 2
             assert engine.messages_sent == sent  # the inner end sent nothing
-            assert _nothing_sent_for(engine, HOLD)
+            assert _a_sender_pass_sends_nothing(engine)
             z = y + 1
         got = danaus.inspect(z)
     assert torch.equal(got, local_base(0, 0) * 2 + 1)
@@ -88,7 +88,7 @@ def test_ops_issued_just_before_a_block_leave_when_it_opens(mesh: ProcMesh) -> N
             with engine._cond:
                 assert engine._queue == []  # sent as the block opened, not held with it
             inside = before + 1
-            assert _nothing_sent_for(engine, HOLD)
+            assert _a_sender_pass_sends_nothing(engine)
         got = danaus.inspect(inside)
     assert torch.equal(got, local_base(0, 0) * 4 + 1)
 
