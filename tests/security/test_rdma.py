@@ -12,6 +12,7 @@ import ctypes
 import select
 import socket
 import ssl
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -198,3 +199,20 @@ def test_a_data_server_busy_for_the_whole_transfer_time_is_named(data_server, se
         assert recv_exactly(holder, CHALLENGE)
         with pytest.raises(net.Unserved, match="data threads stayed busy"):
             net.connect(address, SECRET, 0.5, lambda s: True)
+
+
+def test_a_try_that_times_out_after_refusals_is_named_busy_too() -> None:
+    """A loaded owner leaves the next connection in its accept queue until the
+    transfer's time is up: after refusals, that is the same busy server."""
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+
+        def refuse_once() -> None:
+            conn, _ = lsock.accept()
+            conn.close()  # unserved; later connections wait in the backlog, unanswered
+
+        t = threading.Thread(target=refuse_once)
+        t.start()
+        with pytest.raises(net.Unserved, match="data threads stayed busy") as caught:
+            net.connect(lsock.getsockname()[:2], SECRET, 1.0, lambda s: True)
+        t.join(TIMEOUT)
+    assert isinstance(caught.value.__cause__, TimeoutError)

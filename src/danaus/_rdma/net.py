@@ -565,19 +565,31 @@ def connect(
     deadline = time.monotonic() + timeout
     backoff = 0.0
     tries = 0
+    unserved: Unserved | None = None  # the last try's refusal, if every try was refused
     while True:
         tries += 1
         try:
             return _connect_once(address, secret, deadline - time.monotonic(), track, untrack)
         except Unserved as e:
+            unserved = e
             left = deadline - time.monotonic()
             if left <= 0.001:
-                raise Unserved(
-                    f"{e} {tries} times in a row: all its rdma_max_data_threads data threads "
-                    "stayed busy (too many transfers from that one owner at once)"
-                ) from None
+                raise _busy(unserved, tries) from None
+        except TimeoutError as e:
+            # The time ran out inside a try (a loaded owner closes a refused connection
+            # late): after refusals, that is the same busy server, not a lost owner.
+            if unserved is None or deadline - time.monotonic() > 0.01:
+                raise
+            raise _busy(unserved, tries - 1) from e
         backoff = min(0.2, max(0.002, 2 * backoff))
         time.sleep(min(left, backoff * random.uniform(0.5, 1.5)))  # jitter: not in step
+
+
+def _busy(refusal: Unserved, tries: int) -> Unserved:
+    return Unserved(
+        f"{refusal} {tries} times in a row: all its rdma_max_data_threads data threads "
+        "stayed busy (too many transfers from that one owner at once)"
+    )
 
 
 def _connect_once(
