@@ -95,7 +95,11 @@ SETTINGS: tuple[Setting, ...] = (
         "heartbeat_timeout",
         "duration",
         5.0,
-        "A TCP peer silent this long is declared lost (partitioned or frozen host).",
+        "A peer silent this long is judged: one on this host is lost if its kernel "
+        "says it is stopped or gone, or it neither answers nor runs for half this "
+        "again (a proc that runs is slow, not lost); one on another host is lost "
+        "now if its frames came steadily, later (up to 3x) if they came irregularly "
+        "(a phi-accrual detector).",
     ),
     Setting(
         "exit_report_grace",

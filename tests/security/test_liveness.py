@@ -1,8 +1,10 @@
 """A proc on this host that stops answering is lost within the heartbeat timeout.
 
 Its Unix socket never closes and its host agent sees no exit, so only the
-heartbeat can tell: a SIGSTOPped proc (or one stuck holding the GIL) is
-declared lost, and every call pending on it fails with a clear error.
+heartbeat can tell, and the kernel judges: a SIGSTOPped proc, or one that
+neither answers nor runs, is declared lost, and every call pending on it
+fails with a clear error; one that runs (holding the GIL for longer than the
+timeout, or starved of CPU on a loaded host) is slow, and is not.
 """
 
 from __future__ import annotations
@@ -96,3 +98,62 @@ def test_a_stall_of_the_client_s_own_loop_is_not_blamed_on_its_procs(tmp_path) -
     assert "before [1, 1]" in out.stdout, (out.stdout, out.stderr[-3000:])
     assert "after [2, 2]" in out.stdout, (out.stdout, out.stderr[-3000:])
     assert "faults 0" in out.stdout, out.stdout
+
+
+SLOW_OR_STUCK = """
+import os, sys, threading, time
+os.environ["DANAUS_HEARTBEAT_INTERVAL"] = "0.1"
+os.environ["DANAUS_HEARTBEAT_TIMEOUT"] = "1.0"
+import danaus.actor
+from danaus.actor import Actor, endpoint, this_host
+
+faults = []
+lost = threading.Event()
+
+def hook(failure):
+    faults.append(failure)
+    lost.set()
+
+danaus.actor.unhandled_fault_hook = hook
+
+class Busy(Actor):
+    @endpoint
+    def hog(self, seconds):
+        # Hold the GIL, computing: the proc's I/O thread answers nothing meanwhile.
+        sys.setswitchinterval(seconds + 10)
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            n += 1
+        sys.setswitchinterval(0.005)
+        return "done"
+
+    @endpoint
+    def stick(self):
+        # The I/O thread blocks in a sleep: the proc neither answers nor runs.
+        from danaus._runtime import proc
+        proc.current().loop.call_soon_threadsafe(time.sleep, 3600)
+        return "stuck"
+
+    @endpoint
+    def echo(self, x):
+        return x
+
+pm = this_host().spawn_procs(per_host={"gpus": 1})
+actor = pm.spawn("busy", Busy)
+print("hog", actor.hog.call_one(3.0).get(timeout=30), flush=True)
+print("echo", actor.echo.call_one(1).get(timeout=30), "faults", len(faults), flush=True)
+print("stick", actor.stick.call_one().get(timeout=30), flush=True)
+print("lost", lost.wait(40), "|", faults[0] if faults else None, flush=True)
+"""
+
+
+def test_a_proc_holding_the_gil_past_the_timeout_is_slow_and_one_stuck_asleep_is_lost(
+    tmp_path,
+) -> None:
+    out = ClientScript(tmp_path).run(SLOW_OR_STUCK, timeout=80)
+    assert "hog done" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "echo 1 faults 0" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "stick stuck" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "lost True" in out.stdout, (out.stdout, out.stderr[-3000:])
+    assert "neither answers nor runs" in out.stdout, out.stdout

@@ -66,6 +66,7 @@ from .._wire.protocol import (
     decode,
     wire,
 )
+from . import liveness
 from .flow import Gate
 from .metrics import Tracer
 from .offload import Offloader, own
@@ -202,6 +203,8 @@ class Runtime(PeerTable):
         # block_hook(True/False) around a held-back send (set by the actor layer: the
         # blocked actor's inbox stops pausing connections meanwhile)
         self.block_hook: Callable[[bool], None] | None = None
+        # the heartbeat's judge of each watched connection (liveness.py)
+        self._judges: dict[Connection, Any] = {}
 
     def register(self, kind: Kind, handler: Handler) -> None:
         """Handle frames of ``kind`` with ``handler(conn, message)`` on the I/O thread.
@@ -307,10 +310,12 @@ class Runtime(PeerTable):
             add()
 
     def _heartbeat(self) -> None:
-        """Ping quiet connections; drop those whose peer has gone silent.
+        """Ping quiet connections; drop those whose peer is judged lost.
 
         Unix connections too: a proc on this host that is stopped (SIGSTOP) or
-        stuck holding the GIL answers nothing, and its socket never closes.
+        deadlocked answers nothing, and its socket never closes. Whether a
+        silence means lost is for ``liveness`` to say: the kernel's view of a
+        proc on this host, a phi-accrual detector for one on another.
         """
         if self.closed:
             return
@@ -319,26 +324,55 @@ class Runtime(PeerTable):
         conns = self.all_connections()
         ping = None
         me = self.proc_id.name
+        judges = self._judges
         for conn in conns:
             if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
                 continue
             if conn.paused or (conn.peer is not None and conn.peer.name == me):
-                pass  # we stopped reading it (backpressure), or it is us: its silence is ours
-            elif now - conn.last_recv > timeout and not _unread(conn):
-                why = (
-                    "the host is unreachable (partitioned) or frozen"
-                    if conn.tcp
-                    else "the process is frozen (stopped, or stuck holding the GIL)"
-                )
-                conn.fail_now(f"no heartbeat for {timeout:.1f} s: {why}")
-                continue
+                judges.pop(conn, None)  # we stopped reading it, or it is us: our silence
+            else:
+                why = self._judge(conn, now - conn.last_recv, interval, timeout)
+                if why is not None:
+                    conn.fail_now(why)
+                    continue
             if conn.authenticated and now - conn.last_send > interval:
                 ping = ping or encode_frame(wire(Ping()))
                 try:
                     conn.send(ping)
                 except Exception:
                     pass
+        for conn in [c for c in judges if c.closed]:
+            del judges[conn]
         self.loop.call_later(interval, self._heartbeat)
+
+    def _judge(
+        self, conn: Connection, silence: float, interval: float, timeout: float
+    ) -> str | None:
+        """Why ``conn``'s peer, silent for ``silence`` s, is lost; ``None`` if it is not."""
+        judge = self._judges.get(conn)
+        if judge is None:
+            if conn.tcp:
+                judge = liveness.PhiAccrual(conn.last_recv)
+            else:
+                pid = liveness.peer_pid(conn.sock)
+                judge = liveness.LocalProbe(pid) if pid is not None else _NO_PID
+            self._judges[conn] = judge
+        if isinstance(judge, liveness.PhiAccrual):
+            judge.observe(conn.last_recv)
+            if silence <= judge.deadline(interval, timeout) or _unread(conn):
+                return None
+            n, mean, spread = judge.statistics()
+            return (
+                f"no heartbeat for {silence:.1f} s: the host is unreachable (partitioned) "
+                f"or frozen (its last {n} gaps: mean {mean:.2f} s, spread {spread:.2f} s)"
+            )
+        if silence <= timeout or _unread(conn):
+            if isinstance(judge, liveness.LocalProbe):
+                judge.check(0.0, timeout)  # heard from: a later silence is judged afresh
+            return None
+        if isinstance(judge, liveness.LocalProbe):
+            return judge.check(silence, timeout)
+        return f"no heartbeat for {timeout:.1f} s: the process is frozen (stopped, or stuck)"
 
     def on_io_thread(self) -> bool:
         try:
@@ -1069,6 +1103,9 @@ class Runtime(PeerTable):
             return
         err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
         self.reply(port, index, STATUS_ERROR, err)
+
+
+_NO_PID = object()  # a Unix peer whose pid the kernel did not give: the plain timeout
 
 
 def _unread(conn: Connection) -> bool:
