@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -23,6 +24,24 @@ def _direct_frames(rt: Any) -> int:
     return sum(getattr(c, "frames_direct", 0) for c in rt.all_connections())
 
 
+@contextmanager
+def _loop_held(rt: Any) -> Iterator[threading.Event]:
+    """Block ``rt``'s I/O thread (in a callback) until the block ends: meanwhile only a
+    thread reading directly can read anything."""
+    gate, held = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        gate.wait(REPLY_TIMEOUT)
+
+    rt.loop.call_soon_threadsafe(hold)
+    assert held.wait(REPLY_TIMEOUT), "the I/O thread never ran the holding callback"
+    try:
+        yield gate
+    finally:
+        gate.set()
+
+
 class Echo(Actor):
     @endpoint
     def echo(self, x: Any) -> Any:
@@ -33,6 +52,17 @@ class Echo(Actor):
         rt = _proc.current()
         assert rt is not None
         return _direct_frames(rt)
+
+    @endpoint
+    def hold_loop(self) -> None:
+        """Block this proc's I/O thread until ``release_loop()``."""
+        rt = _proc.current()
+        self._held = _loop_held(rt)
+        self._held.__enter__()
+
+    @endpoint
+    def release_loop(self) -> None:
+        self._held.__exit__(None, None, None)
 
     @endpoint
     def relay(self, other: ActorMesh[Echo], x: Any) -> Any:
@@ -54,23 +84,29 @@ def pair(whole: ActorMesh[Echo]) -> tuple[ActorMesh[Echo], ActorMesh[Echo]]:
 
 
 def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None:
+    """With both I/O threads held up, the calls and their replies can only be read by
+    the idle actor's thread and the waiting caller: each of them is."""
     a, _ = pair
     rt = host.ensure_runtime()
     client0 = _direct_frames(rt)
     actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
-    for i in range(50):
-        assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+    a.hold_loop.call_one().get(timeout=REPLY_TIMEOUT)
+    try:
+        for i in range(50):
+            with _loop_held(rt):
+                assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+    finally:
+        a.release_loop.call_one().get(timeout=REPLY_TIMEOUT)
     client = _direct_frames(rt) - client0
     actor = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT) - actor0
-    # Replies read by the client's waiting thread, calls by the idle actor's thread
-    # (not all of them need to be: the I/O thread may hold the role at that moment).
-    assert client >= 10, f"only {client} of 50 replies were read by the waiting thread"
-    assert actor >= 10, f"only {actor} of 50 calls were read by the idle actor"
+    assert client >= 50, f"only {client} of 50 replies were read by the waiting thread"
+    assert actor >= 50, f"only {actor} of 50 calls were read by the idle actor"
 
 
 def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) -> None:
     """With a spin longer than any reply takes, every direct read of a reply is a hit
-    (read while spinning), and none falls asleep first."""
+    (read while spinning), and none falls asleep first. The client's I/O thread is
+    held up for each call, so that the caller is the one reading its reply."""
     a, _ = pair
     rt = host.ensure_runtime()
     a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected, the role free
@@ -79,13 +115,22 @@ def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) ->
         conns = rt.all_connections()
         return sum(c.spins_hit for c in conns), sum(c.spins_missed for c in conns)
 
-    hit0, missed0 = spins()
     with configured(spin_wait=REPLY_TIMEOUT):
+        # Waits of earlier tests may have left spinning skipped for the next few (up
+        # to 64) waits; the first hit ends that.
+        for _ in range(70):
+            before = spins()[0]
+            with _loop_held(rt):
+                assert a.echo.call_one(0).get(timeout=REPLY_TIMEOUT) == 0
+            if spins()[0] > before:
+                break
+        hit0, missed0 = spins()
         for i in range(50):
-            assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
+            with _loop_held(rt):
+                assert a.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
     hit, missed = spins()
     assert missed == missed0
-    assert hit - hit0 >= 10, f"only {hit - hit0} of 50 replies were read while spinning"
+    assert hit - hit0 == 50, f"{hit - hit0} of 50 replies were read while spinning"
 
 
 def test_a_call_on_another_connection_wakes_an_actor_reading_its_last_callers(

@@ -667,8 +667,9 @@ class Runtime(PeerTable):
         """Handle a frame on the thread that read it directly (not the I/O thread).
 
         Only what is safe off the I/O thread: a reply to a port whose handler
-        says so (``direct``), a call to a mailbox that takes it (``direct_call``).
-        Anything else returns False and goes to the I/O thread, in order.
+        says so (``direct``), a call to a mailbox that takes it (``direct_call``),
+        a ping (reading it was all it asked). Anything else returns False and
+        goes to the I/O thread, in order.
         """
         if self.tracer is not None or conn.peer is None:
             return False
@@ -677,6 +678,8 @@ class Runtime(PeerTable):
         except ProtocolError:
             return False  # the I/O thread reports it
         kind = msg.kind
+        if kind is Kind.PING:
+            return True  # handed on, it would keep the next direct reads waiting for the loop
         if kind is Kind.REPLY:
             handler = self.ports.get(msg.header.port)
             if handler is None or not getattr(handler, "direct", False):
