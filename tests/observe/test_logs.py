@@ -174,6 +174,22 @@ def test_stream_to_client_false_keeps_output_off_the_client_but_in_the_files(
         pm.logging_option()
 
 
+def test_a_flush_before_the_procs_opened_their_pipes_leaves_their_output_captured(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A pipe its proc has not opened yet reads as EOF; the flush must not take that for
+    the end (closing it left the proc blocked at start-up, opening it)."""
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, name="early")
+    try:
+        _flush(pm)  # spawn_procs has returned; the proc is still starting
+        talkers = pm.spawn("early_talkers", Talker)
+        assert talkers.say.call_one(2, "early").get(timeout=TIMEOUT) == 2
+        _flush(pm)
+        assert "early out 0" in capsys.readouterr().out
+    finally:
+        pm.stop().get(timeout=TIMEOUT)
+
+
 def test_aggregation_collapses_lines_that_differ_only_in_numbers(
     logtrainer: tuple[ProcMesh, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:

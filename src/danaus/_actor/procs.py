@@ -253,9 +253,12 @@ class ProcMesh(MeshTrait):
                 "like logging.INFO (20) or logging.DEBUG (10)"
             )
         window = None if not aggregate_window_sec else float(aggregate_window_sec)
-        log_control(host.ensure_runtime()).set_options(
-            self._selected(), stream=stream_to_client, window=window, level=level
-        )
+        ctl = log_control(host.ensure_runtime())
+        procs = self._selected()
+        ctl.set_options(procs, stream=stream_to_client, window=window, level=level)
+        # A barrier behind the options at each host agent: output written after this
+        # returns is captured under them (the agent reads it from a pipe, not a socket).
+        ctl.flush(procs, config.get("log_flush_timeout")).result()
         return Future._resolved(None, "logging_option")
 
     def stats(self) -> Future[Any]:

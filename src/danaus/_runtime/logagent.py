@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import select
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -387,8 +388,12 @@ class LogCapture:
             p = self.procs.get(name)
             if p is None:
                 continue
-            for stream in list(p.fds):
-                self._drain(p, stream)
+            for stream, fd in list(p.fds.items()):
+                # Only a pipe with something to say: one whose proc has not opened it
+                # yet reads as EOF too, and closing it would leave the proc blocked
+                # at start-up, opening it (a flush right after spawn_procs did that).
+                if _readable(fd):
+                    self._drain(p, stream)
             for stream in (STDOUT, STDERR):
                 self._end_partial(p, stream)
         if self.client is None:
@@ -396,6 +401,14 @@ class LogCapture:
             return
         self.barriers.append((self.seq, req.port, req.slot))
         self._pump()
+
+
+def _readable(fd: int) -> bool:
+    """Data or a hang-up waits on ``fd`` (Linux reports no hang-up on a FIFO whose
+    writer has not opened it yet)."""
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _ignore(reason: str) -> None:

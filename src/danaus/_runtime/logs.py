@@ -141,15 +141,38 @@ class LogControl:
         level: int | None = None,
         label: str = "",
     ) -> None:
-        """Send options to ``procs`` (which pass the agent's part on to their agent)."""
+        """Send options to ``procs``: the agent's part (stream, label) straight to the
+        host agent of each proc spawned from here, the level to the procs.
+
+        Procs of whose agent we know nothing pass the agent's part on
+        themselves. That path cannot order the option before their later
+        output (the agent reads the output from a pipe, the option from a
+        socket), so it is only the fallback; ``flush()`` after this call is a
+        barrier behind the options sent straight to agents.
+        """
         if self.printer is not None and stream is not None:
             self.printer.set_window([p.name for p in procs], window if stream else None)
         if self.printer is not None and label:
             self.printer.set_label([p.name for p in procs], label)
         s = -1 if stream is None else int(stream)
         lv = -1 if level is None else level
+        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
+        with self._lock:
+            for p in procs:
+                agent = self.agents.get(p.name)
+                if agent is not None:
+                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        if s >= 0 or label:
+            for agent, names in by_agent.values():
+                self.rt.send(agent, LogConfig(tuple(names), s, -1, label), on_fail=_ignore)
+        direct = {name for _, names in by_agent.values() for name in names}
         for p in procs:
-            if p.name != self.rt.proc_id.name:  # this process's output is not captured
+            if p.name == self.rt.proc_id.name:  # this process's output is not captured
+                continue
+            if p.name in direct:
+                if lv >= 0:
+                    self.rt.send(p, LogConfig((p.name,), -1, lv, ""), on_fail=_ignore)
+            else:
                 self.rt.send(p, LogConfig((p.name,), s, lv, label), on_fail=_ignore)
 
     def flush(
