@@ -224,3 +224,24 @@ def test_an_actor_that_failed_before_the_call_fails_the_results(mesh: ProcMesh) 
             danaus.inspect(out, host=0, gpu=1)
     finally:
         am.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_an_actor_known_to_have_failed_fails_the_results_not_the_call(mesh: ProcMesh) -> None:
+    """The same whether or not the client heard of the failure before the call: the
+    results fail (raising at the call instead made the program's behaviour depend on
+    timing, and left the streams waiting for a hand-off that was never sent)."""
+    am = mesh.spawn("rref_known_failed", Layer)
+    am.initialized.get(timeout=ACTOR_INIT_TIMEOUT)
+    try:
+        with failures_of("rref_known_failed", 4), mesh.activate():
+            x = base(mesh)
+            am.fails.broadcast(x)
+        # failures_of waited for all four failures: the client knows of them now.
+        with mesh.activate():
+            out = am.affine.rref(x, 2.0)
+            y = x + 1
+        assert torch.equal(danaus.inspect(y, host=0, gpu=1), local_base(0, 1) + 1)
+        with pytest.raises(danaus.RemoteTensorError, match="failed before it ran the call"):
+            danaus.inspect(out, host=1, gpu=0)
+    finally:
+        am.stop().get(timeout=REPLY_TIMEOUT)

@@ -166,9 +166,15 @@ class Endpoint:
         payload: Any,
         targets: list[tuple[int, int, ProcId]],
         collector: Collector | _PortSink | None,
+        *,
+        to_failed: bool = False,
     ) -> None:
+        """Send ``payload`` to ``targets``. A broadcast (no ``collector``) to a rank known
+        to have failed raises ``SupervisionError``, unless ``to_failed``: a hand-off
+        whose results are already promised goes to every rank, and a failed actor's
+        proc fails its part of the results (whether or not we knew in time)."""
         if self._tree_mode():
-            self._send_tree(payload, targets, collector)
+            self._send_tree(payload, targets, collector, to_failed=to_failed)
             return
         body, bufs = payload
         if collector is None and bufs:
@@ -183,7 +189,7 @@ class Endpoint:
         labels, sizes = self._mesh._labels_sizes()
         mesh_id = self._mesh._ref.mesh_id
         port = collector.port if collector is not None else None
-        failed = [(i, r, self._mesh._failed_reason(r)) for i, r, _ in targets]
+        failed = [] if to_failed else [(i, r, self._mesh._failed_reason(r)) for i, r, _ in targets]
         failed = [f for f in failed if f[2] is not None]
         if failed and collector is None:
             _, rank, reason = failed[0]
@@ -296,8 +302,11 @@ class Endpoint:
         payload: Any,
         targets: list[tuple[int, int, ProcId]] | None,
         collector: Collector | _PortSink | None,
+        *,
+        to_failed: bool = False,
     ) -> None:
-        """Send down the cast tree; replies (if any) come straight back to ``collector``."""
+        """Send down the cast tree; replies (if any) come straight back to ``collector``
+        (``to_failed``: as in ``_send``)."""
         self._await_boot()
         body, bufs = payload
         if collector is None and bufs:
@@ -309,7 +318,7 @@ class Endpoint:
         else:
             order = sorted(targets, key=lambda t: t[1])
             selection = Selection._listed(tuple(t[1] for t in order), tuple(t[0] for t in order))
-        failed = self._known_failed(selection)
+        failed = [] if to_failed else self._known_failed(selection)
         name = self._mesh._ref.name
         if failed and collector is None:
             _, rank, reason = failed[0]
@@ -570,7 +579,7 @@ class Endpoint:
         self._mesh._check_usable()
         actors = tuple((r, p) for _, r, p in targets)
         recipients = handoff.Recipients(self._mesh._ref.mesh_id, self._what, actors)
-        self._send(cap.wrap(payload, recipients, hand_off=hand_off), targets, None)
+        self._send(cap.wrap(payload, recipients, hand_off=hand_off), targets, None, to_failed=True)
 
     def _send_to_port(
         self,
