@@ -98,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
         "A peer silent this long is judged: one on this host is lost if its kernel "
         "says it is stopped or gone, or it neither answers nor runs for half this "
         "again (a proc that runs is slow, not lost); one on another host is lost "
-        "now if its frames came steadily, later (up to 3x) if they came irregularly "
+        "now if its frames came steadily, later (up to 2x) if they came irregularly "
         "(a phi-accrual detector).",
     ),
     Setting(

@@ -47,7 +47,7 @@ __all__ = [
 #: about 1e-8 that a peer this silent is still fine, given what it has shown).
 PHI_THRESHOLD = 8.0
 #: A remote peer is never given more than this many heartbeat timeouts of silence.
-MAX_STRETCH = 3.0
+MAX_STRETCH = 2.0
 #: Gaps remembered per peer.
 WINDOW = 200
 
