@@ -69,3 +69,8 @@ def test_a_proc_imports_no_danaus_module_after_its_fork(client_script) -> None:
     late = sorted(set(_probe(client_script)["modules"]) - preloaded)
     assert late == [], f"imported by each proc after its fork (preload them): {late}"
 
+
+@pytest.mark.timeout(180)
+def test_a_proc_inherits_the_zygote_s_objects_frozen(client_script) -> None:
+    # Frozen objects are never walked by the proc's collector, so their pages stay shared.
+    assert _probe(client_script)["frozen"] > 10_000

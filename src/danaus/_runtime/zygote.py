@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import pickle
 import select
@@ -143,6 +144,12 @@ def _serve(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], 
     set_pdeathsig()
     if os.getppid() != parent:  # pragma: no cover - the agent died while we started
         os._exit(1)
+    # Everything the zygote holds now (the preloaded modules) goes to the collector's
+    # permanent generation, which no collection walks: a proc's collections, and its
+    # final one at exit, would otherwise write the header of every inherited object,
+    # copying each page they share with the zygote (measured: a proc's CPU, start to
+    # exit, ~85 ms without, ~37 ms with).
+    gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
