@@ -15,7 +15,6 @@ kill it if the zygote dies (``PR_SET_PDEATHSIG``), so nothing is orphaned.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import os
 import pickle
@@ -119,7 +118,9 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
     """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
     if not sys.platform.startswith("linux"):
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # This process's own symbols (libc among them): find_library("c") would run
+    # ldconfig in a subprocess, and this runs in every proc the zygote forks.
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
