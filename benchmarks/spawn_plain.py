@@ -16,8 +16,8 @@ moves far less than the wall times, and a spawn is mostly CPU.
     python benchmarks/spawn_plain.py --src "$PWD/src|DANAUS_SPIN_WAIT=0" --src "$PWD/src"
 
 With several ``--src`` (a checkout's ``src`` directory each, optionally with
-environment variables after a ``|``), the clients of each run alternately, so
-a busy host weighs on all of them alike. ``--bisect-good SRC --factor F``
+environment variables after a ``|``), the clients of each, with and without
+torch, run in turn, so a busy host weighs on all of them alike. ``--bisect-good SRC --factor F``
 compares ``--src`` (default: this checkout's) with SRC, alternately, and exits
 1 if its median (``--key up`` or ``cpu``) is more than F times SRC's, 0 if
 not, 125 if it could not be measured: for ``git bisect run`` (run a copy of
@@ -149,16 +149,18 @@ def run_client(src: str, n: int, torch: bool, samples: int, timeout: float) -> d
     )
 
 
-def compare(srcs: list[str], n: int, torch: bool, rounds: int, samples: int) -> dict[str, Any]:
-    """Run the clients of each src alternately (A, B, A, B, ...); their samples, pooled."""
-    pooled: dict[str, Any] = {s: {"up": [], "stop": [], "cpu": []} for s in srcs}
+def compare(
+    variants: list[tuple[str, bool]], n: int, rounds: int, samples: int
+) -> dict[tuple[str, bool], Any]:
+    """Run a client of each (src, torch) variant in turn (A, B, A, B, ...); samples pooled."""
+    pooled: dict[tuple[str, bool], Any] = {v: {"up": [], "stop": [], "cpu": []} for v in variants}
     timeout = 60 + samples * (2 if n <= 8 else 30)
     for _ in range(rounds):
-        for s in srcs:
-            out = run_client(s, n, torch, samples, timeout)
-            pooled[s]["up"] += out["up"]
-            pooled[s]["stop"] += out["stop"]
-            pooled[s]["cpu"].append(out["cpu"])
+        for v in variants:
+            out = run_client(v[0], n, v[1], samples, timeout)
+            pooled[v]["up"] += out["up"]
+            pooled[v]["stop"] += out["stop"]
+            pooled[v]["cpu"].append(out["cpu"])
     return pooled
 
 
@@ -192,35 +194,36 @@ def main() -> None:
         print("(PYTHONDONTWRITEBYTECODE is set: every import compiles its source)")
     slow = False
     for n in sizes:
+        samples = a.samples or (10 if n <= 8 else 3)
+        variants = [(src, torch) for torch in torches for src in srcs]
+        try:
+            pooled = compare(variants, n, a.rounds, samples)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(e, file=sys.stderr)
+            if a.bisect_good:
+                sys.exit(125)  # git bisect: skip this commit
+            raise
         for torch in torches:
-            samples = a.samples or (10 if n <= 8 else 3)
-            try:
-                pooled = compare(srcs, n, torch, a.rounds, samples)
-            except (RuntimeError, subprocess.TimeoutExpired) as e:
-                print(e, file=sys.stderr)
-                if a.bisect_good:
-                    sys.exit(125)  # git bisect: skip this commit
-                raise
             print(
                 f"spawn {n} procs, client {'with' if torch else 'without'} torch "
                 f"(medians; up: spawn + actor + call; cpu per spawn and stop):"
             )
-            for s in srcs:
-                p = pooled[s]
+            for src in srcs:
+                p = pooled[(src, torch)]
                 cpu = {k: median_ms([c[k] for c in p["cpu"]]) for k in p["cpu"][0]}
                 p["cpu_total"] = [sum(c.values()) for c in p["cpu"]]
                 parts = " ".join(f"{k} {v:.0f}" for k, v in cpu.items())
                 print(
                     f"  up {median_ms(p['up']):7.1f} ms  stop {median_ms(p['stop']):7.1f} ms  "
-                    f"cpu {median_ms(p['cpu_total']):7.1f} ms ({parts})  n={len(p['up'])}  {s}"
+                    f"cpu {median_ms(p['cpu_total']):7.1f} ms ({parts})  n={len(p['up'])}  {src}"
                 )
             if a.bisect_good:
                 key = "cpu_total" if a.key == "cpu" else "up"
-                good = statistics.median(pooled[srcs[0]][key])
-                this = statistics.median(pooled[srcs[1]][key])
+                good = statistics.median(pooled[(srcs[0], torch)][key])
+                this = statistics.median(pooled[(srcs[1], torch)][key])
                 slow |= this > a.factor * good
                 print(f"  {a.key} ratio {this / good:.2f} (slow above {a.factor})")
-            sys.stdout.flush()
+        sys.stdout.flush()
     sys.exit(1 if slow else 0)
 
 
