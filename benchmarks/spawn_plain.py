@@ -150,14 +150,24 @@ def run_client(src: str, n: int, torch: bool, samples: int, timeout: float) -> d
 
 
 def compare(
-    variants: list[tuple[str, bool]], n: int, rounds: int, samples: int
+    variants: list[tuple[str, bool]], n: int, rounds: int, samples: int, keep_going: bool
 ) -> dict[tuple[str, bool], Any]:
-    """Run a client of each (src, torch) variant in turn (A, B, A, B, ...); samples pooled."""
-    pooled: dict[tuple[str, bool], Any] = {v: {"up": [], "stop": [], "cpu": []} for v in variants}
+    """Run a client of each (src, torch) variant in turn (A, B, A, B, ...); samples pooled.
+
+    With ``keep_going``, a client that fails is counted and the others go on."""
+    pooled: dict[tuple[str, bool], Any] = {
+        v: {"up": [], "stop": [], "cpu": [], "failed": []} for v in variants
+    }
     timeout = 60 + samples * (2 if n <= 8 else 30)
     for _ in range(rounds):
         for v in variants:
-            out = run_client(v[0], n, v[1], samples, timeout)
+            try:
+                out = run_client(v[0], n, v[1], samples, timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                if not keep_going:
+                    raise
+                pooled[v]["failed"].append(str(e).strip().splitlines()[-1][:300])
+                continue
             pooled[v]["up"] += out["up"]
             pooled[v]["stop"] += out["stop"]
             pooled[v]["cpu"].append(out["cpu"])
@@ -197,7 +207,7 @@ def main() -> None:
         samples = a.samples or (10 if n <= 8 else 3)
         variants = [(src, torch) for torch in torches for src in srcs]
         try:
-            pooled = compare(variants, n, a.rounds, samples)
+            pooled = compare(variants, n, a.rounds, samples, keep_going=not a.bisect_good)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(e, file=sys.stderr)
             if a.bisect_good:
@@ -210,6 +220,10 @@ def main() -> None:
             )
             for src in srcs:
                 p = pooled[(src, torch)]
+                for why in p["failed"]:
+                    print(f"  a client failed: {why}  {src}")
+                if not p["cpu"]:
+                    continue
                 cpu = {k: median_ms([c[k] for c in p["cpu"]]) for k in p["cpu"][0]}
                 p["cpu_total"] = [sum(c.values()) for c in p["cpu"]]
                 parts = " ".join(f"{k} {v:.0f}" for k, v in cpu.items())
