@@ -54,8 +54,11 @@ class Ping(Actor):
 def children(pid):
     out = []
     for tid in os.listdir(f"/proc/{{pid}}/task"):
-        with open(f"/proc/{{pid}}/task/{{tid}}/children") as f:
-            out += [int(p) for p in f.read().split()]
+        try:
+            with open(f"/proc/{{pid}}/task/{{tid}}/children") as f:
+                out += [int(p) for p in f.read().split()]
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
     return out
 
 
