@@ -31,9 +31,13 @@ INSTALLERS = (
 )
 
 
-#: Modules the zygote imports once more, so forked procs get them for free (the
-#: client does not import them: pdb alone costs ~10 ms).
-PRELOAD = ("danaus._actor.debugger.remote",)
+#: Modules the zygote imports besides this one, so that forked procs get them for free.
+#: Every danaus module a proc uses must be here or imported by this module: one that
+#: a proc imports after its fork costs that CPU in every proc (importing danaus.actor
+#: there took ~60 ms a proc, 4x the time of a spawn of 4). danaus.actor: unpickling
+#: an actor's class imports it; _rdma.net: the RDMA installer imports it; the debugger
+#: (pdb alone costs ~10 ms; the client does not import it).
+PRELOAD = ("danaus.actor", "danaus._rdma.net", "danaus._actor.debugger.remote")
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:

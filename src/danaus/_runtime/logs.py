@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ctypes
-import ctypes.util
 import logging
 import os
 import sys
@@ -70,7 +69,7 @@ def redirect_output(boot: dict[str, Any]) -> None:
 def _line_buffer_c_stdout() -> None:
     """``printf`` in a C extension: a line at a time, like a terminal (best effort)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)  # this process's libc (find_library would run ldconfig)
         stdout = ctypes.c_void_p.in_dll(libc, "stdout")
         libc.setvbuf(stdout, None, 1, 0)  # _IOLBF
     except (OSError, ValueError, AttributeError):

@@ -108,13 +108,18 @@ class Mailbox(Protocol):
 Handler = Callable[[Connection, Message], None]
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
+# Looked for once, at import (the zygote imports this module before it forks): a
+# failed import is not cached, and trying again in every proc searched sys.path anew.
+try:
+    import uvloop as _uvloop
+except ImportError:
+    _uvloop = None
 
-        return uvloop.new_event_loop()  # type: ignore[no-any-return]
-    except ImportError:
-        return asyncio.new_event_loop()
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    if _uvloop is not None:
+        return _uvloop.new_event_loop()  # type: ignore[no-any-return]
+    return asyncio.new_event_loop()
 
 
 def _has_large(parts: list[Any]) -> bool:

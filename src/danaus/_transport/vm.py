@@ -19,7 +19,6 @@ caller (or one of its ancestors) with ``PR_SET_PTRACER``;
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import functools
 import os
@@ -55,7 +54,9 @@ def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # This process's own libc: find_library("c") runs ldconfig in a subprocess,
+        # milliseconds in every proc (each builds a Runtime, which asks available()).
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:  # pragma: no cover - a Linux without a loadable libc
         return None
 
