@@ -57,6 +57,7 @@ DISPLAY: dict[str, tuple[str, float]] = {
     "call_one": ("us", 1e6),
     "throughput": ("calls/s", 1.0),
     "plain_throughput": ("calls/s", 1.0),
+    "plain_throughput_notorch": ("calls/s", 1.0),
     "gather": ("us", 1e6),
     "gather64": ("us", 1e6),
     "spawn64": ("ms", 1e3),
@@ -435,16 +436,17 @@ def main(argv: list[str] | None = None) -> int:
         order = active[r % len(active) :] + active[: r % len(active)] if active else []
         for wl in wls:
             p = wl.params(smoke)
-            for s in order:
-                if not system_runs(s, wl.name):
-                    continue
-                if time.monotonic() - started > max_s:
-                    res = {"status": "skipped", "samples": [], "error": "run deadline passed"}
-                else:
-                    res = run_worker(s, avail[s]["python"], wl, smoke, p.timeout_s)
-                res["round"] = r
-                raw[wl.name][s].append(res)
-                say(_progress(r, wl, s, res))
+            for _ in range(p.processes):  # fresh client processes, systems alternating
+                for s in order:
+                    if not system_runs(s, wl.name):
+                        continue
+                    if time.monotonic() - started > max_s:
+                        res = {"status": "skipped", "samples": [], "error": "run deadline passed"}
+                    else:
+                        res = run_worker(s, avail[s]["python"], wl, smoke, p.timeout_s)
+                    res["round"] = r
+                    raw[wl.name][s].append(res)
+                    say(_progress(r, wl, s, res))
         rounds_done += 1
         last_round_s = time.monotonic() - round_start
         steal_rounds.append(_steal_pct(round_cpu, _cpu_ticks()))
@@ -555,6 +557,7 @@ def aggregate(
 def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
     keep = (
         "socket_mib_s",
+        "client_torch",
         "torch_loaded",
         "client_survived",
         "errors_seen",
@@ -573,6 +576,8 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         if k in ("torch_loaded",):
             out[k] = any(vals)
+        elif k == "client_torch":  # "imported", or why not, in each run
+            out[k] = next((v for v in vals if v != "imported"), "imported")
         elif k == "client_survived":
             out[k] = (
                 all(v for v in vals if v is not None) if any(v is not None for v in vals) else None
@@ -764,6 +769,10 @@ def render(doc: dict[str, Any]) -> str:
                 )
             if wl == "memory" and ex.get("torch_loaded"):
                 notes.append(f"{s}: torch was loaded in the idle proc")
+            if ex.get("client_torch") not in (None, "imported"):
+                notes.append(
+                    f"{s} {wl}: measured without torch in the client ({ex['client_torch'][:160]})"
+                )
             bad = [st for st in e.get("statuses", []) if st != "ok"]
             if bad and e.get("median") is not None:
                 notes.append(
