@@ -56,21 +56,21 @@ WORKLOADS: list[Workload] = [
         "latency",
         "spawn 4 procs x 1 actor, until all answered",
         full=Params(warmup=1, samples=5, budget_s=30, size=4, timeout_s=120),
-        smoke=Params(warmup=1, samples=2, budget_s=10, size=4, timeout_s=60),
+        smoke=Params(warmup=1, samples=2, budget_s=10, size=4, timeout_s=60, processes=3),
     ),
     Workload(
         "call_one",
         "latency",
         "call_one round trip (small value)",
         full=Params(warmup=300, samples=3000, budget_s=4, timeout_s=90),
-        smoke=Params(warmup=10, samples=50, budget_s=3, timeout_s=60),
+        smoke=Params(warmup=200, samples=700, budget_s=2, timeout_s=60, processes=3),
     ),
     Workload(
         "throughput",
         "rate",
         "10,000 calls in flight, then awaited",
         full=Params(warmup=1, samples=3, budget_s=20, size=10_000, timeout_s=150),
-        smoke=Params(warmup=1, samples=2, budget_s=5, size=200, timeout_s=60),
+        smoke=Params(warmup=1, samples=3, budget_s=5, size=5_000, timeout_s=60, processes=3),
         rate_unit="calls/s",
     ),
     Workload(
@@ -126,7 +126,8 @@ WORKLOADS: list[Workload] = [
         "rate",
         "16 MiB numpy array to an actor (returns len)",
         full=Params(warmup=2, samples=20, budget_s=6, size=16 * MiB, timeout_s=120),
-        smoke=Params(warmup=1, samples=3, budget_s=3, size=64 * 1024, timeout_s=60),
+        # The real size in smoke mode too: the regression guard reads it (GUARDED).
+        smoke=Params(warmup=2, samples=5, budget_s=3, size=16 * MiB, timeout_s=60, processes=3),
         rate_unit="MiB/s",
     ),
     Workload(
@@ -188,6 +189,16 @@ def system_runs(system: str, workload: str) -> bool:
     if workload in EXCLUDED.get(system, ()):
         return False
     return system not in VARIANTS or workload in VARIANT_WORKLOADS
+
+
+# The smoke run's guard against silent regressions (``run.py --smoke``, run by CI):
+# danaus's ratio to the floor measured in the same run, for each of these, fails
+# the run when it is worse than GUARD_MARGIN times the ratio recorded in
+# ``baseline.json`` (times: more than twice the recorded ratio; rates: less than
+# half). ``run.py --smoke --write-baseline`` records a new baseline.
+GUARDED = ("spawn", "call_one", "throughput", "payload_16MiB")
+GUARD_MARGIN = 2.0
+GUARD_TRIES = 3  # a failed ratio is measured again, up to this many runs in all
 
 
 @dataclass(frozen=True)
