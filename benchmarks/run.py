@@ -372,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         "--max-minutes",
         type=float,
         default=None,
-        help="no new round starts, and no worker, past this (default: 10 full, 3 smoke)",
+        help="no new round starts, and no worker, past this (default: 10 full, 3 smoke, "
+        "10 with --write-baseline)",
     )
     ap.add_argument(
         "--monarch-python",
@@ -418,7 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.write_baseline and not smoke:
         ap.error("--write-baseline records smoke-mode ratios: use it with --smoke")
     rounds = a.rounds if a.rounds is not None else (1 if smoke else 3)
-    max_s = 60.0 * (a.max_minutes if a.max_minutes is not None else (3 if smoke else 10))
+    # A baseline is recorded over several smoke rounds: the smoke default would cut them.
+    default_minutes = 3 if smoke and not a.write_baseline else 10
+    max_s = 60.0 * (a.max_minutes if a.max_minutes is not None else default_minutes)
     systems = [s.strip() for s in a.systems.split(",") if s.strip()]
     bad = [s for s in systems if s not in SYSTEMS]
     if bad:
