@@ -250,8 +250,9 @@ SETTINGS: tuple[Setting, ...] = (
         "When the client's runtime starts, collect garbage once and then move every "
         "object alive at that moment (imported modules: torch's hundreds of thousands) "
         "into the garbage collector's permanent generation (gc.freeze), so its full "
-        "collections stop traversing them. Cycles among those objects are never "
-        "collected afterwards. Skipped while the program has the collector disabled.",
+        "collections stop traversing them; a spawned proc does the same (without the "
+        "collection) once booted. Cycles among those objects are never collected "
+        "afterwards. Skipped while the program has the collector disabled.",
     ),
     # -- connections and hosts ------------------------------------------------
     Setting(

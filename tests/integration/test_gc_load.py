@@ -137,3 +137,24 @@ def test_a_deferred_keeps_its_exception() -> None:
     for _ in range(2):
         with pytest.raises(ZeroDivisionError):
             d.resolve()
+
+
+def test_a_spawned_proc_freezes_what_it_booted_with(client_script: Any) -> None:
+    result = client_script.run(
+        """
+        import gc
+        from danaus.actor import Actor, endpoint, this_host
+
+        class Probe(Actor):
+            @endpoint
+            def frozen(self):
+                return gc.get_freeze_count()
+
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        print(procs.spawn("probe", Probe).frozen.call_one().get(timeout=60))
+        procs.stop().get(timeout=60)
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.strip().splitlines()[-1]) > 1000
