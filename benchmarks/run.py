@@ -2,7 +2,8 @@
 """Run the danaus benchmarks, the physical floor and the installed comparators; print a table.
 
     python benchmarks/run.py                 # full run, every system that is installed
-    python benchmarks/run.py --smoke         # tiny sizes: proves the harness works (CI)
+    python benchmarks/run.py --smoke         # small sizes, and the regression guard (CI)
+    python benchmarks/run.py --smoke --write-baseline   # record the guard's baseline
     python benchmarks/run.py --systems danaus,floor --workloads call_one,crash
 
 Each (system, workload) runs in its own worker process (``systems/<system>_bench.py``)
@@ -13,6 +14,14 @@ round (the order rotates each round), and each worker is killed, with its whole
 process group, if it outlives its workload's time limit: it is then reported as
 "timeout", not left hanging. The results go to ``benchmarks/results/<timestamp>.json``
 (or ``--json PATH``) and a plain-text table is printed.
+
+In smoke mode the run ends with a guard against silent regressions: danaus's
+ratio to the floor (measured in the same run, pairs of worker runs side by
+side) for spawn, call_one, throughput and the 16 MiB payload, each against
+the ratio recorded in ``baseline.json``. The exit code is 1 when one is worse
+than ``GUARD_MARGIN`` (2) times its recorded ratio in each of ``GUARD_TRIES``
+(3) runs of it, or could not be measured; ``--no-guard`` skips the check,
+``--write-baseline`` records new ratios instead (see README.md).
 """
 
 from __future__ import annotations
@@ -40,6 +49,9 @@ sys.path.insert(0, str(HERE))
 from workloads import (  # noqa: E402
     BY_NAME,
     COMPARATORS,
+    GUARD_MARGIN,
+    GUARD_TRIES,
+    GUARDED,
     SYSTEMS,
     TARGETS,
     VARIANTS,
@@ -50,6 +62,7 @@ from workloads import (  # noqa: E402
 
 MARKER = "BENCH_RESULT "
 ENVS = HERE / ".envs"
+BASELINE = HERE / "baseline.json"
 
 # How each workload is shown: (unit label, factor applied to the worker's number).
 DISPLAY: dict[str, tuple[str, float]] = {
@@ -57,6 +70,7 @@ DISPLAY: dict[str, tuple[str, float]] = {
     "call_one": ("us", 1e6),
     "throughput": ("calls/s", 1.0),
     "plain_throughput": ("calls/s", 1.0),
+    "plain_throughput_notorch": ("calls/s", 1.0),
     "gather": ("us", 1e6),
     "gather64": ("us", 1e6),
     "spawn64": ("ms", 1e3),
@@ -358,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         "--max-minutes",
         type=float,
         default=None,
-        help="no new round starts, and no worker, past this (default: 10 full, 3 smoke)",
+        help="no new round starts, and no worker, past this (default: 10 full, 3 smoke, "
+        "10 with --write-baseline)",
     )
     ap.add_argument(
         "--monarch-python",
@@ -375,6 +390,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 1 if a workload of an available system produced no number",
     )
+    ap.add_argument(
+        "--no-guard",
+        action="store_true",
+        help="smoke mode: do not compare the ratios to the floor with baseline.json",
+    )
+    ap.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help="smoke mode: write this run's ratios to the floor as the guard's new baseline "
+        "(commit it saying why)",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=str(BASELINE),
+        help="the guard's baseline file (default: benchmarks/baseline.json)",
+    )
     ap.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     ap.add_argument(
         "--render", metavar="JSON", default=None, help="print the table of an earlier run"
@@ -385,8 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     smoke = bool(a.smoke)
+    if a.write_baseline and not smoke:
+        ap.error("--write-baseline records smoke-mode ratios: use it with --smoke")
     rounds = a.rounds if a.rounds is not None else (1 if smoke else 3)
-    max_s = 60.0 * (a.max_minutes if a.max_minutes is not None else (3 if smoke else 10))
+    # A baseline is recorded over several smoke rounds: the smoke default would cut them.
+    default_minutes = 3 if smoke and not a.write_baseline else 10
+    max_s = 60.0 * (a.max_minutes if a.max_minutes is not None else default_minutes)
     systems = [s.strip() for s in a.systems.split(",") if s.strip()]
     bad = [s for s in systems if s not in SYSTEMS]
     if bad:
@@ -434,17 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         round_cpu = _cpu_ticks()
         order = active[r % len(active) :] + active[: r % len(active)] if active else []
         for wl in wls:
-            p = wl.params(smoke)
-            for s in order:
-                if not system_runs(s, wl.name):
-                    continue
-                if time.monotonic() - started > max_s:
-                    res = {"status": "skipped", "samples": [], "error": "run deadline passed"}
-                else:
-                    res = run_worker(s, avail[s]["python"], wl, smoke, p.timeout_s)
-                res["round"] = r
-                raw[wl.name][s].append(res)
-                say(_progress(r, wl, s, res))
+            run_workload(wl, order, avail, smoke, r, raw[wl.name], say, started + max_s)
         rounds_done += 1
         last_round_s = time.monotonic() - round_start
         steal_rounds.append(_steal_pct(round_cpu, _cpu_ticks()))
@@ -485,7 +510,40 @@ def main(argv: list[str] | None = None) -> int:
 
     print()
     print(render(doc))
+    guard_failed = False
+    if smoke and a.write_baseline:
+        written = write_baseline(Path(a.baseline), raw, doc["meta"])
+        if not written:
+            print(
+                "\nno baseline written: no guarded workload has numbers for danaus and the "
+                f"floor ({', '.join(GUARDED)})",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"\nbaseline written to {a.baseline}: {_ratios_s(written)}")
+    elif smoke and not a.no_guard:
+        rows = check_guard(raw, load_baseline(Path(a.baseline)))
+        reruns: dict[str, list[dict[str, Any]]] = {}
+
+        def rerun(name: str) -> dict[str, dict[str, list[dict[str, Any]]]]:
+            say(f"guard: {name} looks regressed; measuring it again")
+            got: dict[str, list[dict[str, Any]]] = {"floor": [], "danaus": []}
+            run_workload(BY_NAME[name], ["floor", "danaus"], avail, smoke, 0, got, say, None)
+            reruns.setdefault(name, []).append(got)
+            return {name: got}
+
+        for row in rows:
+            confirm(row, rerun)
+        doc["guard"] = rows
+        doc["guard_reruns"] = reruns
+        path.write_text(json.dumps(doc, indent=1, default=_json_default))
+        print()
+        print(render_guard(rows, a.baseline))
+        guard_failed = any(r["failed"] for r in rows)
     print(f"\nJSON written to {path}")
+    if guard_failed:
+        print("guard: a ratio to the floor regressed (see above)", file=sys.stderr)
+        return 1
     if a.strict:
         missing = [
             f"{w}/{s}"
@@ -497,6 +555,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no number for: {', '.join(missing)}", file=sys.stderr)
             return 1
     return 0
+
+
+def run_workload(
+    wl: Workload,
+    order: list[str],
+    avail: dict[str, dict[str, Any]],
+    smoke: bool,
+    r: int,
+    sink: dict[str, list[dict[str, Any]]],
+    say: Any,
+    deadline: float | None,
+) -> None:
+    """Run ``wl`` on each system of ``order`` that runs it, ``processes`` times over
+    (fresh client processes, systems alternating); append each result to ``sink``."""
+    p = wl.params(smoke)
+    for _ in range(p.processes):
+        for s in order:
+            if s not in sink:
+                continue
+            if deadline is not None and time.monotonic() > deadline:
+                res = {"status": "skipped", "samples": [], "error": "run deadline passed"}
+            else:
+                res = run_worker(s, avail[s]["python"], wl, smoke, p.timeout_s)
+            res["round"] = r
+            sink[s].append(res)
+            say(_progress(r, wl, s, res))
 
 
 def _json_default(o: Any) -> Any:
@@ -555,6 +639,7 @@ def aggregate(
 def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
     keep = (
         "socket_mib_s",
+        "client_torch",
         "torch_loaded",
         "client_survived",
         "errors_seen",
@@ -573,6 +658,8 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         if k in ("torch_loaded",):
             out[k] = any(vals)
+        elif k == "client_torch":  # "imported", or why not, in each run
+            out[k] = next((v for v in vals if v != "imported"), "imported")
         elif k == "client_survived":
             out[k] = (
                 all(v for v in vals if v is not None) if any(v is not None for v in vals) else None
@@ -648,6 +735,198 @@ def _judge(v: float | None, op: str, bound: float) -> str:
         return "no number"
     ok = {"<=": v <= bound, ">=": v >= bound, "<": v < bound}[op]
     return "met" if ok else "MISSED"
+
+
+# ----------------------------------------------------------------------------- the guard
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    """The recorded ratios (``{"ratios": {workload: ratio}, ...}``); empty if none."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def pair_ratios(
+    raw: dict[str, dict[str, list[dict[str, Any]]]], wl: str, rounds: set[int] | None = None
+) -> list[float]:
+    """danaus / floor for each pair of worker runs that ran one after the other.
+
+    The k-th danaus run of a round is paired with the k-th floor run of that
+    round (a workload's ``processes`` alternate the systems), each on its best
+    sample: least time, or for rates the fastest batch, with each run's own
+    amount of work. On a loaded machine the slow samples measure the
+    scheduler (two smoke runs gave call_one medians of 6x and 28x the floor,
+    best samples 7.6x and 8.2x), and two runs side by side see alike loads.
+    """
+    rate = BY_NAME[wl].kind == "rate"
+    by_round: dict[int, dict[str, list[dict[str, Any]]]] = {}
+    for system in ("danaus", "floor"):
+        for run in raw.get(wl, {}).get(system, []):
+            by_round.setdefault(run["round"], {}).setdefault(system, []).append(run)
+    out: list[float] = []
+    for rnd, runs in sorted(by_round.items()):
+        if rounds is not None and rnd not in rounds:
+            continue
+        for d, f in zip(runs.get("danaus", []), runs.get("floor", []), strict=False):
+            if not (d["status"] == "ok" and f["status"] == "ok" and d["samples"] and f["samples"]):
+                continue
+            dv, fv = min(d["samples"]), min(f["samples"])
+            if rate:
+                out.append(((d.get("work") or 1.0) / dv) / ((f.get("work") or 1.0) / fv))
+            else:
+                out.append(dv / fv)
+    return out
+
+
+def guard_ratio(
+    raw: dict[str, dict[str, list[dict[str, Any]]]], wl: str, rounds: set[int] | None = None
+) -> float | None:
+    """The median of ``pair_ratios``; None when no pair has numbers on both sides."""
+    vals = pair_ratios(raw, wl, rounds)
+    return percentile(vals, 50) if vals else None
+
+
+def _limit(wl: str, base: float | None, margin: float) -> float | None:
+    if base is None:
+        return None
+    return base / margin if BY_NAME[wl].kind == "rate" else base * margin
+
+
+def _within(wl: str, value: float, limit: float) -> bool:
+    return value >= limit if BY_NAME[wl].kind == "rate" else value <= limit
+
+
+def check_guard(
+    raw: dict[str, dict[str, list[dict[str, Any]]]],
+    baseline: dict[str, Any],
+    margin: float = GUARD_MARGIN,
+) -> list[dict[str, Any]]:
+    """One row per guarded workload that ran: ``guard_ratio`` against the baseline.
+
+    ``failed`` when the ratio is worse than ``margin`` times the recorded one
+    (times: higher; rates: lower), or when a workload that ran gave no ratio
+    (danaus or the floor produced no number). A workload without a recorded
+    ratio, or not run, never fails. ``confirm`` (in ``main``) runs a failed one
+    again before the run fails.
+    """
+    recorded = baseline.get("ratios") or {}
+    rows: list[dict[str, Any]] = []
+    for wl in GUARDED:
+        per = raw.get(wl)
+        if per is None or "danaus" not in per or "floor" not in per:
+            continue  # not run (--workloads or --systems left it out)
+        value = guard_ratio(raw, wl)
+        base = recorded.get(wl)
+        limit = _limit(wl, base, margin)
+        if value is None:
+            status, failed = "NO NUMBER", True
+        elif limit is None:
+            status, failed = "no baseline", False
+        elif _within(wl, value, limit):
+            status, failed = "ok", False
+        else:
+            status, failed = "REGRESSED", True
+        rows.append(
+            {
+                "workload": wl,
+                "ratio": value,
+                "pairs": pair_ratios(raw, wl),
+                "baseline": base,
+                "limit": limit,
+                "higher_is_better": BY_NAME[wl].kind == "rate",
+                "status": status,
+                "failed": failed,
+                "tries": [value],
+            }
+        )
+    return rows
+
+
+def confirm(
+    row: dict[str, Any], rerun: Any, tries: int = GUARD_TRIES, margin: float = GUARD_MARGIN
+) -> None:
+    """Run a failed row's workload again, up to ``tries`` runs in all; it passes if any
+    run is within the limit (a regression shows in every run, a burst of load on a
+    shared machine in one). ``rerun(wl)`` returns the raw results of one more run."""
+    wl = row["workload"]
+    while row["failed"] and len(row["tries"]) < tries:
+        value = guard_ratio(rerun(wl), wl)
+        row["tries"].append(value)
+        if value is not None and row["limit"] is not None and _within(wl, value, row["limit"]):
+            row.update(ratio=value, failed=False, status=f"ok (run {len(row['tries'])})")
+
+
+def render_guard(rows: list[dict[str, Any]], where: str) -> str:
+    if not rows:
+        return "guard: nothing to check (it needs danaus and the floor, and a guarded workload)"
+    table = [["guard: danaus/floor", "ratio", "pairs", "baseline", "limit", "status"]]
+    for r in rows:
+        op = ">=" if r["higher_is_better"] else "<="
+        limit = "-" if r["limit"] is None else f"{op} {_ratio_s(r['limit'])}"
+        base = "-" if r["baseline"] is None else _ratio_s(r["baseline"])
+        pairs = " ".join(_ratio_s(x) for x in r["pairs"]) or "-"
+        status = r["status"]
+        if len(r["tries"]) > 1:
+            status += " (runs: " + ", ".join(_ratio_s(x) for x in r["tries"]) + ")"
+        table.append([r["workload"], _ratio_s(r["ratio"]), pairs, base, limit, status])
+    return (
+        "guard against silent regressions: danaus/floor, the median over pairs of worker runs "
+        "side by side, each on its best sample; it fails beyond "
+        f"{GUARD_MARGIN:g}x the ratio recorded in {where} (rates: higher is better, times: "
+        f"lower), in each of {GUARD_TRIES} runs\n" + _table(table)
+    )
+
+
+def write_baseline(
+    path: Path, raw: dict[str, dict[str, list[dict[str, Any]]]], meta: dict[str, Any]
+) -> dict[str, float]:
+    """Record the guarded ratios as the baseline; returns them.
+
+    Each is the worst of the run's rounds (``--rounds N``), each round's being
+    ``guard_ratio``: the limit, twice that, then lies beyond the noise those
+    rounds saw, not only beyond their middle.
+    """
+    ratios: dict[str, float] = {}
+    per_round: dict[str, list[float]] = {}
+    for wl in GUARDED:
+        rounds = sorted({r["round"] for r in raw.get(wl, {}).get("danaus", [])})
+        vals = [v for v in (guard_ratio(raw, wl, {n}) for n in rounds) if v is not None]
+        if not vals:
+            continue
+        worst = min(vals) if BY_NAME[wl].kind == "rate" else max(vals)
+        ratios[wl] = float(f"{worst:.4g}")
+        per_round[wl] = [float(f"{v:.4g}") for v in vals]
+    if not ratios:
+        return ratios  # nothing measured against the floor: the file is left as it was
+    doc = {
+        "about": (
+            "danaus/floor ratios of `benchmarks/run.py --smoke` (run.py's guard_ratio: the "
+            "median over pairs of worker runs side by side, each on its best sample: least "
+            "time for spawn and call_one, the fastest batch for throughput and payload_16MiB, "
+            "as rates), the worst of the recording run's rounds (all of them in per_round). "
+            f"The smoke run fails when a ratio is worse than {GUARD_MARGIN:g}x the one here "
+            f"in {GUARD_TRIES} runs of it. Re-record with `python benchmarks/run.py --smoke "
+            "--systems danaus,floor --workloads spawn,call_one,throughput,payload_16MiB "
+            "--rounds 5 --write-baseline` and commit saying why."
+        ),
+        "recorded": meta.get("date"),
+        "command": meta.get("command"),
+        "rounds": meta.get("rounds_done"),
+        "machine": meta.get("machine"),
+        "loadavg_before": meta.get("loadavg_before"),
+        "steal_pct": meta.get("steal_pct"),
+        "ratios": ratios,
+        "per_round": per_round,
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return ratios
+
+
+def _ratios_s(ratios: dict[str, float]) -> str:
+    return ", ".join(f"{k} {_ratio_s(v)}" for k, v in ratios.items()) or "none"
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -764,6 +1043,10 @@ def render(doc: dict[str, Any]) -> str:
                 )
             if wl == "memory" and ex.get("torch_loaded"):
                 notes.append(f"{s}: torch was loaded in the idle proc")
+            if ex.get("client_torch") not in (None, "imported"):
+                notes.append(
+                    f"{s} {wl}: measured without torch in the client ({ex['client_torch'][:160]})"
+                )
             bad = [st for st in e.get("statuses", []) if st != "ok"]
             if bad and e.get("median") is not None:
                 notes.append(

@@ -30,6 +30,7 @@ class Params:
     budget_s: float  # stop taking samples after this long (at least one is taken)
     size: int = 0  # workload-specific: calls per batch, bytes per payload, procs
     timeout_s: float = 60.0  # the driver kills the worker after this long
+    processes: int = 1  # worker processes per system and round, each a fresh client
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Workload:
     smoke: Params
     rate_unit: str = ""  # for kind == "rate": "calls/s" or "MiB/s"
     notes: str = ""
+    # The client imports torch before anything else, as a training script does
+    # (where the system's interpreter has torch; the worker says if it has not).
+    torch: bool = False
 
     def params(self, smoke: bool) -> Params:
         return self.smoke if smoke else self.full
@@ -52,30 +56,40 @@ WORKLOADS: list[Workload] = [
         "latency",
         "spawn 4 procs x 1 actor, until all answered",
         full=Params(warmup=1, samples=5, budget_s=30, size=4, timeout_s=120),
-        smoke=Params(warmup=1, samples=2, budget_s=10, size=4, timeout_s=60),
+        smoke=Params(warmup=1, samples=2, budget_s=10, size=4, timeout_s=60, processes=3),
     ),
     Workload(
         "call_one",
         "latency",
         "call_one round trip (small value)",
         full=Params(warmup=300, samples=3000, budget_s=4, timeout_s=90),
-        smoke=Params(warmup=10, samples=50, budget_s=3, timeout_s=60),
+        smoke=Params(warmup=200, samples=700, budget_s=2, timeout_s=60, processes=3),
     ),
     Workload(
         "throughput",
         "rate",
         "10,000 calls in flight, then awaited",
         full=Params(warmup=1, samples=3, budget_s=20, size=10_000, timeout_s=150),
-        smoke=Params(warmup=1, samples=2, budget_s=5, size=200, timeout_s=60),
+        smoke=Params(warmup=1, samples=3, budget_s=5, size=5_000, timeout_s=60, processes=3),
         rate_unit="calls/s",
     ),
     Workload(
         "plain_throughput",
         "rate",
-        "10,000 call_one on a one-actor slice, then get() each",
-        # The plain user pattern, cold batch included: no warm-up, no timeout argument.
-        full=Params(warmup=0, samples=3, budget_s=20, size=10_000, timeout_s=150),
-        smoke=Params(warmup=0, samples=2, budget_s=5, size=200, timeout_s=60),
+        "10,000 call_one on a one-actor slice of 4 procs, then get() each; torch imported",
+        # What a user's training script gets: torch imported at the top of the client,
+        # a fresh client process, one cold batch (no warm-up, no timeout argument).
+        full=Params(warmup=0, samples=1, budget_s=20, size=10_000, timeout_s=150, processes=3),
+        smoke=Params(warmup=0, samples=1, budget_s=5, size=2_000, timeout_s=60),
+        rate_unit="calls/s",
+        torch=True,
+    ),
+    Workload(
+        "plain_throughput_notorch",
+        "rate",
+        "the same without torch in the client",
+        full=Params(warmup=0, samples=1, budget_s=20, size=10_000, timeout_s=150, processes=3),
+        smoke=Params(warmup=0, samples=1, budget_s=5, size=2_000, timeout_s=60),
         rate_unit="calls/s",
     ),
     Workload(
@@ -112,7 +126,8 @@ WORKLOADS: list[Workload] = [
         "rate",
         "16 MiB numpy array to an actor (returns len)",
         full=Params(warmup=2, samples=20, budget_s=6, size=16 * MiB, timeout_s=120),
-        smoke=Params(warmup=1, samples=3, budget_s=3, size=64 * 1024, timeout_s=60),
+        # The real size in smoke mode too: the regression guard reads it (GUARDED).
+        smoke=Params(warmup=2, samples=5, budget_s=3, size=16 * MiB, timeout_s=60, processes=3),
         rate_unit="MiB/s",
     ),
     Workload(
@@ -176,6 +191,16 @@ def system_runs(system: str, workload: str) -> bool:
     return system not in VARIANTS or workload in VARIANT_WORKLOADS
 
 
+# The smoke run's guard against silent regressions (``run.py --smoke``, run by CI):
+# danaus's ratio to the floor measured in the same run, for each of these, fails
+# the run when it is worse than GUARD_MARGIN times the ratio recorded in
+# ``baseline.json`` (times: more than twice the recorded ratio; rates: less than
+# half). ``run.py --smoke --write-baseline`` records a new baseline.
+GUARDED = ("spawn", "call_one", "throughput", "payload_16MiB")
+GUARD_MARGIN = 2.0
+GUARD_TRIES = 3  # a failed ratio is measured again, up to this many runs in all
+
+
 @dataclass(frozen=True)
 class Target:
     """``danaus / against`` (or danaus alone when ``against`` is None) ``op`` ``bound``."""
@@ -199,7 +224,14 @@ TARGETS: list[Target] = [
         "monarch",
         ">=",
         8.0,
-        "plain pattern (10,000 call_one on a slice) >= 8x Monarch's calls/s",
+        "plain pattern (10,000 call_one on a slice, torch imported) >= 8x Monarch's calls/s",
+    ),
+    Target(
+        "plain_throughput_notorch",
+        "monarch",
+        ">=",
+        8.0,
+        "plain pattern without torch >= 8x Monarch's calls/s",
     ),
     Target("gather", "monarch", "<=", 0.25, "call + gather over 4 <= 0.25x Monarch"),
     Target("gather64", "monarch", "<=", 1.0, "call + gather over 64 procs faster than Monarch"),

@@ -147,6 +147,9 @@ def run_worker(
     """
     wl, p, smoke = parse_args(system)
     extra: dict[str, Any] = {"smoke": smoke, "pid": os.getpid()}
+    torch_first = sys.modules.get("_torch_first")  # the floor has no client to import it
+    if wl.torch and torch_first is not None:
+        extra["client_torch"] = getattr(torch_first, "STATE", None) or "not imported"
     try:
         if setup is not None:
             setup()

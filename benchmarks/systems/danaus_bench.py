@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
+import _torch_first  # noqa: F401  (first: torch before danaus, for the workloads that ask)
 from _common import run_worker
 from _mesh_bench import MeshSystem
 

@@ -19,6 +19,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DISABLE_IMPORT_WARNING", "1")
 
+import _torch_first  # noqa: F401  (first: torch before ray, for the workloads that ask)
 import ray
 from _common import MiB, Params, Workload, measure, measure_each, proc_memory, run_worker
 
@@ -188,6 +189,7 @@ IMPLS = {
     "call_one": call_one,
     "throughput": throughput,
     "plain_throughput": throughput,
+    "plain_throughput_notorch": throughput,
     "gather": gather,
     "payload_1MiB": payload,
     "payload_16MiB": payload,

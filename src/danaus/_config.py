@@ -247,6 +247,17 @@ SETTINGS: tuple[Setting, ...] = (
         "A call that reaches a proc before the SPAWN of its actor waits this long "
         "for it before it is answered as undeliverable.",
     ),
+    Setting(
+        "gc_freeze",
+        "bool",
+        True,
+        "When the client's runtime starts, collect garbage once and then move every "
+        "object alive at that moment (imported modules: torch's hundreds of thousands) "
+        "into the garbage collector's permanent generation (gc.freeze), so its full "
+        "collections stop traversing them; a spawned proc does the same (without the "
+        "collection) once booted. Cycles among those objects are never collected "
+        "afterwards. Skipped while the program has the collector disabled.",
+    ),
     # -- connections and hosts ------------------------------------------------
     Setting(
         "handshake_timeout",

@@ -73,11 +73,23 @@ class Undecoded(Deferred):
     makes the reader raise ``exc`` itself.
     """
 
-    __slots__ = ("ok",)
+    __slots__ = ("_frame", "_port", "_what", "ok")
 
     def __init__(self, frame: Message, what: str, port: bool = False) -> None:
-        super().__init__(lambda: _decoded(frame, what, port))
+        # No closure for Deferred to call: a function and its cells are objects
+        # the garbage collector tracks, one set per reply.
+        super().__init__(None)
+        self._frame: Message | None = frame
+        self._what = what
+        self._port = port
         self.ok = frame.header.status == STATUS_OK
+
+    def _compute(self) -> Any:
+        assert self._frame is not None
+        return _decoded(self._frame, self._what, self._port)
+
+    def _release(self) -> None:
+        self._frame = None
 
 
 def _decoded(frame: Message, what: str, port: bool) -> Any:
@@ -197,11 +209,12 @@ class OneCall:
 
     What a :class:`Collector` of one does, with less per call: no tracing span
     (the caller takes the general path while tracing), one watched proc, and
-    the first outcome (reply, loss of the proc, failure to send) taken by a
-    GIL-atomic ``list.pop`` instead of a lock.
+    the first outcome (reply, loss of the proc, failure to send) taken by
+    removing its port from the runtime's table (an atomic ``dict.pop``)
+    instead of a lock.
     """
 
-    __slots__ = ("_open", "fut", "label", "port", "proc", "rt", "what")
+    __slots__ = ("fut", "label", "port", "proc", "rt", "what")
     direct = True  # deliver() may run on a thread that read the reply itself
 
     def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Any) -> None:
@@ -210,19 +223,15 @@ class OneCall:
         self.proc = proc
         self.label = label
         self.fut = fut
-        self._open = [True]
         self.port: PortId = rt.open_port(self)
         reason = rt.watch_call(proc, self.port.port)
         if reason is not None:
             self.peer_lost(proc.name, reason)
 
     def _take(self) -> bool:
-        """True for the first outcome only; closes the port."""
-        try:
-            self._open.pop()
-        except IndexError:
+        """True for the first outcome only: the one that closes the port."""
+        if self.rt.ports.pop(self.port.port, None) is None:
             return False
-        self.rt.close_port(self.port.port)
         self.rt.unwatch_call(self.proc, self.port.port)
         return True
 

@@ -26,18 +26,22 @@ class Pending:
     ``done``, ``result(timeout)``, ``exception(timeout)``, ``add_done_callback``,
     ``set_result``, ``set_exception`` behave as the standard future's (the
     first ``set_*`` wins, a second raises ``InvalidStateError``; a timeout
-    raises ``TimeoutError``). It costs a lock and a few slots instead of a
-    ``Condition`` with its own lock and lists: a call to one actor makes one
-    per call. Waiters block on a lock of their own, made only when they wait.
+    raises ``TimeoutError``). It costs a few slots instead of a ``Condition``
+    with its own lock and lists: a call to one actor makes one per call. Its
+    state changes under one lock shared by all of them (held for a few
+    operations, never while a callback runs or a waiter blocks), not one lock
+    each: every object the garbage collector tracks per call makes its
+    collections more frequent in a pipelined batch. Waiters block on a lock
+    of their own, made only when they wait.
     """
 
-    __slots__ = ("_callbacks", "_done", "_lock", "_ok", "_value", "_waiters", "reader")
+    __slots__ = ("_callbacks", "_done", "_ok", "_value", "_waiters", "reader")
+    _lock = threading.Lock()  # shared by every Pending
 
     def __init__(self) -> None:
         # The connection its result will come on, when a waiter may read it itself
         # (``Connection.read_directly``); set by the caller that sent the message.
         self.reader: Any = None
-        self._lock = threading.Lock()
         self._done = False
         self._ok = False
         self._value: Any = None
@@ -144,6 +148,17 @@ def _log_callback_error(fn: Any) -> None:
     logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
 
 
+# Deferred values elect the thread that computes each one under this lock (held only
+# for that), and threads that find one being computed wait on the condition. One
+# lock for all of them instead of one per value: a pipelined batch of calls makes
+# a Deferred per reply, and every object the garbage collector tracks per call
+# makes its collections more frequent.
+_ELECT = threading.Lock()
+_COMPUTED = threading.Condition(_ELECT)
+_WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
+_TODO, _COMPUTING, _DONE = 0, 1, 2
+
+
 class Deferred:
     """A result that its first reader computes, on the reader's thread.
 
@@ -155,34 +170,59 @@ class Deferred:
     it is known, before computing, that it will raise.
     """
 
-    __slots__ = ("_fn", "_lock", "_outcome")
+    __slots__ = ("_fn", "_ok", "_state", "_value")
     ok = True
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self._fn: Callable[[], Any] | None = fn
-        self._lock = threading.Lock()
-        self._outcome: tuple[bool, Any] | None = None
+    def __init__(self, fn: Callable[[], Any] | None) -> None:
+        self._fn = fn  # None where a subclass computes without it
+        self._state = _TODO
+        self._ok = False
+        self._value: Any = None
 
-    def _compute(self) -> tuple[bool, Any]:
+    def _compute(self) -> Any:
+        """The value (or raise); runs once, on the first reader's thread."""
         assert self._fn is not None
-        try:
-            return True, self._fn()
-        except Exception as e:
-            return False, e
+        return self._fn()
+
+    def _release(self) -> None:
+        """Drop what computing needed (a frame's bytes), once computed."""
+        self._fn = None
 
     def resolve(self) -> Any:
         """The value (computed the first time), or raise the exception."""
-        outcome = self._outcome
-        if outcome is None:
-            with self._lock:
-                outcome = self._outcome
-                if outcome is None:
-                    outcome = self._outcome = self._compute()
-                    self._fn = None  # what it held (a frame's bytes) can go
-        ok, value = outcome
-        if ok:
-            return value
-        raise value
+        if self._state != _DONE:
+            self._settle()
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def _settle(self) -> None:
+        with _ELECT:
+            while self._state == _COMPUTING:  # another thread computes it
+                _WAITING[0] += 1
+                try:
+                    _COMPUTED.wait()
+                finally:
+                    _WAITING[0] -= 1
+            if self._state == _DONE:
+                return
+            self._state = _COMPUTING
+        try:
+            ok, value = True, self._compute()
+        except Exception as e:
+            ok, value = False, e
+        except BaseException:  # interrupted: the next reader computes it
+            with _ELECT:
+                self._state = _TODO
+                if _WAITING[0]:
+                    _COMPUTED.notify_all()
+            raise
+        with _ELECT:
+            self._ok, self._value = ok, value
+            self._state = _DONE
+            self._release()
+            if _WAITING[0]:
+                _COMPUTED.notify_all()
 
 
 def resolve(value: Any) -> Any:
@@ -284,9 +324,14 @@ class Future(Generic[R]):
                 value = cf.result()
                 if isinstance(value, Deferred):  # a reply as received: decode it here
                     try:
-                        return value.resolve()  # type: ignore[no-any-return]
+                        decoded = value.resolve()
                     except Exception as e:
                         raise _clean(e) from e.__cause__
+                    if isinstance(cf, Pending):
+                        # Keep the value, not the reply it came in: one object less
+                        # for the garbage collector while the future lives.
+                        cf._value = decoded
+                    return decoded  # type: ignore[no-any-return]
                 return value  # type: ignore[no-any-return]
             raise _clean(exc) from (None if isinstance(exc, TimeoutError) else exc.__cause__)
         if self._coro is not None:

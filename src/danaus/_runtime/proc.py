@@ -11,6 +11,7 @@ so the interpreter finalises normally.
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import os
 import sys
@@ -70,6 +71,12 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
                 asyncio.run(_await(result))
         except BaseException:
             error = f"the bootstrap function failed in proc {name}:\n{traceback.format_exc()}"
+    if config.get("gc_freeze") and gc.isenabled():
+        # What this proc inherited from the zygote and built while booting lives as
+        # long as it does: out of the collector's full passes (and so of its writes
+        # to those pages, which the zygote shares copy-on-write). No collection
+        # first, which would cost every spawn: a fresh fork has next to no garbage.
+        gc.freeze()
     owner: ProcId = boot["owner"]
     rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
     rt.loop.run_forever()

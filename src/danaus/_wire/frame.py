@@ -123,9 +123,16 @@ def decode_frame(data: bytes | bytearray | memoryview) -> Frame:
     return _parse(view[8:])
 
 
+_COUNTS = struct.Struct("<IIQ")  # header_len, nbufs, body_len
+
+
 def _parse(frame: memoryview) -> Frame:
     """Parse one complete frame (``frame`` excludes the leading u64 length)."""
-    header_len, nbufs, body_len = struct.unpack_from("<IIQ", frame, 0)
+    header_len, nbufs, body_len = _COUNTS.unpack_from(frame, 0)
+    if nbufs == 0 and header_len <= MAX_HEADER and _FIXED + header_len + body_len == len(frame):
+        # Most frames (every call and reply of plain data): no buffer table to read.
+        pos = _FIXED + header_len
+        return _tn(Frame, (_header(frame[_FIXED:pos]), frame[pos:], []))
     if nbufs > MAX_BUFFERS or header_len > MAX_HEADER:
         raise FrameError(f"frame announces {nbufs} buffers and a {header_len}-byte header")
     pos = _FIXED
@@ -139,14 +146,7 @@ def _parse(frame: memoryview) -> Frame:
             f"frame lengths do not add up: {len(frame)} bytes for header {header_len}, "
             f"body {body_len}, buffers {lens}"
         )
-    try:
-        header = _HeaderUnpickler(io.BytesIO(frame[pos : pos + header_len])).load()
-    except BaseException as e:  # SystemExit, RecursionError ...: this connection only
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise FrameError(f"undecodable frame header: {e!r}") from e
-    if not isinstance(header, tuple) or not header:
-        raise FrameError(f"frame header is not a non-empty tuple: {header!r:.100}")
+    header = _header(frame[pos : pos + header_len])
     pos += header_len
     body = frame[pos : pos + body_len]
     pos += body_len
@@ -155,6 +155,19 @@ def _parse(frame: memoryview) -> Frame:
         bufs.append(frame[pos : pos + n])
         pos += n
     return _tn(Frame, (header, body, bufs))
+
+
+def _header(raw: memoryview) -> tuple[Any, ...]:
+    """The header tuple, through the restricted unpickler; ``FrameError`` if it is not one."""
+    try:
+        header = _HeaderUnpickler(io.BytesIO(raw)).load()
+    except BaseException as e:  # SystemExit, RecursionError ...: this connection only
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise FrameError(f"undecodable frame header: {e!r}") from e
+    if type(header) is not tuple or not header:
+        raise FrameError(f"frame header is not a non-empty tuple: {header!r:.100}")
+    return header
 
 
 _tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C
