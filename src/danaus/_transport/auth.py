@@ -30,11 +30,11 @@ import hashlib
 import hmac
 import os
 import secrets as _secrets
-import stat
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from .._errors import PeerBrokenError
+from .owned import read_owned
 
 __all__ = ["AuthError", "Handshake", "Session", "load_secret", "new_secret"]
 
@@ -71,22 +71,7 @@ def load_secret(secret: str | bytes | None = None, secret_file: str | None = Non
 
 def _read_secret_file(path: str) -> bytes:
     """The secret in ``path``, refused unless only its owner, this user, can read it."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_uid != os.getuid():
-            raise ValueError(
-                f"the secret file {path!r} belongs to uid {st.st_uid}, not to this user "
-                f"(uid {os.getuid()}): whoever owns it can read or change the job secret. "
-                "Use a file you own, with mode 600"
-            )
-        if st.st_mode & 0o077:
-            raise ValueError(
-                f"the secret file {path!r} is readable or writable by others (mode "
-                f"{oct(stat.S_IMODE(st.st_mode))}): anyone who reads it can run code in the "
-                f"job. Fix it with: chmod 600 {path}"
-            )
-        return f.read().strip()
+    return read_owned(path, "the secret file").strip()
 
 
 def _mac(secret: bytes, tag: bytes, nonce: bytes) -> bytes:
