@@ -354,7 +354,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "job_state_path",
         "str",
-        ".danaus/job_state.pkl",
+        ".danaus/job_state.json",
         "Where JobTrait.state() and the danaus apply/exec/kill commands keep the running "
         "job for the next client (relative to the current directory).",
     ),

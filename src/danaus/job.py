@@ -17,8 +17,8 @@ from ._job.jobs import LocalJob as LocalJob
 from ._job.jobs import ProcessJob as ProcessJob
 from ._job.jobs import SSHJob as SSHJob
 from ._job.jobs import StartedWorker as StartedWorker
-from ._job.jobs import job_load as job_load
-from ._job.jobs import job_loads as job_loads
+from ._job.load import job_load as job_load
+from ._job.load import job_loads as job_loads
 from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
 

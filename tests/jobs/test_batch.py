@@ -136,7 +136,7 @@ def test_process_job_batch_mode_runs_the_client_on_the_started_workers(scripts: 
     wait_until(lambda: (d / "result.json").exists(), "the batch client's result", timeout=60)
     assert json.loads((d / "result.json").read_text()) == sub["workers"]
     assert wait_pids_gone([sub["client"], *sub["workers"]]) == [], Path(sub["log"]).read_text()
-    assert not (d / ".danaus" / "job_state.pkl").exists()  # the client's kill() removed it
+    assert not (d / ".danaus" / "job_state.json").exists()  # the client's kill() removed it
 
 
 def test_batch_mode_needs_a_command_and_a_job_that_can_run_one(tmp_path: Path) -> None:

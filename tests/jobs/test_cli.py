@@ -32,7 +32,7 @@ def test_apply_exec_kill_drive_one_job_from_separate_commands(tmp_path: Path) ->
     applied = danaus(tmp_path, "apply", "myjob.py:job")
     assert applied.returncode == 0, applied.stderr
     assert "hosts: <HostMesh {'hosts': 2}> ready" in applied.stdout
-    saved = job_load(str(tmp_path / ".danaus" / "job_state.pkl"))
+    saved = job_load(str(tmp_path / ".danaus" / "job_state.json"))
     pids = [w.pid for w in saved.workers["hosts"]]  # type: ignore[attr-defined]
 
     echo = (
@@ -61,10 +61,10 @@ def test_apply_exec_kill_drive_one_job_from_separate_commands(tmp_path: Path) ->
     killed = danaus(tmp_path, "kill")
     assert killed.returncode == 0, killed.stderr
     assert wait_pids_gone(pids) == []
-    assert not (tmp_path / ".danaus" / "job_state.pkl").exists()
+    assert not (tmp_path / ".danaus" / "job_state.json").exists()
     again = danaus(tmp_path, "exec", "--", "true")
     assert again.returncode == 2
-    assert "no saved job at .danaus/job_state.pkl: run `danaus apply JOB` first" in again.stderr
+    assert "no saved job at .danaus/job_state.json: run `danaus apply JOB` first" in again.stderr
 
 
 def test_help_teaches_each_command_with_examples(tmp_path: Path) -> None:

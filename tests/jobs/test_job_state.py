@@ -26,7 +26,7 @@ WHERE = """
             return parent(os.getppid())  # proc -> zygote -> worker
 
     job = ProcessJob({"trainers": 2})
-    state = job.state()  # applies, or reconnects through .danaus/job_state.pkl
+    state = job.state()  # applies, or reconnects through .danaus/job_state.json
     procs = state.trainers.spawn_procs(per_host={"gpus": 1})
     workers = list(procs.spawn("where", Where).worker.call().get(timeout=30).values())
     print(json.dumps({"workers": workers, "started": [w.pid for w in job.workers["trainers"]]
@@ -45,7 +45,7 @@ def test_a_second_client_reconnects_to_the_workers_the_first_applied(scripts: Sc
     assert len(set(one["workers"])) == 2 and one["workers"] == one["started"]
     # The first client exited without kill(): its workers still run, and the cache names them.
     assert all(pid_alive(p) for p in one["workers"])
-    assert (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+    assert (scripts.tmp_path / ".danaus" / "job_state.json").exists()
 
     second = scripts.start_path(path, "kill")
     out, err = second.communicate(timeout=60)
@@ -54,7 +54,7 @@ def test_a_second_client_reconnects_to_the_workers_the_first_applied(scripts: Sc
     assert two["workers"] == one["workers"]  # the same worker processes, not new ones
     assert two["started"] is None  # the second client's job started nothing itself
     assert wait_pids_gone(one["workers"]) == []  # its kill() ended the first client's workers
-    assert not (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+    assert not (scripts.tmp_path / ".danaus" / "job_state.json").exists()
 
 
 def test_dumps_and_loads_round_trip_the_specification() -> None:
@@ -75,10 +75,10 @@ def test_dump_writes_a_file_only_its_owner_can_read(tmp_path) -> None:
 
 
 def test_job_loads_refuses_what_is_not_a_job() -> None:
-    import pickle
-
-    with pytest.raises(TypeError, match="holds a dict, not a danaus job"):
-        job_loads(pickle.dumps({}))
+    with pytest.raises(ValueError, match="not a danaus job state"):
+        job_loads(b"{}")
+    with pytest.raises(ValueError, match="not a danaus job state"):
+        job_loads(b"\x00garbage")
 
 
 def test_bad_specifications_are_refused_precisely() -> None:

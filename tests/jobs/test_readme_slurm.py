@@ -47,7 +47,7 @@ def test_the_readme_slurm_section_runs_as_written(slurm: Slurm, tmp_path: Path) 
         assert out.returncode == 0, f"{cmd}: {out.stderr}"
         outputs.append(out.stdout)
         if cmd.endswith("apply myjob.py:job"):
-            # The Python way reconnects to the applied job through .danaus/job_state.pkl.
+            # The Python way reconnects to the applied job through .danaus/job_state.json.
             client = use + "\nprint(procs.sizes)\n"
             py = subprocess.run(
                 [".venv/bin/python", "-c", client],

@@ -110,7 +110,7 @@ RECONNECT = """
     ssh_args, port = json.loads(sys.argv[1]), int(sys.argv[2])
     job = SSHJob(["127.0.0.1", "127.0.0.2"], python_exe=sys.executable, ssh_args=ssh_args,
                  port=port)
-    hosts = job.state().hosts  # applies, or reconnects through .danaus/job_state.pkl
+    hosts = job.state().hosts  # applies, or reconnects through .danaus/job_state.json
     procs = hosts.spawn_procs(per_host={"gpus": 1})
     workers = list(procs.spawn("w", Worker).worker.call().get(timeout=30).values())
     print(json.dumps({"workers": workers, "started": bool(job.workers)}), flush=True)
@@ -139,7 +139,7 @@ def test_a_second_client_reconnects_to_the_workers_ssh_started(
     two = _reconnecting_client(scripts, path, *args, "kill")
     assert two == {"workers": one["workers"], "started": False}
     assert wait_pids_gone(one["workers"]) == []  # its kill() ended them over ssh
-    assert not (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+    assert not (scripts.tmp_path / ".danaus" / "job_state.json").exists()
 
 
 @pytest.mark.timeout(120)
@@ -147,7 +147,7 @@ def test_a_saved_job_whose_workers_died_is_started_afresh(sshd: SSHD, scripts: S
     path = scripts.write(RECONNECT)
     args = [json.dumps(sshd.ssh_args), str(free_port())]
     one = _reconnecting_client(scripts, path, *args)
-    assert (scripts.tmp_path / ".danaus" / "job_state.pkl").exists()
+    assert (scripts.tmp_path / ".danaus" / "job_state.json").exists()
     for pid in set(one["workers"]):  # the hosts' workers die; the saved job still names them
         os.killpg(pid, signal.SIGKILL)  # each worker leads its session (--detach)
     assert wait_pids_gone(one["workers"]) == []

@@ -1,8 +1,9 @@
 """``danaus apply``, ``danaus kill`` and ``danaus exec``: jobs from the command line.
 
 ``apply`` applies a job object found in a Python file or module and saves it
-(``.danaus/job_state.pkl``); ``exec`` and ``kill`` load that saved job, so
-each is a short-lived client that reconnects to the same workers.
+(``.danaus/job_state.json``, JSON data); ``exec`` and ``kill`` load that saved
+job (only from a file of the user's own, in a directory no one else can write),
+so each is a short-lived client that reconnects to the same workers.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .. import _config as config
 __all__ = ["add_job_commands", "run_job_command"]
 
 # --state's default: the setting job_state_path (as JobTrait.state()'s); read when used.
-STATE_HELP = "(default: the setting job_state_path, .danaus/job_state.pkl)"
+STATE_HELP = "(default: the setting job_state_path, .danaus/job_state.json)"
 
 APPLY_HELP = """\
 Apply a job and leave its workers running for later clients.
@@ -126,7 +127,7 @@ def _load_job_object(spec: str) -> JobTrait:
 
 
 def _load_saved(path: str) -> JobTrait:
-    from .._job.jobs import job_load
+    from .._job.load import job_load
 
     try:
         return job_load(path)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
-import pickle
 import shlex
 import signal
 import socket
@@ -24,14 +23,16 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers, this_host
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.auth import new_secret
+from . import statefile
 from .detach import LISTENING
+from .statefile import Fields, checked
 
 __all__ = [
     "JobState",
@@ -40,9 +41,9 @@ __all__ = [
     "ProcessJob",
     "SSHJob",
     "StartedWorker",
-    "job_load",
-    "job_loads",
 ]
+
+J = TypeVar("J", bound="JobTrait")
 
 
 class _FromSetting(str):
@@ -133,13 +134,22 @@ class JobTrait:
 
     A job is a specification (the constructor's arguments) plus, once applied,
     what the scheduler handed out (worker addresses, an allocation id, the job
-    secret). ``dump()``/``dumps()`` pickle both, so another client process can
+    secret). ``dump()``/``dumps()`` save both as a JSON document (never a
+    pickle: reading a job state runs no code), so another client process can
     ``job_load()`` the job and attach to the same workers; ``state()`` does this
     by itself through ``cached_path``.
+
+    Each kind of job says what it saves: ``_to_doc()`` returns its fields as JSON
+    values and ``_from_doc(fields)`` reads them back, type-checked. A subclass
+    with attributes of its own extends both (calling ``super()``); ``dumps()``
+    refuses a job whose attributes would not come back.
     """
 
-    # Attributes that live only in this process (processes, attached meshes): not pickled.
+    # Attributes that live only in this process (processes, attached meshes): not saved.
     _TRANSIENT: tuple[str, ...] = ("_state",)
+    # The name a saved job gives its class (``_kind()``); a subclass without its own
+    # is saved as MODULE.QUALNAME, and loads only where that module was imported.
+    _KIND: str | None = None
 
     def __init__(self) -> None:
         self._applied = False
@@ -237,27 +247,55 @@ class JobTrait:
         return type(spec) is type(self) and spec._spec() == self._spec()
 
     def dump(self, filename: str) -> None:
-        """Save the job (with its secret: the file is made readable by its owner only).
+        """Save the job to ``filename`` (see ``dumps``), readable by its owner only (mode
+        600: it holds the job secret), in a directory only this user can write (a
+        missing one is created mode 700; ``ValueError`` naming the fix otherwise).
 
         The file is replaced at once (written aside, then renamed), so a client
         loading it meanwhile sees the old or the new job, never half of one.
         """
-        path = os.path.realpath(filename)
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.dumps())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(tmp)
-            raise
+        statefile.write(filename, self.dumps())
 
     def dumps(self) -> bytes:
-        """The job, pickled (see ``job_loads``)."""
-        return pickle.dumps(self)
+        """The job as a JSON document (see ``job_loads``): specification, what the
+        scheduler handed out, the job secret. ``TypeError`` if the job holds
+        attributes its kind does not save (see the class docstring)."""
+        job = self._cached if self._cached is not None else self
+        data = statefile.encode(job._kind(), job._to_doc())
+        again = type(job)._restore(statefile.decode(data, "the saved job")[1])
+        lost = sorted(set(vars(job)) - set(vars(again)))
+        if lost:
+            raise TypeError(
+                f"{type(job).__name__} cannot be saved: its attributes {lost} are not part "
+                "of its saved state. Extend _to_doc() and _from_doc() with them (JSON data "
+                "only), or name them in _TRANSIENT if they live only in this process"
+            )
+        return data
+
+    @classmethod
+    def _kind(cls) -> str:
+        """The kind a saved job names: the class's own ``_KIND``, else MODULE.QUALNAME."""
+        own = cls.__dict__.get("_KIND")
+        return own if isinstance(own, str) else f"{cls.__module__}.{cls.__qualname__}"
+
+    @classmethod
+    def _restore(cls: type[J], fields: Fields) -> J:
+        """A job of this class made from saved ``fields`` (its constructor does not run)."""
+        job = cls.__new__(cls)
+        JobTrait.__init__(job)
+        job._from_doc(fields)
+        for name in cls._TRANSIENT:
+            if not hasattr(job, name):
+                setattr(job, name, None)
+        return job
+
+    def _to_doc(self) -> dict[str, Any]:
+        """The fields this kind of job saves, as JSON values (extend it in a subclass)."""
+        return {"applied": self._applied}
+
+    def _from_doc(self, fields: Fields) -> None:
+        """Set the attributes ``_to_doc`` saved from ``fields`` (extend it in a subclass)."""
+        self._applied = fields.boolean("applied")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -288,29 +326,21 @@ class JobTrait:
         pass
 
 
-def job_loads(data: bytes) -> JobTrait:
-    """The job pickled by ``JobTrait.dumps``. Unpickles: load only what you wrote."""
-    job = pickle.loads(data)
-    if not isinstance(job, JobTrait):
-        raise TypeError(f"the data holds a {type(job).__name__}, not a danaus job")
-    return job
-
-
-def job_load(filename: str) -> JobTrait:
-    """The job saved by ``JobTrait.dump(filename)``."""
-    with open(filename, "rb") as f:
-        return job_loads(f.read())
-
-
 def _load_cached(cached_path: str | None, spec: JobTrait) -> JobTrait | None:
-    """The running job cached at ``cached_path`` if it can run ``spec``, else None."""
+    """The running job cached at ``cached_path`` if it can run ``spec``, else None.
+
+    ``ValueError`` (naming the file and the fix) if the file is not this user's own
+    private file in a directory only this user can write, or not a job state."""
     if cached_path is None:
         return None
     try:
-        job = job_load(cached_path)
+        data = statefile.read(cached_path)
     except FileNotFoundError:
         return None
-    running = job._running
+    kind, fields = statefile.decode(data, repr(cached_path))
+    if kind != spec._kind():
+        return None  # another kind of job: left alone, and replaced by ours
+    running = type(spec)._restore(fields)
     if running is None or not running.can_run(spec) or not running._still_running():
         return None  # another spec's job: left alone, and replaced by ours
     return running
@@ -319,9 +349,18 @@ def _load_cached(cached_path: str | None, spec: JobTrait) -> JobTrait | None:
 class LocalJob(JobTrait):
     """Every mesh is this machine (``this_host()``)."""
 
+    _KIND = "LocalJob"
+
     def __init__(self, hosts: Sequence[str] = ("hosts",)) -> None:
         super().__init__()
         self._names = list(hosts)
+
+    def _to_doc(self) -> dict[str, Any]:
+        return {**super()._to_doc(), "meshes": self._names}
+
+    def _from_doc(self, fields: Fields) -> None:
+        super()._from_doc(fields)
+        self._names = fields.text_list("meshes")
 
     def _spec(self) -> Any:
         return self._names
@@ -340,6 +379,23 @@ class StartedWorker:
     host: str
     address: str
     pid: int
+
+
+def _str_list(value: Any) -> list[str]:
+    return list(
+        checked(value, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+    )
+
+
+def _started_workers(value: Any) -> list[StartedWorker]:
+    return [
+        StartedWorker(
+            checked(w["host"], lambda v: isinstance(v, str)),
+            checked(w["address"], lambda v: isinstance(v, str)),
+            checked(w["pid"], lambda v: isinstance(v, int) and not isinstance(v, bool)),
+        )
+        for w in checked(value, lambda v: isinstance(v, list))
+    ]
 
 
 def _check_mesh_name(name: Any) -> None:
@@ -362,6 +418,30 @@ class _DetachedWorkersJob(JobTrait):
         self._workers: dict[str, list[StartedWorker]] = {}
         self.client_pid: int | None = None  # the batch client (apply(client_script=...))
         self.client_log: str | None = None
+
+    def _to_doc(self) -> dict[str, Any]:
+        workers = {
+            name: [{"host": w.host, "address": w.address, "pid": w.pid} for w in ws]
+            for name, ws in self._workers.items()
+        }
+        return {
+            **super()._to_doc(),
+            "hosts": self._hosts,
+            "secret": self._secret,
+            "workers": workers,
+            "client_pid": self.client_pid,
+            "client_log": self.client_log,
+        }
+
+    def _from_doc(self, fields: Fields) -> None:
+        super()._from_doc(fields)
+        self._hosts = fields.mapping("hosts", _str_list, "lists of host names")
+        self._secret = fields.text("secret")
+        self._workers = fields.mapping(
+            "workers", _started_workers, 'lists of workers {"host", "address", "pid"}'
+        )
+        self.client_pid = fields.opt_integer("client_pid")
+        self.client_log = fields.opt_text("client_log")
 
     def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
         """``(argv, env)`` that runs ``danaus worker --detach`` for ``host``."""
@@ -468,9 +548,12 @@ class _DetachedWorkersJob(JobTrait):
 
 
 # Runs in a short-lived launcher: the client becomes nobody's child here, in its own session.
+# Its log is new and its owner's only (it holds every proc's output, maybe the dashboard's
+# token): created O_EXCL | O_NOFOLLOW, mode 600.
 _LAUNCH = (
-    "import subprocess, sys\n"
-    "out = open(sys.argv[1], 'ab')\n"
+    "import os, subprocess, sys\n"
+    "flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW\n"
+    "out = os.fdopen(os.open(sys.argv[1], flags, 0o600), 'ab')\n"
     "p = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL, stdout=out,\n"
     "                     stderr=subprocess.STDOUT, start_new_session=True)\n"
     "print(p.pid)\n"
@@ -478,8 +561,9 @@ _LAUNCH = (
 
 
 def start_detached(argv: list[str], log: str) -> int:
-    """Start ``argv`` in a session of its own, output to ``log``; its pid. It is not
-    this process's child, so it outlives this process and needs no reaping."""
+    """Start ``argv`` in a session of its own, output to ``log`` (a new file, mode 600);
+    its pid. It is not this process's child, so it outlives this process and needs no
+    reaping."""
     out = subprocess.run(
         [sys.executable, "-c", _LAUNCH, log, *argv],
         stdin=subprocess.DEVNULL,
@@ -498,6 +582,14 @@ def _text(data: Any) -> str:
     return (data or "").strip()
 
 
+def _count(value: Any) -> int:
+    return int(checked(value, lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0))
+
+
+def _string(value: Any) -> str:
+    return str(checked(value, lambda v: isinstance(v, str)))
+
+
 class ProcessJob(_DetachedWorkersJob):
     """Hosts as local ``danaus worker`` processes, for development and tests.
 
@@ -507,6 +599,8 @@ class ProcessJob(_DetachedWorkersJob):
     client can reconnect to them through the cached job state.
     """
 
+    _KIND = "ProcessJob"
+
     def __init__(self, meshes: Mapping[str, int], env: Mapping[str, str] | None = None) -> None:
         for name, n in meshes.items():
             _check_mesh_name(name)
@@ -515,6 +609,14 @@ class ProcessJob(_DetachedWorkersJob):
         super().__init__({name: ["127.0.0.1"] * n for name, n in meshes.items()})
         self._sizes = dict(meshes)
         self._env = dict(env or {})
+
+    def _to_doc(self) -> dict[str, Any]:
+        return {**super()._to_doc(), "sizes": self._sizes, "env": self._env}
+
+    def _from_doc(self, fields: Fields) -> None:
+        super()._from_doc(fields)
+        self._sizes = fields.mapping("sizes", _count, "host counts")
+        self._env = fields.mapping("env", _string, "strings")
 
     def _spec(self) -> Any:
         return (self._sizes, self._env)
@@ -578,6 +680,8 @@ class SSHJob(_DetachedWorkersJob):
     the workers over ssh.
     """
 
+    _KIND = "SSHJob"
+
     def __init__(
         self,
         hosts: Sequence[str] | Mapping[str, Sequence[str]],
@@ -607,11 +711,27 @@ class SSHJob(_DetachedWorkersJob):
         self._ssh_args = list(ssh_args)
         self._port = port
 
+    def _to_doc(self) -> dict[str, Any]:
+        return {
+            **super()._to_doc(),
+            "python_exe": self._python_exe,
+            "ssh_args": self._ssh_args,
+            "port": self._port,
+        }
+
+    def _from_doc(self, fields: Fields) -> None:
+        super()._from_doc(fields)
+        self._python_exe = fields.text("python_exe")
+        self._ssh_args = fields.text_list("ssh_args")
+        self._port = fields.integer("port")
+
     def _spec(self) -> Any:
         return (self._hosts, self._python_exe, self._ssh_args, self._port)
 
     def _ssh(self, host: str, command: list[str]) -> list[str]:
-        return ["ssh", *self._ssh_args, "-o", "BatchMode=yes", host, shlex.join(command)]
+        # "--": a host that starts with "-" ("-oProxyCommand=...") is a destination, not
+        # an option of ssh's.
+        return ["ssh", *self._ssh_args, "-o", "BatchMode=yes", "--", host, shlex.join(command)]
 
     def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
         listen = f"tcp://{_resolve(host)}:{self._port}"

@@ -15,12 +15,14 @@ import shlex
 import subprocess
 import sys
 import time
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
-from .jobs import JobTrait, _check_mesh_name, _job_secret, client_argv, worker_port
+from .jobs import JobTrait, _check_mesh_name, _count, _job_secret, client_argv, worker_port
+from .statefile import Fields
 
 __all__ = ["SlurmError", "SlurmJob", "node_addresses"]
 
@@ -74,7 +76,15 @@ class SlurmJob(JobTrait):
     first, so the client's ``SlurmJob(same arguments).state()`` attaches to
     its own allocation. The allocation ends when the client exits, with the
     client's exit code; ``kill()`` in the client does not cancel it.
+
+    Every value that goes into the batch script is checked: ``time_limit``,
+    ``partition``, ``mem``, ``account`` and ``qos`` must be one word (no
+    whitespace or control characters), ``log_dir``, ``python_exe`` and each of
+    ``slurm_args`` must hold no control characters (a newline would start a
+    line of shell in the script); ``ValueError`` names the field otherwise.
     """
+
+    _KIND = "SlurmJob"
 
     def __init__(
         self,
@@ -108,9 +118,27 @@ class SlurmJob(JobTrait):
         if isinstance(slurm_args, str):
             raise TypeError(f"slurm_args must be a list of options, got the string {slurm_args!r}")
         for arg in slurm_args:
-            if not isinstance(arg, str) or not arg.startswith("-") or "\n" in arg:
+            if not isinstance(arg, str) or not arg.startswith("-") or _has_control(arg):
                 raise ValueError(
-                    f"each of slurm_args must be one sbatch option ('--x=y'), got {arg!r}"
+                    f"each of slurm_args must be one sbatch option ('--x=y') without control "
+                    f"characters (newlines, tabs...), got {arg!r}"
+                )
+        time_limit, partition, mem, account, qos = (
+            _sbatch_word(label, value)
+            for label, value in (
+                ("time_limit", time_limit),
+                ("partition", partition),
+                ("mem", mem),
+                ("account", account),
+                ("qos", qos),
+            )
+        )
+        log_dir = os.path.abspath(log_dir if log_dir is not None else os.getcwd())
+        for label, text in (("python_exe", python_exe), ("log_dir", log_dir)):
+            if not isinstance(text, str) or not text or _has_control(text):
+                raise ValueError(
+                    f"{label} must be a non-empty path without control characters (newlines, "
+                    f"tabs...): it goes into the batch script; got {text!r}"
                 )
         for label, value in (
             ("ntasks_per_node", ntasks_per_node),
@@ -125,7 +153,12 @@ class SlurmJob(JobTrait):
             raise ValueError(
                 f"job_start_timeout must be > 0 seconds or None, got {job_start_timeout!r}"
             )
-        if not job_name or any(c.isspace() for c in job_name):
+        if (
+            not isinstance(job_name, str)
+            or not job_name
+            or any(c.isspace() for c in job_name)
+            or _has_control(job_name)
+        ):
             raise ValueError(f"job_name must be a non-empty word, got {job_name!r}")
         self._sizes = dict(meshes)
         self._python_exe = python_exe
@@ -135,7 +168,7 @@ class SlurmJob(JobTrait):
         self._ntasks_per_node = ntasks_per_node
         self._time_limit = time_limit
         self._partition = partition
-        self._log_dir = os.path.abspath(log_dir if log_dir is not None else os.getcwd())
+        self._log_dir = log_dir
         self._exclusive = exclusive
         self._gpus_per_node = gpus_per_node
         self._cpus_per_task = cpus_per_task
@@ -164,6 +197,57 @@ class SlurmJob(JobTrait):
             self._account,
             self._qos,
         )
+
+    # -- saving (JobTrait.dump) -------------------------------------------------------
+
+    def _to_doc(self) -> dict[str, Any]:
+        return {
+            **super()._to_doc(),
+            "sizes": self._sizes,
+            "python_exe": self._python_exe,
+            "slurm_args": self._slurm_args,
+            "port": self._port,
+            "job_name": self._job_name,
+            "ntasks_per_node": self._ntasks_per_node,
+            "time_limit": self._time_limit,
+            "partition": self._partition,
+            "log_dir": self._log_dir,
+            "exclusive": self._exclusive,
+            "gpus_per_node": self._gpus_per_node,
+            "cpus_per_task": self._cpus_per_task,
+            "mem": self._mem,
+            "job_start_timeout": self._job_start_timeout,
+            "account": self._account,
+            "qos": self._qos,
+            "secret": self._secret,
+            "job_id": self.job_id,
+            "nodes": [[name, addr] for name, addr in self._nodes],
+            "client": self._client,
+        }
+
+    def _from_doc(self, fields: Fields) -> None:
+        super()._from_doc(fields)
+        self._sizes = fields.mapping("sizes", _count, "node counts")
+        self._python_exe = fields.text("python_exe")
+        self._slurm_args = fields.text_list("slurm_args")
+        self._port = fields.integer("port")
+        self._job_name = fields.text("job_name")
+        self._ntasks_per_node = fields.integer("ntasks_per_node")
+        self._time_limit = fields.opt_text("time_limit")
+        self._partition = fields.opt_text("partition")
+        self._log_dir = fields.text("log_dir")
+        self._exclusive = fields.boolean("exclusive")
+        self._gpus_per_node = fields.opt_integer("gpus_per_node")
+        self._cpus_per_task = fields.opt_integer("cpus_per_task")
+        self._mem = fields.opt_text("mem")
+        self._job_start_timeout = fields.opt_number("job_start_timeout")
+        self._account = fields.opt_text("account")
+        self._qos = fields.opt_text("qos")
+        self._secret = fields.text("secret")
+        self.job_id = fields.opt_text("job_id")
+        nodes = fields.get("nodes", _is_node_list, "a list of [node name, address] pairs")
+        self._nodes = [(str(name), str(addr)) for name, addr in nodes]
+        self._client = fields.opt_text_list("client")
 
     # -- the batch script ------------------------------------------------------------
 
@@ -415,6 +499,37 @@ def node_addresses(nodelist: str) -> dict[str, str]:
         if fields.get("NodeName") and fields.get("NodeAddr"):
             addrs[fields["NodeName"]] = fields["NodeAddr"]
     return addrs
+
+
+def _is_node_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(n, list) and len(n) == 2 and all(isinstance(x, str) for x in n) for n in value
+    )
+
+
+def _has_control(text: str) -> bool:
+    """Whether ``text`` holds a control character (a newline ends an ``#SBATCH`` line)."""
+    return any(unicodedata.category(c) == "Cc" or c in "\u2028\u2029" for c in text)
+
+
+def _sbatch_word(label: str, value: Any) -> str | None:
+    """``value`` of the sbatch option ``label`` as one word for its ``#SBATCH`` line."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # time_limit=60 (minutes), mem=16000 (MB): Slurm's own forms
+    if (
+        not isinstance(value, str)
+        or not value
+        or any(c.isspace() for c in value)
+        or _has_control(value)
+    ):
+        raise ValueError(
+            f"{label} must be one word for its #SBATCH line (no whitespace or control "
+            f"characters: a newline would start a line of shell in the batch script), "
+            f"got {value!r}"
+        )
+    return value
 
 
 def _bracket(addr: str) -> str:
