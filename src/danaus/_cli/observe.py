@@ -5,6 +5,12 @@ Both talk to a client's dashboard (``danaus.dashboard.serve()`` or
 they find it through the ``dashboard.json`` file the dashboard keeps in the
 user's private danaus directory on this machine; if several clients serve
 one, they list them and ask for ``--url``.
+
+The token never needs to be on the command line, where every user of the
+machine sees it (``ps``): with ``--url http://HOST:PORT/`` the token comes
+from ``--token-file FILE`` (a file of the user's own, mode 600) or
+``$DANAUS_DASHBOARD_TOKEN``. A URL that carries ``?token=`` still works, with a
+warning. The token is sent in an ``Authorization`` header, not in the URL.
 """
 
 from __future__ import annotations
@@ -22,10 +28,17 @@ import urllib.request
 from typing import Any
 
 from .. import _config as config
+from .._transport.owned import read_owned
 
 __all__ = ["add_observe_commands", "run_observe_command"]
 
 COMMANDS = ("top", "stack")
+TOKEN_ENV = "DANAUS_DASHBOARD_TOKEN"
+URL_HELP = (
+    "the dashboard's URL, http://HOST:PORT/ (default: find it); its token comes from "
+    f"--token-file or ${TOKEN_ENV}, never the command line, where `ps` shows it to all"
+)
+TOKEN_FILE_HELP = f"a file of yours (mode 600) holding the dashboard's token (else ${TOKEN_ENV})"
 
 
 def add_observe_commands(sub: Any) -> None:
@@ -36,7 +49,8 @@ def add_observe_commands(sub: Any) -> None:
         "rates, queue depths and latencies, refreshing. The client must serve its dashboard "
         "(danaus.dashboard.serve() or DANAUS_DASHBOARD=1).",
     )
-    top.add_argument("--url", help="the dashboard's URL with its token (default: find it)")
+    top.add_argument("--url", help=URL_HELP)
+    top.add_argument("--token-file", help=TOKEN_FILE_HELP)
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
     top.add_argument("--once", action="store_true", help="print once and exit")
     top.add_argument("--iterations", type=int, default=0, help="stop after N refreshes (0: never)")
@@ -51,12 +65,13 @@ def add_observe_commands(sub: Any) -> None:
     stack.add_argument("mesh", nargs="?", help="actor mesh name (or proc mesh index)")
     stack.add_argument("coords", nargs="?", default="", help="e.g. gpus=1 or 0,1 (default: all)")
     stack.add_argument("--proc", action="append", help="a proc by name (repeatable)")
-    stack.add_argument("--url", help="the dashboard's URL with its token (default: find it)")
+    stack.add_argument("--url", help=URL_HELP)
+    stack.add_argument("--token-file", help=TOKEN_FILE_HELP)
 
 
 def run_observe_command(args: argparse.Namespace) -> int:
     try:
-        url = args.url or find_dashboard()
+        url = dashboard_url(args)
         if args.command == "top":
             return _top(url, args)
         return _stack(url, args)
@@ -67,6 +82,46 @@ def run_observe_command(args: argparse.Namespace) -> int:
 
 class DashboardError(Exception):
     """No dashboard to talk to, or it refused or failed the request."""
+
+
+def _with_token(url: str, token: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    query["token"] = token
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
+
+
+def dashboard_url(args: argparse.Namespace) -> str:
+    """The dashboard to ask, its token in its query (kept in this process: ``api`` sends
+    it in a header): ``--url`` with the token of ``--token-file``, of the URL itself or
+    of ``$DANAUS_DASHBOARD_TOKEN``; else the one this user's clients serve here."""
+    token = None
+    if args.token_file:
+        try:
+            token = read_owned(args.token_file, "the token file").decode().strip()
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DashboardError(f"cannot read the token from --token-file: {e}") from None
+        if not token:
+            raise DashboardError(f"the token file {args.token_file!r} is empty")
+    if not args.url:
+        url = find_dashboard()
+        return _with_token(url, token) if token else url
+    given = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(args.url).query)).get("token")
+    if given:
+        print(
+            f"danaus {args.command}: warning: the token in --url is visible to every user of "
+            f"this machine (ps); pass the URL without it and the token in ${TOKEN_ENV} or "
+            "--token-file",
+            file=sys.stderr,
+        )
+    token = token or given or os.environ.get(TOKEN_ENV) or None
+    if token is None:
+        raise DashboardError(
+            f"--url {args.url} carries no token and none was given: put the dashboard's "
+            f"token (the token= of its URL) in ${TOKEN_ENV}, or in a file only you can "
+            "read named by --token-file"
+        )
+    return _with_token(args.url, token)
 
 
 def find_dashboard() -> str:
@@ -96,15 +151,18 @@ def find_dashboard() -> str:
 
 
 def api(url: str, path: str, params: dict[str, Any] | None = None, timeout: float = 60.0) -> Any:
-    """GET ``path`` of the dashboard at ``url`` (which carries the token); the JSON answer."""
+    """GET ``path`` of the dashboard at ``url`` (which carries the token, sent in an
+    ``Authorization`` header rather than the request's URL); the JSON answer."""
     parts = urllib.parse.urlsplit(url)
     query = dict(urllib.parse.parse_qsl(parts.query))
+    token = query.pop("token", "")
     query.update({k: v for k, v in (params or {}).items() if v is not None})
     target = urllib.parse.urlunsplit(
         (parts.scheme, parts.netloc, path, urllib.parse.urlencode(query, doseq=True), "")
     )
+    request = urllib.request.Request(target, headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(target, timeout=timeout) as r:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return json.load(r)
     except urllib.error.HTTPError as e:
         body = e.read().decode(errors="replace")
