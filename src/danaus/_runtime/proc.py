@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 from .. import _config as config
+from .._transport.secret_env import SECRET_ENV, forget_environ_secret
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Ready
@@ -46,7 +47,10 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         error = f"proc {name} could not be bound as proc_bind said ({boot.get('bind')}): {e}"
     os.environ.update(boot.get("env", {}))
     # User code in this proc has no business with the job secret: the runtime keeps it.
-    os.environ.pop("DANAUS_SECRET", None)
+    # (Its agent forgot the variable before forking the zygote; this is for an
+    # environment that still brought it, e.g. from the boot's ``env``.)
+    if SECRET_ENV in os.environ:
+        forget_environ_secret()
     secret = boot.pop("secret", None)
     for entry in boot.get("sys_path", ()):
         if entry not in sys.path and (not boot.get("remote") or _safe_path_entry(entry)):
