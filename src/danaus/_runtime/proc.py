@@ -27,7 +27,7 @@ from . import binding
 from . import node as _node
 from .runtime import Runtime
 
-__all__ = ["current", "proc_main", "stop_proc"]
+__all__ = ["current", "path_entry_problem", "proc_main", "stop_proc"]
 
 _exit_code = 0
 
@@ -95,13 +95,24 @@ def _safe_path_entry(entry: str) -> bool:
     module that this proc would import. ``DANAUS_TRUST_SYS_PATH=1`` on the worker
     takes every entry as it comes (the documented opt-in).
     """
+    return path_entry_problem(entry) is None
+
+
+def path_entry_problem(entry: str) -> str | None:
+    """Why ``entry`` may not go on this proc's ``sys.path`` (see ``_safe_path_entry``),
+    or ``None`` when it may: ``"it does not exist"``, ``"it belongs to uid N, ..."``
+    or ``"group or others may write to it (mode 0o...)"``."""
     if config.get("trust_sys_path"):
-        return True
+        return None
     try:
         st = os.stat(entry)
     except (OSError, ValueError):
-        return False
-    return st.st_uid in (0, os.getuid()) and not st.st_mode & 0o022
+        return "it does not exist"
+    if st.st_uid not in (0, os.getuid()):
+        return f"it belongs to uid {st.st_uid}, neither this user (uid {os.getuid()}) nor root"
+    if st.st_mode & 0o022:
+        return f"group or others may write to it (mode {oct(st.st_mode & 0o7777)})"
+    return None
 
 
 async def _await(aw: Any) -> Any:
