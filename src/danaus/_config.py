@@ -291,7 +291,8 @@ SETTINGS: tuple[Setting, ...] = (
         "bool",
         False,
         "On a worker, put every entry of the client's sys.path on the procs' sys.path, "
-        "even ones that are missing here or writable by others.",
+        "even ones that are missing here or writable by others; and let sync_workspace "
+        "use workspace directories that another user owns or may write to.",
     ),
     Setting(
         "socket_dir",

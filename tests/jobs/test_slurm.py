@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 
 import pytest
@@ -24,11 +26,11 @@ CLIENT = """
                     "netns": os.stat("/proc/self/ns/net").st_ino,
                     "gpus": env.get("SLURM_GPUS_ON_NODE")}
 
-    def cmdlines_with(secret):
+    def procs_with(secret, what):
         found = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                with open(f"/proc/{pid}/{what}", "rb") as f:
                     if secret.encode() in f.read():
                         found.append(int(pid))
             except OSError:
@@ -46,7 +48,11 @@ CLIENT = """
     answers = list(procs.spawn("where", Where).where.call().get(timeout=30).values())
     print(json.dumps({
         "job_id": job.job_id, "nodes": job.nodes, "answers": answers,
-        "secret": job._secret, "secret_in_cmdlines": cmdlines_with(job._secret),
+        "secret": job._secret, "secret_in_cmdlines": procs_with(job._secret, "cmdline"),
+        # The nodes share this machine's /proc: sbatch, the batch script, srun, the
+        # workers, their zygotes and procs (issue 26, F7).
+        "secret_in_environs": procs_with(job._secret, "environ"),
+        "secret_file": job._secret_path,
     }), flush=True)
     sys.stdin.readline()  # the test looks at the running job, then lets us kill it
     job.kill()
@@ -91,6 +97,10 @@ def test_slurm_job_runs_actors_on_the_allocation_and_kill_cancels_it(
     # The secret is in no command line and not in the script Slurm keeps. (The test
     # cluster has no accounting database, so Slurm drops --qos: the script shows it.)
     assert result["secret_in_cmdlines"] == []
+    # Nor in any process's environment: the workers read it from a file only the user
+    # can read, removed when the job ends.
+    assert result["secret_in_environs"] == []
+    assert stat.S_IMODE(os.stat(result["secret_file"]).st_mode) == 0o600
     script = slurm.run("scontrol", "write", "batch_script", job_id, "-")
     assert script.returncode == 0, script.stderr
     assert "danaus worker" in script.stdout and result["secret"] not in script.stdout
@@ -100,6 +110,7 @@ def test_slurm_job_runs_actors_on_the_allocation_and_kill_cancels_it(
     _, err = client.communicate(timeout=30)
     assert client.returncode == 0, err
     wait_until(lambda: slurm.job_state(job_id) == "CANCELLED", "the job being cancelled")
+    assert not os.path.exists(result["secret_file"])
 
 
 @pytest.mark.parametrize(

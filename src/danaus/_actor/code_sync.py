@@ -16,6 +16,19 @@ locally and reruns without a shared file system::
 Only files whose content hash differs travel, over the mesh's authenticated
 connections (ordinary actor messages). Procs spawned later get ``root/dst`` on
 ``sys.path`` before any actor runs (a bootstrap the mesh adds).
+
+What lands on a host goes first on its procs' ``sys.path``, so the rules of
+``sys.path`` apply (``_runtime/proc.py``'s ``path_entry_problem``): the
+workspace root, each ``root/dst`` and every directory written under it must
+belong to the user or root and be writable by no one else (else
+``PermissionError``, naming the directory and the fix; directories it creates
+are 0755); files keep their mode without group and other write bits (and
+without set-id bits). On the client, a symbolic link that leads out of its
+workspace directory (``~/.ssh`` linked into a project) is left out, and listed
+in the ``SyncReport``, unless ``Workspace(follow_symlinks=True)``; a link
+inside it is followed (its target's content is sent under the link's name; a
+link back to an ancestor is not walked twice). On the hosts, links are never
+followed out of ``root/dst``, neither to report, write nor delete files.
 """
 
 from __future__ import annotations
@@ -36,11 +49,12 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import _config as config
+from .._runtime.proc import path_entry_problem
 from .actor import Actor
 from .context import current_rank
 from .endpoint import endpoint
 
-__all__ = ["SyncReport", "Workspace", "workspace_root"]
+__all__ = ["SyncReport", "Workspace", "check_private_dir", "workspace_root"]
 
 _SKIP_DIRS = {"__pycache__"}
 _SKIP_SUFFIXES = (".pyc", ".pyo")
@@ -54,14 +68,24 @@ class Workspace:
     names the remote directory (``""``: ``ROOT`` itself). ``ROOT`` is each
     host's setting ``workspace_dir``. ``env`` is accepted for Monarch
     compatibility; danaus does not sync environments (``conda=True`` raises).
+
+    ``follow_symlinks`` (danaus's own): a symbolic link whose target lies
+    outside its directory is left out unless ``True`` (a link to ``~/.ssh``
+    would otherwise ship your keys to every host); links inside it are
+    followed either way.
     """
 
     def __init__(
         self,
         dirs: Sequence[Path | str] | Mapping[Path | str, str] | None = None,
         env: Any = None,
+        *,
+        follow_symlinks: bool = False,
     ) -> None:
+        if not isinstance(follow_symlinks, bool):
+            raise TypeError(f"follow_symlinks must be True or False, got {follow_symlinks!r}")
         self.env = env
+        self.follow_symlinks = follow_symlinks
         self.dirs: dict[Path, str] = {}
         if dirs is None:
             return
@@ -83,19 +107,28 @@ class Workspace:
         return Workspace()
 
     def merge(self, outdir: str | Path) -> None:
-        """Copy the directories into ``outdir`` as they would be placed under a host's root."""
+        """Copy the directories into ``outdir`` as they would be placed under a host's root
+        (the files a sync sends, with the modes it gives them)."""
         import shutil
 
         out = Path(outdir)
         out.mkdir(parents=True, exist_ok=True)
         for src, dst in self.dirs.items():
-            shutil.copytree(src, out / dst, dirs_exist_ok=True)
+            for rel, path, st in _files(src, self.follow_symlinks):
+                target = out.joinpath(dst, *rel.split("/"))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                os.chmod(target, _file_mode(st.st_mode))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Workspace) and (self.env, self.dirs) == (other.env, other.dirs)
+        return isinstance(other, Workspace) and (
+            self.env,
+            self.dirs,
+            self.follow_symlinks,
+        ) == (other.env, other.dirs, other.follow_symlinks)
 
     def __hash__(self) -> int:
-        return hash(tuple(self.dirs.items()))
+        return hash((tuple(self.dirs.items()), self.follow_symlinks))
 
     def __repr__(self) -> str:
         return f"Workspace(dirs={ {str(k): v for k, v in self.dirs.items()}!r})"
@@ -124,19 +157,87 @@ def _remote_dir(dst: str) -> Path:
     return workspace_root() / dst if dst else workspace_root()
 
 
-def _files(top: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
-    """``(relative posix path, path, stat)`` of every regular file under ``top``
-    (caches skipped; one ``stat`` per file; symbolic links followed)."""
+def _file_mode(mode: int) -> int:
+    """The mode a synced file gets: its permission bits, less group/other write and set-id."""
+    return stat.S_IMODE(mode) & 0o755
 
-    def walk(d: str, prefix: str) -> Iterator[tuple[str, Path, os.stat_result]]:
+
+def check_private_dir(path: Path) -> None:
+    """Raise ``PermissionError`` unless ``path`` (a directory of the workspace on this
+    host) may hold code for ``sys.path``: the same rule as ``sys.path`` entries sent
+    by a client (``path_entry_problem``), a missing directory aside."""
+    problem = path_entry_problem(str(path))
+    if problem is not None and problem != "it does not exist":
+        raise PermissionError(
+            f"refusing to use {str(path)!r} as a workspace directory: {problem}, so "
+            "another user could plant a module that every proc of the job imports. "
+            "Use a directory only you (or root) own and can write to (chmod go-w "
+            f"{path}), or point the setting workspace_dir (DANAUS_WORKSPACE_DIR) at "
+            "one; DANAUS_TRUST_SYS_PATH=1 accepts it anyway"
+        )
+
+
+def _make_private_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents, each 0755 whatever the umask's group bits."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d, 0o755)
+
+
+def _destination(dst: str) -> Path:
+    """``ROOT/dst``, created if missing, after checking ``ROOT`` and it (see
+    ``check_private_dir``)."""
+    top = _remote_dir(_check_dst(dst))
+    _make_private_dirs(top)
+    root = workspace_root()
+    check_private_dir(root)
+    if top != root:
+        check_private_dir(top)
+    return top
+
+
+def _within(path: str, real_top: str) -> bool:
+    real = os.path.realpath(path)
+    return real == real_top or real.startswith(real_top.rstrip(os.sep) + os.sep)
+
+
+def _files(
+    top: Path, follow_symlinks: bool = False, skipped: list[str] | None = None
+) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """``(relative posix path, path, stat)`` of every regular file under ``top``
+    (caches skipped; one ``stat`` per file). A symbolic link is followed if its
+    target lies inside ``top`` or ``follow_symlinks``; otherwise its relative path
+    goes to ``skipped``. A directory already being walked (a link back up) is not
+    walked again."""
+    real_top = os.path.realpath(top)
+
+    def walk(
+        d: str, prefix: str, above: frozenset[tuple[int, int]]
+    ) -> Iterator[tuple[str, Path, os.stat_result]]:
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             return
         for e in entries:
+            if e.is_symlink() and not follow_symlinks and not _within(e.path, real_top):
+                if skipped is not None:
+                    skipped.append(f"{prefix}{e.name}")
+                continue
             if e.is_dir():
-                if e.name not in _SKIP_DIRS:
-                    yield from walk(e.path, f"{prefix}{e.name}/")
+                if e.name in _SKIP_DIRS:
+                    continue
+                try:
+                    st = e.stat()
+                except OSError:
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if key not in above:
+                    yield from walk(e.path, f"{prefix}{e.name}/", above | {key})
             elif not e.name.endswith(_SKIP_SUFFIXES):
                 try:
                     st = e.stat()
@@ -145,7 +246,11 @@ def _files(top: Path) -> Iterator[tuple[str, Path, os.stat_result]]:
                 if stat.S_ISREG(st.st_mode):
                     yield f"{prefix}{e.name}", Path(e.path), st
 
-    yield from walk(str(top), "")
+    try:
+        top_st = os.stat(top)
+    except OSError:
+        return
+    yield from walk(str(top), "", frozenset({(top_st.st_dev, top_st.st_ino)}))
 
 
 def _digest(path: Path) -> str:
@@ -163,6 +268,7 @@ class _Local:
     src: Path
     dst: str
     files: dict[str, tuple[str, int, Path]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # links left out
 
 
 def check_dirs(workspace: Workspace) -> None:
@@ -188,7 +294,7 @@ def _scan(workspace: Workspace, known: dict[str, tuple[int, int, str]]) -> list[
     out = []
     for src, dst in workspace.dirs.items():
         local = _Local(src, dst)
-        for rel, path, st in _files(src):
+        for rel, path, st in _files(src, workspace.follow_symlinks, local.skipped):
             key = str(path)
             seen = known.get(key)
             if seen is not None and seen[:2] == (st.st_mtime_ns, st.st_size):
@@ -196,7 +302,7 @@ def _scan(workspace: Workspace, known: dict[str, tuple[int, int, str]]) -> list[
             else:
                 digest = _digest(path)
                 known[key] = (st.st_mtime_ns, st.st_size, digest)
-            local.files[rel] = (digest, stat.S_IMODE(st.st_mode), path)
+            local.files[rel] = (digest, _file_mode(st.st_mode), path)
         out.append(local)
     return out
 
@@ -214,8 +320,17 @@ def _module_name(rel: str) -> str | None:
 
 
 def add_to_sys_path(dsts: Sequence[str]) -> list[str]:
-    """Put ``ROOT/dst`` for each of ``dsts`` first on ``sys.path`` (once); returns them."""
-    paths = [str(_remote_dir(d)) for d in dsts]
+    """Put ``ROOT/dst`` for each of ``dsts`` first on ``sys.path`` (once); returns them.
+
+    A directory that does not exist (nothing synced there) is left out; one that
+    another user owns or may write to raises ``PermissionError`` (``check_private_dir``),
+    before ``sys.path`` changes."""
+    paths = []
+    for d in dsts:
+        path = _remote_dir(d)
+        check_private_dir(path)
+        if path.is_dir():
+            paths.append(str(path))
     for p in reversed(paths):
         if p in sys.path:
             sys.path.remove(p)
@@ -248,10 +363,11 @@ class CodeSyncActor(Actor):
 
     @endpoint
     def manifest(self, dsts: list[str]) -> tuple[str, dict[str, dict[str, str]]]:
-        """``(root, {dst: {relative path: sha256}})`` of what this host holds."""
+        """``(root, {dst: {relative path: sha256}})`` of what this host holds (each
+        ``ROOT/dst`` created and checked first: a refused one fails the sync at once)."""
         out: dict[str, dict[str, str]] = {}
         for dst in dsts:
-            top = _remote_dir(_check_dst(dst))
+            top = _destination(dst)
             out[dst] = {rel: self._hash(p, st) for rel, p, st in _files(top)}
         return str(workspace_root()), out
 
@@ -259,23 +375,38 @@ class CodeSyncActor(Actor):
     def write(
         self, dst: str, files: list[tuple[str, bytes, int]], deletes: list[str]
     ) -> tuple[int, int]:
-        """Write ``files`` (relative path, content, mode) under ``ROOT/dst``, delete ``deletes``."""
-        top = _remote_dir(_check_dst(dst))
-        top.mkdir(parents=True, exist_ok=True)
+        """Write ``files`` (relative path, content, mode) under ``ROOT/dst``, delete ``deletes``.
+
+        Every directory written into is checked as ``ROOT/dst`` is, and must lie
+        inside it once links are resolved; modes lose group/other write and set-id."""
+        top = _destination(dst)
+        real_top = os.path.realpath(top)
         written = 0
         made: set[Path] = {top}
+
+        def checked_parent(path: Path, create: bool) -> None:
+            if path.parent in made:
+                return
+            if create:
+                _make_private_dirs(path.parent)
+            if not _within(str(path.parent), real_top):
+                raise PermissionError(
+                    f"refusing to write {str(path)!r}: a symbolic link there leads out of "
+                    f"the workspace directory {str(top)!r}"
+                )
+            check_private_dir(path.parent)
+            made.add(path.parent)
+
         for rel, data, mode in files:
             path = _inside(top, rel)
-            if path.parent not in made:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                made.add(path.parent)
+            checked_parent(path, create=True)
             tmp = f"{path.parent}/.{path.name}.danaus-sync-{secrets.token_hex(4)}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)
+                os.fchmod(fd, _file_mode(mode))
                 st = os.fstat(fd)
             finally:
                 os.close(fd)
@@ -287,6 +418,9 @@ class CodeSyncActor(Actor):
             written += 1
         for rel in deletes:
             path = _inside(top, rel)
+            if not path.parent.is_dir():
+                continue  # gone already
+            checked_parent(path, create=False)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             self._hashes.pop(str(path), None)
@@ -330,13 +464,16 @@ class WorkspaceReloader(Actor):
 @dataclass(frozen=True)
 class SyncReport:
     """What one ``sync_workspace`` did: files and bytes sent and deleted (summed over
-    hosts), the hosts' workspace roots, and the modules reloaded in running procs."""
+    hosts), the hosts' workspace roots, the modules reloaded in running procs, and
+    the local symbolic links left out because they lead out of their directory
+    (``Workspace(follow_symlinks=True)`` sends what they point to)."""
 
     files_sent: int
     bytes_sent: int
     files_deleted: int
     roots: tuple[str, ...]
     reloaded: tuple[str, ...]
+    skipped_links: tuple[str, ...] = ()
 
 
 def sync(
@@ -387,7 +524,8 @@ def sync(
     for f in pending:
         f.get(timeout=timeout)
     reloaded = _reload(proc_meshes, reloaders, dsts, sorted(changed), timeout)
-    return SyncReport(files_sent, bytes_sent, files_deleted, tuple(roots), tuple(reloaded))
+    skipped = tuple(str(d.src / rel) for d in locals_ for rel in d.skipped)
+    return SyncReport(files_sent, bytes_sent, files_deleted, tuple(roots), tuple(reloaded), skipped)
 
 
 def _key(plan: list[tuple[_Local, list[str], list[str]]]) -> list[tuple[str, list[str], list[str]]]:

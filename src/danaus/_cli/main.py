@@ -11,13 +11,13 @@ __all__ = ["main"]
 def _worker(args: argparse.Namespace) -> int:
     import os
 
+    secret = None
     if args.secret_file == "-":  # the secret arrives on stdin, never on a command line
         secret = sys.stdin.readline().strip()
         if not secret:
             print("danaus worker: --secret-file - but stdin held no secret", file=sys.stderr)
             return 2
-        os.environ["DANAUS_SECRET"] = secret
-        args.secret_file = None
+        args.secret_file = None  # kept in memory only: never in an environment
     for flag, var in (("tls_cert", "CERT"), ("tls_key", "KEY"), ("tls_ca", "CA")):
         if getattr(args, flag):
             os.environ[f"DANAUS_TLS_{var}"] = getattr(args, flag)  # procs inherit it
@@ -33,6 +33,7 @@ def _worker(args: argparse.Namespace) -> int:
         return run_detached(
             lambda on_listening: run_worker_loop_forever(
                 address=args.listen,
+                secret=secret,
                 secret_file=args.secret_file,
                 insecure=args.insecure,
                 on_listening=on_listening,
@@ -42,6 +43,7 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         run_worker_loop_forever(
             address=args.listen,
+            secret=secret,
             secret_file=args.secret_file,
             insecure=args.insecure,
             on_listening=listening,

@@ -30,6 +30,7 @@ from .._actor.hosts import HostMesh, attach_to_workers, this_host
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.auth import new_secret
+from .._transport.secret_env import environ_without_secret
 from . import statefile
 from .detach import LISTENING
 from .statefile import Fields, checked
@@ -567,6 +568,7 @@ def start_detached(argv: list[str], log: str) -> int:
     out = subprocess.run(
         [sys.executable, "-c", _LAUNCH, log, *argv],
         stdin=subprocess.DEVNULL,
+        env=environ_without_secret(),  # a batch client reads the secret from the saved job
         capture_output=True,
         text=True,
         timeout=config.get("worker_start_timeout"),
@@ -626,7 +628,7 @@ class ProcessJob(_DetachedWorkersJob):
 
     def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
         env = {
-            **{k: v for k, v in os.environ.items() if k != "DANAUS_SECRET"},
+            **environ_without_secret(),  # the secret goes on stdin
             **self._env,
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         }
@@ -736,12 +738,14 @@ class SSHJob(_DetachedWorkersJob):
     def _launch(self, host: str) -> tuple[list[str], dict[str, str] | None]:
         listen = f"tcp://{_resolve(host)}:{self._port}"
         worker = [self._python_exe, "-m", "danaus", "worker", "--listen", listen]
-        return self._ssh(host, [*worker, "--secret-file", "-", "--detach"]), None
+        argv = self._ssh(host, [*worker, "--secret-file", "-", "--detach"])
+        return argv, environ_without_secret()
 
     def _stop(self, worker: StartedWorker) -> None:
         subprocess.run(
             self._ssh(worker.host, ["kill", "-KILL", "--", f"-{worker.pid}"]),
             stdin=subprocess.DEVNULL,
+            env=environ_without_secret(),
             capture_output=True,
             timeout=config.get("worker_start_timeout"),
         )

@@ -3,14 +3,18 @@
 ``apply()`` submits a batch job with ``sbatch`` whose script runs ``srun``
 with one worker per node; it waits (a progress line every few seconds) until
 Slurm starts the job, then ``state()`` attaches to the workers on the nodes'
-addresses. The job secret reaches the workers through the job's environment
-(``sbatch`` exports the submitting environment), never on a command line nor
-in the script. ``kill()`` runs ``scancel``.
+addresses. The job secret reaches the workers in a file only the user can
+read, ``log_dir/.danaus-JOBNAME-RANDOM.secret`` (mode 0600, named to each
+worker with ``--secret-file``; removed when the job ends): never on a command
+line, in the script or in any process's environment. ``kill()`` runs
+``scancel``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shlex
 import subprocess
 import sys
@@ -21,6 +25,7 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.hosts import HostMesh, attach_to_workers
+from .._transport.secret_env import environ_without_secret
 from .jobs import JobTrait, _check_mesh_name, _count, _job_secret, client_argv, worker_port
 from .statefile import Fields
 
@@ -177,6 +182,10 @@ class SlurmJob(JobTrait):
         self._account = account
         self._qos = qos
         self._secret = _job_secret()
+        # Where the workers read the secret: beside the log, which the nodes reach.
+        self._secret_path = os.path.join(
+            self._log_dir, f".danaus-{job_name}-{secrets.token_hex(6)}.secret"
+        )
         self.job_id: str | None = None
         self._nodes: list[tuple[str, str]] = []  # (node name, address), in mesh order
         self._client: list[str] | None = None  # batch mode: the client's command
@@ -220,6 +229,7 @@ class SlurmJob(JobTrait):
             "account": self._account,
             "qos": self._qos,
             "secret": self._secret,
+            "secret_path": self._secret_path,
             "job_id": self.job_id,
             "nodes": [[name, addr] for name, addr in self._nodes],
             "client": self._client,
@@ -244,6 +254,7 @@ class SlurmJob(JobTrait):
         self._account = fields.opt_text("account")
         self._qos = fields.opt_text("qos")
         self._secret = fields.text("secret")
+        self._secret_path = fields.text("secret_path")
         self.job_id = fields.opt_text("job_id")
         nodes = fields.get("nodes", _is_node_list, "a list of [node name, address] pairs")
         self._nodes = [(str(name), str(addr)) for name, addr in nodes]
@@ -285,20 +296,25 @@ class SlurmJob(JobTrait):
         lines.append("#SBATCH --no-requeue")  # slurm_args come later: "--requeue" there wins
         lines += [f"#SBATCH {arg}" for arg in self._slurm_args]
         # Every node listens on its NodeAddr, the address clients connect to (a worker
-        # on 0.0.0.0 would advertise loopback). The secret is in the job's environment.
-        worker = shlex.join([self._python_exe, "-m", "danaus", "worker", "--listen"])
+        # on 0.0.0.0 would advertise loopback). The secret is in a file only the user
+        # can read (the worker checks that), removed when the script ends.
+        secret_file = shlex.quote(self._secret_path)
+        worker = shlex.join([self._python_exe, "-m", "danaus", "worker"])
         find_addr = (
             'addr=$(scontrol show node "$SLURMD_NODENAME" 2>/dev/null '
             '| grep -o "NodeAddr=[^ ]*" | cut -d= -f2)'
         )
-        task = f'{find_addr}; exec {worker} "tcp://${{addr:-0.0.0.0}}:{self._port}"'
+        task = (
+            f"{find_addr}; exec {worker} --secret-file {secret_file} "
+            f'--listen "tcp://${{addr:-0.0.0.0}}:{self._port}"'
+        )
         srun = ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
         workers = f"{shlex.join(srun)} bash -c {shlex.quote(task)}"
+        lines += ["", f"secret_file={secret_file}", """trap 'rm -f "$secret_file"' EXIT"""]
         if self._client is None:
-            lines += ["", f"exec {workers}", ""]
+            lines += [workers, ""]
         else:  # batch mode: the client on this (the first) node, the workers beside it
             lines += [
-                "",
                 f"{workers} &",
                 "workers=$!",
                 shlex.join(self._client),
@@ -314,14 +330,28 @@ class SlurmJob(JobTrait):
 
     def _submit(self) -> None:
         os.makedirs(self._log_dir, exist_ok=True)
-        env = {**os.environ, "DANAUS_SECRET": self._secret}
-        out = _run(["sbatch", "--parsable"], input=self.batch_script(), env=env)
+        self._write_secret_file()
+        out = _run(
+            ["sbatch", "--parsable"], input=self.batch_script(), env=environ_without_secret()
+        )
         if out.returncode != 0:
+            self._remove_secret_file()
             raise SlurmError(f"sbatch refused the job: {out.stderr.strip() or out.stdout.strip()}")
         job_id = out.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch answered {out.stdout.strip()!r}, not a job id")
         self.job_id = job_id
+
+    def _write_secret_file(self) -> None:
+        """The job secret, for the workers: a new file only this user can read."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self._secret_path, flags, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self._secret + "\n")
+
+    def _remove_secret_file(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._secret_path)
 
     def _create(self) -> None:
         self._submit()
@@ -480,6 +510,7 @@ class SlurmJob(JobTrait):
             out = _run(["scancel", str(self.job_id)])
             if out.returncode != 0 and "Invalid job id" not in out.stderr:
                 raise SlurmError(f"scancel {self.job_id} failed: {out.stderr.strip()}")
+        self._remove_secret_file()  # the batch script's trap may not run when cancelled
         self._nodes = []
 
 

@@ -25,6 +25,7 @@ import sys
 import traceback
 from typing import Any
 
+from .._transport.secret_env import forget_environ_secret
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Lost, Message, Ready
 from .logagent import LogCapture
@@ -281,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--owner", required=True, help="NAME=ADDR of the client")
     p.add_argument("--preload", default="")
     args = p.parse_args(argv)
+    # The client starts its agent without DANAUS_SECRET (the secret comes on the
+    # lifeline); should one be there anyway, neither the zygote nor procs inherit it.
+    forget_environ_secret()
     _preload(list(filter(None, args.preload.split(","))))
     owner_name, _, owner_addr = args.owner.partition("=")
     req_w, resp_r = _fork_zygote()

@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import _config as config
 from .._transport.address import make_job_dir
+from .._transport.secret_env import environ_without_secret
 from .._wire.ids import ProcId
 from .._wire.protocol import KillProcs, SpawnProcs
 from . import node as _node
@@ -123,7 +124,7 @@ def agent() -> ProcId:
             stdin=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches the client only
             env={
-                **os.environ,
+                **environ_without_secret(),  # the secret goes on the lifeline, below
                 **config.env_for_children(),  # configure() values reach the procs
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                 "DANAUS_HOST_TOKEN": rt.host,

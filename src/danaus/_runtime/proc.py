@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 from .. import _config as config
+from .._transport.secret_env import SECRET_ENV, forget_environ_secret
 from .._wire import codec
 from .._wire.ids import ProcId
 from .._wire.protocol import Ready
@@ -26,7 +27,7 @@ from . import binding
 from . import node as _node
 from .runtime import Runtime
 
-__all__ = ["current", "proc_main", "stop_proc"]
+__all__ = ["current", "path_entry_problem", "proc_main", "stop_proc"]
 
 _exit_code = 0
 
@@ -46,7 +47,10 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         error = f"proc {name} could not be bound as proc_bind said ({boot.get('bind')}): {e}"
     os.environ.update(boot.get("env", {}))
     # User code in this proc has no business with the job secret: the runtime keeps it.
-    os.environ.pop("DANAUS_SECRET", None)
+    # (Its agent forgot the variable before forking the zygote; this is for an
+    # environment that still brought it, e.g. from the boot's ``env``.)
+    if SECRET_ENV in os.environ:
+        forget_environ_secret()
     secret = boot.pop("secret", None)
     for entry in boot.get("sys_path", ()):
         if entry not in sys.path and (not boot.get("remote") or _safe_path_entry(entry)):
@@ -91,13 +95,24 @@ def _safe_path_entry(entry: str) -> bool:
     module that this proc would import. ``DANAUS_TRUST_SYS_PATH=1`` on the worker
     takes every entry as it comes (the documented opt-in).
     """
+    return path_entry_problem(entry) is None
+
+
+def path_entry_problem(entry: str) -> str | None:
+    """Why ``entry`` may not go on this proc's ``sys.path`` (see ``_safe_path_entry``),
+    or ``None`` when it may: ``"it does not exist"``, ``"it belongs to uid N, ..."``
+    or ``"group or others may write to it (mode 0o...)"``."""
     if config.get("trust_sys_path"):
-        return True
+        return None
     try:
         st = os.stat(entry)
     except (OSError, ValueError):
-        return False
-    return st.st_uid in (0, os.getuid()) and not st.st_mode & 0o022
+        return "it does not exist"
+    if st.st_uid not in (0, os.getuid()):
+        return f"it belongs to uid {st.st_uid}, neither this user (uid {os.getuid()}) nor root"
+    if st.st_mode & 0o022:
+        return f"group or others may write to it (mode {oct(st.st_mode & 0o7777)})"
+    return None
 
 
 async def _await(aw: Any) -> Any:

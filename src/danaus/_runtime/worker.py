@@ -9,6 +9,7 @@ from typing import Any
 
 from .._transport.address import parse, split_tcp
 from .._transport.auth import load_secret
+from .._transport.secret_env import forget_environ_secret
 from . import node
 from .agent import run_worker
 
@@ -37,8 +38,10 @@ def run_worker_loop_forever(
     Clients attach with ``attach_to_workers``; each client's procs are killed
     when it goes away, then the worker waits for the next. Every connection
     must prove it knows the job secret (``secret``, ``secret_file`` or
-    ``$DANAUS_SECRET``). Without a secret the worker refuses to start (loopback
-    included: other local users reach it) unless ``insecure=True``. Raises
+    ``$DANAUS_SECRET``; the variable is then removed from this process's
+    environment, ``/proc/PID/environ`` included). Without a secret the worker
+    refuses to start (loopback included: other local users reach it) unless
+    ``insecure=True``. Raises
     ``ValueError`` for a malformed address or an unsafe secret file,
     ``RuntimeError`` when refusing to run without a secret.
     """
@@ -47,6 +50,9 @@ def run_worker_loop_forever(
         raise ValueError(f"a worker listens on TCP: expected 'tcp://HOST:PORT', got {address!r}")
     bind, port = split_tcp(rest)
     key = load_secret(secret, secret_file)
+    # Held in memory from here on: out of this process's environment, so that neither
+    # /proc/PID/environ nor the zygote and procs it forks (they inherit it) show it.
+    forget_environ_secret()
     if key is None and not insecure:
         where = "even on loopback, every local user can reach it" if _is_loopback(bind) else ""
         raise RuntimeError(
