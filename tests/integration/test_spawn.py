@@ -340,6 +340,41 @@ def test_proc_bind_is_checked_before_spawning_and_a_bad_cpu_fails_the_boot() -> 
         pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
+def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_mesh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Under load the proc's READY (with its boot error) can be taken before
+    # spawn_procs registers for it; the error was then dropped and the mesh counted
+    # as booted. Here the registration waits until the READY was taken, every time.
+    from danaus._actor import procs as procs_module
+    from danaus._runtime import host
+
+    track = procs_module._track_boot
+    rt = host.ensure_runtime()
+
+    def late(procs, cf):  # type: ignore[no-untyped-def]
+        taken = threading.Event()
+
+        def check() -> None:
+            peers = [rt._peers.get(p.name) for p in procs]
+            if all(peer is not None and not peer.pending for peer in peers):
+                taken.set()
+            else:
+                rt.loop.call_later(0.005, check)
+
+        rt.call_soon(check)
+        assert taken.wait(REPLY_TIMEOUT), "the proc's READY never came"
+        track(procs, cf)
+
+    monkeypatch.setattr(procs_module, "_track_boot", late)
+    pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])
+    try:
+        with pytest.raises(SupervisionError, match="could not be bound as proc_bind said"):
+            pm.initialized.get(timeout=REPLY_TIMEOUT)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
 def test_monarch_spawn_options_danaus_cannot_honour_say_so() -> None:
     host = this_host()
     assert host.is_fake_in_process is False

@@ -40,6 +40,7 @@ class _Peer:
     """
 
     __slots__ = (
+        "boot_error",
         "calls",
         "conn",
         "dialing",
@@ -68,6 +69,8 @@ class _Peer:
         self.stopping = False
         self.spawned = pending  # we spawned it: its host agent will report how it exited
         self.ready_cbs: list[Callable[[str | None], None]] = []
+        # What its READY said went wrong at boot, for a ``when_ready`` that comes after it.
+        self.boot_error: str | None = None
         # Ports of calls to one actor of this proc (``watch_call``): no lock, see there.
         self.calls: set[int] = set()
 
@@ -116,13 +119,15 @@ class PeerTable:
                 peer.ready_cbs.append(on_ready)
 
     def when_ready(self, proc: ProcId, cb: Callable[[str | None], None]) -> None:
-        """``cb(None)`` once ``proc`` is up, or ``cb(reason)`` if it is lost first."""
+        """``cb(None)`` once ``proc`` is up, ``cb(error)`` if its READY reported a boot
+        error, or ``cb(reason)`` if it is lost first; at once when that is known already
+        (a READY may come before the spawner asks)."""
         with self._lock:
             peer = self._peers.get(proc.name)
             if peer is not None and peer.pending and peer.lost is None:
                 peer.ready_cbs.append(cb)
                 return
-            reason = peer.lost if peer is not None else None
+            reason = None if peer is None else peer.lost or peer.boot_error
         cb(reason)
 
     def _on_ready(self, conn: Connection, msg: Message) -> None:
@@ -132,6 +137,7 @@ class PeerTable:
             peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
             cbs, peer.ready_cbs = peer.ready_cbs, []
             peer.pending = False
+            peer.boot_error = error
             linked = peer.link is not None and peer.conn is None and peer.lost is None
             start = bool(peer.queue) and peer.lost is None and not linked
         if linked:  # it dialled us already: what waited for its READY goes on that connection
