@@ -285,7 +285,8 @@ SETTINGS: tuple[Setting, ...] = (
         "bool",
         False,
         "Allow attaching to workers started with --insecure (no secret, no "
-        "authentication): for a trusted network only.",
+        "authentication): for a trusted network only. The client then prints a "
+        "warning to stderr.",
     ),
     Setting(
         "trust_sys_path",
