@@ -269,8 +269,9 @@ SETTINGS: tuple[Setting, ...] = (
         "max_pending_handshakes",
         "int",
         64,
-        "TCP connections a listener keeps in their handshake at once; beyond it the "
-        "oldest is closed (unauthenticated peers cannot hold more).",
+        "TCP connections a listener keeps in their handshake at once (the dashboard: "
+        "whose request head is unread); beyond it the oldest is closed "
+        "(unauthenticated peers cannot hold more).",
     ),
     Setting(
         "flush_timeout",
@@ -284,7 +285,8 @@ SETTINGS: tuple[Setting, ...] = (
         "bool",
         False,
         "Allow attaching to workers started with --insecure (no secret, no "
-        "authentication): for a trusted network only.",
+        "authentication): for a trusted network only. The client then prints a "
+        "warning to stderr.",
     ),
     Setting(
         "trust_sys_path",
@@ -649,8 +651,16 @@ SETTINGS: tuple[Setting, ...] = (
         "dashboard_host",
         "str",
         "127.0.0.1",
-        "The address the dashboard listens on (only this machine by default; it is "
-        "authenticated by the token in its URL either way).",
+        "The address the dashboard listens on (empty: 127.0.0.1, only this machine; "
+        "every interface, 0.0.0.0 or ::, needs dashboard_all_interfaces). It is "
+        "authenticated by the token in its URL either way.",
+    ),
+    Setting(
+        "dashboard_all_interfaces",
+        "bool",
+        False,
+        "Let the dashboard listen on every interface (dashboard_host 0.0.0.0 or ::), "
+        "with a warning; without it such a host is refused.",
     ),
     Setting(
         "dashboard_port",
@@ -664,6 +674,21 @@ SETTINGS: tuple[Setting, ...] = (
         0.25,
         "How often the dashboard collects the procs' statistics and pushes them to "
         "the open pages and to `danaus top`.",
+    ),
+    Setting(
+        "dashboard_request_timeout",
+        "duration",
+        10.0,
+        "A dashboard connection must send a whole request head within this, and one "
+        "idle this long between requests (or not reading an answer) is closed.",
+    ),
+    Setting(
+        "dashboard_max_connections",
+        "int",
+        32,
+        "Tokened dashboard connections served at once (each holds a thread: an open "
+        "page's live updates, a stack dump); beyond it a request gets 503. Connections "
+        "without the token hold no thread; at most max_pending_handshakes of them wait.",
     ),
     Setting(
         "stats_timeout",

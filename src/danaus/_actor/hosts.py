@@ -450,10 +450,13 @@ def attach_to_workers(
             raise RuntimeError("this client already uses another job secret")
         rt.secret = key
         host.share_secret(key)
-    elif rt.secret is None:
+    newly_insecure = key is None and rt.secret is None and not rt.insecure
+    if newly_insecure:
         rt.insecure = True
     bind, advertise, port = _advertise_for(hostports[0])
     rt.listen_tcp(bind, advertise, port)
+    if newly_insecure:
+        _warn_insecure(rt.proc_id.addr)
     for hp in hostports:  # workers reached through other interfaces reach us back there
         rt.listen_tcp_also(_source_ip(hp))
     refresh_root()
@@ -509,6 +512,19 @@ def attach_to_workers(
 def _insecure() -> bool:
     """The explicit opt-out for workers run with ``--insecure`` (a trusted network only)."""
     return bool(config.get("insecure"))
+
+
+def _warn_insecure(addr: str) -> None:
+    """Say on the user's terminal that this client runs without authentication (as the
+    ``--insecure`` worker does)."""
+    where = ", ".join(a for a in addr.split(";") if a.startswith("tcp://")) or addr
+    print(
+        f"danaus: WARNING: DANAUS_INSECURE=1: this client listens on {where} without a job "
+        "secret, as do its workers; anyone who can reach these ports can run code as this "
+        "user",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _skip(

@@ -22,32 +22,28 @@ def _worker(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             os.environ[f"DANAUS_TLS_{var}"] = getattr(args, flag)  # procs inherit it
     import danaus.actor  # noqa: F401  (the zygote preloads the actor layer)
-    from danaus._runtime.worker import run_worker_loop_forever
+    from danaus._runtime.worker import plan_worker, print_warnings, serve_worker
 
     def listening(addr: str) -> None:
         print(f"danaus worker listening on {addr}", flush=True)
 
-    if args.detach:
-        from danaus._job.detach import run_detached
-
-        return run_detached(
-            lambda on_listening: run_worker_loop_forever(
-                address=args.listen,
-                secret=secret,
-                secret_file=args.secret_file,
-                insecure=args.insecure,
-                on_listening=on_listening,
-            ),
-            args.log_file,
-        )
-    try:
-        run_worker_loop_forever(
+    try:  # checked here, so that refusals and warnings reach the terminal even with --detach
+        plan = plan_worker(
             address=args.listen,
             secret=secret,
             secret_file=args.secret_file,
             insecure=args.insecure,
-            on_listening=listening,
         )
+    except (ValueError, RuntimeError) as e:
+        print(f"danaus worker: {e}", file=sys.stderr)
+        return 2
+    if args.detach:
+        from danaus._job.detach import run_detached
+
+        print_warnings(plan)  # on the terminal; the detached worker repeats them in its log
+        return run_detached(lambda on_listening: serve_worker(plan, on_listening), args.log_file)
+    try:
+        serve_worker(plan, listening)
     except (ValueError, RuntimeError) as e:
         print(f"danaus worker: {e}", file=sys.stderr)
         return 2
@@ -85,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         "--insecure",
         action="store_true",
         help="listen without a job secret (anyone who reaches the port can run code; prints a "
-        "warning); clients then need DANAUS_INSECURE=1",
+        "warning to stderr, before detaching with --detach); clients then need "
+        "DANAUS_INSECURE=1",
     )
     w.add_argument("--tls-cert", help="PEM certificate: makes TCP connections mutual TLS")
     w.add_argument("--tls-key", help="PEM private key of --tls-cert")

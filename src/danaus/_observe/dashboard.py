@@ -9,14 +9,18 @@
         |                                 (server-sent events, one JSON document each)
         |  GET /api/stack?token=T&proc=P  a stack dump of proc P (or mesh=M&coords=C)
         v
-    Dashboard (ThreadingHTTPServer on 127.0.0.1, one thread per request)
+    Gate (on 127.0.0.1: one thread reads every request head; see gate.py)
+        |  no token: 403 and closed, no thread spent
+        v
+    Dashboard (a thread per tokened connection, at most dashboard_max_connections)
         |  one poller thread: StateCollector.collect() every interval, shared by all
         v
     STATS frames to every proc (answered by their I/O threads)
 
 Every request must carry the token (query ``token=`` or ``Authorization:
 Bearer``), compared in constant time; anything else gets 403 and nothing
-else. The server binds to 127.0.0.1 unless told otherwise. It uses only the
+else. The server binds to 127.0.0.1 unless told otherwise; every interface
+(``0.0.0.0``, ``::``) only with ``dashboard_all_interfaces``. It uses only the
 standard library. While it runs, ``<job dir>/dashboard.json`` (mode 0600, in
 the user's private directory) says where it is, so ``danaus top`` and
 ``danaus stack`` on this machine find it without being told.
@@ -25,20 +29,23 @@ the user's private directory) says where it is, so ``danaus top`` and
 from __future__ import annotations
 
 import hmac
-import http.server
+import ipaddress
 import json
 import logging
 import os
 import secrets
+import socket
 import sys
 import threading
 import urllib.parse
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from .. import _config as config
 from .._actor import introspect
 from .._runtime import host
+from .gate import Gate, RequestHandler
 from .state import StateCollector, discover, find_procs
 
 __all__ = ["Dashboard", "serve"]
@@ -46,12 +53,17 @@ __all__ = ["Dashboard", "serve"]
 log = logging.getLogger("danaus.dashboard")
 
 DISCOVERY_FILE = "dashboard.json"
+DEFAULT_HOST = "127.0.0.1"  # what an empty dashboard_host means
 
 
 class Dashboard:
     """A running dashboard: ``url`` (with its token), ``stop()``."""
 
-    def __init__(self, host_: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self, host_: str, port: int, token: str | None = None, *, all_interfaces: bool = False
+    ) -> None:
+        host_ = host_.strip() or DEFAULT_HOST  # empty: the default, not every interface
+        _check_interface(host_, all_interfaces)
         self.token = token or secrets.token_urlsafe(24)
         self.collector = StateCollector()
         self._cond = threading.Condition()
@@ -60,24 +72,35 @@ class Dashboard:
         self._stopped = threading.Event()
         self._subscribers = 0
         handler = _make_handler(self)
-        self._server = http.server.ThreadingHTTPServer((host_, port), handler)
-        self._server.daemon_threads = True
-        addr = self._server.server_address
+        self._gate = Gate(host_, port, self._carries_token, handler)
+        addr = self._gate.address
         self.host, self.port = str(addr[0]), int(addr[1])
         shown = f"[{self.host}]" if ":" in str(self.host) else self.host
         self.url = f"http://{shown}:{self.port}/?token={self.token}"
-        self._threads = [
-            threading.Thread(
-                target=self._server.serve_forever, name="danaus-dashboard", daemon=True
-            ),
-            threading.Thread(target=self._poll, name="danaus-dashboard-poll", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        if _every_interface(host_):
+            print(
+                f"danaus dashboard: WARNING: dashboard_all_interfaces: listening on every "
+                f"interface ({shown}:{self.port}); anyone who can reach this port can try the "
+                "token, and it travels without TLS",
+                file=sys.stderr,
+                flush=True,
+            )
+        self._poller = threading.Thread(
+            target=self._poll, name="danaus-dashboard-poll", daemon=True
+        )
+        self._poller.start()
         self._discovery = os.path.join(host.ensure_runtime().job_dir, DISCOVERY_FILE)
         fd = os.open(self._discovery, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "pid": os.getpid()}, f)
+
+    def _carries_token(self, target: str, authorization: str) -> bool:
+        """Whether a request (its target and Authorization header) carries the token."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
+        given = query.get("token", [""])[0]
+        if not given and authorization.startswith("Bearer "):
+            given = authorization[len("Bearer ") :]
+        return hmac.compare_digest(given.encode(), self.token.encode())
 
     # -- the state, shared by every open page -------------------------------------
 
@@ -119,8 +142,7 @@ class Dashboard:
         self._stopped.set()
         with self._cond:
             self._cond.notify_all()
-        self._server.shutdown()
-        self._server.server_close()
+        self._gate.close()
         try:
             os.unlink(self._discovery)
         except OSError:
@@ -136,13 +158,19 @@ class Dashboard:
         return f"<Dashboard {self.url}>"
 
 
-def serve(port: int | None = None, host: str | None = None) -> Dashboard:
+def serve(
+    port: int | None = None, host: str | None = None, *, all_interfaces: bool | None = None
+) -> Dashboard:
     """Serve the dashboard from this client; returns it (``.url`` holds the token).
 
-    Binds to the ``dashboard_host`` setting (127.0.0.1) and ``port`` (default:
-    the ``dashboard_port`` setting; 0 = any free port). Does not block: the
-    server runs on daemon threads until ``stop()`` or the end of the program.
-    Raises ``OSError`` if the port is taken. Example::
+    Binds to ``host`` (default: the ``dashboard_host`` setting; empty means
+    127.0.0.1, this machine only) and ``port`` (default: the ``dashboard_port``
+    setting; 0 = any free port). Every interface (``0.0.0.0``, ``::``) needs
+    ``all_interfaces=True`` (default: the ``dashboard_all_interfaces`` setting,
+    ``DANAUS_DASHBOARD_ALL_INTERFACES=1``) and prints a warning. Does not block:
+    the server runs on daemon threads until ``stop()`` or the end of the
+    program. Raises ``OSError`` if the port is taken, ``ValueError`` for a bad
+    port or for every interface without the opt-in. Example::
 
         dash = danaus.dashboard.serve(port=8265)
         print(dash.url)   # http://127.0.0.1:8265/?token=...
@@ -151,7 +179,29 @@ def serve(port: int | None = None, host: str | None = None) -> Dashboard:
         port = config.get("dashboard_port")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int from 0 to 65535 (0: any free port), got {port!r}")
-    return Dashboard(host or config.get("dashboard_host"), port)
+    if all_interfaces is None:
+        all_interfaces = config.get("dashboard_all_interfaces")
+    return Dashboard(host or config.get("dashboard_host"), port, all_interfaces=all_interfaces)
+
+
+def _every_interface(host_: str) -> bool:
+    """Whether binding to ``host_`` listens on every interface (0.0.0.0, ::, "0", ...)."""
+    try:
+        infos = socket.getaddrinfo(host_, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False  # binding fails and says why
+    return any(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_unspecified for i in infos)
+
+
+def _check_interface(host_: str, all_interfaces: bool) -> None:
+    if _every_interface(host_) and not all_interfaces:
+        raise ValueError(
+            f"refusing to serve the dashboard on {host_!r}: that is every network interface, "
+            "so anyone who can reach this machine could try the token, which travels without "
+            "TLS. Leave dashboard_host unset or empty (127.0.0.1: this machine only) or give "
+            "one interface's address; to listen on every interface anyway, set "
+            "DANAUS_DASHBOARD_ALL_INTERFACES=1 (or pass all_interfaces=True)"
+        )
 
 
 # -- HTTP ------------------------------------------------------------------------------
@@ -161,20 +211,16 @@ def _page() -> bytes:
     return resources.files("danaus._observe").joinpath("dashboard.html").read_bytes()
 
 
-def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
+def _make_handler(dash: Dashboard) -> Callable[[socket.socket, Any, bytes], None]:
+    class Handler(RequestHandler):
         server_version = "danaus-dashboard"
-        protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("dashboard: " + format, *args)
 
-        def _authorized(self, query: dict[str, list[str]]) -> bool:
-            given = query.get("token", [""])[0]
-            auth = self.headers.get("Authorization", "")
-            if not given and auth.startswith("Bearer "):
-                given = auth[len("Bearer ") :]
-            return hmac.compare_digest(given.encode(), dash.token.encode())
+        def _authorized(self) -> bool:
+            # The gate checked the connection's first request; each later one is checked too.
+            return dash._carries_token(self.path, self.headers.get("Authorization", ""))
 
         def _send(self, code: int, body: bytes, ctype: str) -> None:
             self.send_response(code)
@@ -192,7 +238,8 @@ def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             url = urllib.parse.urlsplit(self.path)
             query = urllib.parse.parse_qs(url.query)
-            if not self._authorized(query):
+            if not self._authorized():
+                self.close_connection = True
                 self._send(403, b"forbidden: open the URL with its token\n", "text/plain")
                 return
             try:
@@ -228,6 +275,7 @@ def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
                     version, doc = dash.wait_next(version, 15.0)
                     if doc is None:
                         self.wfile.write(b": keep-alive\n\n")
+                        self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError, OSError):
                 pass
             finally:
@@ -250,7 +298,10 @@ def _make_handler(dash: Dashboard) -> type[http.server.BaseHTTPRequestHandler]:
                 },
             )
 
-    return Handler
+    def serve(conn: socket.socket, addr: Any, head: bytes) -> None:
+        Handler(conn, addr, head)
+
+    return serve
 
 
 def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
