@@ -109,9 +109,9 @@ def run_worker_loop_forever(
     when it goes away, then the worker waits for the next. Every connection
     must prove it knows the job secret (``secret``, ``secret_file`` or
     ``$DANAUS_SECRET``; the variable is then removed from this process's
-    environment, ``/proc/PID/environ`` included). Without a secret the worker refuses to start (loopback
-    included: other local users reach it) unless ``insecure=True``, and then
-    warns on stderr. Raises ``ValueError`` for a malformed address or an
+    environment, ``/proc/PID/environ`` included). Without a secret the worker
+    refuses to start (loopback included: other local users reach it) unless
+    ``insecure=True``, and then warns on stderr. Raises ``ValueError`` for a malformed address or an
     unsafe secret file, ``RuntimeError`` when refusing to run without a secret.
     """
     plan = plan_worker(
