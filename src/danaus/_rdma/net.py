@@ -115,6 +115,7 @@ _DRAIN = 1 << 20
 _REFUSAL = bytes(32)  # in place of the server's MAC: fails the client's check
 CHUNK = 256 << 10  # payload bytes per tag: what a receiver stages before it copies
 ALTERED = "tag check failed: the data was altered on the way"
+_BATCH = 16  # chunks sealed, then sent in one system call
 
 
 class Refused(Exception):
@@ -276,14 +277,22 @@ def payload_size(nbytes: int, session: Session | None) -> int:
     return nbytes + (TAG * _chunks(nbytes) if session is not None else 0)
 
 
-def _send_payload(sock: socket.socket, session: Session | None, view: memoryview) -> None:
-    """Send ``view`` as a payload: chunk by chunk, each with its tag (or bare, no session)."""
+def _send_payload(
+    sock: socket.socket, session: Session | None, head: list[Any], view: memoryview
+) -> None:
+    """Send ``head`` (sealed frames), then ``view`` as a payload: chunk by chunk, each with
+    its tag (bare without a session), ``_BATCH`` chunks per system call."""
     if session is None:
-        _send_all(sock, [view])
+        _send_all(sock, [*head, view])
         return
+    parts = head
     for off in range(0, len(view), CHUNK):
         chunk = view[off : off + CHUNK]
-        _send_all(sock, [chunk, session.seal([chunk])])
+        parts += [chunk, session.seal([chunk])]
+        if len(parts) >= 2 * _BATCH:
+            _send_all(sock, parts)
+            parts = []
+    _send_all(sock, parts)
 
 
 _scratch = threading.local()
@@ -469,8 +478,7 @@ def _answer(
     view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
     try:
         if op == FETCH:
-            _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-            _send_payload(sock, session, view)
+            _send_payload(sock, session, _seal(session, [_RESP.pack(_OK, 0)]), view)
             return True
         # The request was authentic; each chunk's own tag catches bytes altered on
         # the way, before the chunk is copied into the registered memory.
@@ -783,9 +791,10 @@ def request(
         buffer_id, addr, size = entry
         head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
         view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
-        _send_all(sock, _seal(session, [head]))
         if op == STORE:
-            _send_payload(sock, session, view)
+            _send_payload(sock, session, _seal(session, [head]), view)
+        else:
+            _send_all(sock, _seal(session, [head]))
         resp = _recv_exact(sock, _RESP.size)
         status, mlen = _RESP.unpack(resp)
         if status != _OK:
