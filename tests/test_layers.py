@@ -89,6 +89,7 @@ FACADES = {
         "RDMAError",
         "RDMAOwnerLostError",
         "RDMAReadTransferWarning",
+        "RDMATamperedError",
         "RDMATcpFallbackWarning",
         "RDMAWriteTransferWarning",
         "get_rdma_backend",

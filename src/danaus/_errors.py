@@ -12,8 +12,9 @@
      └── RuntimeError
           ├── SupervisionError            the actor (or its proc) failed or was stopped
           └── RDMAError (danaus.rdma)     a one-sided transfer failed (also a DanausError)
-               └── RDMAOwnerLostError     ... because the buffer's owner died (also a
-                                          SupervisionError)
+               ├── RDMAOwnerLostError     ... because the buffer's owner died (also a
+               │                          SupervisionError)
+               └── RDMATamperedError      ... because bytes were altered on the way
 
 Misuse of the API raises builtin ``TypeError`` / ``ValueError`` /
 ``RuntimeError`` / ``IndexError`` with a message that quotes the bad value.

@@ -39,6 +39,7 @@ from ._rdma.buffer import is_rdma_available as is_rdma_available
 from ._rdma.errors import RDMAError as RDMAError
 from ._rdma.errors import RDMAOwnerLostError as RDMAOwnerLostError
 from ._rdma.errors import RDMAReadTransferWarning as RDMAReadTransferWarning
+from ._rdma.errors import RDMATamperedError as RDMATamperedError
 from ._rdma.errors import RDMATcpFallbackWarning as RDMATcpFallbackWarning
 from ._rdma.errors import RDMAWriteTransferWarning as RDMAWriteTransferWarning
 
@@ -48,6 +49,7 @@ __all__ = [
     "RDMAError",
     "RDMAOwnerLostError",
     "RDMAReadTransferWarning",
+    "RDMATamperedError",
     "RDMATcpFallbackWarning",
     "RDMAWriteTransferWarning",
     "get_rdma_backend",

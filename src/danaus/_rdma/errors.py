@@ -4,8 +4,10 @@
 
     RuntimeError, DanausError
      └── RDMAError                    a transfer failed: buffer dropped, no permission, bad memory
-          └── RDMAOwnerLostError      ... because the buffer's owner process is gone
-                                      (also a SupervisionError)
+          ├── RDMAOwnerLostError      ... because the buffer's owner process is gone
+          │                           (also a SupervisionError)
+          └── RDMATamperedError       ... because a tag check failed: bytes were
+                                      altered on the way (across hosts, without TLS)
 
 Warnings Monarch programs import (``RDMATcpFallbackWarning``,
 ``RDMAReadTransferWarning``, ``RDMAWriteTransferWarning``) exist so that their
@@ -28,6 +30,7 @@ __all__ = [
     "RDMAError",
     "RDMAOwnerLostError",
     "RDMAReadTransferWarning",
+    "RDMATamperedError",
     "RDMATcpFallbackWarning",
     "RDMAWriteTransferWarning",
 ]
@@ -71,6 +74,19 @@ class RDMAOwnerLostError(RDMAError, SupervisionError):
         SupervisionError.__init__(self, message, actor=owner, reason=message, during="rdma")
         self.buffer = buffer
         self.owner = owner
+
+
+class RDMATamperedError(RDMAError):
+    """A tag check of the data connection failed: bytes were altered on the way.
+
+    Raised across hosts when a payload chunk (or an answer) does not match its
+    HMAC tag under the connection's session key: someone on the network path
+    changed, injected, dropped or reordered bytes. Only verified chunks were
+    copied: the destination (the owner's registered memory for a write, the
+    local memory for a read) holds none of the altered bytes; the verified
+    chunks before the altered one may have landed, as they may when a
+    connection breaks. Not the owner's death: the owner may be well.
+    """
 
 
 def _rebuild(cls: type[RDMAError], message: str, buffer: str, owner: str) -> RDMAError:

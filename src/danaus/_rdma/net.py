@@ -12,8 +12,8 @@ registered memory and receives straight into the destination::
     requester (net worker threads)
       connect, HMAC handshake ── data conn ──────► a data thread per connection
       FETCH(id, addr, size, off, n) ─────────────►   look the id up in the registry,
-      recv_into(dst) ◄─────── status | n bytes ───   send from the registered memory
-      STORE(id, addr, size, off, n) | n bytes ───►   recv_into(the registered memory),
+      into dst ◄──────────── status | n bytes ───   send from the registered memory
+      STORE(id, addr, size, off, n) | n bytes ───►   into the registered memory,
                      ◄─────── status ─────────────   then the status
 
 - The data server's address is asked once per owner process (frame kind
@@ -22,9 +22,20 @@ registered memory and receives straight into the destination::
   runtime's (``_transport/auth.py``: mutual HMAC-SHA256 challenge-response
   before any request is read), and kept in a small pool per owner for reuse.
   With TLS on (``DANAUS_TLS_*``) they are TLS too, which protects every byte;
-  without it every request, response and payload carries an HMAC tag under
-  the connection's session key (``auth.Session``), checked before a request
-  is acted on: an injected, replayed or spliced STORE never writes a byte.
+  without it every request, response and payload chunk carries an HMAC tag
+  under the connection's session key (``auth.Session``), checked before a
+  request is acted on: an injected, replayed or spliced STORE never writes a
+  byte.
+- Without TLS, a payload is received chunk by chunk (``CHUNK`` bytes) into a
+  scratch buffer of the receiving thread, each chunk's tag is checked there,
+  and only a verified chunk is copied into the destination (the owner's
+  registered memory for a STORE, the requester's for a FETCH): bytes altered
+  on the way never become visible, and memory stays bounded however large
+  the transfer. A failed check fails the transfer with :class:`Tampered`
+  (the owner reports one on a STORE's payload with the status ``TAMPERED``);
+  the verified chunks before the altered one have landed, like the bytes
+  before a connection that breaks. (With TLS, TLS checks each record before
+  its bytes are handed over, so payloads go straight to the destination.)
 - The server bounds what an unauthenticated peer costs: a deadline for the
   whole handshake, at most ``rdma_max_data_threads`` connection threads (beyond
   that a new connection is closed at once, unserved, and the requester tries
@@ -39,12 +50,17 @@ registered memory and receives straight into the destination::
 Wire format (little-endian), after the handshake::
 
     request   u8 op | u64 buffer id | u64 addr | u64 size | u64 offset | u64 nbytes | tag
-              (STORE: followed by nbytes bytes | tag)
-    response  u8 status | u32 message length | message (utf-8)
-              (FETCH with status OK: followed by nbytes bytes) | tag
+              (STORE: followed by the payload)
+    response  u8 status | u32 message length | message (utf-8) | tag
+              (FETCH with status OK: followed by the payload)
+    payload   nbytes bytes in chunks of CHUNK bytes (the last one shorter), each | tag
 
 ``tag`` is 32 bytes of HMAC under the session key (absent with TLS or without
-a secret); each tag also covers a per-direction sequence number.
+a secret: then the payload is its nbytes bytes, back to back); each tag also
+covers a per-direction sequence number, so chunks cannot be dropped,
+reordered or replayed. ``status`` is OK, REFUSED (the message says why) or
+TAMPERED (a STORE's payload failed its tag check at the owner; the owner
+closes the connection after the response).
 """
 
 from __future__ import annotations
@@ -71,9 +87,11 @@ from .._wire.protocol import Kind, Message
 from . import registry
 
 __all__ = [
+    "CHUNK",
     "FETCH",
     "STORE",
     "Refused",
+    "Tampered",
     "executor",
     "forget",
     "install",
@@ -85,7 +103,7 @@ __all__ = [
 
 
 FETCH, STORE = 1, 2
-_OK, _REFUSED = 0, 1
+_OK, _REFUSED, _TAMPERED = 0, 1, 2
 _REQ = struct.Struct("<BQQQQQ")
 _RESP = struct.Struct("<BI")
 
@@ -95,6 +113,9 @@ POOL_MAX = 16  # idle connections kept per owner
 MAX_MESSAGE = 64 << 10  # the longest refusal message a requester reads
 _DRAIN = 1 << 20
 _REFUSAL = bytes(32)  # in place of the server's MAC: fails the client's check
+CHUNK = 256 << 10  # payload bytes per tag: what a receiver stages before it copies
+ALTERED = "tag check failed: the data was altered on the way"
+_BATCH = 16  # chunks sealed, then sent in one system call
 
 
 class Refused(Exception):
@@ -103,6 +124,17 @@ class Refused(Exception):
 
 class Closed(ConnectionError):
     """The data connection ended in the middle of a request (EOF)."""
+
+
+class Tampered(AuthError):
+    """A tag check failed after the handshake: bytes were altered (or injected, dropped,
+    reordered) on the way between the two ends. ``str`` starts with :data:`ALTERED`.
+
+    Not a wrong secret (the handshake had succeeded), and not a lost owner.
+    ``at``: the offset in the payload of the chunk that failed (None: not a payload's).
+    """
+
+    at: int | None = None
 
 
 class Unserved(Closed):
@@ -220,10 +252,87 @@ def _seal(session: Session | None, parts: list[Any]) -> list[Any]:
     return parts if session is None else [*parts, session.seal(parts)]
 
 
-def _check(sock: socket.socket, session: Session | None, head: bytes, data: Any = b"") -> None:
-    """Read the tag that follows ``head | data`` and check it; :class:`AuthError` if forged."""
+def _verify(session: Session, head: Any, data: Any, tag: Any, what: str) -> None:
+    """Check the tag of the next frame received; :class:`Tampered` (naming ``what``) if not."""
+    try:
+        session.check(head, data, tag)
+    except AuthError as e:
+        raise Tampered(f"{ALTERED} ({what} did not match its tag)") from e
+
+
+def _check(
+    sock: socket.socket, session: Session | None, head: bytes, what: str = "a frame"
+) -> None:
+    """Read the tag that follows ``head`` and check it; :class:`Tampered` if it does not match."""
     if session is not None:
-        session.check(head, data, _recv_exact(sock, TAG))
+        _verify(session, head, b"", _recv_exact(sock, TAG), what)
+
+
+def _chunks(nbytes: int) -> int:
+    return -(-nbytes // CHUNK)
+
+
+def payload_size(nbytes: int, session: Session | None) -> int:
+    """Bytes on the wire for a payload of ``nbytes`` (its tags included)."""
+    return nbytes + (TAG * _chunks(nbytes) if session is not None else 0)
+
+
+def _send_payload(
+    sock: socket.socket, session: Session | None, head: list[Any], view: memoryview
+) -> None:
+    """Send ``head`` (sealed frames), then ``view`` as a payload: chunk by chunk, each with
+    its tag (bare without a session), ``_BATCH`` chunks per system call."""
+    if session is None:
+        _send_all(sock, [*head, view])
+        return
+    parts = head
+    for off in range(0, len(view), CHUNK):
+        chunk = view[off : off + CHUNK]
+        parts += [chunk, session.seal([chunk])]
+        if len(parts) >= 2 * _BATCH:
+            _send_all(sock, parts)
+            parts = []
+    _send_all(sock, parts)
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer() -> memoryview:
+    """This thread's staging buffer: one chunk and its tag (kept for the thread's life)."""
+    buf = getattr(_scratch, "buf", None)
+    if buf is None:
+        buf = _scratch.buf = memoryview(bytearray(CHUNK + TAG))
+    return buf
+
+
+def _recv_payload(sock: socket.socket, session: Session | None, view: memoryview) -> None:
+    """Receive a payload into ``view``; only verified bytes are ever written to it.
+
+    With a session, each chunk and its tag land in a scratch buffer first and
+    the chunk is copied into ``view`` once its tag matches; :class:`Tampered`
+    at the first chunk that does not (``.at``: its offset; the chunks before
+    it are in ``view``, it and those after are not). Without one (TLS, or no
+    secret), straight into ``view``.
+    """
+    if session is None:
+        _recv_into(sock, view)
+        return
+    scratch = _scratch_buffer()
+    n = len(view)
+    for off in range(0, n, CHUNK):
+        k = min(CHUNK, n - off)
+        staged = scratch[: k + TAG]
+        _recv_into(sock, staged)
+        try:
+            _verify(
+                session, b"", staged[:k], staged[k:],
+                f"payload bytes {off}..{off + k} of {n}, chunk {off // CHUNK}",
+            )  # fmt: skip
+        except Tampered as e:
+            e.at = off
+            raise
+        view[off : off + k] = staged[:k]
 
 
 # -- the owner's side: the data server --------------------------------------------------
@@ -316,7 +425,7 @@ def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSe
                 _recv_into(sock, memoryview(head))
             except Closed:
                 return
-            _check(sock, session, bytes(head))  # before anything is looked up or written
+            _check(sock, session, bytes(head), "a request")  # before anything is looked up
             op, buffer_id, addr, size, offset, nbytes = _REQ.unpack(head)
             if op not in (FETCH, STORE):
                 return  # not our protocol: close
@@ -325,7 +434,8 @@ def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSe
             why = answers[0]
             reg = regs[0] if regs else None
             try:
-                _answer(sock, session, op, reg, why, offset, nbytes)
+                if not _answer(sock, session, op, reg, why, offset, nbytes):
+                    return
             finally:
                 registry.release(lease_id)
     except (OSError, AuthError):
@@ -346,31 +456,46 @@ def _answer(
     why: str | None,
     offset: int,
     nbytes: int,
-) -> None:
-    """Serve one FETCH or STORE of a pinned registration (or refuse it, saying why)."""
+) -> bool:
+    """Serve one FETCH or STORE of a pinned registration (or refuse it, saying why).
+
+    False when the connection is to be closed (a STORE's payload was altered).
+    """
     if reg is not None and offset + nbytes > reg.nbytes:
         why = f"a request for bytes {offset}..{offset + nbytes} is out of range"
     elif reg is not None and op == STORE and reg.readonly:
         why = "it is read-only"
     if why is not None or reg is None:
         if op == STORE:
-            _drain(sock, nbytes + (TAG if session is not None else 0))
+            _drain(sock, payload_size(nbytes, session))
             if session is not None:
-                session.skip_recv()  # the payload's tag: its bytes are thrown away
+                for _ in range(_chunks(nbytes)):
+                    session.skip_recv()  # the payload's tags: its bytes are thrown away
         msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
         _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
-        return
+        return True
     # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
     view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
-    if op == FETCH:
-        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0), view]))
-    else:
-        # The request was authentic; the payload's own tag catches bytes altered
-        # on the way (the transfer then fails: its data is not to be trusted).
-        _recv_into(sock, view)
-        _check(sock, session, b"", view)
+    try:
+        if op == FETCH:
+            _send_payload(sock, session, _seal(session, [_RESP.pack(_OK, 0)]), view)
+            return True
+        # The request was authentic; each chunk's own tag catches bytes altered on
+        # the way, before the chunk is copied into the registered memory.
+        try:
+            _recv_payload(sock, session, view)
+        except Tampered as e:
+            # Read the rest (its length is authentic) so that the requester, still
+            # sending, hears why instead of a reset; then close: the path is hostile.
+            end = min(nbytes, (e.at or 0) + CHUNK)
+            _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
+            msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
+            _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
+            return False
         _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-    del view, reg
+        return True
+    finally:
+        del view, reg
 
 
 def _drain(sock: socket.socket, nbytes: int) -> None:
@@ -666,22 +791,25 @@ def request(
         buffer_id, addr, size = entry
         head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
         view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
-        parts = _seal(session, [head])
         if op == STORE:
-            parts += _seal(session, [view])
-        _send_all(sock, parts)
+            _send_payload(sock, session, _seal(session, [head]), view)
+        else:
+            _send_all(sock, _seal(session, [head]))
         resp = _recv_exact(sock, _RESP.size)
         status, mlen = _RESP.unpack(resp)
         if status != _OK:
             if mlen > MAX_MESSAGE:
                 raise Closed(f"the owner announced a refusal of {mlen} bytes: not a danaus peer")
             msg = _recv_exact(sock, mlen)
-            _check(sock, session, resp + msg)
+            _check(sock, session, resp + msg, "the owner's answer")
+            text = msg.decode(errors="replace")
+            if status == _TAMPERED:  # the owner closes the connection
+                raise Tampered(text)
             ok = True  # the connection is still in a good state
-            raise Refused(msg.decode(errors="replace"))
-        if op == FETCH and nbytes:
-            _recv_into(sock, view)
-        _check(sock, session, resp, view if op == FETCH else b"")
+            raise Refused(text)
+        _check(sock, session, resp, "the owner's answer")
+        if op == FETCH:
+            _recv_payload(sock, session, view)
         del view
         ok = True
     finally:

@@ -44,7 +44,7 @@ from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import net, registry, vm
-from .errors import RDMAError, RDMAOwnerLostError
+from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
 
 if TYPE_CHECKING:
@@ -352,6 +352,18 @@ class Transfer:
             )  # fmt: skip
         except net.Refused as e:
             self._fail(self._unusable(op, str(e)))
+            return
+        except net.Tampered as e:
+            tampered = RDMATamperedError(
+                f"{self._label(op)} failed: {e}. The data connection to the owner "
+                f"{op.buf.owner} (proc {op.buf._owner_proc.name}) carried bytes that someone "
+                "on the network path changed; none of them reached the destination. Turn on "
+                "TLS (DANAUS_TLS_*) or fix the path",
+                buffer=str(op.buf),
+                owner=op.buf.owner,
+            )
+            tampered.__cause__ = e
+            self._fail(tampered)
             return
         except AuthError as e:
             self._fail(
