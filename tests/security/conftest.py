@@ -246,3 +246,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in slow]
+
+
+@pytest.fixture
+def data_server(nodes) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
+    """RDMA data servers (``_rdma.net._Server``) on fresh nodes, closed at the end."""
+    from danaus._rdma import net
+
+    made: list[net._Server] = []
+
+    def make() -> tuple[Node, tuple[str, int]]:
+        node = nodes("owner")
+        server = node.on_io(lambda: net._Server(node.rt))
+        made.append(server)
+        return node, server.address
+
+    yield make
+    for server in made:
+        server.close()

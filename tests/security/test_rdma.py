@@ -13,31 +13,16 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from danaus._rdma import net, registry
 from danaus._rdma.memory import LocalMemory
 
-from .conftest import CHALLENGE, SECRET, TIMEOUT, Node, recv_exactly, wait_closed
+from .conftest import CHALLENGE, SECRET, TIMEOUT, recv_exactly, wait_closed
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-def data_server(nodes) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
-    made: list[net._Server] = []
-
-    def make() -> tuple[Node, tuple[str, int]]:
-        node = nodes("owner")
-        server = node.on_io(lambda: net._Server(node.rt))
-        made.append(server)
-        return node, server.address
-
-    yield make
-    for server in made:
-        server.close()
 
 
 @pytest.fixture

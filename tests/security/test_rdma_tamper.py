@@ -30,7 +30,7 @@ from danaus.actor import Actor, ActorMesh, endpoint
 from danaus.rdma import RDMABuffer, RDMAError, RDMAOwnerLostError, RDMATamperedError
 from loopback_worker import REPLY_TIMEOUT, loopback_worker
 
-from .conftest import CHALLENGE, CONFIRM, RESPONSE, SECRET, TIMEOUT, Node
+from .conftest import CHALLENGE, CONFIRM, RESPONSE, SECRET, TIMEOUT
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -137,21 +137,6 @@ def relays() -> Iterator[Callable[..., FlipRelay]]:
     yield make
     for r in made:
         r.close()
-
-
-@pytest.fixture
-def data_server(nodes) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
-    made: list[net._Server] = []
-
-    def make() -> tuple[Node, tuple[str, int]]:
-        node = nodes("owner")
-        server = node.on_io(lambda: net._Server(node.rt))
-        made.append(server)
-        return node, server.address
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def _addr(buf: bytearray) -> int:
