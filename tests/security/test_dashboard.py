@@ -99,7 +99,9 @@ def test_requests_without_the_token_are_refused_without_a_thread(
 
 
 def test_an_idle_connection_is_closed_after_the_request_timeout() -> None:
-    with config.configured(dashboard_request_timeout=0.2):
+    # The timeout is also the deadline of the kept connection's head: long enough that a
+    # loaded machine sends it in time (the test waits for the close, not for a time).
+    with config.configured(dashboard_request_timeout=2.0):
         d = danaus.dashboard.serve()
         try:
             silent = _connect(d.port)  # says nothing at all
@@ -133,6 +135,32 @@ def test_tokened_requests_beyond_the_connection_cap_get_503() -> None:
         finally:
             for s in streams:
                 s.close()
+            d.stop()
+
+
+def test_a_handler_thread_that_cannot_start_gives_its_slot_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from danaus._observe import gate
+
+    class NoThread(threading.Thread):
+        def start(self) -> None:
+            monkeypatch.undo()  # only the first one fails (the account is out of threads)
+            raise RuntimeError("can't start new thread")
+
+    with config.configured(dashboard_max_connections=1):
+        d = danaus.dashboard.serve()
+        try:
+            monkeypatch.setattr(gate.threading, "Thread", NoThread)
+            first = _connect(d.port)
+            first.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\n\r\n".encode())
+            _read_until_closed(first)  # dropped: no thread to serve it
+            first.close()
+            second = _connect(d.port)  # the one slot is free again
+            second.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\n\r\n".encode())
+            assert second.recv(4096).startswith(b"HTTP/1.1 200 ")
+            second.close()
+        finally:
             d.stop()
 
 

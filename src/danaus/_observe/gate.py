@@ -248,12 +248,16 @@ class Gate:
             self._sel.unregister(conn)
             del self._pending[conn]
             conn.setblocking(True)
-            threading.Thread(
-                target=self._handle,
-                args=(conn, p.addr, bytes(p.buf)),
-                name="danaus-dashboard-request",
-                daemon=True,
-            ).start()
+            try:
+                threading.Thread(
+                    target=self._handle,
+                    args=(conn, p.addr, bytes(p.buf)),
+                    name="danaus-dashboard-request",
+                    daemon=True,
+                ).start()
+            except BaseException:
+                self._slots.release()  # no thread holds it: the slot would be lost for good
+                raise
 
     def _drop(self, conn: socket.socket, answer: bytes = b"") -> None:
         """Close a connection whose head is unread or refused (after a short answer)."""
