@@ -97,3 +97,21 @@ def test_bad_specifications_are_refused_precisely() -> None:
     with pytest.raises(TypeError, match="ssh_args must be a list"):
         SSHJob(["n1"], ssh_args="-p 22")
     assert isinstance(SSHJob(["n1"]), JobTrait)
+
+
+def test_a_job_that_cannot_be_saved_says_so_before_it_starts_anything(tmp_path) -> None:
+    created: list[str] = []
+
+    class Unsaved(LocalJob):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = 1  # not in _to_doc: dumps() refuses it
+
+        def _create(self, *args: object) -> None:
+            created.append("created")
+            super()._create(*args)
+
+    job = Unsaved()
+    with pytest.raises(TypeError, match="cannot be saved"):
+        job.state(cached_path=str(tmp_path / ".danaus" / "job_state.json"))
+    assert created == []  # nothing was started that no saved job could end

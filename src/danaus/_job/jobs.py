@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import secrets
 import shlex
 import signal
 import socket
@@ -217,10 +218,16 @@ class JobTrait:
                 self._cached_path = cached_path
                 running = cached
             else:
+                if cached_path is not None:
+                    self.dumps()  # a job that cannot be saved raises before it starts anything
                 self.apply()
                 running = self
                 if cached_path is not None:
-                    self.dump(cached_path)
+                    try:
+                        self.dump(cached_path)
+                    except BaseException:
+                        self.kill()  # not saved: nothing could find it to end it later
+                        raise
                     self._cached_path = cached_path
         if running._state is None:
             running._state = JobState(running._meshes())
@@ -500,17 +507,19 @@ class _DetachedWorkersJob(JobTrait):
     def _apply_batch(self, client_script: str) -> None:
         """Start the workers, save the job, then run the client detached on this machine."""
         argv = client_argv(client_script, sys.executable)
+        self.dumps()  # a job that cannot be saved raises before it starts anything
         self._create()
         self._applied = True
-        path = self._save_for_batch_client()
-        log = os.path.join(
-            os.path.dirname(os.path.abspath(path)),
-            f"batch-client-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log",
-        )
         try:
+            path = self._save_for_batch_client()
+            log = os.path.join(
+                os.path.dirname(os.path.abspath(path)),
+                f"batch-client-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-"
+                f"{secrets.token_hex(4)}.log",  # created O_EXCL: two in one second differ
+            )
             self.client_pid = start_detached(argv, log)
-        except (RuntimeError, OSError, subprocess.TimeoutExpired):
-            self.kill()
+        except BaseException:
+            self.kill()  # its workers would be left running with no saved job to end them
             raise
         self.client_log = log
 
