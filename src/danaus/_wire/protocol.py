@@ -92,8 +92,10 @@ __all__ = [
 #: RDMA_CHECK, a lease to its answer, and RDMA_RELEASE; version 4 the cast
 #: tree's CAST and GATHER; version 5 WELCOME: one connection per pair of procs,
 #: carrying both directions; version 6 sends ids in headers as plain tuples (a header
-#: is builtins only).
-PROTOCOL_VERSION = 6
+#: is builtins only); version 7 (no new kind) marks the RDMA data connection's
+#: per-chunk payload tags, so a peer of version 6 is refused in HELLO, naming both
+#: versions, instead of every transfer failing as tampered.
+PROTOCOL_VERSION = 7
 
 
 class ProtocolError(FrameError):
