@@ -3,30 +3,33 @@ refused and runs nothing; job states and batch logs are their owner's only.
 
 Two real users: uid 1002 (the attacker) plants files in a shared, sticky,
 world-writable directory (as /tmp is); uid 1001 (the victim) runs
-``LocalJob().state()``, ``danaus exec`` and ``danaus kill`` there, each through
-``setpriv``. A planted pickle would create a marker file when unpickled.
+``LocalJob().state()``, ``danaus exec`` and ``danaus kill`` there, each in a forked
+child that switched to that uid (``setresuid``, no groups). A planted pickle would
+create a marker file when unpickled.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-import danaus
 from danaus.job import LocalJob, ProcessJob, job_load, job_loads
 
 ATTACKER, VICTIM = 1002, 1001
-SRC = str(Path(danaus.__file__).resolve().parents[1])
 
 
 def as_user(uid: int) -> list[str]:
@@ -64,33 +67,63 @@ def plant(uid: int, path: Path, data: bytes, dir_mode: str = "777") -> None:
     assert path.stat().st_uid == uid
 
 
-def _victim_python(env: dict[str, str]) -> str:
-    """An interpreter the victim's uid can run (ours may live under /root)."""
-    for exe in (sys.executable, shutil.which("python3", path=os.defpath)):
-        if exe is None:
-            continue
-        probe = [*as_user(VICTIM), exe, "-c", "import danaus.job"]
-        if subprocess.run(probe, env=env, capture_output=True, timeout=60).returncode == 0:
-            return exe
-    raise AssertionError(f"no Python here that uid {VICTIM} can run with danaus importable")
+def _preload() -> None:
+    """Import what the victim's code will, here: the child cannot read our files (the
+    checkout or the interpreter may lie in a directory only root can enter)."""
+    from danaus._cli import debug, jobs, logs, observe  # noqa: F401  (main's subcommands)
 
 
-def run_as_victim(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def run_as_victim(cwd: Path, code: str | None = None, cli: list[str] | None = None) -> Result:
+    """Run ``code`` (Python) or the ``danaus`` command line ``cli`` in a forked child that
+    became uid ``VICTIM`` for real (``setresuid``, no groups), in ``cwd``."""
+    _preload()
     home = cwd / f"home-{VICTIM}"
     home.mkdir(exist_ok=True)
     os.chown(home, VICTIM, VICTIM)
-    site = [p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p)]
-    env = {
-        "PATH": os.environ.get("PATH", os.defpath),
-        "HOME": str(home),
-        "TMPDIR": str(home),
-        "PYTHONPATH": os.pathsep.join([SRC, *site]),
-    }
-    exe = _victim_python(env)
-    return subprocess.run(
-        [*as_user(VICTIM), exe, *argv], cwd=cwd, env=env, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # the child: only os._exit leaves it
+            rc = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (not pytest's capture)
+                sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115  (the child exits)
+                os.setgroups([])
+                os.setresgid(VICTIM, VICTIM, VICTIM)
+                os.setresuid(VICTIM, VICTIM, VICTIM)
+                os.chdir(cwd)
+                os.environ.update(HOME=str(home), TMPDIR=str(home))
+                if cli is not None:
+                    from danaus._cli.main import main
+
+                    rc = main(cli)
+                else:
+                    exec(code, {})
+                    rc = 0
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc)
+        try:
+            _, status = os.waitpid(pid, 0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # a test timeout while waiting: no stray child
+        out.seek(0)
+        err.seek(0)
+        return Result(os.waitstatus_to_exitcode(status), out.read().decode(), err.read().decode())
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
 def test_a_job_state_another_user_planted_is_refused_and_runs_nothing(shared: Path) -> None:
@@ -101,7 +134,7 @@ def test_a_job_state_another_user_planted_is_refused_and_runs_nothing(shared: Pa
     plant(ATTACKER, shared / ".danaus" / "job_state.pkl", evil)
     plant(ATTACKER, shared / "planted" / "state.json", evil)
 
-    state = run_as_victim(shared, "-c", "from danaus.job import LocalJob; LocalJob().state()")
+    state = run_as_victim(shared, "from danaus.job import LocalJob; LocalJob().state()")
     assert state.returncode != 0
     assert "ValueError" in state.stderr and "job_state.json" in state.stderr
     assert f"belongs to uid {ATTACKER}" in state.stderr
@@ -111,7 +144,7 @@ def test_a_job_state_another_user_planted_is_refused_and_runs_nothing(shared: Pa
         ["kill", "--state", str(shared / "planted" / "state.json")],
         ["kill"],  # the default, .danaus/job_state.json
     ):
-        out = run_as_victim(shared, "-m", "danaus", *argv)
+        out = run_as_victim(shared, cli=argv)
         assert out.returncode == 2, out.stderr
         assert f"danaus {argv[0]}: the job state file" in out.stderr
         assert f"belongs to uid {ATTACKER}" in out.stderr
@@ -130,7 +163,7 @@ def test_a_well_formed_job_state_of_another_user_is_refused_too(shared: Path) ->
     os.chown(path, ATTACKER, ATTACKER)
     os.chmod(path, 0o644)  # theirs, readable by the victim
     load = f"from danaus.job import job_load; job_load({str(path)!r})"
-    out = run_as_victim(shared, "-c", load)
+    out = run_as_victim(shared, load)
     assert out.returncode != 0
     assert f"state.json' belongs to uid {ATTACKER}, not to this user (uid {VICTIM})" in out.stderr
 
