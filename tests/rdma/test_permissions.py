@@ -58,6 +58,46 @@ SCRIPT = textwrap.dedent(
 DROP = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
 
 
+def _readable_copy_of_our_packages(dest: str) -> str:
+    """Copy the top-level packages the client imports into ``dest`` (world-readable).
+
+    The checkout and its virtual environment may lie in a directory only root can
+    enter (CI clones into a ``mktemp -d``, mode 0700): the unprivileged user then
+    could not import them from where they are. The copy is what the test's
+    PYTHONPATH points at, so the user runs exactly this checkout's code."""
+    probe = (
+        "import sys, danaus.actor, danaus.rdma\n"
+        "for m in list(sys.modules.values()):\n"
+        "    f = getattr(m, '__file__', None)\n"
+        "    if f: print(m.__name__.partition('.')[0], f)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    os.makedirs(dest)
+    stdlib = os.path.dirname(os.__file__)
+    copied: set[str] = set()
+    for line in out.stdout.splitlines():
+        top, _, file = line.partition(" ")
+        if top in copied or file.startswith(stdlib + os.sep) and "site-packages" not in file:
+            continue
+        root = os.path.dirname(file)
+        while os.path.basename(root) != top and os.path.dirname(root) != root:
+            root = os.path.dirname(root)
+        if os.path.basename(root) == top and os.path.isfile(os.path.join(root, "__init__.py")):
+            shutil.copytree(root, os.path.join(dest, top), ignore=shutil.ignore_patterns("__pycache__"))
+        elif os.path.basename(file).partition(".")[0] == top:  # a single-file module
+            shutil.copy(file, dest)
+        else:
+            continue
+        copied.add(top)
+    for dirpath, dirnames, filenames in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o644)
+    return dest
+
+
 def _interpreter_for_nobody(env: dict[str, str]) -> str | None:
     """An interpreter the unprivileged user can run *and* spawn again.
 
@@ -93,7 +133,7 @@ def test_an_unprivileged_user_can_read_and_write_between_its_processes() -> None
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": work,
             "TMPDIR": work,
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)),
+            "PYTHONPATH": _readable_copy_of_our_packages(os.path.join(work, "lib")),
         }
         exe = _interpreter_for_nobody(env)
         if exe is None:

@@ -70,7 +70,11 @@ def plant(uid: int, path: Path, data: bytes, dir_mode: str = "777") -> None:
 def _preload() -> None:
     """Import what the victim's code will, here: the child cannot read our files (the
     checkout or the interpreter may lie in a directory only root can enter)."""
-    from danaus._cli import debug, jobs, logs, observe  # noqa: F401  (main's subcommands)
+    import danaus._cli.main  # noqa: F401
+    import danaus._job.jobs  # noqa: F401
+    import danaus._job.load  # noqa: F401
+    import danaus.job  # noqa: F401
+    from danaus._cli import debug, exec_actor, jobs, logs, observe  # noqa: F401  (main's subcommands)
 
 
 def run_as_victim(cwd: Path, code: str | None = None, cli: list[str] | None = None) -> Result:
