@@ -11,6 +11,7 @@ pexpect timeout.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import signal
@@ -146,6 +147,9 @@ def _spawn(args: list[str], env: dict[str, str], cwd: Path) -> pexpect.spawn:
         dimensions=(50, 200),
     )
     child.delaybeforesend = None  # every send follows the prompt it answers
+    # Everything the terminal showed: an expect that fails reports only what
+    # followed its last match, and an earlier line (a failure report) may say why.
+    child.logfile_read = io.StringIO()
     return child
 
 
@@ -159,6 +163,17 @@ def session(debug_dir: Path) -> Iterator[dict[str, object]]:
     for child in children:
         if child.isalive():
             child.terminate(force=True)
+        # Shown by pytest only when the test failed (captured output of its teardown).
+        args = [a.decode() if isinstance(a, bytes) else a for a in child.args]
+        print(f"--- {' '.join(args[1:])}: {_ended(child)}")
+        print(child.logfile_read.getvalue())
+
+
+def _ended(child: pexpect.spawn) -> str:
+    child.close(force=True)
+    if child.signalstatus is not None:
+        return f"killed by signal {child.signalstatus}"
+    return f"exit code {child.exitstatus}"
 
 
 def _client(session: dict[str, object], mode: str, **env: str) -> pexpect.spawn:
@@ -356,8 +371,13 @@ def test_the_clients_own_terminal_debugs_async_actors_until_danaus_debug_takes_o
     client.expect("danaus_dbg> ")
 
     client.sendline("continue")
-    client.expect("no paused sessions left; the program goes on")
-    client.expect(r"RESULT \[15, 15\]")
+    # Two threads write these: the prompt's closing line (the debugger, once the
+    # last session ended) and the program's own line (its main thread, once the
+    # results arrived). Either may come first.
+    said = [r"no paused sessions left; the program goes on", r"RESULT \[15, 15\]"]
+    seen = {client.expect(said)}
+    seen.add(client.expect(said))
+    assert seen == {0, 1}
     client.expect(pexpect.EOF)
     assert "Traceback" not in client.before
 

@@ -79,19 +79,21 @@ def _readable_copy_of_our_packages(dest: str) -> str:
     copied: set[str] = set()
     for line in out.stdout.splitlines():
         top, _, file = line.partition(" ")
-        if top in copied or file.startswith(stdlib + os.sep) and "site-packages" not in file:
+        if top in copied or (file.startswith(stdlib + os.sep) and "site-packages" not in file):
             continue
         root = os.path.dirname(file)
         while os.path.basename(root) != top and os.path.dirname(root) != root:
             root = os.path.dirname(root)
         if os.path.basename(root) == top and os.path.isfile(os.path.join(root, "__init__.py")):
-            shutil.copytree(root, os.path.join(dest, top), ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                root, os.path.join(dest, top), ignore=shutil.ignore_patterns("__pycache__")
+            )
         elif os.path.basename(file).partition(".")[0] == top:  # a single-file module
             shutil.copy(file, dest)
         else:
             continue
         copied.add(top)
-    for dirpath, dirnames, filenames in os.walk(dest):
+    for dirpath, _dirnames, filenames in os.walk(dest):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.chmod(os.path.join(dirpath, name), 0o644)

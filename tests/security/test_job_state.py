@@ -70,9 +70,9 @@ def plant(uid: int, path: Path, data: bytes, dir_mode: str = "777") -> None:
 def _preload() -> None:
     """Import what the victim's code will, here: the child cannot read our files (the
     checkout or the interpreter may lie in a directory only root can enter)."""
-    import danaus._cli.main  # noqa: F401
-    import danaus._job.jobs  # noqa: F401
-    import danaus._job.load  # noqa: F401
+    import danaus._cli.main
+    import danaus._job.jobs
+    import danaus._job.load
     import danaus.job  # noqa: F401
     from danaus._cli import debug, exec_actor, jobs, logs, observe  # noqa: F401  (main's subcommands)
 
