@@ -97,6 +97,8 @@ comms = danaus.Stream("comms")
 streams = comms.activate()
 streams.__enter__()
 assert danaus.get_active_stream() is comms
+block = danaus.coalescing()
+block.__enter__()  # left open too: the next session's fetches are not refused
 shutdown_context().get(timeout=60)
 try:
     danaus.get_active_mesh()
@@ -109,12 +111,13 @@ pm2 = this_host().spawn_procs(per_host={"gpu": 2})
 with pm2.activate():
     x = torch.arange(3.0) + pm2.rank("gpu")
     print("VALUE", danaus.inspect(x, gpu=1).tolist())
+block.__exit__(None, None, None)  # ends on the ended session's state, harmlessly
 pm2.stop().get(timeout=60)
 """
 
 
 @pytest.mark.timeout(120)
-def test_a_new_session_starts_with_no_active_mesh_or_stream(tmp_path: Any) -> None:
+def test_a_new_session_starts_with_no_active_mesh_stream_or_coalescing_block(tmp_path: Any) -> None:
     import subprocess
     import sys
 

@@ -11,7 +11,8 @@ Needs torch (the ``torch`` extra). Imports ``_actor``, ``_mesh``,
 ``ProcMesh``'s ``activate``/``rank`` methods, which load it lazily on use so
 that ``import danaus.actor`` never imports torch.
 
-Modules: ``active`` (the active mesh and the dispatch mode), ``tensor``
+Modules: ``client`` (the client's tensor-engine state, one part of its
+node), ``active`` (the active mesh and the dispatch mode), ``tensor``
 (``Tensor`` and dispatch of torch ops), ``engine`` (the client side of one
 mesh's workers), ``worker`` (the worker actor), ``messages`` (commands),
 ``collectives`` (``reduce``), ``fetch`` (``fetch_shard``, ``inspect``,

@@ -6,8 +6,11 @@
 Monarch, so autograd's backward pass, which torch may run on another
 thread, sees the same mesh. While any activation is open on a thread, a
 ``TorchDispatchMode`` routes every torch op of that thread (factories
-included) to :func:`danaus._tensor.tensor.dispatch`. The stack belongs to
-the client's node (``node.part``), so a new session starts with none.
+included) to :func:`danaus._tensor.tensor.dispatch`. The stack is part of
+the client's tensor-engine state (``client.ClientState``, a part of its
+node), so a new session starts with none. Whether a thread has our mode is
+torch's per-thread mode stack itself; the mode counts the activations using
+it.
 """
 
 from __future__ import annotations
@@ -15,45 +18,24 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from .._runtime import host
+from . import client
 
 __all__ = ["Activation", "activate", "active_mesh", "get_active_mesh", "no_mesh"]
 
 
-class _ActiveState:
-    """The process's stack of active meshes (``None`` entries are ``no_mesh``)."""
-
-    def __init__(self) -> None:
-        self.stack: list[Any] = []
-        self.acts: list[Activation] = []
-        self.lock = threading.Lock()
-
-    @property
-    def mesh(self) -> Any:
-        stack = self.stack
-        return stack[-1] if stack else None
-
-
-# Whether this thread has our dispatch mode on torch's (per-thread, process-wide) mode stack,
-# and how many activations opened on it use it. It mirrors torch's state, not a session's:
-# an activation left open when a session ends keeps its mode, which the next session's
-# activations then share (two nested modes would send each other's meta computations).
-_modes = threading.local()
-
-
-def _state() -> _ActiveState:
-    """This process's activations (a part of its node; starts the client's node if needed)."""
-    return host.ensure_node().part(_ActiveState)
+def _state() -> client.ClientState:
+    """The client's tensor-engine state (starts the client's node if needed)."""
+    return client.state()
 
 
 def active_mesh() -> Any:
     """The active proc mesh, or ``None`` (none, or ``no_mesh``). Does not block; cheap."""
-    node = host.current_node()
-    if node is None:
+    state = client.current()
+    if state is None:
         return None
-    stack = node.part(_ActiveState).stack
+    stack = state.stack
     return stack[-1] if stack else None
 
 
@@ -81,14 +63,42 @@ def same_mesh(a: Any, b: Any) -> bool:
 
 
 class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Sends torch ops to the active mesh; runs them locally under ``no_mesh``."""
+    """Sends torch ops to the active mesh; runs them locally under ``no_mesh``.
+
+    One per thread with open activations, on torch's mode stack of that
+    thread; ``users`` counts those activations (of any session: one left open
+    when a session ends shares it with the next session's, as two nested
+    modes would send each other's meta computations).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.users = 0
+        self.thread = threading.current_thread()
+        self._ident = threading.get_ident()
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         return False  # no torch.compile wrapper around every op's dispatch: it costs ~10 us
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        return _dispatch()(func, args, kwargs or {}, active_mesh())
+        if threading.get_ident() == self._ident:
+            return _dispatch()(func, args, kwargs or {}, active_mesh())
+        # torch runs this for our thread on one of its own (autograd's backward on a device
+        # thread inherits our modes): act for our thread, so its coalescing block holds it
+        state = client.current()
+        if state is None:
+            return _dispatch()(func, args, kwargs or {}, active_mesh())
+        with state.acting_for(self.thread):
+            return _dispatch()(func, args, kwargs or {}, active_mesh())
+
+
+def _thread_mode() -> _MeshMode | None:
+    """Our mode on the calling thread's torch mode stack, if there."""
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        if isinstance(mode, _MeshMode):
+            return mode
+    return None
 
 
 def _dispatch() -> Any:
@@ -123,12 +133,12 @@ class Activation:
             state.stack.append(mesh)
             state.acts.append(self)
             self._index = len(state.stack) - 1
-        depth = getattr(_modes, "depth", 0)
-        if depth == 0:
-            mode = _MeshMode()  # type: ignore[no-untyped-call]
+        mode = _thread_mode()
+        if mode is None:
+            mode = _MeshMode()
             mode.__enter__()  # type: ignore[no-untyped-call]
-            _modes.mode = mode
-        _modes.depth = depth + 1
+        mode.users += 1
+        self._mode = mode
 
     def __enter__(self) -> None:
         return None
@@ -150,11 +160,10 @@ class Activation:
             state.stack.pop()
             state.acts.pop()
         self._closed = True
-        depth = _modes.depth - 1
-        _modes.depth = depth
-        if depth == 0:
-            _modes.mode.__exit__(None, None, None)
-            _modes.mode = None
+        mode = self._mode
+        mode.users -= 1
+        if mode.users == 0:
+            mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
 
 def activate(mesh: Any) -> Activation:

@@ -39,7 +39,7 @@ from .._actor.procs import ProcMesh, this_proc
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime import host
-from . import coalescing
+from . import client
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .stream import get_active_stream
 from .worker import TensorWorker
@@ -121,6 +121,8 @@ class Engine:
         self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
         self._lock = threading.Lock()
         self._queue: list[tuple[Shape, str, Any]] = []
+        self._client = client.state()  # of the node this engine belongs to
+        self._holders = 0  # threads' open coalescing blocks holding ops for this engine
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
@@ -245,6 +247,15 @@ class Engine:
         self.check()
         if stream is None:
             stream = get_active_stream().name
+        held = self._client.holding()
+        if held is not None:  # this thread's coalescing block holds them until it ends
+            ops = held.get(self)
+            if ops is None:
+                with self._cond:
+                    self._holders += 1
+                ops = held[self] = []
+            ops.extend((shape, stream, c) for c in cmds)
+            return
         with self._cond:
             queue = self._queue  # under the lock: the sender swaps it for a new list
             if len(cmds) == 1:
@@ -260,15 +271,29 @@ class Engine:
         with self._send_lock, self.as_owner():
             self._send_queued()
 
-    def _send_queued(self, by_sender: bool = False) -> None:
+    def send_held(self, ops: list[tuple[Shape, str, Any]]) -> None:
+        """A thread's coalescing block ended: send the ops it held for this engine now,
+        after what is queued, with the deletions no open block still waits on."""
+        with self._send_lock, self.as_owner():
+            with self._cond:
+                self._holders -= 1
+                if self.closed:
+                    return
+                self._queue.extend(ops)
+            self._send_queued()
+
+    def _send_queued(self) -> None:
         # Called with _send_lock held, so batches leave in the order they were taken.
         with self._cond:  # no command is queued between the two swaps
             if self.closed:
                 return
-            if by_sender and coalescing.active():
-                return  # a block opened while the sender gathered: its end sends them
             queued, self._queue = self._queue, []
-            dead, self._dead = self._dead, {}
+            if self._holders:
+                # an open block may hold ops that use ids dropped meanwhile: their deletion
+                # leaves after the last such block's ops
+                dead: dict[str, list[int]] = {}
+            else:
+                dead, self._dead = self._dead, {}
         # every command that uses a dead id was queued (on the id's stream) before it died
         for stream, ids in dead.items():
             queued.append((self.workers._shape, stream, Delete(tuple(ids))))
@@ -295,8 +320,7 @@ class Engine:
         delay, batch = self._delay, self._batch
         while True:
             with self._cond:
-                # a coalescing block holds everything until it ends (it flushes then)
-                while (not self._queue or coalescing.active()) and not self.closed:
+                while not self._queue and not self.closed:
                     self._cond.wait()
                 if delay > 0:
                     deadline = time.monotonic() + self._max_delay
@@ -310,7 +334,7 @@ class Engine:
                 if self.closed:
                     return
             with self._send_lock, self.as_owner():
-                self._send_queued(by_sender=True)
+                self._send_queued()
 
 
 # Commands made only of plain data (ids, numbers, strings, dtypes, sizes): a batch of
@@ -322,7 +346,7 @@ _VALUE_CARRIERS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
 
 
 def flush_all() -> None:
-    """Send what every live engine holds (a coalescing block opens or ends), and wake its
+    """Send what every live engine has queued (a coalescing block opens), and wake its
     sender."""
     if host.current_node() is None:  # no node: no engine, and nothing to start one for
         return
