@@ -439,6 +439,48 @@ def test_shutdown_context_is_idempotent_and_stops_everything(client_script, tmp_
 
 
 @pytest.mark.timeout(60)
+def test_shutdown_context_warns_naming_a_proc_mesh_that_did_not_stop(client_script) -> None:
+    """An actor's cleanup that never ends holds its proc mesh past shutdown_timeout: the
+    shutdown goes on (the agent kills the procs) and a warning says which mesh and why."""
+    result = client_script.run(
+        """
+        import json, logging, os, threading
+        import danaus.config
+        from danaus.actor import Actor, endpoint, shutdown_context, this_host
+
+        records = []
+
+        class Keep(logging.Handler):
+            def emit(self, record):
+                records.append([record.levelname, record.getMessage()])
+
+        logging.getLogger("danaus").addHandler(Keep())
+        danaus.config.configure(stop_proc_timeout=600, shutdown_timeout=0.5)
+
+        class Stuck(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+
+            def __cleanup__(self, exc):
+                threading.Event().wait()  # never ends: its proc cannot stop by itself
+
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        pids = list(procs.spawn("stuck", Stuck).pid.call().get(timeout=30).values())
+        shutdown_context().get(timeout=60)
+        print(json.dumps({"pids": pids, "mesh": repr(procs), "records": records}))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    warnings = [m for level, m in out["records"] if level == "WARNING"]
+    assert any(
+        out["mesh"] in m and "did not stop cleanly" in m and "TimeoutError" in m for m in warnings
+    ), out["records"]
+    assert wait_pids_gone(out["pids"], timeout=10) == []
+
+
+@pytest.mark.timeout(60)
 def test_client_exiting_without_stopping_leaves_no_processes(client_script) -> None:
     result = client_script.run(
         """

@@ -536,3 +536,28 @@ def test_a_pdb_command_that_prints_too_much_shows_its_tail_and_a_marker(
     dbg.expect("danaus_dbg> ")
     dbg.sendline("quit")
     dbg.expect(pexpect.EOF)
+
+
+@pytest.mark.timeout(120)
+def test_a_client_exits_quietly_after_a_breakpoint_while_danaus_debug_is_attached(
+    session: dict[str, object],
+) -> None:
+    """The debugger's socket server, its connection's task and its prompt task end with the
+    client: no "Task was destroyed but it is pending!" at exit, and `danaus debug` hears why."""
+    client = _client(session, "loud", DANAUS_DEBUG_TERMINAL="0")
+    client.expect("paused in breakpoint")
+    dbg = _cli(session)
+    _list_until(dbg, 1)
+    dbg.sendline("continue")  # `danaus debug` stays connected while the client exits
+    dbg.expect("sent 'clear ;; c' to loud 0")
+    client.expect(r"RESULT 2")
+    client.expect(pexpect.EOF)
+    out = client.before
+    client.close()
+    assert client.exitstatus == 0, out
+    for noise in ("Task was destroyed", "Exception ignored", "Traceback"):
+        assert noise not in out, out
+    dbg.sendline("list")  # its prompt was waiting for a line: now it hears why it ends
+    dbg.expect("the program exited")
+    dbg.expect(pexpect.EOF)
+    assert "Traceback" not in dbg.before

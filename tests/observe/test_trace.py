@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import danaus
+from danaus._actor import introspect
 from danaus.actor import Actor, ActorMesh, ProcMesh, endpoint, this_host
 
 from .conftest import REPLY_TIMEOUT, Worker
@@ -83,6 +86,43 @@ def test_procs_spawned_during_a_trace_are_traced(tmp_path: Path) -> None:
     spans = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "late.ping"]
     assert len(spans) == 1
     assert _procs(doc)[spans[0]["pid"]].startswith("proc")
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_a_proc_whose_clock_offset_was_lost_is_traced_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A proc spawned during the trace starts tracing, but the answer carrying its clock
+    is lost: its spans are kept, and a warning names it (they may be misaligned)."""
+    real = introspect.ask_trace_start
+
+    def answer_lost(procs: Any, arrived: Any = None) -> Any:
+        real(procs, arrived)  # the procs are asked, and start tracing
+        lost: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        lost.set_exception(ConnectionError("the answer was lost on the way"))
+        return lost
+
+    logger = logging.getLogger("danaus.trace")
+    logger.addHandler(caplog.handler)  # the danaus logger may not propagate to the root
+    path = tmp_path / "lost.json"
+    try:
+        with danaus.trace(path) as t:
+            monkeypatch.setattr(introspect, "ask_trace_start", answer_lost)
+            pm = this_host().spawn_procs(per_host={"gpus": 1})
+            monkeypatch.undo()
+            mesh = pm.spawn("lost_clock", Worker)
+            mesh.ping.call_one(1).get(timeout=REPLY_TIMEOUT)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert t.summary["procs_missing"] == []
+    spans = [e for e in _load(path)["traceEvents"] if e["ph"] == "X"]
+    assert [e for e in spans if e["name"] == "lost_clock.ping"]  # its spans are kept
+    (proc,) = pm._procs
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        f"clock offset of proc {proc.name} was lost" in m and "the answer was lost" in m
+        for m in warnings
+    ), warnings
     pm.stop().get(timeout=REPLY_TIMEOUT)
 
 

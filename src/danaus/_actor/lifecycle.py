@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import logging
 from typing import Any
 
 from .. import _config as config
@@ -12,6 +13,8 @@ from .future import Future
 from .procs import owned_proc_meshes
 
 __all__ = ["shutdown_context"]
+
+log = logging.getLogger("danaus.actor")
 
 
 def shutdown_context() -> Future[None]:
@@ -31,12 +34,21 @@ def shutdown_context() -> Future[None]:
         if node.closed or node.shutting_down:
             return Future._resolved(None, "shutdown")
         node.shutting_down = True
-    futures = [pm.stop("the client shut down") for pm in owned_proc_meshes()]
-    for f in futures:
+    meshes = owned_proc_meshes()
+    futures = [pm.stop("the client shut down") for pm in meshes]
+    timeout = config.get("shutdown_timeout")
+    for pm, f in zip(meshes, futures, strict=True):
         try:
-            f.get(timeout=config.get("shutdown_timeout"))
-        except Exception:
-            pass
+            f.get(timeout=timeout)
+        except Exception as e:  # the host agent ends what is left of it
+            log.warning(
+                "shutdown_context(): %r did not stop cleanly within %g s (setting "
+                "shutdown_timeout), so its processes are killed: %s: %s",
+                pm,
+                timeout,
+                type(e).__name__,
+                e,
+            )
     _stop_local_actors(node.runtime)
     host.shutdown(node)
     return Future._resolved(None, "shutdown")
@@ -58,7 +70,7 @@ def _at_exit() -> None:
     try:
         shutdown_context()
     except Exception:  # pragma: no cover - never let shutdown break interpreter exit
-        pass
+        log.warning("danaus could not shut down cleanly at exit", exc_info=True)
 
 
 atexit.register(_at_exit)

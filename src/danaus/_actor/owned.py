@@ -7,6 +7,7 @@ registry lives in the owner's process, on its node (one per client session).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ __all__ = [
     "register_proc_mesh",
     "stop_owned",
 ]
+
+log = logging.getLogger("danaus.actor")
 
 
 class OwnedMesh:
@@ -121,9 +124,11 @@ def owned_by(owner: ActorId) -> tuple[list[OwnedMesh], list[Any]]:
 def stop_owned(owner: ActorId, reason: str, timeout: float = 10.0) -> None:
     """Stop every mesh ``owner`` owns and wait (bounded) for them: children go first."""
     actors, procs = owned_by(owner)
-    futures = [m.mesh.stop(reason) for m in actors] + [p.stop(reason) for p in procs]
-    for f in futures:
+    stopping = [(m.mesh, m.mesh.stop(reason)) for m in actors] + [
+        (p, p.stop(reason)) for p in procs
+    ]
+    for child, f in stopping:
         try:
             f.get(timeout=timeout)
-        except Exception:  # a child that cannot stop cleanly must not block its owner
-            pass
+        except Exception as e:  # a child that cannot stop cleanly must not block its owner
+            log.warning("%s stopped, but its %r did not stop cleanly: %r", owner, child, e)

@@ -117,7 +117,8 @@ def run_debug(args: argparse.Namespace) -> int:
         print("\ndanaus debug: interrupted; the sessions stay paused", file=sys.stderr)
         return 130
     finally:
-        stream.close()
+        with contextlib.suppress(OSError):  # a line the gone client never read
+            stream.close()
         sock.close()
 
 
@@ -133,8 +134,11 @@ def _relay(stream: Any) -> int:
             except EOFError:  # Ctrl-D: leave like 'quit'
                 print()
                 line = "quit"
-            stream.write(json.dumps({"i": line}).encode() + b"\n")
-            stream.flush()
+            try:
+                stream.write(json.dumps({"i": line}).encode() + b"\n")
+                stream.flush()
+            except OSError:  # the client went away: its last words may still be to read
+                pass
         elif "bye" in msg:
             print(msg["bye"])
             return 0

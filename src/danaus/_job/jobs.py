@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import logging
 import os
 import secrets
 import shlex
@@ -44,6 +45,8 @@ __all__ = [
     "SSHJob",
     "StartedWorker",
 ]
+
+log = logging.getLogger("danaus.job")
 
 J = TypeVar("J", bound="JobTrait")
 
@@ -123,9 +126,13 @@ class JobState:
 
     def _stop_procs(self) -> None:
         """Stop the procs spawned on these meshes (best effort, bounded)."""
-        for mesh in self._meshes.values():
-            with contextlib.suppress(Exception):
+        for name, mesh in self._meshes.items():
+            try:
                 mesh.stop().get(timeout=config.get("job_stop_timeout"))
+            except Exception as e:
+                log.warning(
+                    "the job's mesh %r did not stop cleanly: %s: %s", name, type(e).__name__, e
+                )
 
     def __repr__(self) -> str:
         return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._meshes.items())})"

@@ -21,6 +21,7 @@ Chrome trace JSON, which ``ui.perfetto.dev`` and ``chrome://tracing`` open.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from types import TracebackType
@@ -35,6 +36,8 @@ from .state import discover
 
 __all__ = ["Trace", "trace"]
 
+log = logging.getLogger("danaus.trace")
+
 
 class Trace:
     """A running trace (``with danaus.trace(path) as t:``); ``t.summary`` after the block."""
@@ -46,6 +49,7 @@ class Trace:
             _otel_tracer()  # fail now, before anything runs, if the SDK is missing
         self.summary: dict[str, Any] = {}
         self._offsets: dict[str, int] = {}  # proc name -> its clock minus ours (ns)
+        self._no_offset: dict[str, str] = {}  # proc name -> why its offset is unknown
         self._procs: list[ProcId] = []
         self._t0 = 0
         self._wall0 = 0
@@ -72,7 +76,9 @@ class Trace:
         me = host.ensure_runtime().host
         for p, t1, (ok, ans) in zip(procs, arrived, answers, strict=True):
             if not ok:
+                self._no_offset[p.name] = str(ans)
                 continue
+            self._no_offset.pop(p.name, None)
             if ans["host"] == me:  # one kernel, one CLOCK_MONOTONIC
                 self._offsets[p.name] = 0
             else:  # the proc read its clock about halfway through the round trip
@@ -90,8 +96,10 @@ class Trace:
         for procs, sent, arrived, fut in late:
             try:
                 self._learn_offsets(list(procs), sent, arrived, fut.result())
-            except Exception:
-                pass
+            except Exception as e:  # their spans are still collected, on a guessed clock
+                log.debug("the clock offsets of %d procs were lost", len(procs), exc_info=True)
+                for p in procs:
+                    self._no_offset.setdefault(p.name, f"{type(e).__name__}: {e}")
         mine = introspect.stop_local_trace(rt)
         procs = list(dict.fromkeys([*self._procs, *(p for lp in late for p in lp[0])]))
         # Procs that actors spawned during the block (they joined the trace from their
@@ -111,6 +119,14 @@ class Trace:
         missing = []
         for p, (ok, data) in zip(procs, answers, strict=True):
             if ok:
+                if p.name not in self._offsets:
+                    log.warning(
+                        "trace %s: the clock offset of proc %s was lost (%s); its spans are "
+                        "placed as if its clock were the client's, and may be misaligned",
+                        self.path,
+                        p.name,
+                        self._no_offset.get(p.name, "it never answered"),
+                    )
                 parts.append((data, self._offsets.get(p.name, 0)))
             else:
                 missing.append(f"{p.name}: {data}")

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import logging
 import os
 import queue
 import random
@@ -100,6 +101,8 @@ __all__ = [
     "request",
     "split",
 ]
+
+log = logging.getLogger("danaus.rdma")
 
 
 FETCH, STORE = 1, 2
@@ -593,7 +596,7 @@ class Pool:
             try:
                 fn(*args)
             except BaseException:  # pragma: no cover - the parts report their own errors
-                pass
+                log.debug("an RDMA network task %r failed", fn, exc_info=True)
             with self._lock:
                 self._idle += 1
 

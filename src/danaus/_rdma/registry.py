@@ -185,23 +185,11 @@ def drop(buffer_ids: list[int]) -> concurrent.futures.Future[None]:
     return done
 
 
-def registered_count() -> int:
-    """How many buffers this process has registered and not dropped."""
-    with _lock:
-        return len(_registered)
-
-
 def registered_buffers() -> list[dict[str, Any]]:
     """The buffers registered here, as plain data (for STATS snapshots and the dashboard)."""
     with _lock:
         regs = list(_registered.items())
     return [{"id": i, "nbytes": r.nbytes, "readonly": r.readonly} for i, r in regs]
-
-
-def lease_count() -> int:
-    """How many transfers with this process's buffers are under way."""
-    with _lock:
-        return len(_leases)
 
 
 # -- the runtime side: answered on the I/O thread ----------------------------------

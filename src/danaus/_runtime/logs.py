@@ -61,8 +61,10 @@ def redirect_output(boot: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(path)
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        try:
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        except Exception:  # not a text stream of the io module: it buffers as it does
+            log.debug("%r cannot be made line-buffered", stream, exc_info=True)
     _line_buffer_c_stdout()
 
 

@@ -344,8 +344,9 @@ class Runtime(PeerTable):
                 ping = ping or encode_frame(wire(Ping()))
                 try:
                     conn.send(ping)
-                except Exception:
-                    pass
+                except Exception:  # a closing connection: its silence is judged next time
+                    who = conn.peer.name if conn.peer is not None else "a peer"
+                    log.debug("a heartbeat to %s could not be sent", who, exc_info=True)
         for conn in [c for c in judges if c.closed]:
             del judges[conn]
         self.loop.call_later(interval, self._heartbeat)
@@ -783,8 +784,8 @@ class Runtime(PeerTable):
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
                 peer.conn.send_message(wire(header), body, buffers)
                 return
-            except Exception:
-                pass  # closed: the slow path below reports it
+            except Exception:  # closed: the slow path below reports it
+                log.debug("handing a frame to %s failed", proc.name, exc_info=True)
         if pickled is not None and not buffers:
             parts = encode_pickled(pickled, body)
         else:
@@ -796,8 +797,8 @@ class Runtime(PeerTable):
             try:
                 peer.conn.send(parts)
                 return
-            except Exception:
-                pass  # lost: fall through to the slow path, which reports it
+            except Exception:  # lost: fall through to the slow path, which reports it
+                log.debug("sending a frame to %s failed", proc.name, exc_info=True)
         # Sent later, if the peer is not connected yet: keep a snapshot (the caller may
         # change its arrays now). A large one is made outside the lock, which the I/O
         # thread takes, and the peer looked at again after.

@@ -224,7 +224,7 @@ class Engine:
         try:
             self._owner.stop("the tensor engine's mesh stopped")
         except Exception:  # the client's runtime is already shutting down
-            pass
+            log.debug("stopping the tensor engine's owner actor failed", exc_info=True)
 
     def watch(self, cf: concurrent.futures.Future[Any]) -> None:
         """Fail ``cf`` with ``SupervisionError`` if a worker dies before it completes."""

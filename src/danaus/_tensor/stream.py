@@ -22,6 +22,7 @@ borrowing stream whose views all end when the borrow is dropped.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +31,8 @@ from .._runtime import host
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
 __all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]
+
+log = logging.getLogger("danaus.tensor")
 
 
 class Stream:
@@ -164,7 +167,7 @@ class Borrow:
             try:
                 self.drop()
             except Exception:  # the mesh stopped or its worker died: nothing left to give back
-                pass
+                log.debug("dropping %r when it was collected failed", self, exc_info=True)
 
     def __repr__(self) -> str:
         state = "dropped" if self.dropped else "held"

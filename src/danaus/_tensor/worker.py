@@ -13,6 +13,7 @@ error follows the data and the worker lives on.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import pickle
 import threading
@@ -46,6 +47,8 @@ from .messages import (
 from .worker_streams import Streams, current_stream
 
 __all__ = ["TensorWorker", "resolve_op"]
+
+log = logging.getLogger("danaus.tensor")
 
 _OPS: dict[str, Any] = {}
 
@@ -136,7 +139,7 @@ class TensorWorker(Actor):
             try:
                 pg.shutdown()
             except Exception:
-                pass
+                log.debug("shutting a process group down failed", exc_info=True)
         self.groups.clear()
         self.refs.clear()
         self._store = None

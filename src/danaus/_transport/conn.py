@@ -1054,8 +1054,3 @@ def _take(dq: collections.deque[memoryview], k: int) -> list[memoryview]:
         if len(out) == k:
             break
     return out
-
-
-def is_refused(e: OSError) -> bool:
-    """True when a connect failed because nobody listens there (the peer is gone)."""
-    return e.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ECONNRESET, errno.ENOTSOCK)

@@ -88,6 +88,8 @@ class DebugController(Actor):
         self._event = asyncio.Event()
         self._frontend: Frontend | None = None
         self._repl: asyncio.Task[None] | None = None
+        self._clients: set[asyncio.Task[Any]] = set()  # one per `danaus debug` connection
+        self._closing = False  # the controller stops: the prompt goes and does not come back
         self._announced = False
         self._loop = asyncio.get_running_loop()
         rt = host.ensure_runtime()
@@ -179,11 +181,17 @@ class DebugController(Actor):
         os.replace(tmp, self._info_path)
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not same_user(writer):
+        if not same_user(writer) or self._closing:
             writer.close()
             return
-        task = self._take_prompt(SocketFrontend(reader, writer))
-        await asyncio.wait([task])
+        me = asyncio.current_task()
+        assert me is not None
+        self._clients.add(me)  # ended in __cleanup__ with the rest of the controller
+        try:
+            task = self._take_prompt(SocketFrontend(reader, writer))
+            await asyncio.wait([task])
+        finally:
+            self._clients.discard(me)
 
     def _maybe_terminal(self) -> None:
         if (
@@ -207,11 +215,14 @@ class DebugController(Actor):
         except FrontendClosed:
             pass
         except asyncio.CancelledError:
-            fe.close("another danaus debug took over the debugger")
+            if self._closing:
+                fe.close("the program exited; the debugger closed with it")
+            else:
+                fe.close("another danaus debug took over the debugger")
         finally:
             if self._frontend is fe:
                 self._frontend = None
-                if not isinstance(fe, TerminalFrontend):
+                if not isinstance(fe, TerminalFrontend) and not self._closing:
                     self._maybe_terminal()
 
     # -- the prompt -----------------------------------------------------------------------
@@ -254,6 +265,7 @@ class DebugController(Actor):
             idle.cancel()
             if not typed.done():
                 typed.cancel()
+            await asyncio.wait([typed, idle])  # both ended, not left pending
         if typed.done() and not typed.cancelled():
             return typed.result()
         await fe.write("\n")
@@ -416,11 +428,22 @@ class DebugController(Actor):
         )
 
     async def __cleanup__(self, exc: Any) -> None:
+        """End everything the controller started: its socket server, the task of each
+        connection to it and the prompt's task, each awaited (none is left pending when
+        the client exits), then its files."""
+        self._closing = True
         rt = host.ensure_runtime()
         if self._on_lost in rt.lost_callbacks:
             rt.lost_callbacks.remove(self._on_lost)
+        prompts = [t for t in (self._serving, self._repl) if t is not None]
+        for t in prompts:
+            t.cancel()  # the prompt's frontend says why it goes: the program exited
+        # A connection's task ends once its prompt has (it is not cancelled: asyncio
+        # reports a cancelled connection task as an unhandled error).
+        await asyncio.gather(*prompts, *self._clients, return_exceptions=True)
         if self._server is not None:
             self._server.close()
+            await self._server.wait_closed()
         for path in (self._info_path, self.socket_path):
             try:
                 os.unlink(path)

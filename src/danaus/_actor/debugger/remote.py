@@ -26,6 +26,7 @@ import asyncio
 import bdb
 import collections
 import linecache
+import logging
 import os
 import pdb
 import socket
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from ..cell import ActorCell
 
 __all__ = ["OutputRing", "ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
+
+log = logging.getLogger("danaus.actor")
 
 CONTROLLER_NAME = "debug_controller"
 
@@ -223,8 +226,8 @@ class RemotePdb(pdb.Pdb):
         self._ended = True
         try:
             _block(self.controller.end.call_one(self.info.key, self._out.take()))
-        except Exception:
-            pass  # the client is gone: nothing is listening for this session any more
+        except Exception:  # the client is gone: nothing is listening for this session any more
+            log.debug("the end of debug session %s reached no one", self.info.key, exc_info=True)
 
     # -- pdb behaviour over a remote terminal ------------------------------------
 
