@@ -1,13 +1,19 @@
-"""Every code block of the documentation site runs in a test or says why it cannot.
+"""The documentation says what the code does.
 
-A fenced block tagged ``python``, ``sh`` or ``bash`` in ``docs/`` must be
-preceded by ``<!-- run -->`` (this test runs it as a client script) or by
+Every code block of the documentation site runs in a test or says why it
+cannot: a fenced block tagged ``python``, ``sh`` or ``bash`` in ``docs/`` must
+be preceded by ``<!-- run -->`` (this test runs it as a client script) or by
 ``<!-- not runnable: REASON -->``, or include only files of ``examples/`` that
 a test runs. Untagged and ``text`` blocks are diagrams and output, not code.
+
+``docs/design.md``'s lists of the node's parts and of who handles each frame
+kind are those of the code (as ``docs/config.md``'s settings are, in
+``tests/config/test_config.py``).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import re
@@ -105,3 +111,124 @@ def test_runnable_code_blocks_run(block: Block, tmp_path: pathlib.Path) -> None:
         env=env,
     )
     assert r.returncode == 0, f"{block} failed:\n{r.stderr[-3000:]}"
+
+
+# -- docs/design.md against the code ------------------------------------------------
+
+SRC = ROOT / "src" / "danaus"
+DESIGN = DOCS / "design.md"
+
+
+def _table(section: str, header: list[str]) -> list[list[str]]:
+    """The rows of the table headed ``header`` in section ``## section`` of design.md."""
+    text = DESIGN.read_text()
+    m = re.search(rf"^## {re.escape(section)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    assert m, f"docs/design.md has no section '## {section}'"
+    lines = m.group(1).splitlines()
+    for i, line in enumerate(lines):
+        if [c.strip() for c in line.strip().strip("|").split("|")] == header:
+            rows = []
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                rows.append([c.strip() for c in row.strip().strip("|").split("|")])
+            return rows
+    raise AssertionError(f"docs/design.md's '## {section}' has no table headed {header}")
+
+
+def _module(path: pathlib.Path) -> str:
+    """``_actor/owned`` for src/danaus/_actor/owned.py."""
+    return path.relative_to(SRC).with_suffix("").as_posix()
+
+
+def _imported_from(tree: ast.Module, path: pathlib.Path, name: str) -> str | None:
+    """The module (as ``_module`` names it) that ``path`` imports ``name`` from."""
+    package = list(path.relative_to(SRC).parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(
+            (a.asname or a.name) == name for a in node.names
+        ):
+            mod = node.module.split(".") if node.module else []
+            if node.level:
+                return "/".join([*package[: len(package) - (node.level - 1)], *mod])
+            if mod[:1] == ["danaus"]:
+                return "/".join(mod[1:])
+    return None
+
+
+def _node_parts_in_code() -> set[str]:
+    """``module.Class`` of every class passed to ``node.part(cls)`` in src/danaus."""
+    found = set()
+    for path in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for call in ast.walk(tree):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "part"
+            ):
+                continue
+            where = f"{path.relative_to(SRC)}:{call.lineno}"
+            assert len(call.args) == 1 and isinstance(call.args[0], ast.Name), (
+                f"{where}: pass node.part() a class by name, so this test can find it"
+            )
+            name = call.args[0].id
+            module = _module(path) if name in classes else _imported_from(tree, path, name)
+            assert module, f"{where}: cannot tell where {name} is defined"
+            found.add(f"{module}.{name}")
+    return found
+
+
+def _frame_handlers_in_code() -> dict[str, set[str]]:
+    """Frame kind name -> the modules that call ``register(Kind.X, ...)`` for it."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        for call in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "register"
+                and call.args
+                and isinstance(kind := call.args[0], ast.Attribute)
+                and isinstance(kind.value, ast.Name)
+                and kind.value.id == "Kind"
+            ):
+                found.setdefault(kind.attr, set()).add(path.relative_to(SRC).as_posix())
+    return found
+
+
+def test_the_design_lists_every_part_of_the_node() -> None:
+    rows = _table("The node", ["part", "holds"])
+    documented = set()
+    for row in rows:
+        m = re.fullmatch(r"`(_\w+(?:/\w+)*\.\w+)`", row[0])
+        assert m, f"docs/design.md: a node part is written `_layer/module.Class`, not {row[0]}"
+        assert row[1], f"docs/design.md: say what node part {row[0]} holds"
+        documented.add(m.group(1))
+    code = _node_parts_in_code()
+    assert len(code) >= 10
+    assert documented == code, (
+        "docs/design.md's table of node parts ('## The node') is out of date: "
+        f"add {sorted(code - documented)}, remove {sorted(documented - code)}"
+    )
+
+
+def test_the_design_names_the_handler_of_every_frame_kind() -> None:
+    from danaus._wire.protocol import Kind
+
+    documented: dict[str, set[str]] = {}
+    for row in _table("Messages", ["module", "frame kinds it handles"]):
+        m = re.match(r"`(_\w+/\w+\.py)`", row[0])
+        assert m, f"docs/design.md: a routing row starts with `_layer/module.py`, not {row[0]}"
+        for kind in re.findall(r"`([A-Z][A-Z_]*)`", row[1]):
+            documented.setdefault(kind, set()).add(m.group(1))
+    code = _frame_handlers_in_code()
+    every = {k.name for k in Kind}
+    assert set(code) == every, f"frame kinds no module handles: {sorted(every - set(code))}"
+    assert set(documented) == every, (
+        "docs/design.md's routing table ('## Messages') is out of date: add "
+        f"{sorted(every - set(documented))}, remove {sorted(set(documented) - every)}"
+    )
+    wrong = {k: (sorted(documented[k]), sorted(code[k])) for k in every if documented[k] != code[k]}
+    assert not wrong, f"docs/design.md's routing table names the wrong modules (doc, code): {wrong}"

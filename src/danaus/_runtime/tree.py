@@ -86,6 +86,54 @@ class TreeStats:
         self.rerouted = 0  # subtrees sent to past an unreachable proc
 
 
+class Subtree:
+    """What this proc sends one message into: the part of the tree below it.
+
+    Its ranks are ``[base, base + len(table))`` and ``table[r - base]`` is rank
+    ``r``'s proc (the whole mesh at the sender, the ranks of its own subtree at a
+    proc of the tree). It travels with the message (``selection``, ``header``
+    without its subtree fields, ``body``, ``buffers``) and says where answers and
+    failures go: ``parent`` (this proc's gather, if any) or else ``on_fail``.
+    One object per message at each proc, shared by the sends into its children,
+    so a send, a failed send and a route around pass it instead of 11 arguments.
+    """
+
+    __slots__ = ("base", "body", "buffers", "header", "on_fail", "parent", "selection", "table")
+
+    def __init__(
+        self,
+        table: Sequence[ProcId],
+        base: int,
+        selection: Selection,
+        header: Cast,
+        body: Any,
+        buffers: Sequence[Any],
+        parent: _GatherBase | None,
+        on_fail: Callable[[int, int, str], None] | None,
+    ) -> None:
+        self.table = table
+        self.base = base
+        self.selection = selection
+        self.header = header
+        self.body = body
+        self.buffers = buffers
+        self.parent = parent
+        self.on_fail = on_fail
+
+    def with_buffers(self, buffers: Sequence[Any]) -> Subtree:
+        """The same, carrying ``buffers`` instead."""
+        return Subtree(
+            self.table,
+            self.base,
+            self.selection,
+            self.header,
+            self.body,
+            buffers,
+            self.parent,
+            self.on_fail,
+        )
+
+
 class TreeRouter:
     """The cast tree side of one runtime: sends casts, forwards them, gathers replies."""
 
@@ -159,41 +207,28 @@ class TreeRouter:
                     self._installed.popitem(last=False)
             else:
                 self._installed.move_to_end(key)
+            tree = Subtree(procs, 0, selection, header, body, buffers, root, on_fail)
             for lo, hi in root_children(n, fanout):
                 if not install and not selection.count_in(lo, hi):
                     continue
-                self._send_subtree(
-                    procs, 0, lo, hi, selection, header, body, buffers, install, root, on_fail
-                )
+                self._send_subtree(tree, lo, hi, install)
         if root is not None:
             root.armed()
 
-    def _send_subtree(
-        self,
-        table: Sequence[ProcId],
-        base: int,
-        lo: int,
-        hi: int,
-        selection: Selection,
-        header: Cast,
-        body: Any,
-        buffers: Sequence[Any],
-        install: bool,
-        parent: _GatherBase | None,
-        on_fail: Callable[[int, int, str], None] | None,
-    ) -> None:
-        """Send subtree ``[lo, hi)`` to its proc (``table[lo - base]``), or past it if that
-        proc is known to be unreachable."""
-        proc = table[lo - base]
+    def _send_subtree(self, tree: Subtree, lo: int, hi: int, install: bool) -> None:
+        """Send child subtree ``[lo, hi)`` of ``tree`` to its proc (``tree.table[lo -
+        tree.base]``), with the routes below it if ``install``, or past that proc if it
+        is known to be unreachable."""
+        base = tree.base
+        proc = tree.table[lo - base]
+        parent = tree.parent
         lost = self.rt.is_lost(proc.name)
         if lost is None and parent is not None:
             lost = parent.expect_child(lo, hi, proc)
         if lost is not None:
-            self._route_around(
-                table, base, lo, hi, selection, header, body, buffers, parent, on_fail, lost
-            )
+            self._route_around(tree, lo, hi, lost)
             return
-        h = header
+        h = tree.header
         sub = Cast(
             h.mesh,
             h.name,
@@ -204,7 +239,7 @@ class TreeRouter:
             lo,
             hi,
             h.fanout,
-            tuple(table[lo - base : hi - base]) if install else None,
+            tuple(tree.table[lo - base : hi - base]) if install else None,
             h.labels,
             h.sizes,
             h.sender,
@@ -216,77 +251,36 @@ class TreeRouter:
         self.rt.send(
             proc,
             sub,
-            body,
-            buffers,
-            functools.partial(
-                self._send_failed,
-                table,
-                base,
-                lo,
-                hi,
-                selection,
-                header,
-                body,
-                buffers,
-                parent,
-                on_fail,
-            ),
+            tree.body,
+            tree.buffers,
+            functools.partial(self._send_failed, tree, lo, hi),
         )
 
-    def _send_failed(
-        self,
-        table: Sequence[ProcId],
-        base: int,
-        lo: int,
-        hi: int,
-        selection: Selection,
-        header: Cast,
-        body: Any,
-        buffers: Sequence[Any],
-        parent: _GatherBase | None,
-        on_fail: Callable[[int, int, str], None] | None,
-        reason: str,
-    ) -> None:
+    def _send_failed(self, tree: Subtree, lo: int, hi: int, reason: str) -> None:
         """The frame for ``[lo, hi)`` never left: its proc did not get it, so route around."""
-        if parent is not None:
-            parent.forget_child(lo)
+        if tree.parent is not None:
+            tree.parent.forget_child(lo)
         # Its buffers may be the caller's arrays, reused by now: take a snapshot.
-        buffers = [bytes(flat(b)) for b in buffers]
-        self._route_around(
-            table, base, lo, hi, selection, header, body, buffers, parent, on_fail, reason
-        )
+        tree = tree.with_buffers([bytes(flat(b)) for b in tree.buffers])
+        self._route_around(tree, lo, hi, reason)
 
-    def _route_around(
-        self,
-        table: Sequence[ProcId],
-        base: int,
-        lo: int,
-        hi: int,
-        selection: Selection,
-        header: Cast,
-        body: Any,
-        buffers: Sequence[Any],
-        parent: _GatherBase | None,
-        on_fail: Callable[[int, int, str], None] | None,
-        reason: str,
-    ) -> None:
+    def _route_around(self, tree: Subtree, lo: int, hi: int, reason: str) -> None:
         """Rank ``lo`` is unreachable: it fails; its subtrees are sent to from here."""
         self.stats.rerouted += 1
-        why = f"its proc {table[lo - base].name} is unreachable: {reason}"
+        why = f"its proc {tree.table[lo - tree.base].name} is unreachable: {reason}"
+        selection, header = tree.selection, tree.header
         if lo in selection:
             slot = selection.slot(lo)
-            if parent is not None:
-                parent.fail_ranks(header, [(slot, lo)], why)
-            elif on_fail is not None:
-                on_fail(slot, lo, why)
+            if tree.parent is not None:
+                tree.parent.fail_ranks(header, [(slot, lo)], why)
+            elif tree.on_fail is not None:
+                tree.on_fail(slot, lo, why)
             else:
                 self._unreachable(header, [(slot, lo)], why)
         for a, b in node_children(lo, hi, header.fanout):
             if selection.count_in(a, b):
                 # Always with routes: the procs below may never have had them.
-                self._send_subtree(
-                    table, base, a, b, selection, header, body, buffers, True, parent, on_fail
-                )
+                self._send_subtree(tree, a, b, True)
 
     def _unreachable(self, header: Cast, ranks: list[tuple[int, int]], why: str) -> None:
         """Tell whoever waits for ``ranks`` (slot, rank) that they were not reached."""
@@ -371,11 +365,10 @@ class TreeRouter:
                     agg.fail_ranks(h, lost, why)
                 else:
                     self._unreachable(h, lost, why)
-        else:
+        elif kids:
+            tree = Subtree(table, lo, selection, h, msg.body, msg.buffers, agg, None)
             for a, b in kids:
-                self._send_subtree(
-                    table, lo, a, b, selection, h, msg.body, msg.buffers, install, agg, None
-                )
+                self._send_subtree(tree, a, b, install)
         if local and h.flags & FLAG_STOP:
             port = agg.port if agg is not None else h.port
             slot = selection.slot_at(below[0])
