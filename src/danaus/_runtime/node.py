@@ -1,4 +1,4 @@
-"""The node: one object per process that owns everything danaus holds in it.
+"""The node: one object per process that owns what danaus holds in it.
 
 A process's danaus is its :class:`Node`: the runtime (I/O loop, peers,
 mailboxes), the host agent it started (client only), the settings it was
