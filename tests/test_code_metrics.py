@@ -1,0 +1,133 @@
+"""scripts/code-metrics measures a tiny synthetic package as its sections define."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "code-metrics"
+
+FILES = {
+    "__init__.py": "",
+    "a.py": """
+        import threading
+
+        LIMIT = 8
+        TABLE = {"x": 1}
+        _lock = threading.Lock()
+        _count = 0
+        _cache = {}
+
+
+        def bump():
+            global _count
+            _count += 1
+
+
+        def use_b():
+            from . import b
+
+            return b.value()
+    """,
+    "b.py": """
+        import threading
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from pkg import c
+
+
+        class Box:
+            def __init__(self):
+                self.lock = threading.RLock()
+                self.items = []
+                self.items = []
+
+            def add(self, x):
+                self.size = len(self.items)
+
+
+        def value():
+            from .a import LIMIT
+
+            return LIMIT
+
+
+        def optional():
+            import torch
+
+            return torch
+    """,
+    "c.py": """
+        import importlib
+
+        from pkg import a
+
+
+        def late():
+            return importlib.import_module("pkg.b")
+    """,
+    "_cli/__init__.py": "",
+    "_cli/main.py": """
+        def main():
+            import json
+
+            return json
+    """,
+}
+
+
+def _metrics(tmp_path: pathlib.Path) -> dict:
+    root = tmp_path / "pkg"
+    for name, text in FILES.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+def test_code_metrics(tmp_path: pathlib.Path) -> None:
+    m = _metrics(tmp_path)
+
+    state = {(g["module"], g["name"]) for g in m["module_globals"]["items"]}
+    assert state == {("pkg.a", "_count"), ("pkg.a", "_cache")}
+    assert m["module_globals"]["rebound_with_global"] == 1
+    assert m["module_locks"]["items"] == [{"module": "pkg.a", "name": "_lock"}]
+
+    box = next(c for c in m["largest_classes"] if c["class"] == "Box")
+    assert (box["attributes"], box["methods"], box["locks"]) == (3, 2, 1)
+    assert box["lines"] == 8
+
+    imports = m["imports_in_functions"]
+    assert imports["count"] == 3  # _cli/ left out
+    assert imports["count_without_optional_and_type_checking"] == 2  # torch left out
+    assert imports["per_module"] == {"pkg.b": 2, "pkg.a": 1}
+
+    # a -> b lazily, b -> a lazily: one cycle; c -> a, c -> b (import_module) but nothing
+    # imports c at run time (b's import of c is under TYPE_CHECKING).
+    graph = m["import_graph"]
+    assert graph["scc_count"] == 1
+    assert graph["sccs"] == [{"size": 2, "members": ["pkg.a", "pkg.b"]}]
+
+
+def test_code_metrics_text(tmp_path: pathlib.Path) -> None:
+    _metrics(tmp_path)  # writes the package
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "pkg")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "== module globals holding process state: 2" in out
+    assert "== import cycles: 1 strongly connected components" in out
