@@ -29,15 +29,54 @@ BASE = {"_errors", "_config"}  # importable from every layer
 # The only upward imports allowed, each inside a function so it runs on use only:
 # ProcMesh.activate()/rank() load the tensor engine, an optional extra that needs torch;
 # DANAUS_DASHBOARD=1 starts the dashboard (the observing layer) at the first spawn.
-UPWARD = {"_actor/procs.py": {"_tensor", "_observe"}}
+# A node loads the bootstrap by name (``importlib.import_module(BOOTSTRAP)``) when it
+# starts: the bootstrap sits above every layer, since it installs all of them.
+UPWARD = {"_actor/procs.py": {"_tensor", "_observe"}, "_runtime/node.py": {"_bootstrap"}}
+
+
+def _module_constants(tree: ast.Module) -> dict[str, str]:
+    """The module-level ``NAME = "string"`` assignments of ``tree``."""
+    out = {}
+    for stmt in tree.body:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets = [stmt.target]
+        value = getattr(stmt, "value", None)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            out.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+    return out
+
+
+def _named_modules(call: ast.AST, constants: dict[str, str]) -> list[str]:
+    """The danaus modules an ``importlib.import_module(...)`` call loads by name: the
+    string literals (or module constants holding one) in its first argument."""
+    if not (isinstance(call, ast.Call) and call.args):
+        return []
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__"):
+        return []
+    names = []
+    for node in ast.walk(call.args[0]):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.append(node.value)
+        elif isinstance(node, ast.Name) and node.id in constants:
+            names.append(constants[node.id])
+    return [n for n in names if n.split(".")[0] == "danaus"]
 
 
 def _danaus_imports(path: pathlib.Path) -> set[str]:
-    """The top-level danaus subpackages or modules that ``path`` imports."""
+    """The top-level danaus subpackages or modules that ``path`` imports, by an import
+    statement or by name (``importlib.import_module("danaus._x")``)."""
     rel = path.relative_to(SRC).with_suffix("")
     package = list(rel.parts[:-1])  # the package a relative import starts from
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    constants = _module_constants(tree)
+    for node in ast.walk(tree):
+        for named in _named_modules(node, constants):
+            rest = named.split(".")[1:]
+            found.add(rest[0] if rest else "")
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
@@ -321,7 +360,83 @@ def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
 def test_the_upward_import_of_the_tensor_engine_only_happens_inside_functions() -> None:
     for rel in UPWARD:
         tree = ast.parse((SRC / rel).read_text())
+        constants = _module_constants(tree)
         for node in tree.body:  # module level: no import of a higher layer
             if isinstance(node, ast.ImportFrom) and node.module:
                 for layer in UPWARD[rel]:
                     assert layer not in node.module, f"{rel} imports {layer} at module level"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue
+            for sub in ast.walk(node):  # nor by name
+                for named in _named_modules(sub, constants):
+                    assert named.split(".")[1] not in UPWARD[rel], (
+                        f"{rel} imports {named} at module level"
+                    )
+
+
+def test_imports_by_name_are_seen() -> None:
+    """``node.py`` loads the bootstrap by name: the layer check must see that."""
+    assert "_bootstrap" in _danaus_imports(SRC / "_runtime" / "node.py")
+
+
+# -- nothing sets attributes on another layer's object ------------------------------------
+
+RUNTIME_PY = SRC / "_runtime" / "runtime.py"
+# What a runtime is called where it is used: ``rt.x = ...``, ``self.rt.x = ...``,
+# ``runtime.x = ...``, ``node.runtime.x = ...``.
+RUNTIME_NAMES = {"rt", "runtime", "_rt"}
+
+
+def _is_runtime(expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Name):
+        return expr.id in RUNTIME_NAMES
+    return isinstance(expr, ast.Attribute) and expr.attr in RUNTIME_NAMES
+
+
+def _assigned(target: ast.expr) -> list[ast.expr]:
+    """What an assignment's target binds: itself, or each element of a tuple or list."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for elt in target.elts for t in _assigned(elt)]
+    if isinstance(target, ast.Starred):
+        return _assigned(target.value)
+    return [target]
+
+
+def _runtime_assignments(path: pathlib.Path) -> list[str]:
+    """``line: code`` of each assignment to an attribute of a runtime in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign):
+            targets = [t for tgt in node.targets for t in _assigned(tgt)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setattr":
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        else:
+            continue
+        for t in targets:
+            if isinstance(t, ast.Attribute) and _is_runtime(t.value):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_scan_finds_assignments_to_a_runtimes_attributes(tmp_path: pathlib.Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "rt.bounce = f\nself.rt.tracer = None\nnode.runtime.boot = {}\n"
+        "a, runtime.secret = 1, 2\nrt.waits += 1\nsetattr(rt, 'logs', x)\n"
+        "rt.observers['x'] = f\nrt.set_tracer(None)\nself.rtx = rt\n"
+    )
+    assert [line.split(":")[0] for line in _runtime_assignments(sample)] == list("123456")
+
+
+def test_no_module_outside_the_runtime_sets_attributes_on_a_runtime() -> None:
+    """Higher layers register hooks and state through the runtime's methods
+    (``set_bounce_handler``, ``set_block_hook``, ``set_tracer``, ``set_secret``, ...)
+    or keep it in a node part; they never assign a runtime's attributes."""
+    found = {
+        str(path.relative_to(SRC)): hits
+        for path in sorted(SRC.rglob("*.py"))
+        if path != RUNTIME_PY and (hits := _runtime_assignments(path))
+    }
+    assert not found, f"assignments to a runtime's attributes outside runtime.py: {found}"

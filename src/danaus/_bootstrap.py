@@ -19,7 +19,9 @@ from ._supervision import monitor
 
 __all__ = ["INSTALLERS", "PRELOAD", "install"]
 
-#: Each subsystem's installer, in the order they run: ``installer(runtime, boot)``.
+#: Each subsystem's installer, in the order they run: ``installer(node, boot)``.
+#: An installer registers frame handlers and hooks through the runtime's methods and
+#: keeps its state in a part of the node; it never sets attributes on the runtime.
 INSTALLERS = (
     ("logs", logs.install),  # output and logging records reach the client; LOG_* frames
     ("procs", procservice.install),  # STOP_PROC, spawning actors in this proc
@@ -41,6 +43,6 @@ PRELOAD = ("danaus.actor", "danaus._rdma.net", "danaus._actor.debugger.remote")
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:
-    """Install every subsystem's frame handlers on ``node``'s runtime."""
+    """Install every subsystem on ``node``: its frame handlers, hooks and parts."""
     for _name, installer in INSTALLERS:
-        installer(node.runtime, boot)
+        installer(node, boot)

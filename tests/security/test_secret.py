@@ -134,7 +134,7 @@ def test_the_secret_is_in_no_frame_a_spawn_sends_and_not_in_the_procs_environmen
                 return os.environ.get("DANAUS_SECRET")
 
         rt = host.ensure_runtime()
-        rt.secret = {SECRET!r}
+        rt.set_secret({SECRET!r})
         sent = []
         plain = rt.send
 

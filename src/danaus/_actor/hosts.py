@@ -448,11 +448,11 @@ def attach_to_workers(
     if key is not None:
         if rt.secret is not None and rt.secret != key:
             raise RuntimeError("this client already uses another job secret")
-        rt.secret = key
+        rt.set_secret(key)
         host.share_secret(key)
     newly_insecure = key is None and rt.secret is None and not rt.insecure
     if newly_insecure:
-        rt.insecure = True
+        rt.allow_insecure()
     bind, advertise, port = _advertise_for(hostports[0])
     rt.listen_tcp(bind, advertise, port)
     if newly_insecure:

@@ -34,6 +34,7 @@ from typing import Any
 from .. import _config as config
 from .._runtime import host
 from .._runtime.metrics import BOUNDS, Tracer, percentile
+from .._runtime.node import Node
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Message, Stack, Stats, TraceStart, TraceStop
@@ -56,8 +57,9 @@ __all__ = [
 # -- the proc side (I/O thread) -------------------------------------------------------
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
-    """Answer STATS, TRACE_START, TRACE_STOP and STACK in ``rt``."""
+def install(node: Node, boot: dict[str, Any]) -> None:
+    """Answer STATS, TRACE_START, TRACE_STOP and STACK in ``node``'s runtime."""
+    rt = node.runtime
     rt.register(Kind.STATS, lambda conn, msg: _on_stats(rt, msg))
     rt.register(Kind.TRACE_START, lambda conn, msg: _on_trace_start(rt, msg))
     rt.register(Kind.TRACE_STOP, lambda conn, msg: _on_trace_stop(rt, msg))
@@ -145,7 +147,7 @@ def _on_stats(rt: Runtime, msg: Message) -> None:
 
 def _on_trace_start(rt: Runtime, msg: Message) -> None:
     if rt.tracer is None:
-        rt.tracer = Tracer(config.get("trace_max_events"))
+        rt.set_tracer(Tracer(config.get("trace_max_events")))
     clock = {"now_ns": time.perf_counter_ns(), "host": rt.host, "pid": os.getpid()}
     rt.reply(msg.header.port, msg.header.slot, STATUS_OK, clock)
 
@@ -156,7 +158,7 @@ def _on_trace_stop(rt: Runtime, msg: Message) -> None:
 
 def stop_local_trace(rt: Runtime) -> dict[str, Any]:
     """Stop this runtime's tracer; its spans with who recorded them (empty if none ran)."""
-    tracer, rt.tracer = rt.tracer, None
+    tracer = rt.set_tracer(None)
     data = tracer.drain() if tracer is not None else {"events": [], "threads": {}, "dropped": 0}
     data.update(
         proc=rt.proc_id.name,

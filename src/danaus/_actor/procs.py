@@ -147,7 +147,7 @@ class ProcMesh(MeshTrait):
         if self._state.owned and self._state.log_label is None:
             # An unnamed proc mesh's output is labelled with its first actor mesh's name.
             self._state.log_label = name
-            log_control(host.ensure_runtime()).set_options(list(self._procs), label=name)
+            log_control(host.ensure_node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         state = _State(initialized=concurrent.futures.Future())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
@@ -196,11 +196,12 @@ class ProcMesh(MeshTrait):
         engine, self._state.tensor_engine = self._state.tensor_engine, None
         if engine is not None:  # its sender thread, rendezvous store and owner actor
             engine.close()
-        spawned = host.ensure_node().part(_Spawned)
+        node = host.ensure_node()
+        spawned = node.part(_Spawned)
         with spawned.lock:
             if self in spawned.meshes:
                 spawned.meshes.remove(self)
-        rt = host.ensure_runtime()
+        rt = node.runtime
         procs = list(self._procs)
         names = {p.name for p in procs}
         me = self
@@ -209,7 +210,7 @@ class ProcMesh(MeshTrait):
             owned.forget_on(names)
             owned.forget_proc_mesh(None, me)
             # then their last lines are printed (bounded wait)
-            flushed = log_control(rt).flush(procs, config.get("log_flush_timeout"))
+            flushed = log_control(node).flush(procs, config.get("log_flush_timeout"))
             flushed.add_done_callback(lambda _: set_future(cf, True, None))
 
         countdown = Countdown(len(procs), exited)
@@ -253,7 +254,7 @@ class ProcMesh(MeshTrait):
                 "like logging.INFO (20) or logging.DEBUG (10)"
             )
         window = None if not aggregate_window_sec else float(aggregate_window_sec)
-        ctl = log_control(host.ensure_runtime())
+        ctl = log_control(host.ensure_node())
         procs = self._selected()
         ctl.set_options(procs, stream=stream_to_client, window=window, level=level)
         # A barrier behind the options at each host agent: output written after this
@@ -361,13 +362,14 @@ def spawn_on(
         _observe_dashboard().serve_from_environment()  # DANAUS_DASHBOARD=1: on first spawn
     if bootstrap is not None and not callable(bootstrap):
         raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
-    rt = host.ensure_runtime()
+    node = host.ensure_node()
+    rt = node.runtime
     labels = [*host_shape.labels, *per_host]
     sizes = [*host_shape.extent.sizes, *per_host.values()]
     local = math.prod(per_host.values())
     boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
     procs: list[ProcId] = []
-    logs = log_control(rt)
+    logs = log_control(node)
     for agent in agents:
         batch = []
         for i in range(local):
@@ -385,7 +387,6 @@ def spawn_on(
             procs.append(proc)
         host.spawn_procs(batch, agent)
         logs.track((p for p, _ in batch), agent or host.agent())
-    node = host.ensure_node()
     spawner = context().actor_instance.actor_id
     state = _ProcState(owned=True, node=node, log_label=name, spawner=str(spawner))
     if rt.boot and "children" not in rt.observers:

@@ -18,6 +18,7 @@ from typing import Any
 from .. import _config as config
 from .._runtime import host
 from .._runtime import proc as _proc
+from .._runtime.node import Node
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Message
@@ -29,12 +30,13 @@ __all__ = ["install"]
 log = logging.getLogger("danaus.actor")
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
-    """Register the actor layer's frame handlers on ``rt``."""
+def install(node: Node, boot: dict[str, Any]) -> None:
+    """Register the actor layer's frame handlers and block hook on ``node``'s runtime."""
+    rt = node.runtime
     rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(rt, msg))
     rt.register(Kind.STOP_ACTOR, lambda conn, msg: _on_stop_actor(rt, msg))
     rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(rt, msg))
-    rt.block_hook = on_held_back
+    rt.set_block_hook(on_held_back)
 
 
 def _on_spawn(rt: Runtime, frame: Message) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._runtime import host
+from .._runtime.node import Node
 from .._runtime.runtime import Runtime
 from .._wire.ids import ActorId
 from .._wire.protocol import Bounce, Kind, Message
@@ -67,6 +68,7 @@ def _on_bounce(rt: Runtime, frame: Message) -> None:
     _to_local_actor(rt, Undeliverable(sender, dest, reason))
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
+    rt = node.runtime
     rt.register(Kind.BOUNCE, lambda conn, msg: _on_bounce(rt, msg))
-    rt.bounce = return_to_sender
+    rt.set_bounce_handler(return_to_sender)

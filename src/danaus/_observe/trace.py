@@ -63,7 +63,7 @@ class Trace:
             )
         self._procs = _live_procs()
         self._wall0, self._t0 = time.time_ns(), time.perf_counter_ns()
-        rt.tracer = Tracer(config.get("trace_max_events"))
+        rt.set_tracer(Tracer(config.get("trace_max_events")))
         arrived = [0] * len(self._procs)
         sent = time.perf_counter_ns()
         answers = introspect.ask_trace_start(self._procs, arrived).result()

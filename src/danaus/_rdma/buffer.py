@@ -18,7 +18,7 @@ from .._actor.collect import Collector, set_future
 from .._actor.context import context
 from .._actor.future import Future
 from .._runtime import proc as _proc
-from .._runtime.host import ensure_runtime
+from .._runtime.host import ensure_node, ensure_runtime
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import registry, vm
@@ -110,8 +110,9 @@ class RDMABuffer:
                 "(get_rdma_backend() == 'none'); send the data in an ordinary message instead"
             )
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
-        rt = ensure_runtime()
-        registry.install(rt)
+        node = ensure_node()
+        rt = node.runtime
+        registry.install(node)
         vm.allow_peers(is_proc=bool(rt.boot))
         self._owner = str(context().actor_instance.actor_id)
         self._owner_proc = rt.proc_id

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _config as config
+from .._runtime.node import Node
 from .._runtime.runtime import STATUS_OK, Runtime
 from .._transport.conn import Connection
 from .._wire.protocol import Kind, Message
@@ -195,8 +196,9 @@ def registered_buffers() -> list[dict[str, Any]]:
 # -- the runtime side: answered on the I/O thread ----------------------------------
 
 
-def install(rt: Runtime, boot: dict[str, Any] | None = None) -> None:
-    """Register the RDMA frame handlers on ``rt`` (idempotent)."""
+def install(node: Node, boot: dict[str, Any] | None = None) -> None:
+    """Register the RDMA frame handlers on ``node``'s runtime (idempotent)."""
+    rt = node.runtime
     if rt.handlers.get(Kind.RDMA_CHECK) is None:
         rt.register(Kind.RDMA_CHECK, lambda conn, msg: _on_check(rt, conn, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: _on_drop(rt, msg))

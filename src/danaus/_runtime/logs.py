@@ -8,7 +8,7 @@
   danaus's own loggers write to ``danaus.log`` in the job's log directory.
 - In the client: LOG frames go to the printer (``logclient``), and danaus's
   own diagnostics to ``danaus.log``, errors also to stderr.
-- Everywhere: :class:`LogControl` (``rt.logs``) sends options, runs flush
+- Everywhere: :class:`LogControl` (``node.part(LogControl)``) sends options, runs flush
   barriers, and keeps the last lines of crashed procs (LOG_TAIL) for their
   ``MeshFailure``.
 """
@@ -29,7 +29,8 @@ from typing import Any
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Kind, LogConfig, LogFlush, Message
 from . import logdir
-from . import proc as _proc
+from . import node as _node
+from .node import Node
 from .runtime import Runtime
 
 __all__ = [
@@ -107,14 +108,22 @@ class _FlushPort:
 
 
 class LogControl:
-    """The log state of one process (``rt.logs``); thread-safe."""
+    """The log state of one process, a part of its node (``node.part(LogControl)``),
+    bound to the node's runtime by :func:`install`; thread-safe."""
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(self) -> None:
+        self._rt: Runtime | None = None
         self.agents: dict[str, ProcId] = {}  # procs spawned from here -> their host agent
         self.tails: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self.printer: Any = None  # the client's logclient.Printer
         self._lock = threading.Lock()
+
+    @property
+    def rt(self) -> Runtime:
+        """The runtime whose logs these are (once :func:`install` has bound it)."""
+        if self._rt is None:
+            raise RuntimeError("the logs of this process are not set up")
+        return self._rt
 
     def track(self, procs: Iterable[ProcId], agent: ProcId) -> None:
         """``procs`` run on host agent ``agent`` (for flushes)."""
@@ -227,12 +236,11 @@ def _ignore(reason: str) -> None:
     pass
 
 
-def control(rt: Runtime) -> LogControl:
-    """The :class:`LogControl` of runtime ``rt``."""
-    ctl = rt.logs
-    if ctl is None:
-        raise RuntimeError(f"the logs of proc {rt.proc_id.name} are not set up")
-    assert isinstance(ctl, LogControl)
+def control(node: Node) -> LogControl:
+    """The :class:`LogControl` of ``node`` (its runtime's logs)."""
+    ctl = node.part(LogControl)
+    if ctl._rt is None:
+        raise RuntimeError(f"the logs of proc {node.runtime.proc_id.name} are not set up")
     return ctl
 
 
@@ -264,10 +272,11 @@ def _on_config_in_proc(rt: Runtime, conn: Any, msg: Message) -> None:
             )
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
     """Set up logs in a new proc (``boot``) or the client (empty ``boot``)."""
-    ctl = LogControl(rt)
-    rt.logs = ctl
+    rt = node.runtime
+    ctl = node.part(LogControl)
+    ctl._rt = rt
     rt.register(Kind.LOG_TAIL, ctl._on_tail)
     if boot:
         rt.register(Kind.LOG_CONFIG, lambda conn, msg: _on_config_in_proc(rt, conn, msg))
@@ -292,9 +301,8 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
 
 
 def _printer() -> Any:
-    rt = _proc.current()
-    ctl = rt.logs if rt is not None else None
-    return ctl.printer if ctl is not None else None
+    node = _node.current()
+    return node.part(LogControl).printer if node is not None else None
 
 
 def tail(proc: str, n: int | None = None) -> list[str]:
@@ -321,9 +329,10 @@ def statistics(proc: str | None = None) -> Any:
 def flush(procs: list[ProcId], timeout: float | None = None) -> concurrent.futures.Future[None]:
     """Completes once every line ``procs`` wrote so far has been printed here (or after
     ``timeout`` seconds); for procs spawned from this process."""
-    rt = _proc.current()
-    if rt is None or rt.logs is None:
+    node = _node.current()
+    ctl = node.part(LogControl) if node is not None else None
+    if ctl is None or ctl._rt is None:
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()
         cf.set_result(None)
         return cf
-    return control(rt).flush(procs, timeout)
+    return ctl.flush(procs, timeout)

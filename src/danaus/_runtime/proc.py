@@ -61,8 +61,8 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         secret=secret,
         host=boot.get("host"),
         insecure=bool(boot.get("insecure")),
+        boot=boot,
     )
-    rt.boot = boot
     rt.start(in_thread=False)
     if boot.get("tcp_advertise"):
         rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])

@@ -138,17 +138,26 @@ class Runtime(PeerTable):
         secret: bytes | None = None,
         host: str | None = None,
         insecure: bool = False,
+        boot: dict[str, Any] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         inproc: bool = False,
     ) -> None:
         """``inproc=True`` makes a proc that lives in this process: it listens on
         ``inproc:NAME`` instead of a Unix socket and runs on ``loop`` (which
-        several such runtimes may share; see ``danaus._transport.inproc``)."""
+        several such runtimes may share; see ``danaus._transport.inproc``).
+
+        Its inputs: ``secret`` (the job secret; :meth:`set_secret` sets one
+        later), ``insecure`` (may listen on TCP without a secret;
+        :meth:`allow_insecure` later) and ``boot`` (how a spawned proc was
+        started; empty in the client). Higher layers never set attributes on a
+        runtime: what the runtime calls back (:meth:`set_bounce_handler`,
+        :meth:`set_block_hook`) and the running trace (:meth:`set_tracer`) are
+        registered through these methods."""
         self.job_dir = job_dir
         self.inproc = inproc
         self.host = host or host_token()
-        self.secret = secret
-        self.insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
+        self._secret = secret
+        self._insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
         self._unix = f"inproc:{name}" if inproc else f"unix:{os.path.join(job_dir, name + '.sock')}"
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
         self.loop = loop if loop is not None else _new_loop()
@@ -177,7 +186,6 @@ class Runtime(PeerTable):
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
-        self.logs: Any = None  # log options, flushes and crash tails (logs.LogControl)
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._listener: socket.socket | None = None
@@ -188,12 +196,14 @@ class Runtime(PeerTable):
         self._advertised = ""
         self.tcp_advertise: str | None = None  # the IP peers on other hosts reach us at
         self.closed = False
-        self.boot: dict[str, Any] = {}  # how this proc was started (empty in the client)
-        # bounce(sender, dest, reason): return an undeliverable message (set by the actor layer)
-        self.bounce: Callable[[Any, str, str], None] = _log_bounce
+        # how this proc was started (empty in the client); read it, never assign it
+        self.boot: dict[str, Any] = boot if boot is not None else {}
+        # _bounce(sender, dest, reason): return an undeliverable message (set_bounce_handler)
+        self._bounce: Callable[[Any, str, str], None] = _log_bounce
         # Observing: endpoint metrics on or off; spans recorded while a trace runs;
         # sections a layer adds to this proc's STATS snapshot (name -> plain data).
         self.metrics: bool = bool(config.get("metrics"))
+        # Read on hot paths, so a plain attribute: read it anywhere, set it with set_tracer().
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
         # backpressure
@@ -205,11 +215,53 @@ class Runtime(PeerTable):
         self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
         self.waits = 0  # threads of this process blocked on a future or a held-back send
         self._waits_lock = threading.Lock()
-        # block_hook(True/False) around a held-back send (set by the actor layer: the
-        # blocked actor's inbox stops pausing connections meanwhile)
-        self.block_hook: Callable[[bool], None] | None = None
+        # _block_hook(True/False) around a held-back send (set_block_hook: the actor
+        # layer's blocked actor's inbox stops pausing connections meanwhile)
+        self._block_hook: Callable[[bool], None] | None = None
         # the heartbeat's judge of each watched connection (liveness.py)
         self._judges: dict[Connection, Any] = {}
+
+    # -- inputs and hooks: set through these methods, never by assignment from outside ---
+
+    @property
+    def secret(self) -> bytes | None:
+        """The job secret that TCP peers must prove they hold (None: none yet)."""
+        return self._secret
+
+    def set_secret(self, secret: bytes) -> None:
+        """Use job secret ``secret`` from now on (e.g. ``attach_to_workers(secret=...)``):
+        connections made or accepted later authenticate with it."""
+        self._secret = secret
+
+    @property
+    def insecure(self) -> bool:
+        """Whether this runtime may listen on TCP without a secret."""
+        return self._insecure
+
+    def allow_insecure(self) -> None:
+        """Let this runtime listen on TCP without a secret (``DANAUS_INSECURE=1``)."""
+        self._insecure = True
+
+    def set_bounce_handler(self, handler: Callable[[Any, str, str], None]) -> None:
+        """``handler(sender, dest, reason)`` returns undeliverable messages to their
+        senders from now on (the actor layer's; until then they are logged)."""
+        self._bounce = handler
+
+    def bounce(self, sender: Any, dest: str, reason: str) -> None:
+        """A message from ``sender`` to ``dest`` could not be delivered: return it."""
+        self._bounce(sender, dest, reason)
+
+    def set_block_hook(self, hook: Callable[[bool], None] | None) -> None:
+        """``hook(True)`` before and ``hook(False)`` after a thread waits on a
+        held-back send (the actor layer's: the blocked actor's inbox stops
+        pausing connections meanwhile)."""
+        self._block_hook = hook
+
+    def set_tracer(self, tracer: Tracer | None) -> Tracer | None:
+        """Record spans into ``tracer`` from now on (None: stop); returns the one
+        that ran until now."""
+        old, self.tracer = self.tracer, tracer
+        return old
 
     def register(self, kind: Kind, handler: Handler) -> None:
         """Handle frames of ``kind`` with ``handler(conn, message)`` on the I/O thread.
@@ -250,7 +302,7 @@ class Runtime(PeerTable):
         """
         if self._tcp_listener is not None:
             return f"tcp://{self._advertised}"
-        if self.secret is None and not self.insecure:
+        if self._secret is None and not self._insecure:
             raise RuntimeError(
                 f"proc {self.proc_id.name} refuses to listen on TCP ({bind}) without a job "
                 "secret: anyone who reaches the port could run code in it. Set DANAUS_SECRET "
@@ -445,7 +497,7 @@ class Runtime(PeerTable):
             self._accept_backoff = 0.0
             if tcp:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hs = Handshake(self.secret, "server") if tcp and self.secret is not None else None
+            hs = Handshake(self._secret, "server") if tcp and self._secret is not None else None
             try:
                 conn = Connection(
                     s,
@@ -891,14 +943,14 @@ class Runtime(PeerTable):
         flush_held()  # frames held for a batched write may be what it waits for
         with self._waits_lock:
             self.waits += 1
-        if blocked and self.block_hook is not None:
-            self.block_hook(True)
+        if blocked and self._block_hook is not None:
+            self._block_hook(True)
         if self._holding:
             self.call_soon(self._exemptions_changed)
 
     def end_wait(self, *, blocked: bool = False) -> None:
-        if blocked and self.block_hook is not None:
-            self.block_hook(False)
+        if blocked and self._block_hook is not None:
+            self._block_hook(False)
         with self._waits_lock:
             self.waits -= 1
 
@@ -949,7 +1001,7 @@ class Runtime(PeerTable):
                 return
             s = connect_socket(entry)
             tcp = entry.startswith("tcp://")
-            hs = Handshake(self.secret, "client") if tcp and self.secret is not None else None
+            hs = Handshake(self._secret, "client") if tcp and self._secret is not None else None
             conn = Connection(
                 s,
                 self.loop,

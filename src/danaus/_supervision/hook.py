@@ -21,7 +21,8 @@ import traceback
 from typing import Any
 
 from .. import _config as config
-from .._runtime import proc as _proc
+from .._runtime import node as _node
+from .._runtime.logs import LogControl
 from .failure import MeshFailure
 
 __all__ = ["FaultExit", "default_unhandled_fault_hook", "exit_program", "exiting", "submit"]
@@ -89,9 +90,10 @@ def exiting() -> bool:
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:
     """Print the failure's report and end the program with exit code 1."""
-    rt = _proc.current()
-    if rt is not None and rt.logs is not None and rt.logs.printer is not None:
-        rt.logs.printer.drain(config.get("log_tail_grace"))  # procs' output, then the report
+    node = _node.current()
+    printer = node.part(LogControl).printer if node is not None else None
+    if printer is not None:
+        printer.drain(config.get("log_tail_grace"))  # procs' output, then the report
     print(
         f"danaus: a failure reached the client and nobody handled it; exiting with code 1.\n"
         f"{failure.report()}",

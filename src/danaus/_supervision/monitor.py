@@ -8,6 +8,8 @@ from typing import Any
 from .. import _config as config
 from .._actor import owned, undeliverable
 from .._actor.cell import ActorCell
+from .._runtime.logs import LogControl
+from .._runtime.node import Node
 from .._runtime.runtime import Runtime
 from .._wire.ids import ActorId
 from .._wire.protocol import Kind, Message
@@ -19,9 +21,11 @@ __all__ = ["deliver", "install"]
 log = logging.getLogger("danaus.supervision")
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
+    rt = node.runtime
+    logs = node.part(LogControl)
     rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
-    rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, name, reason))
+    rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
 
 
 def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, Any, str]:
@@ -45,20 +49,20 @@ def _on_failed(rt: Runtime, frame: Message) -> None:
         deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))
 
 
-def _on_lost(rt: Runtime, proc_name: str, reason: str) -> None:
+def _on_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
     if rt.is_stopping(proc_name):
         return
     if proc_name not in rt.exited and rt.spawned_here(proc_name):
         # Lost on its connection's EOF before its host agent's report: that report
         # brings the proc's last lines (LOG_TAIL first). Wait for it, briefly.
         grace = config.get("log_tail_grace")
-        rt.when_exited(proc_name, lambda how: _report_lost(rt, proc_name, how), grace)
+        rt.when_exited(proc_name, lambda how: _report_lost(rt, logs, proc_name, how), grace)
         return
-    _report_lost(rt, proc_name, reason)
+    _report_lost(rt, logs, proc_name, reason)
 
 
-def _report_lost(rt: Runtime, proc_name: str, reason: str) -> None:
-    tail = rt.logs.tail(proc_name) if rt.logs is not None else ()
+def _report_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
+    tail = logs.tail(proc_name)
     for om in owned.actor_meshes():
         if om.state.stopped:
             continue

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._runtime.runtime import Runtime
+from ..._runtime.node import Node
 
 __all__ = ["debug_controller", "install"]
 
 
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
     """A proc init hook: route actors' ``breakpoint()`` to the client (spawned procs only)."""
     if not boot:
         return  # the client: imports nothing (pdb costs ~10 ms to import)
     from .remote import install as install_remote
 
-    install_remote(rt, boot)
+    install_remote(node.runtime, boot)
 
 
 def debug_controller() -> Any:
