@@ -18,11 +18,12 @@ from .._actor.collect import Collector, set_future
 from .._actor.context import context
 from .._actor.future import Future
 from .._runtime import proc as _proc
-from .._runtime.host import ensure_runtime
+from .._runtime.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import registry, vm
 from .memory import LocalMemory, local_memory, overlaps
+from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
 
 __all__ = [
@@ -110,7 +111,8 @@ class RDMABuffer:
                 "(get_rdma_backend() == 'none'); send the data in an ordinary message instead"
             )
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
-        rt = ensure_runtime()
+        node = ensure_node()
+        rt = node.runtime
         registry.install(rt)
         vm.allow_peers(is_proc=bool(rt.boot))
         self._owner = str(context().actor_instance.actor_id)
@@ -120,7 +122,7 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
-        self._id = registry.register(mem)
+        self._id = node.part(BufferRegistry).register(mem)
 
     # -- what it is --
 
@@ -205,10 +207,11 @@ class RDMABuffer:
         reused. Wait for it (``drop().get()``) before reusing the memory.
         Dropping twice, or after the owner died, is harmless.
         """
-        rt = ensure_runtime()
+        node = ensure_node()
+        rt = node.runtime
         what = f"drop of {self}"
         if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
-            return Future._create(registry.drop([self._id]), what)
+            return Future._create(node.part(BufferRegistry).drop([self._id]), what)
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def on_value(index: int, ok: bool, value: Any) -> None:
