@@ -28,7 +28,7 @@ import pytest
 
 import danaus.actor
 from danaus._rdma import net
-from danaus._runtime.host import ensure_runtime
+from danaus._runtime.host import ensure_node, ensure_runtime
 from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
 from danaus.actor import ActorMesh, Future, HostMesh, MeshFailure, ProcMesh
@@ -419,7 +419,8 @@ def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
 
 def _data_address(buf: RDMABuffer) -> tuple[str, int]:
     buf.read_into(bytearray(buf.size())).get(timeout=REPLY_TIMEOUT)  # learns the address
-    address = net.known_address((buf._owner_proc.name, buf._pid))
+    client = ensure_node().part(net.DataClient)  # the client node's data connections
+    address = client.known_address((buf._owner_proc.name, buf._pid))
     assert address is not None
     return address
 

@@ -8,6 +8,7 @@ import types
 import pytest
 
 from danaus._rdma import net
+from danaus._rdma.registry import BufferRegistry
 from danaus._runtime import node as node_mod
 
 
@@ -27,9 +28,10 @@ def test_the_data_server_is_made_once_and_stops_listening_when_its_node_ends(tmp
     rt = _stub_runtime(tmp_path)
     node = node_mod.Node(rt, client=True)  # type: ignore[arg-type]
     part = node.part(net.DataServer)
-    address = part.address(rt)  # type: ignore[arg-type]
+    memory = node.part(BufferRegistry)
+    address = part.address(rt, memory)  # type: ignore[arg-type]
     socket.create_connection(address, timeout=5).close()  # it listens
-    assert part.address(rt) == address  # type: ignore[arg-type]  # the same server on reuse
+    assert part.address(rt, memory) == address  # type: ignore[arg-type]  # the same server
     node_mod.end(node)
     assert part.server is None
     with pytest.raises(ConnectionRefusedError):

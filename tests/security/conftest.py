@@ -249,15 +249,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture
-def data_server(nodes) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
-    """RDMA data servers (``_rdma.net._Server``) on fresh nodes, closed at the end."""
+def rdma_memory() -> Iterator[Any]:
+    """Registered memory (``_rdma.registry.BufferRegistry``) that ``data_server`` serves."""
+    from danaus._rdma.registry import BufferRegistry
+
+    memory = BufferRegistry()
+    yield memory
+    memory.on_node_end()
+
+
+@pytest.fixture
+def data_server(nodes, rdma_memory) -> Iterator[Callable[[], tuple[Node, tuple[str, int]]]]:
+    """RDMA data servers (``_rdma.net._Server``) on fresh nodes, closed at the end;
+    they serve ``rdma_memory``."""
     from danaus._rdma import net
 
     made: list[net._Server] = []
 
     def make() -> tuple[Node, tuple[str, int]]:
         node = nodes("owner")
-        server = node.on_io(lambda: net._Server(node.rt))
+        server = node.on_io(lambda: net._Server(node.rt, rdma_memory))
         made.append(server)
         return node, server.address
 

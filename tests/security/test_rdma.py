@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from danaus._rdma import net, registry
+from danaus._rdma import net
 from danaus._rdma.memory import LocalMemory
 
 from .conftest import CHALLENGE, SECRET, TIMEOUT, recv_exactly, wait_closed
@@ -26,12 +26,12 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def buffer() -> Iterator[tuple[bytearray, tuple[int, int, int]]]:
+def buffer(rdma_memory) -> Iterator[tuple[bytearray, tuple[int, int, int]]]:
     buf = bytearray(b"A" * 64)
     addr = ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-    buffer_id = registry.register(LocalMemory(addr, len(buf), False, buf, "bytearray"))
+    buffer_id = rdma_memory.register(LocalMemory(addr, len(buf), False, buf, "bytearray"))
     yield buf, (buffer_id, addr, len(buf))
-    registry.drop([buffer_id])
+    rdma_memory.drop([buffer_id])
 
 
 def _store_head(entry: tuple[int, int, int], nbytes: int) -> bytes:

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from danaus._rdma import net, registry
+from danaus._rdma import net
 from danaus._rdma.memory import LocalMemory
+from danaus._runtime.host import ensure_node
 from danaus._transport.auth import TAG
 from danaus.actor import Actor, ActorMesh, endpoint
 from danaus.rdma import RDMABuffer, RDMAError, RDMAOwnerLostError, RDMATamperedError
@@ -144,24 +145,25 @@ def _addr(buf: bytearray) -> int:
 
 
 @pytest.fixture
-def registered() -> Iterator[tuple[bytearray, tuple[int, int, int]]]:
+def registered(rdma_memory) -> Iterator[tuple[bytearray, tuple[int, int, int]]]:
     """The owner's registered buffer: N random bytes."""
     buf = bytearray(random_bytes(N, 1).tobytes())
-    buffer_id = registry.register(LocalMemory(_addr(buf), N, False, buf, "bytearray"))
+    buffer_id = rdma_memory.register(LocalMemory(_addr(buf), N, False, buf, "bytearray"))
     yield buf, (buffer_id, _addr(buf), N)
-    registry.drop([buffer_id])
+    rdma_memory.drop([buffer_id])
 
 
 def _request(address: tuple[str, int], op: int, entry: tuple[int, int, int], local: bytearray):
     key = (f"owner-{uuid.uuid4().hex[:8]}", 1)
-    net.remember_address(key, address)
+    client = net.DataClient()  # a requester's connections of its own
+    client.remember_address(key, address)
     try:
-        net.request(
+        client.request(
             key, SECRET, float("inf"), lambda s: True, lambda s: True,
             op, entry, 0, _addr(local), len(local),
         )  # fmt: skip
     finally:
-        net.forget(key[0])
+        client.on_node_end()
 
 
 @pytest.mark.parametrize("chunk", [0, 2])
@@ -250,13 +252,14 @@ def rholder() -> Iterator[ActorMesh[Holder]]:
 def _via(buf: RDMABuffer, relays: Callable[..., FlipRelay], **flip: int) -> FlipRelay:
     """Route the transfers to ``buf``'s owner through a new relay (flipping ``flip``)."""
     key = (buf._owner_proc.name, buf._pid)
-    net.forget(key[0])  # an earlier test's relay, if any
+    client = ensure_node().part(net.DataClient)  # the client node's data connections
+    client.forget(key[0])  # an earlier test's relay, if any
     buf.read_into(bytearray(buf.size())).get(timeout=REPLY_TIMEOUT)  # learns the address
-    address = net.known_address(key)
+    address = client.known_address(key)
     assert address is not None
-    net.forget(key[0])  # no pooled connection bypasses the relay
+    client.forget(key[0])  # no pooled connection bypasses the relay
     relay = relays(address, **flip)
-    net.remember_address(key, relay.address)
+    client.remember_address(key, relay.address)
     return relay
 
 

@@ -2,7 +2,7 @@
 
 Owns ``RDMABuffer`` (a registered region of local memory and the small
 picklable handle that names it), ``RDMAAction`` (a batch of transfers), the
-process-wide registry of registered memory, the ``RDMA_CHECK`` /
+node's registry of registered memory, the ``RDMA_CHECK`` /
 ``RDMA_DROP`` / ``RDMA_DATA`` frame handlers that every runtime answers on
 its I/O thread, the copy engine (``process_vm_readv`` / ``process_vm_writev``
 between the processes of one host) and the data connections across hosts

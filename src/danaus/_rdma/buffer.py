@@ -23,6 +23,7 @@ from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import registry, vm
 from .memory import LocalMemory, local_memory, overlaps
+from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
 
 __all__ = [
@@ -121,7 +122,7 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
-        self._id = registry.register(mem)
+        self._id = node.part(BufferRegistry).register(mem)
 
     # -- what it is --
 
@@ -206,10 +207,11 @@ class RDMABuffer:
         reused. Wait for it (``drop().get()``) before reusing the memory.
         Dropping twice, or after the owner died, is harmless.
         """
-        rt = ensure_runtime()
+        node = ensure_node()
+        rt = node.runtime
         what = f"drop of {self}"
         if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
-            return Future._create(registry.drop([self._id]), what)
+            return Future._create(node.part(BufferRegistry).drop([self._id]), what)
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def on_value(index: int, ok: bool, value: Any) -> None:

@@ -85,20 +85,18 @@ from .._runtime.runtime import STATUS_OK, Runtime
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
-from . import registry
+from .registry import BufferRegistry, Registration
 
 __all__ = [
     "CHUNK",
     "FETCH",
     "STORE",
+    "DataClient",
+    "DataServer",
     "Refused",
     "Tampered",
-    "executor",
-    "forget",
+    "connect",
     "install",
-    "known_address",
-    "remember_address",
-    "request",
     "split",
 ]
 
@@ -344,7 +342,7 @@ def _recv_payload(sock: socket.socket, session: Session | None, view: memoryview
 class _Server:
     """A listener on the runtime's TCP interface and one daemon thread per connection."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, memory: BufferRegistry) -> None:
         # The same interface the runtime's authenticated TCP listener is bound to.
         listener = getattr(rt, "_tcp_listener", None)
         if listener is None or rt.tcp_advertise is None:
@@ -354,6 +352,7 @@ class _Server:
         bind = listener.getsockname()[0]
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.rt = rt
+        self.memory = memory  # the registered memory it serves
         self.sock = socket.socket(family, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((bind, 0))
@@ -387,7 +386,7 @@ class _Server:
             try:
                 threading.Thread(
                     target=_serve,
-                    args=(s, self.rt.secret, slots),
+                    args=(s, self.rt.secret, slots, self.memory),
                     name="danaus-rdma-data",
                     daemon=True,
                 ).start()
@@ -409,7 +408,12 @@ def _pause(backoff: float) -> float:
     return backoff
 
 
-def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSemaphore) -> None:
+def _serve(
+    sock: socket.socket,
+    secret: bytes | None,
+    slots: threading.BoundedSemaphore,
+    memory: BufferRegistry,
+) -> None:
     """Answer the requests of one data connection until it closes (a data thread)."""
     try:
         _tune(sock)
@@ -433,14 +437,14 @@ def _serve(sock: socket.socket, secret: bytes | None, slots: threading.BoundedSe
             if op not in (FETCH, STORE):
                 return  # not our protocol: close
             # Pinned for this request: a drop() meanwhile waits until it is answered.
-            answers, lease_id, regs = registry.lease([(buffer_id, addr, size)])
+            answers, lease_id, regs = memory.lease([(buffer_id, addr, size)])
             why = answers[0]
             reg = regs[0] if regs else None
             try:
                 if not _answer(sock, session, op, reg, why, offset, nbytes):
                     return
             finally:
-                registry.release(lease_id)
+                memory.release(lease_id)
     except (OSError, AuthError):
         pass  # the requester went away or failed the handshake: it hears from its side
     finally:
@@ -455,7 +459,7 @@ def _answer(
     sock: socket.socket,
     session: Session | None,
     op: int,
-    reg: registry.Registration | None,
+    reg: Registration | None,
     why: str | None,
     offset: int,
     nbytes: int,
@@ -521,9 +525,10 @@ class DataServer:
     def __init__(self) -> None:
         self.server: _Server | None = None
 
-    def address(self, rt: Runtime) -> tuple[str, int]:
+    def address(self, rt: Runtime, memory: BufferRegistry) -> tuple[str, int]:
+        """Where the server of ``memory`` (the node's registered memory) listens."""
         if self.server is None or self.server.pid != os.getpid() or self.server.rt is not rt:
-            self.server = _Server(rt)
+            self.server = _Server(rt, memory)
         return self.server.address
 
     def on_node_end(self) -> None:
@@ -537,7 +542,7 @@ def _server_address(rt: Runtime) -> tuple[str, int]:
     node = _node.current()
     if node is None or node.runtime is not rt:
         raise RuntimeError(f"proc {rt.proc_id.name} has no running node to serve data from")
-    return node.part(DataServer).address(rt)
+    return node.part(DataServer).address(rt, node.part(BufferRegistry))
 
 
 def _on_data_address(rt: Runtime, frame: Message) -> None:
@@ -554,8 +559,12 @@ def _on_data_address(rt: Runtime, frame: Message) -> None:
 def install(rt: Runtime) -> None:
     """Answer ``RDMA_DATA`` on ``rt``, and forget pooled connections to procs it loses."""
     if rt.handlers.get(Kind.RDMA_DATA) is None:
+        node = _node.current()
+        if node is None or node.runtime is not rt:
+            raise RuntimeError(f"proc {rt.proc_id.name} has no running node to install on")
+        client = node.part(DataClient)
         rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
-        rt.lost_callbacks.append(lambda name, reason: forget(name))
+        rt.lost_callbacks.append(lambda name, reason: client.forget(name))
 
 
 # -- the requester's side: pooled connections -------------------------------------------
@@ -577,9 +586,12 @@ class Pool:
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
+        self._closed = False
 
     def submit(self, fn: Callable[..., None], *args: Any) -> None:
         with self._lock:
+            if self._closed:
+                raise RuntimeError("its node has ended: no new RDMA transfers")
             if self._idle:  # a waiting thread will take it
                 self._idle -= 1
                 start = False
@@ -590,9 +602,21 @@ class Pool:
         if start:
             threading.Thread(target=self._work, name="danaus-rdma-net", daemon=True).start()
 
+    def close(self) -> None:
+        """Take no more tasks; each thread ends once it has run the tasks already queued."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            threads = self._threads
+        for _ in range(threads):
+            self._tasks.put((_stop_thread, ()))
+
     def _work(self) -> None:
         while True:
             fn, args = self._tasks.get()
+            if fn is _stop_thread:
+                return
             try:
                 fn(*args)
             except BaseException:  # pragma: no cover - the parts report their own errors
@@ -601,55 +625,156 @@ class Pool:
                 self._idle += 1
 
 
-_lock = threading.Lock()
-_pid = 0
-_addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (owner proc, pid) -> data server
+def _stop_thread() -> None:  # pragma: no cover - never called: tells a pool thread to end
+    pass
+
+
 _Conn = tuple[socket.socket, Session | None]
-_idle: dict[tuple[str, int], list[_Conn]] = {}
-_pool: Pool | None = None
 
 
-def _reset_after_fork() -> None:
-    global _pid, _pool
-    if _pid != os.getpid():
-        _pid = os.getpid()
-        _addresses.clear()
-        _idle.clear()  # the parent's sockets: not ours to use (closed with the process)
-        _pool = None
+class DataClient:
+    """The node's part for the requester's side: data servers' addresses, idle
+    connections to them (a small pool per owner) and the threads that run network parts.
 
+    Ended with the node (``shutdown_context()``): the idle connections are closed,
+    the addresses forgotten and the threads end, so a client that starts again
+    shares nothing with the old session. A forked proc starts a node of its own, so
+    it never uses a connection of its parent's.
+    """
 
-def executor() -> Pool:
-    """The threads that run network parts (made on first use; remade after a fork)."""
-    global _pool
-    with _lock:
-        _reset_after_fork()
-        if _pool is None:
-            _pool = Pool(max(8, min(32, 4 * (os.cpu_count() or 1))))
-        return _pool
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (proc, pid) -> server
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._pool: Pool | None = None
+        self._ended = False
 
+    def executor(self) -> Pool:
+        """The threads that run network parts (made on first use)."""
+        pool = self._pool
+        if pool is not None:
+            return pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = Pool(max(8, min(32, 4 * (os.cpu_count() or 1))))
+                if self._ended:
+                    self._pool.close()
+            return self._pool
 
-def known_address(key: tuple[str, int]) -> tuple[str, int] | None:
-    with _lock:
-        _reset_after_fork()
-        return _addresses.get(key)
+    def known_address(self, key: tuple[str, int]) -> tuple[str, int] | None:
+        with self._lock:
+            return self._addresses.get(key)
 
+    def remember_address(self, key: tuple[str, int], address: tuple[str, int]) -> None:
+        with self._lock:
+            if not self._ended:
+                self._addresses[key] = address
 
-def remember_address(key: tuple[str, int], address: tuple[str, int]) -> None:
-    with _lock:
-        _reset_after_fork()
-        _addresses[key] = address
+    def forget(self, proc: str) -> None:
+        """Close the idle connections to proc ``proc`` (it was lost) and forget its address."""
+        with self._lock:
+            keys = [k for k in self._addresses if k[0] == proc]
+            keys += [k for k in self._idle if k[0] == proc]
+            socks: list[socket.socket] = []
+            for key in keys:
+                self._addresses.pop(key, None)
+                socks.extend(s for s, _ in self._idle.pop(key, []))
+        for s in socks:
+            _close(s)
 
+    def idle_connections(self) -> int:
+        """How many idle connections are pooled (for inspection)."""
+        with self._lock:
+            return sum(len(conns) for conns in self._idle.values())
 
-def forget(proc: str) -> None:
-    """Close the idle connections to proc ``proc`` (it was lost) and forget its address."""
-    with _lock:
-        keys = [k for k in _addresses if k[0] == proc] + [k for k in _idle if k[0] == proc]
-        socks: list[socket.socket] = []
-        for key in keys:
-            _addresses.pop(key, None)
-            socks.extend(s for s, _ in _idle.pop(key, []))
-    for s in socks:
-        _close(s)
+    def on_node_end(self) -> None:
+        """Close the idle connections, forget the addresses, end the threads."""
+        with self._lock:
+            self._ended = True
+            socks = [s for conns in self._idle.values() for s, _ in conns]
+            self._idle.clear()
+            self._addresses.clear()
+            pool = self._pool
+        for s in socks:
+            _close(s)
+        if pool is not None:
+            pool.close()
+
+    def _take(self, key: tuple[str, int]) -> _Conn | None:
+        with self._lock:
+            idle = self._idle.get(key)
+            return idle.pop() if idle else None
+
+    def _give_back(self, key: tuple[str, int], conn: _Conn) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < POOL_MAX and key in self._addresses:
+                idle.append(conn)
+                return
+        _close(conn[0])
+
+    def request(
+        self,
+        key: tuple[str, int],
+        secret: bytes | None,
+        deadline: float,
+        track: Any,
+        untrack: Any,
+        op: int,
+        entry: tuple[int, int, int],
+        offset: int,
+        local_addr: int,
+        nbytes: int,
+    ) -> None:
+        """One FETCH or STORE of ``nbytes`` at ``offset`` of buffer ``entry`` (a net thread).
+
+        ``local_addr`` is where the bytes land (FETCH) or come from (STORE); the
+        caller keeps that memory alive. Raises ``Refused`` (the owner said no),
+        ``Closed`` / ``OSError`` (the connection failed), ``AuthError``.
+        """
+        address = self.known_address(key)
+        if address is None:  # pragma: no cover - the caller asked for it first
+            raise Closed("the owner's data server is not known")
+        conn = self._take(key)
+        if conn is not None and not track(conn[0]):
+            self._give_back(key, conn)
+            raise Closed("the transfer is over")
+        if conn is None:
+            conn = connect(address, secret, deadline - time.monotonic(), track, untrack)
+        sock, session = conn
+        ok = False
+        try:
+            buffer_id, addr, size = entry
+            head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
+            view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
+            if op == STORE:
+                _send_payload(sock, session, _seal(session, [head]), view)
+            else:
+                _send_all(sock, _seal(session, [head]))
+            resp = _recv_exact(sock, _RESP.size)
+            status, mlen = _RESP.unpack(resp)
+            if status != _OK:
+                if mlen > MAX_MESSAGE:
+                    raise Closed(
+                        f"the owner announced a refusal of {mlen} bytes: not a danaus peer"
+                    )
+                msg = _recv_exact(sock, mlen)
+                _check(sock, session, resp + msg, "the owner's answer")
+                text = msg.decode(errors="replace")
+                if status == _TAMPERED:  # the owner closes the connection
+                    raise Tampered(text)
+                ok = True  # the connection is still in a good state
+                raise Refused(text)
+            _check(sock, session, resp, "the owner's answer")
+            if op == FETCH:
+                _recv_payload(sock, session, view)
+            del view
+            ok = True
+        finally:
+            if untrack(sock) and ok:
+                self._give_back(key, conn)
+            else:
+                _close(sock)
 
 
 def _close(sock: socket.socket) -> None:
@@ -657,22 +782,6 @@ def _close(sock: socket.socket) -> None:
         sock.close()
     except OSError:  # pragma: no cover
         pass
-
-
-def _take(key: tuple[str, int]) -> _Conn | None:
-    with _lock:
-        _reset_after_fork()
-        idle = _idle.get(key)
-        return idle.pop() if idle else None
-
-
-def _give_back(key: tuple[str, int], conn: _Conn) -> None:
-    with _lock:
-        idle = _idle.setdefault(key, [])
-        if len(idle) < POOL_MAX and key in _addresses:
-            idle.append(conn)
-            return
-    _close(conn[0])
 
 
 def connect(
@@ -759,64 +868,3 @@ def _connect_once(
             raise Unserved(f"the owner's data server closed the connection unserved ({e})") from e
         raise
     return sock, session
-
-
-def request(
-    key: tuple[str, int],
-    secret: bytes | None,
-    deadline: float,
-    track: Any,
-    untrack: Any,
-    op: int,
-    entry: tuple[int, int, int],
-    offset: int,
-    local_addr: int,
-    nbytes: int,
-) -> None:
-    """One FETCH or STORE of ``nbytes`` at ``offset`` of buffer ``entry`` (a net thread).
-
-    ``local_addr`` is where the bytes land (FETCH) or come from (STORE); the
-    caller keeps that memory alive. Raises ``Refused`` (the owner said no),
-    ``Closed`` / ``OSError`` (the connection failed), ``AuthError``.
-    """
-    address = known_address(key)
-    if address is None:  # pragma: no cover - the caller asked for it first
-        raise Closed("the owner's data server is not known")
-    conn = _take(key)
-    if conn is not None and not track(conn[0]):
-        _give_back(key, conn)
-        raise Closed("the transfer is over")
-    if conn is None:
-        conn = connect(address, secret, deadline - time.monotonic(), track, untrack)
-    sock, session = conn
-    ok = False
-    try:
-        buffer_id, addr, size = entry
-        head = _REQ.pack(op, buffer_id, addr, size, offset, nbytes)
-        view = _view(local_addr, nbytes) if nbytes else memoryview(b"")
-        if op == STORE:
-            _send_payload(sock, session, _seal(session, [head]), view)
-        else:
-            _send_all(sock, _seal(session, [head]))
-        resp = _recv_exact(sock, _RESP.size)
-        status, mlen = _RESP.unpack(resp)
-        if status != _OK:
-            if mlen > MAX_MESSAGE:
-                raise Closed(f"the owner announced a refusal of {mlen} bytes: not a danaus peer")
-            msg = _recv_exact(sock, mlen)
-            _check(sock, session, resp + msg, "the owner's answer")
-            text = msg.decode(errors="replace")
-            if status == _TAMPERED:  # the owner closes the connection
-                raise Tampered(text)
-            ok = True  # the connection is still in a good state
-            raise Refused(text)
-        _check(sock, session, resp, "the owner's answer")
-        if op == FETCH:
-            _recv_payload(sock, session, view)
-        del view
-        ok = True
-    finally:
-        if untrack(sock) and ok:
-            _give_back(key, conn)
-        else:
-            _close(sock)

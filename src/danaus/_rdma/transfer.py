@@ -38,19 +38,22 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .._actor.collect import Collector, decode_reply, set_future
 from .._actor.future import Future
 from .._errors import InternalError, SupervisionError
-from .._runtime.host import ensure_runtime
+from .._runtime.host import ensure_node
+from .._runtime.node import Node
 from .._runtime.runtime import Runtime
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
-from . import net, registry, vm
+from . import net, vm
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
+from .net import DataClient
+from .registry import BufferRegistry
 
 if TYPE_CHECKING:
     from .buffer import RDMABuffer
 
-__all__ = ["Op", "Transfer", "check_timeout", "same_host"]
+__all__ = ["CopyThreads", "Op", "Transfer", "check_timeout", "same_host"]
 
 SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
 PART_MIN = 16 << 20  # ... into parts of at least this many bytes
@@ -95,22 +98,20 @@ def check_timeout(timeout: Any) -> float:
 
 # -- worker threads ------------------------------------------------------------------
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
-_pool_lock = threading.Lock()
 
+class CopyThreads:
+    """The node's part for copies: the threads that run them (started as needed).
 
-def _executor() -> ThreadPoolExecutor:
-    """The process's copy threads (made on first use; remade in a forked child)."""
-    global _pool, _pool_pid
-    pid = os.getpid()
-    if _pool is not None and _pool_pid == pid:
-        return _pool
-    with _pool_lock:
-        if _pool is None or _pool_pid != pid:
-            _pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="danaus-rdma")
-            _pool_pid = pid
-        return _pool
+    Ended with the node (``shutdown_context()``): the threads end once the copies
+    already handed to them are done, and a client that starts again gets new ones.
+    A forked proc starts a node of its own, so it never shares them with its parent.
+    """
+
+    def __init__(self) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="danaus-rdma")
+
+    def on_node_end(self) -> None:
+        self.pool.shutdown(wait=False)
 
 
 def _workers() -> int:
@@ -142,11 +143,14 @@ class Transfer:
         self._left = 0  # owner checks and copy parts not yet done
         self._timer: Any = None
         self._rt: Runtime | None = None
+        self._node: Node | None = None
+        self._net: DataClient | None = None  # the node's data connections (other hosts)
         self._deadline = 0.0  # time.monotonic() at which the transfer times out
         self._socks: set[socket.socket] = set()  # data connections in use (other hosts)
 
     def start(self) -> Future[None]:
-        rt = self._rt = ensure_runtime()
+        node = self._node = ensure_node()
+        rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int], list[Op]] = {}
         for op in self.ops:
@@ -161,8 +165,11 @@ class Transfer:
         me = (rt.proc_id.name, os.getpid())
         for key, ops in groups.items():
             if key == me:
-                answers, lease_id, _ = registry.lease([_entry(op) for op in ops])
-                release = functools.partial(registry.release, lease_id)
+                memory = node.part(BufferRegistry)
+                answers, lease_id, regs = memory.lease([_entry(op) for op in ops])
+                # ``regs`` keeps the memory alive until the copies are done, even if the
+                # node ends meanwhile and forgets the lease.
+                release = functools.partial(_release_local, memory, lease_id, regs)
                 self._checked(ops, answers, local=True, release=release)
             elif same_host(ops[0].buf, rt):
                 self._check_remote(rt, ops)
@@ -266,9 +273,9 @@ class Transfer:
         if not parts:
             release()
         finished = _Countdown(len(parts), release)
-        self._launch(
-            _executor(), self._run_part, [(*part, local, finished) for part in parts], finished
-        )
+        assert self._node is not None
+        pool = self._node.part(CopyThreads).pool
+        self._launch(pool, self._run_part, [(*part, local, finished) for part in parts], finished)
 
     def _unusable(self, op: Op, why: str) -> RDMAError:
         return RDMAError(
@@ -318,6 +325,8 @@ class Transfer:
         """Watch the owner for the whole transfer; learn its data server; then send parts."""
         if self.cf.done():
             return
+        assert self._node is not None
+        client = self._net = self._node.part(DataClient)
         owner = rt.resolve(ops[0].buf._owner_proc)
         watch = _OwnerWatch(self, rt, owner, key, ops)
         self.cf.add_done_callback(lambda _: watch.close())
@@ -325,7 +334,7 @@ class Transfer:
         if reason is not None:
             watch.peer_lost(owner.name, reason)
             return
-        if net.known_address(key) is not None:
+        if client.known_address(key) is not None:
             self._net_parts(key, ops)
             return
         rt.send(
@@ -338,15 +347,16 @@ class Transfer:
         if self.cf.done():
             return
         parts = [(op, off, n, key) for op in ops for off, n in net.split(op.nbytes)]
-        self._launch(net.executor(), self._run_net_part, parts)
+        assert self._net is not None
+        self._launch(self._net.executor(), self._run_net_part, parts)
 
     def _run_net_part(self, op: Op, off: int, n: int, key: tuple[str, int]) -> None:
         if self.cf.done():
             return
-        rt = self._rt
-        assert rt is not None
+        rt, client = self._rt, self._net
+        assert rt is not None and client is not None
         try:
-            net.request(
+            client.request(
                 key, rt.secret, self._deadline, self._track, self._untrack,
                 net.STORE if op.write else net.FETCH, _entry(op), off, op.local.addr + off, n,
             )  # fmt: skip
@@ -509,7 +519,9 @@ class _OwnerWatch:
                 )
             )
             return
-        net.remember_address(self.key, (host, port))
+        client = t._net
+        assert client is not None
+        client.remember_address(self.key, (host, port))
         t._net_parts(self.key, self.ops)
 
     def peer_lost(self, proc: str, reason: str) -> None:
@@ -553,6 +565,10 @@ class _Once:
 
 def _ignore(reason: str) -> None:
     pass
+
+
+def _release_local(memory: BufferRegistry, lease_id: int | None, regs: Any) -> None:
+    memory.release(lease_id)
 
 
 def _entry(op: Op) -> tuple[int, int, int]:
