@@ -438,6 +438,72 @@ def test_shutdown_context_is_idempotent_and_stops_everything(client_script, tmp_
         assert (tmp_path / name).read_text() == "None"
 
 
+@pytest.mark.timeout(90)
+def test_a_new_session_sees_nothing_of_the_ended_ones_host_mesh_and_listeners(
+    client_script,
+) -> None:
+    result = client_script.run(
+        """
+        import json
+        from danaus.actor import Actor, endpoint, shutdown_context, this_host
+        from danaus.testing import SimulatedMesh
+        from danaus._runtime import node
+
+        class Echo(Actor):
+            @endpoint
+            def echo(self, x):
+                return x
+
+        first_host = this_host()
+        procs = first_host.spawn_procs(per_host={"gpus": 1})
+        first = procs.spawn("e", Echo).echo.call_one(1).get(timeout=30)
+        # An in-process mesh: the client and its procs listen on inproc:NAME.
+        sim = SimulatedMesh(Echo, {"ranks": 1})
+        sim_before = sim.mesh.echo.call_one(2).get(timeout=30)
+        first_rt = node.current().runtime
+        shutdown_context().get(timeout=30)
+
+        # The next use starts a second session in this process (the simulated
+        # procs of the first are still up on their thread).
+        second_host = this_host()
+        again = second_host.spawn_procs(per_host={"gpus": 1})
+        second = again.spawn("e", Echo).echo.call_one(3).get(timeout=30)
+        rt = node.current().runtime
+        try:
+            sim.mesh.echo.call_one(4).get(timeout=30)
+            sim_after = "reached"
+        except Exception as e:
+            sim_after = type(e).__name__
+        print(json.dumps({
+            "values": [first, sim_before, second],
+            "same_host_mesh": second_host is first_host,
+            "same_as_this_host": this_host() is second_host,
+            "meshes_of_second": len(second_host._state.proc_meshes),
+            "sim_after": sim_after,
+            "listening": [
+                rt.transport.inproc.is_listening(name)
+                for name in (first_rt.proc_id.name, sim.runtimes[0].proc_id.name)
+            ],
+            "first_released": first_rt.transport.inproc.closed,
+            "shared": rt.transport is first_rt.transport,
+        }))
+        sim.close()
+        shutdown_context().get(timeout=30)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["values"] == [1, 2, 3]
+    # this_host() is the second session's own mesh, holding only what it spawned.
+    assert out["same_host_mesh"] is False and out["same_as_this_host"] is True
+    assert out["meshes_of_second"] == 1
+    # The first session's in-process listeners (its own, its simulated procs') are gone
+    # with it: the second cannot reach them.
+    assert out["sim_after"] != "reached"
+    assert out["listening"] == [False, False]
+    assert out["first_released"] is True and out["shared"] is False
+
+
 @pytest.mark.timeout(60)
 def test_shutdown_context_warns_naming_a_proc_mesh_that_did_not_stop(client_script) -> None:
     """An actor's cleanup that never ends holds its proc mesh past shutdown_timeout: the

@@ -22,7 +22,16 @@ KIND = 99
 
 
 @pytest.fixture
-def pair() -> Iterator[Callable[[], tuple[conn_mod.Connection, Any, list[int]]]]:
+def batching() -> conn_mod.Batching:
+    """The connections' batching state, as a runtime holds it (its ``flush_held()``
+    is what a thread about to wait calls)."""
+    return conn_mod.Batching()
+
+
+@pytest.fixture
+def pair(
+    batching: conn_mod.Batching,
+) -> Iterator[Callable[[], tuple[conn_mod.Connection, Any, list[int]]]]:
     """``make()`` -> (connection, reader, writes): ``reader(n)`` returns the next ``n``
     frames' first header field; ``writes[0]`` counts the connection's socket writes."""
     loop = asyncio.new_event_loop()
@@ -38,7 +47,11 @@ def pair() -> Iterator[Callable[[], tuple[conn_mod.Connection, Any, list[int]]]]
         ready = threading.Event()
 
         def build() -> None:
-            made.append(conn_mod.Connection(ours, loop, lambda c, f: None, lambda c, e: None))
+            made.append(
+                conn_mod.Connection(
+                    ours, loop, lambda c, f: None, lambda c, e: None, batching=batching
+                )
+            )
             ready.set()
 
         loop.call_soon_threadsafe(build)
@@ -79,7 +92,7 @@ def small(i: int) -> list[Any]:
     return [b"".join(bytes(p) for p in encode_frame((KIND, i), b"x" * 20))]
 
 
-def test_back_to_back_small_frames_go_out_in_batches_in_order(pair, settings) -> None:
+def test_back_to_back_small_frames_go_out_in_batches_in_order(pair, batching, settings) -> None:
     settings(send_batch=16, send_batch_delay=30.0)  # only a full batch or a wait writes
     conn, read, writes = pair()
     for i in range(100):
@@ -87,7 +100,7 @@ def test_back_to_back_small_frames_go_out_in_batches_in_order(pair, settings) ->
     # The first frame went at once; then full batches of 16: 6 of them; 3 are held.
     assert writes[0] == 7
     assert read(97) == list(range(97))
-    conn_mod.flush_held()  # what a thread about to wait does
+    batching.flush_held()  # what a thread about to wait does
     assert read(3) == [97, 98, 99]
     assert writes[0] == 8
 
@@ -101,23 +114,25 @@ def test_held_frames_are_written_without_any_wait_after_the_delay(pair, settings
     assert writes[0] == 2
 
 
-def test_a_frame_that_cannot_be_held_takes_the_held_ones_with_it_in_order(pair, settings) -> None:
+def test_a_frame_that_cannot_be_held_takes_the_held_ones_with_it_in_order(
+    pair, batching, settings
+) -> None:
     settings(send_batch=64, send_batch_delay=30.0)
     conn, read, writes = pair()
     for i in range(5):
         conn.send(small(i))
     conn.send(encode_frame((KIND, 5), b"y" * (64 << 10)))  # a large body: two parts
     conn.send(small(6))
-    conn_mod.flush_held()
+    batching.flush_held()
     assert read(7) == list(range(7))
     assert writes[0] == 3  # the first frame, the held four with the large one, the last
 
 
-def test_a_send_after_a_wait_is_written_at_once(pair, settings) -> None:
+def test_a_send_after_a_wait_is_written_at_once(pair, batching, settings) -> None:
     settings(send_batch=64, send_batch_delay=30.0)
     conn, read, writes = pair()
     conn.send(small(0))
-    conn_mod.flush_held()  # a thread waited (e.g. for the reply of that call)
+    batching.flush_held()  # a thread waited (e.g. for the reply of that call)
     conn.send(small(1))
     assert writes[0] == 2 and not conn._hold
     assert read(2) == [0, 1]

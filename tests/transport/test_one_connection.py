@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from danaus._runtime.runtime import Runtime
-from danaus._transport import inproc
 from danaus._transport.address import make_job_dir
+from danaus._transport.state import Transport
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Bounce, Kind
 from danaus.actor import Actor, ProcMesh, endpoint, this_host
@@ -34,12 +34,18 @@ TIMEOUT = 20.0
 class _Node:
     """A runtime recording the BOUNCE frames it receives (a kind a bare runtime leaves free)."""
 
-    def __init__(self, name: str, how: str) -> None:
+    def __init__(self, name: str, how: str, shared: Transport) -> None:
         self.how = how
         if how == "inproc":
             import asyncio
 
-            self.rt = Runtime(name, make_job_dir(), loop=asyncio.new_event_loop(), inproc=True)
+            self.rt = Runtime(
+                name,
+                make_job_dir(),
+                loop=asyncio.new_event_loop(),
+                inproc=True,
+                transport=shared,  # one in-process network for both
+            )
         else:
             self.rt = Runtime(name, make_job_dir(), secret=SECRET)
         self.got: queue.Queue[Any] = queue.Queue()
@@ -111,7 +117,7 @@ class _Node:
         assert rt.thread is not None
         rt.thread.join(TIMEOUT)
         rt.loop.close()
-        inproc.unlisten(rt.proc_id.name)
+        rt.transport.inproc.unlisten(rt.proc_id.name)
         with contextlib.suppress(OSError):
             os.rmdir(rt.job_dir)
 
@@ -120,16 +126,19 @@ class _Node:
 def pair(request: pytest.FixtureRequest) -> Iterator[Callable[[], tuple[_Node, _Node]]]:
     made: list[_Node] = []
     tag = os.urandom(3).hex()
+    shared = Transport()
 
     def make() -> tuple[_Node, _Node]:
         # "a..." < "b...": when both dial at once, a's dial wins.
-        a, b = _Node(f"a{tag}", request.param), _Node(f"b{tag}", request.param)
+        a = _Node(f"a{tag}", request.param, shared)
+        b = _Node(f"b{tag}", request.param, shared)
         made.extend([a, b])
         return a, b
 
     yield make
     for node in made:
         node.stop()
+    shared.close()
 
 
 def _wait(cond: Callable[[], bool], what: str) -> None:

@@ -28,7 +28,6 @@ from .._mesh import Extent, Point
 from .._runtime.flow import Gate, frame_bytes
 from .._runtime.metrics import EndpointStats
 from .._runtime.runtime import STATUS_OK, Runtime
-from .._transport.conn import flush_held
 from .._wire import codec
 from .._wire.ids import ActorId, PortId, ProcId
 from .._wire.protocol import Message
@@ -374,7 +373,7 @@ class ActorCell(Failing, DeadlockCheck):
                 item = q.get_nowait()
             except queue.Empty:
                 item = None  # drop the last message now: its buffers may be shared memory
-                flush_held()  # idle now: replies held for a batched write go out
+                self.rt.flush_held()  # idle now: replies held for a batched write go out
                 item = self._idle_get()
             if item[0] == _STOP:
                 self._stop_children(item[3])
@@ -429,7 +428,7 @@ class ActorCell(Failing, DeadlockCheck):
         """Run the non-concurrent items one at a time, each to completion."""
         while True:
             if serial.empty():
-                flush_held()  # idle now: replies held for a batched write go out
+                self.rt.flush_held()  # idle now: replies held for a batched write go out
             item = await serial.get()
             if item[0] == _STOP:
                 await self._cancel_tasks()

@@ -13,7 +13,6 @@ from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
 from .._runtime import proc as _proc
-from .._transport.conn import flush_held
 
 R = TypeVar("R")
 
@@ -318,7 +317,9 @@ class Future(Generic[R]):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         cf = self._cf
         if cf.done():  # nothing to wait for
-            flush_held()  # a result was taken: what this thread sends next is not a burst
+            rt = _proc.current()
+            if rt is not None:
+                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
             exc = cf.exception()
             if exc is None:
                 value = cf.result()
@@ -508,7 +509,9 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
         if self._cf.done():
-            flush_held()  # a result was taken: what this thread sends next is not a burst
+            rt = _proc.current()
+            if rt is not None:
+                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
             return (yield from self.as_asyncio().__await__())
         cell = _waiting_cell()
         rt = _proc.current()

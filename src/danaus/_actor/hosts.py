@@ -279,7 +279,18 @@ def _all_done(futures: list[Future[None]], what: str) -> Future[None]:
     return Future._create(cf, what)
 
 
-_local: HostMesh | None = None
+class _Hosts:
+    """This node's ``this_host()`` mesh and the transport ``enable_transport`` chose
+    (a node part: a new client session starts with neither)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.local: HostMesh | None = None
+        self.transport: str | None = None
+
+    def on_node_end(self) -> None:
+        with self.lock:
+            self.local = None
 
 
 def this_host() -> HostMesh:
@@ -287,18 +298,26 @@ def this_host() -> HostMesh:
 
     In the client it is the local machine; inside an actor, the host the actor runs on.
     """
-    global _local
-    if _local is None:
-        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        cf.set_result((None,))
-        _local = HostMesh(Shape.unity(), _HostState(cf, owned=False))
-    return _local
+    hosts = host.ensure_node().part(_Hosts)
+    local = hosts.local
+    if local is None:
+        with hosts.lock:
+            if hosts.local is None:
+                cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+                cf.set_result((None,))
+                hosts.local = HostMesh(Shape.unity(), _HostState(cf, owned=False))
+            local = hosts.local
+    return local
 
 
 # -- joining workers ------------------------------------------------------------
 
-_transport_lock = threading.Lock()
-_transport: str | None = None
+
+def _chosen_transport() -> str | None:
+    """What ``enable_transport`` chose for this client session, if anything (starts
+    no session: without one, nothing was chosen)."""
+    node = host.current_node()
+    return None if node is None else node.part(_Hosts).transport
 
 
 class ChannelTransport(enum.Enum):
@@ -335,7 +354,6 @@ def enable_transport(transport: str | ChannelTransport) -> None:
     ``RuntimeError``. Enabling the same again is a no-op; a different one
     raises ``RuntimeError``; an unknown one ``ValueError``. Never blocks.
     """
-    global _transport
     if isinstance(transport, ChannelTransport):
         if transport not in _FROM_ENUM:
             raise NotImplementedError(
@@ -354,13 +372,14 @@ def enable_transport(transport: str | ChannelTransport) -> None:
         )
     if transport.startswith("tcp://"):
         split_tcp(transport[len("tcp://") :])
-    with _transport_lock:
-        if _transport is not None and _transport != transport:
+    hosts = host.ensure_node().part(_Hosts)
+    with hosts.lock:
+        if hosts.transport is not None and hosts.transport != transport:
             raise RuntimeError(
-                f"the transport is already {_transport!r}; enable_transport({transport!r}) must "
-                "come before first use and cannot change it"
+                f"the transport is already {hosts.transport!r}; enable_transport({transport!r}) "
+                "must come before first use and cannot change it"
             )
-        _transport = transport
+        hosts.transport = transport
 
 
 def _source_ip(worker: tuple[str, int]) -> str:
@@ -379,8 +398,9 @@ def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
     interface (a listener on 0.0.0.0 is reachable from networks the job never uses).
     """
     ip = _source_ip(first_worker)
+    chosen = _chosen_transport()
     override = config.get("advertise_addr") or (
-        _transport[len("tcp://") :] if _transport and _transport.startswith("tcp://") else None
+        chosen[len("tcp://") :] if chosen and chosen.startswith("tcp://") else None
     )
     if override:
         if ":" in override and override.rsplit(":", 1)[1].isdigit():
@@ -423,9 +443,9 @@ def attach_to_workers(
         )
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {name!r}")
-    if _transport == "ipc":
+    if _chosen_transport() == "ipc":
         raise RuntimeError(
-            f"enable_transport({_transport!r}) keeps this client on this host, so it cannot "
+            "enable_transport('ipc') keeps this client on this host, so it cannot "
             "attach to workers; call enable_transport('tcp') (or nothing) instead"
         )
     if isinstance(workers, str) or not workers:

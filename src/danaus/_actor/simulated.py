@@ -81,7 +81,9 @@ class SimulatedMesh:
         if not sizes or any(not isinstance(v, int) or v < 1 for v in sizes.values()):
             raise ValueError(f"sizes must map dimension names to sizes >= 1, got {sizes!r}")
         # The client (or actor) that builds it reaches it, and is reached back, in-process.
-        host.ensure_runtime().listen_inproc()
+        client = host.ensure_runtime()
+        client.listen_inproc()
+        self._transport = client.transport  # its in-process network: the procs join it
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="danaus-sim", daemon=True)
         self.thread.start()
@@ -111,7 +113,9 @@ class SimulatedMesh:
         )
 
     def _runtime(self, name: str) -> Runtime:
-        rt = Runtime(name, "", host=host_token(), loop=self.loop, inproc=True)
+        rt = Runtime(
+            name, "", host=host_token(), loop=self.loop, inproc=True, transport=self._transport
+        )
         rt.start(in_thread=False)
         return rt
 

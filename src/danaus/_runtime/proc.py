@@ -27,15 +27,27 @@ from . import binding
 from . import node as _node
 from .runtime import Runtime
 
-__all__ = ["current", "path_entry_problem", "proc_main", "stop_proc"]
+__all__ = ["ProcExit", "current", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
 
-_exit_code = 0
+
+class ProcExit:
+    """The code this proc's ``proc_main`` returns (a node part; ``stop_proc`` sets it)."""
+
+    def __init__(self) -> None:
+        self.code = 0
 
 
 def current() -> Runtime | None:
     """The runtime of this process's node, if one has been started."""
     node = _node.current()
     return None if node is None else node.runtime
+
+
+def exit_code(node: _node.Node | None = None) -> int:
+    """The code ``node``'s proc (by default this process's) exits with: 0 unless
+    ``stop_proc`` said otherwise."""
+    node = node if node is not None else _node.current()
+    return 0 if node is None else node.part(ProcExit).code
 
 
 def proc_main(name: str, boot: dict[str, Any]) -> int:
@@ -66,7 +78,7 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     rt.start(in_thread=False)
     if boot.get("tcp_advertise"):
         rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])
-    _node.start(rt, client=False, boot=boot)
+    node = _node.start(rt, client=False, boot=boot)
     if error is None and boot.get("bootstrap") is not None:
         try:
             fn = codec.loads(boot["bootstrap"])
@@ -84,7 +96,7 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     owner: ProcId = boot["owner"]
     rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
     rt.loop.run_forever()
-    return _exit_code
+    return exit_code(node)
 
 
 def _safe_path_entry(entry: str) -> bool:
@@ -121,8 +133,9 @@ async def _await(aw: Any) -> Any:
 
 def stop_proc(rt: Runtime, code: int = 0) -> None:
     """Close the runtime once its frames are written, then leave ``proc_main`` (I/O thread)."""
-    global _exit_code
-    _exit_code = code
+    node = _node.current()
+    if node is not None and node.runtime is rt:
+        node.part(ProcExit).code = code
     rt.close()
 
     def check(tries: int = 0) -> None:

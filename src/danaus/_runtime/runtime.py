@@ -49,7 +49,8 @@ from .._errors import SupervisionError
 from .._transport import inproc, tls
 from .._transport.address import choose, connect_socket, host_token, join, listen
 from .._transport.auth import Handshake
-from .._transport.conn import Connection, flush_held
+from .._transport.conn import Connection
+from .._transport.state import Transport
 from .._wire import codec, memory
 from .._wire.frame import Frame, encode_frame, encode_pickled
 from .._wire.ids import PortId, ProcId
@@ -141,6 +142,7 @@ class Runtime(PeerTable):
         boot: dict[str, Any] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         inproc: bool = False,
+        transport: Transport | None = None,
     ) -> None:
         """``inproc=True`` makes a proc that lives in this process: it listens on
         ``inproc:NAME`` instead of a Unix socket and runs on ``loop`` (which
@@ -152,7 +154,11 @@ class Runtime(PeerTable):
         started; empty in the client). Higher layers never set attributes on a
         runtime: what the runtime calls back (:meth:`set_bounce_handler`,
         :meth:`set_block_hook`) and the running trace (:meth:`set_tracer`) are
-        registered through these methods."""
+        registered through these methods.
+
+        ``transport`` is the transport state to share (that of the runtime whose
+        in-process network it joins); by default the runtime makes its own and
+        releases it when it closes."""
         self.job_dir = job_dir
         self.inproc = inproc
         self.host = host or host_token()
@@ -162,6 +168,12 @@ class Runtime(PeerTable):
         self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
         self.loop = loop if loop is not None else _new_loop()
         self.thread: threading.Thread | None = None
+        self._owns_transport = transport is None
+        self.transport = transport if transport is not None else Transport()
+        self._network = self.transport.inproc
+        self._batching = self.transport.batching
+        # A thread of this process starts to wait: held write batches go out now.
+        self.flush_held: Callable[[], None] = self._batching.flush_held
         self.handlers: dict[Kind, Handler] = {}
         self.register(Kind.CALL, self._on_call)
         self.register(Kind.REPLY, self._on_reply)
@@ -281,7 +293,7 @@ class Runtime(PeerTable):
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
         if self.inproc:
-            inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+            self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
         else:
             self._listener = listen(self._unix)
             self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
@@ -333,9 +345,9 @@ class Runtime(PeerTable):
         """Also accept in-process connections (``inproc:NAME``), from runtimes of this
         process (a simulated mesh). Changes ``proc_id``: call before the address travels.
         """
-        if self.inproc or inproc.is_listening(self.proc_id.name):
+        if self.inproc or self._network.is_listening(self.proc_id.name):
             return
-        inproc.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
+        self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
         self.proc_id = ProcId(
             self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
         )
@@ -450,7 +462,7 @@ class Runtime(PeerTable):
         if self.closed:
             return
         self.closed = True
-        inproc.unlisten(self.proc_id.name)
+        self._network.unlisten(self.proc_id.name)
         if self._listener is not None:
             self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
@@ -464,6 +476,8 @@ class Runtime(PeerTable):
                 lsock.close()
         for conn in self.all_connections():
             conn.flush_and_close()
+        if self._owns_transport:
+            self.transport.close()  # what is held went out in flush_and_close
 
     def all_connections(self) -> list[Connection]:
         """Every open connection: dialled, accepted, established or not (a snapshot)."""
@@ -508,6 +522,7 @@ class Runtime(PeerTable):
                     handshake=hs,
                     tls=tls.server_context() if tcp else None,
                     server_side=True,
+                    batching=self._batching,
                 )
             except Exception:
                 log.exception("could not set up an incoming connection")
@@ -940,7 +955,7 @@ class Runtime(PeerTable):
         Gates that paused a connection let go if their consumer may be that
         thread: what it waits for may be behind the paused bytes.
         """
-        flush_held()  # frames held for a batched write may be what it waits for
+        self.flush_held()  # frames held for a batched write may be what it waits for
         with self._waits_lock:
             self.waits += 1
         if blocked and self._block_hook is not None:
@@ -995,7 +1010,7 @@ class Runtime(PeerTable):
             return
         s = None
         try:
-            entry = choose(peer.proc.addr, self.host)
+            entry = choose(peer.proc.addr, self.host, self._network)
             if entry.startswith("inproc:"):
                 self._connect_inproc(peer, entry[len("inproc:") :])
                 return
@@ -1009,6 +1024,7 @@ class Runtime(PeerTable):
                 self._on_conn_closed,
                 handshake=hs,
                 tls=tls.client_context() if tcp else None,
+                batching=self._batching,
             )
         except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
             if s is not None:
@@ -1020,7 +1036,7 @@ class Runtime(PeerTable):
         self._dialing(peer, conn, self.offload.hello_extra())
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:
-        conn: Any = inproc.connect(
+        conn: Any = self._network.connect(
             name,
             self.loop,
             self._dispatch,  # type: ignore[arg-type]

@@ -60,11 +60,12 @@ def join(*entries: str) -> str:
     return ";".join(e for e in entries if e)
 
 
-def choose(addr: str, my_host: str) -> str:
-    """The entry of ``addr`` to connect to from a proc on host ``my_host``."""
+def choose(addr: str, my_host: str, network: inproc.Network | None = None) -> str:
+    """The entry of ``addr`` to connect to from a proc on host ``my_host`` whose
+    in-process network (if any) is ``network``."""
     entries = [e for e in addr.split(";") if e]
     local = next((e for e in entries if e.startswith("inproc:")), None)
-    if local is not None and inproc.is_listening(local[len("inproc:") :]):
+    if local is not None and network is not None and network.is_listening(local[len("inproc:") :]):
         return local  # that proc lives in this very process
     host = next((e[5:] for e in entries if e.startswith("host:")), None)
     unix = next((e for e in entries if e.startswith("unix:")), None)

@@ -19,7 +19,7 @@ previous send on the connection less than ``send_batch_delay`` ago, and no
 thread of this process has started waiting since) are held and written
 together, up to ``send_batch`` frames in one ``sendmsg``. What is held goes
 out when the batch is full, when any thread of the process starts to wait
-(:func:`flush_held`, called by the runtime's ``begin_wait`` and by an
+(:meth:`Batching.flush_held`, called by the runtime's ``begin_wait`` and by an
 actor about to wait for its next message), when a frame that cannot be held
 follows, or at the latest ``send_batch_delay`` later from the I/O thread. A
 single call and its reply are never held (a wait came between them), and
@@ -61,7 +61,7 @@ from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .auth import TAG, Handshake, Session
 
-__all__ = ["Connection", "flush_held"]
+__all__ = ["Batching", "Connection"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -73,20 +73,35 @@ _SPIN_OK = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") 
 _SPIN_SKIP_MAX = 64  # waits without spinning after repeated misses, at most
 _SPIN_NEAR = 3  # a miss whose wait was at most this many spins long does not skip
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
-_held: set[Connection] = set()  # connections holding a batch (set.add/discard are atomic)
-_epoch = [0]  # changes whenever a thread of this process starts waiting
 
 
-def flush_held() -> None:
-    """A thread of this process is about to wait: write every held batch now (any thread).
+class Batching:
+    """The write batches of the connections of one runtime (``state.Transport``):
+    which connections hold one, and the wait epoch that ends a burst.
 
-    Cheap when nothing is held. Sends after this are not held until one more
-    send on the same connection shows a burst.
+    A connection made without one (a test's) gets one of its own.
     """
-    _epoch[0] += 1
-    if _held:
-        for conn in list(_held):
-            conn.flush_held()
+
+    __slots__ = ("epoch", "held")
+
+    def __init__(self) -> None:
+        self.held: set[Connection] = set()  # holding a batch (set.add/discard are atomic)
+        self.epoch = 0  # changes whenever a thread of this process starts waiting
+
+    def flush_held(self) -> None:
+        """A thread of this process is about to wait: write every held batch now (any thread).
+
+        Cheap when nothing is held. Sends after this are not held until one more
+        send on the same connection shows a burst.
+        """
+        self.epoch += 1
+        if self.held:
+            for conn in list(self.held):
+                conn.flush_held()
+
+    def close(self) -> None:
+        """Forget every connection (their runtime closed them, flushing what they held)."""
+        self.held.clear()
 
 
 class Connection:
@@ -105,6 +120,7 @@ class Connection:
         handshake_timeout: float | None = None,
         tls: ssl.SSLContext | None = None,
         server_side: bool = False,
+        batching: Batching | None = None,
     ) -> None:
         sock.setblocking(False)
         self._tls_pending = False
@@ -157,7 +173,8 @@ class Connection:
         self.direct_frame: Callable[[Connection, Frame], bool] | None = None
         self._writer_armed = False
         self._hold: list[bytes] = []  # small frames held for one batched write
-        self._hold_epoch = -1  # _epoch when this connection last wrote without holding
+        self._batching = batching if batching is not None else Batching()
+        self._hold_epoch = -1  # its epoch when this connection last wrote without holding
         self._hold_timer = False  # a flush of what is held is scheduled on the I/O thread
         self.closed = False
         self.close_exc: BaseException | None = None
@@ -327,15 +344,16 @@ class Connection:
                 self._queue_locked(_snapshot(parts))
                 return
             hold = self._hold
+            batching = self._batching
             if hold or (
-                now - last < config.get("send_batch_delay") and self._hold_epoch == _epoch[0]
+                now - last < config.get("send_batch_delay") and self._hold_epoch == batching.epoch
             ):
                 if self._hold_frame(parts, hold):
                     return
                 parts = [*hold, *parts]  # what is held goes first, in one write
                 hold.clear()
-                _held.discard(self)
-            self._hold_epoch = _epoch[0]
+                batching.held.discard(self)
+            self._hold_epoch = batching.epoch
             if self.tls and not _on_loop_thread(self.loop):
                 # An SSL object must not be used by two threads at once (the I/O thread
                 # reads it): let the I/O thread write.
@@ -368,10 +386,10 @@ class Connection:
         if len(hold) >= batch:
             frames = hold[:]
             hold.clear()
-            _held.discard(self)
+            self._batching.held.discard(self)
             self._write_now_locked(frames)
         elif len(hold) == 1:
-            _held.add(self)
+            self._batching.held.add(self)
             if not self._hold_timer:
                 self._hold_timer = True
                 self.loop.call_soon_threadsafe(self._arm_hold_timer)
@@ -392,7 +410,7 @@ class Connection:
                 return
             frames = hold[:]
             hold.clear()
-            _held.discard(self)
+            self._batching.held.discard(self)
             self._hold_epoch = -1
             if self._backlog:
                 self._queue_locked(_snapshot(frames))
@@ -950,7 +968,7 @@ class Connection:
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
             self._backlog.clear()
             self._hold.clear()
-            _held.discard(self)
+            self._batching.held.discard(self)
             self._unsealed = []
             self._queued = 0
             self._paused.clear()

@@ -1,13 +1,14 @@
 """In-process connections: procs that are objects in one Python process.
 
-An address entry ``inproc:NAME`` names a runtime registered in this process
-with :func:`listen`. A connection to it is a pair of :class:`InprocConnection`
-objects, one on each runtime's event loop (several runtimes may share one
-loop). Each frame is encoded by the sender and decoded by the receiver, as on
-a socket, and handed over in order with ``call_soon``, so per-connection FIFO,
-the frame format and the header checks are the real ones; only the bytes do
-not cross the kernel. Closing one end shows the other an EOF after every
-frame already sent, as a socket would.
+An address entry ``inproc:NAME`` names a runtime of this process that
+listens on a :class:`Network` the dialler shares (``Network.listen``). A
+connection to it is a pair of :class:`InprocConnection` objects, one on each
+runtime's event loop (several runtimes may share one loop). Each frame is
+encoded by the sender and decoded by the receiver, as on a socket, and handed
+over in order with ``call_soon``, so per-connection FIFO, the frame format and
+the header checks are the real ones; only the bytes do not cross the kernel.
+Closing one end shows the other an EOF after every frame already sent, as a
+socket would.
 
 This is what lets tests and benchmarks build meshes of thousands of procs on
 a small machine (``danaus.testing.SimulatedMesh``). Like a Unix socket it
@@ -26,59 +27,74 @@ from typing import Any
 from .._errors import ConnectionClosedError, PeerBrokenError
 from .._wire.frame import Frame, decode_frame, flat
 
-__all__ = ["InprocConnection", "connect", "is_listening", "listen", "unlisten"]
+__all__ = ["InprocConnection", "Network"]
 
 Acceptor = Callable[["InprocConnection"], None]
 
-# name -> (the acceptor's loop, its accept callback). The inproc "network" of this
-# process: like the kernel's table of Unix sockets, it is process-wide by nature.
-_listeners: dict[str, tuple[asyncio.AbstractEventLoop, Acceptor]] = {}
-_lock = threading.Lock()
 
+class Network:
+    """The in-process "network" of the runtimes that share it: like the kernel's
+    table of Unix sockets, the names listened on and who accepts there.
 
-def listen(name: str, loop: asyncio.AbstractEventLoop, accept: Acceptor) -> None:
-    """Accept connections to ``inproc:name``: ``accept(conn)`` runs on ``loop``.
-
-    ``OSError`` if the name is taken.
+    A runtime makes one (``state.Transport``) and closes it with itself; the
+    runtimes of a simulated mesh share the one of the runtime that built it.
     """
-    with _lock:
-        if name in _listeners:
-            raise OSError(f"inproc address {name!r} is in use")
-        _listeners[name] = (loop, accept)
 
+    def __init__(self) -> None:
+        # name -> (the acceptor's loop, its accept callback)
+        self._listeners: dict[str, tuple[asyncio.AbstractEventLoop, Acceptor]] = {}
+        self._lock = threading.Lock()
+        self.closed = False
 
-def is_listening(name: str) -> bool:
-    """Whether a runtime of this process accepts connections on ``inproc:name``."""
-    return name in _listeners
+    def listen(self, name: str, loop: asyncio.AbstractEventLoop, accept: Acceptor) -> None:
+        """Accept connections to ``inproc:name``: ``accept(conn)`` runs on ``loop``.
 
+        ``OSError`` if the name is taken or the network is closed.
+        """
+        with self._lock:
+            if self.closed:
+                raise OSError(f"cannot listen on inproc:{name}: its runtime has closed")
+            if name in self._listeners:
+                raise OSError(f"inproc address {name!r} is in use")
+            self._listeners[name] = (loop, accept)
 
-def unlisten(name: str) -> None:
-    """Stop accepting on ``inproc:name`` (existing connections stay)."""
-    with _lock:
-        _listeners.pop(name, None)
+    def is_listening(self, name: str) -> bool:
+        """Whether a runtime on this network accepts connections on ``inproc:name``."""
+        return name in self._listeners
 
+    def unlisten(self, name: str) -> None:
+        """Stop accepting on ``inproc:name`` (existing connections stay)."""
+        with self._lock:
+            self._listeners.pop(name, None)
 
-def connect(
-    name: str,
-    loop: asyncio.AbstractEventLoop,
-    on_frame: Callable[[InprocConnection, Frame], None],
-    on_close: Callable[[InprocConnection, BaseException | None], None],
-) -> InprocConnection:
-    """Connect to ``inproc:name`` from a runtime on ``loop``.
+    def connect(
+        self,
+        name: str,
+        loop: asyncio.AbstractEventLoop,
+        on_frame: Callable[[InprocConnection, Frame], None],
+        on_close: Callable[[InprocConnection, BaseException | None], None],
+    ) -> InprocConnection:
+        """Connect to ``inproc:name`` from a runtime on ``loop``.
 
-    ``ConnectionRefusedError`` if nothing listens there (in this process).
-    """
-    with _lock:
-        entry = _listeners.get(name)
-    if entry is None:
-        raise ConnectionRefusedError(f"nothing listens on inproc:{name} in this process")
-    their_loop, accept = entry
-    mine = InprocConnection(loop)
-    mine.bind(on_frame, on_close)
-    theirs = InprocConnection(their_loop)
-    mine.other, theirs.other = theirs, mine
-    _hand_over(their_loop, accept, theirs)
-    return mine
+        ``ConnectionRefusedError`` if nothing listens there (on this network).
+        """
+        with self._lock:
+            entry = self._listeners.get(name)
+        if entry is None:
+            raise ConnectionRefusedError(f"nothing listens on inproc:{name} in this process")
+        their_loop, accept = entry
+        mine = InprocConnection(loop)
+        mine.bind(on_frame, on_close)
+        theirs = InprocConnection(their_loop)
+        mine.other, theirs.other = theirs, mine
+        _hand_over(their_loop, accept, theirs)
+        return mine
+
+    def close(self) -> None:
+        """Stop every listener; later ``listen`` calls fail (existing connections stay)."""
+        with self._lock:
+            self.closed = True
+            self._listeners.clear()
 
 
 def _hand_over(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -97,7 +113,7 @@ def _hand_over(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: A
 
 class InprocConnection:
     """One end of an in-process connection; the interface of ``_transport.conn.Connection``
-    that a runtime uses. Create with :func:`connect`; use from any thread."""
+    that a runtime uses. Create with :meth:`Network.connect`; use from any thread."""
 
     tcp = None  # neither TCP nor a Unix socket: a runtime's heartbeat leaves it alone
     tls = False
