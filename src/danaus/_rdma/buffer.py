@@ -18,7 +18,7 @@ from .._actor.collect import Collector, set_future
 from .._actor.context import context
 from .._actor.future import Future
 from .._runtime import proc as _proc
-from .._runtime.host import ensure_node, ensure_runtime
+from .._runtime.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import registry, vm
