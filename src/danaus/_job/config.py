@@ -21,6 +21,10 @@ from .slurm import _bracket, node_addresses
 
 __all__ = ["expand_hostlist", "hosts_from_config"]
 
+# Per process, not a node part: these workers last as long as the program ("ended
+# when this program exits"), not the client session (node) that attached to them,
+# and the at-exit hook that ends them must find them after shutdown_context() has
+# ended that node.
 _local_jobs: list[ProcessJob] = []
 
 

@@ -90,6 +90,11 @@ def client_argv(client_script: Any, python_exe: str) -> list[str]:
     return [python_exe, *argv] if argv[0].endswith(".py") else argv
 
 
+# Per process, not a node part: the secret stands in for $DANAUS_SECRET, which is
+# the process's. A job may be made before any node exists (making one starts
+# none), and jobs and their workers outlive the client session (node) they were
+# made in: a later session's jobs must share their secret, since a client
+# attaches with one secret only.
 _secret_lock = threading.Lock()
 _secret: str | None = None
 

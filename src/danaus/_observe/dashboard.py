@@ -346,17 +346,29 @@ def parse_coords(text: str) -> dict[str, int] | list[int] | None:
     )
 
 
-_from_env: list[Dashboard] = []  # the one DANAUS_DASHBOARD=1 started, if any
-_from_env_lock = threading.Lock()
+class FromEnvironment:
+    """The dashboard ``DANAUS_DASHBOARD=1`` started on this node, if any
+    (``node.part(FromEnvironment)``); stopped when the node ends, so the client's
+    next session starts one of its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.dashboard: Dashboard | None = None
+
+    def on_node_end(self) -> None:
+        with self.lock:
+            dash, self.dashboard = self.dashboard, None
+        if dash is not None:
+            dash.stop()
 
 
 def serve_from_environment() -> Dashboard | None:
     """Start the dashboard once if the ``dashboard`` setting (``DANAUS_DASHBOARD=1``) is on."""
     if not config.get("dashboard"):
         return None
-    with _from_env_lock:
-        if not _from_env:
-            dash = serve()
-            _from_env.append(dash)
-            print(f"danaus dashboard: {dash.url}", file=sys.stderr, flush=True)
-        return _from_env[0]
+    part = host.ensure_node().part(FromEnvironment)
+    with part.lock:
+        if part.dashboard is None:
+            part.dashboard = serve()
+            print(f"danaus dashboard: {part.dashboard.url}", file=sys.stderr, flush=True)
+        return part.dashboard

@@ -10,6 +10,9 @@ This is the interface the log forwarder feeds: ``append(proc, line,
 stream=...)`` with the proc's name (``ProcId.name``), one line without its
 newline, and the stream it came from (``"stdout"``, ``"stderr"`` or a
 logging level name). It is safe from any thread and never blocks for long.
+
+The rings are the node's (a :class:`Rings` part): a client's next session
+starts with none of the lines of the one before.
 """
 
 from __future__ import annotations
@@ -20,21 +23,32 @@ import time
 from typing import Any
 
 from .. import _config as config
+from .._runtime import host
 
-__all__ = ["append", "clear", "procs", "tail"]
+__all__ = ["Rings", "append", "clear", "procs", "tail"]
 
-# One process-wide store: the client receives every proc's lines through one
-# forwarder, and the dashboard of that same client reads them.
-_lock = threading.Lock()
-_rings: dict[str, collections.deque[tuple[float, str, str]]] = {}
+
+class Rings:
+    """The appended lines of each proc on this node (``node.part(Rings)``): the client
+    receives every proc's lines through one forwarder, and its dashboard reads them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rings: dict[str, collections.deque[tuple[float, str, str]]] = {}
+
+
+def _current() -> Rings | None:
+    node = host.current_node()
+    return None if node is None else node.part(Rings)
 
 
 def append(proc: str, line: str, stream: str = "stdout") -> None:
     """Keep ``line`` (one line of proc ``proc``'s ``stream``) as its latest."""
-    with _lock:
-        ring = _rings.get(proc)
+    r = host.ensure_node().part(Rings)
+    with r.lock:
+        ring = r.rings.get(proc)
         if ring is None:
-            ring = _rings[proc] = collections.deque(maxlen=max(1, config.get("logtail_lines")))
+            ring = r.rings[proc] = collections.deque(maxlen=max(1, config.get("logtail_lines")))
         ring.append((time.time(), stream, line.rstrip("\n")))
 
 
@@ -42,8 +56,12 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
     """The last ``n`` (default: all kept) lines of ``proc``, oldest first: those the
     log forwarder printed in this client (``danaus._runtime.logs``), then any appended."""
     forwarded = [(0.0, "", line) for line in _forwarded(proc)]
-    with _lock:
-        ring = forwarded + list(_rings.get(proc, ()))
+    r = _current()
+    if r is None:
+        ring = forwarded
+    else:
+        with r.lock:
+            ring = forwarded + list(r.rings.get(proc, ()))
     if n is not None:
         ring = ring[-n:] if n > 0 else []
     return [{"time": t, "stream": s, "line": line} for t, s, line in ring]
@@ -57,14 +75,20 @@ def _forwarded(proc: str) -> list[str]:
 
 def procs() -> list[str]:
     """The procs that have lines kept."""
-    with _lock:
-        return list(_rings)
+    r = _current()
+    if r is None:
+        return []
+    with r.lock:
+        return list(r.rings)
 
 
 def clear(proc: str | None = None) -> None:
     """Forget the lines of ``proc`` (or of every proc)."""
-    with _lock:
+    r = _current()
+    if r is None:
+        return
+    with r.lock:
         if proc is None:
-            _rings.clear()
+            r.rings.clear()
         else:
-            _rings.pop(proc, None)
+            r.rings.pop(proc, None)

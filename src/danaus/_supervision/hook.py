@@ -6,6 +6,12 @@ exit code 1 after running the at-exit handlers (fail fast). Replace it by
 assignment: ``danaus.actor.unhandled_fault_hook = my_hook``; a hook that
 returns swallows the failure; a hook that raises ends the program like the
 default, and is not called again.
+
+The hook's queue and thread belong to the client's node (a :class:`Faults`
+part): ending the node ends its thread once it has handled what was already
+queued, and the next node starts a thread of its own on its first failure.
+Whether the program is exiting (:func:`exit_program`) is the process's, not
+a node's: it ends the process, whatever node it has.
 """
 
 from __future__ import annotations
@@ -25,13 +31,20 @@ from .._runtime import node as _node
 from .._runtime.logs import LogControl
 from .failure import MeshFailure
 
-__all__ = ["FaultExit", "default_unhandled_fault_hook", "exit_program", "exiting", "submit"]
+__all__ = [
+    "FaultExit",
+    "Faults",
+    "default_unhandled_fault_hook",
+    "exit_program",
+    "exiting",
+    "submit",
+]
 
 log = logging.getLogger("danaus.supervision")
 
-_queue: queue.SimpleQueue[MeshFailure] = queue.SimpleQueue()
-_thread: threading.Thread | None = None
-_lock = threading.Lock()
+# Per process, not per node: exit_program() ends the process (os._exit at the
+# latest), so once it has begun no node of this process may run a hook again,
+# including one a new node would start while the at-exit handlers run.
 _exiting = threading.Event()
 
 
@@ -109,29 +122,65 @@ def _current_hook() -> Any:
     return hook if hook is not None else default_unhandled_fault_hook
 
 
-def _worker() -> None:
-    while True:
-        failure = _queue.get()
-        if _exiting.is_set():
-            continue
-        hook = _current_hook()
-        try:
-            hook(failure)
-        except BaseException:
-            print(
-                "danaus: unhandled_fault_hook raised while handling a failure; exiting with "
-                f"code 1.\n{failure.report()}\n{traceback.format_exc()}",
-                file=sys.stderr,
-                flush=True,
-            )
-            exit_program(1)
+class Faults:
+    """The unhandled-fault hook's queue and thread on one node (``node.part(Faults)``).
+
+    The thread starts on the first failure; :meth:`on_node_end` ends it after the
+    failures queued before the node ended.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[MeshFailure | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+        self.ended = False
+
+    def submit(self, failure: MeshFailure) -> None:
+        with self._lock:
+            if self.ended:
+                log.debug("the node has ended; dropping %s", failure.report())
+                return
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="danaus-faults", daemon=True)
+                self.thread.start()
+        self._queue.put(failure)
+
+    def _run(self) -> None:
+        while True:
+            failure = self._queue.get()
+            if failure is None:
+                return  # the node ended
+            if _exiting.is_set():
+                continue
+            hook = _current_hook()
+            try:
+                hook(failure)
+            except BaseException:
+                print(
+                    "danaus: unhandled_fault_hook raised while handling a failure; exiting "
+                    f"with code 1.\n{failure.report()}\n{traceback.format_exc()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                exit_program(1)
+
+    def on_node_end(self) -> None:
+        """End the thread: after what is queued, quietly; waited for (bounded) unless the
+        program is exiting or the node is ended from the hook itself."""
+        with self._lock:
+            self.ended = True
+            thread = self.thread
+        if thread is None:
+            return
+        self._queue.put(None)
+        if thread is not threading.current_thread() and not _exiting.is_set():
+            thread.join(config.get("shutdown_timeout"))
 
 
 def submit(failure: MeshFailure) -> None:
-    """Hand a failure that reached the client to the hook (returns at once)."""
-    global _thread
-    with _lock:
-        if _thread is None:
-            _thread = threading.Thread(target=_worker, name="danaus-faults", daemon=True)
-            _thread.start()
-    _queue.put(failure)
+    """Hand a failure that reached the client to its node's hook thread (returns at once)."""
+    node = _node.current()
+    if node is None:  # the node ended while the failure was on its way
+        log.debug("no node; dropping %s", failure.report())
+        return
+    node.part(Faults).submit(failure)
