@@ -514,8 +514,11 @@ _HEADERS: dict[int, Any] = {
     Kind.RETURN: Return,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
-assert len(_KIND_OF) == len(_HEADERS), "a header type serves one kind"
-assert set(_HEADERS) == {int(k) for k in Kind}, "every kind has exactly one header type"
+# The tables' own invariants, checked at import (raised, so they hold under ``python -O``).
+if len(_KIND_OF) != len(_HEADERS):
+    raise TypeError("a header type serves one kind: two kinds share a header type")
+if set(_HEADERS) != {int(k) for k in Kind}:
+    raise TypeError("every kind has exactly one header type: a kind has none, or one is extra")
 _ARITY = {k: len(cls._fields) for k, cls in _HEADERS.items()}
 _KINDS = {int(k): k for k in Kind}
 
@@ -616,8 +619,8 @@ def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
         ann = getattr(ann, "__forward_arg__", ann)  # a NamedTuple keeps ForwardRefs
         if ann in _CONVERTERS:
             convs.append((i, *_CONVERTERS[ann]))
-        else:
-            assert "Id" not in ann, f"{cls.__name__}.{name}: no converter for {ann!r}"
+        elif "Id" in ann:  # an id would travel as a class, which no peer can unpickle
+            raise TypeError(f"{cls.__name__}.{name}: no converter for {ann!r}")
     if not convs:
         return (lambda h: (kind, *h)), (lambda raw: _tn(cls, raw[1:]))
 
@@ -643,7 +646,8 @@ _REBUILD = {k: c[1] for k, c in _CODECS.items()}
 
 # The hottest headers, by hand, at field positions read from the types (not typed in).
 _CALL_PORT, _CALL_SENDER, _CALL_CHAIN = map(Call._fields.index, ("port", "sender", "chain"))
-assert Reply._fields[-1] == "sender", "the REPLY codec below expects the sender last"
+if Reply._fields[-1] != "sender":
+    raise TypeError("the REPLY codec below expects the sender last")
 
 
 def _call_rebuild(raw: tuple[Any, ...]) -> Call:
