@@ -4,7 +4,6 @@ and the plain pattern a user writes (many calls issued, then each awaited)."""
 from __future__ import annotations
 
 import concurrent.futures
-import pickle
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,11 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from danaus._actor.adverbs import _PORT_MARK, _CallHeader
 from danaus._actor.future import Pending
-from danaus._wire.frame import encode_frame
-from danaus._wire.ids import ActorId, PortId, ProcId
-from danaus._wire.protocol import Call, wire
 from danaus.actor import Actor, ActorError, ActorMesh, ProcMesh, endpoint
 
 from .conftest import REPLY_TIMEOUT
@@ -87,22 +82,6 @@ def test_pending_raises_its_exception_and_times_out_while_pending() -> None:
     assert p.exception() is err
     with pytest.raises(ValueError, match="x"):
         p.result(0)
-
-
-# -- the cached CALL header ---------------------------------------------------------
-
-
-def test_the_header_template_pickles_what_encode_frame_would() -> None:
-    me = ProcId("c1", "unix:/tmp/x.sock")
-    sender = ActorId(ProcId("p2", "tcp://10.0.0.1:5"), "m", 3)
-    for chain in [(), (sender,)]:
-        header = Call("mesh-1", 2, "echo", PortId(me, 0), 1, ("hosts", "gpus"), (1, 4), sender,
-                      chain, 0)  # fmt: skip
-        tmpl = _CallHeader(header)
-        for port in [0, 1, 255, 65_536, 10**6, _PORT_MARK - 1]:
-            h = header._replace(port=PortId(me, port))
-            assert pickle.loads(tmpl.pickled(port)) == wire(h)
-            assert pickle.loads(encode_frame(wire(h))[0][24:]) == wire(h)
 
 
 # -- the plain pattern, through real procs -------------------------------------------

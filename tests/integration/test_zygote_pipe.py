@@ -11,7 +11,7 @@ import asyncio
 import os
 import threading
 
-from danaus._runtime.zygote import PipeWriter, read_msg
+from danaus._runtime.zygote import Exited, Fork, Forked, PipeWriter, read_msg, write_msg
 
 
 def test_requests_beyond_the_pipe_s_capacity_wait_in_order_without_blocking() -> None:
@@ -22,7 +22,7 @@ def test_requests_beyond_the_pipe_s_capacity_wait_in_order_without_blocking() ->
         writer = PipeWriter(loop, w, lambda: broken.append(True))
         boot = {"pad": "x" * 4096}
         for i in range(200):  # ~800 KiB: the pipe takes 64 KiB, the rest must wait
-            writer.send(("fork", f"p{i}", boot))
+            writer.send(Fork(f"p{i}", boot))
         assert writer.pending, "everything fit in the pipe: the test proves nothing"
 
         got: list[str] = []
@@ -31,7 +31,7 @@ def test_requests_beyond_the_pipe_s_capacity_wait_in_order_without_blocking() ->
             for _ in range(200):
                 msg = read_msg(r)
                 assert msg is not None
-                got.append(msg[1])
+                got.append(msg.name)
 
         reader = threading.Thread(target=read_all)
         reader.start()
@@ -52,7 +52,7 @@ def test_a_gone_zygote_is_reported_once_and_nothing_is_kept() -> None:
     try:
         broken: list[bool] = []
         writer = PipeWriter(loop, w, lambda: broken.append(True))
-        writer.send(("fork", "p0", {}))
+        writer.send(Fork("p0", {}))
         assert broken == [True]
         assert not writer.pending
     finally:
@@ -66,3 +66,15 @@ async def _until(done, loop) -> None:  # type: ignore[no-untyped-def]
             return
         await asyncio.sleep(0.001)
     raise AssertionError("the reader never got every request")
+
+
+def test_the_zygote_s_reports_cross_the_pipe_as_typed_records() -> None:
+    r, w = os.pipe()
+    try:
+        write_msg(w, Forked("p0", 123))
+        write_msg(w, Exited("p0", 123, 9))
+        assert read_msg(r) == Forked("p0", 123)
+        assert read_msg(r) == Exited("p0", 123, 9)
+    finally:
+        os.close(r)
+        os.close(w)

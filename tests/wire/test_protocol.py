@@ -10,8 +10,10 @@ import pytest
 from danaus._wire.frame import FrameDecoder, FrameError, encode_frame
 from danaus._wire.ids import ActorId, PortId, ProcId
 from danaus._wire.protocol import (
+    CALL_TEMPLATE_PORT_LIMIT,
     PROTOCOL_VERSION,
     Call,
+    CallTemplate,
     Cast,
     Failed,
     Hello,
@@ -142,3 +144,31 @@ def test_a_second_handler_for_a_kind_is_refused(tmp_path) -> None:
             rt.register(Kind.RDMA_DATA, lambda conn, msg: None)
     finally:
         rt.loop.close()
+
+
+# -- the CALL header's template (adverbs' cached header pickles) -----------------------
+
+
+def test_the_call_template_pickles_what_encode_frame_would() -> None:
+    me = ProcId("c1", "unix:/tmp/x.sock")
+    sender = ActorId(ProcId("p2", "tcp://10.0.0.1:5"), "m", 3)
+    for chain in [(), (sender,)]:
+        header = Call("mesh-1", 2, "echo", PortId(me, 0), 1, ("hosts", "gpus"), (1, 4), sender,
+                      chain, 0)  # fmt: skip
+        tmpl = CallTemplate(header)
+        for port in [0, 1, 255, 65_536, 10**6, CALL_TEMPLATE_PORT_LIMIT - 1]:
+            h = header._replace(port=PortId(me, port))
+            assert pickle.loads(tmpl.pickled(port)) == wire(h)
+            assert pickle.loads(encode_frame(wire(h))[0][24:]) == wire(h)
+            assert decode_header(pickle.loads(tmpl.pickled(port)))[1] == h
+
+
+def test_a_call_template_is_refused_without_a_port_or_a_unique_mark() -> None:
+    me = ProcId("c1", "unix:/tmp/x.sock")
+    header = Call("m", 0, "f", None, 0, (), (), None, (), 0)
+    with pytest.raises(ValueError, match="without a reply port"):
+        CallTemplate(header)
+    # Another field that pickles as the port's mark: the split would be ambiguous.
+    marked = header._replace(port=PortId(me, 0), slot=CALL_TEMPLATE_PORT_LIMIT)
+    with pytest.raises(ValueError, match="not unique"):
+        CallTemplate(marked)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import pickle
 import random
-import struct
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -32,8 +30,8 @@ from .._mesh.tree import Selection
 from .._runtime import host
 from .._wire import codec
 from .._wire.frame import flat
-from .._wire.ids import PortId, ProcId
-from .._wire.protocol import Call, Cast, wire
+from .._wire.ids import ProcId
+from .._wire.protocol import CALL_TEMPLATE_PORT_LIMIT, Call, CallTemplate, Cast
 from . import handoff
 from .cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from .collect import (
@@ -79,36 +77,8 @@ def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str,
         raise TypeError(f"the arguments of {prop.name}() cannot be pickled: {e}") from e
 
 
-_PORT_MARK = 0x5A5A5A5A  # a port number that pickles as BININT ("J" + 4 bytes)
 _HEADERS_KEPT = 256  # header templates kept per endpoint
 _UNKNOWN: Any = object()
-_I32 = struct.Struct("<i")
-
-
-class _CallHeader:
-    """The pickled CALL header of a message to one actor, as two halves around its
-    reply port's number: the calls of an endpoint to one rank and slot, from one
-    sender and chain, differ only in that number. Built once per endpoint and
-    key; the receiver decodes the same tuple as from ``encode_frame``."""
-
-    __slots__ = ("head", "tail")
-
-    def __init__(self, header: Call) -> None:
-        if header.port is None:
-            raise ValueError("a header without a reply port has no template")
-        me = header.port.proc
-        marked = header._replace(port=PortId(me, _PORT_MARK))
-        h = pickle.dumps(wire(marked), protocol=5)
-        mark = b"J" + _I32.pack(_PORT_MARK)
-        if h.count(mark) != 1:
-            raise ValueError("the header's port mark is not unique")
-        i = h.index(mark) + 1
-        self.head, self.tail = h[:i], h[i + 4 :]
-        if pickle.loads(self.pickled(7)) != wire(header._replace(port=PortId(me, 7))):
-            raise ValueError("the header template does not round-trip")
-
-    def pickled(self, port: int) -> bytes:
-        return self.head + _I32.pack(port) + self.tail
 
 
 class Endpoint:
@@ -123,7 +93,7 @@ class Endpoint:
         self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
         self._what = f"{mesh._ref.name}.{name}()"
         # (rank, slot, sender, chain, our proc id) -> the CALL header's template
-        self._headers: dict[tuple[Any, ...], _CallHeader | None] = {}
+        self._headers: dict[tuple[Any, ...], CallTemplate | None] = {}
         self._direct: bool | None = None  # not messaged through the cast tree
 
     def _targets(self) -> list[tuple[int, int, ProcId]]:
@@ -500,13 +470,13 @@ class Endpoint:
         and chain (only the reply port's number differs between calls); None when
         there is no port or no template."""
         port = header.port
-        if port is None or port.port >= _PORT_MARK or port.proc != rt.proc_id:
+        if port is None or port.port >= CALL_TEMPLATE_PORT_LIMIT or port.proc != rt.proc_id:
             return None
         key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id)
         tmpl = self._headers.get(key, _UNKNOWN)  # one lookup: another thread may clear
         if tmpl is _UNKNOWN:
             try:
-                tmpl = _CallHeader(header)
+                tmpl = CallTemplate(header)
             except ValueError:
                 tmpl = None
             if len(self._headers) >= _HEADERS_KEPT:  # many ranks, senders or chains

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _config as config
 from .._mesh import Extent, Point
@@ -43,11 +43,35 @@ __all__ = ["ActorCell", "exception_payload"]
 
 log = logging.getLogger("danaus.actor")
 
-_STOP = "stop"
-_CALL = "call"
-_SUPERVISE = "supervise"
-_BOUNCED = "bounced"
 FLAG_EXPLICIT, FLAG_AS_ENDPOINT = 1, 2  # CALL header flags
+
+
+# -- the inbox's items: one record per kind, told apart by type ----------------------
+#
+# A call (the per-message kind) is queued as its ``Message`` itself: nothing to build.
+
+
+class _Stop(NamedTuple):
+    """Stop the actor; then reply ``None`` to ``port`` at ``slot`` (if any)."""
+
+    port: PortId | None
+    slot: int
+    reason: str
+
+
+class _Supervise(NamedTuple):
+    """Run ``__supervise__(failure)`` between messages."""
+
+    failure: Any
+
+
+class _Bounced(NamedTuple):
+    """Run ``_handle_undeliverable_message(envelope)`` between messages."""
+
+    envelope: Any
+
+
+_Item = Message | _Stop | _Supervise | _Bounced
 
 
 # Unpickling a spawn or a call may import a module for the first time. Python's
@@ -149,7 +173,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.received = 0
         self.running: str | None = None  # the endpoint running now
         self.stats: dict[str, EndpointStats] = {}
-        self._q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         # An idle sync actor reads the connection its last call came on itself
         # (Connection.read_directly); _put rings the bell to end that wait.
         self._home: ProcId | None = None
@@ -158,7 +182,7 @@ class ActorCell(Failing, DeadlockCheck):
         self._rung = False  # the bell was rung and not read yet
         self._tid = 0  # its thread's ident (sync actors)
         self._points: dict[tuple[Any, ...], Point] = {}  # message ranks already built
-        self._aq: asyncio.Queue[Any] | None = None
+        self._aq: asyncio.Queue[_Item] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         if mode == "async":
             self._loop = asyncio.new_event_loop()
@@ -182,7 +206,7 @@ class ActorCell(Failing, DeadlockCheck):
         if sender is not None:  # a CALL frame on the connection from it (not a cast)
             self._home = sender if _single(frame.header.sizes) else None
         self._gate.arrived(frame_bytes(frame))
-        self._put((_CALL, frame))
+        self._put(frame)
 
     def direct_call(self, frame: Message, sender: ProcId | None) -> bool:
         """Take a call read directly by a thread other than the I/O thread (the
@@ -199,10 +223,10 @@ class ActorCell(Failing, DeadlockCheck):
 
     def undeliverable(self, envelope: Any) -> None:
         """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
-        self._put((_BOUNCED, envelope))
+        self._put(_Bounced(envelope))
 
     def stop(self, port: PortId | None, index: int, reason: str) -> None:
-        self._put((_STOP, port, index, reason))
+        self._put(_Stop(port, index, reason))
 
     # No lock for _ports: disown_port runs from garbage collection, on any thread
     # and possibly inside a ``with self._lock``; set.add/discard are atomic.
@@ -216,9 +240,9 @@ class ActorCell(Failing, DeadlockCheck):
 
     def supervise(self, failure: Any) -> None:
         """Queue ``__supervise__(failure)`` to run on the actor's thread, between messages."""
-        self._put((_SUPERVISE, failure))
+        self._put(_Supervise(failure))
 
-    def _put(self, item: Any) -> None:
+    def _put(self, item: _Item) -> None:
         with self._lock:
             if not self.stopped:
                 if self._loop is not None:
@@ -237,19 +261,21 @@ class ActorCell(Failing, DeadlockCheck):
                 return
         self._refuse(item)
 
-    def _refuse(self, item: Any) -> None:
+    def _refuse(self, item: _Item) -> None:
         """Answer an item that arrived after the actor stopped."""
-        if item[0] == _CALL:
-            self._gate.taken(frame_bytes(item[1]))
-            refuse_stopped(self.rt, self._label(), item[1].header)
-        elif item[0] == _SUPERVISE:
-            log.error("actor %s stopped before it could supervise: %s", self._label(), item[1])
-        elif item[0] == _BOUNCED:
+        if type(item) is Message:
+            self._gate.taken(frame_bytes(item))
+            refuse_stopped(self.rt, self._label(), item.header)
+        elif type(item) is _Supervise:
+            log.error("actor %s stopped before it could supervise: %s", self._label(), item.failure)
+        elif type(item) is _Bounced:
             log.warning(
-                "actor %s had stopped when a message it sent came back: %s", self._label(), item[1]
+                "actor %s had stopped when a message it sent came back: %s",
+                self._label(),
+                item.envelope,
             )
-        elif item[1] is not None:
-            self.rt.reply(item[1], item[2], STATUS_OK, None)
+        elif type(item) is _Stop and item.port is not None:
+            self.rt.reply(item.port, item.slot, STATUS_OK, None)
 
     # -- the actor's thread -----------------------------------------------
 
@@ -338,7 +364,7 @@ class ActorCell(Failing, DeadlockCheck):
             if bell >= 0:
                 os.close(bell)
 
-    def _idle_get(self) -> Any:
+    def _idle_get(self) -> _Item:
         """The next item of a sync actor with nothing to do (its thread).
 
         While no call is queued it reads the connection its last call came on
@@ -375,21 +401,18 @@ class ActorCell(Failing, DeadlockCheck):
                 item = None  # drop the last message now: its buffers may be shared memory
                 self.rt.flush_held()  # idle now: replies held for a batched write go out
                 item = self._idle_get()
-            if item[0] == _STOP:
-                self._stop_children(item[3])
+            if type(item) is Message:
+                try:
+                    self._handle_sync(item)
+                except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                    self._internal_error(item, e)
+            elif type(item) is _Stop:
+                self._stop_children(item.reason)
                 self._finish(item, self._cleanup_sync)
                 return
-            if item[0] == _SUPERVISE:
-                self._supervise_done(item[1], *_call_hook(self._hook("__supervise__"), item[1]))
-            elif item[0] == _BOUNCED:
-                self._bounced(
-                    *_call_hook(self._hook("_handle_undeliverable_message"), item[1]), item[1]
-                )
             else:
-                try:
-                    self._handle_sync(item[1])
-                except BaseException as e:  # a bug of ours: fail loudly, never die silently
-                    self._internal_error(item[1], e)
+                arg, fn, done = self._hook_for(item)
+                done(arg, *_call_hook(fn, arg))
             if self.failed is not None and not self._cleaned:
                 self._owned_stopped()
                 self._cleanup_sync(self.fail_exc)
@@ -399,16 +422,16 @@ class ActorCell(Failing, DeadlockCheck):
         if cls is not None:
             self._construct(cls, args, kwargs)
         assert self._aq is not None and self._loop is not None
-        serial: asyncio.Queue[Any] = asyncio.Queue()
+        serial: asyncio.Queue[_Item] = asyncio.Queue()
         worker = self._loop.create_task(self._serial(serial))
         self.serial_task = worker  # only its waits block the actor (concurrent tasks' do not)
         while True:
             item = await self._aq.get()
-            if item[0] == _CALL and self._is_concurrent(item[1]):
+            if type(item) is Message and self._is_concurrent(item):
                 try:
-                    prepared = self._prepare(item[1])
+                    prepared = self._prepare(item)
                 except BaseException as e:
-                    self._internal_error(item[1], e)
+                    self._internal_error(item, e)
                     continue
                 if prepared is not None:
                     task = self._loop.create_task(self._invoke_async(*prepared))
@@ -416,7 +439,7 @@ class ActorCell(Failing, DeadlockCheck):
                     task.add_done_callback(self._tasks.discard)
                 continue
             serial.put_nowait(item)
-            if item[0] == _STOP:
+            if type(item) is _Stop:
                 break
         await worker
 
@@ -424,13 +447,20 @@ class ActorCell(Failing, DeadlockCheck):
         prop = self.endpoints.get(frame.header.method)
         return prop is not None and prop.concurrent and self.failed is None
 
-    async def _serial(self, serial: asyncio.Queue[Any]) -> None:
+    async def _serial(self, serial: asyncio.Queue[_Item]) -> None:
         """Run the non-concurrent items one at a time, each to completion."""
         while True:
             if serial.empty():
                 self.rt.flush_held()  # idle now: replies held for a batched write go out
             item = await serial.get()
-            if item[0] == _STOP:
+            if type(item) is Message:
+                try:
+                    prepared = self._prepare(item)
+                    if prepared is not None:
+                        await self._invoke_async(*prepared)
+                except BaseException as e:  # a bug of ours: fail loudly, never die silently
+                    self._internal_error(item, e)
+            elif type(item) is _Stop:
                 await self._cancel_tasks()
                 # Waiting for the children must not block this actor's event loop. Only
                 # when there are any: at interpreter exit (an actor of the client stopped
@@ -438,35 +468,36 @@ class ActorCell(Failing, DeadlockCheck):
                 inst = self.ctx_instance
                 if inst is not None and any(owned.owned_by(inst.actor_id)):
                     await asyncio.get_running_loop().run_in_executor(
-                        None, self._stop_children, item[3]
+                        None, self._stop_children, item.reason
                     )
                 await self._cleanup_async(None if self.failed is None else self.fail_exc)
                 self._finish(item, None)
                 return
-            if item[0] in (_SUPERVISE, _BOUNCED):
-                name = "__supervise__" if item[0] == _SUPERVISE else "_handle_undeliverable_message"
-                done = self._supervise_done if item[0] == _SUPERVISE else self._bounced_done
-                fn = self._hook(name)
+            else:
+                arg, fn, done = self._hook_for(item)
                 try:
-                    r = fn(item[1]) if fn is not None else False
+                    r = fn(arg) if fn is not None else False
                     if inspect.isawaitable(r):
                         r = await r
-                    done(item[1], bool(r), None)
+                    done(arg, bool(r), None)
                 except Exception as e:
-                    done(item[1], False, e)
-            else:
-                try:
-                    prepared = self._prepare(item[1])
-                    if prepared is not None:
-                        await self._invoke_async(*prepared)
-                except BaseException as e:  # a bug of ours: fail loudly, never die silently
-                    self._internal_error(item[1], e)
+                    done(arg, False, e)
             if self.failed is not None and not self._cleaned:
                 deadline = time.monotonic() + config.get("stop_proc_timeout")
                 stopping = self.owned_stopping
                 while stopping is not None and stopping.is_alive() and time.monotonic() < deadline:
                     await asyncio.sleep(0.01)  # the meshes it owned stop first
                 await self._cleanup_async(self.fail_exc)
+
+    def _hook_for(
+        self, item: object
+    ) -> tuple[Any, Any, Callable[[Any, bool, BaseException | None], None]]:
+        """``(argument, hook or None, what to call with its outcome)`` for a hook item."""
+        if type(item) is _Supervise:
+            return item.failure, self._hook("__supervise__"), self._supervise_done
+        if type(item) is _Bounced:
+            return item.envelope, self._hook("_handle_undeliverable_message"), self._bounced_done
+        raise TypeError(f"actor {self._label()}: not an inbox item: {item!r:.200}")
 
     # -- handling one message -------------------------------------------
 
@@ -544,20 +575,44 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
-            if wrapped is not None:
-                wrapped.finish(error=e)
-            self._debug_finish(e)
-            self._measured(prop.name, t0, False, port, index)
-            if wrapped is not None and wrapped.returns and isinstance(e, Exception):
-                return  # the producers record it (rref): the actor does not fail
-            self._raised(e, prop, port, index)
+            self._call_raised(e, prop, port, index, wrapped, t0)
             return
+        self._call_returned(result, prop, port, index, wrapped, t0)
+
+    def _call_returned(
+        self,
+        result: Any,
+        prop: EndpointProperty,
+        port: PortId | None,
+        index: int,
+        wrapped: Wrapped | None,
+        t0: int,
+    ) -> None:
+        """An endpoint's body returned ``result`` (sync and async actors alike)."""
         if wrapped is not None:
             wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
         self._measured(prop.name, t0, True, port, index)
         if port is not None and not prop.explicit_response_port:
             self.rt.reply(port, index, STATUS_OK, result)
+
+    def _call_raised(
+        self,
+        e: BaseException,
+        prop: EndpointProperty,
+        port: PortId | None,
+        index: int,
+        wrapped: Wrapped | None,
+        t0: int,
+    ) -> None:
+        """An endpoint's body raised ``e`` (sync and async actors alike)."""
+        if wrapped is not None:
+            wrapped.finish(error=e)
+        self._debug_finish(e)
+        self._measured(prop.name, t0, False, port, index)
+        if wrapped is not None and wrapped.returns and isinstance(e, Exception):
+            return  # the producers record it (rref): the actor does not fail
+        self._raised(e, prop, port, index)
 
     def _measured(self, name: str, t0: int, ok: bool, port: PortId | None, index: int) -> None:
         """Count one execution of endpoint ``name`` (metrics), and trace it (when tracing)."""
@@ -601,20 +656,9 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
-            if wrapped is not None:
-                wrapped.finish(error=e)
-            self._debug_finish(e)
-            self._measured(prop.name, t0, False, port, index)
-            if wrapped is not None and wrapped.returns and isinstance(e, Exception):
-                return  # the producers record it (rref): the actor does not fail
-            self._raised(e, prop, port, index)
+            self._call_raised(e, prop, port, index, wrapped, t0)
             return
-        if wrapped is not None:
-            wrapped.finish(result if wrapped.returns else None)
-        self._debug_finish(None)
-        self._measured(prop.name, t0, True, port, index)
-        if port is not None and not prop.explicit_response_port:
-            self.rt.reply(port, index, STATUS_OK, result)
+        self._call_returned(result, prop, port, index, wrapped, t0)
 
     def _debug_finish(self, exc: BaseException | None) -> None:
         """End the pdb session breakpoint() opened in this endpoint (post-mortem on ``exc``)."""
@@ -665,8 +709,8 @@ class ActorCell(Failing, DeadlockCheck):
         except Exception:
             log.exception("__cleanup__ of actor %s raised", self._label())
 
-    def _finish(self, item: Any, cleanup: Callable[[BaseException | None], None] | None) -> None:
-        _, port, index, _reason = item
+    def _finish(self, item: _Stop, cleanup: Callable[[BaseException | None], None] | None) -> None:
+        port, index = item.port, item.slot
         if cleanup is not None and self.instance is not None:
             cleanup(None if self.failed is None else self.fail_exc)
         with self._lock:
@@ -719,5 +763,5 @@ def _single(sizes: tuple[int, ...]) -> bool:
     return type(sizes) is tuple and sizes.count(1) == len(sizes)
 
 
-def _queued(q: queue.SimpleQueue[Any]) -> Callable[[], bool]:
+def _queued(q: queue.SimpleQueue[_Item]) -> Callable[[], bool]:
     return lambda: not q.empty()

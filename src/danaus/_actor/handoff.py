@@ -116,7 +116,8 @@ class Capture:
         body, bufs = payload
         wrapped = Wrapped(key, len(self.refs), bytes(body), returns=hand_off is not None)
         outer, extra = codec.dumps(wrapped)
-        assert not extra
+        if extra:  # the payload's buffers travel as ``bufs``: nothing else may
+            raise RuntimeError(f"a wrapped call pickled {len(extra)} buffers of its own")
         return outer, bufs
 
 

@@ -4,9 +4,9 @@ Started by the client (``python -m danaus._runtime.agent``) with a lifeline
 on its stdin: when the client exits, however it exits, the pipe reaches EOF
 and the agent kills every proc it spawned, then exits. Message flow::
 
-    requester --SPAWN_PROCS(requester, [(name, boot)])--> agent --fork--> zygote --> proc
+    requester --SPAWN_PROCS(requester, [(name, boot)])--> agent --Fork--> zygote --> proc
     proc      --READY(proc, error)--> requester                   (the proc itself)
-    zygote    --exited--> agent --LOST(name, reason)--> owner     (at once, from waitpid)
+    zygote    --Exited--> agent --LOST(name, reason)--> owner     (at once, from waitpid)
     anyone    --KILL_PROCS([name])--> agent                       (SIGKILL)
 
 When a proc exits, the procs it owned are killed too (they would be orphans).
@@ -30,7 +30,7 @@ from .._wire.ids import ProcId
 from .._wire.protocol import Kind, Lost, Message, Ready
 from .logagent import LogCapture
 from .runtime import STATUS_EXC, STATUS_OK, Runtime
-from .zygote import PipeWriter, read_msg, zygote_loop
+from .zygote import Exited, Fork, Forked, PipeWriter, read_msg, zygote_loop
 
 __all__ = [
     "describe_exit",
@@ -170,7 +170,7 @@ class Agent:
             boot = {**boot, **self.logs.open(proc, requester, boot)}
             boot["secret"] = self.secret  # through the zygote's pipe, not a frame
             self.procs[proc.name] = (proc, requester)
-            self.to_zygote.send(("fork", proc.name, boot))
+            self.to_zygote.send(Fork(proc.name, boot))
 
     def _on_kill(self, conn: Any, msg: Message) -> None:
         for name in msg.header.names:
@@ -189,11 +189,13 @@ class Agent:
         if msg is None:
             self._exit("the zygote died")
             return
-        if msg[0] == "forked":
-            self.pids[msg[1]] = msg[2]
-            self.logs.forked(msg[1], msg[2])
+        if type(msg) is Forked:
+            self.pids[msg.name] = msg.pid
+            self.logs.forked(msg.name, msg.pid)
             return
-        _, name, _pid, status = msg
+        if type(msg) is not Exited:
+            raise TypeError(f"the zygote sent {msg!r:.200}, neither Forked nor Exited")
+        name, status = msg.name, msg.status
         self.pids.pop(name, None)
         entry = self.procs.pop(name, None)
         if entry is None:

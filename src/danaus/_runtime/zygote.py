@@ -2,10 +2,10 @@
 
 The host agent forks its zygote before it starts any thread or event loop,
 so the zygote can fork safely. Requests and reports are length-prefixed
-pickles on two pipes::
+pickles of the records below, on two pipes::
 
-    agent -> zygote   ("fork", name, boot)
-    zygote -> agent   ("forked", name, pid) | ("exited", name, pid, wait_status)
+    agent -> zygote   Fork(name, boot)
+    zygote -> agent   Forked(name, pid) | Exited(name, pid, status)
 
 When the agent goes away (its request pipe reaches EOF) the zygote kills
 every proc it forked and exits. Each forked proc also asks the kernel to
@@ -24,12 +24,50 @@ import struct
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PipeWriter", "read_msg", "set_pdeathsig", "write_msg", "zygote_loop"]
+__all__ = [
+    "Exited",
+    "Fork",
+    "Forked",
+    "PipeWriter",
+    "read_msg",
+    "set_pdeathsig",
+    "write_msg",
+    "zygote_loop",
+]
 
 _LEN = struct.Struct("<I")
 _PR_SET_PDEATHSIG = 1
+
+
+# -- the messages on the pipes (pickled: both ends run this module) ----------------
+
+
+@dataclass(slots=True, frozen=True)
+class Fork:
+    """Agent -> zygote: fork proc ``name``, which starts from ``boot``."""
+
+    name: str
+    boot: dict[str, Any]
+
+
+@dataclass(slots=True, frozen=True)
+class Forked:
+    """Zygote -> agent: proc ``name`` was forked as ``pid``."""
+
+    name: str
+    pid: int
+
+
+@dataclass(slots=True, frozen=True)
+class Exited:
+    """Zygote -> agent: proc ``name`` (``pid``) ended; ``status`` is its ``waitpid`` status."""
+
+    name: str
+    pid: int
+    status: int
 
 
 def write_msg(fd: int, msg: Any) -> None:
@@ -174,7 +212,9 @@ def _serve(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], 
                 except ProcessLookupError:
                     pass
             os._exit(0)
-        _, name, boot = msg
+        if type(msg) is not Fork:
+            raise TypeError(f"the zygote was sent {msg!r:.200}, not a Fork")
+        name, boot = msg.name, msg.boot
         pid = os.fork()
         if pid == 0:
             # The new proc: drop the zygote's fds and signal set-up, then run.
@@ -188,7 +228,7 @@ def _serve(req_r: int, resp_w: int, child_main: Callable[[str, dict[str, Any]], 
                 os._exit(1)
             raise SystemExit(child_main(name, boot))
         children[pid] = name
-        write_msg(resp_w, ("forked", name, pid))
+        write_msg(resp_w, Forked(name, pid))
 
 
 def _reap(children: dict[int, str], resp_w: int) -> None:
@@ -201,4 +241,4 @@ def _reap(children: dict[int, str], resp_w: int) -> None:
             return
         name = children.pop(pid, None)
         if name is not None:
-            write_msg(resp_w, ("exited", name, pid, status))
+            write_msg(resp_w, Exited(name, pid, status))
