@@ -187,6 +187,7 @@ class FaultRecorder:
     def __init__(self) -> None:
         self.events: list[MeshFailure] = []
         self._seen = 0
+        # The lock guards events and the count seen; notified on each failure.
         self._cond = threading.Condition()
 
     def __call__(self, failure: MeshFailure) -> None:

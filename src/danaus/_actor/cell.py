@@ -156,6 +156,8 @@ class ActorCell(Failing, DeadlockCheck):
         self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
         self.debugging: Any = None  # the pdb session breakpoint() opened, while one is open
+        # The lock guards stopped, the wait and receive counts, the queued and answered calls, and
+        # the inbox's bell.
         self._lock = threading.Lock()
         self.serial_task: Any = None
         self.waiting = 0  # how many waits (Future.get / await) are in progress on this actor

@@ -585,6 +585,7 @@ class _Syncs:
     """Per host mesh state: its code-sync procs and actors, reloaders, synced directories."""
 
     def __init__(self) -> None:
+        # The lock guards the sync procs, reloaders and synced directories of this host mesh.
         self.lock = threading.Lock()
         self.procs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.reloaders: dict[int, Any] = {}

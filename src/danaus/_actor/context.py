@@ -123,7 +123,7 @@ class _Root:
     """The context of code outside any actor in this process (a part of its node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the root context, made once
         self.ctx: Context | None = None
 
 

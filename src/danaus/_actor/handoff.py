@@ -160,7 +160,7 @@ class Handoffs:
     """This proc's handoffs in progress, by key (a part of the node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards the slots by key
         self.slots: dict[str, _Slot] = {}
         self.keys = itertools.count(1)  # a client's calls with handed-off arguments
 

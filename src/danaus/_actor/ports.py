@@ -144,6 +144,7 @@ class _Inbox:
 
     def __init__(self, rt: Any, once: bool) -> None:
         self._rt = rt
+        # The lock guards the values not taken yet, their bytes and the waiting receivers.
         self._lock = threading.Lock()
         self._values: collections.deque[tuple[bool, Any, int, int]] = collections.deque()
         # Bytes of the messages nobody has taken yet: above inbox_high_water the

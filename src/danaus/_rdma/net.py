@@ -583,6 +583,7 @@ class Pool:
         self.max_threads = max_threads
         self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]]
         self._tasks = queue.SimpleQueue()
+        # The lock guards the thread counts (running, idle) and the closed flag.
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
@@ -643,6 +644,7 @@ class DataClient:
     """
 
     def __init__(self) -> None:
+        # The lock guards the address cache, the idle connections and the thread pool.
         self._lock = threading.Lock()
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (proc, pid) -> server
         self._idle: dict[tuple[str, int], list[_Conn]] = {}

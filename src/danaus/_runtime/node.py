@@ -40,6 +40,8 @@ class Node:
         self.runtime = runtime
         self.client = client
         self.settings = config.get_global_config()  # what this node was started with
+        # The lock guards the parts table, the agent fields, the requested procs and the
+        # closed/shutting-down flags.
         self.lock = threading.RLock()
         # The host agent this client started (None in procs: theirs is in runtime.boot).
         self.agent_proc: subprocess.Popen[bytes] | None = None
@@ -83,7 +85,7 @@ def preload_modules() -> tuple[str, ...]:
     return (BOOTSTRAP, *importlib.import_module(BOOTSTRAP).PRELOAD)
 
 
-_lock = threading.RLock()
+_lock = threading.RLock()  # guards _node: which node is this process's
 _node: Node | None = None
 
 

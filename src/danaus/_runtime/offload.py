@@ -144,6 +144,8 @@ class Offloader:
         self._held: dict[int, tuple[str, list[Any], int]] = {}  # token -> peer, copies, bytes
         self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
         self._next = 0
+        # The lock guards the held snapshots, the lent and free shared slots and the peers known to
+        # read our memory.
         self._lock = threading.Lock()
         self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
         self._pooled = 0

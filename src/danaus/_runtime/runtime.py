@@ -194,6 +194,8 @@ class Runtime(PeerTable):
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
         self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
         self._early: dict[tuple[str, int], list[tuple[ProcId | None, Message]]] = {}
+        # The lock guards the peer table: peers, open connections (dialled, accepted,
+        # spare), aliases and frames that arrived before their peer was known.
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
@@ -226,7 +228,7 @@ class Runtime(PeerTable):
         self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
         self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
         self.waits = 0  # threads of this process blocked on a future or a held-back send
-        self._waits_lock = threading.Lock()
+        self._waits_lock = threading.Lock()  # guards waits
         # _block_hook(True/False) around a held-back send (set_block_hook: the actor
         # layer's blocked actor's inbox stops pausing connections meanwhile)
         self._block_hook: Callable[[bool], None] | None = None

@@ -433,6 +433,8 @@ class _GatherBase:
         self._children: dict[int, tuple[int, str]] = {}  # child lo -> (hi, proc name)
         self._names: dict[str, int] = {}  # proc name -> child lo
         self._watched: list[str] = []
+        # The lock guards the children still due, their names and whether the gather is armed or
+        # done.
         self._lock = threading.Lock()
         self._armed = False
         self._done = False

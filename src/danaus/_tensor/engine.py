@@ -48,7 +48,7 @@ __all__ = ["Engine", "engine_for", "flush_all"]
 
 log = logging.getLogger("danaus.tensor")
 
-_create_lock = threading.Lock()
+_create_lock = threading.Lock()  # one engine per proc mesh: guards making and storing it
 
 
 class _Engines:
@@ -119,6 +119,7 @@ class Engine:
         self._ids = itertools.count(1)
         self._dead: dict[str, list[int]] = {}  # per stream
         self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
+        # The lock guards the op queue, the dead tensors by stream, broken and the pending results.
         self._lock = threading.Lock()
         self._queue: list[tuple[Shape, str, Any]] = []
         self._client = client.state()  # of the node this engine belongs to

@@ -122,7 +122,7 @@ class TensorWorker(Actor):
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
-        self._groups_lock = threading.Lock()
+        self._groups_lock = threading.Lock()  # guards the process groups table
         self.store_host = store_host
         self.store_port = store_port
         self.timeout = datetime.timedelta(seconds=timeout_s)

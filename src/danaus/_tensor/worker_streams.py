@@ -115,7 +115,7 @@ class Streams:
         self.device = device
         self._runners: dict[str, StreamRunner] = {}
         self._events: dict[int, _Event] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the stream runners and the events by id
 
     def submit(self, stream: str, commands: list[Any]) -> None:
         """Queue ``commands`` on ``stream`` (made at its first use). Called on the actor thread."""

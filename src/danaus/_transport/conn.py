@@ -142,6 +142,8 @@ class Connection:
         self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
         self._on_authenticated = on_authenticated
         self._flush_deadline: float | None = None
+        # The lock guards the write side: the backlog and its byte count, the held
+        # batch and its deadline, the session and the closed flag.
         self._lock = threading.Lock()
         self._backlog: collections.deque[memoryview] = collections.deque()
         self._queued = 0  # bytes in _backlog and _unsealed: what waits to be written

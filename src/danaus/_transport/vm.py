@@ -138,7 +138,7 @@ def memmove(dst: int, src: int, nbytes: int, *, stop: Callable[[], bool] = lambd
     return True
 
 
-_ptracer_lock = threading.Lock()
+_ptracer_lock = threading.Lock()  # guards _ptracer_done: PR_SET_PTRACER is set once
 _ptracer_done = False
 
 
