@@ -50,7 +50,7 @@ def _wait_until(cond: Any, what: str) -> None:
 
 
 def _outbound(node: Node, name: str) -> int:
-    return node.rt._outbound(node.rt._peers[name])
+    return node.rt.backpressure.outbound(node.rt._peers[name])
 
 
 def test_a_sender_blocks_above_the_high_water_mark_and_the_io_thread_does_not(nodes) -> None:
@@ -70,7 +70,7 @@ def test_a_sender_blocks_above_the_high_water_mark_and_the_io_thread_does_not(no
 
         t = threading.Thread(target=flood)
         t.start()
-        _wait_until(lambda: a.rt._room_waiters == 1, "the sender blocks")
+        _wait_until(lambda: a.rt.backpressure.room_waiters == 1, "the sender blocks")
         held = _outbound(a, "b")
         assert held <= HIGH + FRAME + 4096, held
         assert not done.is_set()
@@ -104,7 +104,7 @@ def test_a_blocked_sender_gives_up_when_its_peer_is_lost(nodes) -> None:
 
         t = threading.Thread(target=flood)
         t.start()
-        _wait_until(lambda: a.rt._room_waiters == 1, "the sender blocks")
+        _wait_until(lambda: a.rt.backpressure.room_waiters == 1, "the sender blocks")
         b.on_io(lambda: [c.fail_now("the test cuts it") for c in list(b.rt._accepted)])
         t.join(TIMEOUT)
         assert not t.is_alive()

@@ -93,6 +93,7 @@ class PeerTable:
     _watchers: dict[str, set[int]]
     _exit_waiters: dict[str, list[Callable[[str], None]]]
     _lost_waiters: dict[str, list[Callable[[str], None]]]
+    notify_room: Callable[[], None]  # wakes senders held back (the runtime's backpressure)
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         raise NotImplementedError
@@ -104,9 +105,6 @@ class PeerTable:
         raise NotImplementedError
 
     def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
-        raise NotImplementedError
-
-    def notify_room(self) -> None:
         raise NotImplementedError
 
     # -- peers: expected, ready, lost ----------------------------------------

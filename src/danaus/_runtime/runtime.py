@@ -22,7 +22,10 @@ Backpressure: a thread other than the I/O thread that sends to a peer whose
 outbound bytes (queued for a proc still starting, in the connection's
 backlog, offloaded and not yet released) exceed ``send_high_water`` blocks
 until they fall to ``send_low_water`` or the peer is lost; consumers that
-fall behind pause the connections that feed them (``flow.Gate``).
+fall behind pause the connections that feed them (``flow.Gate``). That state
+is the runtime's part ``rt.backpressure`` (``backpressure.py``); CALL and
+REPLY frames reach mailboxes and ports through ``rt.router`` (``routing.py``);
+the peer table is the base class ``PeerTable`` (``peers.py``).
 
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
@@ -35,14 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import itertools
 import logging
 import os
 import select
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .. import _config as config
 from .._errors import SupervisionError
@@ -68,10 +70,11 @@ from .._wire.protocol import (
     wire,
 )
 from . import liveness
-from .flow import Gate
+from .backpressure import Backpressure
 from .metrics import Tracer
 from .offload import Offloader, own
 from .peers import PeerTable, _Peer
+from .routing import Mailbox, PortHandler, Router
 from .tree import TreeRouter
 
 __all__ = [
@@ -89,21 +92,6 @@ log = logging.getLogger("danaus.runtime")
 # out of file descriptors, stop accepting for this long (doubling up to the max).
 ACCEPT_BACKOFF, ACCEPT_BACKOFF_MAX = 0.01, 1.0
 STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
-
-
-class PortHandler(Protocol):
-    """What a port does with the frames sent to it (called on the I/O thread)."""
-
-    def deliver(self, frame: Message) -> None: ...
-
-    def peer_lost(self, proc: str, reason: str) -> None: ...
-
-
-class Mailbox(Protocol):
-    """An actor's inbox (called on the I/O thread). ``via``: the peer whose connection
-    brought the CALL frame (None: this proc's copy of a cast)."""
-
-    def deliver(self, frame: Message, via: ProcId | None) -> None: ...
 
 
 Handler = Callable[[Connection, Message], None]
@@ -175,8 +163,16 @@ class Runtime(PeerTable):
         # A thread of this process starts to wait: held write batches go out now.
         self.flush_held: Callable[[], None] = self._batching.flush_held
         self.handlers: dict[Kind, Handler] = {}
-        self.register(Kind.CALL, self._on_call)
-        self.register(Kind.REPLY, self._on_reply)
+        # Routing to mailboxes and ports (routing.py); the dicts are the router's,
+        # named here too since every layer above reads them.
+        self.router = Router(self)
+        self.mailboxes: dict[tuple[str, int], Mailbox] = self.router.mailboxes
+        self.ports: dict[int, PortHandler] = self.router.ports
+        self.open_port = self.router.open_port
+        self.close_port = self.router.close_port
+        self.mailbox_added = self.router.mailbox_added
+        self.register(Kind.CALL, self.router.on_call)
+        self.register(Kind.REPLY, self.router.on_reply)
         self.register(Kind.HELLO, self._on_hello)
         self.register(Kind.WELCOME, self._on_welcome)
         self.register(Kind.REFUSED, self._on_refused)
@@ -184,18 +180,14 @@ class Runtime(PeerTable):
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
         self.tree = TreeRouter(self)  # CAST and GATHER: messages to many actors (tree.py)
-        self.mailboxes: dict[tuple[str, int], Mailbox] = {}
-        self.ports: dict[int, PortHandler] = {}
-        self._port_ids = itertools.count(1)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
         self._dialled: set[Connection] = set()  # connections we dialled, open
         self._accepted: set[Connection] = set()  # connections others dialled, open
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
         self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
-        self._early: dict[tuple[str, int], list[tuple[ProcId | None, Message]]] = {}
-        # The lock guards the peer table: peers, open connections (dialled, accepted,
-        # spare), aliases and frames that arrived before their peer was known.
+        # Guards the peer table (_peers and each _Peer's connections, queue and state),
+        # _watchers, _spares, exited and the exit/loss waiters.
         self._lock = threading.RLock()
         self.lost_callbacks: list[Callable[[str, str], None]] = []
         self.offload = Offloader(self)
@@ -220,18 +212,13 @@ class Runtime(PeerTable):
         # Read on hot paths, so a plain attribute: read it anywhere, set it with set_tracer().
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
-        # backpressure
-        self._room = threading.Condition(threading.Lock())  # senders waiting for a backlog
-        self._room_waiters = 0
-        self._delivering: Connection | None = None  # the connection being dispatched
-        self._holding: set[Gate] = set()  # gates that paused a connection (I/O thread)
-        self.held_back = 0  # sends that had to wait for a backlog to drain (a statistic)
-        self.pauses = 0  # times a connection was paused for a full inbox (a statistic)
-        self.waits = 0  # threads of this process blocked on a future or a held-back send
-        self._waits_lock = threading.Lock()  # guards waits
-        # _block_hook(True/False) around a held-back send (set_block_hook: the actor
-        # layer's blocked actor's inbox stops pausing connections meanwhile)
-        self._block_hook: Callable[[bool], None] | None = None
+        # Backpressure (backpressure.py): held-back senders, paused connections, waits.
+        self.backpressure = Backpressure(self)
+        self.notify_room = self.backpressure.notify_room
+        self.begin_wait = self.backpressure.begin_wait
+        self.end_wait = self.backpressure.end_wait
+        self.pause_delivering = self.backpressure.pause_delivering
+        self.resume_reading = self.backpressure.resume_reading
         # the heartbeat's judge of each watched connection (liveness.py)
         self._judges: dict[Connection, Any] = {}
 
@@ -269,7 +256,22 @@ class Runtime(PeerTable):
         """``hook(True)`` before and ``hook(False)`` after a thread waits on a
         held-back send (the actor layer's: the blocked actor's inbox stops
         pausing connections meanwhile)."""
-        self._block_hook = hook
+        self.backpressure.set_block_hook(hook)
+
+    @property
+    def held_back(self) -> int:
+        """Sends that had to wait for a backlog to drain (a statistic)."""
+        return self.backpressure.held_back
+
+    @property
+    def pauses(self) -> int:
+        """Times a connection was paused for a full inbox (a statistic)."""
+        return self.backpressure.pauses
+
+    @property
+    def waits(self) -> int:
+        """Threads of this process blocked on a future or a held-back send."""
+        return self.backpressure.waits
 
     def set_tracer(self, tracer: Tracer | None) -> Tracer | None:
         """Record spans into ``tracer`` from now on (None: stop); returns the one
@@ -718,54 +720,26 @@ class Runtime(PeerTable):
         if handler is None:
             log.error("no handler for frame kind %s from %s", msg.kind.name, conn.peer)
             return
-        outer, self._delivering = self._delivering, conn
+        bp = self.backpressure
+        outer, bp.delivering = bp.delivering, conn
         try:
             handler(conn, msg)
         except Exception:
             log.exception("danaus internal error while handling a %s frame", msg.kind.name)
         finally:
-            self._delivering = outer
+            bp.delivering = outer
 
     # -- direct reads (a waiting thread reads its own reply) -------------------
 
     def _allow_direct(self, conn: Connection) -> None:
         if config.get("direct_read"):
-            conn.direct_frame = self._direct_frame
+            conn.direct_frame = self.router.direct_frame
 
     def reader_for(self, proc: ProcId) -> Connection | None:
         """The connection to ``proc`` if a waiting thread may read it directly."""
         peer = self._peers.get(proc.name)
         conn = peer.conn if peer is not None else None
         return conn if getattr(conn, "direct_frame", None) is not None else None
-
-    def _direct_frame(self, conn: Connection, frame: Frame) -> bool:
-        """Handle a frame on the thread that read it directly (not the I/O thread).
-
-        Only what is safe off the I/O thread: a reply to a port whose handler
-        says so (``direct``), a call to a mailbox that takes it (``direct_call``),
-        a ping (reading it was all it asked). Anything else returns False and
-        goes to the I/O thread, in order.
-        """
-        if self.tracer is not None or conn.peer is None:
-            return False
-        try:
-            msg = decode(frame)
-        except ProtocolError:
-            return False  # the I/O thread reports it
-        kind = msg.kind
-        if kind is Kind.PING:
-            return True  # handed on, it would keep the next direct reads waiting for the loop
-        if kind is Kind.REPLY:
-            handler = self.ports.get(msg.header.port)
-            if handler is None or not getattr(handler, "direct", False):
-                return False
-            handler.deliver(msg)
-            return True
-        if kind is Kind.CALL:
-            mb = self.mailboxes.get((msg.header.mesh, msg.header.rank))
-            take = getattr(mb, "direct_call", None)
-            return take is not None and bool(take(msg, conn.peer))
-        return False
 
     def _on_conn_closed(self, conn: Connection, exc: BaseException | None) -> None:
         """A connection closed (I/O thread). If it was our connection to a peer, the
@@ -845,9 +819,10 @@ class Runtime(PeerTable):
         """
         peer = self._peers.get(proc.name)
         if peer is not None:
-            held = self._outbound(peer)
-            if held and held > self._send_high:
-                self._wait_for_room(peer)
+            bp = self.backpressure
+            held = bp.outbound(peer)
+            if held and held > bp.send_high:
+                bp.wait_for_room(peer)
         peer = self._peers.get(proc.name)
         if peer is not None and peer.conn is not None and peer.conn.tcp is None:
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
@@ -901,103 +876,6 @@ class Runtime(PeerTable):
             on_fail(lost)
         else:
             raise SupervisionError(f"proc {proc.name} is unreachable: {lost}", reason=lost)
-
-    # -- backpressure --------------------------------------------------------
-
-    @property
-    def _send_high(self) -> int:
-        high: int = config.get("send_high_water")
-        return high if high > 0 else 1 << 62
-
-    def _outbound(self, peer: _Peer) -> int:
-        """Bytes on their way to ``peer`` that this process still holds."""
-        conn = peer.conn
-        n = peer.queued_bytes + self.offload.held_bytes(peer.proc.name)
-        if conn is not None:
-            n += conn.backlog_bytes
-        return n
-
-    def _wait_for_room(self, peer: _Peer) -> None:
-        """Block until what we hold for ``peer`` falls to the low-water mark (not on the
-        I/O thread, which never blocks), or ``peer`` is lost, or we close."""
-        if self.on_io_thread() or not self.loop.is_running():
-            return  # the I/O thread never blocks (nor a thread before the loop runs)
-        low: int = config.get("send_low_water")
-        self.held_back += 1
-        self.begin_wait(blocked=True)
-        try:
-            with self._room:
-                self._room_waiters += 1
-                try:
-                    while peer.lost is None and not self.closed:
-                        conn = peer.conn
-                        if self._outbound(peer) <= low:
-                            return
-                        if conn is not None and conn.closed:
-                            return  # the loss is on its way; send() reports it
-                        if conn is not None:
-                            conn.want_drain(low)
-                        # Woken by a drain, a release or a loss; the timeout only
-                        # re-checks (a wake-up is never needed for correctness).
-                        self._room.wait(0.5)
-                finally:
-                    self._room_waiters -= 1
-        finally:
-            self.end_wait(blocked=True)
-
-    def notify_room(self) -> None:
-        """Wake senders waiting for a backlog to drain (any thread)."""
-        if self._room_waiters:
-            with self._room:
-                self._room.notify_all()
-
-    def begin_wait(self, *, blocked: bool = False) -> None:
-        """A thread of this process starts waiting (a future, a held-back send).
-
-        Gates that paused a connection let go if their consumer may be that
-        thread: what it waits for may be behind the paused bytes.
-        """
-        self.flush_held()  # frames held for a batched write may be what it waits for
-        with self._waits_lock:
-            self.waits += 1
-        if blocked and self._block_hook is not None:
-            self._block_hook(True)
-        if self._holding:
-            self.call_soon(self._exemptions_changed)
-
-    def end_wait(self, *, blocked: bool = False) -> None:
-        if blocked and self._block_hook is not None:
-            self._block_hook(False)
-        with self._waits_lock:
-            self.waits -= 1
-
-    def _exemptions_changed(self) -> None:
-        for gate in list(self._holding):
-            gate.exempt_changed()
-
-    def pause_delivering(self, gate: Gate) -> Connection | None:
-        """Stop reading the connection whose frame is being dispatched (I/O thread).
-
-        None on another thread (a direct read): ``_delivering`` is the I/O
-        thread's, and only the I/O thread may pause a connection."""
-        conn = self._delivering
-        if conn is None or conn.closed or not self.on_io_thread():
-            return None
-        conn.pause(gate)
-        self.pauses += 1
-        self._holding.add(gate)
-        return conn
-
-    def resume_reading(self, conns: list[Connection], gate: Gate) -> None:
-        """Read ``conns`` again, as far as ``gate`` is concerned (any thread)."""
-
-        def resume() -> None:
-            if not gate.holding:
-                self._holding.discard(gate)
-            for conn in conns:
-                conn.resume(gate)
-
-        self.call_soon(resume)
 
     def _connect(self, peer: _Peer) -> None:
         """Dial ``peer`` (I/O thread). Only ``HELLO`` goes on the connection until the
@@ -1058,14 +936,6 @@ class Runtime(PeerTable):
 
     # -- ports ----------------------------------------------------------------
 
-    def open_port(self, handler: PortHandler) -> PortId:
-        no = next(self._port_ids)
-        self.ports[no] = handler
-        return PortId(self.proc_id, no)
-
-    def close_port(self, no: int) -> None:
-        self.ports.pop(no, None)
-
     def unwatch(self, procs: Any, port: int) -> None:
         """Stop telling ``port`` about the loss of ``procs`` (names)."""
         with self._lock:
@@ -1086,23 +956,6 @@ class Runtime(PeerTable):
                 return peer.lost
             self._watchers.setdefault(proc.name, set()).add(port)
             return None
-
-    def _on_reply(self, conn: Connection, msg: Message) -> None:
-        reply: Reply = msg.header
-        handler = self.ports.get(reply.port)
-        if handler is not None:
-            tracer = self.tracer
-            if tracer is None:
-                handler.deliver(msg)
-                return
-            t0 = tracer.now()
-            handler.deliver(msg)
-            flow = f"r:{self.proc_id.name}:{reply.port}:{reply.slot}"
-            tracer.span("reply received", "reply", t0, flow_in=flow)
-            return
-        if reply.sender is not None:
-            reason = f"port {reply.port} on proc {self.proc_id.name} is closed"
-            self.bounce(reply.sender, f"port {self.proc_id.name}:{reply.port}", reason)
 
     def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
         """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
@@ -1128,52 +981,7 @@ class Runtime(PeerTable):
             flow = f"r:{port.proc.name}:{port.port}:{index}"
             tracer.span("reply", "reply", t0, {"bytes": len(body)}, flow_out=flow)
 
-    # -- mailboxes ----------------------------------------------------------
-
-    def _on_call(self, conn: Connection, msg: Message) -> None:
-        self.deliver_call(msg, conn.peer)
-
-    def deliver_call(self, msg: Message, via: ProcId | None) -> None:
-        """Give a call to its mailbox (I/O thread). ``via`` is the peer whose connection
-        brought it as a CALL frame, None for this proc's copy of a cast, which the cast
-        tree hands over: a connection that brings casts is none for an actor to read
-        directly (only the I/O thread routes casts)."""
-        mesh, rank = msg.header.mesh, msg.header.rank
-        mb = self.mailboxes.get((mesh, rank))
-        if mb is not None:
-            tracer = self.tracer
-            if tracer is None:
-                mb.deliver(msg, via)
-                return
-            t0 = tracer.now()
-            mb.deliver(msg, via)
-            tracer.span(f"deliver {msg.header.method}", "deliver", t0, {"actor": f"{mesh}[{rank}]"})
-            return
-        # The actor may be spawning right now: the spawner's SPAWN and a third
-        # party's call travel on different connections. Hold the call briefly.
-        early = self._early.setdefault((mesh, rank), [])
-        early.append((via, msg))
-        if len(early) == 1:
-            hold = config.get("early_call_hold")
-            self.loop.call_later(hold, self._early_expired, (mesh, rank))
-
-    def mailbox_added(self, key: tuple[str, int]) -> None:
-        """A mailbox was registered (I/O thread): deliver the calls that came first."""
-        mb = self.mailboxes[key]
-        for via, frame in self._early.pop(key, []):
-            mb.deliver(frame, via)
-
-    def _early_expired(self, key: tuple[str, int]) -> None:
-        for _via, frame in self._early.pop(key, []):
-            self._no_such_actor(frame)
-
-    def _no_such_actor(self, msg: Message) -> None:
-        call = msg.header
-        reason = f"no actor {call.mesh}[{call.rank}] on proc {self.proc_id.name}"
-        if call.port is None and call.sender is not None:
-            self.bounce(call.sender, f"{call.mesh}[{call.rank}].{call.method}()", reason)
-        else:
-            self.undeliverable(call.port, call.slot, reason)
+    # -- undeliverable calls ------------------------------------------------
 
     def undeliverable(self, port: PortId | None, index: int, reason: str) -> None:
         """Answer a call that cannot be delivered with ``SupervisionError``."""

@@ -396,7 +396,7 @@ class TreeRouter:
                 h.chain,
                 h.flags,
             )
-            self.rt.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
+            self.rt.router.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
         if agg is not None:
             agg.armed()
 
