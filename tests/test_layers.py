@@ -168,6 +168,7 @@ FACADES = {
         "freeze",
         "pid_alive",
         "wait_pids_gone",
+        "wait_until",
     ],
     "danaus.dashboard": ["Dashboard", "serve"],
     "danaus": [

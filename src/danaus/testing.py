@@ -19,6 +19,12 @@ and benchmarks of sizes real processes cannot reach on one machine::
 test process cannot do to itself: exit codes, ``kill -9``, at-exit handlers),
 and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away;
 ``freeze`` stops one (SIGSTOP) and waits until it really has.
+
+``wait_until`` polls, with a deadline, a state that nothing announces (another
+process's, a file's); where an event, future or queue announces it, wait on
+that instead::
+
+    wait_until(lambda: not os.path.exists(path), timeout=20, what=f"{path} is removed")
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ._actor.simulated import SimulatedMesh as SimulatedMesh
 from ._supervision.failure import MeshFailure
@@ -44,7 +51,10 @@ __all__ = [
     "freeze",
     "pid_alive",
     "wait_pids_gone",
+    "wait_until",
 ]
+
+T = TypeVar("T")
 
 _SRC = str(Path(__file__).resolve().parents[1])  # the danaus this process imports
 
@@ -174,6 +184,33 @@ class ClientScript:
 
 
 DEFAULT_TIMEOUT = 20.0
+
+
+def wait_until(
+    probe: Callable[[], T],
+    timeout: float = DEFAULT_TIMEOUT,
+    what: str = "the condition",
+    *,
+    until: Callable[[T], Any] = bool,
+    interval: float = 0.01,
+) -> T:
+    """Call ``probe()`` every ``interval`` s until ``until(value)`` holds; return that value.
+
+    Raises ``AssertionError`` naming ``what`` and the last value seen if it
+    does not hold within ``timeout`` s; exceptions from ``probe`` propagate.
+    ``interval=0`` spins without sleeping (to catch a state that lasts briefly).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if until(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout} s waiting for: {what} (last value: {value!r})"
+            )
+        if interval:
+            time.sleep(interval)  # polling a state nothing announces, with a deadline
 
 
 class FaultRecorder:

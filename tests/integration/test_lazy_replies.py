@@ -14,7 +14,6 @@ import asyncio
 import os
 import pickle
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -28,12 +27,19 @@ from .conftest import REPLY_TIMEOUT
 MiB = 1 << 20
 
 
+_GATES: dict[str, threading.Event] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _gate(name: str) -> threading.Event:
+    with _GATES_LOCK:
+        return _GATES.setdefault(name, threading.Event())
+
+
 def _rebuild(gate: str, client: int, data: Any) -> dict[str, Any]:
-    """Unpickles a :class:`Blocker`: in the client, waits until file ``gate`` exists."""
+    """Unpickles a :class:`Blocker`: in the client, waits until ``_gate(gate)`` is set."""
     if os.getpid() == client:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(gate) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        _gate(gate).wait(60)
     return {
         "thread": threading.current_thread().name,
         "size": memoryview(data).nbytes,
@@ -86,10 +92,9 @@ def two() -> Any:
 
 
 def _wait_done(fut: Any) -> None:
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while not fut.done():
-        assert time.monotonic() < deadline, "the reply never reached the caller's future"
-        time.sleep(0.005)
+    arrived = threading.Event()
+    fut.add_done_callback(lambda _: arrived.set())
+    assert arrived.wait(REPLY_TIMEOUT), "the reply never reached the caller's future"
 
 
 @pytest.mark.parametrize("size", [0, 256 * MiB], ids=["small", "256MiB"])
@@ -107,7 +112,7 @@ def test_a_reply_is_unpickled_by_its_reader_while_other_calls_go_on(two, tmp_pat
     for i in range(20):
         assert other.echo.call_one(i).get(timeout=REPLY_TIMEOUT) == i
     assert list(actors.echo.call(7).get(timeout=REPLY_TIMEOUT).values()) == [7, 7]
-    open(gate, "w").close()
+    _gate(gate).set()
     got = big.get(timeout=REPLY_TIMEOUT)
     assert got == {"thread": threading.current_thread().name, "size": size, "gate": gate}
     assert big.get(timeout=REPLY_TIMEOUT) is got  # decoded once
@@ -124,14 +129,14 @@ def test_a_value_sent_on_a_port_is_unpickled_by_the_receiver(two, tmp_path) -> N
     nxt = receiver.recv()
     _wait_done(nxt)
     assert actors.slice(gpus=1).echo.call_one(5).get(timeout=REPLY_TIMEOUT) == 5
-    open(gate, "w").close()
+    _gate(gate).set()
     assert nxt.get(timeout=REPLY_TIMEOUT)["thread"] == threading.current_thread().name
 
 
 def test_an_awaited_reply_is_unpickled_on_the_awaiting_loop(two, tmp_path) -> None:
     actors = two.spawn("lazy_await", Replier)
     gate = str(tmp_path / "gate")
-    open(gate, "w").close()
+    _gate(gate).set()
 
     async def main() -> Any:
         return await actors.slice(gpus=0).blocker.call_one(gate, os.getpid())

@@ -6,23 +6,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
 
 from danaus._runtime import node as node_mod
+from danaus.testing import wait_until
 
 from .conftest import wait_pids_gone
 
 
-def _wait_gone(path: str, timeout: float) -> bool:
-    """Poll (bounded) until ``path`` no longer exists."""
-    deadline = time.monotonic() + timeout
-    while os.path.exists(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+def _left_in(path: str) -> list[str] | None:
+    """What directory ``path`` holds; ``None`` once it is gone."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return None
 
 
 def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
@@ -101,7 +99,13 @@ def test_socket_directory_removed_after_sigkill_of_the_client(client_script) -> 
     p.wait(timeout=10)
     # The host agent notices its lifeline closed, kills the procs, removes the directory.
     assert wait_pids_gone(info["pids"], timeout=20) == []
-    assert _wait_gone(info["dir"], timeout=20), os.listdir(info["dir"])
+    wait_until(
+        lambda: _left_in(info["dir"]),
+        20,
+        f"{info['dir']} is removed",
+        until=lambda left: left is None,
+        interval=0.02,
+    )
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,6 @@ what it received; slots are reused once returned; and the slots stay within
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +24,7 @@ from danaus._runtime.offload import Offloader
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Kind, Message, Offload
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
+from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT
 
@@ -75,10 +75,13 @@ def _peer(mesh: ActorMesh[Keeper]) -> str:
 
 def _wait_returned(peer: str) -> None:
     off = host.ensure_runtime().offload
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while off.slots_lent(peer):
-        assert time.monotonic() < deadline, f"{off.slots_lent(peer)} slots never came back"
-        time.sleep(0.005)
+    wait_until(
+        lambda: off.slots_lent(peer),
+        REPLY_TIMEOUT,
+        "the lent slots come back",
+        until=lambda lent: not lent,
+        interval=0.005,
+    )
 
 
 def _require_shared(mesh: ActorMesh[Keeper]) -> None:

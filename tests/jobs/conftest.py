@@ -12,7 +12,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import IO, Any
 
 import pytest
 
+import danaus.testing
 from danaus.testing import ClientScript, client_env
 from multihost import conftest as _multihost
 from multihost.conftest import Host, Network
@@ -293,12 +293,8 @@ class Daemon:
 
 
 def wait_until(check: Any, what: str, timeout: float = TIMEOUT) -> None:
-    """Poll an external system (Slurm has no push channel) until ``check()``; fail naming it."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen within {timeout} s")
-        time.sleep(0.1)
+    """``danaus.testing.wait_until`` at Slurm's pace: no push channel, each poll runs a command."""
+    danaus.testing.wait_until(check, timeout, what, interval=0.1)
 
 
 @dataclass

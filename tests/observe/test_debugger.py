@@ -18,14 +18,13 @@ import signal
 import stat
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from danaus._actor.debugger import commands as cmds
-from danaus.testing import client_env
+from danaus.testing import client_env, wait_until
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -196,20 +195,21 @@ def _cli(session: dict[str, object]) -> pexpect.spawn:
 
 def _list_until(prompt: pexpect.spawn, n: int) -> str:
     """Send 'list' until it shows ``n`` sessions; the table's text."""
-    # Bounded by time, not by a count of tries: on a loaded machine the actors
-    # may take a while to reach their breakpoints.
-    deadline = time.monotonic() + 60
-    found = -1
-    while time.monotonic() < deadline:
+
+    def listed() -> tuple[int, str]:
         prompt.sendline("list")
         prompt.expect(LIST_DONE)
         table = prompt.before
         found = int(prompt.match.group(1) or 0)
         prompt.expect("danaus_dbg> ")
-        if found == n:
-            return str(table)
-        time.sleep(0.05)  # polling another process's state, with a deadline
-    raise AssertionError(f"the debugger never listed {n} sessions (last: {found})")
+        return found, str(table)
+
+    # Bounded by time, not by a count of tries: on a loaded machine the actors
+    # may take a while to reach their breakpoints.
+    _, table = wait_until(
+        listed, 60, f"the debugger lists {n} sessions", until=lambda r: r[0] == n, interval=0.05
+    )
+    return table
 
 
 def _rows(table: str) -> dict[int, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -17,6 +16,7 @@ import danaus
 import danaus.dashboard
 from danaus._cli import observe as observe_cli
 from danaus.actor import ProcMesh
+from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, Parent
 
@@ -64,11 +64,13 @@ def test_procs_an_actor_spawned_are_in_the_state_top_and_stack_dumps(
     # A nested proc that dies shows as dead, with its parent's reason.
     pids = parent.child_pids.call_one("nested_workers").get(timeout=REPLY_TIMEOUT)
     os.kill(pids[1], signal.SIGKILL)
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while True:
-        dead = _procs_of(_get(dashboard, "/api/state"))[children[1]]
-        if "SIGKILL" in (dead["reason"] or "") or time.monotonic() > deadline:
-            break
+    dead = wait_until(
+        lambda: _procs_of(_get(dashboard, "/api/state"))[children[1]],
+        REPLY_TIMEOUT,
+        "the killed nested proc shows SIGKILL",
+        until=lambda proc: "SIGKILL" in (proc["reason"] or ""),
+        interval=0,
+    )
     assert dead["state"] == "dead" and "SIGKILL" in dead["reason"], dead
     assert dead["parent"] == parent_proc
     assert _procs_of(_get(dashboard, "/api/state"))[children[0]]["state"] == "alive"

@@ -19,7 +19,6 @@ import pickle
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -31,9 +30,9 @@ from danaus._rdma import net
 from danaus._runtime.host import ensure_node, ensure_runtime
 from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
-from danaus.actor import ActorMesh, Future, HostMesh, MeshFailure, ProcMesh
+from danaus.actor import ActorMesh, Future, HostMesh, ProcMesh
 from danaus.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAOwnerLostError
-from danaus.testing import freeze
+from danaus.testing import FaultRecorder, freeze, wait_until
 from loopback_worker import loopback_worker
 
 from .conftest import REPLY_TIMEOUT, Holder, random_bytes
@@ -45,39 +44,25 @@ def _name() -> str:
     return uuid.uuid4().hex[:8]
 
 
-class Faults:
-    """Stands in for ``unhandled_fault_hook``: records failures; tests wait for theirs."""
-
-    def __init__(self) -> None:
-        self.events: list[MeshFailure] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, failure: MeshFailure) -> None:
-        with self._cond:
-            self.events.append(failure)
-            self._cond.notify_all()
-
-    def wait_for(self, mesh: str) -> None:
-        """Wait until the failure of actor mesh ``mesh`` (its proc was killed) reaches us."""
-
-        def seen() -> bool:
-            return any(e.mesh_name == mesh for e in self.events)
-
-        with self._cond:
-            ok = self._cond.wait_for(seen, REPLY_TIMEOUT)
-        assert ok, f"expected the failure of mesh {mesh!r}; got {[str(e) for e in self.events]}"
+def _wait_failed(faults: FaultRecorder, mesh: str) -> None:
+    """Wait until the failure of actor mesh ``mesh`` (its proc was killed) reaches us."""
+    faults.wait_until(
+        lambda events: any(e.mesh_name == mesh for e in events),
+        f"the failure of mesh {mesh!r}",
+        REPLY_TIMEOUT,
+    )
 
 
 @pytest.fixture(scope="module")
-def faults() -> Iterator[Faults]:
-    recorder = Faults()
+def faults() -> Iterator[FaultRecorder]:
+    recorder = FaultRecorder()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(danaus.actor, "unhandled_fault_hook", recorder)
         yield recorder
 
 
 @pytest.fixture(scope="module")
-def remote(faults: Faults) -> Iterator[HostMesh]:
+def remote(faults: FaultRecorder) -> Iterator[HostMesh]:
     """One worker host on loopback, attached with this client's job secret."""
     with loopback_worker() as hm:
         yield hm
@@ -106,7 +91,7 @@ def rgates(rprocs: ProcMesh) -> ActorMesh[Holder]:
 
 
 @pytest.fixture
-def victim(remote: HostMesh, faults: Faults) -> Iterator[tuple[ActorMesh[Holder], int, str]]:
+def victim(remote: HostMesh, faults: FaultRecorder) -> Iterator[tuple[ActorMesh[Holder], int, str]]:
     """A remote proc of this test's own, with a Holder, and its pid (tests stop or kill it).
 
     Its mesh is named ``victim-<hex>``, so a test that kills it can wait for its failure.
@@ -365,16 +350,15 @@ def _assert_owner_lost(err: BaseException | None, buf: RDMABuffer) -> None:
 
 
 def test_an_owner_killed_in_the_middle_of_a_transfer_fails_it_at_once(
-    victim: tuple[ActorMesh[Holder], int, str], faults: Faults
+    victim: tuple[ActorMesh[Holder], int, str], faults: FaultRecorder
 ) -> None:
     holder, pid, name = victim
     n = 256 * MiB
     buf = holder.fill.call_one("big", n, 7).get(timeout=REPLY_TIMEOUT)
     dst = np.zeros(n, np.uint8)
     fut = buf.read_into(dst, timeout=60)
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    while dst[0] == 0 and not fut.done() and time.monotonic() < deadline:
-        pass  # spin until the first bytes land: the transfer has begun
+    # Spin until the first bytes land: the transfer has begun.
+    wait_until(lambda: dst[0] != 0 or fut.done(), REPLY_TIMEOUT, "the transfer starts", interval=0)
     freeze(pid, REPLY_TIMEOUT)  # freeze it mid-transfer, then kill it
     assert dst[0] == 7, "the transfer never started"
     assert not fut.done(), "the transfer finished before the owner could be stopped"
@@ -385,22 +369,22 @@ def test_an_owner_killed_in_the_middle_of_a_transfer_fails_it_at_once(
     with pytest.raises(RDMAOwnerLostError):
         buf.write_from(b"abc").get(timeout=REPLY_TIMEOUT)
     buf.drop().get(timeout=REPLY_TIMEOUT)
-    faults.wait_for(name)
+    _wait_failed(faults, name)
 
 
 def test_an_owner_killed_before_the_transfer_fails_it_at_once(
-    victim: tuple[ActorMesh[Holder], int, str], faults: Faults
+    victim: tuple[ActorMesh[Holder], int, str], faults: FaultRecorder
 ) -> None:
     holder, pid, name = victim
     buf = holder.fill.call_one("big", MiB, 7).get(timeout=REPLY_TIMEOUT)
     buf.read_into(bytearray(MiB)).get(timeout=REPLY_TIMEOUT)  # a pooled connection remains
     os.kill(pid, signal.SIGKILL)
-    faults.wait_for(name)
+    _wait_failed(faults, name)
     _assert_owner_lost(_outcome(buf.read_into(bytearray(MiB))), buf)
 
 
 def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
-    victim: tuple[ActorMesh[Holder], int, str], faults: Faults
+    victim: tuple[ActorMesh[Holder], int, str], faults: FaultRecorder
 ) -> None:
     holder, pid, name = victim
     buf = holder.fill.call_one("big", MiB, 7).get(timeout=REPLY_TIMEOUT)
@@ -411,7 +395,7 @@ def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
     finally:
         os.kill(pid, signal.SIGKILL)
     _assert_owner_lost(_outcome(fut), buf)
-    faults.wait_for(name)
+    _wait_failed(faults, name)
 
 
 # -- authentication ----------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 
 from danaus.actor import ActorMesh, Future, ProcMesh, SupervisionError
 from danaus.rdma import RDMAError, RDMAOwnerLostError
+from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, Parent
 
@@ -92,9 +92,8 @@ def test_an_owner_killed_in_the_middle_of_a_large_copy_fails_the_transfer(
     buf, pid = parent.spawn_child.call_one(n, 7).get(timeout=60)
     dst = np.zeros(n, np.uint8)  # fresh pages: the copy takes far longer than a kill
     fut = buf.read_into(dst, timeout=60)
-    deadline = time.monotonic() + 30
-    while dst[0] == 0 and not fut.done() and time.monotonic() < deadline:
-        pass  # spin until the first bytes land: the copy has begun
+    # Spin until the first bytes land: the copy has begun.
+    wait_until(lambda: dst[0] != 0 or fut.done(), 30, "the copy starts", interval=0)
     assert dst[0] == 7, "the copy never started"
     assert dst[-1] == 0, "the copy finished before the owner could be killed"
     _kill(pid)

@@ -21,6 +21,7 @@ import danaus.config
 from danaus._errors import SupervisionError
 from danaus._runtime.flow import Gate
 from danaus.actor import Actor, Channel, endpoint, this_host
+from danaus.testing import wait_until
 
 from .conftest import KIND, TIMEOUT, Node, note
 
@@ -40,13 +41,6 @@ def _pause_inbound(node: Node) -> None:
 
 def _resume_inbound(node: Node) -> None:
     node.on_io(lambda: [c.resume("test") for c in node.rt._accepted])
-
-
-def _wait_until(cond: Any, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
 
 
 def _outbound(node: Node, name: str) -> int:
@@ -70,7 +64,7 @@ def test_a_sender_blocks_above_the_high_water_mark_and_the_io_thread_does_not(no
 
         t = threading.Thread(target=flood)
         t.start()
-        _wait_until(lambda: a.rt.backpressure.room_waiters == 1, "the sender blocks")
+        wait_until(lambda: a.rt.backpressure.room_waiters == 1, TIMEOUT, "the sender blocks")
         held = _outbound(a, "b")
         assert held <= HIGH + FRAME + 4096, held
         assert not done.is_set()
@@ -104,7 +98,7 @@ def test_a_blocked_sender_gives_up_when_its_peer_is_lost(nodes) -> None:
 
         t = threading.Thread(target=flood)
         t.start()
-        _wait_until(lambda: a.rt.backpressure.room_waiters == 1, "the sender blocks")
+        wait_until(lambda: a.rt.backpressure.room_waiters == 1, TIMEOUT, "the sender blocks")
         b.on_io(lambda: [c.fail_now("the test cuts it") for c in list(b.rt._accepted)])
         t.join(TIMEOUT)
         assert not t.is_alive()
@@ -324,8 +318,12 @@ def test_two_actors_flooding_each_other_do_not_deadlock(flooders) -> None:
     fb = b.flood.call_one(a, n, size)
     assert fa.get(timeout=60) == n and fb.get(timeout=60) == n
     # Sent by the other actor, counted by a call of ours: two senders, no order between them.
-    _wait_until(lambda: a.count.call_one().get(timeout=TIMEOUT) - before_a == n, "a took all")
-    _wait_until(lambda: b.count.call_one().get(timeout=TIMEOUT) - before_b == n, "b took all")
+    wait_until(
+        lambda: a.count.call_one().get(timeout=TIMEOUT) - before_a == n, TIMEOUT, "a took all"
+    )
+    wait_until(
+        lambda: b.count.call_one().get(timeout=TIMEOUT) - before_b == n, TIMEOUT, "b took all"
+    )
 
 
 def test_an_actor_flooding_itself_does_not_deadlock(flooders) -> None:
@@ -333,7 +331,9 @@ def test_an_actor_flooding_itself_does_not_deadlock(flooders) -> None:
     before = a.count.call_one().get(timeout=TIMEOUT)
     assert a.flood.call_one(a, 64, 256 << 10).get(timeout=60) == 64
     # Its own messages and the client's calls come on different connections: no order.
-    _wait_until(lambda: a.count.call_one().get(timeout=TIMEOUT) - before == 64, "all are taken")
+    wait_until(
+        lambda: a.count.call_one().get(timeout=TIMEOUT) - before == 64, TIMEOUT, "all are taken"
+    )
 
 
 def test_a_full_port_receiver_does_not_block_a_reply_from_the_same_proc(flooders) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from typing import Any
 
 import pytest
 
 import danaus
 from danaus.actor import this_host
+from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, torch
 
@@ -37,16 +37,6 @@ def _refused(port: int) -> bool:
     return False
 
 
-def _settled_thread_count(expected_at_most: int) -> int:
-    """The process's thread count once threads that are ending have ended (polls, no sleep-wait)."""
-    deadline = time.monotonic() + REPLY_TIMEOUT
-    n = threading.active_count()
-    while n > expected_at_most and time.monotonic() < deadline:
-        time.sleep(0.05)
-        n = threading.active_count()
-    return n
-
-
 def _cycle() -> int:
     """Spawn a one-proc mesh, compute on it, stop it; the store port it used."""
     from danaus._tensor.engine import engine_for
@@ -71,12 +61,18 @@ def test_stopping_the_mesh_ends_the_sender_thread_and_the_rendezvous_store() -> 
     port = _cycle()
     assert _engine_threads() == []
     assert _refused(port), f"the rendezvous store still listens on port {port}"
-    after_one = _settled_thread_count(10**6)
+    after_one = threading.active_count()
     for _ in range(2):
         port = _cycle()
         assert _engine_threads() == []
         assert _refused(port)
-    assert _settled_thread_count(after_one) <= after_one
+    wait_until(  # threads that are ending have ended
+        threading.active_count,
+        REPLY_TIMEOUT,
+        f"at most {after_one} threads are left",
+        until=lambda n: n <= after_one,
+        interval=0.05,
+    )
 
 
 def test_activating_a_stopped_mesh_says_so() -> None:

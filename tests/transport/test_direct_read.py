@@ -23,6 +23,7 @@ from danaus import config
 from danaus._errors import PeerBrokenError
 from danaus._transport import conn as conn_mod
 from danaus._wire.frame import Frame, encode_frame
+from danaus.testing import wait_until
 
 TIMEOUT = 10.0
 
@@ -57,7 +58,7 @@ class Side:
             target=lambda: out.append(self.conn.read_directly(done, timeout, bell))
         )
         t.start()
-        self.until(lambda: self.conn._direct or bool(out))
+        wait_until(lambda: self.conn._direct or bool(out), TIMEOUT, "read_directly takes the role")
         assert not out, "read_directly returned before it read"
         with self.conn._mu:  # held while it takes the role: the loop is muted after it
             pass
@@ -68,13 +69,6 @@ class Side:
             return out[0]
 
         return join
-
-    def until(self, cond: Callable[[], bool]) -> None:
-        for _ in range(int(TIMEOUT / 0.01)):
-            if cond():
-                return
-            threading.Event().wait(0.01)
-        raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -153,19 +147,25 @@ def test_a_declined_frame_and_all_after_it_go_to_the_io_thread_in_order(side: Si
     join = side.reading(lambda: False)
     side.write(("mine", 0), ("other", 1), ("mine", 2), ("other", 3))
     assert join()  # it returns after the hand-off
-    side.until(lambda: len(side.on_loop) == 3)
+    wait_until(
+        lambda: len(side.on_loop), TIMEOUT, "the loop has read 3 frame(s)", until=lambda k: k == 3
+    )
     assert [h for h, _ in side.direct] == [("mine", 0)]
     assert [h for h, _ in side.on_loop] == [("other", 1), ("mine", 2), ("other", 3)]
     assert {t for _, t in side.on_loop} == {side.loop_thread}
     # Afterwards the loop reads again by itself.
     side.write(("other", 4))
-    side.until(lambda: len(side.on_loop) == 4)
+    wait_until(
+        lambda: len(side.on_loop), TIMEOUT, "the loop has read 4 frame(s)", until=lambda k: k == 4
+    )
 
 
 def test_the_wait_ends_at_its_timeout_and_the_loop_then_reads_again(side: Side) -> None:
     assert side.conn.read_directly(lambda: False, 0.05)
     side.write(("other", 1))
-    side.until(lambda: len(side.on_loop) == 1)
+    wait_until(
+        lambda: len(side.on_loop), TIMEOUT, "the loop has read 1 frame(s)", until=lambda k: k == 1
+    )
 
 
 def test_a_bell_ends_the_wait_without_reading(side: Side) -> None:
@@ -218,7 +218,9 @@ def test_the_role_is_refused_while_the_connection_is_paused(side: Side) -> None:
     assert not side.conn.read_directly(lambda: False, 0.01)
     side.write(("mine", 0))
     side.conn.loop.call_soon_threadsafe(side.conn.resume, "test")
-    side.until(lambda: len(side.on_loop) == 1)  # the loop read it, as usual
+    wait_until(
+        lambda: len(side.on_loop), TIMEOUT, "the loop has read 1 frame(s)", until=lambda k: k == 1
+    )  # the loop read it, as usual
 
 
 def _epoll_mask(conn: conn_mod.Connection) -> int:
@@ -237,14 +239,18 @@ def test_writes_queued_on_the_loop_during_a_direct_read_keep_the_read_muted(side
     and when the read ends the loop watches for reads and writes again."""
     assert _epoll_mask(side.conn) & 0x1  # EPOLLIN: the loop reads
     join = side.reading(lambda: bool(side.direct))
-    side.until(lambda: _epoll_mask(side.conn) & 0x1 == 0)  # muted
+    wait_until(lambda: _epoll_mask(side.conn) & 0x1 == 0, TIMEOUT, "the loop is muted")
     big = b"x" * (1 << 20)
     for _ in range(8):  # more than the socket takes: the loop arms its writer
         side.conn.send([big])
     # Once the loop has armed its writer (EPOLLOUT), reads are still muted: it
     # re-registered the socket and kept the mute in the same step (under the
     # connection's lock). A lost mute shows as 0x5 here, and the wait times out.
-    side.until(lambda: _epoll_mask(side.conn) & 0x5 == 0x4)
+    wait_until(
+        lambda: _epoll_mask(side.conn) & 0x5 == 0x4,
+        TIMEOUT,
+        "the writer is armed, reads still muted",
+    )
     side.write(("mine", 1))
     assert join()
     assert _epoll_mask(side.conn) & 0x5 == 0x5  # reads and writes watched again
@@ -260,7 +266,7 @@ def test_a_direct_read_outliving_its_loop_ends_quietly(side: Side) -> None:
     join = side.reading(lambda: False, 0.3)
     loop = side.conn.loop
     loop.call_soon_threadsafe(loop.stop)
-    side.until(lambda: not loop.is_running())
+    wait_until(lambda: not loop.is_running(), TIMEOUT, "the loop stops")
     loop.close()  # closes its selector, as a runtime's close does
     assert join()
 

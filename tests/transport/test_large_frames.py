@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +26,7 @@ import pytest
 
 from danaus._runtime import host
 from danaus.actor import HostMesh, ProcMesh, this_host
-from danaus.testing import freeze
+from danaus.testing import freeze, wait_until
 from large_blobs import Blob, check_blob, lost_peers
 from loopback_worker import loopback_worker
 
@@ -81,11 +80,13 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
     try:
         # Wait until a reader thread is receiving the reply, then freeze its sender:
         # the frame is now certainly half-way through the client's socket.
-        deadline = time.monotonic() + REPLY_TIMEOUT
-        while _off_loop() == before:
-            assert time.monotonic() < deadline, "the reply never started to arrive"
-            assert not big.done(), "a large frame was received by the I/O loop"
-            time.sleep(0.0005)
+        def arriving(reply: Any = big) -> bool:  # not a closure: `big` is deleted below
+            if _off_loop() != before:
+                return True
+            assert not reply.done(), "a large frame was received by the I/O loop"
+            return False
+
+        wait_until(arriving, REPLY_TIMEOUT, "the reply starts to arrive", interval=0.0005)
         assert lost == [], lost
         try:
             freeze(pid, REPLY_TIMEOUT)
@@ -109,7 +110,7 @@ def test_a_large_reply_over_tcp_is_received_off_the_io_loop(
             os.kill(pid, signal.SIGCONT)
     value = big.get(timeout=REPLY_TIMEOUT)
     check_blob(value, size)
-    del value, big
+    del value, big, arriving
     gc.collect()
     assert _off_loop() - before >= size - 1 * MiB  # all but what the I/O loop read first
     assert far_other.echo.call_one(-1).get(timeout=REPLY_TIMEOUT) == -1

@@ -26,6 +26,7 @@ from danaus._transport.state import Transport
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Bounce, Kind
 from danaus.actor import Actor, ProcMesh, endpoint, this_host
+from danaus.testing import wait_until
 
 SECRET = b"0123456789abcdef" * 4
 TIMEOUT = 20.0
@@ -141,15 +142,6 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Callable[[], tuple[_Node, _
     shared.close()
 
 
-def _wait(cond: Callable[[], bool], what: str) -> None:
-    import time
-
-    deadline = time.monotonic() + TIMEOUT
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
-
-
 def test_a_pair_messaging_both_ways_shares_one_connection(pair) -> None:
     a, b = pair()
     a.note(b, "a1")
@@ -192,7 +184,12 @@ def test_when_both_dial_at_once_one_connection_wins_and_nothing_is_lost_or_reord
     b.expect(*[f"a{i}" for i in range(5, 30)])
     a.expect(*[f"b{i}" for i in range(5, 30)])
     # The smaller name's dial won; the other one is closed on both sides.
-    _wait(lambda: len(a.links(b)) == 1 and len(b.links(a)) == 1, "the losing dial is closed")
+    wait_until(
+        lambda: len(a.links(b)) == 1 and len(b.links(a)) == 1,
+        TIMEOUT,
+        "the losing dial is closed",
+        interval=0.005,
+    )
     ((da, ca),) = a.links(b)
     ((db, cb),) = b.links(a)
     assert (da, db) == ("out", "in")
@@ -212,7 +209,7 @@ def test_a_peer_that_closes_is_lost_at_once_after_everything_it_sent(pair) -> No
         b.rt.close()  # flushes what it queued, then closes: a reads it all, then EOF
 
     b.rt.call_soon(say_and_close)
-    _wait(lambda: any(e[0] == "lost" for e in a.events), "a loses b")
+    wait_until(lambda: any(e[0] == "lost" for e in a.events), TIMEOUT, "a loses b", interval=0.005)
     notes = [e[1] for e in a.events if e[0] == "note"]
     assert notes == [f"b{i}" for i in range(100)]
     (lost,) = [e for e in a.events if e[0] == "lost"]

@@ -17,6 +17,7 @@ from danaus._actor.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
 from danaus._runtime import host
 from danaus.actor import Actor, SupervisionError, endpoint
+from danaus.testing import wait_until
 
 from .conftest import TIMEOUT
 
@@ -62,8 +63,7 @@ def test_4096_simulated_ranks_each_get_every_cast_of_two_senders_once_in_order(
         def everyone_has_all() -> bool:
             return all(c.instance.count() == 2 * casts for c in sim.cells)
 
-        deadline_ok = _wait_on(sim, everyone_has_all)
-        assert deadline_ok
+        wait_until(lambda: sim.on_loop(everyone_has_all), 600, "every cell has every cast")
         expected = list(range(casts))
         bad = sim.on_loop(
             lambda: [
@@ -79,19 +79,6 @@ def test_4096_simulated_ranks_each_get_every_cast_of_two_senders_once_in_order(
         assert sim.on_loop(lambda: max(r.tree.stats.max_hops for r in sim.runtimes)) == depth(
             4096, 16
         )
-
-
-def _wait_on(sim: SimulatedMesh, cond: Any, timeout: float = 600.0) -> bool:
-    done = threading.Event()
-
-    def check() -> None:
-        if cond():
-            done.set()
-        elif not done.is_set():
-            sim.loop.call_later(0.01, check)
-
-    sim.loop.call_soon_threadsafe(check)
-    return done.wait(timeout)
 
 
 def test_a_simulated_proc_killed_fails_its_subtree_and_later_casts_go_around_it(
