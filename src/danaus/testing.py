@@ -187,7 +187,7 @@ class FaultRecorder:
     def __init__(self) -> None:
         self.events: list[MeshFailure] = []
         self._seen = 0
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # guards events and _seen; notified on each event
 
     def __call__(self, failure: MeshFailure) -> None:
         with self._cond:

@@ -45,7 +45,7 @@ class _Spawned:
     ``shutdown_context()`` stops them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards meshes
         self.meshes: list[ProcMesh] = []
 
 
