@@ -887,8 +887,7 @@ class Config:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ if environ is not None else os.environ
-        # The lock guards the configured values and the cache of effective ones.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _runtime and _cache
         self._runtime: dict[str, Any] = {}  # set by configure()
         self._cache: dict[str, Any] = {}  # effective values, filled on first read
 

@@ -224,8 +224,7 @@ class FaultRecorder:
     def __init__(self) -> None:
         self.events: list[MeshFailure] = []
         self._seen = 0
-        # The lock guards events and the count seen; notified on each failure.
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # guards events and _seen; notified on each event
 
     def __call__(self, failure: MeshFailure) -> None:
         with self._cond:

@@ -336,7 +336,7 @@ class Endpoint:
             return Future._create(cf, self._what)
         values: list[Any] = [None] * n
         left = [n]
-        lock = threading.Lock()  # guards values and left
+        lock = threading.Lock()  # guards left, the slots still due
 
         def on_values(slots: Any, got: Any) -> None:
             for slot, value in zip(slots, got, strict=True):
@@ -662,7 +662,7 @@ class Accumulator:
         futures = list(self._endpoint.stream(*args, **kwargs))
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         arrived: list[Any] = []  # replies in arrival order, folded by whoever reads cf
-        lock = threading.Lock()  # guards arrived and the fold over it
+        lock = threading.Lock()  # guards arrived (against cf completing)
         if not futures:
             cf.set_result(self._identity)
 

@@ -585,8 +585,7 @@ class _Syncs:
     """Per host mesh state: its code-sync procs and actors, reloaders, synced directories."""
 
     def __init__(self) -> None:
-        # The lock guards the sync procs, reloaders and synced directories of this host mesh.
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards procs, the code-sync procs of this host mesh
         self.procs: dict[tuple[Any, ...], tuple[Any, Any]] = {}
         self.reloaders: dict[int, Any] = {}
         self.dsts: list[str] = []

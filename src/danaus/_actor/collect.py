@@ -125,8 +125,7 @@ class Collector:
         self.remaining = n
         self.on_value = on_value
         self.lost_is_ok = lost_is_ok
-        # The lock guards the pending ranks, the count remaining and the procs watched.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards pending and remaining
         self.labels: dict[int, str] = {}
         self.watched: set[str] = set()
         self.port: PortId = rt.open_port(self)
@@ -265,7 +264,7 @@ class Countdown:
 
     def __init__(self, n: int, on_zero: Callable[[], None]) -> None:
         self._left = n
-        self._lock = threading.Lock()  # guards the count left
+        self._lock = threading.Lock()  # guards _left, the calls still due
         self._on_zero = on_zero
         if n == 0:
             on_zero()
@@ -372,7 +371,7 @@ class GatherCollector:
         self.on_value = on_value
         self.on_values = on_values
         self._done = bytearray(n)
-        self._lock = threading.Lock()  # guards which ranks have answered
+        self._lock = threading.Lock()  # guards _done, the slots answered
         self.root = RootGather(rt.tree, selection, self._entry, self._lost, self._values)
         self.port = None  # replies come as GATHERs to root.port
 

@@ -123,7 +123,7 @@ class _Root:
     """The context of code outside any actor in this process (a part of its node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards the root context, made once
+        self.lock = threading.Lock()  # guards ctx, made on first use
         self.ctx: Context | None = None
 
 
@@ -184,7 +184,8 @@ def context() -> Context:
     return tl if tl is not None else _root_context()
 
 
-_thread_ctx = threading.local()  # an actor's own thread, outside any message
+# Per thread, not a node part: the context of an actor's own thread, outside any message.
+_thread_ctx = threading.local()
 
 
 def current_rank() -> Point:

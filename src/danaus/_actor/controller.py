@@ -48,7 +48,7 @@ class _Registry:
     """Whether this client session spawned its registry actor (a part of its node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards the spawned flag, so one registry actor is spawned
+        self.lock = threading.Lock()  # guards spawned (one thread spawns the registry actor)
         self.spawned = False
 
 

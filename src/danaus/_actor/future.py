@@ -35,7 +35,8 @@ class Pending:
     """
 
     __slots__ = ("_callbacks", "_done", "_ok", "_value", "_waiters", "reader")
-    _lock = threading.Lock()  # shared by every Pending
+    # Guards every Pending's state: _done, _ok, _value, _callbacks and _waiters.
+    _lock = threading.Lock()
 
     def __init__(self) -> None:
         # The connection its result will come on, when a waiter may read it itself
@@ -87,7 +88,7 @@ class Pending:
     def _wait(self, timeout: float | None) -> None:
         if self._done:
             return
-        w = threading.Lock()
+        w = threading.Lock()  # guards no state: a signal, released when this Pending completes
         w.acquire()
         with self._lock:
             if self._done:
@@ -151,9 +152,9 @@ def _log_callback_error(fn: Any) -> None:
 # for that), and threads that find one being computed wait on the condition. One
 # lock for all of them instead of one per value: a pipelined batch of calls makes
 # a Deferred per reply, and every object the garbage collector tracks per call
-# makes its collections more frequent.
-_ELECT = threading.Lock()
-_COMPUTED = threading.Condition(_ELECT)
+# makes its collections more frequent. Per process by nature, like the values.
+_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
+_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
 _WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
 _TODO, _COMPUTING, _DONE = 0, 1, 2
 
@@ -533,7 +534,7 @@ class Future(Generic[R]):
 
 
 _WAKE = 0.1  # seconds between wake-ups of a blocked get()
-_START_LOCK = threading.Lock()  # makes taking a Future(coro=...)'s coroutine atomic
+_START_LOCK = threading.Lock()  # guards each Future(coro=...)'s _coro, taken once to start it
 
 
 async def _drive(coro: Any, cf: concurrent.futures.Future[Any]) -> None:
@@ -553,7 +554,8 @@ def _clean(e: BaseException | None) -> BaseException:
 
 
 _running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
-_context_var: Any = None  # danaus._actor.context._current, once imported
+# A cache, not state: danaus._actor.context._current, once imported (a cycle forbids it at top).
+_context_var: Any = None
 
 
 def _waiting_cell() -> Any:

@@ -66,6 +66,8 @@ class Recipients(NamedTuple):
     actors: tuple[tuple[int, Any], ...]
 
 
+# Per thread, not a node part: the capture of the call being pickled, and the values
+# handed off to the call being unpickled, on this thread (each lasts one call).
 _local = threading.local()
 
 
@@ -160,7 +162,7 @@ class Handoffs:
     """This proc's handoffs in progress, by key (a part of the node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards the slots by key
+        self.lock = threading.Lock()  # guards slots and each slot's values and error
         self.slots: dict[str, _Slot] = {}
         self.keys = itertools.count(1)  # a client's calls with handed-off arguments
 

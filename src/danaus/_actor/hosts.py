@@ -284,7 +284,7 @@ class _Hosts:
     (a node part: a new client session starts with neither)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards this_host()'s mesh and the transport choice
+        self.lock = threading.Lock()  # guards local and transport
         self.local: HostMesh | None = None
         self.transport: str | None = None
 
@@ -572,7 +572,7 @@ class _Waiting:
     """The workers not attached yet: the retry deadline and the progress line naming them."""
 
     def __init__(self, addrs: Sequence[str]) -> None:
-        self._lock = threading.Lock()  # guards the workers still missing and the progress line
+        self._lock = threading.Lock()  # guards _missing and the next progress line's time
         self._missing = dict.fromkeys(addrs)
         self._deadline = time.monotonic() + config.get("attach_retry_deadline")
         self._next_line = time.monotonic() + config.get("attach_progress_every")

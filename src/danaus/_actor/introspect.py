@@ -246,7 +246,7 @@ def gather(
     rt = host.ensure_runtime()
     cf: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
     results: list[tuple[bool, Any] | None] = [None] * len(procs)
-    lock = threading.Lock()  # guards results and left
+    lock = threading.Lock()  # guards results and left (against finish() completing cf)
     left = [len(procs)]
 
     def finish() -> None:

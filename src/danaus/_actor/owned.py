@@ -50,7 +50,7 @@ class Registry:
     """The meshes spawned from this process (a part of its node)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards both tables of meshes spawned from here
+        self.lock = threading.Lock()  # guards actor_meshes and proc_meshes
         self.actor_meshes: dict[str, OwnedMesh] = {}
         self.proc_meshes: dict[ActorId, list[Any]] = {}
 

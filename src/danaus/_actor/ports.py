@@ -144,8 +144,7 @@ class _Inbox:
 
     def __init__(self, rt: Any, once: bool) -> None:
         self._rt = rt
-        # The lock guards the values not taken yet, their bytes and the waiting receivers.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _values and _waiters (one of them is empty)
         self._values: collections.deque[tuple[bool, Any, int, int]] = collections.deque()
         # Bytes of the messages nobody has taken yet: above inbox_high_water the
         # connections bringing more pause, unless a thread of this process is waiting

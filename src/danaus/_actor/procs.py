@@ -45,7 +45,7 @@ class _Spawned:
     ``shutdown_context()`` stops them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()  # guards the list of proc meshes not yet stopped
+        self.lock = threading.Lock()  # guards meshes
         self.meshes: list[ProcMesh] = []
 
 

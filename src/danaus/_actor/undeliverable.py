@@ -7,7 +7,8 @@
 
 An actor sender gets ``_handle_undeliverable_message(envelope)`` on its own
 thread; returning True survives it, anything else fails the actor. For the
-client (no actor), ``client_handler`` decides (the supervision layer sets it).
+client (no actor), the node's ``ClientHandler`` decides (the supervision layer
+sets it with :func:`set_client_handler`).
 """
 
 from __future__ import annotations
@@ -23,21 +24,33 @@ from .._wire.ids import ActorId
 from .._wire.protocol import Bounce, Kind, Message
 from .ports import Undeliverable
 
-__all__ = ["client_handler", "install", "return_to_sender"]
+__all__ = ["ClientHandler", "install", "return_to_sender", "set_client_handler"]
 
 log = logging.getLogger("danaus.actor")
 
-# Called with the envelope when a message the client itself sent comes back.
-client_handler: list[Callable[[Undeliverable], None]] = []
+
+class ClientHandler:
+    """What is called with the envelope when a message the client itself sent comes
+    back (a node part; the supervision layer sets it)."""
+
+    def __init__(self) -> None:
+        self.handler: Callable[[Undeliverable], None] | None = None
+
+
+def set_client_handler(node: Node, handler: Callable[[Undeliverable], None]) -> None:
+    """Call ``handler(envelope)`` when a message the client sent on ``node`` comes back."""
+    node.part(ClientHandler).handler = handler
 
 
 def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
     """Give an undeliverable message back to ``sender`` (any thread)."""
     env = Undeliverable(sender, dest, reason)
-    rt = host.ensure_runtime()
+    node = host.ensure_node()
+    rt = node.runtime
     if sender is None or (sender.mesh == "root" and not rt.boot):
-        if client_handler:
-            client_handler[-1](env)
+        handler = node.part(ClientHandler).handler
+        if handler is not None:
+            handler(env)
         else:
             log.error("a message from the client could not be delivered: %s", env)
         return

@@ -95,7 +95,7 @@ def client_argv(client_script: Any, python_exe: str) -> list[str]:
 # none), and jobs and their workers outlive the client session (node) they were
 # made in: a later session's jobs must share their secret, since a client
 # attaches with one secret only.
-_secret_lock = threading.Lock()  # guards _secret, made once per process
+_secret_lock = threading.Lock()  # guards _secret, chosen once
 _secret: str | None = None
 
 

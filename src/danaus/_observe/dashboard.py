@@ -66,6 +66,7 @@ class Dashboard:
         _check_interface(host_, all_interfaces)
         self.token = token or secrets.token_urlsafe(24)
         self.collector = StateCollector()
+        # Guards _latest and _version; notified on each new document and on stop.
         self._cond = threading.Condition()
         self._latest: dict[str, Any] | None = None
         self._version = 0
@@ -352,7 +353,7 @@ class FromEnvironment:
     next session starts one of its own."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards dashboard
         self.dashboard: Dashboard | None = None
 
     def on_node_end(self) -> None:

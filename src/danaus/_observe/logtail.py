@@ -33,7 +33,7 @@ class Rings:
     receives every proc's lines through one forwarder, and its dashboard reads them."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards rings
         self.rings: dict[str, collections.deque[tuple[float, str, str]]] = {}
 
 

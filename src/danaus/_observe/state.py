@@ -34,7 +34,7 @@ class StateCollector:
     """Collects the dashboard's document; keeps what it needs to compute rates."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the rates' last samples (_prev, _prev_t) and _known
         self._prev: dict[tuple[str, ...], int] = {}
         self._prev_t: float | None = None
         self._known: dict[str, dict[str, Any]] = {}  # proc -> last snapshot (for dead procs)

@@ -296,6 +296,7 @@ def _send_payload(
     _send_all(sock, parts)
 
 
+# A per-thread cache, not state: each thread's staging buffer (see _scratch_buffer).
 _scratch = threading.local()
 
 
@@ -583,8 +584,7 @@ class Pool:
         self.max_threads = max_threads
         self._tasks: queue.SimpleQueue[tuple[Callable[..., None], tuple[Any, ...]]]
         self._tasks = queue.SimpleQueue()
-        # The lock guards the thread counts (running, idle) and the closed flag.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the thread counts (_threads, _idle) and _closed
         self._threads = 0
         self._idle = 0
         self._closed = False
@@ -644,7 +644,7 @@ class DataClient:
     """
 
     def __init__(self) -> None:
-        # The lock guards the address cache, the idle connections and the thread pool.
+        # Guards the addresses, the idle connections, the pool's creation and _ended.
         self._lock = threading.Lock()
         self._addresses: dict[tuple[str, int], tuple[str, int]] = {}  # (proc, pid) -> server
         self._idle: dict[tuple[str, int], list[_Conn]] = {}

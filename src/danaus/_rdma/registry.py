@@ -74,8 +74,7 @@ class BufferRegistry:
     """
 
     def __init__(self) -> None:
-        # The lock guards the registrations, the leases, both id counters and the ended flag.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the registrations, the leases and their ids
         self._next_id = 1  # ids count up and are never reused
         self._registered: dict[int, Registration] = {}
         self._leases: dict[int, _Lease] = {}

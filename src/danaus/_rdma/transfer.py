@@ -139,8 +139,7 @@ class Transfer:
         self.timeout = timeout
         self.what = what
         self.cf: concurrent.futures.Future[None] = concurrent.futures.Future()
-        # The lock guards the parts left, the timer and whether the transfer has finished.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _left and _socks (against cf completing)
         self._left = 0  # owner checks and copy parts not yet done
         self._timer: Any = None
         self._rt: Runtime | None = None
@@ -540,7 +539,7 @@ class _Countdown:
     def __init__(self, n: int, fn: Callable[[], Any]) -> None:
         self._n = n
         self._fn = fn
-        self._lock = threading.Lock()  # guards the count of calls still due
+        self._lock = threading.Lock()  # guards _n, the calls still due
 
     def __call__(self) -> None:
         with self._lock:
@@ -555,7 +554,7 @@ class _Once:
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self._fn: Callable[[], Any] | None = fn
-        self._lock = threading.Lock()  # guards whether fn has been taken
+        self._lock = threading.Lock()  # guards _fn, taken by the first call
 
     def __call__(self) -> None:
         with self._lock:

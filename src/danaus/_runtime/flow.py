@@ -56,7 +56,7 @@ class Gate:
         self.high: int = config.get(high)
         self.low: int = config.get(low)
         self.bytes = 0
-        self._lock = threading.Lock()  # guards the byte count and the connections paused for it
+        self._lock = threading.Lock()  # guards bytes, high and the paused connections
         self._paused: list[Connection] = []
 
     def arrived(self, n: int) -> None:

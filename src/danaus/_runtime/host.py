@@ -66,6 +66,7 @@ def ensure_node() -> Node:
         return node
 
 
+# Per process, not a node part: gc.freeze() is the interpreter's, done once a process.
 _frozen = False
 
 

@@ -87,7 +87,7 @@ class Printer:
         self._procs: dict[str, _Proc] = {}
         self._groups: dict[tuple[str, int, bytes], _Group] = {}
         self._deadline: float | None = None  # when the current aggregation window ends
-        # The lock guards the procs' state, labels and aggregation windows, and the printer thread.
+        # Guards the per-proc tables (_windows, _labels, _procs) and starting _thread.
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._keep = config.get("log_tail_lines")

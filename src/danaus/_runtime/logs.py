@@ -88,7 +88,7 @@ class _FlushPort:
         self.done = done
         self.agents: list[str] = []
         self.port = rt.open_port(self)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards left, the answers still due
 
     def tick(self, *_: Any) -> None:
         with self._lock:
@@ -116,7 +116,7 @@ class LogControl:
         self.agents: dict[str, ProcId] = {}  # procs spawned from here -> their host agent
         self.tails: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self.printer: Any = None  # the client's logclient.Printer
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards agents and tails
 
     @property
     def rt(self) -> Runtime:

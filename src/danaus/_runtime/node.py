@@ -40,8 +40,7 @@ class Node:
         self.runtime = runtime
         self.client = client
         self.settings = config.get_global_config()  # what this node was started with
-        # The lock guards the parts table, the agent fields, the requested procs and the
-        # closed/shutting-down flags.
+        # Guards the parts table, the agent (agent_proc, agent_id), requested and shutting_down.
         self.lock = threading.RLock()
         # The host agent this client started (None in procs: theirs is in runtime.boot).
         self.agent_proc: subprocess.Popen[bytes] | None = None
@@ -85,8 +84,9 @@ def preload_modules() -> tuple[str, ...]:
     return (BOOTSTRAP, *importlib.import_module(BOOTSTRAP).PRELOAD)
 
 
-_lock = threading.RLock()  # guards _node: which node is this process's
-_node: Node | None = None
+# Held while a client node starts or ends: guards which node is this process's (_node).
+_lock = threading.RLock()
+_node: Node | None = None  # the process's node itself: the one home of session state
 
 
 def current() -> Node | None:

@@ -66,15 +66,9 @@ __all__ = ["Offloader", "own"]
 log = logging.getLogger("danaus.runtime")
 
 
+# Bytes a peer on this host reads out of this process's memory to learn that it can
+# (a constant: never resized, so its address holds for the life of the process).
 _PROBE = bytearray(b"danaus offload probe \x01\x02\x03")
-_probe_addr: int | None = None
-
-
-def _probe() -> tuple[int, int]:
-    global _probe_addr
-    if _probe_addr is None:
-        _probe_addr = vm.address(memoryview(_PROBE))
-    return _probe_addr, len(_PROBE)
 
 
 def _size(copies: Any) -> int:
@@ -144,8 +138,8 @@ class Offloader:
         self._held: dict[int, tuple[str, list[Any], int]] = {}  # token -> peer, copies, bytes
         self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
         self._next = 0
-        # The lock guards the held snapshots, the lent and free shared slots and the peers known to
-        # read our memory.
+        # Guards the snapshots held for peers and the pools of mappings and shared slots
+        # (_held, _held_bytes, _pool, _slots, _lent, _slot_bytes) and ok_peers' losses.
         self._lock = threading.Lock()
         self._pool: dict[int, list[Any]] = {}  # bucket size -> free snapshot mappings
         self._pooled = 0
@@ -163,6 +157,7 @@ class Offloader:
         self._copies: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._copier: threading.Thread | None = None
         self.copied_off_loop = 0  # bytes the copier thread read out of senders (a statistic)
+        self._probe_addr: int | None = None  # where _PROBE is (hello_extra finds it on first use)
         rt.register(Kind.OFFLOAD, self._on_offload)
         rt.register(Kind.OFFLOAD_OK, self._on_ok)
         rt.register(Kind.RELEASE, self._on_release)
@@ -172,8 +167,9 @@ class Offloader:
     def hello_extra(self) -> tuple[Any, ...]:
         if not self.enabled:
             return ()
-        addr, n = _probe()
-        return (os.getpid(), vm.host_key(), addr, n)
+        if self._probe_addr is None:
+            self._probe_addr = vm.address(memoryview(_PROBE))
+        return (os.getpid(), vm.host_key(), self._probe_addr, len(_PROBE))
 
     def on_hello(self, conn: Connection, extra: tuple[Any, ...]) -> None:
         """A proc introduced itself: tell it whether we can read its memory."""

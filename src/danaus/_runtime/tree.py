@@ -147,7 +147,8 @@ class TreeRouter:
         self._installed: collections.OrderedDict[tuple[str, int], None] = collections.OrderedDict()
         self._modes: collections.OrderedDict[str, bool] = collections.OrderedDict()
         self._selections: dict[tuple[Any, ...], Selection] = {}
-        # Numbering, route installation and the sends of one cast are atomic, so
+        # Guards the routes installed and the tree modes decided (_installed, _modes):
+        # numbering, route installation and the sends of one cast are atomic, so
         # casts from several threads of this proc leave in one order on every path.
         self._lock = threading.RLock()
         rt.register(Kind.CAST, self._on_cast)
@@ -433,8 +434,8 @@ class _GatherBase:
         self._children: dict[int, tuple[int, str]] = {}  # child lo -> (hi, proc name)
         self._names: dict[str, int] = {}  # proc name -> child lo
         self._watched: list[str] = []
-        # The lock guards the children still due, their names and whether the gather is armed or
-        # done.
+        # Guards the gather's progress: the children due, expected, _armed, _done, and
+        # the entries, slots and values a node gather buffers.
         self._lock = threading.Lock()
         self._armed = False
         self._done = False

@@ -131,7 +131,7 @@ class Faults:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[MeshFailure | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards thread and ended
         self.thread: threading.Thread | None = None
         self.ended = False
 

@@ -26,6 +26,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     logs = node.part(LogControl)
     rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
     rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
+    undeliverable.set_client_handler(node, _client_undeliverable)
 
 
 def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, Any, str]:
@@ -99,6 +100,3 @@ def _client_undeliverable(env: Any) -> None:
             f"a message the client sent to {env.dest()} could not be delivered: {env.error_msg()}",
         )
     )
-
-
-undeliverable.client_handler.append(_client_undeliverable)

@@ -111,6 +111,7 @@ def _dispatch() -> Any:
     return _DISPATCH
 
 
+# A cache, not state: tensor.dispatch, once imported (tensor imports this module).
 _DISPATCH: Any = None
 
 

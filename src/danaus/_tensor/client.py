@@ -43,7 +43,7 @@ class ClientState:
     def __init__(self) -> None:
         self.stack: list[Any] = []  # active meshes (``None`` is ``no_mesh``)
         self.acts: list[Any] = []  # their ``Activation``s
-        self.lock = threading.Lock()  # guards the mesh stack, the activations and the thread table
+        self.lock = threading.Lock()  # guards stack, acts and _threads
         self._local = threading.local()
         self._threads: weakref.WeakKeyDictionary[threading.Thread, ThreadState] = (
             weakref.WeakKeyDictionary()

@@ -48,7 +48,9 @@ __all__ = ["Engine", "engine_for", "flush_all"]
 
 log = logging.getLogger("danaus.tensor")
 
-_create_lock = threading.Lock()  # one engine per proc mesh: guards making and storing it
+# Guards each proc mesh's tensor_engine, made once (a lock, not state: one per process serves
+# every session).
+_create_lock = threading.Lock()
 
 
 class _Engines:
@@ -119,12 +121,13 @@ class Engine:
         self._ids = itertools.count(1)
         self._dead: dict[str, list[int]] = {}  # per stream
         self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
-        # The lock guards the op queue, the dead tensors by stream, broken and the pending results.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards broken and _pending
         self._queue: list[tuple[Shape, str, Any]] = []
         self._client = client.state()  # of the node this engine belongs to
         self._holders = 0  # threads' open coalescing blocks holding ops for this engine
+        # Guards _queue, _holders, closed and the swap of _dead; notified when one is queued.
         self._cond = threading.Condition()
+        # Guards the order of sends, and what only a send touches (_targets, messages_sent).
         self._send_lock = threading.Lock()
         self._targets: dict[Shape, Any] = {}
         self.closed = False

@@ -216,7 +216,7 @@ class _Streams:
 
     def __init__(self) -> None:
         self.stack: list[Stream] = [_MAIN]
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # guards stack
 
 
 def get_active_stream() -> Stream:

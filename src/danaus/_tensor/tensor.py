@@ -201,7 +201,7 @@ def _describe(t: torch.Tensor) -> str:
 # which raises a shape or dtype error; only what succeeded is remembered, so an error
 # is never skipped. In-place ops are remembered too (their results are their inputs),
 # unless they change an input's sizes or strides (``t_()``, ``resize_()``).
-_META_CACHE: dict[Any, Any] = {}
+_META_CACHE: dict[Any, Any] = {}  # a per-process cache, not state: ops give the same results
 _META_CACHE_MAX = 8192
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout)
 # a cache entry's leaves: a plain value, a new tensor's (sizes, strides, dtype), an input
@@ -261,6 +261,7 @@ def _to_cache(key: Any, leaves: list[Any], spec: Any, inputs: dict[int, int]) ->
     _META_CACHE[key] = (entry, spec)
 
 
+# A per-process cache, not state (as the ones below): what each op's schema says.
 _MUTATES: dict[Any, tuple[tuple[int, str], ...]] = {}
 
 
@@ -277,7 +278,7 @@ def _mutated_args(func: Any) -> tuple[tuple[int, str], ...]:
     return m
 
 
-_ALIASING: dict[Any, bool] = {}
+_ALIASING: dict[Any, bool] = {}  # a cache: whether each op returns a view (its schema)
 
 
 def _returns_alias(func: Any) -> bool:
@@ -354,7 +355,7 @@ def _mutated_handles(func: Any, args: Any, kwargs: dict[str, Any]) -> list[Tenso
     return out
 
 
-_OP_INFO: dict[Any, tuple[str, bool]] = {}
+_OP_INFO: dict[Any, tuple[str, bool]] = {}  # a cache: each op's name and whether it mutates
 
 
 def _op_info(func: Any) -> tuple[str, bool]:

@@ -50,7 +50,7 @@ __all__ = ["TensorWorker", "resolve_op"]
 
 log = logging.getLogger("danaus.tensor")
 
-_OPS: dict[str, Any] = {}
+_OPS: dict[str, Any] = {}  # a per-process cache, not state: op name -> torch.ops callable
 
 
 def _pick_device(kind: str, rank: int) -> torch.device:
@@ -122,7 +122,9 @@ class TensorWorker(Actor):
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
-        self._groups_lock = threading.Lock()  # guards the process groups table
+        # Guards _store, made by the first stream that needs a group (each stream makes
+        # its own groups, so a key of groups is only written by that stream's thread).
+        self._groups_lock = threading.Lock()
         self.store_host = store_host
         self.store_port = store_port
         self.timeout = datetime.timedelta(seconds=timeout_s)

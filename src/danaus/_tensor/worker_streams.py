@@ -28,6 +28,7 @@ __all__ = ["StreamRunner", "Streams", "current_stream"]
 
 log = logging.getLogger("danaus.tensor")
 
+# Per thread, not a node part: the name of the stream a stream thread runs.
 _local = threading.local()
 
 
@@ -115,7 +116,7 @@ class Streams:
         self.device = device
         self._runners: dict[str, StreamRunner] = {}
         self._events: dict[int, _Event] = {}
-        self._lock = threading.Lock()  # guards the stream runners and the events by id
+        self._lock = threading.Lock()  # guards _events (stream threads record and wait on them)
 
     def submit(self, stream: str, commands: list[Any]) -> None:
         """Queue ``commands`` on ``stream`` (made at its first use). Called on the actor thread."""

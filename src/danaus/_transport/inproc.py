@@ -43,7 +43,7 @@ class Network:
     def __init__(self) -> None:
         # name -> (the acceptor's loop, its accept callback)
         self._listeners: dict[str, tuple[asyncio.AbstractEventLoop, Acceptor]] = {}
-        self._lock = threading.Lock()  # guards the listeners table and the closed flag
+        self._lock = threading.Lock()  # guards _listeners and closed
         self.closed = False
 
     def listen(self, name: str, loop: asyncio.AbstractEventLoop, accept: Acceptor) -> None:

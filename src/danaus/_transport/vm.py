@@ -138,7 +138,8 @@ def memmove(dst: int, src: int, nbytes: int, *, stop: Callable[[], bool] = lambd
     return True
 
 
-_ptracer_lock = threading.Lock()  # guards _ptracer_done: PR_SET_PTRACER is set once
+# Per process, not a node part: the ptracer declaration (prctl) is the process's, made once.
+_ptracer_lock = threading.Lock()  # guards _ptracer_done
 _ptracer_done = False
 
 

@@ -125,7 +125,8 @@ class _PlainPickler(pickle.Pickler):
         return out.getvalue()
 
 
-_POOL: list[_PlainPickler] = []  # idle plain picklers; list pop/append are atomic
+# A per-process cache, not state: idle plain picklers; list pop/append are atomic.
+_POOL: list[_PlainPickler] = []
 
 
 def _small_plain(obj: tuple[Any, ...]) -> bool:

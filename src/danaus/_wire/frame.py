@@ -228,7 +228,7 @@ class WarmPool:
     def __init__(self, limit: Callable[[], int], smallest: int = 1 << 20) -> None:
         self._limit = limit
         self._smallest = smallest
-        self._lock = threading.Lock()  # guards the kept mappings by size class and their byte count
+        self._lock = threading.Lock()  # guards the pool: _maps, kept and its statistics
         self._maps: dict[int, list[Any]] = {}  # size class -> mappings the pool keeps
         self.kept = 0  # bytes of the mappings kept
         self.reused = 0  # takes served by a warm mapping (a statistic, for tests)

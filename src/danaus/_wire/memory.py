@@ -41,7 +41,9 @@ def _madvise() -> Any:
     return fn
 
 
-_unsupported = False  # MADV_POPULATE_WRITE refused once (an older kernel): not asked again
+# Per process, not a node part: MADV_POPULATE_WRITE refused once (an older kernel): the
+# kernel's answer does not change, so it is not asked again.
+_unsupported = False
 
 
 def populate(mapping: mmap.mmap) -> bool:

@@ -294,8 +294,7 @@ class ProcDebugger:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
         self._controller: Any = None
-        # The lock guards the controller's address (set once, read by paused threads).
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _controller, found on first use
         self._previous_hook = sys.breakpointhook
         self._previous_set_trace = pdb.set_trace
 
