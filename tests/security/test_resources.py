@@ -57,7 +57,9 @@ def test_slowloris_holds_at_most_the_cap_of_handshakes_and_legit_peers_get_in(no
             last.recv(1)
         assert _pending(server) <= cap
         assert server.on_io(
-            lambda: all(c._decoder is None for c in server.rt._accepted if not c.authenticated)
+            lambda: all(
+                c.reader.decoder is None for c in server.rt._accepted if not c.authenticated
+            )
         )
         _legit_frame_arrives(server, client, "through the crowd")
     finally:

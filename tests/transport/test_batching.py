@@ -58,13 +58,14 @@ def pair(
         assert ready.wait(TIMEOUT)
         conn = made[0]
         writes = [0]
-        write = conn._write
+        sock = conn.writer._sock
 
-        def counted(parts: list[Any]) -> int:
-            writes[0] += 1
-            return write(parts)
+        class Counted:  # the writer's socket, counting its writes (one sendmsg each)
+            def sendmsg(self, parts: list[Any]) -> int:
+                writes[0] += 1
+                return sock.sendmsg(parts)
 
-        conn._write = counted  # type: ignore[method-assign]
+        conn.writer._sock = Counted()  # type: ignore[assignment]
         decoder = FrameDecoder()
         got: list[Any] = []
 
@@ -134,7 +135,7 @@ def test_a_send_after_a_wait_is_written_at_once(pair, batching, settings) -> Non
     conn.send(small(0))
     batching.flush_held()  # a thread waited (e.g. for the reply of that call)
     conn.send(small(1))
-    assert writes[0] == 2 and not conn._hold
+    assert writes[0] == 2 and not conn.writer._hold
     assert read(2) == [0, 1]
 
 

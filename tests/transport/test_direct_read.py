@@ -58,9 +58,11 @@ class Side:
             target=lambda: out.append(self.conn.read_directly(done, timeout, bell))
         )
         t.start()
-        wait_until(lambda: self.conn._direct or bool(out), TIMEOUT, "read_directly takes the role")
+        wait_until(
+            lambda: self.conn.direct.active or bool(out), TIMEOUT, "read_directly takes the role"
+        )
         assert not out, "read_directly returned before it read"
-        with self.conn._mu:  # held while it takes the role: the loop is muted after it
+        with self.conn.direct.mu:  # held while it takes the role: the loop is muted after it
             pass
 
         def join() -> bool:
@@ -107,7 +109,7 @@ def side() -> Iterator[Side]:
 
         # The loop holds the bound method it registered: register the counting one.
         loop.remove_reader(conn.fd)
-        conn._on_readable = readable  # type: ignore[method-assign]
+        conn._on_readable = readable
         loop.add_reader(conn.fd, readable)
         s.loop_thread = threading.get_ident()
         made.append(s)
@@ -320,10 +322,10 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         assert side.conn.spins_hit == 0
         # A hit ends the back-off: after it, the next wait spins again.
         for _ in range(64):
-            if not side.conn._spin_skip:
+            if not side.conn.direct._spin_skip:
                 break
             assert side.conn.read_directly(lambda: False, 0.006)
-        assert side.conn._spin_skip == 0 and side.conn.spins_missed == len(spun)
+        assert side.conn.direct._spin_skip == 0 and side.conn.spins_missed == len(spun)
         with config.configured(spin_wait=60.0):
             join = side.reading(lambda: len(side.direct) >= 1)
             side.write(("mine", 0))
@@ -332,7 +334,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         missed = side.conn.spins_missed
         assert side.conn.read_directly(lambda: False, 0.006)
         assert side.conn.spins_missed == missed + 1  # spun at once, no skip left
-        assert side.conn._spin_skip == 1  # and the back-off starts again from 1, not 64
+        assert side.conn.direct._spin_skip == 1  # and the back-off starts again from 1, not 64
 
 
 def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side) -> None:
@@ -341,13 +343,13 @@ def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side) -> None:
     rule itself, with the waits given (a real wait's length is the machine's)."""
     conn, spin = side.conn, 0.0002
     for i in range(1, 6):
-        conn._spun(False, 3 * spin, spin)
-        assert (conn.spins_missed, conn._spin_skip) == (i, 0)
-    conn._spun(False, 3.01 * spin, spin)
-    assert conn._spin_skip == 1
-    conn._spin_skip = 0
-    conn._spun(False, 3.01 * spin, spin)
-    assert conn._spin_skip == 2  # repeated slow waits double the skip
+        conn.direct._spun(False, 3 * spin, spin)
+        assert (conn.spins_missed, conn.direct._spin_skip) == (i, 0)
+    conn.direct._spun(False, 3.01 * spin, spin)
+    assert conn.direct._spin_skip == 1
+    conn.direct._spin_skip = 0
+    conn.direct._spun(False, 3.01 * spin, spin)
+    assert conn.direct._spin_skip == 2  # repeated slow waits double the skip
 
 
 def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:

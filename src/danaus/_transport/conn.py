@@ -39,6 +39,12 @@ seals every frame it sends and checks every frame it receives with the
 session's per-direction keys (a 32-byte tag after each frame), unless the
 connection is TLS, which protects every byte already. With TLS only the I/O
 thread touches the SSL object: other threads queue and wake it.
+
+The :class:`Connection` coordinates one part per concern, each owning its
+state: :class:`WriteBatcher` (the backlog, the held batch, flushing),
+:class:`FrameReader` (the decoder, frames not yet delivered, pauses, large
+frames), :class:`DirectReader` (the read role and a waiting thread's reads)
+and :class:`ConnStats` (the counters).
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .auth import TAG, Handshake, Session
 
-__all__ = ["Batching", "Connection"]
+__all__ = ["Batching", "ConnStats", "Connection", "DirectReader", "FrameReader", "WriteBatcher"]
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -85,7 +91,7 @@ class Batching:
     __slots__ = ("epoch", "held")
 
     def __init__(self) -> None:
-        self.held: set[Connection] = set()  # holding a batch (set.add/discard are atomic)
+        self.held: set[WriteBatcher] = set()  # holding a batch (set.add/discard are atomic)
         self.epoch = 0  # changes whenever a thread of this process starts waiting
 
     def flush_held(self) -> None:
@@ -96,16 +102,851 @@ class Batching:
         """
         self.epoch += 1
         if self.held:
-            for conn in list(self.held):
-                conn.flush_held()
+            for writer in list(self.held):
+                writer.flush_held()
 
     def close(self) -> None:
         """Forget every connection (their runtime closed them, flushing what they held)."""
         self.held.clear()
 
 
+class ConnStats:
+    """The counters of one connection, for the metrics: frames and bytes each way,
+    bytes of large frames received off the loop, frames read by a waiting thread,
+    and its spins. Plain ints: the GIL keeps each ``+=`` whole."""
+
+    __slots__ = (
+        "bytes_recv",
+        "bytes_sent",
+        "frames_direct",
+        "frames_recv",
+        "frames_sent",
+        "recv_off_loop",
+        "spins_hit",
+        "spins_missed",
+    )
+
+    def __init__(self) -> None:
+        self.frames_sent = 0
+        self.bytes_sent = 0
+        self.frames_recv = 0
+        self.bytes_recv = 0
+        self.recv_off_loop = 0  # bytes of large frames received by a reader thread
+        self.frames_direct = 0  # frames a waiting thread read and handled itself
+        self.spins_hit = 0  # direct reads whose wait ended while they spun (frame or bell)
+        self.spins_missed = 0  # ... and those that spun for nothing, then slept
+
+
+class WriteBatcher:
+    """The write side of one connection (any thread). It owns the backlog that
+    waits for the socket and its byte count, the frames sent before the session
+    key exists, the session that seals frames, the small frames held for one
+    batched write (and their timer), the drain watermark, and the writer's
+    registration with the loop."""
+
+    __slots__ = (
+        "_batching",
+        "_conn",
+        "_fd",
+        "_hold",
+        "_hold_epoch",
+        "_hold_timer",
+        "_loop",
+        "_sealing",
+        "_sel_op",
+        "_session",
+        "_sock",
+        "_stats",
+        "_tls",
+        "_unsealed",
+        "_writer_armed",
+        "backlog",
+        "drain_below",
+        "last_send",
+        "lock",
+        "on_drained",
+        "queued",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        batching: Batching,
+        stats: ConnStats,
+        sel_op: Callable[..., None],
+        *,
+        sealing: bool,
+    ) -> None:
+        self._conn = conn
+        self._sock = conn.sock
+        self._loop = conn.loop
+        self._fd = conn.fd
+        self._tls = conn.tls
+        self._stats = stats
+        self._sel_op = sel_op
+        self._batching = batching
+        # Guards what this class owns (backlog, byte count, unsealed frames, session,
+        # held batch) and the connection's ``closed`` flag, which ``_close`` sets under it.
+        self.lock = threading.Lock()
+        self.backlog: collections.deque[memoryview] = collections.deque()
+        self.queued = 0  # bytes in backlog and _unsealed: what waits to be written
+        self._sealing = sealing  # the handshake is not done: frames wait in _unsealed
+        self._session: Session | None = None
+        self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
+        self.drain_below = -1  # on_drained() once queued <= this (-1: nobody asked)
+        self.on_drained: Callable[[], None] | None = None
+        self._writer_armed = False
+        self._hold: list[bytes] = []  # small frames held for one batched write
+        self._hold_epoch = -1  # its epoch when this connection last wrote without holding
+        self._hold_timer = False  # a flush of what is held is scheduled on the I/O thread
+        self.last_send = conn.loop.time()
+
+    def start(self) -> None:
+        """Writing may begin (I/O thread): what was queued meanwhile goes out."""
+        if self.backlog:
+            with self.lock:
+                self._arm_writer_locked()
+
+    def authenticated(self, session: Session | None) -> None:
+        """The handshake succeeded (I/O thread): seal with ``session`` from now on and
+        queue, sealed, what was sent before."""
+        with self.lock:
+            self._sealing = False
+            self._session = session
+            for parts in self._unsealed:
+                self.backlog.extend(_views(self._sealed(parts)))
+                if session is not None:
+                    self.queued += TAG
+            self._unsealed = []
+            if self.backlog:
+                self._arm_writer_locked()
+
+    def drop_locked(self) -> None:
+        """The connection closes (lock held): forget everything not yet written."""
+        self.backlog.clear()
+        self._hold.clear()
+        self._batching.held.discard(self)
+        self._unsealed = []
+        self.queued = 0
+
+    def _sealed(self, parts: list[Any]) -> list[Any]:
+        """``parts`` followed by their tag, if this connection authenticates frames."""
+        if self._session is None:
+            return parts
+        return [*parts, self._session.seal(parts)]
+
+    def send(self, parts: list[Any]) -> None:
+        """Queue ``parts`` (one encoded frame) for sending, in order. Never blocks.
+
+        Raises :class:`TransportError` if the connection is already closed.
+        """
+        with self.lock:
+            conn = self._conn
+            if conn.closed:
+                raise (
+                    conn.close_exc
+                    if isinstance(conn.close_exc, TransportError)
+                    else ConnectionClosedError("connection is closed")
+                )
+            self._stats.frames_sent += 1
+            now = self._loop.time()
+            last, self.last_send = self.last_send, now
+            if self._sealing:
+                # Sealed once the handshake gives the key; a snapshot, since the caller
+                # may change its arrays as soon as we return.
+                owned = _owned(_views(parts))
+                self._unsealed.append(owned)
+                self.queued += _nbytes(owned)
+                return
+            if self._session is not None:
+                parts = self._sealed(parts)
+            if self.backlog or conn._tls_pending:
+                self._queue_locked(_snapshot(parts))
+                return
+            hold = self._hold
+            batching = self._batching
+            if hold or (
+                now - last < config.get("send_batch_delay") and self._hold_epoch == batching.epoch
+            ):
+                if self._hold_frame(parts, hold):
+                    return
+                parts = [*hold, *parts]  # what is held goes first, in one write
+                hold.clear()
+                batching.held.discard(self)
+            self._hold_epoch = batching.epoch
+            if self._tls and not _on_loop_thread(self._loop):
+                # An SSL object must not be used by two threads at once (the I/O thread
+                # reads it): let the I/O thread write.
+                self._queue_locked(_snapshot(parts))
+                self._arm_writer_locked()
+                return
+            window = config.get("coalesce_window")
+            if window > 0 and now - last < window and not _on_loop_thread(self._loop):
+                # Frames are coming in a burst: let the I/O thread write them together
+                # (one syscall, one wake-up of the peer) instead of one by one.
+                self._queue_locked(_snapshot(parts))
+                self._arm_writer_locked()
+                return
+            self._write_now_locked(parts)
+
+    def _hold_frame(self, parts: list[Any], hold: list[bytes]) -> bool:
+        """Hold a small frame for a batched write (lock held); False if it cannot be."""
+        if (
+            len(parts) != 1
+            or type(parts[0]) is not bytes
+            or len(parts[0]) > _HOLD_MAX
+            or self._tls
+            or _on_loop_thread(self._loop)
+        ):
+            return False
+        batch = config.get("send_batch")
+        if batch <= 1:
+            return False
+        hold.append(parts[0])
+        if len(hold) >= batch:
+            frames = hold[:]
+            hold.clear()
+            self._batching.held.discard(self)
+            self._write_now_locked(frames)
+        elif len(hold) == 1:
+            self._batching.held.add(self)
+            if not self._hold_timer:
+                self._hold_timer = True
+                self._loop.call_soon_threadsafe(self._arm_hold_timer)
+        return True
+
+    def _arm_hold_timer(self) -> None:
+        self._loop.call_later(config.get("send_batch_delay"), self._hold_timer_fired)
+
+    def _hold_timer_fired(self) -> None:
+        self._hold_timer = False
+        self.flush_held()
+
+    def flush_held(self) -> None:
+        """Write the frames held for a batch now (any thread)."""
+        with self.lock:
+            hold = self._hold
+            if not hold or self._conn.closed:
+                return
+            frames = hold[:]
+            hold.clear()
+            self._batching.held.discard(self)
+            self._hold_epoch = -1
+            if self.backlog:
+                self._queue_locked(_snapshot(frames))
+                return
+            self._write_now_locked(frames)
+
+    def _write_now_locked(self, parts: list[Any]) -> None:
+        """Write ``parts`` to the socket now; queue what it does not take (lock held)."""
+        try:
+            sent = self._write(parts) if len(parts) <= _MAX_IOV else 0
+        except _WOULD_BLOCK:
+            sent = 0
+        except OSError:
+            # The reader will notice too; keep the frame so nothing is silently lost.
+            self._queue_locked(_snapshot(parts))
+            self._arm_writer_locked()
+            return
+        if sent == _total(parts):
+            return
+        self._queue_locked(_owned(_skip(_views(parts), sent)))
+        self._arm_writer_locked()
+
+    def _queue_locked(self, views: list[memoryview]) -> None:
+        self.backlog.extend(views)
+        self.queued += _nbytes(views)
+
+    def want_drain(self, below: int) -> None:
+        """Call ``on_drained()`` (I/O thread) once the backlog is at most ``below`` bytes."""
+        with self.lock:
+            if self.drain_below < 0 or below < self.drain_below:
+                self.drain_below = below
+
+    def _arm_writer_locked(self) -> None:
+        if self._writer_armed:
+            return
+        self._writer_armed = True
+        if _on_loop_thread(self._loop):
+            self._sel_op(self._loop.add_writer, self._fd, self._on_writable)
+        else:
+            self._loop.call_soon_threadsafe(self._add_writer)
+
+    def _add_writer(self) -> None:
+        if not self._conn.closed:
+            self._sel_op(self._loop.add_writer, self._fd, self._on_writable)
+
+    def _on_writable(self) -> None:
+        err: BaseException | None = None
+        backlog = self.backlog
+        with self.lock:
+            while backlog:
+                batch = list(_take(backlog, _MAX_IOV))
+                try:
+                    sent = self._write(batch)
+                except _WOULD_BLOCK:
+                    break
+                except OSError as e:
+                    err = e
+                    break
+                rest = list(_skip(batch, sent))
+                for _ in batch:
+                    backlog.popleft()
+                backlog.extendleft(reversed(rest))
+                self.queued -= sent
+                if rest:
+                    break
+            else:
+                self._writer_armed = False
+                self._sel_op(self._loop.remove_writer, self._fd)
+            drained = err is None and self.drain_below >= 0 and self.queued <= self.drain_below
+            if drained:
+                self.drain_below = -1
+        if err is not None:
+            self._conn._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
+        elif drained and self.on_drained is not None:
+            self.on_drained()
+
+    def _write(self, parts: list[Any]) -> int:
+        """Write as much of ``parts`` as the socket takes now; returns the bytes written."""
+        if not self._tls:
+            n = self._sock.sendmsg(parts)
+            self._stats.bytes_sent += n
+            return n
+        sent = 0
+        for p in parts:
+            view = memoryview(p).cast("B")
+            try:
+                n = self._sock.send(view)
+            except _WOULD_BLOCK:
+                if sent:
+                    return sent
+                raise
+            sent += n
+            if n < len(view):
+                break
+        self._stats.bytes_sent += sent
+        return sent
+
+
+class FrameReader:
+    """The read side on the I/O thread: the decoder that parses incoming bytes into
+    frames for ``on_frame``, the frames read and not yet delivered, who paused
+    reading, and the thread that receives a large frame off the loop."""
+
+    __slots__ = (
+        "_conn",
+        "_direct",
+        "_fd",
+        "_loop",
+        "_max_frame",
+        "_on_frame",
+        "_rlock",
+        "_sock",
+        "_stats",
+        "_tls",
+        "decoder",
+        "held_frames",
+        "paused_by",
+        "thread",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        on_frame: Callable[[Connection, Frame], None],
+        max_frame: int | None,
+        stats: ConnStats,
+        direct: DirectReader,
+        *,
+        decode: bool,
+    ) -> None:
+        self._conn = conn
+        self._sock = conn.sock
+        self._loop = conn.loop
+        self._fd = conn.fd
+        self._tls = conn.tls
+        self._on_frame = on_frame
+        self._max_frame = max_frame
+        self._stats = stats
+        self._direct = direct
+        self._rlock = direct.rlock  # the read role, taken per wake-up: cached here
+        # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.
+        self.decoder: FrameDecoder | None = self.new_decoder() if decode else None
+        self.paused_by: set[Any] = set()  # who asked us to stop reading (see pause())
+        self.held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
+        self.thread: threading.Thread | None = None  # receiving a large frame off the loop
+
+    def new_decoder(self, **kw: Any) -> FrameDecoder:
+        # A TLS socket is only ever read by the I/O thread: no hand-off of large frames.
+        handoff = 0 if self._tls else config.get("recv_thread_min")
+        return FrameDecoder(self._max_frame, handoff_min=handoff, **kw)
+
+    def pause(self, who: Any) -> None:
+        """Stop reading until every ``who`` that paused has resumed (I/O thread).
+
+        Frames already read are still delivered. While paused, the peer's
+        writes back up in the kernel and then in the peer's own backlog.
+        """
+        if self._conn.closed:
+            return
+        if not self.paused_by:
+            self._direct.sel_op(self._loop.remove_reader, self._fd)
+        self.paused_by.add(who)
+
+    def resume(self, who: Any) -> None:
+        """Undo ``pause(who)`` (I/O thread); reading starts again when nobody holds it."""
+        if who not in self.paused_by:
+            return
+        self.paused_by.discard(who)
+        conn = self._conn
+        if self.paused_by or conn.closed:
+            return
+        conn.last_recv = self._loop.time()  # we stopped listening; the peer did not go quiet
+        self._direct.sel_op(self._loop.add_reader, self._fd, conn._on_readable)
+        self._loop.call_soon(conn._on_readable)  # bytes TLS decrypted already wake no reader
+
+    def on_readable(self) -> None:
+        if not self._rlock.acquire(False):
+            # A waiting thread reads this connection now: the loop must not spin on it.
+            self._direct.mute_if_reading()
+            return
+        try:
+            self._read_on_loop()
+        finally:
+            self._rlock.release()
+
+    def _read_on_loop(self) -> None:
+        conn = self._conn
+        if self.paused_by or conn.closed:
+            return
+        broken = self._direct.broken
+        if broken is not None:
+            conn._fail(PeerBrokenError(str(broken)), cause=None)
+            return
+        if conn._tls_pending:
+            conn._tls_step()
+            return
+        if conn._hs is not None and conn._on_handshake_bytes():
+            return
+        on_frame = self._on_frame
+        held = self.held_frames
+        while held:
+            on_frame(conn, held.popleft())
+            if self.paused_by or conn.closed:
+                return
+        conn.last_recv = self._loop.time()
+        decoder = self.decoder
+        assert decoder is not None  # made when the handshake succeeded
+        if decoder.handoff is not None:
+            self._hand_off(decoder)
+            return
+        sock = self._sock
+        stats = self._stats
+        for _ in range(_READ_BUDGET):
+            buf = decoder.buffer()
+            try:
+                n = sock.recv_into(buf)
+            except _WOULD_BLOCK:
+                return
+            except OSError as e:
+                conn._fail(PeerBrokenError(f"read failed: {e}"), cause=e)
+                return
+            if n == 0:
+                conn._fail(PeerBrokenError("connection closed by peer (EOF)"), cause=None)
+                return
+            stats.bytes_recv += n
+            try:
+                frames = decoder.feed(n)
+            except PeerBrokenError as e:  # malformed (FrameError) or not authentic (AuthError)
+                conn._fail(e, cause=None)
+                return
+            stats.frames_recv += len(frames)
+            for i, f in enumerate(frames):
+                if conn.closed:
+                    return
+                on_frame(conn, f)
+                if self.paused_by:
+                    # Read already (at most one read's worth): delivered on resume, in order.
+                    held.extend(frames[i + 1 :])
+                    return
+            if decoder.handoff is not None:
+                if not conn.closed:
+                    self._hand_off(decoder)
+                return
+            if n < len(buf) and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+                return
+
+    # -- large frames, received off the I/O loop ------------------------------
+
+    def _hand_off(self, decoder: FrameDecoder) -> None:
+        """A large frame begins: a thread of its own receives it while the I/O loop
+        serves everyone else (I/O thread). The connection pauses until it is in."""
+        assert decoder.handoff is not None
+        whole, head = decoder.handoff
+        decoder.handoff = None
+        self.pause(_READER)
+        self.thread = threading.Thread(
+            target=self._read_large,
+            args=(decoder, whole, head),
+            name="danaus-recv-large",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def _read_large(self, decoder: FrameDecoder, whole: int, head: bytes) -> None:
+        """Receive one large frame straight into its own (warm) memory, check and
+        parse it, and hand it to the I/O thread (reader thread)."""
+        conn = self._conn
+        stats = self._stats
+        frame: Frame | None = None
+        err: BaseException | None = None
+        try:
+            try:
+                big = recv_pool.take(whole)
+            except (MemoryError, OSError, ValueError, OverflowError) as e:
+                raise FrameError(f"cannot allocate a frame of {whole} bytes: {e}") from e
+            big[: len(head)] = head
+            filled = len(head)
+            poll = select.poll()
+            poll.register(self._fd, select.POLLIN)
+            while filled < whole and not conn.closed:
+                try:
+                    n = self._sock.recv_into(big[filled:])
+                except _WOULD_BLOCK:
+                    poll.poll(_READER_POLL_MS)
+                    continue
+                except OSError as e:
+                    raise PeerBrokenError(f"read failed: {e}") from e
+                if n == 0:
+                    raise PeerBrokenError("connection closed by peer (EOF)")
+                filled += n
+                stats.bytes_recv += n
+                stats.recv_off_loop += n
+                conn.last_recv = self._loop.time()
+            if filled == whole:
+                frame = decoder.finish(big)
+        except PeerBrokenError as e:  # FrameError, AuthError, a broken socket
+            err = e
+        except BaseException as e:  # reported on the I/O thread, never lost
+            err = PeerBrokenError(f"receiving a large frame failed: {e!r}")
+            err.__cause__ = e
+        try:
+            self._loop.call_soon_threadsafe(self._large_done, frame, err)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            conn._release_socket()
+
+    def _large_done(self, frame: Frame | None, err: BaseException | None) -> None:
+        """Back on the I/O thread: deliver the frame in order and read on."""
+        self.thread = None
+        conn = self._conn
+        if conn.closed:
+            conn._release_socket()
+            return
+        if err is not None:
+            conn._fail(err, cause=None)
+            return
+        assert frame is not None
+        self._stats.frames_recv += 1
+        self.held_frames.append(frame)  # delivered first when reading resumes
+        self.resume(_READER)
+
+
+class DirectReader:
+    """A thread about to block for a frame on this connection reads it straight off
+    the socket (``read_directly``). It owns the read role (held by the I/O thread
+    while it reads, or by a waiting thread), the loop's read interest, muted while
+    a waiting thread reads, what such a read found for the I/O thread to report
+    (a bad frame, EOF), the spin back-off and the waiting threads' poll objects."""
+
+    __slots__ = (
+        "_conn",
+        "_fd",
+        "_loop",
+        "_polls",
+        "_reader",
+        "_sel",
+        "_sel_keys",
+        "_sock",
+        "_spin_backoff",
+        "_spin_skip",
+        "_stats",
+        "active",
+        "broken",
+        "direct_frame",
+        "eof",
+        "mu",
+        "rlock",
+        "unwatched",
+    )
+
+    def __init__(self, conn: Connection, stats: ConnStats) -> None:
+        self._conn = conn
+        self._sock = conn.sock
+        self._loop = conn.loop
+        self._fd = conn.fd
+        self._stats = stats
+        self._reader: FrameReader  # set by the connection once the frame reader exists
+        # The read role: held by whichever thread reads the socket now, the I/O thread
+        # (FrameReader.on_readable) or a waiting one (read_directly).
+        self.rlock = threading.Lock()
+        # Guards the loop's interest in this socket (its epoll mask), which the I/O
+        # thread and a direct reader both change, with ``active`` and ``unwatched``.
+        self.mu = threading.Lock()
+        self.active = False  # a thread other than the I/O thread reads now
+        self.broken: BaseException | None = None  # a direct read found a bad frame
+        self.eof = False  # a direct read found EOF or a read error (the loop reports it)
+        self.unwatched = False  # _close took the socket out of the loop (under mu)
+        # Spinning before a direct read blocks (read_directly; the role holder's):
+        # waits to skip spinning, and the skip after the next miss (doubling to a cap).
+        self._spin_skip = 0
+        self._spin_backoff = 0
+        self._sel: selectors.EpollSelector | None = _epoll_of(conn.loop) if not conn.tls else None
+        self._sel_keys: dict[int, selectors.SelectorKey] | None = getattr(
+            self._sel, "_fd_to_key", None
+        )
+        self._polls: dict[int, Any] = {}  # the direct reader's poll objects, by bell
+        # Set by the runtime: handle a frame on the reading thread; False to leave it to
+        # the I/O thread (which then gets it, and everything after it, in order).
+        self.direct_frame: Callable[[Connection, Frame], bool] | None = None
+
+    def sel_op(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Change the loop's interest in this socket (I/O thread), keeping a direct
+        reader's mute: the loop must not watch for reads while another thread reads."""
+        with self.mu:
+            fn(*args)
+            if self.active:
+                self._set_interest(False)
+
+    def mute_if_reading(self) -> None:
+        """The loop woke for this socket while the role is held: mute it if a waiting
+        thread reads (I/O thread)."""
+        with self.mu:
+            if self.active:
+                self._set_interest(False)
+
+    def _set_interest(self, read: bool) -> None:
+        """Set the kernel's epoll mask for this socket to what the loop registered,
+        without reads unless ``read`` (``mu`` held)."""
+        sel = self._sel
+        assert sel is not None
+        keys = self._sel_keys
+        if keys is not None:  # the selector's own table: a dict lookup, not four calls
+            key = keys.get(self._fd)
+            if key is None:  # not registered now
+                return
+            events = key.events
+        else:  # pragma: no cover - a selector without the table
+            try:
+                events = sel.get_key(self._fd).events
+            except (KeyError, ValueError, RuntimeError):  # not registered now, or loop closed
+                return
+        mask = 0
+        if read and events & selectors.EVENT_READ:
+            mask |= select.EPOLLIN
+        if events & selectors.EVENT_WRITE:
+            mask |= select.EPOLLOUT
+        try:
+            sel._selector.modify(self._fd, mask)  # type: ignore[attr-defined]
+        except (OSError, ValueError):  # gone from the set, or the epoll object closed
+            pass
+
+    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        """Read this connection on the calling thread, for up to ``timeout`` s, until
+        ``done()`` (any thread but the I/O thread).
+
+        A thread about to block for a reply that will come on this connection
+        reads it itself: the I/O thread is neither woken nor handed anything,
+        which saves two thread wake-ups per round trip. Each frame read goes
+        to ``direct_frame``; the first one it declines, and every frame after
+        it, goes to the I/O thread in order. ``bell`` is a descriptor that
+        ends the wait when readable (the caller drains it). Returns False,
+        having done nothing, when the role cannot be taken (the I/O thread is
+        reading, the connection is TLS, paused, closing, receiving a large
+        frame...): the caller then waits the usual way.
+
+        Before it blocks, the reader polls without blocking for up to
+        ``spin_wait`` s: an answer that comes that soon is read by a thread
+        that never slept, which on a virtual machine saves the wake-up and the
+        cold caches after it (see ``_spin_for``).
+        """
+        if not self._take_role():
+            return False
+        try:
+            poll = self._polls.get(bell)  # the role holder's alone: no lock needed
+            if poll is None:
+                if len(self._polls) >= 8:  # readers come and go (actors' bells)
+                    self._polls.clear()
+                poll = self._polls[bell] = select.poll()
+                poll.register(self._fd, select.POLLIN)
+                if bell >= 0:
+                    poll.register(bell, select.POLLIN)
+            now = time.monotonic()
+            deadline = now + timeout
+            spin = min(self._spin_for(), timeout)
+            spin_end = now + spin if spin > 0 else 0.0
+            hit = False
+            while not done():
+                if spin_end:
+                    ready = poll.poll(0)
+                    if not ready:
+                        if time.monotonic() < spin_end:
+                            continue
+                        spin_end = 0.0
+                        continue
+                    hit = True
+                    spin_end = 0.0
+                else:
+                    wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                    ready = poll.poll(wait_ms)
+                    if not ready or wait_ms == 0:
+                        break
+                if any(fd == bell for fd, _ in ready) or self._read_once():
+                    break
+            if spin > 0:
+                self._spun(hit, time.monotonic() - now, spin)
+        finally:
+            self._give_role()
+        return True
+
+    def _spin_for(self) -> float:
+        """How long this direct read polls before it blocks (the role holder's).
+
+        Spinning pays when the answer comes within ``spin_wait``. When the
+        wait lasted more than ``_SPIN_NEAR`` times the spin (a peer doing real
+        work), the next waits skip spinning, 1, 2, 4 ... up to
+        ``_SPIN_SKIP_MAX`` of them, so such a peer costs at most one spin in
+        65 waits; a hit starts again from no skip. A nearer miss does not
+        skip: the peer was only slow to wake, and if both ends stopped
+        spinning for that, both would stay slow to wake, each waiting longer
+        than the other spins, for good.
+        """
+        if self._spin_skip:
+            self._spin_skip -= 1
+            return 0.0
+        spin: float = config.get("spin_wait")
+        return spin if _SPIN_OK else 0.0
+
+    def _spun(self, hit: bool, waited: float, spin: float) -> None:
+        """Account for one spin (the role holder's): ``waited`` s in all."""
+        if hit:
+            self._stats.spins_hit += 1
+            self._spin_backoff = 0
+            return
+        self._stats.spins_missed += 1
+        if waited > _SPIN_NEAR * spin:
+            self._spin_skip = self._spin_backoff = min(2 * self._spin_backoff or 1, _SPIN_SKIP_MAX)
+
+    def _take_role(self) -> bool:
+        """Become this connection's reader, muting the loop's reads (False: cannot)."""
+        if self._sel is None or self.direct_frame is None or not self.rlock.acquire(False):
+            return False
+        conn = self._conn
+        reader = self._reader
+        with self.mu:
+            if (
+                conn.closed
+                or self.unwatched
+                or reader.paused_by
+                or reader.held_frames
+                or conn._hs is not None
+                or self.broken is not None
+                or self.eof
+                or reader.decoder is None
+                or reader.decoder.handoff is not None
+            ):
+                self.rlock.release()
+                return False
+            self.active = True
+            self._set_interest(False)
+        return True
+
+    def _give_role(self) -> None:
+        """Stop being the reader; the loop watches the socket again."""
+        try:
+            with self.mu:
+                self.active = False
+                if self.unwatched:
+                    self._conn._release_socket()  # _close left it to us
+                else:
+                    self._set_interest(True)
+        finally:
+            self.rlock.release()
+        reader = self._reader
+        if (
+            reader.held_frames
+            or self.broken is not None
+            or self.eof
+            or (reader.decoder is not None and reader.decoder.handoff is not None)
+        ):
+            # Left for the I/O thread, asked only now that it can take the role (an
+            # earlier try may have found it still held, and nothing else wakes it).
+            self._wake_loop()
+
+    def _read_once(self) -> bool:
+        """One read as the direct reader; True when the I/O thread must take over."""
+        reader = self._reader
+        decoder = reader.decoder
+        direct_frame = self.direct_frame
+        assert decoder is not None and direct_frame is not None
+        conn = self._conn
+        if conn.closed:
+            return True
+        try:
+            n = self._sock.recv_into(decoder.buffer())
+        except _WOULD_BLOCK:
+            return False
+        except OSError:
+            self.eof = True  # the I/O thread reads the same error and closes
+            return True
+        if n == 0:
+            self.eof = True  # left for the I/O thread to see and report
+            return True
+        stats = self._stats
+        stats.bytes_recv += n
+        conn.last_recv = self._loop.time()
+        try:
+            frames = decoder.feed(n)
+        except PeerBrokenError as e:  # the I/O thread closes the connection
+            self.broken = e
+            return True
+        stats.frames_recv += len(frames)
+        declined = False
+        for f in frames:
+            if declined or conn.closed or not direct_frame(conn, f):
+                declined = True
+                reader.held_frames.append(f)  # the I/O thread delivers it first, in order
+            else:
+                stats.frames_direct += 1
+        return declined or decoder.handoff is not None
+
+    def _wake_loop(self) -> None:
+        """Have the I/O thread read this connection soon (held frames, a large frame)."""
+        try:
+            self._loop.call_soon_threadsafe(self._conn._on_readable)
+        except RuntimeError:  # the loop is closed: the runtime is gone
+            pass
+
+
 class Connection:
-    """One end of a framed connection. Create on the I/O thread, use from anywhere."""
+    """One end of a framed connection. Create on the I/O thread, use from anywhere.
+
+    It coordinates its parts and owns what they share: the socket, the TLS and
+    secret handshakes, the peer's identity, ``closed`` and closing. The parts:
+    ``writer`` (:class:`WriteBatcher`), ``reader`` (:class:`FrameReader`),
+    ``direct`` (:class:`DirectReader`) and ``stats`` (:class:`ConnStats`). Their
+    hot entry points (``send``, ``read_directly``...) are bound here once.
+    """
+
+    # Bound in __init__ to the part that does the work (no extra call per frame).
+    send: Callable[[list[Any]], None]
+    flush_held: Callable[[], None]
+    want_drain: Callable[[int], None]
+    pause: Callable[[Any], None]
+    resume: Callable[[Any], None]
+    read_directly: Callable[..., bool]
+    _on_readable: Callable[[], None]
+    _sel_op: Callable[..., None]
 
     def __init__(
         self,
@@ -133,70 +974,39 @@ class Connection:
         self.sock = sock
         self.loop = loop
         self.fd = sock.fileno()
-        self._on_frame = on_frame
         self._on_close = on_close
-        self._max_frame = max_frame
-        # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.
-        self._decoder: FrameDecoder | None = None if handshake else self._new_decoder()
-        self._session: Session | None = None
-        self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
         self._on_authenticated = on_authenticated
         self._flush_deadline: float | None = None
-        # The lock guards the write side: the backlog and its byte count, the held
-        # batch and its deadline, the session and the closed flag.
-        self._lock = threading.Lock()
-        self._backlog: collections.deque[memoryview] = collections.deque()
-        self._queued = 0  # bytes in _backlog and _unsealed: what waits to be written
-        self.drain_below = -1  # on_drained() once _queued <= this (-1: nobody asked)
-        self.on_drained: Callable[[], None] | None = None
-        self._paused: set[Any] = set()  # who asked us to stop reading (see pause())
-        self._held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
-        self._reader: threading.Thread | None = None  # receiving a large frame off the loop
-        # Direct reads (read_directly): the read role is held by the I/O thread while
-        # it reads, or by a thread waiting for a reply; _mu orders the changes of the
-        # loop's interest in this socket made by either.
-        self._rlock = threading.Lock()
-        self._mu = threading.Lock()
-        self._direct = False  # a thread other than the I/O thread reads now
-        self._broken: BaseException | None = None  # a direct read found a bad frame
-        self._eof = False  # a direct read found EOF or a read error (the loop reports it)
-        self._unwatched = False  # _close took the socket out of the loop (under _mu)
-        # Spinning before a direct read blocks (read_directly; the role holder's):
-        # waits to skip spinning, and the skip after the next miss (doubling to a cap).
-        self._spin_skip = 0
-        self._spin_backoff = 0
-        self._sel: selectors.EpollSelector | None = _epoll_of(loop) if tls is None else None
-        self._sel_keys: dict[int, selectors.SelectorKey] | None = getattr(
-            self._sel, "_fd_to_key", None
-        )
-        self._polls: dict[int, Any] = {}  # the direct reader's poll objects, by bell
-        # Set by the runtime: handle a frame on the reading thread; False to leave it to
-        # the I/O thread (which then gets it, and everything after it, in order).
-        self.direct_frame: Callable[[Connection, Frame], bool] | None = None
-        self._writer_armed = False
-        self._hold: list[bytes] = []  # small frames held for one batched write
-        self._batching = batching if batching is not None else Batching()
-        self._hold_epoch = -1  # its epoch when this connection last wrote without holding
-        self._hold_timer = False  # a flush of what is held is scheduled on the I/O thread
-        self.closed = False
+        self.closed = False  # set under writer.lock
         self.close_exc: BaseException | None = None
         self.peer: Any = None  # set by the runtime after the hello frame
         self.last_recv = loop.time()
-        self.last_send = loop.time()
         self.tcp = False  # set by the runtime: TCP (to another host) or Unix (this host)
         self.peer_pid: int | None = None  # the peer's pid, when it is on this host
-        # Counters for the metrics (plain ints: the GIL keeps each += whole).
-        self.frames_sent = 0
-        self.bytes_sent = 0
-        self.frames_recv = 0
-        self.spins_hit = 0  # direct reads whose wait ended while they spun (frame or bell)
-        self.spins_missed = 0  # ... and those that spun for nothing, then slept
-        self.bytes_recv = 0
-        self.recv_off_loop = 0  # bytes of large frames received by a reader thread
-        self.frames_direct = 0  # frames a waiting thread read and handled itself
         # Until the handshake is done, nothing is decoded and nothing is sent but it.
         self._hs = handshake
         self._hs_buf = b""
+        self.stats = stats = ConnStats()
+        self.direct = direct = DirectReader(self, stats)
+        self.reader = reader = FrameReader(
+            self, on_frame, max_frame, stats, direct, decode=handshake is None
+        )
+        direct._reader = reader
+        self.writer = writer = WriteBatcher(
+            self,
+            batching if batching is not None else Batching(),
+            stats,
+            direct.sel_op,
+            sealing=handshake is not None,
+        )
+        self.send = writer.send
+        self.flush_held = writer.flush_held
+        self.want_drain = writer.want_drain
+        self.pause = reader.pause
+        self.resume = reader.resume
+        self.read_directly = direct.read_directly
+        self._on_readable = reader.on_readable
+        self._sel_op = direct.sel_op
         if handshake is not None:
             if handshake_timeout is None:
                 handshake_timeout = config.get("handshake_timeout")
@@ -207,19 +1017,81 @@ class Connection:
         else:
             self._start_handshake()
 
-    def _new_decoder(self, **kw: Any) -> FrameDecoder:
-        # A TLS socket is only ever read by the I/O thread: no hand-off of large frames.
-        handoff = 0 if self.tls else config.get("recv_thread_min")
-        return FrameDecoder(self._max_frame, handoff_min=handoff, **kw)
+    # -- what the parts hold, as the runtime and the metrics read it ---------------
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes queued and not yet written to the socket (any thread; a snapshot)."""
+        return self.writer.queued
+
+    @property
+    def last_send(self) -> float:
+        """When a frame was last sent (the loop's clock)."""
+        return self.writer.last_send
+
+    @property
+    def on_drained(self) -> Callable[[], None] | None:
+        """Called on the I/O thread once the backlog falls as asked (``want_drain``)."""
+        return self.writer.on_drained
+
+    @on_drained.setter
+    def on_drained(self, fn: Callable[[], None] | None) -> None:
+        self.writer.on_drained = fn
+
+    @property
+    def direct_frame(self) -> Callable[[Connection, Frame], bool] | None:
+        """Set by the runtime: handle a frame on the reading thread (``read_directly``)."""
+        return self.direct.direct_frame
+
+    @direct_frame.setter
+    def direct_frame(self, fn: Callable[[Connection, Frame], bool] | None) -> None:
+        self.direct.direct_frame = fn
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.reader.paused_by)
+
+    @property
+    def frames_sent(self) -> int:
+        return self.stats.frames_sent
+
+    @property
+    def bytes_sent(self) -> int:
+        return self.stats.bytes_sent
+
+    @property
+    def frames_recv(self) -> int:
+        return self.stats.frames_recv
+
+    @property
+    def bytes_recv(self) -> int:
+        return self.stats.bytes_recv
+
+    @property
+    def recv_off_loop(self) -> int:
+        return self.stats.recv_off_loop
+
+    @property
+    def frames_direct(self) -> int:
+        return self.stats.frames_direct
+
+    @property
+    def spins_hit(self) -> int:
+        return self.stats.spins_hit
+
+    @property
+    def spins_missed(self) -> int:
+        return self.stats.spins_missed
+
+    # -- TLS and the secret's handshake (I/O thread) --------------------------------
 
     def _start_handshake(self) -> None:
         if self._hs is not None:
             first = self._hs.start()
             if first:
                 self._raw_send(first)
-        elif self._backlog:
-            with self._lock:
-                self._arm_writer_locked()
+        else:
+            self.writer.start()
 
     def _tls_step(self) -> None:
         """Advance the TLS handshake (I/O thread)."""
@@ -293,598 +1165,14 @@ class Connection:
             return True
         session = None if self.tls else hs.session()  # TLS protects every byte already
         if session is not None:
-            self._decoder = self._new_decoder(trailer=TAG, check=session.check)
+            self.reader.decoder = self.reader.new_decoder(trailer=TAG, check=session.check)
         else:
-            self._decoder = self._new_decoder()
-        with self._lock:
-            self._hs = None
-            self._session = session
-            for parts in self._unsealed:
-                self._backlog.extend(_views(self._sealed(parts)))
-                if self._session is not None:
-                    self._queued += TAG
-            self._unsealed = []
-            if self._backlog:
-                self._arm_writer_locked()
+            self.reader.decoder = self.reader.new_decoder()
+        self.writer.authenticated(session)
+        self._hs = None
         if self._on_authenticated is not None:
             self._on_authenticated(self)
         return False
-
-    def _sealed(self, parts: list[Any]) -> list[Any]:
-        """``parts`` followed by their tag, if this connection authenticates frames."""
-        if self._session is None:
-            return parts
-        return [*parts, self._session.seal(parts)]
-
-    # -- writing (any thread) ---------------------------------------------
-
-    def send(self, parts: list[Any]) -> None:
-        """Queue ``parts`` (one encoded frame) for sending, in order. Never blocks.
-
-        Raises :class:`TransportError` if the connection is already closed.
-        """
-        with self._lock:
-            if self.closed:
-                raise (
-                    self.close_exc
-                    if isinstance(self.close_exc, TransportError)
-                    else ConnectionClosedError("connection is closed")
-                )
-            self.frames_sent += 1
-            now = self.loop.time()
-            last, self.last_send = self.last_send, now
-            if self._hs is not None:
-                # Sealed once the handshake gives the key; a snapshot, since the caller
-                # may change its arrays as soon as we return.
-                owned = _owned(_views(parts))
-                self._unsealed.append(owned)
-                self._queued += _nbytes(owned)
-                return
-            if self._session is not None:
-                parts = self._sealed(parts)
-            if self._backlog or self._tls_pending:
-                self._queue_locked(_snapshot(parts))
-                return
-            hold = self._hold
-            batching = self._batching
-            if hold or (
-                now - last < config.get("send_batch_delay") and self._hold_epoch == batching.epoch
-            ):
-                if self._hold_frame(parts, hold):
-                    return
-                parts = [*hold, *parts]  # what is held goes first, in one write
-                hold.clear()
-                batching.held.discard(self)
-            self._hold_epoch = batching.epoch
-            if self.tls and not _on_loop_thread(self.loop):
-                # An SSL object must not be used by two threads at once (the I/O thread
-                # reads it): let the I/O thread write.
-                self._queue_locked(_snapshot(parts))
-                self._arm_writer_locked()
-                return
-            window = config.get("coalesce_window")
-            if window > 0 and now - last < window and not _on_loop_thread(self.loop):
-                # Frames are coming in a burst: let the I/O thread write them together
-                # (one syscall, one wake-up of the peer) instead of one by one.
-                self._queue_locked(_snapshot(parts))
-                self._arm_writer_locked()
-                return
-            self._write_now_locked(parts)
-
-    def _hold_frame(self, parts: list[Any], hold: list[bytes]) -> bool:
-        """Hold a small frame for a batched write (lock held); False if it cannot be."""
-        if (
-            len(parts) != 1
-            or type(parts[0]) is not bytes
-            or len(parts[0]) > _HOLD_MAX
-            or self.tls
-            or _on_loop_thread(self.loop)
-        ):
-            return False
-        batch = config.get("send_batch")
-        if batch <= 1:
-            return False
-        hold.append(parts[0])
-        if len(hold) >= batch:
-            frames = hold[:]
-            hold.clear()
-            self._batching.held.discard(self)
-            self._write_now_locked(frames)
-        elif len(hold) == 1:
-            self._batching.held.add(self)
-            if not self._hold_timer:
-                self._hold_timer = True
-                self.loop.call_soon_threadsafe(self._arm_hold_timer)
-        return True
-
-    def _arm_hold_timer(self) -> None:
-        self.loop.call_later(config.get("send_batch_delay"), self._hold_timer_fired)
-
-    def _hold_timer_fired(self) -> None:
-        self._hold_timer = False
-        self.flush_held()
-
-    def flush_held(self) -> None:
-        """Write the frames held for a batch now (any thread)."""
-        with self._lock:
-            hold = self._hold
-            if not hold or self.closed:
-                return
-            frames = hold[:]
-            hold.clear()
-            self._batching.held.discard(self)
-            self._hold_epoch = -1
-            if self._backlog:
-                self._queue_locked(_snapshot(frames))
-                return
-            self._write_now_locked(frames)
-
-    def _write_now_locked(self, parts: list[Any]) -> None:
-        """Write ``parts`` to the socket now; queue what it does not take (lock held)."""
-        try:
-            sent = self._write(parts) if len(parts) <= _MAX_IOV else 0
-        except _WOULD_BLOCK:
-            sent = 0
-        except OSError:
-            # The reader will notice too; keep the frame so nothing is silently lost.
-            self._queue_locked(_snapshot(parts))
-            self._arm_writer_locked()
-            return
-        if sent == _total(parts):
-            return
-        self._queue_locked(_owned(_skip(_views(parts), sent)))
-        self._arm_writer_locked()
-
-    def _queue_locked(self, views: list[memoryview]) -> None:
-        self._backlog.extend(views)
-        self._queued += _nbytes(views)
-
-    @property
-    def backlog_bytes(self) -> int:
-        """Bytes queued and not yet written to the socket (any thread; a snapshot)."""
-        return self._queued
-
-    def want_drain(self, below: int) -> None:
-        """Call ``on_drained()`` (I/O thread) once the backlog is at most ``below`` bytes."""
-        with self._lock:
-            if self.drain_below < 0 or below < self.drain_below:
-                self.drain_below = below
-
-    def _arm_writer_locked(self) -> None:
-        if self._writer_armed:
-            return
-        self._writer_armed = True
-        if _on_loop_thread(self.loop):
-            self._sel_op(self.loop.add_writer, self.fd, self._on_writable)
-        else:
-            self.loop.call_soon_threadsafe(self._add_writer)
-
-    def _add_writer(self) -> None:
-        if not self.closed:
-            self._sel_op(self.loop.add_writer, self.fd, self._on_writable)
-
-    def _on_writable(self) -> None:
-        err: BaseException | None = None
-        with self._lock:
-            while self._backlog:
-                batch = list(_take(self._backlog, _MAX_IOV))
-                try:
-                    sent = self._write(batch)
-                except _WOULD_BLOCK:
-                    break
-                except OSError as e:
-                    err = e
-                    break
-                rest = list(_skip(batch, sent))
-                for _ in batch:
-                    self._backlog.popleft()
-                self._backlog.extendleft(reversed(rest))
-                self._queued -= sent
-                if rest:
-                    break
-            else:
-                self._writer_armed = False
-                self._sel_op(self.loop.remove_writer, self.fd)
-            drained = err is None and self.drain_below >= 0 and self._queued <= self.drain_below
-            if drained:
-                self.drain_below = -1
-        if err is not None:
-            self._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
-        elif drained and self.on_drained is not None:
-            self.on_drained()
-
-    # -- reading (I/O thread) -------------------------------------------
-
-    def _write(self, parts: list[Any]) -> int:
-        """Write as much of ``parts`` as the socket takes now; returns the bytes written."""
-        if not self.tls:
-            n = self.sock.sendmsg(parts)
-            self.bytes_sent += n
-            return n
-        sent = 0
-        for p in parts:
-            view = memoryview(p).cast("B")
-            try:
-                n = self.sock.send(view)
-            except _WOULD_BLOCK:
-                if sent:
-                    return sent
-                raise
-            sent += n
-            if n < len(view):
-                break
-        self.bytes_sent += sent
-        return sent
-
-    def pause(self, who: Any) -> None:
-        """Stop reading until every ``who`` that paused has resumed (I/O thread).
-
-        Frames already read are still delivered. While paused, the peer's
-        writes back up in the kernel and then in the peer's own backlog.
-        """
-        if self.closed:
-            return
-        if not self._paused:
-            self._sel_op(self.loop.remove_reader, self.fd)
-        self._paused.add(who)
-
-    def resume(self, who: Any) -> None:
-        """Undo ``pause(who)`` (I/O thread); reading starts again when nobody holds it."""
-        if who not in self._paused:
-            return
-        self._paused.discard(who)
-        if self._paused or self.closed:
-            return
-        self.last_recv = self.loop.time()  # we stopped listening; the peer did not go quiet
-        self._sel_op(self.loop.add_reader, self.fd, self._on_readable)
-        self.loop.call_soon(self._on_readable)  # bytes TLS decrypted already wake no reader
-
-    @property
-    def paused(self) -> bool:
-        return bool(self._paused)
-
-    def _on_readable(self) -> None:
-        if not self._rlock.acquire(False):
-            # A waiting thread reads this connection now: the loop must not spin on it.
-            with self._mu:
-                if self._direct:
-                    self._set_interest(False)
-            return
-        try:
-            self._read_on_loop()
-        finally:
-            self._rlock.release()
-
-    def _read_on_loop(self) -> None:
-        if self._paused or self.closed:
-            return
-        if self._broken is not None:
-            self._fail(PeerBrokenError(str(self._broken)), cause=None)
-            return
-        if self._tls_pending:
-            self._tls_step()
-            return
-        if self._hs is not None and self._on_handshake_bytes():
-            return
-        while self._held_frames:
-            self._on_frame(self, self._held_frames.popleft())
-            if self._paused or self.closed:
-                return
-        self.last_recv = self.loop.time()
-        decoder = self._decoder
-        assert decoder is not None  # made when the handshake succeeded
-        if decoder.handoff is not None:
-            self._hand_off(decoder)
-            return
-        for _ in range(_READ_BUDGET):
-            buf = decoder.buffer()
-            try:
-                n = self.sock.recv_into(buf)
-            except _WOULD_BLOCK:
-                return
-            except OSError as e:
-                self._fail(PeerBrokenError(f"read failed: {e}"), cause=e)
-                return
-            if n == 0:
-                self._fail(PeerBrokenError("connection closed by peer (EOF)"), cause=None)
-                return
-            self.bytes_recv += n
-            try:
-                frames = decoder.feed(n)
-            except PeerBrokenError as e:  # malformed (FrameError) or not authentic (AuthError)
-                self._fail(e, cause=None)
-                return
-            self.frames_recv += len(frames)
-            for i, f in enumerate(frames):
-                if self.closed:
-                    return
-                self._on_frame(self, f)
-                if self._paused:
-                    # Read already (at most one read's worth): delivered on resume, in order.
-                    self._held_frames.extend(frames[i + 1 :])
-                    return
-            if decoder.handoff is not None:
-                if not self.closed:
-                    self._hand_off(decoder)
-                return
-            if n < len(buf) and not (self.tls and self.sock.pending()):  # type: ignore[attr-defined]
-                return
-
-    # -- direct reads: a waiting thread reads its own reply ----------------------
-
-    def _sel_op(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Change the loop's interest in this socket (I/O thread), keeping a direct
-        reader's mute: the loop must not watch for reads while another thread reads."""
-        with self._mu:
-            fn(*args)
-            if self._direct:
-                self._set_interest(False)
-
-    def _set_interest(self, read: bool) -> None:
-        """Set the kernel's epoll mask for this socket to what the loop registered,
-        without reads unless ``read`` (``_mu`` held)."""
-        sel = self._sel
-        assert sel is not None
-        keys = self._sel_keys
-        if keys is not None:  # the selector's own table: a dict lookup, not four calls
-            key = keys.get(self.fd)
-            if key is None:  # not registered now
-                return
-            events = key.events
-        else:  # pragma: no cover - a selector without the table
-            try:
-                events = sel.get_key(self.fd).events
-            except (KeyError, ValueError, RuntimeError):  # not registered now, or loop closed
-                return
-        mask = 0
-        if read and events & selectors.EVENT_READ:
-            mask |= select.EPOLLIN
-        if events & selectors.EVENT_WRITE:
-            mask |= select.EPOLLOUT
-        try:
-            sel._selector.modify(self.fd, mask)  # type: ignore[attr-defined]
-        except (OSError, ValueError):  # gone from the set, or the epoll object closed
-            pass
-
-    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
-        """Read this connection on the calling thread, for up to ``timeout`` s, until
-        ``done()`` (any thread but the I/O thread).
-
-        A thread about to block for a reply that will come on this connection
-        reads it itself: the I/O thread is neither woken nor handed anything,
-        which saves two thread wake-ups per round trip. Each frame read goes
-        to ``direct_frame``; the first one it declines, and every frame after
-        it, goes to the I/O thread in order. ``bell`` is a descriptor that
-        ends the wait when readable (the caller drains it). Returns False,
-        having done nothing, when the role cannot be taken (the I/O thread is
-        reading, the connection is TLS, paused, closing, receiving a large
-        frame...): the caller then waits the usual way.
-
-        Before it blocks, the reader polls without blocking for up to
-        ``spin_wait`` s: an answer that comes that soon is read by a thread
-        that never slept, which on a virtual machine saves the wake-up and the
-        cold caches after it (see ``_spin_for``).
-        """
-        if not self._take_role():
-            return False
-        try:
-            poll = self._polls.get(bell)  # the role holder's alone: no lock needed
-            if poll is None:
-                if len(self._polls) >= 8:  # readers come and go (actors' bells)
-                    self._polls.clear()
-                poll = self._polls[bell] = select.poll()
-                poll.register(self.fd, select.POLLIN)
-                if bell >= 0:
-                    poll.register(bell, select.POLLIN)
-            now = time.monotonic()
-            deadline = now + timeout
-            spin = min(self._spin_for(), timeout)
-            spin_end = now + spin if spin > 0 else 0.0
-            hit = False
-            while not done():
-                if spin_end:
-                    ready = poll.poll(0)
-                    if not ready:
-                        if time.monotonic() < spin_end:
-                            continue
-                        spin_end = 0.0
-                        continue
-                    hit = True
-                    spin_end = 0.0
-                else:
-                    wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-                    ready = poll.poll(wait_ms)
-                    if not ready or wait_ms == 0:
-                        break
-                if any(fd == bell for fd, _ in ready) or self._read_once():
-                    break
-            if spin > 0:
-                self._spun(hit, time.monotonic() - now, spin)
-        finally:
-            self._give_role()
-        return True
-
-    def _spin_for(self) -> float:
-        """How long this direct read polls before it blocks (the role holder's).
-
-        Spinning pays when the answer comes within ``spin_wait``. When the
-        wait lasted more than ``_SPIN_NEAR`` times the spin (a peer doing real
-        work), the next waits skip spinning, 1, 2, 4 ... up to
-        ``_SPIN_SKIP_MAX`` of them, so such a peer costs at most one spin in
-        65 waits; a hit starts again from no skip. A nearer miss does not
-        skip: the peer was only slow to wake, and if both ends stopped
-        spinning for that, both would stay slow to wake, each waiting longer
-        than the other spins, for good.
-        """
-        if self._spin_skip:
-            self._spin_skip -= 1
-            return 0.0
-        spin: float = config.get("spin_wait")
-        return spin if _SPIN_OK else 0.0
-
-    def _spun(self, hit: bool, waited: float, spin: float) -> None:
-        """Account for one spin (the role holder's): ``waited`` s in all."""
-        if hit:
-            self.spins_hit += 1
-            self._spin_backoff = 0
-            return
-        self.spins_missed += 1
-        if waited > _SPIN_NEAR * spin:
-            self._spin_skip = self._spin_backoff = min(2 * self._spin_backoff or 1, _SPIN_SKIP_MAX)
-
-    def _take_role(self) -> bool:
-        """Become this connection's reader, muting the loop's reads (False: cannot)."""
-        if self._sel is None or self.direct_frame is None or not self._rlock.acquire(False):
-            return False
-        with self._mu:
-            if (
-                self.closed
-                or self._unwatched
-                or self._paused
-                or self._held_frames
-                or self._hs is not None
-                or self._broken is not None
-                or self._eof
-                or self._decoder is None
-                or self._decoder.handoff is not None
-            ):
-                self._rlock.release()
-                return False
-            self._direct = True
-            self._set_interest(False)
-        return True
-
-    def _give_role(self) -> None:
-        """Stop being the reader; the loop watches the socket again."""
-        try:
-            with self._mu:
-                self._direct = False
-                if self._unwatched:
-                    self._release_socket()  # _close left it to us
-                else:
-                    self._set_interest(True)
-        finally:
-            self._rlock.release()
-        if (
-            self._held_frames
-            or self._broken is not None
-            or self._eof
-            or (self._decoder is not None and self._decoder.handoff is not None)
-        ):
-            # Left for the I/O thread, asked only now that it can take the role (an
-            # earlier try may have found it still held, and nothing else wakes it).
-            self._wake_loop()
-
-    def _read_once(self) -> bool:
-        """One read as the direct reader; True when the I/O thread must take over."""
-        decoder = self._decoder
-        assert decoder is not None and self.direct_frame is not None
-        if self.closed:
-            return True
-        try:
-            n = self.sock.recv_into(decoder.buffer())
-        except _WOULD_BLOCK:
-            return False
-        except OSError:
-            self._eof = True  # the I/O thread reads the same error and closes
-            return True
-        if n == 0:
-            self._eof = True  # left for the I/O thread to see and report
-            return True
-        self.bytes_recv += n
-        self.last_recv = self.loop.time()
-        try:
-            frames = decoder.feed(n)
-        except PeerBrokenError as e:  # the I/O thread closes the connection
-            self._broken = e
-            return True
-        self.frames_recv += len(frames)
-        declined = False
-        for f in frames:
-            if declined or self.closed or not self.direct_frame(self, f):
-                declined = True
-                self._held_frames.append(f)  # the I/O thread delivers it first, in order
-            else:
-                self.frames_direct += 1
-        return declined or decoder.handoff is not None
-
-    def _wake_loop(self) -> None:
-        """Have the I/O thread read this connection soon (held frames, a large frame)."""
-        try:
-            self.loop.call_soon_threadsafe(self._on_readable)
-        except RuntimeError:  # the loop is closed: the runtime is gone
-            pass
-
-    # -- large frames, received off the I/O loop ------------------------------
-
-    def _hand_off(self, decoder: FrameDecoder) -> None:
-        """A large frame begins: a thread of its own receives it while the I/O loop
-        serves everyone else (I/O thread). The connection pauses until it is in."""
-        assert decoder.handoff is not None
-        whole, head = decoder.handoff
-        decoder.handoff = None
-        self.pause(_READER)
-        self._reader = threading.Thread(
-            target=self._read_large,
-            args=(decoder, whole, head),
-            name="danaus-recv-large",
-            daemon=True,
-        )
-        self._reader.start()
-
-    def _read_large(self, decoder: FrameDecoder, whole: int, head: bytes) -> None:
-        """Receive one large frame straight into its own (warm) memory, check and
-        parse it, and hand it to the I/O thread (reader thread)."""
-        frame: Frame | None = None
-        err: BaseException | None = None
-        try:
-            try:
-                big = recv_pool.take(whole)
-            except (MemoryError, OSError, ValueError, OverflowError) as e:
-                raise FrameError(f"cannot allocate a frame of {whole} bytes: {e}") from e
-            big[: len(head)] = head
-            filled = len(head)
-            poll = select.poll()
-            poll.register(self.fd, select.POLLIN)
-            while filled < whole and not self.closed:
-                try:
-                    n = self.sock.recv_into(big[filled:])
-                except _WOULD_BLOCK:
-                    poll.poll(_READER_POLL_MS)
-                    continue
-                except OSError as e:
-                    raise PeerBrokenError(f"read failed: {e}") from e
-                if n == 0:
-                    raise PeerBrokenError("connection closed by peer (EOF)")
-                filled += n
-                self.bytes_recv += n
-                self.recv_off_loop += n
-                self.last_recv = self.loop.time()
-            if filled == whole:
-                frame = decoder.finish(big)
-        except PeerBrokenError as e:  # FrameError, AuthError, a broken socket
-            err = e
-        except BaseException as e:  # reported on the I/O thread, never lost
-            err = PeerBrokenError(f"receiving a large frame failed: {e!r}")
-            err.__cause__ = e
-        try:
-            self.loop.call_soon_threadsafe(self._large_done, frame, err)
-        except RuntimeError:  # the loop is closed: the runtime is gone
-            self._release_socket()
-
-    def _large_done(self, frame: Frame | None, err: BaseException | None) -> None:
-        """Back on the I/O thread: deliver the frame in order and read on."""
-        self._reader = None
-        if self.closed:
-            self._release_socket()
-            return
-        if err is not None:
-            self._fail(err, cause=None)
-            return
-        assert frame is not None
-        self.frames_recv += 1
-        self._held_frames.append(frame)  # delivered first when reading resumes
-        self.resume(_READER)
 
     def _release_socket(self) -> None:
         try:
@@ -916,8 +1204,8 @@ class Connection:
         if self._flush_deadline is None:
             self._flush_deadline = now + config.get("flush_timeout")
         self.flush_held()
-        with self._lock:
-            pending = bool(self._backlog) or self._reader is not None
+        with self.writer.lock:
+            pending = bool(self.writer.backlog) or self.reader.thread is not None
         if pending and not self.closed and now < self._flush_deadline:
             self.loop.call_later(0.01, self.flush_and_close)
         elif self.tcp and not self.tls and not self.closed and not pending:
@@ -963,19 +1251,17 @@ class Connection:
             self.close()
 
     def _close(self, exc: BaseException | None) -> None:
-        with self._lock:
+        reader = self.reader
+        direct = self.direct
+        with self.writer.lock:
             if self.closed:
                 return
             self.closed = True
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
-            self._backlog.clear()
-            self._hold.clear()
-            self._batching.held.discard(self)
-            self._unsealed = []
-            self._queued = 0
-            self._paused.clear()
-            self._held_frames.clear()
-        with self._mu:
+            self.writer.drop_locked()
+            reader.paused_by.clear()
+            reader.held_frames.clear()
+        with direct.mu:
             # One step: the loop forgets the socket before anyone may close it. A thread
             # reading it (a direct reader, or the reader of a large frame) is woken by
             # the shutdown and closes it when it stops, so its descriptor is never
@@ -985,8 +1271,8 @@ class Connection:
                 self.loop.remove_writer(self.fd)
             except (ValueError, OSError, RuntimeError):
                 pass
-            self._unwatched = True
-            reading = self._direct or self._reader is not None
+            direct.unwatched = True
+            reading = direct.active or reader.thread is not None
             if reading:
                 try:
                     self.sock.shutdown(socket.SHUT_RDWR)
