@@ -34,7 +34,7 @@ SECRET = b"b" * 64
 
 def _runtime(name: str, secure: bool) -> Any:
     import danaus.config
-    from danaus._runtime.runtime import Runtime
+    from danaus._runtime.messaging.runtime import Runtime
 
     # Each small frame is written at once, secure or not: batching back-to-back small
     # frames (send_batch) applies to unsealed frames only, and this loop waits on a

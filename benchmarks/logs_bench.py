@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from danaus._runtime import logs
+from danaus._runtime.logs import process as logs
 from danaus.actor import Actor, endpoint, this_host
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

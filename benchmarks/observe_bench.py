@@ -41,7 +41,7 @@ class Target(Actor):
 
     @endpoint
     def set_metrics(self, on: bool) -> None:
-        from danaus._runtime import proc
+        from danaus._runtime.hosting import proc
 
         rt = proc.current()
         assert rt is not None

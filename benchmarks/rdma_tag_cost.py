@@ -27,7 +27,7 @@ from typing import Any
 
 from danaus._rdma import net, registry
 from danaus._rdma.memory import LocalMemory
-from danaus._runtime.runtime import Runtime
+from danaus._runtime.messaging.runtime import Runtime
 from danaus._transport.address import make_job_dir
 
 MiB = 1 << 20

@@ -98,7 +98,7 @@ def main():
     procs = host.spawn_procs(per_host={{"gpus": {n}}})
     procs.spawn("ping", Ping).ping.call().get()
     procs.stop().get()
-    agent = next(p for p in children(os.getpid()) if b"danaus._runtime.agent" in cmdline(p))
+    agent = next(p for p in children(os.getpid()) if b"danaus._runtime.hosting.agent" in cmdline(p))
     zygote = children(agent)[0]
     all_reaped(zygote)
     c0 = cpu(agent, zygote)

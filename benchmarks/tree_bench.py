@@ -4,7 +4,7 @@
     python benchmarks/tree_bench.py                  # 512, 4096, 8192 ranks, tree and direct
     python benchmarks/tree_bench.py --sizes 512 --rounds 3 --no-direct   # quick look
 
-The meshes are simulated (``danaus._actor.simulated.SimulatedMesh``): every
+The meshes are simulated (``danaus._actor.tools.simulated.SimulatedMesh``): every
 proc is a real runtime over the in-process transport, all on one thread, so
 the caller's side (this script's main thread and its I/O thread) is exactly
 what it would be with real procs. For each size it measures, per
@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import danaus.config
-from danaus._actor.simulated import SimulatedMesh
+from danaus._actor.tools.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import Actor, endpoint
 
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ import os
 import pickle
 from typing import Any
 
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus._wire import memory
 from danaus.actor import Actor, endpoint
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from danaus._runtime.host import ensure_runtime
+from danaus._runtime.hosting.host import ensure_runtime
 from danaus._transport.auth import new_secret
 from danaus.actor import HostMesh, attach_to_workers
 

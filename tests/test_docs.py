@@ -137,7 +137,7 @@ def _table(section: str, header: list[str]) -> list[list[str]]:
 
 
 def _module(path: pathlib.Path) -> str:
-    """``_actor/owned`` for src/danaus/_actor/owned.py."""
+    """``_actor/owned`` for src/danaus/_actor/core/owned.py."""
     return path.relative_to(SRC).with_suffix("").as_posix()
 
 
@@ -219,7 +219,7 @@ def test_the_design_names_the_handler_of_every_frame_kind() -> None:
 
     documented: dict[str, set[str]] = {}
     for row in _table("Messages", ["module", "frame kinds it handles"]):
-        m = re.match(r"`(_\w+/\w+\.py)`", row[0])
+        m = re.match(r"`(_\w+(?:/\w+)*\.py)`", row[0])
         assert m, f"docs/design.md: a routing row starts with `_layer/module.py`, not {row[0]}"
         for kind in re.findall(r"`([A-Z][A-Z_]*)`", row[1]):
             documented.setdefault(kind, set()).add(m.group(1))

@@ -31,7 +31,7 @@ BASE = {"_errors", "_config"}  # importable from every layer
 # DANAUS_DASHBOARD=1 starts the dashboard (the observing layer) at the first spawn.
 # A node loads the bootstrap by name (``importlib.import_module(BOOTSTRAP)``) when it
 # starts: the bootstrap sits above every layer, since it installs all of them.
-UPWARD = {"_actor/procs.py": {"_tensor", "_observe"}, "_runtime/node.py": {"_bootstrap"}}
+UPWARD = {"_actor/api/procs.py": {"_tensor", "_observe"}, "_runtime/node.py": {"_bootstrap"}}
 
 
 def _module_constants(tree: ast.Module) -> dict[str, str]:

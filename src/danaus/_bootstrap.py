@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._actor import debugger, introspect, procservice, undeliverable
+from ._actor import debugger
+from ._actor.core import procservice, undeliverable
+from ._actor.tools import introspect
 from ._rdma import registry as rdma_registry
-from ._runtime import logs
+from ._runtime.logs import process as logs
 from ._runtime.node import Node
 from ._supervision import monitor
 

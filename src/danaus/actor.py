@@ -20,44 +20,39 @@ Example::
 
 from __future__ import annotations
 
-from ._actor.actor import Actor as Actor
-from ._actor.adverbs import Accumulator as Accumulator
-from ._actor.adverbs import Endpoint as Endpoint
-from ._actor.adverbs import as_endpoint as as_endpoint
-from ._actor.adverbs import send as send
-from ._actor.context import Context as Context
-from ._actor.context import Instance as Instance
-from ._actor.context import context as context
-from ._actor.context import current_actor_name as current_actor_name
-from ._actor.context import current_rank as current_rank
-from ._actor.context import current_size as current_size
-from ._actor.controller import get_or_spawn_controller as get_or_spawn_controller
+from ._actor.api.actor import Actor
+from ._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
+from ._actor.api.controller import get_or_spawn_controller
+from ._actor.api.endpoint import concurrent_endpoint, endpoint
+from ._actor.api.hosts import (
+    ChannelTransport,
+    HostMesh,
+    attach_to_workers,
+    enable_transport,
+    this_host,
+)
+from ._actor.api.legacy import local_proc_mesh, proc_mesh, sim_proc_mesh
+from ._actor.api.lifecycle import shutdown_context
+from ._actor.api.mesh import ActorMesh
+from ._actor.api.procs import ProcMesh, this_proc
+from ._actor.core.context import (
+    Context,
+    Instance,
+    context,
+    current_actor_name,
+    current_rank,
+    current_size,
+)
+from ._actor.core.future import Future
+from ._actor.core.ports import Channel, Port, PortReceiver
 from ._actor.debugger import debug_controller as debug_controller
-from ._actor.endpoint import concurrent_endpoint as concurrent_endpoint
-from ._actor.endpoint import endpoint as endpoint
-from ._actor.future import Future as Future
-from ._actor.hosts import ChannelTransport as ChannelTransport
-from ._actor.hosts import HostMesh as HostMesh
-from ._actor.hosts import attach_to_workers as attach_to_workers
-from ._actor.hosts import enable_transport as enable_transport
-from ._actor.hosts import this_host as this_host
-from ._actor.legacy import local_proc_mesh as local_proc_mesh
-from ._actor.legacy import proc_mesh as proc_mesh
-from ._actor.legacy import sim_proc_mesh as sim_proc_mesh
-from ._actor.lifecycle import shutdown_context as shutdown_context
-from ._actor.mesh import ActorMesh as ActorMesh
-from ._actor.ports import Channel as Channel
-from ._actor.ports import Port as Port
-from ._actor.ports import PortReceiver as PortReceiver
-from ._actor.procs import ProcMesh as ProcMesh
-from ._actor.procs import this_proc as this_proc
 from ._errors import ActorError as ActorError
 from ._errors import SupervisionError as SupervisionError
 from ._job.config import hosts_from_config as hosts_from_config
 from ._mesh import Extent as Extent
 from ._mesh import Point as Point
 from ._mesh import ValueMesh as ValueMesh
-from ._runtime.worker import run_worker_loop_forever as run_worker_loop_forever
+from ._runtime.hosting.worker import run_worker_loop_forever
 from ._supervision.failure import MeshFailure as MeshFailure
 from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ._actor.simulated import SimulatedMesh as SimulatedMesh
+from ._actor.tools.simulated import SimulatedMesh
 from ._supervision.failure import MeshFailure
 
 __all__ = [

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime import host
-from danaus._runtime import proc as _proc
+from danaus._runtime.hosting import host
+from danaus._runtime.hosting import proc as _proc
 from danaus.actor import Actor, ActorMesh, ProcMesh, context, endpoint
 from danaus.config import configured
 

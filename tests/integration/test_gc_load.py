@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from danaus._actor.future import Deferred
+from danaus._actor.core.future import Deferred
 
 
 def test_the_client_freezes_what_lives_when_its_runtime_starts(client_script: Any) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import ProcMesh, this_host
 from large_blobs import Blob, check_blob, lost_peers
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import Actor, ActorError, Channel, ProcMesh, endpoint, this_host
 from large_blobs import lost_peers
 

@@ -26,7 +26,7 @@ def _left_in(path: str) -> list[str] | None:
 def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
     node = node_mod.current()
     assert node is not None and node.client
-    from danaus._runtime import proc
+    from danaus._runtime.hosting import proc
 
     assert proc.current() is node.runtime
     # The owned-mesh registry is a part of the node, not a module global.
@@ -120,8 +120,8 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         import danaus.config
         danaus.config.configure(stopped_actors_remembered=50)
         from danaus.actor import Actor, endpoint, this_host
-        from danaus._actor import owned
-        from danaus._runtime import host
+        from danaus._actor.core import owned
+        from danaus._runtime.hosting import host
 
         def usage():
             pid = os.getpid()
@@ -131,7 +131,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         class A(Actor):
             @endpoint
             def usage(self):
-                from danaus._runtime import host
+                from danaus._runtime.hosting import host
                 u = usage()
                 u["mailboxes"] = len(host.ensure_runtime().mailboxes)
                 return u

@@ -27,7 +27,7 @@ import torch
 import danaus
 import danaus.actor
 from danaus import _config
-from danaus._actor.owned import Registry
+from danaus._actor.core.owned import Registry
 from danaus._observe import dashboard, logtail
 from danaus._rdma import net
 from danaus._rdma.registry import BufferRegistry

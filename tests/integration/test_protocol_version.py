@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from danaus._errors import SupervisionError
-from danaus._runtime.runtime import STATUS_ERROR
+from danaus._runtime.messaging.runtime import STATUS_ERROR
 from danaus._wire import codec
 from danaus._wire.frame import FrameDecoder, encode_frame
 from danaus._wire.ids import PortId, ProcId
@@ -78,7 +78,7 @@ def test_a_frame_of_an_unknown_kind_closes_only_its_connection(procs) -> None:
 def test_a_client_of_another_version_is_told_why_it_cannot_spawn(client_script) -> None:
     result = client_script.run(
         """
-        import danaus._runtime.runtime as runtime
+        import danaus._runtime.messaging.runtime as runtime
         runtime.PROTOCOL_VERSION = 99  # as if this client were another danaus release
         from danaus.actor import SupervisionError, this_host
         try:

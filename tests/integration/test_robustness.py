@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import danaus.actor as da
-from danaus._actor.collect import Collector, set_future
+from danaus._actor.core.collect import Collector, set_future
 from danaus._errors import SupervisionError
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus._wire import codec
 from danaus._wire.protocol import Call
 from danaus.actor import Actor, concurrent_endpoint, endpoint, this_host, this_proc

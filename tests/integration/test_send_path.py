@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from danaus._actor.future import Pending
+from danaus._actor.core.future import Pending
 from danaus.actor import Actor, ActorError, ActorMesh, ProcMesh, endpoint
 
 from .conftest import REPLY_TIMEOUT

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import danaus.config
-from danaus._runtime import host
-from danaus._runtime.offload import Offloader
+from danaus._runtime.hosting import host
+from danaus._runtime.messaging.offload import Offloader
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Kind, Message, Offload
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
@@ -171,7 +171,7 @@ def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
     lent, and the sender put it back among the free ones: evicted later, its
     descriptor number would have been closed a second time, whatever file had that
     number by then. Now the sender closes it, once."""
-    from danaus._runtime import offload
+    from danaus._runtime.messaging import offload
 
     rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
     off = Offloader(rt)  # type: ignore[arg-type]
@@ -205,7 +205,7 @@ def test_a_large_snapshot_is_copied_with_the_gil_released(monkeypatch: pytest.Mo
     chunked copy that releases the GIL: one memoryview assignment of 1 GiB held the GIL
     long enough on a loaded host that the proc's I/O thread missed its heartbeats and the
     client declared the proc frozen."""
-    from danaus._runtime import offload
+    from danaus._runtime.messaging import offload
 
     copies: list[int] = []
     memmove = offload.vm.memmove

@@ -304,7 +304,7 @@ class Affinity(Actor):
 def test_proc_bind_pins_each_proc_and_the_threads_it_starts() -> None:
     # Monarch's spawn_procs(proc_bind=[...]): one binding per proc of a host.
     node0 = "/sys/devices/system/node/node0/cpulist"
-    from danaus._runtime.binding import cpulist
+    from danaus._runtime.hosting.binding import cpulist
 
     node_cpus = sorted(cpulist(Path(node0).read_text())) if Path(node0).exists() else None
     first, last = min(os.sched_getaffinity(0)), max(os.sched_getaffinity(0))
@@ -346,8 +346,8 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     # Under load the proc's READY (with its boot error) can be taken before
     # spawn_procs registers for it; the error was then dropped and the mesh counted
     # as booted. Here the registration waits until the READY was taken, every time.
-    from danaus._actor import procs as procs_module
-    from danaus._runtime import host
+    from danaus._actor.api import procs as procs_module
+    from danaus._runtime.hosting import host
 
     track = procs_module._track_boot
     rt = host.ensure_runtime()

@@ -11,7 +11,7 @@ import asyncio
 import os
 import threading
 
-from danaus._runtime.zygote import Exited, Fork, Forked, PipeWriter, read_msg, write_msg
+from danaus._runtime.hosting.zygote import Exited, Fork, Forked, PipeWriter, read_msg, write_msg
 
 
 def test_requests_beyond_the_pipe_s_capacity_wait_in_order_without_blocking() -> None:

@@ -21,7 +21,7 @@ from danaus.testing import client_env
 # Which danaus modules a zygote holds: what the agent imports, then its preloads.
 _ZYGOTE_MODULES = """
 import importlib, json, sys
-import danaus._runtime.agent
+import danaus._runtime.hosting.agent
 from danaus._runtime.node import preload_modules
 for name in preload_modules():
     importlib.import_module(name)

@@ -60,7 +60,7 @@ import pytest
 
 import danaus.actor
 import danaus.config
-from danaus._runtime.host import ensure_runtime
+from danaus._runtime.hosting.host import ensure_runtime
 from danaus.actor import (
     Actor,
     HostMesh,

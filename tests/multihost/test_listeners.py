@@ -26,7 +26,7 @@ import pytest
 
 from danaus import _config as danaus_config
 from danaus._rdma import net as rdma_net
-from danaus._runtime.host import ensure_runtime
+from danaus._runtime.hosting.host import ensure_runtime
 from danaus._transport.auth import MAGIC, Handshake, load_secret
 from danaus._wire.frame import encode_frame
 from danaus._wire.protocol import Kind, SpawnProcs, wire

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import danaus.dashboard
-from danaus._actor.procs import owned_proc_meshes
+from danaus._actor.api.procs import owned_proc_meshes
 from danaus._observe import logtail
 from danaus.actor import this_host
 from danaus.testing import FaultRecorder

@@ -112,7 +112,7 @@ class Printer(danaus.actor.Actor):
 def test_a_procs_forwarded_output_is_its_log_tail(
     dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
 ) -> None:
-    from danaus._runtime import logs
+    from danaus._runtime.logs import process as logs
 
     printers = procs.slice(gpus=0).spawn("dash_printers", Printer)
     marker = f"dashboard tail {os.getpid()}-{time.monotonic_ns()}"

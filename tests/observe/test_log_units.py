@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime import logdir
-from danaus._runtime.logclient import Printer
+from danaus._runtime.logs import dirs as logdir
+from danaus._runtime.logs.client import Printer
 from danaus._wire.protocol import Log
 
 

@@ -22,8 +22,9 @@ from typing import Any
 import pytest
 
 import danaus.actor
-from danaus._runtime import logdir, logs
-from danaus._runtime import proc as _proc
+from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.logs import dirs as logdir
+from danaus._runtime.logs import process as logs
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from danaus.testing import FaultRecorder
 
@@ -422,7 +423,7 @@ def test_heavy_output_reaches_a_client_that_keeps_up_in_full(
 
 _FALLING_BEHIND = """
 import json, sys, threading
-from danaus._runtime import logs
+from danaus._runtime.logs import process as logs
 from danaus.actor import Actor, endpoint, this_host
 
 
@@ -515,7 +516,8 @@ def test_a_client_that_falls_behind_is_told_how_many_lines_were_dropped(
 
 _DIAGNOSTICS = """
 import logging, sys
-from danaus._runtime import logdir, proc
+from danaus._runtime.logs import dirs as logdir
+from danaus._runtime.hosting import proc
 from danaus.actor import this_host
 
 procs = this_host().spawn_procs(per_host={"gpus": 1})

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import danaus
-from danaus._runtime.host import ensure_runtime
-from danaus._runtime.metrics import BOUNDS, EndpointStats, percentile
+from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.messaging.metrics import BOUNDS, EndpointStats, percentile
 from danaus.actor import ActorError, ProcMesh, this_host
 from danaus.testing import FaultRecorder, client_env
 

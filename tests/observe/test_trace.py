@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import danaus
-from danaus._actor import introspect
+from danaus._actor.tools import introspect
 from danaus.actor import Actor, ActorMesh, ProcMesh, endpoint, this_host
 
 from .conftest import REPLY_TIMEOUT, Worker

@@ -27,7 +27,7 @@ import pytest
 
 import danaus.actor
 from danaus._rdma import net
-from danaus._runtime.host import ensure_node, ensure_runtime
+from danaus._runtime.hosting.host import ensure_node, ensure_runtime
 from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
 from danaus.actor import ActorMesh, Future, HostMesh, ProcMesh

@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(
     import json, socket
     from danaus._rdma import net, transfer
     from danaus._rdma.registry import BufferRegistry
-    from danaus._runtime import host
+    from danaus._runtime.hosting import host
     from danaus.actor import shutdown_context
     from danaus.rdma import RDMABuffer, RDMAError
 

@@ -19,7 +19,7 @@ import pytest
 
 import danaus.config
 from danaus._errors import SupervisionError
-from danaus._runtime.flow import Gate
+from danaus._runtime.messaging.flow import Gate
 from danaus.actor import Actor, Channel, endpoint, this_host
 from danaus.testing import wait_until
 

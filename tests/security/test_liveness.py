@@ -60,7 +60,7 @@ STALLED_CLIENT = """
 import threading
 import time
 import danaus.actor, danaus.config
-from danaus._runtime import proc
+from danaus._runtime.hosting import proc
 from danaus.actor import Actor, endpoint, this_host
 
 faults = []
@@ -132,7 +132,7 @@ class Busy(Actor):
     def stick(self):
         # The I/O thread and this actor's thread (which would read its next call
         # itself) block in a sleep: the proc neither answers nor runs.
-        from danaus._runtime import proc
+        from danaus._runtime.hosting import proc
         proc.current().loop.call_soon_threadsafe(time.sleep, 3600)
         time.sleep(3600)
 

@@ -25,7 +25,7 @@ import pytest
 
 from danaus._rdma import net
 from danaus._rdma.memory import LocalMemory
-from danaus._runtime.host import ensure_node
+from danaus._runtime.hosting.host import ensure_node
 from danaus._transport.auth import TAG
 from danaus.actor import Actor, ActorMesh, endpoint
 from danaus.rdma import RDMABuffer, RDMAError, RDMAOwnerLostError, RDMATamperedError

@@ -161,7 +161,7 @@ def test_flush_and_close_gives_up_on_a_peer_that_stops_reading(loop, settings) -
 
 EMFILE_CLIENT = """
 import logging, resource, socket, sys, threading
-from danaus._runtime.runtime import Runtime
+from danaus._runtime.messaging.runtime import Runtime
 from danaus._transport.address import make_job_dir
 from danaus._transport.auth import Handshake
 

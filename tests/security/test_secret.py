@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from danaus._actor.hosts import _advertise_for
-from danaus._runtime.proc import _safe_path_entry
-from danaus._runtime.runtime import Runtime
+from danaus._actor.api.hosts import _advertise_for
+from danaus._runtime.hosting.proc import _safe_path_entry
+from danaus._runtime.messaging.runtime import Runtime
 from danaus._transport.address import make_job_dir
 from danaus._transport.auth import load_secret
 from danaus.testing import ClientScript, client_env
@@ -123,7 +123,7 @@ def test_the_secret_is_in_no_frame_a_spawn_sends_and_not_in_the_procs_environmen
     script = ClientScript(tmp_path).write(
         f"""
         import os
-        from danaus._runtime import host
+        from danaus._runtime.hosting import host
         from danaus._wire.frame import encode_frame
         from danaus._wire.protocol import SpawnProcs, wire
         from danaus.actor import Actor, endpoint, this_host

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.runtime import Runtime
+from danaus._runtime.messaging.runtime import Runtime
 from danaus._wire.ids import ProcId
 
 PROC = ProcId("gone", "unix:/nonexistent/gone.sock")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import danaus.config
-from danaus._runtime import proc as _proc
+from danaus._runtime.hosting import proc as _proc
 from danaus.actor import Actor, ActorError, SupervisionError, current_rank, endpoint, this_host
 
 from .conftest import TIMEOUT

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from danaus._runtime import liveness
-from danaus._runtime.liveness import MAX_STRETCH, LocalProbe, PhiAccrual
+from danaus._runtime.messaging import liveness
+from danaus._runtime.messaging.liveness import MAX_STRETCH, LocalProbe, PhiAccrual
 from danaus.testing import freeze
 
 pytestmark = pytest.mark.timeout(60)

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import HostMesh, ProcMesh, this_host
 from danaus.testing import freeze, wait_until
 from large_blobs import Blob, check_blob, lost_peers

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.runtime import Runtime
+from danaus._runtime.messaging.runtime import Runtime
 from danaus._transport.address import make_job_dir
 from danaus._transport.state import Transport
 from danaus._wire.ids import ProcId

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import danaus.config
-from danaus._actor.collect import GatherCollector
-from danaus._actor.future import resolve
+from danaus._actor.core.collect import GatherCollector
+from danaus._actor.core.future import resolve
 from danaus._mesh.tree import Selection
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import (
     Accumulator,
     Actor,

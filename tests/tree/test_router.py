@@ -6,7 +6,7 @@ from typing import Any
 
 from danaus._mesh import Slice
 from danaus._mesh.tree import Selection, node_children, root_children
-from danaus._runtime.tree import TreeRouter
+from danaus._runtime.messaging.tree import TreeRouter
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Cast
 

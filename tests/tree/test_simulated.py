@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from danaus._actor.simulated import SimulatedMesh
+from danaus._actor.tools.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
-from danaus._runtime import host
+from danaus._runtime.hosting import host
 from danaus.actor import Actor, SupervisionError, endpoint
 from danaus.testing import wait_until
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from danaus._runtime.offload import own
+from danaus._runtime.messaging.offload import own
 from danaus._transport import vm
 from danaus._wire import memory
 from danaus._wire.frame import alloc

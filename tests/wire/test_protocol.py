@@ -133,7 +133,7 @@ def test_hello_carries_the_protocol_version() -> None:
 
 
 def test_a_second_handler_for_a_kind_is_refused(tmp_path) -> None:
-    from danaus._runtime.runtime import Runtime
+    from danaus._runtime.messaging.runtime import Runtime
 
     rt = Runtime("t", str(tmp_path))
     try:

@@ -6,9 +6,9 @@ import math
 import os
 import subprocess
 
-from .._actor.actor import Actor
-from .._actor.context import context
-from .._actor.endpoint import endpoint
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import endpoint
+from .._actor.core.context import context
 
 __all__ = ["ExecActor"]
 

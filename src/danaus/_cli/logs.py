@@ -9,7 +9,7 @@ import time
 from typing import Any, TextIO
 
 from .. import _config as config
-from .._runtime import logdir
+from .._runtime.logs import dirs as logdir
 
 __all__ = ["add_logs_command", "run_logs_command"]
 

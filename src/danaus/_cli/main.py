@@ -22,7 +22,7 @@ def _worker(args: argparse.Namespace) -> int:
         if getattr(args, flag):
             os.environ[f"DANAUS_TLS_{var}"] = getattr(args, flag)  # procs inherit it
     import danaus.actor  # noqa: F401  (the zygote preloads the actor layer)
-    from danaus._runtime.worker import plan_worker, print_warnings, serve_worker
+    from danaus._runtime.hosting.worker import plan_worker, print_warnings, serve_worker
 
     def listening(addr: str) -> None:
         print(f"danaus worker listening on {addr}", flush=True)

@@ -15,7 +15,7 @@ import os
 import re
 
 from .. import _config as config
-from .._actor.hosts import HostMesh, attach_to_workers
+from .._actor.api.hosts import HostMesh, attach_to_workers
 from .jobs import ProcessJob
 from .slurm import _bracket, node_addresses
 

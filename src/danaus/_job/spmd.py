@@ -16,10 +16,10 @@ import socket
 import sys
 from typing import Any
 
-from .._actor.actor import Actor
-from .._actor.context import current_rank, current_size
-from .._actor.endpoint import endpoint
-from .._actor.procs import ProcMesh
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import endpoint
+from .._actor.api.procs import ProcMesh
+from .._actor.core.context import current_rank, current_size
 
 __all__ = ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async", "torch_env"]
 
@@ -54,7 +54,7 @@ def torch_env(coords: dict[str, int], sizes: dict[str, int]) -> dict[str, str]:
 
 def _reachable_address() -> str:
     """The address other hosts reach this proc at (its advertised TCP address), else loopback."""
-    from .._runtime import proc as _proc
+    from .._runtime.hosting import proc as _proc
 
     rt = _proc.current()
     advertised = getattr(rt, "tcp_advertise", None) if rt is not None else None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._actor.future import Future
-from .._actor.introspect import MeshStats, mesh_stats
-from .._actor.mesh import ActorMesh
-from .._actor.procs import ProcMesh
+from .._actor.api.mesh import ActorMesh
+from .._actor.api.procs import ProcMesh
+from .._actor.core.future import Future
+from .._actor.tools.introspect import MeshStats, mesh_stats
 from .trace import Trace, trace
 
 __all__ = ["MeshStats", "Trace", "stats", "trace"]

@@ -43,8 +43,8 @@ from importlib import resources
 from typing import Any
 
 from .. import _config as config
-from .._actor import introspect
-from .._runtime import host
+from .._actor.tools import introspect
+from .._runtime.hosting import host
 from .gate import Gate, RequestHandler
 from .state import StateCollector, discover, find_procs
 

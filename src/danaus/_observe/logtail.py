@@ -1,6 +1,6 @@
 """The last log lines of each proc, as the client received them (for the dashboard).
 
-The lines the log forwarder printed in this client (``danaus._runtime.logs``
+The lines the log forwarder printed in this client (``danaus._runtime.logs.process``
 keeps a bounded tail per proc), plus a bounded ring per proc (the
 ``logtail_lines`` setting) for lines delivered some other way through
 :func:`append`; the dashboard shows :func:`tail` per proc and attaches it
@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from .. import _config as config
-from .._runtime import host
+from .._runtime.hosting import host
 
 __all__ = ["Rings", "append", "clear", "procs", "tail"]
 
@@ -54,7 +54,7 @@ def append(proc: str, line: str, stream: str = "stdout") -> None:
 
 def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
     """The last ``n`` (default: all kept) lines of ``proc``, oldest first: those the
-    log forwarder printed in this client (``danaus._runtime.logs``), then any appended."""
+    log forwarder printed in this client (``danaus._runtime.logs.process``), then any appended."""
     forwarded = [(0.0, "", line) for line in _forwarded(proc)]
     r = _current()
     if r is None:
@@ -68,7 +68,9 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
 
 
 def _forwarded(proc: str) -> list[str]:
-    from .._runtime import logs  # the forwarder's own bounded tail of what it printed
+    from .._runtime.logs import (
+        process as logs,  # the forwarder's own bounded tail of what it printed
+    )
 
     return logs.tail(proc, max(1, config.get("logtail_lines")))
 

@@ -18,10 +18,11 @@ import threading
 import time
 from typing import Any
 
-from .._actor import introspect, owned
-from .._actor.introspect import EndpointMetrics
-from .._actor.procs import ProcMesh, owned_proc_meshes
-from .._runtime import host
+from .._actor.api.procs import ProcMesh, owned_proc_meshes
+from .._actor.core import owned
+from .._actor.tools import introspect
+from .._actor.tools.introspect import EndpointMetrics
+from .._runtime.hosting import host
 from .._wire.ids import ProcId
 from . import logtail
 

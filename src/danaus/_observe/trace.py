@@ -28,9 +28,9 @@ from types import TracebackType
 from typing import Any
 
 from .. import _config as config
-from .._actor import introspect
-from .._runtime import host
-from .._runtime.metrics import Tracer
+from .._actor.tools import introspect
+from .._runtime.hosting import host
+from .._runtime.messaging.metrics import Tracer
 from .._wire.ids import ProcId
 from .state import discover
 

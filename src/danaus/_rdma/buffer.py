@@ -14,11 +14,11 @@ import concurrent.futures
 import os
 from typing import Any
 
-from .._actor.collect import Collector, set_future
-from .._actor.context import context
-from .._actor.future import Future
-from .._runtime import proc as _proc
-from .._runtime.host import ensure_node
+from .._actor.core.collect import Collector, set_future
+from .._actor.core.context import context
+from .._actor.core.future import Future
+from .._runtime.hosting import proc as _proc
+from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import registry, vm

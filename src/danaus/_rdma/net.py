@@ -81,7 +81,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime import node as _node
-from .._runtime.runtime import STATUS_OK, Runtime
+from .._runtime.messaging.runtime import STATUS_OK, Runtime
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message

@@ -30,8 +30,8 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime import node as _node
+from .._runtime.messaging.runtime import STATUS_OK, Runtime
 from .._runtime.node import Node
-from .._runtime.runtime import STATUS_OK, Runtime
 from .._transport.conn import Connection
 from .._wire.protocol import Kind, Message
 from .memory import LocalMemory

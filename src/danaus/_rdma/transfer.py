@@ -35,12 +35,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._actor.collect import Collector, decode_reply, set_future
-from .._actor.future import Future
+from .._actor.core.collect import Collector, decode_reply, set_future
+from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
-from .._runtime.host import ensure_node
+from .._runtime.hosting.host import ensure_node
+from .._runtime.messaging.runtime import Runtime
 from .._runtime.node import Node
-from .._runtime.runtime import Runtime
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from .. import _config as config
 from .._wire.ids import ProcId
-from .runtime import Runtime
+from .messaging.runtime import Runtime
 
 __all__ = ["BOOTSTRAP", "Node", "current", "end", "preload_modules", "start"]
 

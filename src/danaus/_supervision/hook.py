@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime import node as _node
-from .._runtime.logs import LogControl
+from .._runtime.logs.process import LogControl
 from .failure import MeshFailure
 
 __all__ = [

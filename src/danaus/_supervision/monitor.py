@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 from .. import _config as config
-from .._actor import owned, undeliverable
-from .._actor.cell import ActorCell
-from .._runtime.logs import LogControl
+from .._actor.core import owned, undeliverable
+from .._actor.core.cell import ActorCell
+from .._runtime.logs.process import LogControl
+from .._runtime.messaging.runtime import Runtime
 from .._runtime.node import Node
-from .._runtime.runtime import Runtime
 from .._wire.ids import ActorId
 from .._wire.protocol import Kind, Message
 from . import hook

@@ -9,7 +9,7 @@ has returned (so they see what it wrote in place). The actor's other
 messages keep their own order; the call waits in the actor's inbox for its
 shards. The actor must live on the procs of ``t``'s mesh.
 
-The actor core carries such arguments through ``danaus._actor.handoff``;
+The actor core carries such arguments through ``danaus._actor.core.handoff``;
 this module is the tensor engine's provider: it checks the call and sends
 the ``HandOff`` command the workers' streams run.
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from .._actor.handoff import Recipients
+from .._actor.core.handoff import Recipients
 from .active import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import HandOff

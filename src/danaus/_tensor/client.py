@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .._runtime import host
+from .._runtime.hosting import host
 
 __all__ = ["ClientState", "ThreadState", "current", "state"]
 

@@ -32,13 +32,13 @@ import torch
 import torch.distributed as dist
 
 from .. import _config as config
-from .._actor.actor import Actor
-from .._actor.context import Context, acting_as, context
-from .._actor.endpoint import endpoint
-from .._actor.procs import ProcMesh, this_proc
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import endpoint
+from .._actor.api.procs import ProcMesh, this_proc
+from .._actor.core.context import Context, acting_as, context
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
-from .._runtime import host
+from .._runtime.hosting import host
 from . import client
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .stream import get_active_stream

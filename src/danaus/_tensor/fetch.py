@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils import _pytree as pytree
 
-from .._actor.future import Deferred, Future, resolve
+from .._actor.core.future import Deferred, Future, resolve
 from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .errors import Failure, RemoteTensorError

@@ -155,7 +155,7 @@ class HandOff(NamedTuple):
 
     ``refs`` are ``(argument index, id)``; ``ranks`` maps each worker's global
     rank to the rank of the actor of mesh ``mesh_id`` on its proc (workers
-    not listed do nothing). See ``danaus._actor.handoff``.
+    not listed do nothing). See ``danaus._actor.core.handoff``.
     """
 
     key: str

@@ -20,7 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .._actor.future import Future
+from .._actor.core.future import Future
 from .active import active_mesh, same_mesh
 from .coalescing import check_not_coalescing
 from .engine import engine_for

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .._runtime import host
+from .._runtime.hosting import host
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
 __all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]

@@ -18,7 +18,7 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .._actor import handoff
+from .._actor.core import handoff
 from .active import active_mesh, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref

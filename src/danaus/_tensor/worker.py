@@ -24,10 +24,10 @@ import torch
 import torch.distributed as dist
 from torch.utils import _pytree as pytree
 
-from .._actor import handoff
-from .._actor.actor import Actor
-from .._actor.context import current_rank
-from .._actor.endpoint import endpoint
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import endpoint
+from .._actor.core import handoff
+from .._actor.core.context import current_rank
 from .errors import Failure, RemoteTensorError
 from .messages import (
     BorrowCreate,

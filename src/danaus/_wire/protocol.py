@@ -441,7 +441,7 @@ class Stack(NamedTuple):
     slot: int
 
 
-# -- the cast tree (danaus._mesh.tree, danaus._runtime.tree) -----------------------
+# -- the cast tree (danaus._mesh.tree, danaus._runtime.messaging.tree) -----------------------
 
 
 class Cast(NamedTuple):
@@ -468,7 +468,7 @@ class Cast(NamedTuple):
 
 class Gather(NamedTuple):
     """The ``entries`` replies of subtree ``child`` for gather port ``port``; the body
-    is a restricted pickle (``danaus._runtime.tree.encode_entries``)."""
+    is a restricted pickle (``danaus._runtime.messaging.tree.encode_entries``)."""
 
     port: int
     child: int

@@ -30,7 +30,7 @@ def debug_controller() -> Any:
     ``danaus debug`` prompt; ``debug_controller().sessions.call_one().get()``
     lists them (actor, rank, coords, host, pid, file, line, function).
     """
-    from ..controller import get_or_spawn_controller
+    from ..api.controller import get_or_spawn_controller
     from .controller import DebugController
     from .remote import CONTROLLER_NAME
 

@@ -20,9 +20,9 @@ import tempfile
 from typing import Any
 
 from ... import _config as config
-from ..._runtime import host
-from ..actor import Actor
-from ..endpoint import concurrent_endpoint, endpoint
+from ..._runtime.hosting import host
+from ..api.actor import Actor
+from ..api.endpoint import concurrent_endpoint, endpoint
 from . import commands as cmds
 from .frontends import (
     MAX_LINE,

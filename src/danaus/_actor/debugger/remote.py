@@ -37,11 +37,11 @@ from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
-from ..._runtime.runtime import Runtime
-from ..context import context
+from ..._runtime.messaging.runtime import Runtime
+from ..core.context import context
 
 if TYPE_CHECKING:
-    from ..cell import ActorCell
+    from ..core.cell import ActorCell
 
 __all__ = ["OutputRing", "ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
 
@@ -301,7 +301,7 @@ class ProcDebugger:
     def controller(self) -> Any:
         with self._lock:
             if self._controller is None:
-                from ..controller import get_or_spawn_controller
+                from ..api.controller import get_or_spawn_controller
                 from .controller import DebugController
 
                 self._controller = _block(get_or_spawn_controller(CONTROLLER_NAME, DebugController))

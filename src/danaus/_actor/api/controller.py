@@ -1,0 +1,87 @@
+"""``get_or_spawn_controller``: process-wide singleton actors living in the client.
+
+A hidden registry actor (``_ControllerController``) runs in the client
+process under a well-known name; every actor of the job can reach it, so the
+same name always yields the same actor mesh. A controller whose actor failed
+is remembered: later lookups raise ``ValueError("Failure on <name>: ...")``
+(wrapped in ``ActorError``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..._mesh import Shape
+from ..._runtime.hosting import host
+from ..core.future import Future
+from .actor import Actor
+from .endpoint import endpoint
+from .mesh import ActorMesh, MeshRef
+from .procs import ProcMesh
+
+__all__ = ["get_or_spawn_controller"]
+
+_CC_ID = "controller_controller"
+
+
+class _ControllerController(Actor):
+    def __init__(self) -> None:
+        self.meshes: dict[str, Any] = {}
+        self.failures: dict[str, str] = {}
+
+    @endpoint
+    def get_or_spawn(self, name: str, cls: Any, args: Any, kwargs: Any) -> Any:
+        if name in self.failures:
+            raise ValueError(f"Failure on {name}: {self.failures[name]}")
+        if name not in self.meshes:
+            rt = host.ensure_runtime()
+            self.meshes[name] = ProcMesh._singleton(rt.proc_id).spawn(name, cls, *args, **kwargs)
+        return self.meshes[name]
+
+    def __supervise__(self, failure: Any) -> bool:
+        self.failures[failure.mesh_name] = failure.reason
+        return True
+
+
+class _Registry:
+    """Whether this client session spawned its registry actor (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # guards spawned (one thread spawns the registry actor)
+        self.spawned = False
+
+
+def ensure_registry() -> None:
+    """Spawn the registry actor in the client, once per session (a no-op in spawned procs)."""
+    node = host.ensure_node()
+    rt = node.runtime
+    reg = node.part(_Registry)
+    if rt.boot or reg.spawned:
+        return
+    with reg.lock:
+        if not reg.spawned:
+            ProcMesh._singleton(rt.proc_id)._spawn(
+                "controller_controller", _ControllerController, (), {}, _CC_ID
+            )
+            reg.spawned = True
+
+
+def _registry() -> ActorMesh[Any]:
+    ensure_registry()
+    rt = host.ensure_runtime()
+    client = rt.boot.get("client", rt.proc_id) if rt.boot else rt.proc_id
+    ref = MeshRef(_CC_ID, "controller_controller", _ControllerController, (client,), None)
+    return ActorMesh(ref, Shape.unity())
+
+
+def get_or_spawn_controller(name: str, Class: type, *args: Any, **kwargs: Any) -> Future[Any]:
+    """The singleton actor mesh called ``name``, spawned in the client on first request.
+
+    Callable from the client and from inside actors; does not block. The same
+    ``name`` always yields the same actor (later arguments are ignored).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"get_or_spawn_controller needs a non-empty string name, got {name!r}")
+    fut: Future[Any] = _registry().get_or_spawn.call_one(name, Class, args, kwargs)
+    return fut

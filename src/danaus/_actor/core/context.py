@@ -1,0 +1,208 @@
+"""Who is running now: ``context()``, the actor instance and the rank of the current message."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from ..._mesh import Extent, Point
+from ..._runtime.hosting import host
+from ..._wire.ids import ActorId
+
+if TYPE_CHECKING:
+    from ..api.procs import ProcMesh
+
+__all__ = [
+    "Context",
+    "Instance",
+    "context",
+    "current_actor_name",
+    "current_rank",
+    "current_size",
+]
+
+_EMPTY = Extent([], [])
+
+
+class Instance:
+    """The running actor (or the client's root instance) as seen from inside it."""
+
+    def __init__(
+        self,
+        actor_id: ActorId,
+        name: str,
+        rank: Point,
+        class_name: str,
+        creator: Instance | None,
+        proc_mesh: Any = None,
+    ) -> None:
+        self.actor_id = actor_id
+        self.name = name
+        self.rank = rank
+        self.class_name = class_name
+        self.creator = creator
+        self._proc_mesh = proc_mesh
+        self._cell: Any = None  # the ActorCell hosting it, inside procs
+
+    @property
+    def proc_id(self) -> str:
+        """This actor's proc as a string, ``name@address``, as Monarch's ``proc@location``
+        (the proc itself is ``actor_id.proc``)."""
+        return self.actor_id.proc_id
+
+    @property
+    def proc(self) -> ProcMesh:
+        """This actor's own proc, as a one-proc mesh you can spawn on."""
+        from ..api.procs import ProcMesh
+
+        return ProcMesh._singleton(self.actor_id.proc)
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        return self._proc_mesh if self._proc_mesh is not None else self.proc
+
+    def __reduce__(self) -> Any:
+        return (Instance, (self.actor_id, self.name, self.rank, self.class_name, self.creator))
+
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor now (call it from one of its endpoints); its owner is told.
+
+        Raises a ``BaseException`` that unwinds the endpoint; do not catch it.
+        """
+        if self._cell is None:
+            raise RuntimeError("abort() can only be called by an actor, from inside an endpoint")
+        from .failing import Aborted
+
+        raise Aborted(reason)
+
+    def stop(self, reason: str = "stopped by itself") -> None:
+        """Stop this actor once the current message is done (a clean stop, not a failure)."""
+        if self._cell is None:
+            raise RuntimeError("stop() on an instance can only be called by an actor")
+        self._cell.stop(None, 0, reason)
+
+    def __str__(self) -> str:
+        if self.creator is None:
+            return "<root>"
+        here = f"<{self.class_name} {self.name}{self.rank}>"
+        return f"{self.creator}.{here}"
+
+    def __repr__(self) -> str:
+        return f"Instance({self})"
+
+
+class Context:
+    """``actor_instance``: the running actor; ``message_rank``: its point in the mesh messaged."""
+
+    def __init__(
+        self, actor_instance: Instance, message_rank: Point, chain: tuple[Any, ...] = ()
+    ) -> None:
+        self.actor_instance = actor_instance
+        self.message_rank = message_rank
+        self._chain = chain  # actors waiting (transitively) on the message being handled
+
+    def _outgoing_chain(self) -> tuple[Any, ...]:
+        """The chain a call sent from here carries: ours plus this actor, if it is one."""
+        if self.actor_instance._cell is None:
+            return self._chain
+        return (*self._chain, self.actor_instance.actor_id)
+
+    def __repr__(self) -> str:
+        return f"Context({self.actor_instance}, message_rank={self.message_rank})"
+
+
+_current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
+    "danaus_context", default=None
+)
+
+
+class _Root:
+    """The context of code outside any actor in this process (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # guards ctx, made on first use
+        self.ctx: Context | None = None
+
+
+def _root_context() -> Context:
+    node = host.ensure_node()
+    root = node.part(_Root)
+    if root.ctx is not None:
+        return root.ctx
+    with root.lock:
+        if root.ctx is None:
+            rt = node.runtime
+            boot_instance = rt.boot.get("instance") if rt.boot else None
+            inst = boot_instance or Instance(
+                ActorId(rt.proc_id, "root", 0), "root", Point(0, _EMPTY), "RootClient", None
+            )
+            root.ctx = Context(inst, Point(0, _EMPTY))
+        return root.ctx
+
+
+def refresh_root() -> None:
+    """The client's address changed (it started listening on TCP): re-address its root."""
+    node = host.current_node()
+    ctx = None if node is None else node.part(_Root).ctx
+    if ctx is not None and ctx.actor_instance.creator is None:
+        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)  # type: ignore[union-attr]
+
+
+def set_context(ctx: Context) -> contextvars.Token[Context | None]:
+    return _current.set(ctx)
+
+
+@contextlib.contextmanager
+def acting_as(ctx: Context) -> Iterator[None]:
+    """Run the block as ``ctx``'s actor: what it sends, that actor sends.
+
+    For a helper thread that sends on an actor's behalf (the tensor engine's
+    sender sends as its owner actor, so that undeliverable messages and
+    failures go there). The block does not carry ``ctx``'s message chain.
+    """
+    token = _current.set(Context(ctx.actor_instance, ctx.message_rank))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def context() -> Context:
+    """The current context: inside an endpoint, the actor and message; else the client's root.
+
+    Example::
+
+        rank = context().actor_instance.rank
+    """
+    ctx = _current.get()
+    if ctx is not None:
+        return ctx
+    tl = getattr(_thread_ctx, "ctx", None)
+    return tl if tl is not None else _root_context()
+
+
+# Per thread, not a node part: the context of an actor's own thread, outside any message.
+_thread_ctx = threading.local()
+
+
+def current_rank() -> Point:
+    """The rank of this actor within the mesh that the current message was sent to."""
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    """The sizes of the mesh that the current message was sent to."""
+    return dict(context().message_rank.extent)
+
+
+def current_actor_name() -> str:
+    """The current actor's unique id as a string, as Monarch gives it (never blocks).
+
+    Every actor of a mesh has its own: ``"<proc>/<mesh id>[<rank>]"``, e.g.
+    ``"p3/trainers-1a2b[0]"``; the client's is ``"<proc>/root[0]"``. The name
+    the actor was spawned with is ``context().actor_instance.name``.
+    """
+    return str(context().actor_instance.actor_id)

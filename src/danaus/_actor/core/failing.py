@@ -1,0 +1,232 @@
+"""How an actor fails, and what it tells its callers and its owner when it does.
+
+A mixin of :class:`~danaus._actor.core.cell.ActorCell`. An actor fails on an
+exception with no one to tell (a broadcast), a ``BaseException``, a failed
+``__init__``, ``abort()``, an explicit-port endpoint that raises, a declined or
+raising ``__supervise__``, an undeliverable message it does not handle, or an
+internal error; from then on every call gets ``SupervisionError``, the owner
+gets a ``FAILED`` report, and the meshes it owns are stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from ..._errors import RemoteException, SupervisionError
+from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, Runtime
+from ..._wire import codec
+from ..._wire.ids import ActorId, PortId
+from ..._wire.protocol import Failed, Message
+from ..api.endpoint import EndpointProperty
+from . import owned
+
+if TYPE_CHECKING:
+    from .context import Instance
+
+__all__ = ["Aborted", "Failing", "exception_payload"]
+
+log = logging.getLogger("danaus.actor")
+
+
+class Aborted(BaseException):
+    """Raised inside an actor by ``context().actor_instance.abort()`` to fail it."""
+
+    def __init__(self, reason: str | None) -> None:
+        super().__init__(reason)
+        self.reason = reason if reason is not None else "no reason provided"
+
+
+def exception_payload(e: BaseException) -> tuple[BaseException, str]:
+    """``(exception, remote traceback text)``, with the exception made picklable if needed.
+
+    The frames of danaus's own dispatch code are left out of the traceback.
+    """
+    tb_obj = e.__traceback__
+    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
+        tb_obj = tb_obj.tb_next
+    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
+    try:
+        codec.dumps(e)
+        exc: BaseException = e
+    except Exception:
+        exc = RemoteException(f"{type(e).__module__}.{type(e).__qualname__}", str(e))
+    return exc, tb
+
+
+class Failing:
+    """The failure half of an actor cell (mixed into ``ActorCell``)."""
+
+    rt: Runtime
+    rank: int
+    init_port: PortId
+    owner: ActorId | None
+    mesh_id: str
+    failed: str | None
+    fail_exc: BaseException | None  # what __cleanup__ gets after a failure
+    owned_stopping: threading.Thread | None  # stopping the meshes it owned, after a failure
+    stopped: bool
+    stopping: bool
+    instance: Any
+    ctx_instance: Instance | None
+    _lock: threading.Lock
+
+    def _label(self) -> str:
+        raise NotImplementedError  # ActorCell names itself
+
+    def _init_failed(self, e: BaseException, what: str) -> None:
+        exc, tb = exception_payload(e)
+        self.rt.reply(self.init_port, self.rank, STATUS_EXC, (exc, tb))
+        self.fail(f"actor {self._label()} failed during spawn: {what}: {type(e).__name__}: {e}", tb)
+
+    def _internal_error(self, frame: Message, e: BaseException) -> None:
+        """danaus itself failed while handling ``frame``: fail the actor and answer the call."""
+        _, tb = exception_payload(e)
+        reason = (
+            f"actor {self._label()} failed: danaus hit an internal error while handling a "
+            f"message ({type(e).__name__}: {e}); this is a bug in danaus, please report it"
+        )
+        self.fail(reason, tb)
+        try:
+            self._reply_error(frame.header.port, frame.header.slot, reason)
+        except Exception:
+            log.exception("could not answer a call after an internal error")
+
+    def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
+        if isinstance(e, asyncio.CancelledError) and (self.stopping or self.stopped):
+            # A concurrent endpoint cancelled because the actor is stopping: not a
+            # failure, but its caller (if any) must hear, or it would wait forever.
+            self._reply_stopped(port, index)
+            return
+        if prop.explicit_response_port and isinstance(e, Exception):
+            reason = (
+                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
+                "instead of answering through its response port"
+            )
+            self.fail(reason, exception_payload(e)[1], e)
+            self._reply_error(port, index, reason)
+            return
+        if port is not None and isinstance(e, Exception):
+            self._reply_exc(port, index, e)
+            return
+        # No one to tell (broadcast), or a BaseException: the actor fails.
+        _, tb = exception_payload(e)
+        if isinstance(e, Aborted):
+            reason = f"actor {self._label()} aborted: {e.reason}"
+            tb = ""
+        elif port is None:
+            reason = (
+                f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e} "
+                "in a message with no reply (broadcast)"
+            )
+        else:
+            reason = f"actor {self._label()} failed: {prop.name}() raised {type(e).__name__}: {e}"
+        self.fail(reason, tb, e)
+        if port is not None:
+            self._reply_error(port, index, reason)
+
+    def _bounced_done(self, env: Any, handled: bool, error: BaseException | None) -> None:
+        self._bounced(handled, error, env)
+
+    def _bounced(self, handled: bool, error: BaseException | None, env: Any) -> None:
+        if handled or self.failed is not None:
+            return
+        if error is not None:
+            _, tb = exception_payload(error)
+            reason = (
+                f"actor {self._label()} failed: _handle_undeliverable_message raised "
+                f"{type(error).__name__}: {error}"
+            )
+        else:
+            tb = ""
+            reason = (
+                f"actor {self._label()} failed: a message it sent to {env.dest()} could not be "
+                f"delivered ({env.error_msg()}) and it did not handle it"
+            )
+        self.fail(reason, tb)
+
+    def _hook(self, name: str) -> Any:
+        return getattr(self.instance, name, None) if self.instance is not None else None
+
+    def _supervise_done(self, failure: Any, handled: bool, error: BaseException | None) -> None:
+        if handled or self.failed is not None:
+            return
+        if error is not None:
+            _, tb = exception_payload(error)
+            reason = (
+                f"actor {self._label()} failed: __supervise__ raised {type(error).__name__}: "
+                f"{error} while handling {failure}"
+            )
+        else:
+            has_hook = self._hook("__supervise__") is not None
+            how = "declined" if has_hook else "has no __supervise__ for"
+            reason = f"actor {self._label()} failed: it {how} {failure}"
+            tb = getattr(failure, "traceback", "") or ""
+        self.fail(reason, tb)
+
+    def fail(self, reason: str, tb: str, exc: BaseException | None = None) -> None:
+        """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
+
+        The meshes it owns are stopped: no one is left to supervise them. Its
+        ``__cleanup__`` then gets ``exc`` (or an ``Exception`` of ``reason``), as
+        in Monarch, on the actor's thread once the failing message is done.
+        """
+        with self._lock:
+            if self.failed is not None:
+                return
+            self.failed = reason
+            self.fail_exc = exc if exc is not None else Exception(reason)
+        self.report_failure(reason, tb)
+        if self.ctx_instance is not None:
+            stopping = threading.Thread(
+                target=owned.stop_owned,
+                args=(self.ctx_instance.actor_id, f"its owner failed: {reason}"),
+                daemon=True,
+            )
+            self.owned_stopping = stopping
+            stopping.start()
+
+    def report_failure(self, reason: str, tb: str) -> None:
+        """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
+        log.error("%s\n%s", reason, tb)
+        if self.owner is not None:
+            self.rt.send(
+                self.owner.proc,
+                Failed(self.owner, self.mesh_id, self.rank, reason, tb),
+                on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
+            )
+
+    def _reply_exc(self, port: PortId | None, index: int, e: BaseException) -> None:
+        if port is not None:
+            self.rt.reply(port, index, STATUS_EXC, exception_payload(e))
+
+    def _reply_stopped(self, port: PortId | None, index: int) -> None:
+        reply_stopped(self.rt, self._label(), port, index)
+
+    def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
+        if port is not None:
+            err = SupervisionError(
+                f"actor {self._label()} has failed: {reason}",
+                actor=self._label(),
+                reason=reason,
+            )
+            self.rt.reply(port, index, STATUS_ERROR, err)
+
+
+def reply_stopped(rt: Runtime, label: str, port: PortId | None, index: int) -> None:
+    """Answer a call to actor ``label``, which was stopped (to ``port``, if any)."""
+    if port is not None:
+        err = SupervisionError(f"actor {label} was stopped", actor=label, reason="stopped")
+        rt.reply(port, index, STATUS_ERROR, err)
+
+
+def refuse_stopped(rt: Runtime, label: str, header: Any) -> None:
+    """Answer a CALL that reached actor ``label`` after it stopped: a broadcast comes
+    back to its sender, a call hears "was stopped"."""
+    if header.port is None and header.sender is not None:
+        rt.bounce(header.sender, f"{label}.{header.method}()", "the actor was stopped")
+    else:
+        reply_stopped(rt, label, header.port, header.slot)

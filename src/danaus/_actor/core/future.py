@@ -1,0 +1,591 @@
+"""Future: the result of a call, usable from threads (``get``) and from asyncio (``await``)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import math
+import threading
+import time
+import warnings
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from ..._runtime.hosting import proc as _proc
+
+R = TypeVar("R")
+
+__all__ = ["Deferred", "Future", "Pending", "resolve"]
+
+
+class Pending:
+    """A one-shot result slot: the part of ``concurrent.futures.Future`` danaus uses.
+
+    ``done``, ``result(timeout)``, ``exception(timeout)``, ``add_done_callback``,
+    ``set_result``, ``set_exception`` behave as the standard future's (the
+    first ``set_*`` wins, a second raises ``InvalidStateError``; a timeout
+    raises ``TimeoutError``). It costs a few slots instead of a ``Condition``
+    with its own lock and lists: a call to one actor makes one per call. Its
+    state changes under one lock shared by all of them (held for a few
+    operations, never while a callback runs or a waiter blocks), not one lock
+    each: every object the garbage collector tracks per call makes its
+    collections more frequent in a pipelined batch. Waiters block on a lock
+    of their own, made only when they wait.
+    """
+
+    __slots__ = ("_callbacks", "_done", "_ok", "_value", "_waiters", "reader")
+    # Guards every Pending's state: _done, _ok, _value, _callbacks and _waiters.
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        # The connection its result will come on, when a waiter may read it itself
+        # (``Connection.read_directly``); set by the caller that sent the message.
+        self.reader: Any = None
+        self._done = False
+        self._ok = False
+        self._value: Any = None
+        self._waiters: list[threading.Lock] | None = None
+        self._callbacks: list[Callable[[Any], Any]] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self._done
+
+    def cancel(self) -> bool:
+        return False
+
+    def set_result(self, value: Any) -> None:
+        self._finish(True, value)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._finish(False, exc)
+
+    def _finish(self, ok: bool, value: Any) -> None:
+        with self._lock:
+            if self._done:
+                raise concurrent.futures.InvalidStateError(f"{self!r} is already done")
+            self._ok = ok
+            self._value = value
+            self._done = True
+            waiters, self._waiters = self._waiters, None
+            callbacks, self._callbacks = self._callbacks, None
+        if waiters:
+            for w in waiters:
+                w.release()
+        if callbacks:
+            for fn in callbacks:
+                try:
+                    fn(self)
+                except Exception:  # as concurrent.futures: a callback's error is not ours
+                    _log_callback_error(fn)
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._done:
+            return
+        w = threading.Lock()  # guards no state: a signal, released when this Pending completes
+        w.acquire()
+        with self._lock:
+            if self._done:
+                return
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(w)
+        if w.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return
+        with self._lock:
+            if self._waiters is not None and w in self._waiters:
+                self._waiters.remove(w)
+        if not self._done:
+            raise concurrent.futures.TimeoutError()
+
+    def result(self, timeout: float | None = None) -> Any:
+        self._wait(timeout)
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        self._wait(timeout)
+        return None if self._ok else self._value
+
+    def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
+        with self._lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = []
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def __repr__(self) -> str:
+        return f"<Pending {'done' if self._done else 'pending'}>"
+
+
+def _read_own_reply(reader: Any, cf: Any, timeout: float | None) -> float | None:
+    """Read the connection the result will come on, on this thread, while no other
+    thread does (saves waking the I/O thread and then this one). Returns what is
+    left of ``timeout`` for the usual wait, which takes over if the connection
+    cannot be read here (busy, closing) or when the time is up."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not cf.done():
+        left = _WAKE if deadline is None else min(_WAKE, deadline - time.monotonic())
+        if left <= 0 or not reader.read_directly(cf.done, left):
+            break
+    if deadline is None:
+        return None
+    return max(0.0, deadline - time.monotonic())
+
+
+def _log_callback_error(fn: Any) -> None:
+    import logging
+
+    logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
+
+
+# Deferred values elect the thread that computes each one under this lock (held only
+# for that), and threads that find one being computed wait on the condition. One
+# lock for all of them instead of one per value: a pipelined batch of calls makes
+# a Deferred per reply, and every object the garbage collector tracks per call
+# makes its collections more frequent. Per process by nature, like the values.
+_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
+_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
+_WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
+_TODO, _COMPUTING, _DONE = 0, 1, 2
+
+
+class Deferred:
+    """A result that its first reader computes, on the reader's thread.
+
+    The I/O thread completes futures with these instead of values, so that it
+    never runs user code (unpickling a reply may run any ``__reduce__``) nor
+    spends time on a large object: ``Future.get()``, ``await`` and the
+    adverbs built on them call :func:`resolve`, which computes it once and
+    returns the value or raises the call's exception. ``ok`` is False when
+    it is known, before computing, that it will raise.
+    """
+
+    __slots__ = ("_fn", "_ok", "_state", "_value")
+    ok = True
+
+    def __init__(self, fn: Callable[[], Any] | None) -> None:
+        self._fn = fn  # None where a subclass computes without it
+        self._state = _TODO
+        self._ok = False
+        self._value: Any = None
+
+    def _compute(self) -> Any:
+        """The value (or raise); runs once, on the first reader's thread."""
+        assert self._fn is not None
+        return self._fn()
+
+    def _release(self) -> None:
+        """Drop what computing needed (a frame's bytes), once computed."""
+        self._fn = None
+
+    def resolve(self) -> Any:
+        """The value (computed the first time), or raise the exception."""
+        if self._state != _DONE:
+            self._settle()
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def _settle(self) -> None:
+        with _ELECT:
+            while self._state == _COMPUTING:  # another thread computes it
+                _WAITING[0] += 1
+                try:
+                    _COMPUTED.wait()
+                finally:
+                    _WAITING[0] -= 1
+            if self._state == _DONE:
+                return
+            self._state = _COMPUTING
+        try:
+            ok, value = True, self._compute()
+        except Exception as e:
+            ok, value = False, e
+        except BaseException:  # interrupted: the next reader computes it
+            with _ELECT:
+                self._state = _TODO
+                if _WAITING[0]:
+                    _COMPUTED.notify_all()
+            raise
+        with _ELECT:
+            self._ok, self._value = ok, value
+            self._state = _DONE
+            self._release()
+            if _WAITING[0]:
+                _COMPUTED.notify_all()
+
+
+def resolve(value: Any) -> Any:
+    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
+    if isinstance(value, Deferred):
+        return value.resolve()
+    return value
+
+
+class Future(Generic[R]):
+    """The eventual result of an actor call.
+
+    ``get(timeout=None)`` blocks the calling thread; ``await fut`` suspends an
+    asyncio task. A timeout raises ``TimeoutError`` and leaves the future
+    usable: a later ``get`` or ``await`` still returns the value. Futures are
+    made by danaus (endpoint adverbs, ``initialized``, ``stop()``), or from a
+    coroutine with ``Future(coro=...)`` (as Monarch's main branch allows): the
+    coroutine runs once, when the future is first waited for — on the awaiting
+    task's event loop for ``await``, on a thread of its own for ``get()``.
+
+    Example::
+
+        value = counter.value.call_one().get(timeout=10)
+        value = await counter.value.call_one()
+
+        async def both():
+            return await a.value.call_one() + await b.value.call_one()
+
+        total = Future(coro=both()).get()
+    """
+
+    __slots__ = ("_cf", "_coro", "_steps", "_what")
+    _cf: concurrent.futures.Future[Any]
+    _what: str
+
+    def __init__(self, *args: Any, coro: Any = None, **kwargs: Any) -> None:
+        if args or kwargs or coro is None:
+            given = ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+            raise TypeError(
+                f"Future({given}) is not a way to make a future; build one from a coroutine "
+                "with Future(coro=my_coroutine()), or use the futures returned by endpoint "
+                "calls (mesh.method.call(...)), .initialized and .stop()"
+            )
+        if not inspect.isawaitable(coro):
+            raise TypeError(
+                f"Future(coro=...) needs a coroutine (the result of calling an 'async def' "
+                f"function), got {coro!r}"
+            )
+        self._cf = concurrent.futures.Future()
+        self._coro: Any = coro  # taken (set to None) by whoever first waits
+        self._steps: Any = None  # driven as a coroutine (send/throw): its __await__
+        self._what = f"coroutine {getattr(coro, '__qualname__', coro)!r}"
+
+    @classmethod
+    def _create(cls, cf: Any, what: str) -> Future[Any]:
+        """Wrap ``cf``: a ``concurrent.futures.Future`` or a :class:`Pending`."""
+        self: Future[Any] = object.__new__(cls)
+        self._cf = cf
+        self._coro = None
+        self._steps = None
+        self._what = what
+        return self
+
+    def _start(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Run the coroutine of a ``Future(coro=...)``, once: on ``loop``, else on a thread."""
+        with _START_LOCK:
+            coro, self._coro = self._coro, None
+        if coro is None:
+            return
+        if loop is not None:
+            loop.create_task(_drive(coro, self._cf))
+        else:
+            threading.Thread(
+                target=asyncio.run,
+                args=(_drive(coro, self._cf),),
+                daemon=True,
+                name=f"danaus-future-{self._what}",
+            ).start()
+
+    @classmethod
+    def _resolved(cls, value: Any, what: str = "value") -> Future[Any]:
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        cf.set_result(value)
+        return cls._create(cf, what)
+
+    def get(self, timeout: float | None = None) -> R:
+        """Block until the result is ready and return it (or raise the call's exception).
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (the future stays usable),
+        ``ValueError`` for a negative or non-finite timeout.
+        """
+        if timeout is not None and (not math.isfinite(timeout) or timeout < 0):
+            raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
+        cf = self._cf
+        if cf.done():  # nothing to wait for
+            rt = _proc.current()
+            if rt is not None:
+                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+            exc = cf.exception()
+            if exc is None:
+                value = cf.result()
+                if isinstance(value, Deferred):  # a reply as received: decode it here
+                    try:
+                        decoded = value.resolve()
+                    except Exception as e:
+                        raise _clean(e) from e.__cause__
+                    if isinstance(cf, Pending):
+                        # Keep the value, not the reply it came in: one object less
+                        # for the garbage collector while the future lives.
+                        cf._value = decoded
+                    return decoded  # type: ignore[no-any-return]
+                return value  # type: ignore[no-any-return]
+            raise _clean(exc) from (None if isinstance(exc, TimeoutError) else exc.__cause__)
+        if self._coro is not None:
+            self._start(None)
+        if not self._cf.done():
+            _check_not_io_thread()
+            if _running_loop() is not None:
+                warnings.warn(
+                    "Future.get() blocks the thread of a running asyncio event loop; "
+                    "use 'await fut' instead",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        try:
+            return self._wait(timeout)
+        except concurrent.futures.TimeoutError:
+            if self._cf.done():  # the call itself raised a TimeoutError
+                exc = self._cf.exception()
+                if exc is None:  # raised by its reader (a Deferred): already clean
+                    raise
+                raise _clean(exc) from None
+            raise TimeoutError(
+                f"timed out after {timeout} s waiting for {self._what}; the future is still "
+                "usable: call get() again or await it"
+            ) from None
+        except BaseException as e:
+            if e is self._cf.exception():
+                raise _clean(e) from e.__cause__
+            raise
+
+    def _wait(self, timeout: float | None) -> R:
+        """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
+        reply as received) is decoded here, on the waiting thread."""
+        raw = self._wait_raw(timeout)
+        if isinstance(raw, Deferred):
+            try:
+                return raw.resolve()  # type: ignore[no-any-return]
+            except Exception as e:
+                raise _clean(e) from e.__cause__
+        return raw
+
+    def _wait_raw(self, timeout: float | None) -> R:
+        """``result(timeout)``, waking up now and then so the interpreter can deliver an
+        asynchronous exit (an unhandled failure ends the program from another thread)."""
+        cell = _waiting_cell()
+        if cell is not None:
+            cell.begin_wait()
+        rt = _proc.current()
+        if rt is not None:
+            rt.begin_wait()  # backpressure lets go of what this thread may be waiting for
+        try:
+            reader = getattr(self._cf, "reader", None)
+            if reader is not None and not self._cf.done():
+                timeout = _read_own_reply(reader, self._cf, timeout)
+            if timeout is None:
+                while True:
+                    try:
+                        return self._cf.result(_WAKE)  # type: ignore[no-any-return]
+                    except concurrent.futures.TimeoutError:
+                        if self._cf.done():  # the call itself raised TimeoutError
+                            raise
+                        continue
+            deadline = time.monotonic() + timeout
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    return self._cf.result(max(0.0, min(left, _WAKE)))  # type: ignore[no-any-return]
+                except concurrent.futures.TimeoutError:
+                    if self._cf.done() or left <= _WAKE:
+                        raise
+        finally:
+            if rt is not None:
+                rt.end_wait()
+            if cell is not None:
+                cell.end_wait()
+
+    def result(self, timeout: float | None = None) -> R:
+        """Same as :meth:`get`."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait like :meth:`get`; return the exception the call raised, or ``None``."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self._cf.done():
+                raise
+            return self._cf.exception()
+        except BaseException as e:
+            return e
+        return None
+
+    def done(self) -> bool:
+        return bool(self._cf.done())
+
+    def add_done_callback(self, fn: Callable[[Future[R]], Any]) -> None:
+        """Call ``fn(self)`` when done (on the thread that completes it)."""
+        self._cf.add_done_callback(lambda _: fn(self))
+
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """A fresh asyncio future of the running loop that completes with this one.
+
+        Cancelling it does not affect this future or its other observers.
+        """
+        loop = asyncio.get_running_loop()
+        if self._coro is not None:
+            self._start(loop)
+        afut: asyncio.Future[R] = loop.create_future()
+
+        def transfer(cf: concurrent.futures.Future[Any]) -> None:
+            if afut.cancelled():
+                return
+            exc = cf.exception()
+            if exc is not None:
+                afut.set_exception(exc)
+                return
+            try:  # on the awaiting loop's thread: a reply is decoded here
+                value = resolve(cf.result())
+            except Exception as e:
+                afut.set_exception(e.with_traceback(None))
+            else:
+                afut.set_result(value)
+
+        def on_done(cf: concurrent.futures.Future[Any]) -> None:
+            if loop.is_closed():
+                return
+            try:
+                loop.call_soon_threadsafe(transfer, cf)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+
+        self._cf.add_done_callback(on_done)
+        return afut
+
+    # -- a coroutine too ------------------------------------------------------------
+    # Monarch declares some methods ``async def`` where danaus returns a Future
+    # (``logging_option``, ``sync_workspace``), and programs hand their results to
+    # ``asyncio.run`` or ``create_task``, which take coroutines only. With these three
+    # methods every Future is one (``collections.abc.Coroutine``): a task drives it
+    # exactly as it would ``await fut``.
+
+    def send(self, value: Any) -> Any:
+        """Coroutine protocol: one step of ``await self`` (for an asyncio task)."""
+        if self._steps is None:
+            self._steps = self.__await__()
+        try:
+            return self._steps.send(value)
+        except BaseException:  # finished (StopIteration too): the next run starts afresh
+            self._steps = None
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Coroutine protocol: raise ``typ`` (or ``val``) where ``await self`` waits."""
+        if self._steps is None:
+            self._steps = self.__await__()
+        exc = typ if val is None else val
+        if isinstance(exc, type):
+            exc = exc()
+        try:
+            return self._steps.throw(exc)
+        except BaseException:
+            self._steps = None
+            raise
+
+    def close(self) -> None:
+        """Coroutine protocol: stop waiting as a coroutine (the future itself goes on)."""
+        steps, self._steps = self._steps, None
+        if steps is not None:
+            steps.close()
+
+    def __await__(self) -> Generator[Any, None, R]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
+        if self._cf.done():
+            rt = _proc.current()
+            if rt is not None:
+                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+            return (yield from self.as_asyncio().__await__())
+        cell = _waiting_cell()
+        rt = _proc.current()
+        if cell is not None:
+            cell.begin_wait()
+        if rt is not None:
+            rt.begin_wait()
+        try:
+            return (yield from self.as_asyncio().__await__())
+        finally:
+            if rt is not None:
+                rt.end_wait()
+            if cell is not None:
+                cell.end_wait()
+
+    def __repr__(self) -> str:
+        state = "done" if self._cf.done() else "pending"
+        return f"<danaus Future of {self._what} ({state})>"
+
+
+_WAKE = 0.1  # seconds between wake-ups of a blocked get()
+_START_LOCK = threading.Lock()  # guards each Future(coro=...)'s _coro, taken once to start it
+
+
+async def _drive(coro: Any, cf: concurrent.futures.Future[Any]) -> None:
+    """Await ``coro`` and complete ``cf`` with its outcome."""
+    try:
+        value = await coro
+    except BaseException as e:  # it belongs to whoever waits on the future
+        cf.set_exception(e)
+    else:
+        cf.set_result(value)
+
+
+def _clean(e: BaseException | None) -> BaseException:
+    """The call's exception without danaus's waiting frames in its traceback."""
+    assert e is not None
+    return e.with_traceback(None)
+
+
+_running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
+# A cache, not state: danaus._actor.core.context._current, once imported (a cycle forbids
+# importing it at top).
+_context_var: Any = None
+
+
+def _waiting_cell() -> Any:
+    """The actor cell whose own thread is running this code, if any."""
+    global _context_var
+    if _context_var is None:
+        from .context import _current
+
+        _context_var = _current
+    ctx = _context_var.get()
+    cell = ctx.actor_instance._cell if ctx is not None else None
+    if cell is None or cell.thread is not threading.current_thread():
+        return None
+    if cell.serial_task is not None:  # an async actor: only the serial worker blocks it
+        try:
+            if asyncio.current_task() is not cell.serial_task:
+                return None
+        except RuntimeError:
+            pass
+    return cell
+
+
+def _check_not_io_thread() -> None:
+    loop = _running_loop()
+    if loop is None:
+        return
+    rt = _proc.current()
+    if rt is not None and loop is rt.loop:
+        raise RuntimeError(
+            "Future.get() was called on danaus's I/O thread, which would deadlock; call it "
+            "from an actor endpoint or the client's own threads"
+        )

@@ -1,0 +1,134 @@
+"""Ownership: which meshes each actor (or the client) in this process spawned.
+
+Every mesh is owned by the actor that spawned it, for life. The owner is told
+when its meshes fail (supervision) and stops them when it stops itself. This
+registry lives in the owner's process, on its node (one per client session).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..._runtime.hosting import host
+from ..._wire.ids import ActorId
+
+if TYPE_CHECKING:
+    from ..api.mesh import ActorMesh, MeshRef, _State
+
+__all__ = [
+    "OwnedMesh",
+    "actor_meshes",
+    "forget",
+    "forget_on",
+    "forget_proc_mesh",
+    "get",
+    "owned_by",
+    "register_actor_mesh",
+    "register_proc_mesh",
+    "stop_owned",
+]
+
+log = logging.getLogger("danaus.actor")
+
+
+class OwnedMesh:
+    """An actor mesh spawned from this process, and what its owner knows about it."""
+
+    def __init__(self, mesh: ActorMesh[Any]) -> None:
+        self.mesh = mesh
+        self.ref: MeshRef = mesh._ref
+        self.state: _State = mesh._state
+
+    @property
+    def owner(self) -> ActorId | None:
+        return self.ref.owner
+
+
+class Registry:
+    """The meshes spawned from this process (a part of its node)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # guards actor_meshes and proc_meshes
+        self.actor_meshes: dict[str, OwnedMesh] = {}
+        self.proc_meshes: dict[ActorId, list[Any]] = {}
+
+
+def _registry() -> Registry:
+    return host.ensure_node().part(Registry)
+
+
+def register_actor_mesh(mesh: ActorMesh[Any]) -> None:
+    r = _registry()
+    with r.lock:
+        r.actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
+
+
+def register_proc_mesh(owner: ActorId, pm: Any) -> None:
+    r = _registry()
+    with r.lock:
+        r.proc_meshes.setdefault(owner, []).append(pm)
+
+
+def forget_proc_mesh(owner: ActorId | None, pm: Any) -> None:
+    """A proc mesh stopped: its owner no longer holds it."""
+    r = _registry()
+    with r.lock:
+        for key in [owner] if owner is not None else list(r.proc_meshes):
+            held = r.proc_meshes.get(key, [])
+            if pm in held:
+                held.remove(pm)
+            if not held:
+                r.proc_meshes.pop(key, None)
+
+
+def actor_meshes() -> list[OwnedMesh]:
+    r = _registry()
+    with r.lock:
+        return list(r.actor_meshes.values())
+
+
+def get(mesh_id: str) -> OwnedMesh | None:
+    return _registry().actor_meshes.get(mesh_id)
+
+
+def forget(mesh_id: str) -> None:
+    r = _registry()
+    with r.lock:
+        r.actor_meshes.pop(mesh_id, None)
+
+
+def forget_on(proc_names: set[str]) -> None:
+    """Procs stopped: forget every actor mesh that lived on them only."""
+    r = _registry()
+    with r.lock:
+        gone = [
+            mid
+            for mid, m in r.actor_meshes.items()
+            if all(p.name in proc_names for p in m.ref.procs)
+        ]
+        for mid in gone:
+            del r.actor_meshes[mid]
+
+
+def owned_by(owner: ActorId) -> tuple[list[OwnedMesh], list[Any]]:
+    """The actor meshes and proc meshes ``owner`` spawned and has not stopped."""
+    r = _registry()
+    with r.lock:
+        actors = [m for m in r.actor_meshes.values() if m.owner == owner and not m.state.stopped]
+        procs = [p for p in r.proc_meshes.get(owner, []) if not p._state.stopped]
+    return actors, procs
+
+
+def stop_owned(owner: ActorId, reason: str, timeout: float = 10.0) -> None:
+    """Stop every mesh ``owner`` owns and wait (bounded) for them: children go first."""
+    actors, procs = owned_by(owner)
+    stopping = [(m.mesh, m.mesh.stop(reason)) for m in actors] + [
+        (p, p.stop(reason)) for p in procs
+    ]
+    for child, f in stopping:
+        try:
+            f.get(timeout=timeout)
+        except Exception as e:  # a child that cannot stop cleanly must not block its owner
+            log.warning("%s stopped, but its %r did not stop cleanly: %r", owner, child, e)

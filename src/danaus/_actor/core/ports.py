@@ -1,0 +1,294 @@
+"""Ports and channels: the one-way mailboxes every adverb is built from.
+
+``Channel.open()`` gives a ``(Port, PortReceiver)`` pair. The receiver stays
+where it was opened; the port is picklable and can be passed to any actor,
+which sends back through it. Messages from one sender arrive in order.
+A send to a port whose receiver is gone comes back to the sender as an
+undeliverable message (see ``_handle_undeliverable_message``).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import threading
+import weakref
+from typing import Any, Generic, TypeVar
+
+from ..._runtime.hosting import host
+from ..._runtime.messaging.flow import Gate, frame_bytes
+from ..._runtime.messaging.runtime import STATUS_EXC, STATUS_OK
+from ..._wire import codec
+from ..._wire.frame import flat
+from ..._wire.ids import ActorId, PortId
+from ..._wire.protocol import Message, Reply
+from .collect import Undecoded, set_future
+from .future import Deferred, Future, resolve
+
+__all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
+
+R = TypeVar("R")
+
+
+def current_sender() -> ActorId | None:
+    """The actor on whose behalf this thread sends (None in the client's own threads)."""
+    from .context import context
+
+    inst = context().actor_instance
+    return inst.actor_id if inst._cell is not None else None
+
+
+class Undeliverable:
+    """A message that could not be delivered, returned to its sender."""
+
+    def __init__(self, sender: ActorId | None, dest: str, error: str) -> None:
+        self._sender = sender
+        self._dest = dest
+        self._error = error
+
+    def sender(self) -> ActorId | None:
+        return self._sender
+
+    def dest(self) -> str:
+        return self._dest
+
+    def error_msg(self) -> str:
+        return self._error
+
+    def __repr__(self) -> str:
+        return f"Undeliverable(dest={self._dest!r}, error={self._error!r})"
+
+
+class Port(Generic[R]):
+    """The sending end of a channel. Picklable: pass it to an actor to get answers back.
+
+    ``send(value)`` and ``exception(exc)`` never block.
+    """
+
+    def __init__(self, port_id: PortId, index: int = 0, *, once: bool = False) -> None:
+        self._port_id = port_id
+        self._index = index
+        self._once = once
+        self._used = False
+        self.return_undeliverable = True
+
+    def send(self, value: R) -> None:
+        """Send ``value`` to the receiver. ``TypeError`` if it cannot be pickled."""
+        self._send(STATUS_OK, value)
+
+    def exception(self, exc: BaseException) -> None:
+        """Make the receiver's ``recv()`` (or the caller's future) raise ``exc``."""
+        from .cell import exception_payload
+
+        self._send(STATUS_EXC, exception_payload(exc))
+
+    def _send(self, status: int, value: Any) -> None:
+        if self._once and self._used:
+            raise RuntimeError("this port was opened with once=True and has already been used")
+        self._used = True
+        body, bufs = codec.dumps_checked(value, "the value sent on the port")
+        snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
+        rt = host.ensure_runtime()
+        sender = current_sender() if self.return_undeliverable else None
+        header = Reply(self._port_id.port, self._index, status, sender)
+        dest = f"port {self._port_id}"
+        rt.send(
+            self._port_id.proc,
+            header,
+            body,
+            snapshot,
+            on_fail=lambda reason: (
+                _return_to_sender(sender, dest, reason) if self.return_undeliverable else None
+            ),
+        )
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_port, (self._port_id, self._index, self._once, self.return_undeliverable))
+
+    def __repr__(self) -> str:
+        return f"<Port {self._port_id}#{self._index}>"
+
+
+def _rebuild_port(port_id: PortId, index: int, once: bool, bounce: bool = True) -> Port[Any]:
+    port: Port[Any] = Port(port_id, index, once=once)
+    port.return_undeliverable = bounce
+    return port
+
+
+class _DroppingPort(Port[Any]):
+    """The port an explicit-response endpoint gets when its caller wants no answer."""
+
+    def __init__(self) -> None:
+        pass
+
+    def _send(self, status: int, value: Any) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "<Port (no reply wanted)>"
+
+
+def _return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
+    from .undeliverable import return_to_sender
+
+    return_to_sender(sender, dest, reason)
+
+
+class _Inbox:
+    """What the runtime delivers a port's messages to (its ``PortHandler``).
+
+    Kept apart from :class:`PortReceiver` so that the runtime's table of open
+    ports does not keep the receiver alive: when the receiver is garbage
+    collected its port closes, as Monarch's does.
+    """
+
+    def __init__(self, rt: Any, once: bool) -> None:
+        self._rt = rt
+        self._lock = threading.Lock()  # guards _values and _waiters (one of them is empty)
+        self._values: collections.deque[tuple[bool, Any, int, int]] = collections.deque()
+        # Bytes of the messages nobody has taken yet: above inbox_high_water the
+        # connections bringing more pause, unless a thread of this process is waiting
+        # (it may be the reader, waiting for something behind them).
+        self.gate = Gate(rt, lambda: rt.waits > 0, high="inbox_high_water", low="inbox_low_water")
+        # (future, ranked): a ranked reader gets (the sender's rank, the value)
+        self._waiters: collections.deque[tuple[concurrent.futures.Future[Any], bool]] = (
+            collections.deque()
+        )
+        self._once = once
+        self.port_id: PortId = rt.open_port(self)
+
+    # PortHandler, on the I/O thread
+    def deliver(self, frame: Message) -> None:
+        # Unpickled by whoever reads it (recv().get() or await), not here.
+        value = Undecoded(frame, f"a message on port {self.port_id}", port=True)
+        ok = value.ok
+        rank = frame.header.slot  # the sender's rank, for a reply; a port's index otherwise
+        with self._lock:
+            waiter = self._waiters.popleft() if self._waiters else None
+            if waiter is None:
+                n = frame_bytes(frame)
+                self._values.append((ok, value, n, rank))
+        if waiter is not None:
+            cf, ranked = waiter
+            set_future(cf, ok, _Ranked(rank, value) if ranked else value)
+        else:
+            self.gate.arrived(n)
+        if self._once:
+            self._rt.close_port(self.port_id.port)
+
+    def peer_lost(self, proc: str, reason: str) -> None:
+        pass  # any proc may hold the port; none is awaited in particular
+
+    def next(self, ranked: bool = False) -> concurrent.futures.Future[Any]:
+        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._values:
+                ok, value, n, rank = self._values.popleft()
+                self.gate.taken(n)
+                set_future(cf, ok, _Ranked(rank, value) if ranked else value)
+            else:
+                self._waiters.append((cf, ranked))
+        return cf
+
+
+class _Ranked(Deferred):
+    """``(rank, value)``, unpickled by its reader (raising what ``value`` raises)."""
+
+    __slots__ = ("ok",)
+
+    def __init__(self, rank: int, value: Any) -> None:
+        super().__init__(lambda: (rank, resolve(value)))
+        self.ok = value.ok
+
+
+def _close_port(rt: Any, port: int, cell: Any, gate: Gate | None = None) -> None:
+    """Close a receiver's port (closed, collected): later sends bounce to their senders."""
+    rt.close_port(port)
+    if gate is not None:
+        gate.close()  # nobody will take what it holds: read its connections again
+    if cell is not None:
+        cell.disown_port(port)
+
+
+def _owning_cell() -> Any:
+    """The actor cell on whose thread a receiver is being opened (None in the client)."""
+    from .context import context
+
+    return context().actor_instance._cell
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a channel; ``recv()`` returns a future of the next message.
+
+    Its port closes (later sends come back to their senders as undeliverable)
+    when it is closed, when it is garbage collected, and when the actor that
+    opened it stops.
+    """
+
+    def __init__(self, once: bool = False) -> None:
+        rt = host.ensure_runtime()
+        self._inbox = _Inbox(rt, once)
+        self.port_id = self._inbox.port_id
+        cell = _owning_cell()
+        if cell is not None:
+            cell.own_port(self.port_id.port)
+        self._closer = weakref.finalize(
+            self, _close_port, rt, self.port_id.port, cell, self._inbox.gate
+        )
+
+    def recv(self) -> Future[R]:
+        """A future of the next message (or the exception sent with ``Port.exception``).
+
+        Never blocks; ``recv().get()`` waits for the message.
+        """
+        return Future._create(self._inbox.next(), f"a message on port {self.port_id}")
+
+    def close(self) -> None:
+        """Stop receiving: later sends come back to their senders as undeliverable."""
+        self._closer()
+
+    def ranked(self) -> RankedPortReceiver[R]:
+        """This receiver's messages as ``(rank, value)``: the rank of the actor whose
+        reply it is (``send(endpoint, ..., port=port)``), as Monarch's ``ranked()``."""
+        return RankedPortReceiver(self)
+
+    def __repr__(self) -> str:
+        return f"<PortReceiver {self.port_id}>"
+
+
+class RankedPortReceiver(Generic[R]):
+    """A :class:`PortReceiver` whose ``recv()`` gives ``(rank, value)``; made by
+    ``PortReceiver.ranked()`` or ``Channel.open_ranked()``. A message sent on a port
+    made by ``Channel.open`` carries rank 0."""
+
+    def __init__(self, receiver: PortReceiver[R]) -> None:
+        self._receiver = receiver  # keeps the port open
+        self.port_id = receiver.port_id
+
+    def recv(self) -> Future[tuple[int, R]]:
+        """A future of ``(rank, the next message)``. Never blocks."""
+        return Future._create(
+            self._receiver._inbox.next(ranked=True), f"a message on port {self.port_id}"
+        )
+
+    def close(self) -> None:
+        self._receiver.close()
+
+    def __repr__(self) -> str:
+        return f"<RankedPortReceiver {self.port_id}>"
+
+
+class Channel(Generic[R]):
+    """Factory of ``(Port, PortReceiver)`` pairs."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """Open a channel; ``once=True`` for a single message."""
+        receiver: PortReceiver[R] = PortReceiver(once)
+        return Port(receiver.port_id, 0, once=once), receiver
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:
+        """``open()``, with a receiver that gives ``(rank, value)`` (see ``ranked()``)."""
+        port, receiver = Channel[R].open(once)
+        return port, receiver.ranked()

@@ -1,0 +1,2 @@
+"""Tools over running actors: code sync, introspection (stats, traces, stacks) and
+simulated large meshes."""

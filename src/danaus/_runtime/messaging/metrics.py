@@ -1,0 +1,146 @@
+"""What a proc measures about itself: endpoint metrics and trace spans (no I/O).
+
+The hot path stays cheap. An endpoint's metrics are a few integers and a
+fixed-bucket latency histogram, updated on the actor's own thread (no lock:
+only that thread writes them; a reader on the I/O thread may see a count one
+call behind, never a broken one). Spans are recorded only while a trace is
+running (``Runtime.tracer`` is not None); otherwise the only cost is that
+check. Collection happens on demand: the ``STATS`` and ``TRACE_STOP`` frames
+ask a proc's I/O thread for a snapshot (``danaus._actor.tools.introspect``).
+
+Timestamps are ``time.perf_counter_ns()`` (CLOCK_MONOTONIC on Linux), which
+every process of a host shares; the collector aligns hosts by the offset it
+measures when it starts a trace.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from typing import Any
+
+__all__ = ["BOUNDS", "EndpointStats", "Tracer", "percentile"]
+
+#: Upper bounds (seconds) of the latency buckets: 8 per decade from 1 µs to 100 s,
+#: each about 33 % wider than the one before; one more bucket holds what is slower.
+BOUNDS: tuple[float, ...] = tuple(1e-6 * 10 ** (k / 8) for k in range(8 * 8 + 1))
+
+
+class EndpointStats:
+    """Calls, errors and a latency histogram of one endpoint of one actor."""
+
+    __slots__ = ("calls", "counts", "errors", "max", "total")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.errors = 0
+        self.total = 0.0  # seconds, summed
+        self.max = 0.0
+        self.counts = [0] * (len(BOUNDS) + 1)
+
+    def record(self, seconds: float, ok: bool) -> None:
+        """One call that took ``seconds`` (actor thread only)."""
+        self.calls += 1
+        if not ok:
+            self.errors += 1
+        self.total += seconds
+        if seconds > self.max:
+            self.max = seconds
+        self.counts[bisect.bisect_left(BOUNDS, seconds)] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """A plain-data copy (picklable, JSON-able): sparse bucket counts."""
+        counts = list(self.counts)
+        return {
+            "calls": self.calls,
+            "errors": self.errors,
+            "total_s": self.total,
+            "max_s": self.max,
+            "buckets": {i: c for i, c in enumerate(counts) if c},
+        }
+
+
+def percentile(buckets: dict[int, int], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) of a bucketed latency, in seconds (None if empty).
+
+    Within a bucket the value is interpolated geometrically between its bounds,
+    so the error is at most the bucket's width (about 33 %).
+    """
+    n = sum(buckets.values())
+    if n == 0:
+        return None
+    rank = q / 100.0 * n
+    seen = 0
+    for i in sorted(buckets):
+        c = buckets[i]
+        if seen + c >= rank:
+            hi = BOUNDS[i] if i < len(BOUNDS) else BOUNDS[-1] * 10
+            lo = BOUNDS[i - 1] if i > 0 else hi / 10 ** (1 / 8)
+            frac = (rank - seen) / c if c else 1.0
+            return float(lo * (hi / lo) ** frac)
+        seen += c
+    return BOUNDS[-1] * 10  # pragma: no cover - rank <= n always stops above
+
+
+class Tracer:
+    """The spans one proc records while a trace runs. Appends from any thread.
+
+    Events are tuples, turned into Chrome trace events by the collector:
+    ``("X", name, cat, t0_ns, dur_ns, tid, args, flow_in, flow_out)`` for a
+    span on a thread, ``("b"|"e", name, cat, t_ns, async_id, tid, args)`` for
+    the two ends of a span that crosses threads (a client call). Flow keys are
+    strings that the span starting an arrow (``flow_out``) and the one ending it
+    (``flow_in``) share, across processes.
+    """
+
+    def __init__(self, max_events: int) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.max_events = max_events
+        self.dropped = 0
+        self.threads: dict[int, str] = {}
+        self.started_ns = time.perf_counter_ns()
+        self.late: list[Any] = []  # procs spawned during the trace, started as they came
+
+    now = staticmethod(time.perf_counter_ns)
+
+    def _tid(self) -> int:
+        tid = threading.get_native_id()
+        if tid not in self.threads:
+            self.threads[tid] = threading.current_thread().name
+        return tid
+
+    def span(
+        self,
+        name: str,
+        cat: str,
+        t0: int,
+        args: dict[str, Any] | None = None,
+        flow_in: str | None = None,
+        flow_out: str | tuple[str, ...] | None = None,
+    ) -> None:
+        """A span from ``t0`` (``now()``) until now, on the calling thread."""
+        t1 = time.perf_counter_ns()
+        if len(self.events) >= self.max_events:
+            self.dropped += 1
+            return
+        self.events.append(("X", name, cat, t0, t1 - t0, self._tid(), args, flow_in, flow_out))
+
+    def begin(self, name: str, cat: str, async_id: str, args: dict[str, Any] | None = None) -> None:
+        """The start of a span that ends on another thread (``end`` with the same id)."""
+        self._edge("b", name, cat, async_id, args)
+
+    def end(self, name: str, cat: str, async_id: str, args: dict[str, Any] | None = None) -> None:
+        self._edge("e", name, cat, async_id, args)
+
+    def _edge(self, ph: str, name: str, cat: str, async_id: str, args: Any) -> None:
+        if len(self.events) >= self.max_events:
+            self.dropped += 1
+            return
+        t = time.perf_counter_ns()
+        self.events.append((ph, name, cat, t, async_id, self._tid(), args))
+
+    def drain(self) -> dict[str, Any]:
+        """Everything recorded, as plain data (the tracer is done after this)."""
+        events, self.events = self.events, []
+        return {"events": events, "threads": dict(self.threads), "dropped": self.dropped}

@@ -1,0 +1,315 @@
+"""The peers of a runtime: procs it waits for, talks to, and has lost.
+
+A mixin of :class:`~danaus._runtime.messaging.runtime.Runtime`. A peer is *pending*
+from ``expect()`` (we spawned it) until its READY; *lost* from ``peer_lost()``
+on, for good (proc names are never reused, except the agent/client pair of a
+re-attach, which ``forget_peer`` resets). Losing a peer tells, at once,
+everything that waits on it: frames queued for it, READY waiters, ports
+watching it, the runtime's loss callbacks, and exit waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..._wire.ids import ProcId
+from ..._wire.protocol import Message
+
+if TYPE_CHECKING:
+    from ..._transport.conn import Connection
+
+__all__ = ["PeerTable"]
+
+log = logging.getLogger("danaus.runtime")
+
+
+class _Peer:
+    """What we know of one proc, and the one connection we share with it.
+
+    ``link`` is that connection once established (we dialled and it
+    answered ``WELCOME``, or it dialled and we welcomed it); ``conn`` is the
+    same connection once frames may go on it (``link``, published when the
+    peer is not pending); ``dialing`` is our own dial still waiting for its
+    ``WELCOME``; ``waiting`` a connection the peer dialled while our dial was
+    in flight and ours wins (kept, unanswered, in case ours fails).
+    """
+
+    __slots__ = (
+        "boot_error",
+        "calls",
+        "conn",
+        "dialing",
+        "link",
+        "lost",
+        "pending",
+        "proc",
+        "queue",
+        "queued_bytes",
+        "ready_cbs",
+        "spawned",
+        "stopping",
+        "waiting",
+    )
+
+    def __init__(self, proc: ProcId, pending: bool) -> None:
+        self.proc = proc
+        self.conn: Connection | None = None
+        self.link: Connection | None = None
+        self.dialing: Connection | None = None
+        self.waiting: Connection | None = None
+        self.pending = pending  # waiting for READY before connecting
+        self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
+        self.queued_bytes = 0  # the bytes in queue (bounded: senders block above a mark)
+        self.lost: str | None = None
+        self.stopping = False
+        self.spawned = pending  # we spawned it: its host agent will report how it exited
+        self.ready_cbs: list[Callable[[str | None], None]] = []
+        # What its READY said went wrong at boot, for a ``when_ready`` that comes after it.
+        self.boot_error: str | None = None
+        # Ports of calls to one actor of this proc (``watch_call``): no lock, see there.
+        self.calls: set[int] = set()
+
+
+def _discard(_: Any) -> None:
+    pass
+
+
+class PeerTable:
+    """Peer bookkeeping (mixed into ``Runtime``)."""
+
+    loop: asyncio.AbstractEventLoop
+    proc_id: ProcId
+    ports: dict[int, Any]
+    lost_callbacks: list[Callable[[str, str], None]]
+    exited: dict[str, str]
+    _lock: threading.RLock
+    _peers: dict[str, _Peer]
+    _spares: dict[str, Connection]
+    _watchers: dict[str, set[int]]
+    _exit_waiters: dict[str, list[Callable[[str], None]]]
+    _lost_waiters: dict[str, list[Callable[[str], None]]]
+    notify_room: Callable[[], None]  # wakes senders held back (the runtime's backpressure)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        raise NotImplementedError
+
+    def _connect(self, peer: _Peer) -> None:
+        raise NotImplementedError
+
+    def _publish(self, peer: _Peer) -> None:
+        raise NotImplementedError
+
+    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
+        raise NotImplementedError
+
+    # -- peers: expected, ready, lost ----------------------------------------
+
+    def expect(self, proc: ProcId, on_ready: Callable[[str | None], None] | None = None) -> None:
+        """Declare a proc being spawned for us: frames to it wait for its READY."""
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+            if on_ready is not None:
+                peer.ready_cbs.append(on_ready)
+
+    def when_ready(self, proc: ProcId, cb: Callable[[str | None], None]) -> None:
+        """``cb(None)`` once ``proc`` is up, ``cb(error)`` if its READY reported a boot
+        error, or ``cb(reason)`` if it is lost first; at once when that is known already
+        (a READY may come before the spawner asks)."""
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is not None and peer.pending and peer.lost is None:
+                peer.ready_cbs.append(cb)
+                return
+            reason = None if peer is None else peer.lost or peer.boot_error
+        cb(reason)
+
+    def _on_ready(self, conn: Connection, msg: Message) -> None:
+        proc, error = msg.header
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+            peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
+            cbs, peer.ready_cbs = peer.ready_cbs, []
+            peer.pending = False
+            peer.boot_error = error
+            linked = peer.link is not None and peer.conn is None and peer.lost is None
+            start = bool(peer.queue) and peer.lost is None and not linked
+        if linked:  # it dialled us already: what waited for its READY goes on that connection
+            self._publish(peer)
+        elif start:  # even a proc whose bootstrap failed is up: it can still be stopped
+            self._connect(peer)
+        for cb in cbs:
+            cb(error)
+
+    def _on_lost_report(self, conn: Connection, msg: Message) -> None:
+        name, reason = msg.header
+        with self._lock:
+            self.exited[name] = reason
+            waiters = self._exit_waiters.pop(name, [])
+        self.peer_lost(name, reason)
+        for cb in waiters:
+            cb(reason)
+
+    def when_exited(self, name: str, cb: Callable[[str], None], grace: float = 1.0) -> None:
+        """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it).
+
+        If the proc is lost but no report comes within ``grace`` seconds (its
+        agent is gone too), ``cb`` runs anyway: nothing waits forever.
+        """
+        done = [False]
+
+        def once(how: str) -> None:
+            with self._lock:
+                if done[0]:
+                    return
+                done[0] = True
+                waiters = self._exit_waiters.get(name)
+                if waiters is not None and once in waiters:
+                    waiters.remove(once)
+                    if not waiters:
+                        del self._exit_waiters[name]
+            cb(how)
+
+        def after_loss(reason: str) -> None:
+            _discard(self.loop.call_later(grace, once, reason))
+
+        with self._lock:
+            how = self.exited.get(name)
+            lost = self._peers[name].lost if name in self._peers else None
+            if how is None:
+                self._exit_waiters.setdefault(name, []).append(once)
+                if lost is None:
+                    self._lost_waiters.setdefault(name, []).append(after_loss)
+        if how is not None:
+            once(how)
+        elif lost is not None:
+            self.call_soon(after_loss, lost)
+
+    def mark_stopping(self, proc: ProcId) -> None:
+        with self._lock:
+            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
+            peer.stopping = True
+
+    def forget_peer(self, name: str) -> None:
+        """Forget all we know of proc ``name`` (lost included): it came back (re-attach).
+
+        Only for peers whose name is reused on purpose (a worker agent and its
+        client across a healed partition); procs never reuse names.
+        """
+        with self._lock:
+            peer = self._peers.pop(name, None)
+            self.exited.pop(name, None)
+            self._watchers.pop(name, None)
+            self._lost_waiters.pop(name, None)
+            spare = self._spares.pop(name, None)
+        if peer is not None:
+            for conn in (peer.link, peer.dialing, peer.waiting):
+                if conn is not None and not conn.closed and conn is not spare:
+                    conn.close()
+        if spare is not None and not spare.closed:
+            # It dialled us again while we held it lost (that connection was
+            # welcomed but left unused): now that it is back, that is our connection.
+            fresh = _Peer(spare.peer, pending=False)
+            with self._lock:
+                self._peers[name] = fresh
+            self._adopt(fresh, spare, welcome=False)  # welcomed when it dialled
+
+    def learn(self, proc: ProcId) -> None:
+        """Use ``proc``'s address (a better one than it advertises) from now on."""
+        with self._lock:
+            peer = self._peers.get(proc.name)
+            if peer is None:
+                self._peers[proc.name] = _Peer(proc, pending=False)
+            else:
+                peer.proc = proc
+
+    def resolve(self, proc: ProcId) -> ProcId:
+        """``proc`` with the freshest address known here (procs report theirs when READY)."""
+        if proc.name == self.proc_id.name:
+            return self.proc_id
+        peer = self._peers.get(proc.name)
+        return peer.proc if peer is not None else proc
+
+    def is_pending(self, name: str) -> bool:
+        """True while proc ``name`` was spawned for us and has not said READY (nor been lost)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.pending and peer.lost is None
+
+    def spawned_here(self, name: str) -> bool:
+        """True if proc ``name`` was spawned for us (its host agent reports its exit to us)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.spawned
+
+    def is_stopping(self, name: str) -> bool:
+        """True once we asked proc ``name`` to stop (its loss is then no failure)."""
+        peer = self._peers.get(name)
+        return peer is not None and peer.stopping
+
+    def watch_call(self, proc: ProcId, port: int) -> str | None:
+        """``watch(proc, port)`` for one call, without the lock (any thread).
+
+        The port goes into the peer's ``calls`` set, then ``lost`` is read:
+        ``peer_lost`` sets ``lost`` before it copies the set, so a port added
+        after that copy sees ``lost`` here, and one added before it is in the
+        copy (it may hear of the loss both ways; its handler takes the first).
+        Undo with ``unwatch_call``.
+        """
+        peer = self._peers.get(proc.name)
+        if peer is None:
+            with self._lock:
+                peer = self._peers.get(proc.name)
+                if peer is None:
+                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
+        peer.calls.add(port)
+        return peer.lost
+
+    def unwatch_call(self, proc: ProcId, port: int) -> None:
+        """Undo ``watch_call`` (any thread; set.discard is atomic)."""
+        peer = self._peers.get(proc.name)
+        if peer is not None:
+            peer.calls.discard(port)
+
+    def is_lost(self, name: str) -> str | None:
+        peer = self._peers.get(name)
+        return peer.lost if peer is not None else None
+
+    def peer_lost(self, name: str, reason: str) -> None:
+        """Declare proc ``name`` lost (I/O thread): fail everything that waits on it."""
+        with self._lock:
+            peer = self._peers.get(name)
+            if peer is None:
+                return  # never talked to it: nothing waits on it
+            if peer.lost is not None:
+                return
+            peer.lost = reason
+            queued, peer.queue = peer.queue, []
+            peer.queued_bytes = 0
+            cbs, peer.ready_cbs = peer.ready_cbs, []
+            conns = [peer.link, peer.dialing, peer.waiting]
+            watchers = self._watchers.pop(name, set())
+        # After ``lost`` is set: a call watched from now on sees it (``watch_call``).
+        # (Copying a set of ints runs no Python code: whole under the GIL.)
+        watchers |= peer.calls.copy()
+        for conn in conns:
+            if conn is not None and not conn.closed:
+                conn.close()
+        self.notify_room()  # senders held back by this peer's backlog give up
+        # Every waiter is told, even if telling one of them fails.
+        calls: list[Callable[[], Any]] = []
+        calls += [functools.partial(f, reason) for _, f in queued if f is not None]
+        calls += [functools.partial(cb, reason) for cb in cbs]
+        for port in watchers:
+            handler = self.ports.get(port)
+            if handler is not None:
+                calls.append(functools.partial(handler.peer_lost, name, reason))
+        calls += [functools.partial(cb, name, reason) for cb in list(self.lost_callbacks)]
+        calls += [functools.partial(w, reason) for w in self._lost_waiters.pop(name, [])]
+        for call in calls:
+            try:
+                call()
+            except Exception:
+                log.exception("danaus internal error while reporting the loss of proc %s", name)
