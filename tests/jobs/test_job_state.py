@@ -105,7 +105,7 @@ def test_a_job_that_cannot_be_saved_says_so_before_it_starts_anything(tmp_path) 
     class Unsaved(LocalJob):
         def __init__(self) -> None:
             super().__init__()
-            self.extra = 1  # not in _to_doc: dumps() refuses it
+            self.extra = object()  # not JSON data, not in _to_doc: dumps() refuses it
 
         def _create(self, *args: object) -> None:
             created.append("created")

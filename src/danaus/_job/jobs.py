@@ -116,22 +116,54 @@ def _job_secret() -> str:
         return _secret
 
 
+# The key under which a saved job keeps the attributes its class does not save itself.
+_EXTRA = "attributes"
+
+
+def _json_value(value: Any) -> bool:
+    """Whether ``value`` is JSON data that comes back equal from a JSON document."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return not (isinstance(value, float) and value != value)  # NaN != NaN
+    if isinstance(value, list):
+        return all(_json_value(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _json_value(v) for k, v in value.items())
+    return False
+
+
 class JobState:
-    """One ``HostMesh`` per named mesh, as attributes (``state.trainers``)."""
+    """One ``HostMesh`` per named mesh, as attributes (``state.trainers``).
 
-    def __init__(self, meshes: Mapping[str, HostMesh]) -> None:
-        self._meshes = dict(meshes)
-        for name, mesh in meshes.items():
-            setattr(self, name, mesh)
+    Made as Monarch makes it: ``JobState({"trainers": mesh, ...})``; the optional
+    telemetry, dashboard and admin addresses are kept as given (``None`` unless a
+    job sets them).
+    """
 
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(
-            f"this job has no mesh named {name!r}; its meshes are {sorted(self._meshes)}"
-        )
+    def __init__(
+        self,
+        hosts: Mapping[str, HostMesh],
+        query_engine: Any = None,
+        query_engine_client: Any = None,
+        telemetry_url: str | None = None,
+        dashboard_url: str | None = None,
+        admin_url: str | None = None,
+    ) -> None:
+        self._hosts = dict(hosts)
+        self.query_engine = query_engine
+        self.query_engine_client = query_engine_client
+        self.telemetry_url = telemetry_url
+        self.dashboard_url = dashboard_url
+        self.admin_url = admin_url
+
+    def __getattr__(self, name: str) -> HostMesh:
+        hosts = self.__dict__.get("_hosts", {})
+        if name in hosts:
+            return hosts[name]  # type: ignore[no-any-return]
+        raise AttributeError(f"this job has no mesh named {name!r}; its meshes are {sorted(hosts)}")
 
     def _stop_procs(self) -> None:
         """Stop the procs spawned on these meshes (best effort, bounded)."""
-        for name, mesh in self._meshes.items():
+        for name, mesh in self._hosts.items():
             try:
                 mesh.stop().get(timeout=config.get("job_stop_timeout"))
             except Exception as e:
@@ -140,7 +172,7 @@ class JobState:
                 )
 
     def __repr__(self) -> str:
-        return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._meshes.items())})"
+        return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._hosts.items())})"
 
 
 class JobTrait:
@@ -156,18 +188,28 @@ class JobTrait:
     Each kind of job says what it saves: ``_to_doc()`` returns its fields as JSON
     values and ``_from_doc(fields)`` reads them back, type-checked. A subclass
     with attributes of its own extends both (calling ``super()``); ``dumps()``
-    refuses a job whose attributes would not come back.
+    refuses a job whose attributes would not come back. Attributes a subclass
+    does not save itself are saved too when they are JSON values (``None``,
+    numbers, strings, lists, string-keyed dicts of those), so a job class
+    written for Monarch, which keeps such attributes, saves and loads unchanged.
+
+    Extension points, as Monarch's: ``_create(client_script)`` obtains the hosts
+    (and, given a client script, runs it as the batch client), ``_state()``
+    returns the ``JobState``, ``can_run(spec)`` says whether this running job can
+    serve ``spec``, ``_kill()`` releases the hosts. danaus's own jobs implement
+    ``_obtain_hosts()``, ``_meshes()`` and ``_spec()``, which the defaults of the first
+    three call.
     """
 
     # Attributes that live only in this process (processes, attached meshes): not saved.
-    _TRANSIENT: tuple[str, ...] = ("_state",)
+    _TRANSIENT: tuple[str, ...] = ("_job_state",)
     # The name a saved job gives its class (``_kind()``); a subclass without its own
     # is saved as MODULE.QUALNAME, and loads only where that module was imported.
     _KIND: str | None = None
 
     def __init__(self) -> None:
         self._applied = False
-        self._state: JobState | None = None
+        self._job_state: JobState | None = None  # what _state() returned, kept while applied
         self._cached: JobTrait | None = None  # the job loaded from the cache that runs us
         self._cached_path: str | None = None
 
@@ -194,11 +236,8 @@ class JobTrait:
         """
         if self._running is not None:
             return
-        if client_script is None:
-            self._create()
-            self._applied = True
-        else:
-            self._apply_batch(client_script)
+        self._create(client_script)
+        self._applied = True
 
     def _apply_batch(self, client_script: str) -> None:
         raise RuntimeError(
@@ -241,22 +280,27 @@ class JobTrait:
                         self.kill()  # not saved: nothing could find it to end it later
                         raise
                     self._cached_path = cached_path
-        if running._state is None:
-            running._state = JobState(running._meshes())
-        return running._state
+        if running._job_state is None:
+            got = running._state()
+            if not isinstance(got, JobState):
+                raise TypeError(
+                    f"{type(running).__name__}._state() must return a JobState, got {got!r}"
+                )
+            running._job_state = got
+        return running._job_state
 
     def kill(self) -> None:
         """Release the hosts (also those of a job reconnected from the cache) and drop the cache."""
         running = self._running
         if running is not None:
-            if running._state is not None:
-                running._state._stop_procs()  # first, so their exits are expected
+            if running._job_state is not None:
+                running._job_state._stop_procs()  # first, so their exits are expected
             running._kill()
             running._applied = False
-            running._state = None
+            running._job_state = None
         self._cached = None
         self._applied = False
-        self._state = None
+        self._job_state = None
         if self._cached_path is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self._cached_path)
@@ -281,16 +325,19 @@ class JobTrait:
         scheduler handed out, the job secret. ``TypeError`` if the job holds
         attributes its kind does not save (see the class docstring)."""
         job = self._cached if self._cached is not None else self
-        data = statefile.encode(job._kind(), job._to_doc())
-        again = type(job)._restore(statefile.decode(data, "the saved job")[1])
-        lost = sorted(set(vars(job)) - set(vars(again)))
-        if lost:
-            raise TypeError(
-                f"{type(job).__name__} cannot be saved: its attributes {lost} are not part "
-                "of its saved state. Extend _to_doc() and _from_doc() with them (JSON data "
-                "only), or name them in _TRANSIENT if they live only in this process"
-            )
-        return data
+        doc = job._to_doc()
+        again = type(job)._restore(statefile.decode(statefile.encode(job._kind(), doc), "")[1])
+        extra = {name: vars(job)[name] for name in sorted(set(vars(job)) - set(vars(again)))}
+        if extra:  # attributes the class does not save itself: kept when they are JSON data
+            bad = sorted(name for name, value in extra.items() if not _json_value(value))
+            if bad:
+                raise TypeError(
+                    f"{type(job).__name__} cannot be saved: its attributes {bad} are not JSON "
+                    "data and not part of its saved state. Extend _to_doc() and _from_doc() "
+                    "with them, or name them in _TRANSIENT if they live only in this process"
+                )
+            doc = {**doc, _EXTRA: extra}
+        return statefile.encode(job._kind(), doc)
 
     @classmethod
     def _kind(cls) -> str:
@@ -304,6 +351,15 @@ class JobTrait:
         job = cls.__new__(cls)
         JobTrait.__init__(job)
         job._from_doc(fields)
+        if fields.has(_EXTRA):
+            for name, value in fields.mapping(_EXTRA, lambda v: v, "JSON values").items():
+                if (
+                    not name.isidentifier()
+                    or name in vars(job)
+                    or callable(getattr(cls, name, None))
+                ):
+                    raise ValueError(f"{fields.source}: {_EXTRA} may not set {name!r}")
+                setattr(job, name, value)
         for name in cls._TRANSIENT:
             if not hasattr(job, name):
                 setattr(job, name, None)
@@ -326,7 +382,7 @@ class JobTrait:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._state = None
+        self._job_state = None
 
     def _spec(self) -> Any:
         """What ``can_run`` compares: the job's specification."""
@@ -336,11 +392,29 @@ class JobTrait:
         """Whether the hosts a loaded job names are still there (cheap checks only)."""
         return True
 
-    def _create(self) -> None:
-        raise NotImplementedError
+    def _create(self, client_script: str | None = None) -> None:
+        """Obtain the hosts; with ``client_script``, also run it as the batch client
+        (Monarch's extension point; danaus's jobs implement ``_obtain_hosts()`` and
+        ``_apply_batch()`` instead)."""
+        if client_script is None:
+            self._obtain_hosts()
+        else:
+            self._apply_batch(client_script)
+
+    def _obtain_hosts(self) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement _create(client_script) (as a Monarch job "
+            "does) or _obtain_hosts()"
+        )
+
+    def _state(self) -> JobState:
+        """The applied job's meshes (Monarch's extension point): by default ``_meshes()``."""
+        return JobState(self._meshes())
 
     def _meshes(self) -> dict[str, HostMesh]:
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement _state() (as a Monarch job does) or _meshes()"
+        )
 
     def _kill(self) -> None:
         pass
@@ -385,7 +459,7 @@ class LocalJob(JobTrait):
     def _spec(self) -> Any:
         return self._names
 
-    def _create(self) -> None:
+    def _obtain_hosts(self) -> None:
         pass
 
     def _meshes(self) -> dict[str, HostMesh]:
@@ -497,7 +571,7 @@ class _DetachedWorkersJob(JobTrait):
         # danaus worker listening on ADDR pid PID log PATH
         return StartedWorker(host, words[4], int(words[6]))
 
-    def _create(self) -> None:
+    def _obtain_hosts(self) -> None:
         todo = [(name, h) for name, hs in self._hosts.items() for h in hs]
         with concurrent.futures.ThreadPoolExecutor(max(1, min(32, len(todo)))) as pool:
             futures = [pool.submit(self._start, h) for _, h in todo]
@@ -520,7 +594,7 @@ class _DetachedWorkersJob(JobTrait):
         """Start the workers, save the job, then run the client detached on this machine."""
         argv = client_argv(client_script, sys.executable)
         self.dumps()  # a job that cannot be saved raises before it starts anything
-        self._create()
+        self._obtain_hosts()
         self._applied = True
         try:
             path = self._save_for_batch_client()

@@ -353,7 +353,7 @@ class SlurmJob(JobTrait):
         with contextlib.suppress(FileNotFoundError):
             os.remove(self._secret_path)
 
-    def _create(self) -> None:
+    def _obtain_hosts(self) -> None:
         self._submit()
         try:
             self._nodes = self._wait_for_start()

@@ -51,6 +51,9 @@ class Fields:
             f"{want}, got {got!r}. Save the job again with this danaus (job.dump())"
         )
 
+    def has(self, key: str) -> bool:
+        return key in self._doc
+
     def get(self, key: str, check: Callable[[Any], bool], want: str) -> Any:
         if key not in self._doc or not check(self._doc[key]):
             raise self._bad(key, want)
