@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import pathlib
 import re
 
@@ -266,52 +267,17 @@ def test_public_classes_show_their_public_module() -> None:
 
 # -- every name a Monarch program imports has a danaus counterpart or a documented reason ----
 #
-# The ``__all__`` lists of Monarch 0.7.0, read from the wheel on PyPI
-# (torchmonarch-0.7.0-cp311-cp311-manylinux2014_x86_64.whl: monarch/__init__.py,
-# monarch/actor/__init__.py, monarch/rdma/__init__.py, monarch/job/__init__.py).
-MONARCH_0_7 = {
-    "monarch.actor": """Accumulator Actor ActorError Channel ChannelTransport Context Endpoint
-        Extent Future HostMesh MeshFailure Point Port PortReceiver ProcId ProcMesh Uid ValueMesh
-        as_endpoint attach attach_to_workers concurrent_endpoint config context
-        current_actor_name current_rank current_size debug_controller default_bootstrap_cmd
-        enable_transport endpoint get_meter get_or_spawn_controller returns_future
-        run_worker_loop_forever run_worker_loop_until_shutdown send shutdown_context span
-        start_worker_loop_forever this_host this_proc traced unhandled_fault_hook""",
-    "monarch.rdma": """RDMAAction RDMABuffer RDMAReadTransferWarning RDMATcpFallbackWarning
-        RDMAWriteTransferWarning get_rdma_backend is_ibverbs_available is_rdma_available""",
-    "monarch.job": """DEFAULT_JOB_PATH JobState JobTrait LocalJob MeshAdminConfig PortForwarder
-        ProcessJob SERVICE_PROC_IDS_ENV SERVICE_PROC_RANK_ENV SlurmJob TelemetryConfig
-        deserialize_service_proc_ids exec_command hosts_from_config job_load job_loads
-        load_current_job new_service_proc_id ranked_service_proc_id_from_env
-        serialize_service_proc_ids service_proc_addr service_proc_addrs set_current_job shell""",
-    "monarch": """ActorFuture Extent Future NDSlice OpaqueRef RemoteProcessGroup Selection Shape
-        Simulator Stream Tensor builtins call_on_shard_and_fetch clear_runtime_config coalescing
-        configure configured fetch_shard function_resolvers get_active_mesh get_active_stream
-        get_global_config get_runtime_config grad_function grad_generator inspect mast_reserve
-        no_mesh reduce reduce_ remote set_meta show slice_mesh timer to_mesh world_mesh""",
-}
+# tests/monarch_names.json holds the ``__all__`` lists of Monarch's public modules at a
+# recorded commit of its main branch (``scripts/monarch-names snapshot MONARCH``);
+# docs/monarch-differences.md's table of names danaus lacks is generated from it.
+MONARCH_NAMES = json.loads((SRC.parents[1] / "tests" / "monarch_names.json").read_text())
+MONARCH_NAMES_SCRIPT = SRC.parents[1] / "scripts" / "monarch-names"
 
-# Names older Monarch programs import that 0.7 no longer exports (issue 16).
+# Names older Monarch programs import that Monarch no longer exports (issue 16).
 MONARCH_OLDER = {
     "monarch.actor": ["local_proc_mesh", "proc_mesh", "sim_proc_mesh"],
     "monarch.rdma": ["gpu_direct_rdma_supported"],
 }
-
-# Top-level names of Monarch's tensor engine that danaus does not provide; each is
-# also listed, with the reason, in docs/monarch-differences.md.
-TENSOR_ENGINE_NOT_YET_AVAILABLE = [
-    "grad_function",
-    "OpaqueRef",
-    "RemoteProcessGroup",
-    "Selection",
-    "Simulator",
-    "function_resolvers",
-    "builtins",
-    "world_mesh",
-    "set_meta",
-    "timer",
-    "mast_reserve",
-]
 
 DIFFERENCES = SRC.parents[1] / "docs" / "monarch-differences.md"
 
@@ -328,23 +294,35 @@ def _danaus_module(monarch_module: str) -> str:
     return monarch_module.replace("monarch", "danaus", 1)
 
 
-@pytest.mark.parametrize("module", sorted(MONARCH_0_7))
+@pytest.mark.parametrize("module", sorted(MONARCH_NAMES["modules"]))
 def test_every_monarch_name_has_a_danaus_counterpart_or_a_documented_reason(module: str) -> None:
     danaus_mod = importlib.import_module(_danaus_module(module))
     documented = _documented_names()
-    names = MONARCH_0_7[module].split() + MONARCH_OLDER.get(module, [])
+    names = MONARCH_NAMES["modules"][module]
     missing = [n for n in names if not hasattr(danaus_mod, n) and n not in documented]
     assert not missing, (
-        f"{module} exports {missing}, which {danaus_mod.__name__} lacks; add them or list them "
-        f"in the 'Names not yet available' table of {DIFFERENCES.name}"
+        f"{module} exports {missing}, which {danaus_mod.__name__} lacks; add them or give the "
+        "reason in scripts/monarch-missing-names.json and run scripts/monarch-names table"
     )
 
 
-def test_the_tensor_engine_names_not_yet_available_are_documented() -> None:
-    import danaus
+@pytest.mark.parametrize("module", sorted(MONARCH_OLDER))
+def test_names_older_monarch_programs_import_still_exist(module: str) -> None:
+    danaus_mod = importlib.import_module(_danaus_module(module))
+    assert [n for n in MONARCH_OLDER[module] if not hasattr(danaus_mod, n)] == []
 
-    absent = [n for n in TENSOR_ENGINE_NOT_YET_AVAILABLE if not hasattr(danaus, n)]
-    assert set(absent) <= _documented_names()
+
+def test_the_table_of_monarch_names_danaus_lacks_is_current() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, str(MONARCH_NAMES_SCRIPT), "table", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
