@@ -232,7 +232,8 @@ class WarmPool:
         self._limit = limit
         self._smallest = smallest
         self._lock = threading.Lock()  # guards the pool: _maps, kept and its statistics
-        self._maps: dict[int, list[mmap.mmap | bytearray]] = {}  # size class -> mappings the pool keeps
+        # size class -> mappings the pool keeps
+        self._maps: dict[int, list[mmap.mmap | bytearray]] = {}
         self.kept = 0  # bytes of the mappings kept
         self.reused = 0  # takes served by a warm mapping (a statistic, for tests)
 
