@@ -138,7 +138,7 @@ def _load_saved(path: str) -> JobTrait:
 def _apply(args: argparse.Namespace) -> int:
     job = _load_job_object(args.job)
     state = job.state(cached_path=args.state)
-    for name, mesh in state._meshes.items():
+    for name, mesh in state._hosts.items():
         mesh.initialized.get(timeout=config.get("exec_timeout"))
         print(f"{name}: {mesh!r} ready", flush=True)
     print(f"job saved to {args.state}; `danaus kill` ends it", flush=True)
@@ -163,7 +163,7 @@ def _exec(args: argparse.Namespace) -> int:
     point = _pairs(args.point, "--point") if args.point else None
     job = _load_saved(args.state)
     state = job.state(cached_path=args.state)
-    meshes = state._meshes
+    meshes = state._hosts
     name = args.mesh or next(iter(meshes))
     if name not in meshes:
         raise ValueError(f"the job has no mesh {name!r}; its meshes are {sorted(meshes)}")

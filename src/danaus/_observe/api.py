@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._actor.api.mesh import ActorMesh
 from .._actor.api.procs import ProcMesh
@@ -10,10 +10,14 @@ from .._actor.core.future import Future
 from .._actor.tools.introspect import MeshStats, mesh_stats
 from .trace import Trace, trace
 
+if TYPE_CHECKING:
+    from .._actor.api.mesh import ActorMesh
+    from .._actor.api.procs import ProcMesh
+
 __all__ = ["MeshStats", "Trace", "stats", "trace"]
 
 
-def stats(mesh: Any) -> Future[MeshStats]:
+def stats(mesh: ActorMesh[Any] | ProcMesh) -> Future[MeshStats]:
     """The metrics of an actor mesh (its endpoints, per actor) or a proc mesh (all actors).
 
     Does not block: ``danaus.stats(trainer).get().endpoints["step"].p99_s``.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._actor.api.mesh import ActorMesh
 
 __all__ = ["MeshFailure"]
 
@@ -23,7 +26,7 @@ class MeshFailure:
         crashed_ranks: list[int],
         reason: str,
         traceback: str = "",
-        mesh: Any = None,
+        mesh: ActorMesh[Any] | None = None,
         log_tail: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.mesh_name = mesh_name

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _config as config
 from .._actor.core import owned, undeliverable
@@ -15,6 +15,9 @@ from .._wire.ids import ActorId
 from .._wire.protocol import Kind, Message
 from . import hook
 from .failure import MeshFailure
+
+if TYPE_CHECKING:
+    from .._actor.core.ports import Undeliverable
 
 __all__ = ["deliver", "install"]
 
@@ -91,7 +94,7 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
         log.error("the owner %s of a failed mesh is gone; dropping %s", owner, failure.report())
 
 
-def _client_undeliverable(env: Any) -> None:
+def _client_undeliverable(env: Undeliverable) -> None:
     """A message the client itself sent could not be delivered: like a failure, unhandled."""
     hook.submit(
         MeshFailure(

@@ -16,11 +16,14 @@ it.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import client
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
 
 __all__ = ["Activation", "activate", "active_mesh", "get_active_mesh", "no_mesh"]
 
@@ -122,7 +125,7 @@ class Activation:
     nest and must end in reverse order.
     """
 
-    def __init__(self, mesh: Any) -> None:
+    def __init__(self, mesh: ProcMesh | None) -> None:
         if mesh is not None:
             from .engine import engine_for
 
@@ -167,7 +170,7 @@ class Activation:
             mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
 
-def activate(mesh: Any) -> Activation:
+def activate(mesh: ProcMesh) -> Activation:
     """Make ``mesh`` the active mesh at once; returns the activation (a context manager).
 
     Spawns the mesh's tensor-engine workers on first use (does not wait for
@@ -177,7 +180,7 @@ def activate(mesh: Any) -> Activation:
     return Activation(mesh)
 
 
-def deactivate(mesh: Any) -> None:
+def deactivate(mesh: ProcMesh) -> None:
     """End the latest open activation of ``mesh`` (no-op if none). Does not block."""
     state = _state()
     with state.lock:

@@ -21,7 +21,7 @@ client (so ``rref`` returns at once, as Monarch's does).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -34,10 +34,13 @@ from .remote import new_handles, run_propagate
 from .stream import Stream, check_use, get_active_stream
 from .tensor import Tensor
 
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
+
 __all__ = ["ACTOR_ARGS", "actor_rref"]
 
 
-def _check_tensors(what: str, tensors: list[Any], mesh: Any, stream: Stream) -> None:
+def _check_tensors(what: str, tensors: list[Any], mesh: ProcMesh, stream: Stream) -> None:
     """Raise ``ValueError`` unless every tensor is of ``mesh`` and ``stream``, and readable."""
     for t in tensors:
         if not same_mesh(t._mesh, mesh):
@@ -59,7 +62,7 @@ def _check_tensors(what: str, tensors: list[Any], mesh: Any, stream: Stream) -> 
             )
 
 
-def _worker_ranks(mesh: Any, to: Recipients) -> list[tuple[int, int]]:
+def _worker_ranks(mesh: ProcMesh, to: Recipients) -> list[tuple[int, int]]:
     """``(worker rank, actor rank)`` for each actor of ``to``; ``ValueError`` for an actor on
     a proc outside ``mesh``."""
     procs = mesh._procs

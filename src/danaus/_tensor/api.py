@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,6 +22,9 @@ from .movement import slice_mesh, to_mesh
 from .remote import Remote, call_on_shard_and_fetch, remote
 from .stream import Stream, get_active_stream
 from .tensor import Tensor, meta_empty
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
 
 __all__ = [
     "Activation",
@@ -50,7 +53,7 @@ __all__ = [
 ]
 
 
-def mesh_rank(mesh: Any, dims: str | Sequence[str]) -> Tensor:
+def mesh_rank(mesh: ProcMesh, dims: str | Sequence[str]) -> Tensor:
     """A tensor on ``mesh`` holding each proc's coordinate along ``dims``. Never blocks.
 
     For several dimensions, the row-major combination of their coordinates.
@@ -79,7 +82,7 @@ def mesh_rank(mesh: Any, dims: str | Sequence[str]) -> Tensor:
     return combined  # type: ignore[no-any-return]
 
 
-def mesh_ranks(mesh: Any) -> dict[str, Tensor]:
+def mesh_ranks(mesh: ProcMesh) -> dict[str, Tensor]:
     """``{dim: mesh_rank(mesh, dim)}`` for each dimension. Never blocks."""
     return {d: mesh_rank(mesh, d) for d in mesh._shape.labels}
 

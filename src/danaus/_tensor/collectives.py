@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils import _pytree as pytree
 
@@ -20,6 +20,9 @@ from .engine import engine_for
 from .messages import Reduce, ReduceMany
 from .stream import check_use
 from .tensor import Tensor, meta_empty
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
 
 __all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
 
@@ -54,7 +57,7 @@ def _validate(
     dims: str | Sequence[str],
     reduction: str,
     scatter: bool,
-    mesh: Any,
+    mesh: ProcMesh | None,
     inplace: bool,
 ) -> tuple[tuple[str, ...], list[int]]:
     """Monarch's checks for one tensor; returns the reduced dims and the result's shape."""
@@ -119,7 +122,7 @@ def reduce_tensor(
     dims: str | Sequence[str],
     reduction: str = "sum",
     scatter: bool = False,
-    mesh: Any = None,
+    mesh: ProcMesh | None = None,
     inplace: bool = False,
 ) -> Tensor:
     """One tensor's collective; see :func:`reduce`. Never blocks."""
@@ -160,7 +163,7 @@ def reduce(
     dims: str | Sequence[str],
     reduction: str = "sum",
     scatter: bool = False,
-    mesh: Any = None,
+    mesh: ProcMesh | None = None,
     _inplace: bool = False,
 ) -> Any:
     """Reduce each mesh tensor of the pytree ``tensors`` over mesh dimensions ``dims``.
@@ -205,7 +208,7 @@ def reduce_(
     dims: str | Sequence[str],
     reduction: str = "sum",
     scatter: bool = False,
-    mesh: Any = None,
+    mesh: ProcMesh | None = None,
 ) -> Any:
     """In-place :func:`reduce`: each tensor is overwritten with its result. Never blocks."""
     return reduce(tensors, dims, reduction, scatter, mesh, _inplace=True)

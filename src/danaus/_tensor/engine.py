@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -43,6 +43,9 @@ from . import client
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .stream import get_active_stream
 from .worker import TensorWorker
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
 
 __all__ = ["Engine", "engine_for", "flush_all"]
 
@@ -385,7 +388,7 @@ def _device() -> torch.device:
     return torch.device(kind)
 
 
-def engine_for(mesh: Any) -> Engine:
+def engine_for(mesh: ProcMesh) -> Engine:
     """The engine of ``mesh``'s procs, spawning its workers at first use. Does not block.
 
     Raises ``TypeError`` if ``mesh`` is not a ``ProcMesh``.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils import _pytree as pytree
 
@@ -13,10 +13,13 @@ from .engine import engine_for
 from .errors import Failure, RemoteTensorError
 from .tensor import Tensor
 
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
+
 __all__ = ["fetch_shard", "inspect", "show"]
 
 
-def _shard_rank(mesh: Any, shard: dict[str, int] | None, coords: dict[str, int]) -> Any:
+def _shard_rank(mesh: ProcMesh, shard: dict[str, int] | None, coords: dict[str, int]) -> Any:
     """The one-proc shape of ``mesh`` at ``coords`` (0 along dimensions not given)."""
     where = {**(shard or {}), **coords}
     labels = list(mesh._shape.labels)

@@ -8,7 +8,7 @@ the same procs' engine is sent point to point between workers.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -19,10 +19,13 @@ from .messages import CallOp, SendTo
 from .stream import check_use
 from .tensor import Tensor
 
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
+
 __all__ = ["MeshSliceTensor", "slice_mesh", "slice_mesh_tensor", "to_mesh", "to_mesh_tensor"]
 
 
-def _local_to_mesh(t: torch.Tensor, mesh: Any) -> Tensor:
+def _local_to_mesh(t: torch.Tensor, mesh: ProcMesh) -> Tensor:
     engine = engine_for(mesh)
     with _disable_current_modes():
         value = t.detach().to("cpu").contiguous()
@@ -39,7 +42,7 @@ class MeshSliceTensor:
     copied to ``other``.
     """
 
-    def __init__(self, tensor: Tensor, mesh: Any) -> None:
+    def __init__(self, tensor: Tensor, mesh: ProcMesh) -> None:
         self._tensor = tensor
         self._mesh = mesh
 
@@ -47,7 +50,7 @@ class MeshSliceTensor:
     def mesh(self) -> Any:
         return self._mesh
 
-    def to_mesh(self, mesh: Any) -> Tensor:
+    def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """Copy the slice's shards to ``mesh``; see :func:`to_mesh`. Never blocks."""
         return _between(self._tensor, self._mesh, mesh)
 
@@ -112,7 +115,7 @@ def _between(t: Tensor, src: Any, dst: Any) -> Tensor:
     return out
 
 
-def to_mesh_tensor(t: Any, mesh: Any) -> Tensor:
+def to_mesh_tensor(t: Any, mesh: ProcMesh) -> Tensor:
     """One tensor's :func:`to_mesh`. Never blocks."""
     if isinstance(t, MeshSliceTensor):
         return t.to_mesh(mesh)
@@ -138,7 +141,7 @@ def slice_mesh(tensors: Any, **coords: Any) -> Any:
     )
 
 
-def to_mesh(tensors: Any, mesh: Any) -> Any:
+def to_mesh(tensors: Any, mesh: ProcMesh) -> Any:
     """Copy each tensor of the pytree ``tensors`` onto ``mesh``; returns the new pytree.
 
     A mesh tensor (or ``slice_mesh`` view) moves between slices of one

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -27,6 +27,10 @@ from .engine import engine_for
 from .messages import Ref, RunRemote
 from .stream import check_use
 from .tensor import Tensor
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
+    from .engine import Engine
 
 __all__ = [
     "Remote",
@@ -71,7 +75,7 @@ def run_propagate(prop: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any
 
 
 def new_handles(
-    out_flat: list[Any], mesh: Any, engine: Any, device: Any, stream: Any = None
+    out_flat: list[Any], mesh: ProcMesh, engine: Engine, device: Any, stream: Any = None
 ) -> tuple[list[Any], list[int]]:
     """A new mesh tensor for each meta tensor of ``out_flat`` (other leaves kept as they
     are), and their ids in order: what a worker defines from the real result."""

@@ -12,7 +12,7 @@ on the client, so ``loss.backward()`` sends the backward ops the same way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -23,6 +23,9 @@ from .active import active_mesh, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
 from .stream import Storage, Stream, check_use, get_active_stream
+
+if TYPE_CHECKING:
+    from .._actor.api.procs import ProcMesh
 
 __all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
 
@@ -79,7 +82,7 @@ class Tensor(torch.Tensor):
     def __new__(
         cls,
         meta: Any,
-        mesh: Any,
+        mesh: ProcMesh,
         engine: Engine,
         device: Any,
         stream: Stream | None = None,
@@ -149,7 +152,7 @@ class Tensor(torch.Tensor):
         dims: Any,
         reduction: str = "sum",
         scatter: bool = False,
-        mesh: Any = None,
+        mesh: ProcMesh | None = None,
         _inplace: bool = False,
     ) -> Tensor:
         """Collective over mesh dimensions ``dims``; see :func:`danaus.reduce`. Never blocks."""
@@ -157,7 +160,7 @@ class Tensor(torch.Tensor):
 
         return reduce_tensor(self, dims, reduction, scatter, mesh, _inplace)
 
-    def to_mesh(self, mesh: Any) -> Tensor:
+    def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """This tensor's values on ``mesh``; see :func:`danaus.to_mesh`. Never blocks."""
         from .movement import to_mesh_tensor
 
@@ -170,7 +173,7 @@ class Tensor(torch.Tensor):
         return slice_mesh_tensor(self, **coords)
 
     def reduce_(
-        self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: Any = None
+        self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: ProcMesh | None = None
     ) -> Tensor:
         """In-place :meth:`reduce`: the result overwrites this tensor. Never blocks."""
         from .collectives import reduce_tensor
@@ -366,7 +369,7 @@ def _op_info(func: Any) -> tuple[str, bool]:
     return info
 
 
-def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: Any) -> Any:
+def dispatch(func: Any, args: Any, kwargs: dict[str, Any], mesh: ProcMesh) -> Any:
     """Run torch op ``func`` for the active ``mesh``: propagate metadata, send, return handles.
 
     Never blocks. Raises the torch error of a shape or dtype mismatch (before

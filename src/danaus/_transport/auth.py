@@ -31,10 +31,13 @@ import hmac
 import os
 import secrets as _secrets
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import PeerBrokenError
 from .owned import read_owned
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 __all__ = ["AuthError", "Handshake", "Session", "load_secret", "new_secret"]
 
@@ -153,7 +156,7 @@ class Session:
         self._send_seq = 0
         self._recv_seq = 0
 
-    def seal(self, parts: Iterable[Any]) -> bytes:
+    def seal(self, parts: Iterable[ReadableBuffer]) -> bytes:
         """The tag of the next frame we send (``parts``: its bytes, in order)."""
         m = self._send.copy()
         m.update(self._send_seq.to_bytes(8, "little"))
@@ -162,7 +165,7 @@ class Session:
         self._send_seq += 1
         return m.digest()
 
-    def check(self, prefix: Any, frame: Any, tag: Any) -> None:
+    def check(self, prefix: bytes, frame: memoryview, tag: memoryview) -> None:
         """Verify the next frame received; :class:`AuthError` if it was not sealed for us."""
         m = self._recv.copy()
         m.update(self._recv_seq.to_bytes(8, "little"))

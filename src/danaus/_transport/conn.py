@@ -59,7 +59,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from .. import _config as config
@@ -473,7 +473,7 @@ class FrameReader:
         self._rlock = direct.rlock  # the read role, taken per wake-up: cached here
         # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.
         self.decoder: FrameDecoder | None = self.new_decoder() if decode else None
-        self.paused_by: set[Any] = set()  # who asked us to stop reading (see pause())
+        self.paused_by: set[Hashable] = set()  # who asked us to stop reading (see pause())
         self.held_frames: collections.deque[Frame] = collections.deque()  # read, not delivered
         self.thread: threading.Thread | None = None  # receiving a large frame off the loop
 
@@ -482,7 +482,7 @@ class FrameReader:
         handoff = 0 if self._tls else config.get("recv_thread_min")
         return FrameDecoder(self._max_frame, handoff_min=handoff, **kw)
 
-    def pause(self, who: Any) -> None:
+    def pause(self, who: Hashable) -> None:
         """Stop reading until every ``who`` that paused has resumed (I/O thread).
 
         Frames already read are still delivered. While paused, the peer's
@@ -494,7 +494,7 @@ class FrameReader:
             self._direct.sel_op(self._loop.remove_reader, self._fd)
         self.paused_by.add(who)
 
-    def resume(self, who: Any) -> None:
+    def resume(self, who: Hashable) -> None:
         """Undo ``pause(who)`` (I/O thread); reading starts again when nobody holds it."""
         if who not in self.paused_by:
             return
@@ -942,8 +942,8 @@ class Connection:
     send: Callable[[list[Any]], None]
     flush_held: Callable[[], None]
     want_drain: Callable[[int], None]
-    pause: Callable[[Any], None]
-    resume: Callable[[Any], None]
+    pause: Callable[[Hashable], None]
+    resume: Callable[[Hashable], None]
     read_directly: Callable[..., bool]
     _on_readable: Callable[[], None]
     _sel_op: Callable[..., None]

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConnectionClosedError, PeerBrokenError
 from .._wire.frame import Frame, decode_frame, flat
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 __all__ = ["InprocConnection", "Network"]
 
@@ -158,7 +161,9 @@ class InprocConnection:
         assert self.other is not None
         _hand_over(self.other.loop, self.other._receive, frame)
 
-    def send_message(self, header: tuple[Any, ...], body: Any, buffers: Any) -> None:
+    def send_message(
+        self, header: tuple[Any, ...], body: ReadableBuffer, buffers: Iterable[ReadableBuffer]
+    ) -> None:
         """Send a frame without encoding it: ``header`` is a wire tuple of immutable
         builtins and ids, shared as is; body and buffers are copied unless immutable."""
         if self.closed:
@@ -183,10 +188,10 @@ class InprocConnection:
 
     bytes_sent = bytes_recv = 0  # frames are not encoded here: no bytes to count
 
-    def pause(self, who: Any) -> None:
+    def pause(self, who: Hashable) -> None:
         """Backpressure on an in-process connection: nothing to stop (see ``paused``)."""
 
-    def resume(self, who: Any) -> None:
+    def resume(self, who: Hashable) -> None:
         """Undo :meth:`pause` (a no-op, as it is)."""
 
     def want_drain(self, low: int) -> None:

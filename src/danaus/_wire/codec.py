@@ -22,9 +22,12 @@ import io
 import pickle
 import sys
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["dumps", "dumps_checked", "loads", "small_plain"]
 
@@ -32,7 +35,9 @@ _OOB_MIN = 4096  # buffers smaller than this are pickled in band
 MAX_OOB_BUFFERS = 1024  # well under the frame decoder's limit (MAX_BUFFERS)
 
 
-def _rebuild_tensor(buf: Any, dtype_name: str, shape: tuple[int, ...], view_dtype: str) -> Any:
+def _rebuild_tensor(
+    buf: bytes | bytearray | memoryview, dtype_name: str, shape: tuple[int, ...], view_dtype: str
+) -> torch.Tensor:
     import numpy as np
     import torch
 
@@ -46,7 +51,7 @@ def _rebuild_tensor(buf: Any, dtype_name: str, shape: tuple[int, ...], view_dtyp
 _NUMPY_UNSUPPORTED = {"bfloat16": "int16", "float8_e4m3fn": "uint8", "float8_e5m2": "uint8"}
 
 
-def _reduce_tensor(t: Any) -> Any:
+def _reduce_tensor(t: torch.Tensor) -> Any:
     """Reduce a CPU tensor to a zero-copy out-of-band buffer, or NotImplemented."""
     torch = sys.modules["torch"]
     if (
@@ -68,7 +73,9 @@ def _reduce_tensor(t: Any) -> Any:
         arr = t.numpy()
     except (TypeError, RuntimeError):
         return NotImplemented
-    return _rebuild_tensor, (pickle.PickleBuffer(arr), arr.dtype.str, tuple(arr.shape), view_dtype)
+    # numpy's stubs give ndarray its __buffer__ only from Python 3.12 (PEP 688); it has one.
+    buf = pickle.PickleBuffer(arr)  # type: ignore[arg-type]
+    return _rebuild_tensor, (buf, arr.dtype.str, tuple(arr.shape), view_dtype)
 
 
 def _reduce_code(obj: types.CodeType) -> Any:
@@ -79,7 +86,7 @@ def _reduce_code(obj: types.CodeType) -> Any:
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> Any:
         if type(obj) is types.CodeType:
             return _reduce_code(obj)
         torch = sys.modules.get("torch")
@@ -111,12 +118,12 @@ class _PlainPickler(pickle.Pickler):
         self.out = io.BytesIO()
         super().__init__(self.out, protocol=5)
 
-    def reducer_override(self, obj: Any) -> Any:
+    def reducer_override(self, obj: object) -> Any:
         if type(obj) in _CONTAINERS:
             return NotImplemented
         raise _NotPlain
 
-    def pickle(self, obj: Any) -> bytes:
+    def pickle(self, obj: object) -> bytes:
         out = self.out
         out.seek(0)
         out.truncate()
@@ -148,16 +155,17 @@ def _small_plain(obj: tuple[Any, ...]) -> bool:
     return True
 
 
-def small_plain(obj: Any) -> bool:
+def small_plain(obj: object) -> bool:
     """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
     dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
     return type(obj) is tuple and _small_plain(obj)
 
 
-def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
     t = type(obj)
-    if t in _ATOMS or (t is tuple and _small_plain(obj)):
+    # t is type(obj), which mypy does not narrow through (one type() call saved per message)
+    if t in _ATOMS or (t is tuple and _small_plain(obj)):  # type: ignore[arg-type]
         return pickle.dumps(obj, protocol=5), []
     if t in _CONTAINERS:
         try:
@@ -174,7 +182,7 @@ def dumps(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     return _dumps_general(obj)
 
 
-def _dumps_general(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def _dumps_general(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """cloudpickle, with out-of-band buffers and danaus's reductions."""
     buffers: list[pickle.PickleBuffer] = []
 
@@ -191,7 +199,7 @@ def _dumps_general(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
     return f.getvalue(), buffers
 
 
-def dumps_checked(obj: Any, what: str) -> tuple[bytes, list[pickle.PickleBuffer]]:
+def dumps_checked(obj: object, what: str) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """``dumps`` whose failure raises ``TypeError`` naming ``what`` could not be pickled."""
     try:
         return dumps(obj)

@@ -23,12 +23,15 @@ import pickle
 import struct
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import _config as config
 from .._errors import PeerBrokenError
 from . import memory
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer  # bytes, memoryview, PickleBuffer, mmap...
 
 __all__ = [
     "Frame",
@@ -74,7 +77,7 @@ class Frame(NamedTuple):
 
 
 def encode_frame(
-    header: tuple[Any, ...], body: bytes | memoryview = b"", buffers: Sequence[Any] = ()
+    header: tuple[Any, ...], body: bytes | memoryview = b"", buffers: Sequence[ReadableBuffer] = ()
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
     h = pickle.dumps(header, protocol=5)
@@ -104,7 +107,7 @@ def encode_pickled(h: bytes, body: bytes | memoryview = b"") -> list[Any]:
     return [prefix + h, body]
 
 
-def flat(b: Any) -> Any:
+def flat(b: ReadableBuffer) -> bytes | memoryview:
     """A flat byte view of a buffer (empty and n-dimensional buffers included)."""
     if isinstance(b, bytes):
         return b
@@ -173,7 +176,7 @@ def _header(raw: memoryview) -> tuple[Any, ...]:
 _tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C
 
 
-def alloc(n: int) -> Any:
+def alloc(n: int) -> mmap.mmap | bytearray:
     """Writable memory for a large buffer: a private anonymous mapping with its pages
     faulted in (without holding the GIL: ``memory``), which is faster to fill than a
     zeroed bytearray."""
@@ -201,7 +204,7 @@ def _refs_of_a_listed_object() -> int:
 _FREE_REFS = _refs_of_a_listed_object()
 
 
-def _free_one(maps: Any) -> Any:
+def _free_one(maps: Iterable[mmap.mmap | bytearray]) -> mmap.mmap | bytearray | None:
     """A mapping of ``maps`` nothing else refers to, or None."""
     for m in maps:
         if sys.getrefcount(m) <= _FREE_REFS:
@@ -229,7 +232,8 @@ class WarmPool:
         self._limit = limit
         self._smallest = smallest
         self._lock = threading.Lock()  # guards the pool: _maps, kept and its statistics
-        self._maps: dict[int, list[Any]] = {}  # size class -> mappings the pool keeps
+        # size class -> mappings the pool keeps
+        self._maps: dict[int, list[mmap.mmap | bytearray]] = {}
         self.kept = 0  # bytes of the mappings kept
         self.reused = 0  # takes served by a warm mapping (a statistic, for tests)
 
@@ -264,7 +268,8 @@ class WarmPool:
                     maps.remove(m)
                     self.kept -= size
                     want -= size
-                    m.close()
+                    if isinstance(m, mmap.mmap):  # a bytearray (not POSIX) has nothing to unmap
+                        m.close()
             if not maps:
                 del self._maps[size]
 

@@ -36,7 +36,8 @@ from __future__ import annotations
 import enum
 import pickle
 import struct
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, ForwardRef, NamedTuple
 
 from .frame import Frame, FrameError
 from .ids import ActorId, PortId, ProcId
@@ -536,7 +537,7 @@ _KINDS = {int(k): k for k in Kind}
 _tn = tuple.__new__
 
 
-def _make_proc(t: Any) -> ProcId:
+def _make_proc(t: object) -> ProcId:
     if type(t) is not tuple or len(t) != 2:
         raise TypeError(f"not a proc id: {t!r:.80}")
     return _tn(ProcId, t)
@@ -546,7 +547,7 @@ def _flat_port(p: PortId) -> tuple[Any, ...]:
     return (tuple(p[0]), p[1])
 
 
-def _make_port(t: Any) -> PortId:
+def _make_port(t: object) -> PortId:
     if type(t) is not tuple or len(t) != 2:
         raise TypeError(f"not a port id: {t!r:.80}")
     return _tn(PortId, (_make_proc(t[0]), t[1]))
@@ -556,13 +557,13 @@ def _flat_actor(a: ActorId) -> tuple[Any, ...]:
     return (tuple(a[0]), a[1], a[2])
 
 
-def _make_actor(t: Any) -> ActorId:
+def _make_actor(t: object) -> ActorId:
     if type(t) is not tuple or len(t) != 3:
         raise TypeError(f"not an actor id: {t!r:.80}")
     return _tn(ActorId, (_make_proc(t[0]), t[1], t[2]))
 
 
-def _optional(fn: Any) -> Any:
+def _optional(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else fn(v)
 
 
@@ -580,7 +581,7 @@ def _flat_boot(boot: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _make_boot(boot: Any) -> dict[str, Any]:
+def _make_boot(boot: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(boot)
     for key in _BOOT_PROCS:
         if out.get(key) is not None:
@@ -611,12 +612,12 @@ _CONVERTERS = {k: (_optional(e), _optional(d)) for k, (e, d) in _CONVERTERS.item
 _CONVERTERS.update({k + " | None": v for k, v in _CONVERTERS.items()})
 
 
-def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
+def _codec(kind: int, cls: type[Any]) -> tuple[Any, Any]:
     """``(flatten, rebuild)`` for one header type: header -> wire tuple -> header."""
     convs = []
     for i, name in enumerate(cls._fields):
-        ann = cls.__annotations__[name]
-        ann = getattr(ann, "__forward_arg__", ann)  # a NamedTuple keeps ForwardRefs
+        raw = cls.__annotations__[name]  # a string (postponed annotations) or a ForwardRef
+        ann: str = raw.__forward_arg__ if isinstance(raw, ForwardRef) else raw
         if ann in _CONVERTERS:
             convs.append((i, *_CONVERTERS[ann]))
         elif "Id" in ann:  # an id would travel as a class, which no peer can unpickle
@@ -624,7 +625,7 @@ def _codec(kind: int, cls: Any) -> tuple[Any, Any]:
     if not convs:
         return (lambda h: (kind, *h)), (lambda raw: _tn(cls, raw[1:]))
 
-    def flatten(h: Any) -> tuple[Any, ...]:
+    def flatten(h: tuple[Any, ...]) -> tuple[Any, ...]:
         out = [kind, *h]
         for i, enc, _ in convs:
             out[i + 1] = enc(h[i])
@@ -691,12 +692,12 @@ class Message(NamedTuple):
     buffers: list[Any]
 
 
-def kind_of(header: Any) -> Kind:
+def kind_of(header: tuple[Any, ...]) -> Kind:
     """The kind of a typed header."""
     return _KIND_OF[type(header)]
 
 
-def wire(header: Any) -> tuple[Any, ...]:
+def wire(header: tuple[Any, ...]) -> tuple[Any, ...]:
     """The tuple a typed header travels as: ``(kind, *fields)``, builtins only (ids
     become plain tuples)."""
     return _WIRE[type(header)](header)  # type: ignore[no-any-return]

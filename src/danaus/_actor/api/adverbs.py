@@ -49,6 +49,8 @@ from ..core.undeliverable import return_to_sender
 from .endpoint import EndpointProperty
 
 if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
+    from ..._wire.ids import PortId
     from .mesh import ActorMesh
 
 __all__ = ["Accumulator", "Endpoint", "NotAnEndpoint", "as_endpoint", "send"]
@@ -220,7 +222,7 @@ class Endpoint:
             host.ensure_runtime().tree.use_tree(self._mesh._ref.mesh_id, self._mesh._ref.procs)
         )
 
-    def _cast_header(self, gather: bool, port: Any, selection: Selection) -> Cast:
+    def _cast_header(self, gather: bool, port: PortId | None, selection: Selection) -> Cast:
         ctx = context()
         inst = ctx.actor_instance
         labels, sizes = self._mesh._labels_sizes()
@@ -445,7 +447,9 @@ class Endpoint:
             return self._one(list(targets), args, kwargs, payload)
         return self._one(list(targets), args, kwargs)
 
-    def _call_one_fast(self, rt: Any, target: tuple[int, int, ProcId], body: bytes) -> Future[Any]:
+    def _call_one_fast(
+        self, rt: Runtime, target: tuple[int, int, ProcId], body: bytes
+    ) -> Future[Any]:
         """``call_one`` of plain arguments (no buffers) to a healthy actor, not traced:
         a light port and future, and the header's pickle cached per endpoint."""
         index, rank, proc = target
@@ -465,7 +469,7 @@ class Endpoint:
         fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
         return Future._create(fut, self._what)
 
-    def _pickled_header(self, rt: Any, header: Call) -> bytes | None:
+    def _pickled_header(self, rt: Runtime, header: Call) -> bytes | None:
         """The pickle of ``wire(header)``, from a template cached per rank, slot, sender
         and chain (only the reply port's number differs between calls); None when
         there is no port or no template."""

@@ -10,7 +10,7 @@ is remembered: later lookups raise ``ValueError("Failure on <name>: ...")``
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._mesh import Shape
 from ..._runtime.hosting import host
@@ -19,6 +19,14 @@ from .actor import Actor
 from .endpoint import endpoint
 from .mesh import ActorMesh, MeshRef
 from .procs import ProcMesh
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class _Failure(Protocol):  # what is read of a MeshFailure (_supervision: a layer above)
+        mesh_name: str
+        reason: str
+
 
 __all__ = ["get_or_spawn_controller"]
 
@@ -39,7 +47,7 @@ class _ControllerController(Actor):
             self.meshes[name] = ProcMesh._singleton(rt.proc_id).spawn(name, cls, *args, **kwargs)
         return self.meshes[name]
 
-    def __supervise__(self, failure: Any) -> bool:
+    def __supervise__(self, failure: _Failure) -> bool:
         self.failures[failure.mesh_name] = failure.reason
         return True
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import atexit
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ... import _config as config
 from ..._runtime.hosting import host
 from ..core.cell import ActorCell
 from ..core.future import Future
 from .procs import owned_proc_meshes
+
+if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
 
 __all__ = ["shutdown_context"]
 
@@ -54,7 +57,7 @@ def shutdown_context() -> Future[None]:
     return Future._resolved(None, "shutdown")
 
 
-def _stop_local_actors(rt: Any) -> None:
+def _stop_local_actors(rt: Runtime) -> None:
     cells = [c for c in list(rt.mailboxes.values()) if isinstance(c, ActorCell)]
     done: list[ActorCell] = []
     for cell in cells:

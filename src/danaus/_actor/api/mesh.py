@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ... import _config as config
 from ..._errors import SupervisionError
@@ -22,6 +22,12 @@ from ..core.collect import Collector, Countdown, TreeCollector, set_future
 from ..core.future import Future
 from .adverbs import Endpoint, NotAnEndpoint
 from .endpoint import EndpointProperty, endpoints_of
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..._runtime.messaging.runtime import Runtime
+    from .procs import ProcMesh
 
 __all__ = ["ActorMesh", "MeshRef", "wait_ready"]
 
@@ -73,7 +79,11 @@ class ActorMesh(MeshTrait, Generic[A]):
     """
 
     def __init__(
-        self, ref: MeshRef, shape: Shape, state: _State | None = None, proc_mesh: Any = None
+        self,
+        ref: MeshRef,
+        shape: Shape,
+        state: _State | None = None,
+        proc_mesh: ProcMesh | None = None,
     ) -> None:
         self._ref = ref
         self.__shape = shape
@@ -180,7 +190,7 @@ class ActorMesh(MeshTrait, Generic[A]):
         return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
 
     def _stop_through_tree(
-        self, rt: Any, ranks: list[int], reason: str, tick: Any, what: str
+        self, rt: Runtime, ranks: list[int], reason: str, tick: Callable[..., None], what: str
     ) -> None:
         """Stop a mesh messaged through its cast tree: the stop follows, on every path,
         whatever this proc sent to it before (a broadcast is handled, then the stop)."""

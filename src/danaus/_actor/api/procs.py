@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ... import _config as config
 from ..._errors import ActorError, RemoteException, SupervisionError
@@ -28,6 +28,9 @@ from ..core.future import Future
 from ..tools import introspect
 from .actor import actor_mode, validate_actor_class
 from .mesh import ActorMesh, MeshRef, _State, wait_ready
+
+if TYPE_CHECKING:
+    from .hosts import HostMesh
 
 __all__ = [
     "ProcMesh",
@@ -80,7 +83,7 @@ class ProcMesh(MeshTrait):
         procs: tuple[ProcId, ...],
         shape: Shape,
         state: _ProcState,
-        host_mesh: Any = None,
+        host_mesh: HostMesh | None = None,
     ) -> None:
         self._procs = procs
         self.__shape = shape
@@ -348,7 +351,7 @@ def spawn_on(
     host_shape: Shape,
     bootstrap: Callable[[], Any] | None,
     name: str | None,
-    host_mesh: Any,
+    host_mesh: HostMesh,
     binds: list[dict[str, str]] | None = None,
 ) -> ProcMesh:
     """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import _config as config
 from ..._mesh import Extent, Point
@@ -38,6 +38,9 @@ from .deadlock import DeadlockCheck
 from .failing import Failing, exception_payload, refuse_stopped
 from .handoff import Wrapped
 from .ports import Port, _DroppingPort
+
+if TYPE_CHECKING:
+    from .ports import Undeliverable
 
 __all__ = ["ActorCell", "exception_payload"]
 
@@ -223,7 +226,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _cannot_consume(self) -> bool:
         return bool(self.waiting or self.blocked or self.stopped)
 
-    def undeliverable(self, envelope: Any) -> None:
+    def undeliverable(self, envelope: Undeliverable) -> None:
         """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
         self._put(_Bounced(envelope))
 
@@ -240,7 +243,7 @@ class ActorCell(Failing, DeadlockCheck):
         """Port ``port`` was closed already (its receiver was closed or collected)."""
         self._ports.discard(port)
 
-    def supervise(self, failure: Any) -> None:
+    def supervise(self, failure: object) -> None:
         """Queue ``__supervise__(failure)`` to run on the actor's thread, between messages."""
         self._put(_Supervise(failure))
 
@@ -645,7 +648,7 @@ class ActorCell(Failing, DeadlockCheck):
     async def _invoke_async(
         self,
         prop: EndpointProperty,
-        port: Any,
+        port: PortId | None,
         index: int,
         args: Any,
         kwargs: Any,

@@ -37,7 +37,7 @@ class Instance:
         rank: Point,
         class_name: str,
         creator: Instance | None,
-        proc_mesh: Any = None,
+        proc_mesh: ProcMesh | None = None,
     ) -> None:
         self.actor_id = actor_id
         self.name = name

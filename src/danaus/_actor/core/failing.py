@@ -26,6 +26,7 @@ from . import owned
 
 if TYPE_CHECKING:
     from .context import Instance
+    from .ports import Undeliverable
 
 __all__ = ["Aborted", "Failing", "exception_payload"]
 
@@ -95,7 +96,9 @@ class Failing:
         except Exception:
             log.exception("could not answer a call after an internal error")
 
-    def _raised(self, e: BaseException, prop: EndpointProperty, port: Any, index: int) -> None:
+    def _raised(
+        self, e: BaseException, prop: EndpointProperty, port: PortId | None, index: int
+    ) -> None:
         if isinstance(e, asyncio.CancelledError) and (self.stopping or self.stopped):
             # A concurrent endpoint cancelled because the actor is stopping: not a
             # failure, but its caller (if any) must hear, or it would wait forever.
@@ -128,10 +131,10 @@ class Failing:
         if port is not None:
             self._reply_error(port, index, reason)
 
-    def _bounced_done(self, env: Any, handled: bool, error: BaseException | None) -> None:
+    def _bounced_done(self, env: Undeliverable, handled: bool, error: BaseException | None) -> None:
         self._bounced(handled, error, env)
 
-    def _bounced(self, handled: bool, error: BaseException | None, env: Any) -> None:
+    def _bounced(self, handled: bool, error: BaseException | None, env: Undeliverable) -> None:
         if handled or self.failed is not None:
             return
         if error is not None:
@@ -151,7 +154,7 @@ class Failing:
     def _hook(self, name: str) -> Any:
         return getattr(self.instance, name, None) if self.instance is not None else None
 
-    def _supervise_done(self, failure: Any, handled: bool, error: BaseException | None) -> None:
+    def _supervise_done(self, failure: object, handled: bool, error: BaseException | None) -> None:
         if handled or self.failed is not None:
             return
         if error is not None:

@@ -10,9 +10,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime.hosting import proc as _proc
+
+if TYPE_CHECKING:
+    from ..._transport.conn import DirectReader
 
 R = TypeVar("R")
 
@@ -127,7 +130,9 @@ class Pending:
         return f"<Pending {'done' if self._done else 'pending'}>"
 
 
-def _read_own_reply(reader: Any, cf: Any, timeout: float | None) -> float | None:
+def _read_own_reply(
+    reader: DirectReader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
+) -> float | None:
     """Read the connection the result will come on, on this thread, while no other
     thread does (saves waking the I/O thread and then this one). Returns what is
     left of ``timeout`` for the usual wait, which takes over if the connection

@@ -16,6 +16,7 @@ from ..._wire.ids import ActorId
 
 if TYPE_CHECKING:
     from ..api.mesh import ActorMesh, MeshRef, _State
+    from ..api.procs import ProcMesh
 
 __all__ = [
     "OwnedMesh",
@@ -65,13 +66,13 @@ def register_actor_mesh(mesh: ActorMesh[Any]) -> None:
         r.actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
 
 
-def register_proc_mesh(owner: ActorId, pm: Any) -> None:
+def register_proc_mesh(owner: ActorId, pm: ProcMesh) -> None:
     r = _registry()
     with r.lock:
         r.proc_meshes.setdefault(owner, []).append(pm)
 
 
-def forget_proc_mesh(owner: ActorId | None, pm: Any) -> None:
+def forget_proc_mesh(owner: ActorId | None, pm: ProcMesh) -> None:
     """A proc mesh stopped: its owner no longer holds it."""
     r = _registry()
     with r.lock:

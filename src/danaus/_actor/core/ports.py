@@ -13,7 +13,7 @@ import collections
 import concurrent.futures
 import threading
 import weakref
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime.hosting import host
 from ..._runtime.messaging.flow import Gate, frame_bytes
@@ -24,6 +24,10 @@ from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Message, Reply
 from .collect import Undecoded, set_future
 from .future import Deferred, Future, resolve
+
+if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
+    from .cell import ActorCell
 
 __all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
 
@@ -142,7 +146,7 @@ class _Inbox:
     collected its port closes, as Monarch's does.
     """
 
-    def __init__(self, rt: Any, once: bool) -> None:
+    def __init__(self, rt: Runtime, once: bool) -> None:
         self._rt = rt
         self._lock = threading.Lock()  # guards _values and _waiters (one of them is empty)
         self._values: collections.deque[tuple[bool, Any, int, int]] = collections.deque()
@@ -201,7 +205,7 @@ class _Ranked(Deferred):
         self.ok = value.ok
 
 
-def _close_port(rt: Any, port: int, cell: Any, gate: Gate | None = None) -> None:
+def _close_port(rt: Runtime, port: int, cell: ActorCell | None, gate: Gate | None = None) -> None:
     """Close a receiver's port (closed, collected): later sends bounce to their senders."""
     rt.close_port(port)
     if gate is not None:

@@ -42,6 +42,7 @@ from ..core.context import context
 
 if TYPE_CHECKING:
     from ..core.cell import ActorCell
+    from ..core.future import Future
 
 __all__ = ["OutputRing", "ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
 
@@ -156,7 +157,7 @@ class _Input:
         return self._session.read_line()
 
 
-def _block(fut: Any) -> Any:
+def _block(fut: Future[Any]) -> Any:
     """Wait for an actor call from an actor thread, even one running an event loop:
     a paused actor is meant to block its thread."""
     return fut._wait(None)

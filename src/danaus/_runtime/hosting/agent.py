@@ -23,7 +23,7 @@ import shutil
 import signal
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._transport.secret_env import forget_environ_secret
 from ..._wire.ids import ProcId
@@ -31,6 +31,11 @@ from ..._wire.protocol import Kind, Lost, Message, Ready
 from ..logs.agent import LogCapture
 from ..messaging.runtime import STATUS_EXC, STATUS_OK, Runtime
 from .zygote import Exited, Fork, Forked, PipeWriter, read_msg, zygote_loop
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..._transport.conn import Connection
 
 __all__ = [
     "describe_exit",
@@ -109,7 +114,7 @@ class Agent:
             os.set_blocking(0, False)
             rt.loop.add_reader(0, self._on_lifeline)
 
-    def _on_attach(self, conn: Any, msg: Message) -> None:
+    def _on_attach(self, conn: Connection, msg: Message) -> None:
         client, port = msg.header
         current = self.client
         busy = current is not None and current.name != client.name
@@ -142,10 +147,10 @@ class Agent:
             for proc in list(self.pids):
                 self._kill(proc)
 
-    def _on_shutdown(self, conn: Any, msg: Message) -> None:
+    def _on_shutdown(self, conn: Connection, msg: Message) -> None:
         self._exit("the client shut the host down")
 
-    def _on_spawn(self, conn: Any, msg: Message) -> None:
+    def _on_spawn(self, conn: Connection, msg: Message) -> None:
         requester, procs = msg.header
         for proc, boot in procs:
             if self.worker:
@@ -172,7 +177,7 @@ class Agent:
             self.procs[proc.name] = (proc, requester)
             self.to_zygote.send(Fork(proc.name, boot))
 
-    def _on_kill(self, conn: Any, msg: Message) -> None:
+    def _on_kill(self, conn: Connection, msg: Message) -> None:
         for name in msg.header.names:
             self._kill(name)
 
@@ -304,7 +309,7 @@ def run_worker(
     secret: bytes | None,
     insecure: bool = False,
     preload: list[str],
-    on_listening: Any = None,
+    on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Serve as a worker host agent on ``bind:port`` until shut down (blocks; never returns).
 

@@ -19,7 +19,6 @@ import ctypes
 import os
 import platform
 from collections.abc import Mapping
-from typing import Any
 
 __all__ = ["KEYS", "apply", "check", "cpulist"]
 
@@ -47,7 +46,7 @@ def cpulist(text: str) -> set[int]:
     return out
 
 
-def check(proc_bind: Any, procs_per_host: int) -> list[dict[str, str]] | None:
+def check(proc_bind: object, procs_per_host: int) -> list[dict[str, str]] | None:
     """``proc_bind`` checked on the client (``ValueError``/``TypeError`` naming what is
     wrong); one dict per proc of a host, in the order of ``per_host`` (row major)."""
     if proc_bind is None:

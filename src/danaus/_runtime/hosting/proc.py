@@ -16,7 +16,7 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._transport.secret_env import SECRET_ENV, forget_environ_secret
@@ -26,6 +26,9 @@ from ..._wire.protocol import Ready
 from .. import node as _node
 from ..messaging.runtime import Runtime
 from . import binding
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
 
 __all__ = ["ProcExit", "current", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
 
@@ -127,7 +130,7 @@ def path_entry_problem(entry: str) -> str | None:
     return None
 
 
-async def _await(aw: Any) -> Any:
+async def _await(aw: Awaitable[object]) -> object:
     return await aw
 
 

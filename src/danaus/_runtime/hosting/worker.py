@@ -6,13 +6,16 @@ import ipaddress
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..._transport.address import parse, split_tcp
 from ..._transport.auth import load_secret
 from ..._transport.secret_env import forget_environ_secret
 from .. import node
 from .agent import run_worker
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["WorkerPlan", "plan_worker", "print_warnings", "run_worker_loop_forever", "serve_worker"]
 
@@ -80,7 +83,7 @@ def print_warnings(plan: WorkerPlan) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def serve_worker(plan: WorkerPlan, on_listening: Any = None) -> None:
+def serve_worker(plan: WorkerPlan, on_listening: Callable[[str], None] | None = None) -> None:
     """Run a host agent as ``plan`` says (its warnings first, to stderr); never returns."""
     print_warnings(plan)
     run_worker(
@@ -101,7 +104,7 @@ def run_worker_loop_forever(
     secret: str | bytes | None = None,
     secret_file: str | None = None,
     insecure: bool = False,
-    on_listening: Any = None,
+    on_listening: Callable[[str], None] | None = None,
 ) -> None:
     """Run a host agent on ``address`` (``tcp://HOST:PORT``) and serve clients; never returns.
 

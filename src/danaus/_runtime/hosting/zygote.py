@@ -25,7 +25,10 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Exited",
@@ -70,7 +73,7 @@ class Exited:
     status: int
 
 
-def write_msg(fd: int, msg: Any) -> None:
+def write_msg(fd: int, msg: object) -> None:
     data = pickle.dumps(msg, protocol=5)
     data = _LEN.pack(len(data)) + data
     view = memoryview(data)
@@ -91,7 +94,9 @@ class PipeWriter:
     ``on_broken`` is called once if the reader is gone.
     """
 
-    def __init__(self, loop: Any, fd: int, on_broken: Callable[[], None]) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, fd: int, on_broken: Callable[[], None]
+    ) -> None:
         self.loop = loop
         self.fd = fd
         self.on_broken = on_broken
@@ -99,7 +104,7 @@ class PipeWriter:
         self._watching = False
         os.set_blocking(fd, False)
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: object) -> None:
         """Queue ``msg`` and write what the pipe takes now (the loop's thread)."""
         data = pickle.dumps(msg, protocol=5)
         self.pending += _LEN.pack(len(data))

@@ -33,13 +33,16 @@ import os
 import select
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Kind, Log, LogConfig, LogFlush, LogTail, Message
 from ..messaging.runtime import STATUS_OK, Runtime
 from . import dirs as logdir
+
+if TYPE_CHECKING:
+    from ..._transport.conn import Connection
 
 __all__ = ["LogCapture"]
 
@@ -366,11 +369,11 @@ class LogCapture:
 
     # -- frames ----------------------------------------------------------------------------
 
-    def _on_ack(self, conn: Any, msg: Message) -> None:
+    def _on_ack(self, conn: Connection, msg: Message) -> None:
         self.inflight = max(0, self.inflight - msg.header.nbytes)
         self._pump()
 
-    def _on_config(self, conn: Any, msg: Message) -> None:
+    def _on_config(self, conn: Connection, msg: Message) -> None:
         cfg: LogConfig = msg.header
         for name in cfg.procs:
             p = self.procs.get(name)
@@ -382,7 +385,7 @@ class LogCapture:
                 p.label = p.meta["label"] = cfg.label
                 self._write_meta(p)
 
-    def _on_flush(self, conn: Any, msg: Message) -> None:
+    def _on_flush(self, conn: Connection, msg: Message) -> None:
         req: LogFlush = msg.header
         for name in req.procs:
             p = self.procs.get(name)

@@ -33,12 +33,16 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._wire.protocol import Log, LogAck, Message
 from ..messaging.runtime import Runtime
 from .dirs import format_prefix
+
+if TYPE_CHECKING:
+    from ..._transport.conn import Connection
+    from ..._wire.ids import ProcId
 
 __all__ = ["DEFAULT_WINDOW", "LogStatistics", "Printer"]
 
@@ -94,7 +98,7 @@ class Printer:
 
     # -- called from any thread -------------------------------------------------------
 
-    def on_log(self, conn: Any, msg: Message) -> None:
+    def on_log(self, conn: Connection, msg: Message) -> None:
         """A LOG frame (I/O thread): queue it for the printer thread."""
         self._start()
         self._q.put(("log", conn.peer, msg.header, bytes(msg.body)))
@@ -184,7 +188,7 @@ class Printer:
 
                 traceback.print_exc()
 
-    def _on_log(self, agent: Any, h: Log, body: bytes) -> None:
+    def _on_log(self, agent: ProcId | None, h: Log, body: bytes) -> None:
         lines = body.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()

@@ -189,7 +189,7 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: Any) -> None:
+    def stream(self, value: object) -> None:
         pass
 
 

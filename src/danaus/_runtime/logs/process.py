@@ -24,7 +24,7 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, LogConfig, LogFlush, Message
@@ -32,6 +32,9 @@ from .. import node as _node
 from ..messaging.runtime import Runtime
 from ..node import Node
 from . import dirs as logdir
+
+if TYPE_CHECKING:
+    from ..._transport.conn import Connection
 
 __all__ = [
     "LogControl",
@@ -136,7 +139,7 @@ class LogControl:
         with self._lock:
             return self.tails.pop(proc, ())
 
-    def _on_tail(self, conn: Any, msg: Message) -> None:
+    def _on_tail(self, conn: Connection, msg: Message) -> None:
         with self._lock:
             self.tails[msg.header.name] = tuple(msg.header.lines)
             while len(self.tails) > _TAILS_KEPT:
@@ -256,11 +259,11 @@ class _RecordHandler(logging.StreamHandler):  # type: ignore[type-arg]
         return sys.stderr
 
     @stream.setter
-    def stream(self, value: Any) -> None:
+    def stream(self, value: object) -> None:
         pass
 
 
-def _on_config_in_proc(rt: Runtime, conn: Any, msg: Message) -> None:
+def _on_config_in_proc(rt: Runtime, conn: Connection, msg: Message) -> None:
     cfg: LogConfig = msg.header
     if cfg.level >= 0:
         logging.getLogger().setLevel(cfg.level)

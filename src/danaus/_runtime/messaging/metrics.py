@@ -133,7 +133,9 @@ class Tracer:
     def end(self, name: str, cat: str, async_id: str, args: dict[str, Any] | None = None) -> None:
         self._edge("e", name, cat, async_id, args)
 
-    def _edge(self, ph: str, name: str, cat: str, async_id: str, args: Any) -> None:
+    def _edge(
+        self, ph: str, name: str, cat: str, async_id: str, args: dict[str, Any] | None
+    ) -> None:
         if len(self.events) >= self.max_events:
             self.dropped += 1
             return

@@ -57,6 +57,10 @@ from ..._wire.protocol import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Hashable, Iterable, Sequence, Sized
+
+    from _typeshed import ReadableBuffer
+
     from ..._transport.conn import Connection
     from ..._wire.ids import ProcId
     from .runtime import Runtime
@@ -71,7 +75,7 @@ log = logging.getLogger("danaus.runtime")
 _PROBE = bytearray(b"danaus offload probe \x01\x02\x03")
 
 
-def _size(copies: Any) -> int:
+def _size(copies: Iterable[Sized]) -> int:
     return sum(len(c) for c in copies)
 
 
@@ -106,14 +110,14 @@ class _Slot:
         return True
 
 
-def _copy(dst: memoryview, src: Any) -> None:
+def _copy(dst: memoryview, src: ReadableBuffer) -> None:
     """``dst[:] = src`` for large buffers, in chunks with the GIL released: a sender
     thread copying a GiB must not keep the I/O thread from answering heartbeats (it
     did, for over 5 s on a loaded host, and the proc was declared frozen)."""
     vm.memmove(vm.address(dst), vm.address(memoryview(src).cast("B")), len(dst))
 
 
-def own(part: Any) -> Any:
+def own(part: ReadableBuffer) -> bytes | memoryview:
     """A private copy of the byte-like ``part`` (a frame part kept to send later);
     a large one is copied as ``_copy`` does, without holding the GIL throughout."""
     view = flat(part)
@@ -190,7 +194,9 @@ class Offloader:
     def _on_ok(self, conn: Connection, msg: Message) -> None:
         self.ok_peers.add(msg.header.name)
 
-    def wrap(self, peer: str, header: tuple[Any, ...], buffers: Any) -> tuple[tuple[Any, ...], Any]:
+    def wrap(
+        self, peer: str, header: tuple[Any, ...], buffers: Sequence[ReadableBuffer]
+    ) -> tuple[tuple[Any, ...], Sequence[ReadableBuffer]]:
         """Replace the big buffers of a frame to ``peer`` by descriptors, if worthwhile.
 
         ``header`` is a wire tuple; so is the ``OFFLOAD`` header returned."""
@@ -306,7 +312,7 @@ class Offloader:
                     del self._lent[uid]
                     self._free_slot(lent[1])
 
-    def _snapshot(self, raw: Any) -> Any:
+    def _snapshot(self, raw: bytes | memoryview) -> memoryview:
         """A private copy of ``raw``, in a mapping reused from the pool when one fits."""
         size = _bucket(len(raw))
         with self._lock:
@@ -389,7 +395,7 @@ class Offloader:
             if not self._copy_one(*self._copies.get()):
                 return
 
-    def _copy_one(self, conn: Connection, msg: Message, hold: Any) -> bool:
+    def _copy_one(self, conn: Connection, msg: Message, hold: Hashable) -> bool:
         """Read or map the big buffers of one frame, then hand it to the I/O thread;
         False once the runtime is gone."""
         descs = msg.header.descs
@@ -472,7 +478,7 @@ class Offloader:
         self,
         conn: Connection,
         msg: Message,
-        hold: Any,
+        hold: Hashable,
         buffers: list[Any],
         error: str | None,
         copied: list[int],

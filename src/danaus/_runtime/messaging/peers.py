@@ -75,7 +75,7 @@ class _Peer:
         self.calls: set[int] = set()
 
 
-def _discard(_: Any) -> None:
+def _discard(_: object) -> None:
     pass
 
 

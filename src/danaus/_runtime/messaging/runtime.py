@@ -44,7 +44,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
@@ -76,6 +76,13 @@ from .offload import Offloader, own
 from .peers import PeerTable, _Peer
 from .routing import Mailbox, PortHandler, Router
 from .tree import TreeRouter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from _typeshed import ReadableBuffer
+
+    from ..._wire.ids import ActorId
 
 __all__ = [
     "STATUS_ERROR",
@@ -205,7 +212,7 @@ class Runtime(PeerTable):
         # how this proc was started (empty in the client); read it, never assign it
         self.boot: dict[str, Any] = boot if boot is not None else {}
         # _bounce(sender, dest, reason): return an undeliverable message (set_bounce_handler)
-        self._bounce: Callable[[Any, str, str], None] = _log_bounce
+        self._bounce: Callable[[ActorId | None, str, str], None] = _log_bounce
         # Observing: endpoint metrics on or off; spans recorded while a trace runs;
         # sections a layer adds to this proc's STATS snapshot (name -> plain data).
         self.metrics: bool = bool(config.get("metrics"))
@@ -243,12 +250,12 @@ class Runtime(PeerTable):
         """Let this runtime listen on TCP without a secret (``DANAUS_INSECURE=1``)."""
         self._insecure = True
 
-    def set_bounce_handler(self, handler: Callable[[Any, str, str], None]) -> None:
+    def set_bounce_handler(self, handler: Callable[[ActorId | None, str, str], None]) -> None:
         """``handler(sender, dest, reason)`` returns undeliverable messages to their
         senders from now on (the actor layer's; until then they are logged)."""
         self._bounce = handler
 
-    def bounce(self, sender: Any, dest: str, reason: str) -> None:
+    def bounce(self, sender: ActorId | None, dest: str, reason: str) -> None:
         """A message from ``sender`` to ``dest`` could not be delivered: return it."""
         self._bounce(sender, dest, reason)
 
@@ -802,9 +809,9 @@ class Runtime(PeerTable):
     def send(
         self,
         proc: ProcId,
-        header: Any,
+        header: tuple[Any, ...],
         body: bytes | memoryview = b"",
-        buffers: Any = (),
+        buffers: Sequence[ReadableBuffer] = (),
         on_fail: Callable[[str], None] | None = None,
         pickled: bytes | None = None,
     ) -> None:
@@ -936,7 +943,7 @@ class Runtime(PeerTable):
 
     # -- ports ----------------------------------------------------------------
 
-    def unwatch(self, procs: Any, port: int) -> None:
+    def unwatch(self, procs: Iterable[str], port: int) -> None:
         """Stop telling ``port`` about the loss of ``procs`` (names)."""
         with self._lock:
             for name in procs:
@@ -957,7 +964,14 @@ class Runtime(PeerTable):
             self._watchers.setdefault(proc.name, set()).add(port)
             return None
 
-    def reply(self, port: PortId, index: int, status: int, value: Any, on_fail: Any = None) -> None:
+    def reply(
+        self,
+        port: PortId,
+        index: int,
+        status: int,
+        value: object,
+        on_fail: Callable[[str], None] | None = None,
+    ) -> None:
         """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
         tracer = self.tracer
         t0 = tracer.now() if tracer is not None else 0
@@ -1012,5 +1026,5 @@ def _ignore_frame(conn: Connection, msg: Message) -> None:
     pass
 
 
-def _log_bounce(sender: Any, dest: str, reason: str) -> None:
+def _log_bounce(sender: ActorId | None, dest: str, reason: str) -> None:
     log.error("a message from %s to %s could not be delivered: %s", sender, dest, reason)

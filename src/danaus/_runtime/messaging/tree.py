@@ -56,6 +56,8 @@ from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Call, Cast, Gather, Kind, Message, StopActor
 
 if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
     from ..._transport.conn import Connection
     from .runtime import Runtime
 
@@ -106,8 +108,8 @@ class Subtree:
         base: int,
         selection: Selection,
         header: Cast,
-        body: Any,
-        buffers: Sequence[Any],
+        body: bytes | memoryview,
+        buffers: Sequence[ReadableBuffer],
         parent: _GatherBase | None,
         on_fail: Callable[[int, int, str], None] | None,
     ) -> None:
@@ -182,8 +184,8 @@ class TreeRouter:
         procs: Sequence[ProcId],
         selection: Selection,
         header: Cast,
-        body: Any,
-        buffers: Sequence[Any],
+        body: bytes | memoryview,
+        buffers: Sequence[ReadableBuffer],
         *,
         root: RootGather | None = None,
         on_fail: Callable[[int, int, str], None] | None = None,
@@ -485,7 +487,9 @@ class _GatherBase:
         h = frame.header
         self._take([(h.slot, h.status, bytes(frame.body), list(frame.buffers))], (), (), final=True)
 
-    def local_reply(self, slot: int, status: int, body: Any, buffers: Sequence[Any]) -> None:
+    def local_reply(
+        self, slot: int, status: int, body: bytes | memoryview, buffers: Sequence[ReadableBuffer]
+    ) -> None:
         """The reply of this proc's own actor (any thread; its arrays are copied)."""
         if status == STATUS_OK and not buffers:
             try:
@@ -679,7 +683,7 @@ def encode_entries(
     big = sum(1 for e in entries for b in e[3] if len(flat(b)) >= _OOB_MIN)
     wrap = big <= MAX_BUFFERS - 1
 
-    def buf(b: Any) -> Any:
+    def buf(b: ReadableBuffer) -> pickle.PickleBuffer | bytes:
         raw = flat(b)
         if wrap and len(raw) >= _OOB_MIN:
             return pickle.PickleBuffer(raw)
@@ -692,13 +696,13 @@ def encode_entries(
     return body, [b.raw() for b in oob]
 
 
-def _plain(slot: int, value: Any) -> Entry:
+def _plain(slot: int, value: object) -> Entry:
     body, bufs = codec.dumps(value)
     return (slot, STATUS_OK, body, [bytes(flat(b)) for b in bufs])
 
 
 def decode_entries(
-    body: Any, buffers: Sequence[Any]
+    body: ReadableBuffer, buffers: Sequence[ReadableBuffer]
 ) -> tuple[list[Entry], tuple[int, ...], list[Any]]:
     """``(entries, slots, values)`` of a GATHER body; raises on anything else."""
     items, slots, vbody = _NoClasses(io.BytesIO(body), buffers=buffers).load()
