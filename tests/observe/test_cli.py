@@ -16,7 +16,7 @@ from .conftest import REPLY_TIMEOUT, Worker, proc_names
 
 def _danaus(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "danaus._cli.main", *args],
+        [sys.executable, "-m", "danaus", *args],  # the `danaus` command
         env=env or client_env(),
         capture_output=True,
         text=True,

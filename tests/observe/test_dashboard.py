@@ -102,8 +102,10 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
 
 class Printer(danaus.actor.Actor):
     @danaus.actor.endpoint
-    def say(self, text: str) -> None:
+    def say(self, text: str) -> Any:
+        """Print ``text``; return the proc that printed it (its ``ProcId``)."""
         print(text, flush=True)
+        return danaus.actor.context().actor_instance.actor_id.proc
 
 
 def test_a_procs_forwarded_output_is_its_log_tail(
@@ -113,10 +115,10 @@ def test_a_procs_forwarded_output_is_its_log_tail(
 
     printers = procs.slice(gpus=0).spawn("dash_printers", Printer)
     marker = f"dashboard tail {os.getpid()}-{time.monotonic_ns()}"
-    printers.say.call(marker).get(timeout=REPLY_TIMEOUT)
-    logs.flush([procs._procs[0]], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
+    [proc] = printers.say.call(marker).get(timeout=REPLY_TIMEOUT).values()
+    logs.flush([proc], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
     state = _get(dashboard, "/api/state")
-    p0 = _procs_of(state)[procs._procs[0].name]
+    p0 = _procs_of(state)[proc.name]
     assert any(marker in entry["line"] for entry in p0["logs"]), p0["logs"][-5:]
 
 

@@ -242,7 +242,7 @@ def _job_files() -> list[logdir.ProcLog]:
 def _danaus(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return subprocess.Popen(
-        [sys.executable, "-m", "danaus._cli.main", *args],
+        [sys.executable, "-m", "danaus", *args],  # the `danaus` command
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
