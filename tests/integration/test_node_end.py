@@ -21,6 +21,7 @@ import pytest
 SCRIPT = """
 import json
 import os
+import socket
 
 import torch
 
@@ -54,6 +55,14 @@ class Worker(Actor):
 recorder = FaultRecorder()
 danaus.actor.unhandled_fault_hook = recorder
 _config.configure(dashboard=True)  # DANAUS_DASHBOARD=1: served at the first spawn
+
+
+def refuses(dash):  # True once nothing listens at the dashboard's address any more
+    try:
+        socket.create_connection((dash.host, dash.port), timeout=30).close()
+    except ConnectionRefusedError:
+        return True
+    return False
 trace_path = "trace.json"  # in the script's directory
 
 # -- the first node: every subsystem used --------------------------------------------
@@ -85,7 +94,7 @@ before = {
     "copied": got == data,
     "registered": len(memory.registered_buffers()),
     "fault_thread": first.part(Faults).thread is not None,
-    "dashboard": first.part(dashboard.FromEnvironment).dashboard is not None,
+    "dashboard": not refuses(first.part(dashboard.FromEnvironment).dashboard),
     "trace_written": os.path.getsize(trace_path) > 0,
     "tracer_off": first_rt.tracer is None,
     "coalescing": coalescing.active(),
@@ -103,7 +112,7 @@ ended = {
     "registered": len(memory.registered_buffers()),
     "idle": first.part(net.DataClient).idle_connections(),
     "fault_thread_alive": first_thread.is_alive(),
-    "dashboard_stopped": first_dash._stopped.is_set(),
+    "dashboard_stopped": refuses(first_dash),
     "transport_closed": first_rt.transport.inproc.closed,
 }
 

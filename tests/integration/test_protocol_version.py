@@ -14,7 +14,7 @@ from danaus._wire import codec
 from danaus._wire.frame import FrameDecoder, encode_frame
 from danaus._wire.ids import PortId, ProcId
 from danaus._wire.protocol import PROTOCOL_VERSION, Call, Hello, Kind, decode, wire
-from danaus.actor import Actor, ProcMesh, endpoint
+from danaus.actor import Actor, ProcMesh, context, endpoint
 
 from .conftest import REPLY_TIMEOUT
 
@@ -24,12 +24,16 @@ class Echo(Actor):
     def echo(self, x: int) -> int:
         return x
 
+    @endpoint
+    def addr(self) -> str:
+        return context().actor_instance.actor_id.addr
+
 
 def _connect_to(procs: ProcMesh) -> socket.socket:
     mesh = procs.spawn("version_echo", Echo)
     assert mesh.echo.call(1).get(timeout=REPLY_TIMEOUT).values() == [1, 1]
-    proc = mesh._ref.procs[0]
-    unix = next(e for e in proc.addr.split(";") if e.startswith("unix:"))
+    addr = mesh.addr.call().get(timeout=REPLY_TIMEOUT).values()[0]  # rank 0's proc
+    unix = next(e for e in addr.split(";") if e.startswith("unix:"))
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(REPLY_TIMEOUT)
     s.connect(unix.partition(":")[2])

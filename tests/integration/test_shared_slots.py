@@ -70,7 +70,8 @@ def keeper() -> Iterator[ActorMesh[Keeper]]:
 
 
 def _peer(mesh: ActorMesh[Keeper]) -> str:
-    return mesh._ref.procs[0].name  # type: ignore[attr-defined]
+    [proc] = danaus.stats(mesh).get(timeout=REPLY_TIMEOUT).procs
+    return proc.proc
 
 
 def _wait_returned(peer: str) -> None:

@@ -25,7 +25,7 @@ class Launcher(Actor):
         self.pm = this_host().spawn_procs(per_host={"gpus": 2})
         self.inner = self.pm.spawn("far_inner", Probe)
         self.inner.initialized.get(timeout=TIMEOUT)
-        return [p.name for p in self.pm._procs]
+        return [p.proc for p in self.pm.stats().get(timeout=TIMEOUT).procs]
 
     @endpoint
     def echo_inner(self, x: int) -> list[Any]:
@@ -40,7 +40,7 @@ def test_procs_an_actor_spawned_on_another_host_are_observed(
     procs: ProcMesh, tmp_path: Path
 ) -> None:
     launcher = procs.slice(hosts=2, gpus=1).spawn("far_launcher", Launcher)
-    parent = procs._procs[5].name
+    [parent] = [p.proc for p in procs.slice(hosts=2, gpus=1).stats().get(timeout=TIMEOUT).procs]
     inner = launcher.launch.call_one().get(timeout=TIMEOUT)
     try:
         state = StateCollector().collect()

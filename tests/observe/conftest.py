@@ -25,6 +25,11 @@ REPLY_TIMEOUT = 30.0
 _events: dict[str, threading.Event] = {}
 
 
+def proc_names(procs: ProcMesh) -> list[str]:
+    """The names of ``procs``' procs, in rank order, as ``ProcMesh.stats()`` reports them."""
+    return [p.proc for p in procs.stats().get(timeout=REPLY_TIMEOUT).procs]
+
+
 class Worker(Actor):
     """What the observing tests call: quick, failing, slow and pid-telling endpoints."""
 
@@ -67,7 +72,7 @@ class Parent(Actor):
         workers = procs.spawn(name, Worker)
         workers.initialized.get(timeout=REPLY_TIMEOUT)
         self.meshes[name] = (procs, workers)
-        return [p.name for p in procs._procs]
+        return proc_names(procs)
 
     @endpoint
     def ping_children(self, name: str, x: int) -> list[Any]:

@@ -22,7 +22,7 @@ from danaus._observe import logtail
 from danaus.actor import this_host
 from danaus.testing import FaultRecorder
 
-from .conftest import REPLY_TIMEOUT, Parent, Worker
+from .conftest import REPLY_TIMEOUT, Parent, Worker, proc_names
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -75,7 +75,7 @@ def _page(driver: Any) -> dict[str, Any]:
 
 
 def _expected_procs() -> int:
-    return len({p.name for pm in owned_proc_meshes() for p in pm._procs})
+    return sum(len(pm) for pm in owned_proc_meshes())  # each spawned mesh, its procs its own
 
 
 @pytest.mark.timeout(180)
@@ -90,8 +90,9 @@ def test_the_page_shows_the_mesh_and_a_killed_proc(
     for i in range(20):
         trainers.ping.call(i).get(timeout=REPLY_TIMEOUT)
     trainers.nap.call(0.01).get(timeout=REPLY_TIMEOUT)
-    for rank, proc in enumerate(pm._procs):
-        logtail.append(proc.name, f"step 20: loss 0.{rank}42 (rank {rank})")
+    names = proc_names(pm)  # in rank order
+    for rank, name in enumerate(names):
+        logtail.append(name, f"step 20: loss 0.{rank}42 (rank {rank})")
     dash = danaus.dashboard.serve()
     try:
         browser.get(dash.url)
@@ -100,9 +101,9 @@ def test_the_page_shows_the_mesh_and_a_killed_proc(
         WebDriverWait(browser, 30).until(lambda d: len(_page(d)["procs"]) == want)
         page = _page(browser)
         states = {name: (state, text) for name, state, text in page["procs"]}
-        assert [states[p.name][0] for p in pm._procs] == ["alive"] * 4
-        assert "trainer[3]" in states[pm._procs[3].name][1]
-        assert "Worker" in states[pm._procs[3].name][1]
+        assert [states[name][0] for name in names] == ["alive"] * 4
+        assert "trainer[3]" in states[names[3]][1]
+        assert "Worker" in states[names[3]][1]
         assert page["summary"].startswith(f"{want} procs ({want} alive)")
         # For the picture: traffic, so that the rates are not all zero.
         busy = threading.Event()
@@ -123,7 +124,7 @@ def test_the_page_shows_the_mesh_and_a_killed_proc(
         if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
             shutil.copyfile(tmp_path / "dashboard.png", DOCS_SCREENSHOT)
 
-        victim = pm._procs[3].name
+        victim = names[3]
 
         def victim_dead(d: Any) -> bool:
             return any(n == victim and st == "dead" for n, st, _ in _page(d)["procs"])
@@ -155,7 +156,7 @@ def test_the_stack_dump_button_shows_the_proc_s_stacks(browser: Any, faults: Fau
     dash = danaus.dashboard.serve()
     try:
         browser.get(dash.url)
-        button = f'button.stack[data-proc="{pm._procs[0].name}"]'
+        button = f'button.stack[data-proc="{proc_names(pm)[0]}"]'
         WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, button))
         napping = mesh.nap.call_one(5.0)
         browser.execute_script(f"document.querySelector('{button}').click()")
@@ -183,7 +184,7 @@ def test_the_page_shows_procs_an_actor_spawned(browser: Any, faults: FaultRecord
 
         WebDriverWait(browser, 30).until(lambda d: set(children) <= set(nested(d)))
         shown = nested(browser)
-        assert all(shown[c] == pm._procs[0].name for c in children)
+        assert all(shown[c] == proc_names(pm)[0] for c in children)
         texts = {name: text for name, _, text in _page(browser)["procs"]}
         assert "spawned by" in texts[children[0]] and "browser_nested[0]" in texts[children[0]]
         parent.stop_children.call_one("browser_nested").get(timeout=REPLY_TIMEOUT)

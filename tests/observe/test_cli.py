@@ -11,12 +11,12 @@ import danaus.dashboard
 from danaus.actor import ProcMesh
 from danaus.testing import client_env
 
-from .conftest import REPLY_TIMEOUT, Worker
+from .conftest import REPLY_TIMEOUT, Worker, proc_names
 
 
 def _danaus(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "danaus._cli.main", *args],
+        [sys.executable, "-m", "danaus", *args],  # the `danaus` command
         env=env or client_env(),
         capture_output=True,
         text=True,
@@ -34,9 +34,10 @@ def test_top_once_prints_every_proc_and_actor_with_its_counts(
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("danaus top - client ")
-    for rank, proc in enumerate(procs._procs):
+    for rank in range(2):
+        [name] = proc_names(procs.slice(gpus=rank))
         [row] = [r for r in lines if f"topped[{rank}]" in r]
-        assert row.split()[:3] == [proc.name, f"{{gpus={rank}}}", "alive"]
+        assert row.split()[:3] == [name, f"{{gpus={rank}}}", "alive"]
         assert row.split()[4:7] == ["Worker", "3", "-"] or row.split()[4:6] == ["Worker", "3"]
 
 
@@ -61,8 +62,9 @@ def test_stack_dumps_the_procs_of_a_mesh_at_coordinates(
         )
     assert held.get(timeout=REPLY_TIMEOUT) is True
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"=== proc {procs._procs[0].name} ===")
-    assert "hold" in out.stdout and procs._procs[1].name not in out.stdout
+    [p0], [p1] = proc_names(procs.slice(gpus=0)), proc_names(procs.slice(gpus=1))
+    assert out.stdout.startswith(f"=== proc {p0} ===")
+    assert "hold" in out.stdout and p1 not in out.stdout
 
 
 def test_stack_says_what_is_wrong(dashboard: danaus.dashboard.Dashboard) -> None:

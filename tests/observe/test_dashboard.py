@@ -19,7 +19,7 @@ from danaus._observe import logtail
 from danaus.actor import Actor, ProcMesh, endpoint
 from danaus.testing import FaultRecorder, client_env
 
-from .conftest import REPLY_TIMEOUT, Worker
+from .conftest import REPLY_TIMEOUT, Worker, proc_names
 
 
 def _get(dash: danaus.dashboard.Dashboard, path: str, **params: Any) -> Any:
@@ -77,13 +77,11 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
         workers.boom.call().get(timeout=REPLY_TIMEOUT)
     holders.fail.broadcast()  # nobody to tell: the actor fails, its owner (us) hears
     faults.crashed("holders", {0})
-    p0 = procs._procs[0].name
+    [p0], [p1] = proc_names(procs.slice(gpus=0)), proc_names(procs.slice(gpus=1))
     logtail.append(p0, "a line the log forwarder delivered", "stderr")
 
     state = _get(dashboard, "/api/state")
-    ours = {
-        name: p for name, p in _procs_of(state).items() if name in {p.name for p in procs._procs}
-    }
+    ours = {name: p for name, p in _procs_of(state).items() if name in {p0, p1}}
     assert len(ours) == 2 and all(p["state"] == "alive" for p in ours.values())
     assert ours[p0]["coords"] == {"gpus": 0}
     assert ours[p0]["logs"][-1]["line"] == "a line the log forwarder delivered"
@@ -93,7 +91,6 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
     assert w1["endpoints"]["ping"]["calls"] == 5 and w1["endpoints"]["boom"]["errors"] == 1
     assert sum(c for _, c in w1["endpoints"]["ping"]["histogram"]) == 5
     assert actors["holders[0]"]["state"] == "failed"
-    p1 = procs._procs[1].name
     assert [b["nbytes"] for b in ours[p1]["rdma"]] == [4096]
     assert any(c["frames_recv"] > 0 for c in ours[p1]["connections"])
     [failure] = [f for f in state["failures"] if f["actor"] == "holders[0]"]
@@ -105,8 +102,10 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
 
 class Printer(danaus.actor.Actor):
     @danaus.actor.endpoint
-    def say(self, text: str) -> None:
+    def say(self, text: str) -> Any:
+        """Print ``text``; return the proc that printed it (its ``ProcId``)."""
         print(text, flush=True)
+        return danaus.actor.context().actor_instance.actor_id.proc
 
 
 def test_a_procs_forwarded_output_is_its_log_tail(
@@ -116,10 +115,10 @@ def test_a_procs_forwarded_output_is_its_log_tail(
 
     printers = procs.slice(gpus=0).spawn("dash_printers", Printer)
     marker = f"dashboard tail {os.getpid()}-{time.monotonic_ns()}"
-    printers.say.call(marker).get(timeout=REPLY_TIMEOUT)
-    logs.flush([procs._procs[0]], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
+    [proc] = printers.say.call(marker).get(timeout=REPLY_TIMEOUT).values()
+    logs.flush([proc], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
     state = _get(dashboard, "/api/state")
-    p0 = _procs_of(state)[procs._procs[0].name]
+    p0 = _procs_of(state)[proc.name]
     assert any(marker in entry["line"] for entry in p0["logs"]), p0["logs"][-5:]
 
 
@@ -159,7 +158,7 @@ def test_a_stack_dump_shows_what_an_actor_is_doing(
         )
     assert held.get(timeout=REPLY_TIMEOUT) is True
     [dump] = answer["dumps"]
-    assert dump["ok"] and dump["proc"] == procs._procs[1].name
+    assert dump["ok"] and dump["proc"] == proc_names(procs.slice(gpus=1))[0]
     assert "hold" in dump["dump"] and "actor-stacked" in dump["dump"]
 
 

@@ -28,6 +28,8 @@ from danaus._runtime.logs import process as logs
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from danaus.testing import FaultRecorder
 
+from .conftest import proc_names
+
 TIMEOUT = 30.0
 REPO = Path(__file__).resolve().parents[2]
 
@@ -240,7 +242,7 @@ def _job_files() -> list[logdir.ProcLog]:
 def _danaus(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     return subprocess.Popen(
-        [sys.executable, "-m", "danaus._cli.main", *args],
+        [sys.executable, "-m", "danaus", *args],  # the `danaus` command
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -364,7 +366,9 @@ class _BlockedStdout:
 
 def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> None:
     procs = this_host().spawn_procs(per_host={"gpus": 8}, name="spam")
+    names: list[str] = []
     try:
+        names = proc_names(procs)  # in rank order, as the values of a call
         procs.logging_option(aggregate_window_sec=None)
         spam = procs.spawn("spam", Spammer)
         stdout = _BlockedStdout()
@@ -373,7 +377,7 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         else:
             stdout.release.set()
             monkeypatch.setattr(sys, "stdout", stdout)
-        before = {p: logs.statistics(p.name) for p in procs._procs}
+        before = {name: logs.statistics(name) for name in names}
         spam.start.call(nbytes // 8).get(timeout=TIMEOUT)
         # The procs keep answering calls while they print (and while the client is stuck).
         for _ in range(5):
@@ -381,11 +385,11 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         printed = list(spam.finish.call().get(timeout=TIMEOUT * 4).values())
         stdout.release.set()
         _flush(procs)
-        for i, proc in enumerate(procs._procs):
-            st, old = logs.statistics(proc.name), before[proc]
+        for i, name in enumerate(names):
+            st, old = logs.statistics(name), before[name]
             got = (st.lines - old.lines) + (st.dropped - old.dropped)
             assert got == printed[i], f"proc {i}: {st} for {printed[i]} lines printed"
-        dropped = sum(logs.statistics(p.name).dropped - before[p].dropped for p in procs._procs)
+        dropped = sum(logs.statistics(n).dropped - before[n].dropped for n in names)
         if block:
             # The client was stuck: agents hit their bound, dropped lines and said so.
             assert dropped > 0
@@ -394,13 +398,12 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
             assert dropped == 0
         # The files on the host have every line, dropped or not.
         files = {p.proc: p for p in _job_files()}
-        for i, proc in enumerate(procs._procs):
-            with open(files[proc.name].path, "rb") as f:
+        for i, name in enumerate(names):
+            with open(files[name].path, "rb") as f:
                 lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
             assert lines == printed[i]
     finally:
         procs.stop().get(timeout=TIMEOUT)
-        names = {p.name for p in procs._procs}
         for p in _job_files():
             if p.proc in names:
                 os.unlink(p.path)
@@ -479,7 +482,7 @@ pings = [all(spam.ping.call().get(timeout=30).values()) for _ in range(5)]
 printed = list(spam.finish.call().get(timeout=60).values())
 sys.stdout.release.set()
 logs.flush(list(procs._procs), 60).result(60)
-stats = [logs.statistics(p.name) for p in procs._procs]
+stats = [logs.statistics(p.proc) for p in procs.stats().get(timeout=30).procs]
 real.write(json.dumps({
     "pings": pings, "printed": printed, "notes": sys.stdout.notes,
     "received": [s.lines for s in stats], "dropped": [s.dropped for s in stats],

@@ -18,7 +18,7 @@ from danaus._cli import observe as observe_cli
 from danaus.actor import ProcMesh
 from danaus.testing import wait_until
 
-from .conftest import REPLY_TIMEOUT, Parent
+from .conftest import REPLY_TIMEOUT, Parent, proc_names
 
 
 def _get(dash: danaus.dashboard.Dashboard, path: str, **params: Any) -> Any:
@@ -35,7 +35,7 @@ def test_procs_an_actor_spawned_are_in_the_state_top_and_stack_dumps(
     dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
 ) -> None:
     parent = procs.slice(gpus=0).spawn("nested_parent", Parent)
-    parent_proc = procs._procs[0].name
+    [parent_proc] = proc_names(procs.slice(gpus=0))
     children = parent.spawn_children.call_one("nested_workers", 2).get(timeout=REPLY_TIMEOUT)
     assert parent.ping_children.call_one("nested_workers", 5).get(timeout=REPLY_TIMEOUT) == [5, 5]
 
@@ -50,7 +50,7 @@ def test_procs_an_actor_spawned_are_in_the_state_top_and_stack_dumps(
         assert "nested_parent" in p["spawner"]
         [actor] = p["actors"]
         assert actor["name"] == "nested_workers" and actor["endpoints"]["ping"]["calls"] == 1
-    assert state["totals"]["procs"] >= len(procs._procs) + 2
+    assert state["totals"]["procs"] >= len(procs) + 2
 
     rows = observe_cli.rows(state)
     assert any(r[0].strip().startswith(children[1]) and parent_proc in r[0] for r in rows)

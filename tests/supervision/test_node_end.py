@@ -11,6 +11,7 @@ from .conftest import ClientScript
 
 SCRIPT = """
 import json
+import socket
 import danaus.actor
 from danaus import _config
 from danaus._observe import dashboard, logtail
@@ -28,6 +29,14 @@ recorder = FaultRecorder()
 danaus.actor.unhandled_fault_hook = recorder
 _config.configure(dashboard=True)  # DANAUS_DASHBOARD=1: served at the first spawn
 
+
+def refuses(dash):  # True once nothing listens at the dashboard's address any more
+    try:
+        socket.create_connection((dash.host, dash.port), timeout=30).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
 def session(name):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     procs.spawn(name, Worker).boom.broadcast()
@@ -39,13 +48,13 @@ first, procs, first_thread, first_dash = session("first")
 logtail.append("p-first", "a line of the first session")
 before = {
     "thread_alive": first_thread is not None and first_thread.is_alive(),
-    "dash": first_dash is not None,
+    "dash": first_dash is not None and not refuses(first_dash),
     "procs": logtail.procs(),
 }
 shutdown_context().get(timeout=30)
 ended = {
     "thread_alive": first_thread.is_alive(),
-    "dash_stopped": first_dash._stopped.is_set(),
+    "dash_stopped": refuses(first_dash),
     "current": node.current(),
 }
 

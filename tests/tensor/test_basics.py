@@ -136,9 +136,14 @@ def test_an_op_on_mesh_tensors_with_no_active_mesh_runs_on_their_mesh(mesh: Proc
     with mesh.activate():
         x = base(mesh)
     y = torch.relu(x - 3)  # no mesh is active
-    assert isinstance(y, danaus.Tensor) and y._mesh is x._mesh
+    assert isinstance(y, danaus.Tensor)
+    with mesh.activate():
+        both = y + x  # refused (ValueError) were y on another mesh than x's
     for h, g in COORDS:
         assert torch.equal(danaus.inspect(y, host=h, gpu=g), torch.relu(local_base(h, g) - 3))
+    assert torch.equal(
+        danaus.inspect(both, host=1, gpu=0), torch.relu(local_base(1, 0) - 3) + local_base(1, 0)
+    )
     with danaus.no_mesh.activate():  # nor under no_mesh
         z = y * 2
     assert torch.equal(danaus.inspect(z, host=1, gpu=1), torch.relu(local_base(1, 1) - 3) * 2)

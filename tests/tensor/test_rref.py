@@ -97,7 +97,10 @@ def test_rref_returns_mesh_tensors_whose_shards_are_what_each_actor_returned(
         x = base(mesh)
         out = layers.affine.rref(x, 3.0)
         total, parts = layers.stats.rref(x)
-    assert isinstance(out, danaus.Tensor) and out.shape == (6,) and out._mesh is x._mesh
+    assert isinstance(out, danaus.Tensor) and out.shape == (6,)
+    with mesh.activate():
+        shifted = out - x  # refused (ValueError) were out on another mesh than x's
+    assert torch.equal(danaus.inspect(shifted, host=1, gpu=1), local_base(1, 1) * 2 + 1)
     assert isinstance(total, danaus.Tensor) and total.shape == ()
     assert isinstance(parts["doubled"], danaus.Tensor)
     for h, g in COORDS:

@@ -118,7 +118,9 @@ def test_stream_rules_are_checked_on_the_client(mesh: ProcMesh) -> None:
             with pytest.raises(ValueError, match="active stream"):
                 x.reduce("gpu")
         view, borrow = comms.borrow(x, mutable=True)
-        assert view._stream is comms and "stream='comms'" in repr(view)
+        assert "stream='comms'" in repr(view)
+        with pytest.raises(ValueError, match="active stream"):
+            view + 1  # on comms: refused on main (and used on comms below)
         with pytest.raises(ValueError, match="lent mutably"):
             x * 2
         with pytest.raises(ValueError, match="Cannot borrow"):
