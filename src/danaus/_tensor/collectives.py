@@ -15,11 +15,11 @@ from typing import Any
 
 from torch.utils import _pytree as pytree
 
-from .active import active_mesh, same_mesh
+from .client import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import Reduce, ReduceMany
 from .stream import check_use
-from .tensor import Tensor, meta_empty
+from .tensor import Tensor, implement, meta_empty
 
 __all__ = ["REDUCTIONS", "reduce", "reduce_", "reduce_tensor"]
 
@@ -209,3 +209,6 @@ def reduce_(
 ) -> Any:
     """In-place :func:`reduce`: each tensor is overwritten with its result. Never blocks."""
     return reduce(tensors, dims, reduction, scatter, mesh, _inplace=True)
+
+
+implement("reduce", reduce_tensor)

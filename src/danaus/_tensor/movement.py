@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .engine import engine_for
 from .messages import CallOp, SendTo
 from .stream import check_use
-from .tensor import Tensor
+from .tensor import Tensor, implement
 
 __all__ = ["MeshSliceTensor", "slice_mesh", "slice_mesh_tensor", "to_mesh", "to_mesh_tensor"]
 
@@ -155,3 +155,7 @@ def to_mesh(tensors: Any, mesh: Any) -> Any:
         lambda x: to_mesh_tensor(x, mesh) if isinstance(x, (torch.Tensor, MeshSliceTensor)) else x,
         tensors,
     )
+
+
+implement("to_mesh", to_mesh_tensor)
+implement("slice_mesh", slice_mesh_tensor)
