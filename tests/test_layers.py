@@ -7,6 +7,7 @@ import importlib
 import json
 import pathlib
 import re
+from typing import Any
 
 import pytest
 
@@ -419,3 +420,63 @@ def test_no_module_outside_the_runtime_sets_attributes_on_a_runtime() -> None:
         if path != RUNTIME_PY and (hits := _runtime_assignments(path))
     }
     assert not found, f"assignments to a runtime's attributes outside runtime.py: {found}"
+
+
+# -- the tensor engine's modules import each other in one direction -------------------------
+
+
+def _code_metrics() -> Any:
+    """scripts/code-metrics, loaded as a module (its file has no ``.py`` suffix)."""
+    import importlib.machinery
+    import importlib.util
+
+    path = SRC.parents[1] / "scripts" / "code-metrics"
+    loader = importlib.machinery.SourceFileLoader("code_metrics", str(path))
+    spec = importlib.util.spec_from_loader("code_metrics", loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_the_tensor_engine_has_no_import_cycle_and_no_deferred_danaus_import() -> None:
+    """Among ``_tensor``'s modules, imports (deferred ones included) form no cycle, and no
+    function inside ``_tensor`` imports a danaus module: what runs first is plain to see.
+    Optional dependencies (torch, torchshow) may still be imported inside a function."""
+    cm = _code_metrics()
+    modules = [cm.Module(SRC, p) for p in sorted(SRC.rglob("*.py"))]
+    known = {m.name for m in modules}
+    tensor = {m.name: m for m in modules if m.name.startswith("danaus._tensor.")}
+    assert "danaus._tensor.tensor" in tensor and "danaus._tensor.api" in tensor
+    graph = {
+        name: cm.import_edges(mod, known, True, []) & set(tensor) for name, mod in tensor.items()
+    }
+    cycles = [c for c in cm.tarjan(graph) if len(c) > 1]
+    assert not cycles, f"import cycles among the tensor engine's modules: {cycles}"
+    deferred = []
+    for name, mod in tensor.items():
+        for imp in cm.deferred_imports(mod):
+            node = ast.parse(imp["import"]).body[0]
+            if isinstance(node, ast.ImportFrom):
+                targets = [cm.resolve(mod, node.level, node.module)]
+            else:
+                targets = [alias.name for alias in node.names]
+            if any(t.split(".")[0] == "danaus" for t in targets):
+                deferred.append(f"{name}:{imp['line']}: {imp['import']}")
+    assert not deferred, f"imports of danaus modules inside functions: {deferred}"
+
+
+def test_the_cycle_check_sees_deferred_imports(tmp_path: pathlib.Path) -> None:
+    """The check above would fail on a cycle closed by an import inside a function."""
+    cm = _code_metrics()
+    pkg = tmp_path / "danaus"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import x\n    return x\n")
+    modules = [cm.Module(pkg, p) for p in sorted(pkg.rglob("*.py"))]
+    known = {m.name for m in modules}
+    graph = {m.name: cm.import_edges(m, known, True, []) for m in modules}
+    assert [c for c in cm.tarjan(graph) if len(c) > 1] == [["danaus.a", "danaus.b"]]
+    (b,) = [m for m in modules if m.name == "danaus.b"]
+    assert [d["import"] for d in cm.deferred_imports(b)] == ["from .a import x"]

@@ -8,7 +8,8 @@ thread, sees the same mesh. While any activation is open on a thread, a
 ``TorchDispatchMode`` routes every torch op of that thread (factories
 included) to :func:`danaus._tensor.tensor.dispatch`. The stack is part of
 the client's tensor-engine state (``client.ClientState``, a part of its
-node), so a new session starts with none. Whether a thread has our mode is
+node; ``client.active_mesh()`` reads it, for the modules below this one),
+so a new session starts with none. Whether a thread has our mode is
 torch's per-thread mode stack itself; the mode counts the activations using
 it.
 """
@@ -21,6 +22,9 @@ from typing import TYPE_CHECKING, Any
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import client
+from .client import active_mesh, same_mesh
+from .engine import engine_for
+from .tensor import dispatch
 
 if TYPE_CHECKING:
     from .._actor.api.procs import ProcMesh
@@ -31,15 +35,6 @@ __all__ = ["Activation", "activate", "active_mesh", "get_active_mesh", "no_mesh"
 def _state() -> client.ClientState:
     """The client's tensor-engine state (starts the client's node if needed)."""
     return client.state()
-
-
-def active_mesh() -> Any:
-    """The active proc mesh, or ``None`` (none, or ``no_mesh``). Does not block; cheap."""
-    state = client.current()
-    if state is None:
-        return None
-    stack = state.stack
-    return stack[-1] if stack else None
 
 
 def get_active_mesh() -> Any:
@@ -54,15 +49,6 @@ def get_active_mesh() -> Any:
             "no device mesh is active; use `with proc_mesh.activate():` to run torch ops on it"
         )
     return mesh
-
-
-def same_mesh(a: Any, b: Any) -> bool:
-    """Whether two proc meshes are the same procs with the same named dimensions."""
-    if a is b:
-        return True
-    if a is None or b is None:
-        return False
-    return bool(a._state is b._state and a._shape == b._shape)
 
 
 class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -86,14 +72,14 @@ class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if threading.get_ident() == self._ident:
-            return _dispatch()(func, args, kwargs or {}, active_mesh())
+            return dispatch(func, args, kwargs or {}, active_mesh())
         # torch runs this for our thread on one of its own (autograd's backward on a device
         # thread inherits our modes): act for our thread, so its coalescing block holds it
         state = client.current()
         if state is None:
-            return _dispatch()(func, args, kwargs or {}, active_mesh())
+            return dispatch(func, args, kwargs or {}, active_mesh())
         with state.acting_for(self.thread):
-            return _dispatch()(func, args, kwargs or {}, active_mesh())
+            return dispatch(func, args, kwargs or {}, active_mesh())
 
 
 def _thread_mode() -> _MeshMode | None:
@@ -102,20 +88,6 @@ def _thread_mode() -> _MeshMode | None:
         if isinstance(mode, _MeshMode):
             return mode
     return None
-
-
-def _dispatch() -> Any:
-    """``tensor.dispatch`` (imported at first use: ``tensor`` imports this module)."""
-    global _DISPATCH
-    if _DISPATCH is None:
-        from .tensor import dispatch
-
-        _DISPATCH = dispatch
-    return _DISPATCH
-
-
-# A cache, not state: tensor.dispatch, once imported (tensor imports this module).
-_DISPATCH: Any = None
 
 
 class Activation:
@@ -127,8 +99,6 @@ class Activation:
 
     def __init__(self, mesh: ProcMesh | None) -> None:
         if mesh is not None:
-            from .engine import engine_for
-
             engine_for(mesh)  # spawn the workers now, before the first op needs them
         self.mesh = mesh
         self._closed = False

@@ -10,7 +10,6 @@ import torch
 from .active import Activation, get_active_mesh, no_mesh
 from .active import activate as activate
 from .active import deactivate as deactivate
-from .actors import actor_rref as actor_rref  # for Endpoint.rref
 from .autograd import grad_generator
 from .coalescing import coalescing
 from .collectives import reduce, reduce_
@@ -20,6 +19,7 @@ from .fetch import fetch_shard, inspect, show
 from .messages import MeshRank
 from .movement import slice_mesh, to_mesh
 from .remote import Remote, call_on_shard_and_fetch, remote
+from .rref import actor_rref as actor_rref  # for Endpoint.rref
 from .stream import Stream, get_active_stream
 from .tensor import Tensor, meta_empty
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from .._runtime.hosting import host
 
-__all__ = ["ClientState", "ThreadState", "current", "state"]
+__all__ = ["ClientState", "ThreadState", "active_mesh", "current", "same_mesh", "state"]
 
 
 class ThreadState:
@@ -103,3 +103,21 @@ def current() -> ClientState | None:
     """The client's tensor-engine state, if a node has started (never starts one)."""
     node = host.current_node()
     return None if node is None else node.part(ClientState)
+
+
+def active_mesh() -> Any:
+    """The active proc mesh, or ``None`` (none, or ``no_mesh``). Does not block; cheap."""
+    state = current()
+    if state is None:
+        return None
+    stack = state.stack
+    return stack[-1] if stack else None
+
+
+def same_mesh(a: Any, b: Any) -> bool:
+    """Whether two proc meshes are the same procs with the same named dimensions."""
+    if a is b:
+        return True
+    if a is None or b is None:
+        return False
+    return bool(a._state is b._state and a._shape == b._shape)

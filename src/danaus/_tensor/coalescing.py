@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import client
+from .engine import flush_all
 
 __all__ = ["active", "check_not_coalescing", "coalescing"]
 
@@ -54,8 +55,6 @@ def coalescing() -> Iterator[None]:
     rec.depth += 1
     try:
         if rec.depth == 1:  # what came before the block leaves now: the block holds its own ops
-            from .engine import flush_all  # the engine module imports this one
-
             flush_all()
         yield
     finally:

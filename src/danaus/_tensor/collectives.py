@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils import _pytree as pytree
 
-from .active import active_mesh, same_mesh
+from .client import active_mesh, same_mesh
 from .engine import engine_for
 from .messages import Reduce, ReduceMany
 from .stream import check_use
-from .tensor import Tensor, meta_empty
+from .tensor import Tensor, implement, meta_empty
 
 if TYPE_CHECKING:
     from .._actor.api.procs import ProcMesh
@@ -212,3 +212,6 @@ def reduce_(
 ) -> Any:
     """In-place :func:`reduce`: each tensor is overwritten with its result. Never blocks."""
     return reduce(tensors, dims, reduction, scatter, mesh, _inplace=True)
+
+
+implement("reduce", reduce_tensor)

@@ -9,6 +9,8 @@ one command per torch op.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "SendTo",
     "Signal",
     "Wait",
+    "resolve_function",
 ]
 
 
@@ -101,6 +104,17 @@ class RunRemote(NamedTuple):
     kwargs: Any
     outs: tuple[int | None, ...]
     mutates: tuple[int, ...]
+
+
+def resolve_function(fn: Any) -> Callable[..., Any]:
+    """``fn`` itself, or the function a ``"package.module.name"`` string names (a
+    ``RunRemote``'s ``fn``, on the client and on the workers)."""
+    if callable(fn):
+        return fn  # type: ignore[no-any-return]
+    module, _, name = fn.rpartition(".")
+    if not module:
+        raise ValueError(f"remote({fn!r}): a function path looks like 'package.module.function'")
+    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 class SendTo(NamedTuple):

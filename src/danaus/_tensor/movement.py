@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .engine import engine_for
 from .messages import CallOp, SendTo
 from .stream import check_use
-from .tensor import Tensor
+from .tensor import Tensor, implement
 
 if TYPE_CHECKING:
     from .._actor.api.procs import ProcMesh
@@ -158,3 +158,7 @@ def to_mesh(tensors: Any, mesh: ProcMesh) -> Any:
         lambda x: to_mesh_tensor(x, mesh) if isinstance(x, (torch.Tensor, MeshSliceTensor)) else x,
         tensors,
     )
+
+
+implement("to_mesh", to_mesh_tensor)
+implement("slice_mesh", slice_mesh_tensor)

@@ -12,7 +12,6 @@ in ``fn`` fails them too.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +20,11 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor.core.future import Future
-from .active import active_mesh, same_mesh
+from .client import active_mesh, same_mesh
 from .coalescing import check_not_coalescing
 from .engine import engine_for
-from .messages import Ref, RunRemote
+from .fetch import _shard_rank
+from .messages import Ref, RunRemote, resolve_function
 from .stream import check_use
 from .tensor import Tensor
 
@@ -40,16 +40,6 @@ __all__ = [
     "resolve_function",
     "run_propagate",
 ]
-
-
-def resolve_function(fn: Any) -> Callable[..., Any]:
-    """``fn`` itself, or the function a ``"package.module.name"`` string names."""
-    if callable(fn):
-        return fn  # type: ignore[no-any-return]
-    module, _, name = fn.rpartition(".")
-    if not module:
-        raise ValueError(f"remote({fn!r}): a function path looks like 'package.module.function'")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 def run_propagate(prop: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any, list[bool]]:
@@ -222,8 +212,6 @@ def call_on_shard_and_fetch(
     mesh = active_mesh()
     if mesh is None:
         raise ValueError("call_on_shard_and_fetch requires an active mesh")
-    from .fetch import _shard_rank
-
     engine, ep, a = fn._endpoint(args, kwargs, _shard_rank(mesh, shard, {}))
     with engine.as_owner():
         return ep.call_one(*a)  # type: ignore[no-any-return]

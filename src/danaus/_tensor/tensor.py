@@ -12,6 +12,7 @@ on the client, so ``loss.backward()`` sends the backward ops the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,7 +20,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 from .._actor.core import handoff
-from .active import active_mesh, same_mesh
+from .actors import ACTOR_ARGS
+from .client import active_mesh, same_mesh
 from .engine import Engine, engine_for
 from .messages import CallOp, Ref
 from .stream import Storage, Stream, check_use, get_active_stream
@@ -27,7 +29,7 @@ from .stream import Storage, Stream, check_use, get_active_stream
 if TYPE_CHECKING:
     from .._actor.api.procs import ProcMesh
 
-__all__ = ["Tensor", "dispatch", "meta_empty", "meta_like"]
+__all__ = ["Tensor", "dispatch", "implement", "meta_empty", "meta_like"]
 
 
 def meta_empty(shape: Any, dtype: torch.dtype) -> torch.Tensor:
@@ -61,6 +63,20 @@ _EXPLAIN_WRONG = (
     "a tensor on mesh {theirs!r} was used while mesh {mesh!r} is active. Use "
     "`with {theirs_short}.activate():` for ops on it, or move it with `t.to_mesh(mesh)`."
 )
+
+
+# What ``Tensor``'s methods ``reduce``/``reduce_`` and ``to_mesh``/``slice_mesh`` run: the
+# functions of ``collectives`` and ``movement``, modules above this one (they make tensors),
+# each registering its own when imported; ``api``, through which every program reaches the
+# tensor engine, imports both. A table built at import, like the ops' caches below.
+_METHODS: dict[str, Callable[..., Any]] = {}
+
+
+def implement(method: str, fn: Callable[..., Any]) -> None:
+    """Make ``fn(tensor, ...)`` the work of ``Tensor.<method>`` (for the module that owns it)."""
+    if method not in ("reduce", "to_mesh", "slice_mesh"):
+        raise ValueError(f"Tensor has no method {method!r} implemented elsewhere")
+    _METHODS[method] = fn
 
 
 class Tensor(torch.Tensor):
@@ -156,34 +172,31 @@ class Tensor(torch.Tensor):
         _inplace: bool = False,
     ) -> Tensor:
         """Collective over mesh dimensions ``dims``; see :func:`danaus.reduce`. Never blocks."""
-        from .collectives import reduce_tensor
-
-        return reduce_tensor(self, dims, reduction, scatter, mesh, _inplace)
+        out: Tensor = _METHODS["reduce"](self, dims, reduction, scatter, mesh, _inplace)
+        return out
 
     def to_mesh(self, mesh: ProcMesh) -> Tensor:
         """This tensor's values on ``mesh``; see :func:`danaus.to_mesh`. Never blocks."""
-        from .movement import to_mesh_tensor
-
-        return to_mesh_tensor(self, mesh)
+        out: Tensor = _METHODS["to_mesh"](self, mesh)
+        return out
 
     def slice_mesh(self, **coords: Any) -> Any:
         """This tensor seen on ``self.mesh.slice(**coords)``, ready for ``.to_mesh(m)``."""
-        from .movement import slice_mesh_tensor
-
-        return slice_mesh_tensor(self, **coords)
+        return _METHODS["slice_mesh"](self, **coords)
 
     def reduce_(
         self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: ProcMesh | None = None
     ) -> Tensor:
         """In-place :meth:`reduce`: the result overwrites this tensor. Never blocks."""
-        from .collectives import reduce_tensor
+        out: Tensor = _METHODS["reduce"](self, dims, reduction, scatter, mesh, True)
+        return out
 
-        return reduce_tensor(self, dims, reduction, scatter, mesh, True)
+    def _view_on(self, stream: Stream) -> Tensor:
+        """A new handle of this tensor's sizes, strides and dtype on ``stream`` (a borrow's)."""
+        return Tensor(meta_like(self._meta), self._mesh, self._engine, self.device, stream=stream)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         """Pickled only as an actor endpoint's argument: the receiving proc's local shard."""
-        from .actors import ACTOR_ARGS
-
         r = handoff.refer(self, ACTOR_ARGS)
         if r is None:
             raise TypeError(

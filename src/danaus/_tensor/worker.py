@@ -43,6 +43,7 @@ from .messages import (
     SendTo,
     Signal,
     Wait,
+    resolve_function,
 )
 from .worker_streams import Streams, current_stream
 
@@ -185,8 +186,6 @@ class TensorWorker(Actor):
     @endpoint
     def call_remote(self, fn: Any, args: Any, kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU)."""
-        from .remote import resolve_function
-
         self.streams.barrier()
         try:
             a, k = self._resolve((args, kwargs))
@@ -245,8 +244,6 @@ class TensorWorker(Actor):
         elif isinstance(cmd, HandOff):
             self._hand_off(cmd)
         elif isinstance(cmd, RunRemote):
-            from .remote import resolve_function
-
             name = cmd.fn if isinstance(cmd.fn, str) else getattr(cmd.fn, "__qualname__", "fn")
             try:
                 fn = resolve_function(cmd.fn)
