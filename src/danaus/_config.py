@@ -1046,6 +1046,15 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "danaus's value is the logging name ('DEBUG', 'INFO', 'WARNING', 'ERROR').",
         setting="log_file_level",
     ),
+    _m(
+        "forwarder_flush_timeout",
+        "duration",
+        "5s",
+        _H + "FORWARDER_FLUSH_TIMEOUT",
+        "how long teardown waits for unsent messages to be written; Monarch's duration "
+        "string, danaus's value is seconds.",
+        setting="flush_timeout",
+    ),
     # -- accepted, kept, with no effect -----------------------------------------
     _m(
         "default_transport",
@@ -1134,15 +1143,15 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "10s",
         _HM + "TERMINATE_TIMEOUT",
-        "danaus's host agent stops procs by a message, then kills what is left when the "
-        "client is gone.",
+        "danaus stops a proc by a message and waits stop_proc_timeout for its actors; "
+        "it has no SIGTERM grace window.",
     ),
     _m(
         "mesh_terminate_concurrency",
         "int",
         16,
         _HM + "TERMINATE_CONCURRENCY",
-        "danaus's host agent stops all of its procs at once.",
+        "danaus stops a mesh's procs all at once.",
     ),
     _m(
         "mesh_bootstrap_enable_pdeathsig",
@@ -1201,14 +1210,14 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "int",
         5,
         _H + "SPLIT_MAX_BUFFER_SIZE",
-        "danaus reduces accumulated port values as they arrive.",
+        "danaus does not buffer split-port updates.",
     ),
     _m(
         "split_max_buffer_age",
         "duration",
         "50ms",
         _H + "SPLIT_MAX_BUFFER_AGE",
-        "danaus reduces accumulated port values as they arrive.",
+        "danaus does not buffer split-port updates.",
     ),
     _m(
         "channel_net_rx_buffer_full_check_interval",
@@ -1222,7 +1231,8 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "1m",
         _H + "CHANNEL_RECONNECT_TIMEOUT",
-        "danaus does not reconnect: a broken connection to a proc is judged by heartbeat_timeout.",
+        "danaus judges a silent or broken connection by heartbeat_timeout, not by a "
+        "reconnect deadline.",
     ),
     _m(
         "channel_tcp_keepalive_idle",
@@ -1244,13 +1254,6 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "1s",
         _H + "SERVER_HEARTBEAT_INTERVAL",
         "a health metric of hyperactor's servers; danaus's pings are heartbeat_interval.",
-    ),
-    _m(
-        "forwarder_flush_timeout",
-        "duration",
-        "5s",
-        _H + "FORWARDER_FLUSH_TIMEOUT",
-        "closing a connection waits flush_timeout for its backlog.",
     ),
     _m(
         "message_latency_sampling_rate",
@@ -1280,7 +1283,7 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "int",
         256,
         "MONARCH_HYPERACTOR_SMALL_WRITE_THRESHOLD",
-        "danaus sends buffers of 1 MiB and up out of band (offload_min).",
+        "danaus copies or offloads message buffers by their size (offload_min).",
         unit="bytes",
     ),
     _m(
@@ -1338,7 +1341,8 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "5m",
         _HM + "PROCESS_MEMORY_METRIC_INTERVAL",
-        "danaus reads procs' memory when statistics are collected (mesh.stats(), dashboard).",
+        "danaus has no periodic memory gauge; statistics are collected on demand "
+        "(mesh.stats(), the dashboard).",
     ),
     _m("mesh_admin_addr", "socket_addr", "[::]:1729", _HM + "ADMIN_ADDR", _ADMIN),
     _m(
@@ -1405,7 +1409,13 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         _ADMIN,
     ),
     _m("mesh_admin_tree_timeout", "duration", "10s", _HM + "ADMIN_TREE_TIMEOUT", _ADMIN),
-    _m("pyspy_bin", "str", "", "PYSPY_BIN", "danaus dumps stacks without py-spy."),
+    _m(
+        "pyspy_bin",
+        "str",
+        "",
+        "PYSPY_BIN",
+        "danaus looks for py-spy beside the Python executable, then on PATH.",
+    ),
     _m("enable_otel_metrics", "bool", True, "ENABLE_OTEL_METRICS", _TRACING),
     _m("enable_otel_tracing", "bool", True, "ENABLE_OTEL_TRACING", _TRACING),
     _m("enable_recorder_tracing", "bool", True, "ENABLE_RECORDER_TRACING", _TRACING),
@@ -1590,7 +1600,7 @@ def _alias_out(opt: MonarchOption, value: Any) -> Any:
 
 
 def _monarch_to_text(opt: MonarchOption, value: Any) -> str:
-    """A kept Monarch value as its environment variable (read back by :func:`_monarch_from_text`)."""
+    """A kept Monarch value as its environment variable text (see ``_monarch_from_text``)."""
     if value is None:
         return "none"
     if isinstance(value, bool):
@@ -1895,7 +1905,9 @@ def monarch_markdown_table() -> str:
         "|---|---|---|---|",
     ]
     for o in MONARCH_OPTIONS:
-        default = "(none)" if o.default is None else repr(o.default)
+        default = repr(o.default)
+        if o.default is None and o.kind not in ("opt_duration", "opt_nonzero"):
+            default = "(no default)"
         if isinstance(o.default, Encoding):
             default = f"Encoding.{o.default.name}"
         does = f"alias of `{o.setting}`: {o.why}" if o.setting else f"no effect: {o.why}"

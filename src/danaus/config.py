@@ -25,8 +25,8 @@ from ._config import parametrize_config as parametrize_config
 from ._config import parametrize_config_pointwise as parametrize_config_pointwise
 
 __all__ = [
-    "Encoding",
     "SETTINGS",
+    "Encoding",
     "Setting",
     "clear_runtime_config",
     "configure",
