@@ -1832,10 +1832,11 @@ def _parametrized(
 
             wrapped = sync_wrapper
         functools.update_wrapper(wrapped, fn)
-        wrapped.__signature__ = new_sig  # type: ignore[attr-defined]
-        mark: Callable[[Callable[..., Any]], Callable[..., Any]]
-        mark = pytest.mark.parametrize("_config_overrides", config_dicts, ids=param_ids)
-        return mark(wrapped)
+        setattr(wrapped, "__signature__", new_sig)  # noqa: B010 - mypy: no such attribute
+        marked: Callable[..., Any] = pytest.mark.parametrize(
+            "_config_overrides", config_dicts, ids=param_ids
+        )(wrapped)
+        return marked
 
     return decorator
 
