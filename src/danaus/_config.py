@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import enum
+import logging
 import os
 import re
 import threading
@@ -1463,6 +1464,7 @@ _MONARCH: dict[str, MonarchOption] = {o.name: o for o in MONARCH_OPTIONS}
 #: The no-effect options (kept under their Monarch name); aliases map to a setting.
 _KEPT: dict[str, MonarchOption] = {o.name: o for o in MONARCH_OPTIONS if not o.setting}
 _reported: set[str] = set()
+_bad_env_logged: set[str] = set()
 _reported_lock = threading.Lock()
 
 
@@ -1715,7 +1717,18 @@ class Config:
         try:
             return _monarch_from_text(opt, raw)
         except (ValueError, TypeError) as e:
-            raise ValueError(f"environment variable {opt.env}={raw!r}: {e}") from None
+            # The option has no effect here: a stray variable must not stop a node.
+            if opt.env not in _bad_env_logged:
+                _bad_env_logged.add(opt.env)
+                logging.getLogger("danaus.config").warning(
+                    "ignoring environment variable %s=%r (Monarch option %s, no effect in "
+                    "danaus): %s",
+                    opt.env,
+                    raw,
+                    name,
+                    e,
+                )
+            return opt.default
 
     def runtime(self) -> dict[str, Any]:
         with self._lock:
