@@ -232,3 +232,29 @@ def test_the_design_names_the_handler_of_every_frame_kind() -> None:
     )
     wrong = {k: (sorted(documented[k]), sorted(code[k])) for k in every if documented[k] != code[k]}
     assert not wrong, f"docs/design.md's routing table names the wrong modules (doc, code): {wrong}"
+
+
+def test_the_config_page_lists_each_monarch_option_name_as_the_code_treats_it() -> None:
+    from danaus import _config
+
+    text = (DOCS / "config.md").read_text()
+    section = text.split("## Monarch's option names", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    documented = {row[0].strip("`"): row[3] for row in rows}
+    code = {o.name: o for o in _config.MONARCH_OPTIONS}
+    assert set(documented) == set(code), (
+        "docs/config.md's table of Monarch's option names is out of date: add "
+        f"{sorted(set(code) - set(documented))}, remove {sorted(set(documented) - set(code))}"
+    )
+    for name, does in documented.items():
+        opt = code[name]
+        expected = f"alias of `{opt.setting}`" if opt.setting else "no effect:"
+        assert does.startswith(expected), f"docs/config.md: {name} is {expected!r}, not {does!r}"
+    assert _config.monarch_markdown_table() in section, (
+        "docs/config.md's table of Monarch's option names differs from the code: paste the "
+        "second table `python -m danaus._config` prints"
+    )

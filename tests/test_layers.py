@@ -154,6 +154,7 @@ FACADES = {
     "danaus.tools.config": ["Workspace"],
     "danaus.spmd": ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"],
     "danaus.config": [
+        "Encoding",
         "SETTINGS",
         "Setting",
         "clear_runtime_config",
@@ -161,6 +162,8 @@ FACADES = {
         "configured",
         "get_global_config",
         "get_runtime_config",
+        "parametrize_config",
+        "parametrize_config_pointwise",
     ],
     "danaus.testing": [
         "ClientScript",

@@ -31,16 +31,23 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import enum
+import logging
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "MONARCH_OPTIONS",
     "SETTINGS",
     "Config",
+    "Encoding",
+    "MonarchOption",
+    "NoEffectWarning",
     "Setting",
     "clear_runtime_config",
     "configure",
@@ -49,6 +56,8 @@ __all__ = [
     "get",
     "get_global_config",
     "get_runtime_config",
+    "parametrize_config",
+    "parametrize_config_pointwise",
 ]
 
 
@@ -759,15 +768,33 @@ _BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 _UNITS = {
     "ns": 1e-9,
+    "nsec": 1e-9,
     "us": 1e-6,
     "µs": 1e-6,
+    "usec": 1e-6,
     "ms": 1e-3,
+    "msec": 1e-3,
     "s": 1.0,
     "sec": 1.0,
+    "secs": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
     "m": 60.0,
     "min": 60.0,
+    "mins": 60.0,
+    "minute": 60.0,
+    "minutes": 60.0,
     "h": 3600.0,
+    "hr": 3600.0,
+    "hrs": 3600.0,
+    "hour": 3600.0,
+    "hours": 3600.0,
     "d": 86400.0,
+    "day": 86400.0,
+    "days": 86400.0,
+    "w": 7 * 86400.0,
+    "week": 7 * 86400.0,
+    "weeks": 7 * 86400.0,
 }
 _SIZES = {
     "": 1,
@@ -875,11 +902,750 @@ def _coerce(setting: Setting, value: Any) -> Any:
 
 
 def _unknown(name: str) -> ValueError:
-    near = difflib.get_close_matches(name, list(_BY_NAME), n=1)
+    near = difflib.get_close_matches(name, [*_BY_NAME, *_MONARCH], n=1)
     hint = f" Did you mean {near[0]!r}?" if near else ""
     return ValueError(
-        f"{name!r} is not a danaus setting.{hint} The settings are: " + ", ".join(sorted(_BY_NAME))
+        f"{name!r} is not a danaus setting nor one of Monarch's option names (docs/config.md "
+        f"lists both).{hint} The settings are: " + ", ".join(sorted(_BY_NAME))
     )
+
+
+# -- Monarch's option names ---------------------------------------------------
+#
+# Every keyword argument Monarch's ``monarch.config.configure()`` accepts: the
+# options its Rust attributes declare with a Python name
+# (``@meta(CONFIG = ConfigAttr { py_name: Some(..) })``, read from
+# meta-pytorch/monarch at 3fc0a66), plus the three ``remote_alloc_*`` options
+# its typed signature still lists. An option danaus has the same knob for is an
+# alias of that setting (both names read and write one value, converted where
+# the units differ); any other is accepted, kept, returned by
+# ``get_global_config()``, passed to spawned procs and reported once, when
+# ``configure()`` first sets it, as having no effect.
+
+
+class Encoding(enum.IntEnum):
+    """Monarch's message payload encodings (``configure(default_encoding=...)``).
+
+    danaus has one wire format of its own, so the choice is kept and reported,
+    not used."""
+
+    Bincode = 0
+    Json = 1
+    Multipart = 2
+
+    def __str__(self) -> str:
+        return f"Encoding.{self.name}"
+
+
+class NoEffectWarning(UserWarning):
+    """A Monarch option was configured that has no effect in danaus."""
+
+
+@dataclass(frozen=True, slots=True)
+class MonarchOption:
+    """One of Monarch's option names: its type, its default as Monarch's
+    ``get_global_config()`` shows it (``None``: no default, absent until set),
+    its environment variable, and either the danaus setting it is an alias of
+    or why it has no effect here."""
+
+    name: str
+    kind: str  # bool, int, nonzero, opt_nonzero, float, str, duration, opt_duration,
+    # encoding, transport, port_range, socket_addr, level
+    default: Any
+    env: str
+    setting: str = ""  # the danaus setting this name is an alias of
+    why: str = ""  # no-effect options: why; aliases: how the value is converted
+    unit: str = ""
+    maximum: int | None = None
+
+
+def _m(
+    name: str,
+    kind: str,
+    default: Any,
+    env: str,
+    why: str,
+    *,
+    setting: str = "",
+    unit: str = "",
+    maximum: int | None = None,
+) -> MonarchOption:
+    return MonarchOption(name, kind, default, env, setting, why, unit, maximum)
+
+
+_H, _HM, _MR = "HYPERACTOR_", "HYPERACTOR_MESH_", "MONARCH_RDMA_"
+_ADMIN = "danaus has no mesh admin server; its dashboard (dashboard_* settings) shows the meshes."
+_SPAWN_IDLE = (
+    "danaus bounds spawning and stopping by the procs' liveness (heartbeat_timeout), "
+    "not by an idle time."
+)
+_TRACING = "danaus does not use OpenTelemetry or Monarch's tracing sinks; see danaus.trace()."
+_IBVERBS = "danaus does not use ibverbs: cross-host RDMA always runs over TCP (rdma_streams)."
+_HYPERACTOR = "a knob of hyperactor's channel layer, which danaus does not have."
+
+#: Monarch's option names, in the order of docs/config.md's second table.
+MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
+    # -- aliases of danaus settings ---------------------------------------------
+    _m(
+        "codec_max_frame_length",
+        "int",
+        10 * _GiB,
+        _H + "CODEC_MAX_FRAME_LENGTH",
+        "the same setting (also takes a size string such as '1GiB').",
+        setting="codec_max_frame_length",
+        unit="bytes",
+    ),
+    _m(
+        "stop_actor_timeout",
+        "duration",
+        "10s",
+        _H + "STOP_ACTOR_TIMEOUT",
+        "Monarch's duration string; danaus's value is seconds ('5s' is 5.0).",
+        setting="stop_proc_timeout",
+    ),
+    _m(
+        "tail_log_lines",
+        "int",
+        0,
+        _HM + "TAIL_LOG_LINES",
+        "the same count.",
+        setting="log_tail_lines",
+        unit="lines",
+    ),
+    _m(
+        "max_cast_fanout",
+        "nonzero",
+        16,
+        _HM + "MAX_CAST_FANOUT",
+        "the same count.",
+        setting="tree_fanout",
+    ),
+    _m(
+        "rdma_tcp_fallback_parallelism",
+        "int",
+        1,
+        _MR + "TCP_FALLBACK_PARALLELISM",
+        "the same count.",
+        setting="rdma_streams",
+        unit="connections",
+    ),
+    _m(
+        "terminated_snapshot_retention",
+        "int",
+        100,
+        _H + "TERMINATED_SNAPSHOT_RETENTION",
+        "the same count (danaus's default is 10000).",
+        setting="stopped_actors_remembered",
+        unit="actors",
+    ),
+    _m(
+        "file_log_level",
+        "level",
+        "",
+        "MONARCH_FILE_LOG",
+        "Monarch's lower-case names ('debug', 'info', 'warn', 'error'; '' is 'info'); "
+        "danaus's value is the logging name ('DEBUG', 'INFO', 'WARNING', 'ERROR').",
+        setting="log_file_level",
+    ),
+    _m(
+        "forwarder_flush_timeout",
+        "duration",
+        "5s",
+        _H + "FORWARDER_FLUSH_TIMEOUT",
+        "how long teardown waits for unsent messages to be written; Monarch's duration "
+        "string, danaus's value is seconds.",
+        setting="flush_timeout",
+    ),
+    # -- accepted, kept, with no effect -----------------------------------------
+    _m(
+        "default_transport",
+        "transport",
+        "unix",
+        _HM + "DEFAULT_TRANSPORT",
+        "danaus uses Unix sockets within a host and TCP between hosts; to choose, call "
+        "enable_transport().",
+    ),
+    _m(
+        "enable_log_forwarding",
+        "bool",
+        False,
+        _HM + "ENABLE_LOG_FORWARDING",
+        "danaus always forwards the procs' output to the client.",
+    ),
+    _m(
+        "enable_file_capture",
+        "bool",
+        False,
+        _HM + "ENABLE_FILE_CAPTURE",
+        "danaus always writes each proc's output to its own log file (log_dir).",
+    ),
+    _m(
+        "force_file_log",
+        "bool",
+        False,
+        _H + "FORCE_FILE_LOG",
+        "danaus always writes each proc's output to its own log file (log_dir).",
+    ),
+    _m(
+        "prefix_with_rank",
+        "bool",
+        True,
+        _H + "PREFIX_WITH_RANK",
+        "danaus prints forwarded output with its own prefix.",
+    ),
+    _m(
+        "read_log_buffer",
+        "int",
+        100,
+        _H + "READ_LOG_BUFFER",
+        "danaus batches forwarded output by bytes (log_frame_bytes).",
+        unit="lines",
+    ),
+    _m(
+        "message_delivery_timeout",
+        "duration",
+        "30s",
+        _H + "MESSAGE_DELIVERY_TIMEOUT",
+        "danaus has no delivery timeout: a message to a lost proc fails when supervision "
+        "declares it lost (heartbeat_timeout).",
+    ),
+    _m("host_spawn_ready_timeout", "duration", "30s", _H + "HOST_SPAWN_READY_TIMEOUT", _SPAWN_IDLE),
+    _m("mesh_proc_spawn_max_idle", "duration", "30s", _HM + "PROC_SPAWN_MAX_IDLE", _SPAWN_IDLE),
+    _m("actor_spawn_max_idle", "duration", "30s", _HM + "ACTOR_SPAWN_MAX_IDLE", _SPAWN_IDLE),
+    _m("proc_stop_max_idle", "duration", "30s", _HM + "PROC_STOP_MAX_IDLE", _SPAWN_IDLE),
+    _m(
+        "get_actor_state_max_idle", "duration", "30s", _HM + "GET_ACTOR_STATE_MAX_IDLE", _SPAWN_IDLE
+    ),
+    _m("get_proc_state_max_idle", "duration", "1m", _HM + "GET_PROC_STATE_MAX_IDLE", _SPAWN_IDLE),
+    _m(
+        "supervision_watchdog_timeout",
+        "duration",
+        "2m",
+        _HM + "SUPERVISION_WATCHDOG_TIMEOUT",
+        "danaus supervises by heartbeats between the procs (heartbeat_timeout), not by a "
+        "watchdog on a controller's stream.",
+    ),
+    _m(
+        "process_exit_timeout",
+        "duration",
+        "10s",
+        _H + "PROCESS_EXIT_TIMEOUT",
+        "a stopping proc waits stop_proc_timeout (stop_actor_timeout) for its actors.",
+    ),
+    _m(
+        "cleanup_timeout",
+        "duration",
+        "3s",
+        _H + "CLEANUP_TIMEOUT",
+        "an actor's cleanup is bounded by stop_proc_timeout (stop_actor_timeout).",
+    ),
+    _m(
+        "mesh_terminate_timeout",
+        "duration",
+        "10s",
+        _HM + "TERMINATE_TIMEOUT",
+        "danaus stops a proc by a message and waits stop_proc_timeout for its actors; "
+        "it has no SIGTERM grace window.",
+    ),
+    _m(
+        "mesh_terminate_concurrency",
+        "int",
+        16,
+        _HM + "TERMINATE_CONCURRENCY",
+        "danaus stops a mesh's procs all at once.",
+    ),
+    _m(
+        "mesh_bootstrap_enable_pdeathsig",
+        "bool",
+        True,
+        _HM + "BOOTSTRAP_ENABLE_PDEATHSIG",
+        "danaus's procs always die with their host agent.",
+    ),
+    _m(
+        "mesh_orphan_timeout",
+        "opt_duration",
+        "1m",
+        _HM + "ORPHAN_TIMEOUT",
+        "danaus's procs stop when their client's connection is lost.",
+    ),
+    _m(
+        "mesh_attach_config_timeout",
+        "duration",
+        "1m",
+        _HM + "ATTACH_CONFIG_TIMEOUT",
+        "danaus does not push settings to attached workers (they read their own "
+        "environment); attaching is bounded by attach_timeout.",
+    ),
+    _m(
+        "max_cast_dimension_size",
+        "int",
+        16,
+        _HM + "MAX_CAST_DIMENSION_SIZE",
+        "danaus's cast tree is shaped by tree_fanout, not by folding dimensions.",
+    ),
+    _m(
+        "message_ack_time_interval",
+        "duration",
+        "500ms",
+        _H + "MESSAGE_ACK_TIME_INTERVAL",
+        _HYPERACTOR,
+    ),
+    _m(
+        "message_ack_every_n_messages",
+        "int",
+        1000,
+        _H + "MESSAGE_ACK_EVERY_N_MESSAGES",
+        _HYPERACTOR,
+    ),
+    _m(
+        "message_ttl_default",
+        "int",
+        64,
+        _H + "MESSAGE_TTL_DEFAULT",
+        _HYPERACTOR,
+        unit="hops",
+        maximum=255,
+    ),
+    _m(
+        "split_max_buffer_size",
+        "int",
+        5,
+        _H + "SPLIT_MAX_BUFFER_SIZE",
+        "danaus does not buffer split-port updates.",
+    ),
+    _m(
+        "split_max_buffer_age",
+        "duration",
+        "50ms",
+        _H + "SPLIT_MAX_BUFFER_AGE",
+        "danaus does not buffer split-port updates.",
+    ),
+    _m(
+        "channel_net_rx_buffer_full_check_interval",
+        "duration",
+        "5s",
+        _H + "CHANNEL_NET_RX_BUFFER_FULL_CHECK_INTERVAL",
+        "danaus applies backpressure by inbox_high_water instead.",
+    ),
+    _m(
+        "channel_reconnect_timeout",
+        "duration",
+        "1m",
+        _H + "CHANNEL_RECONNECT_TIMEOUT",
+        "danaus judges a silent or broken connection by heartbeat_timeout, not by a "
+        "reconnect deadline.",
+    ),
+    _m(
+        "channel_tcp_keepalive_idle",
+        "duration",
+        "1m",
+        _H + "CHANNEL_TCP_KEEPALIVE_IDLE",
+        "danaus pings quiet connections itself (heartbeat_interval).",
+    ),
+    _m(
+        "channel_tcp_congestion",
+        "str",
+        "",
+        _H + "CHANNEL_TCP_CONGESTION",
+        "danaus keeps the host's TCP congestion control.",
+    ),
+    _m(
+        "server_heartbeat_interval",
+        "duration",
+        "1s",
+        _H + "SERVER_HEARTBEAT_INTERVAL",
+        "a health metric of hyperactor's servers; danaus's pings are heartbeat_interval.",
+    ),
+    _m(
+        "message_latency_sampling_rate",
+        "float",
+        0.01,
+        _H + "MESSAGE_LATENCY_SAMPLING_RATE",
+        "danaus measures every call's latency when metrics is on.",
+        unit="fraction",
+    ),
+    _m(
+        "enable_dest_actor_reordering_buffer",
+        "bool",
+        True,
+        _H + "ENABLE_DEST_ACTOR_REORDERING_BUFFER",
+        "danaus delivers a sender's messages to an actor in order by construction.",
+    ),
+    _m("sequencer_max_locked_keys", "nonzero", 128, _H + "SEQUENCER_MAX_LOCKED_KEYS", _HYPERACTOR),
+    _m(
+        "default_encoding",
+        "encoding",
+        Encoding.Multipart,
+        _H + "DEFAULT_ENCODING",
+        "danaus has one wire format of its own.",
+    ),
+    _m(
+        "small_write_threshold",
+        "int",
+        256,
+        "MONARCH_HYPERACTOR_SMALL_WRITE_THRESHOLD",
+        "danaus copies or offloads message buffers by their size (offload_min).",
+        unit="bytes",
+    ),
+    _m(
+        "tokio_worker_threads",
+        "opt_nonzero",
+        None,
+        "MONARCH_TOKIO_WORKER_THREADS",
+        "danaus has no Tokio runtime.",
+    ),
+    _m(
+        "enable_unawaited_python_task_traceback",
+        "bool",
+        False,
+        "MONARCH_HYPERACTOR_ENABLE_UNAWAITED_PYTHON_TASK_TRACEBACK",
+        "danaus has no Tokio-backed Python tasks.",
+    ),
+    _m(
+        "remote_alloc_bind_to_inaddr_any",
+        "bool",
+        False,
+        _H + "REMOTE_ALLOC_BIND_TO_INADDR_ANY",
+        "danaus has no remote allocator (Monarch removed this option too).",
+    ),
+    _m(
+        "remote_alloc_bootstrap_addr",
+        "str",
+        None,
+        _H + "REMOTE_ALLOC_BOOTSTRAP_ADDR",
+        "danaus has no remote allocator (Monarch removed this option too).",
+    ),
+    _m(
+        "remote_alloc_allowed_port_range",
+        "port_range",
+        None,
+        _H + "REMOTE_ALLOC_ALLOWED_PORT_RANGE",
+        "danaus has no remote allocator (Monarch removed this option too); a worker's port "
+        "is worker_port.",
+    ),
+    _m(
+        "proc_launcher_kind",
+        "str",
+        "",
+        _HM + "PROC_LAUNCHER_KIND",
+        "danaus's host agent launches procs itself (no systemd launcher).",
+    ),
+    _m(
+        "stop_grace_period",
+        "duration",
+        "10s",
+        "HYPERACTOR_REMOTE_STOP_GRACE_PERIOD",
+        "a stopping proc waits stop_proc_timeout (stop_actor_timeout) for its actors.",
+    ),
+    _m(
+        "process_memory_metric_interval",
+        "duration",
+        "5m",
+        _HM + "PROCESS_MEMORY_METRIC_INTERVAL",
+        "danaus has no periodic memory gauge; statistics are collected on demand "
+        "(mesh.stats(), the dashboard).",
+    ),
+    _m("mesh_admin_addr", "socket_addr", "[::]:1729", _HM + "ADMIN_ADDR", _ADMIN),
+    _m(
+        "mesh_admin_config_dump_bridge_timeout",
+        "duration",
+        "5s",
+        _HM + "ADMIN_CONFIG_DUMP_BRIDGE_TIMEOUT",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_max_concurrent_resolves",
+        "int",
+        2,
+        _HM + "ADMIN_MAX_CONCURRENT_RESOLVES",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_pyspy_bridge_timeout",
+        "duration",
+        "13s",
+        _HM + "ADMIN_PYSPY_BRIDGE_TIMEOUT",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_pyspy_client_timeout",
+        "duration",
+        "20s",
+        _HM + "ADMIN_PYSPY_CLIENT_TIMEOUT",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_pyspy_max_profile_duration",
+        "duration",
+        "5m",
+        _HM + "ADMIN_PYSPY_MAX_PROFILE_DURATION",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_pyspy_timeout",
+        "duration",
+        "10s",
+        _HM + "ADMIN_PYSPY_TIMEOUT",
+        "danaus's stack dumps are bounded by stack_timeout.",
+    ),
+    _m(
+        "mesh_admin_query_child_timeout",
+        "duration",
+        "100ms",
+        _HM + "ADMIN_QUERY_CHILD_TIMEOUT",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_resolve_actor_timeout",
+        "duration",
+        "200ms",
+        _HM + "ADMIN_RESOLVE_ACTOR_TIMEOUT",
+        _ADMIN,
+    ),
+    _m(
+        "mesh_admin_single_host_timeout",
+        "duration",
+        "3s",
+        _HM + "ADMIN_SINGLE_HOST_TIMEOUT",
+        _ADMIN,
+    ),
+    _m("mesh_admin_tree_timeout", "duration", "10s", _HM + "ADMIN_TREE_TIMEOUT", _ADMIN),
+    _m(
+        "pyspy_bin",
+        "str",
+        "",
+        "PYSPY_BIN",
+        "danaus looks for py-spy beside the Python executable, then on PATH.",
+    ),
+    _m("enable_otel_metrics", "bool", True, "ENABLE_OTEL_METRICS", _TRACING),
+    _m("enable_otel_tracing", "bool", True, "ENABLE_OTEL_TRACING", _TRACING),
+    _m("enable_recorder_tracing", "bool", True, "ENABLE_RECORDER_TRACING", _TRACING),
+    _m("enable_sqlite_tracing", "bool", False, "ENABLE_SQLITE_TRACING", _TRACING),
+    _m("otel_metric_export_interval", "duration", "1s", "OTEL_METRIC_EXPORT_INTERVAL", _TRACING),
+    _m("scuba_log_enter_exit", "bool", False, "SCUBA_LOG_ENTER_EXIT", _TRACING),
+    _m(
+        "monarch_log_suffix",
+        "str",
+        "",
+        "MONARCH_LOG_SUFFIX",
+        "danaus names its log files itself (log_dir).",
+    ),
+    _m(
+        "rdma_allow_tcp_fallback",
+        "bool",
+        True,
+        _MR + "ALLOW_TCP_FALLBACK",
+        _IBVERBS + " False does not make transfers fail.",
+    ),
+    _m("rdma_disable_ibverbs", "bool", False, _MR + "DISABLE_IBVERBS", _IBVERBS),
+    _m(
+        "rdma_max_chunk_size_mb",
+        "int",
+        64,
+        _MR + "MAX_CHUNK_SIZE_MB",
+        "danaus splits a cross-host copy across rdma_streams connections, not into chunks.",
+        unit="MiB",
+    ),
+    _m("rdma_ibverbs_target", "str", "", _MR + "IBVERBS_TARGET", _IBVERBS),
+    _m("rdma_peer_device_affinity", "str", "", _MR + "PEER_DEVICE_AFFINITY", _IBVERBS),
+    _m(
+        "rdma_runtime_worker_threads",
+        "int",
+        16,
+        _MR + "RUNTIME_WORKER_THREADS",
+        "danaus serves RDMA data connections with threads (rdma_max_data_threads).",
+    ),
+    _m("rdma_qps_per_cq", "nonzero", 1, _MR + "QPS_PER_CQ", _IBVERBS),
+    _m("rdma_qp_init_timeout", "duration", "30s", _MR + "QP_INIT_TIMEOUT", _IBVERBS),
+    _m("rdma_cq_busy_poll_window", "opt_duration", None, _MR + "CQ_BUSY_POLL_WINDOW", _IBVERBS),
+)
+
+_MONARCH: dict[str, MonarchOption] = {o.name: o for o in MONARCH_OPTIONS}
+#: The no-effect options (kept under their Monarch name); aliases map to a setting.
+_KEPT: dict[str, MonarchOption] = {o.name: o for o in MONARCH_OPTIONS if not o.setting}
+_reported: set[str] = set()
+_bad_env_logged: set[str] = set()
+_reported_lock = threading.Lock()
+
+
+def format_duration(seconds: float) -> str:
+    """``seconds`` as Monarch writes a duration (humantime): ``"1m 30s"``, ``"500ms"``."""
+    ns = round(seconds * 1e9)
+    if ns == 0:
+        return "0s"
+    parts = []
+    for unit, size in (
+        ("d", 86400 * 10**9),
+        ("h", 3600 * 10**9),
+        ("m", 60 * 10**9),
+        ("s", 10**9),
+        ("ms", 10**6),
+        ("us", 10**3),
+        ("ns", 1),
+    ):
+        n, ns = divmod(ns, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return " ".join(parts)
+
+
+_LEVELS_IN = {"": "INFO", "trace": "DEBUG", "debug": "DEBUG", "info": "INFO",
+              "warn": "WARNING", "warning": "WARNING", "error": "ERROR"}  # fmt: skip
+_LEVELS_OUT = {"DEBUG": "debug", "INFO": "info", "WARNING": "warn", "WARN": "warn",
+               "ERROR": "error", "CRITICAL": "error"}  # fmt: skip
+
+
+def _monarch_type_error(opt: MonarchOption, value: Any) -> TypeError:
+    expected = {
+        "bool": "a bool",
+        "int": "an int (>= 0)",
+        "nonzero": "an int (>= 1)",
+        "opt_nonzero": "an int (>= 1) or None",
+        "float": "a float",
+        "str": "a str",
+        "level": "a str ('debug', 'info', 'warn' or 'error')",
+        "duration": "a duration string such as '30s' or '1m 30s' (or seconds)",
+        "opt_duration": "a duration string such as '30s' (or seconds), or None",
+        "encoding": "an Encoding (Encoding.Bincode, Encoding.Json or Encoding.Multipart)",
+        "transport": "a ChannelTransport or an address string",
+        "port_range": "a slice(start, stop) of ports",
+        "socket_addr": "a socket address string such as '[::]:1729'",
+    }[opt.kind]
+    return TypeError(
+        f"Monarch option {opt.name} takes {expected}, not {type(value).__name__} ({value!r})"
+    )
+
+
+def _check_port(opt: MonarchOption, v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 65535:
+        raise TypeError(f"Monarch option {opt.name}: slice.{what} must be an int in [0, 65535]")
+    return v
+
+
+def _coerce_monarch(opt: MonarchOption, value: Any) -> Any:
+    """A value given to ``configure()`` under a Monarch name, checked, in the form
+    Monarch's ``get_global_config()`` returns it."""
+    kind = opt.kind
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if kind in ("opt_duration", "opt_nonzero") and value is None:
+        return None
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind in ("int", "nonzero", "opt_nonzero") and is_int:
+        low = 0 if kind == "int" else 1
+        if value < low or (opt.maximum is not None and value > opt.maximum):
+            top = f" and <= {opt.maximum}" if opt.maximum is not None else ""
+            raise ValueError(f"Monarch option {opt.name} must be >= {low}{top} (got {value!r})")
+        return value
+    if kind == "float" and (isinstance(value, float) or is_int):
+        return float(value)
+    if kind == "str" and isinstance(value, str):
+        return value
+    if kind == "level" and isinstance(value, str):
+        if value.strip().lower() not in _LEVELS_IN:
+            raise ValueError(
+                f"Monarch option {opt.name} is 'debug', 'info', 'warn' or 'error', not {value!r}"
+            )
+        return value.strip().lower()
+    if kind in ("duration", "opt_duration"):
+        if isinstance(value, str):
+            return format_duration(parse_duration(value))
+        if (is_int or isinstance(value, float)) and value >= 0:
+            return format_duration(float(value))
+    if kind == "encoding":
+        if isinstance(value, Encoding):
+            return value
+        if isinstance(value, str) and value.capitalize() in Encoding.__members__:
+            return Encoding[value.capitalize()]
+    if kind == "transport":
+        if isinstance(value, enum.Enum) and type(value).__name__ == "ChannelTransport":
+            return str(value.value)
+        if isinstance(value, str) and value:
+            return value
+    if kind == "socket_addr" and isinstance(value, str):
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(
+                f"Monarch option {opt.name} is a socket address such as '[::]:1729', not {value!r}"
+            )
+        return value
+    if kind == "port_range" and isinstance(value, slice):
+        if value.step not in (None, 1):
+            raise ValueError(f"Monarch option {opt.name}: port ranges take no step (got {value})")
+        start = _check_port(opt, value.start, "start")
+        stop = _check_port(opt, value.stop, "stop")
+        if start > stop:
+            raise ValueError(
+                f"Monarch option {opt.name}: slice({start}, {stop}) starts after it stops"
+            )
+        return slice(start, stop)
+    raise _monarch_type_error(opt, value)
+
+
+def _alias_in(opt: MonarchOption, value: Any) -> Any:
+    """A Monarch value of alias ``opt``, as its danaus setting's value."""
+    checked = _coerce_monarch(opt, value)
+    if opt.kind == "duration":
+        return parse_duration(checked)
+    if opt.kind == "level":
+        return _LEVELS_IN[checked]
+    return checked
+
+
+def _alias_out(opt: MonarchOption, value: Any) -> Any:
+    """The value of ``opt``'s danaus setting, as Monarch shows it."""
+    if opt.kind == "duration":
+        return format_duration(value)
+    if opt.kind == "level":
+        return _LEVELS_OUT.get(str(value).upper(), str(value).lower())
+    return value
+
+
+def _monarch_to_text(opt: MonarchOption, value: Any) -> str:
+    """A kept Monarch value as its environment variable text (see ``_monarch_from_text``)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Encoding):
+        return value.name.lower()
+    if isinstance(value, slice):
+        return f"{value.start}..{value.stop}"
+    return str(value)
+
+
+def _monarch_from_text(opt: MonarchOption, text: str) -> Any:
+    kind = opt.kind
+    if kind in ("opt_duration", "opt_nonzero") and text.strip().lower() in ("", "none"):
+        return None
+    if kind == "bool":
+        return _parse_bool(text)
+    if kind in ("int", "nonzero", "opt_nonzero"):
+        return _coerce_monarch(opt, int(text))
+    if kind == "float":
+        return float(text)
+    if kind == "port_range":
+        start, sep, stop = text.partition("..")
+        if not sep:
+            raise ValueError(f"{text!r} is not a port range; write START..STOP")
+        return _coerce_monarch(opt, slice(int(start), int(stop)))
+    if kind == "encoding" and text.strip().lower() == "serde_json":
+        return Encoding.Json
+    return _coerce_monarch(opt, text)
+
+
+def _report(names: list[str]) -> None:
+    """Warn once per process for each no-effect Monarch option that was configured."""
+    with _reported_lock:
+        fresh = [n for n in names if n not in _reported]
+        _reported.update(fresh)
+    for name in fresh:
+        warnings.warn(
+            f"danaus.config: Monarch option {name!r} is kept but has no effect in danaus: "
+            f"{_KEPT[name].why}",
+            NoEffectWarning,
+            stacklevel=4,
+        )
 
 
 class Config:
@@ -918,14 +1684,51 @@ class Config:
 
     def configure(self, **kwargs: Any) -> None:
         checked = {}
+        kept = []
         for name, value in kwargs.items():
             setting = _BY_NAME.get(name)
-            if setting is None:
+            if setting is not None:
+                checked[name] = _coerce(setting, value)
+                continue
+            opt = _MONARCH.get(name)
+            if opt is None:
                 raise _unknown(name)
-            checked[name] = _coerce(setting, value)
+            if opt.setting:  # an alias: store danaus's value under danaus's name
+                checked[opt.setting] = _coerce(_BY_NAME[opt.setting], _alias_in(opt, value))
+            else:
+                checked[name] = _coerce_monarch(opt, value)
+                kept.append(name)
         with self._lock:
             self._runtime.update(checked)
             self._cache.clear()
+        _report(kept)
+
+    def monarch(self, name: str) -> Any:
+        """The value of Monarch option ``name`` as Monarch shows it (``None``: unset)."""
+        opt = _MONARCH[name]
+        if opt.setting:
+            return _alias_out(opt, self.get(opt.setting))
+        with self._lock:
+            if name in self._runtime:
+                return self._runtime[name]
+        raw = self._environ.get(opt.env)
+        if raw is None:
+            return opt.default
+        try:
+            return _monarch_from_text(opt, raw)
+        except (ValueError, TypeError) as e:
+            # The option has no effect here: a stray variable must not stop a node.
+            if opt.env not in _bad_env_logged:
+                _bad_env_logged.add(opt.env)
+                logging.getLogger("danaus.config").warning(
+                    "ignoring environment variable %s=%r (Monarch option %s, no effect in "
+                    "danaus): %s",
+                    opt.env,
+                    raw,
+                    name,
+                    e,
+                )
+            return opt.default
 
     def runtime(self) -> dict[str, Any]:
         with self._lock:
@@ -937,14 +1740,24 @@ class Config:
             self._cache.clear()
 
     def effective(self) -> dict[str, Any]:
-        return {s.name: self.get(s.name) for s in SETTINGS}
+        """Every danaus setting, then every Monarch option name that has a value."""
+        out = {s.name: self.get(s.name) for s in SETTINGS}
+        for opt in MONARCH_OPTIONS:
+            if opt.name not in out:
+                value = self.monarch(opt.name)
+                if value is not None or opt.kind in ("opt_duration", "opt_nonzero"):
+                    out[opt.name] = value
+        return out
 
     def env_for_children(self) -> dict[str, str]:
         """``DANAUS_*`` variables that give a child process this process's configured
         values (those set by ``configure()``; the environment is inherited anyway)."""
         out = {}
         for name, value in self.runtime().items():
-            out[_BY_NAME[name].env] = str(int(value) if isinstance(value, bool) else value)
+            if name in _KEPT:
+                out[_KEPT[name].env] = _monarch_to_text(_KEPT[name], value)
+            else:
+                out[_BY_NAME[name].env] = str(int(value) if isinstance(value, bool) else value)
         return out
 
 
@@ -981,7 +1794,9 @@ def configured(**kwargs: Any) -> Iterator[dict[str, Any]]:
 
 
 def get_global_config() -> dict[str, Any]:
-    """Every setting's effective value (defaults < environment < configure)."""
+    """Every setting's effective value (defaults < environment < configure), then each
+    of Monarch's option names with its value as Monarch shows it (an alias converted
+    from its danaus setting; see ``MONARCH_OPTIONS``)."""
     return _config.effective()
 
 
@@ -1000,6 +1815,120 @@ def env_for_children() -> dict[str, str]:
     return _config.env_for_children()
 
 
+def _parametrized(
+    config_dicts: list[dict[str, Any]], param_ids: list[str]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    import functools
+    import inspect
+
+    import pytest
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        orig_sig = inspect.signature(fn)
+        first = inspect.Parameter("_config_overrides", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        new_sig = orig_sig.replace(parameters=[first, *orig_sig.parameters.values()])
+        wrapped: Callable[..., Any]
+        if inspect.iscoroutinefunction(fn):
+
+            async def async_wrapper(
+                _config_overrides: dict[str, Any], *args: Any, **kwargs: Any
+            ) -> Any:
+                with configured(**_config_overrides):
+                    return await fn(*args, **kwargs)
+
+            wrapped = async_wrapper
+        else:
+
+            def sync_wrapper(_config_overrides: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+                with configured(**_config_overrides):
+                    return fn(*args, **kwargs)
+
+            wrapped = sync_wrapper
+        functools.update_wrapper(wrapped, fn)
+        setattr(wrapped, "__signature__", new_sig)  # noqa: B010 - mypy: no such attribute
+        marked: Callable[..., Any] = pytest.mark.parametrize(
+            "_config_overrides", config_dicts, ids=param_ids
+        )(wrapped)
+        return marked
+
+    return decorator
+
+
+def parametrize_config(**config_options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A pytest decorator running the test once per combination (cartesian product) of
+    the given values, each inside ``configured(...)`` with them, as Monarch's::
+
+        @parametrize_config(prefix_with_rank={True, False}, tail_log_lines={0, 10})
+        def test_x(): ...  # 4 runs
+
+    Raises :class:`ValueError` without options."""
+    import itertools
+
+    if not config_options:
+        raise ValueError("parametrize_config requires at least one config option")
+    keys = list(config_options)
+    combos = list(itertools.product(*(list(config_options[k]) for k in keys)))
+    return _parametrized(
+        [dict(zip(keys, c, strict=True)) for c in combos],
+        ["-".join(f"{k}={v}" for k, v in zip(keys, c, strict=True)) for c in combos],
+    )
+
+
+def parametrize_config_pointwise(
+    **config_options: Any,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Like :func:`parametrize_config`, but the value sequences are taken in lockstep
+    (``zip``): one run per position. Raises :class:`ValueError` without options or if
+    the sequences' lengths differ."""
+    if not config_options:
+        raise ValueError("parametrize_config_pointwise requires at least one config option")
+    keys = list(config_options)
+    values = [list(config_options[k]) for k in keys]
+    if len({len(v) for v in values}) != 1:
+        lengths = {k: len(v) for k, v in zip(keys, values, strict=True)}
+        raise ValueError(
+            "parametrize_config_pointwise requires every option to have the same number "
+            f"of values; got lengths {lengths}"
+        )
+    combos = list(zip(*values, strict=True))
+    return _parametrized(
+        [dict(zip(keys, c, strict=True)) for c in combos],
+        ["-".join(f"{k}={v}" for k, v in zip(keys, c, strict=True)) for c in combos],
+    )
+
+
+def _monarch_type_doc(opt: MonarchOption) -> str:
+    text = {
+        "duration": "duration string ('30s')",
+        "opt_duration": "duration string or None",
+        "nonzero": "int >= 1",
+        "opt_nonzero": "int >= 1 or None",
+        "level": "str (log level)",
+        "encoding": "Encoding",
+        "transport": "ChannelTransport or str",
+        "port_range": "slice(start, stop)",
+        "socket_addr": "str (host:port)",
+    }.get(opt.kind, opt.kind)
+    return f"{text}, {opt.unit}" if opt.unit else text
+
+
+def monarch_markdown_table() -> str:
+    """Monarch's option names as the second Markdown table in ``docs/config.md``."""
+    rows = [
+        "| Monarch option | type | Monarch's default | in danaus |",
+        "|---|---|---|---|",
+    ]
+    for o in MONARCH_OPTIONS:
+        default = repr(o.default)
+        if o.default is None and o.kind not in ("opt_duration", "opt_nonzero"):
+            default = "(no default)"
+        if isinstance(o.default, Encoding):
+            default = f"Encoding.{o.default.name}"
+        does = f"alias of `{o.setting}`: {o.why}" if o.setting else f"no effect: {o.why}"
+        rows.append(f"| `{o.name}` | {_monarch_type_doc(o)} | {default} | {does} |")
+    return "\n".join(rows)
+
+
 def markdown_table() -> str:
     """The settings as the Markdown table in ``docs/config.md``."""
     rows = [
@@ -1014,3 +1943,5 @@ def markdown_table() -> str:
 
 if __name__ == "__main__":  # pragma: no cover
     print(markdown_table())
+    print()
+    print(monarch_markdown_table())
