@@ -305,3 +305,43 @@ def test_bad_arguments_are_refused_clearly() -> None:
         Supervisor(backoff=(1.0, 0.5))
     with pytest.raises(TypeError, match="ProcMesh"):
         Supervisor().spawn("not procs", "w", Worker)  # type: ignore[arg-type]
+
+
+def test_restarts_show_in_the_log_the_dashboard_top_and_traces(
+    spawn_procs, sups, tmp_path
+) -> None:
+    import json
+    import logging
+
+    import danaus
+    from danaus._cli.observe import plain
+    from danaus._observe.state import StateCollector
+
+    procs = spawn_procs(gpus=1)
+    sup = sups(name="watched")
+    workers = sup.spawn(procs, "shown", Worker)
+    tokens(workers)
+    path = tmp_path / "trace.json"
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("danaus.supervision")  # "danaus" does not propagate to root
+    logger.addHandler(handler)
+    try:
+        with danaus.trace(path):
+            workers.boom.broadcast()
+            restarted(sup, 1)
+            tokens(workers)
+    finally:
+        logger.removeHandler(handler)
+    lines = [r.getMessage() for r in records if "restarted" in r.getMessage()]
+    assert len(lines) == 1 and "'watched' restarted shown" in lines[0], lines
+
+    state = StateCollector().collect()
+    (shown,) = [r for r in state["restarts"] if r["supervisor"] == "watched"]
+    assert shown["child"] == "shown" and shown["ranks"] == [0] and "boom" in shown["reason"]
+    assert "RESTARTED shown[0] by supervisor 'watched'" in plain(state)
+
+    events = json.loads(path.read_text())["traceEvents"]
+    (span,) = [e for e in events if e.get("name") == "restart shown"]
+    assert span["ph"] == "X" and span["args"]["ranks"] == [0], span

@@ -699,14 +699,14 @@ class Supervisor:
             if isinstance(c, Supervisor) and c._status != "stopped":
                 c._revive()  # a restarted supervisor starts afresh
         self._restart(targets, reason)
+        rec = Restart(
+            time.time(), child.name, tuple(sorted(ranks)) if ranks else (), reason,
+            delay, failed_at, self.name,
+        )  # fmt: skip
+        self._announce(rec, targets)  # before it is listed: whoever sees it can find the log
         with self._lock:
             self._history.append(time.monotonic())
-            rec = Restart(
-                time.time(), child.name, tuple(sorted(ranks)) if ranks else (), reason,
-                delay, failed_at, self.name,
-            )  # fmt: skip
             self._restarts.append(rec)
-        self._announce(rec, targets)
 
     def _announce(self, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
         moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
