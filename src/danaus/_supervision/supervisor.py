@@ -220,7 +220,7 @@ class SupervisedMesh(ActorMesh[A]):
         self._child = child
         super().__init__(child.ref, shape, child.state, None)
 
-    @property  # type: ignore[override]
+    @property
     def _ref(self) -> MeshRef:
         return self._child.ref
 
