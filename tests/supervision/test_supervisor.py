@@ -307,9 +307,7 @@ def test_bad_arguments_are_refused_clearly() -> None:
         Supervisor().spawn("not procs", "w", Worker)  # type: ignore[arg-type]
 
 
-def test_restarts_show_in_the_log_the_dashboard_top_and_traces(
-    spawn_procs, sups, tmp_path
-) -> None:
+def test_restarts_show_in_the_log_the_dashboard_top_and_traces(spawn_procs, sups, tmp_path) -> None:
     import json
     import logging
 
