@@ -264,7 +264,17 @@ def plain(state: dict[str, Any]) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     for f in state["failures"]:
         lines.append(f"FAILED {f['actor']} on proc {f['proc']}: {f['reason']}")
+    lines += [restart_line(r) for r in state.get("restarts", [])]
     return "\n".join(lines)
+
+
+def restart_line(r: dict[str, Any]) -> str:
+    """One restart a supervisor made, as ``danaus top`` shows it."""
+    when = time.strftime("%H:%M:%S", time.localtime(r["time"]))
+    return (
+        f"RESTARTED {r['child']}{r['ranks']} by supervisor {r['supervisor']!r} at {when}: "
+        f"{r['reason']}"
+    )
 
 
 def _rich_table(state: dict[str, Any]) -> Any:
@@ -283,6 +293,7 @@ def _rich_table(state: dict[str, Any]) -> Any:
         table.add_row(*r)
     fails = [Text(f"FAILED {f['actor']} on proc {f['proc']}: {f['reason']}", style="red")
              for f in state["failures"]]  # fmt: skip
+    fails += [Text(restart_line(r), style="yellow") for r in state.get("restarts", [])]
     return Group(table, *fails)
 
 

@@ -23,6 +23,7 @@ from .._actor.core import owned
 from .._actor.tools import introspect
 from .._actor.tools.introspect import EndpointMetrics
 from .._runtime.hosting import host
+from .._supervision.supervised import supervised
 from .._wire.ids import ProcId
 from . import logtail
 
@@ -109,6 +110,7 @@ class StateCollector:
             "totals": totals,
             "hosts": list(hosts.values()),
             "failures": _failures(),
+            "restarts": _restarts(),
         }
 
     def _actor(
@@ -261,6 +263,16 @@ def _children_of(parent: dict[str, Any], snap: dict[str, Any] | None) -> list[di
                 }
             )
     return out
+
+
+def _restarts() -> list[dict[str, Any]]:
+    """Every restart the supervisors of this client made (``danaus.supervisor``), newest
+    first."""
+    reg = supervised()
+    with reg.lock:
+        sups = list(reg.supervisors)
+    out = [r for sup in sups for r in sup.describe()["restarts"]]
+    return sorted(out, key=lambda r: r["time"], reverse=True)
 
 
 def _failures() -> list[dict[str, Any]]:

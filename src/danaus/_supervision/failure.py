@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .._actor.api.mesh import ActorMesh
+    from .supervisor import Supervisor
 
 __all__ = ["MeshFailure"]
 
@@ -15,7 +16,8 @@ class MeshFailure:
 
     ``reason`` says what happened (an exception with no reply, a process
     killed by a signal, ...); ``traceback`` is the remote traceback text when
-    there is one. ``mesh`` is the owner's ``ActorMesh`` (compare it, or
+    there is one. ``mesh`` is the owner's ``ActorMesh``, or the ``Supervisor`` that gave
+    up (compare it, or
     ``mesh_name``, with the meshes you own). ``log_tail`` holds the last lines
     the process wrote (stdout and stderr) when it crashed, else is empty.
     """
@@ -26,7 +28,7 @@ class MeshFailure:
         crashed_ranks: list[int],
         reason: str,
         traceback: str = "",
-        mesh: ActorMesh[Any] | None = None,
+        mesh: ActorMesh[Any] | Supervisor | None = None,
         log_tail: list[str] | tuple[str, ...] = (),
     ) -> None:
         self.mesh_name = mesh_name

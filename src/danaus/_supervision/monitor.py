@@ -15,6 +15,7 @@ from .._wire.ids import ActorId
 from .._wire.protocol import Kind, Message
 from . import hook
 from .failure import MeshFailure
+from .supervised import intercept
 
 if TYPE_CHECKING:
     from .._actor.core.ports import Undeliverable
@@ -49,7 +50,7 @@ def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, A
 def _on_failed(rt: Runtime, frame: Message) -> None:
     owner, mesh_id, rank, reason, tb = frame.header
     new, mesh, name = _record(mesh_id, rank, reason, tb)
-    if new:
+    if new and not intercept(mesh_id, rank, reason, tb):  # a supervisor restarts it
         deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))
 
 
@@ -75,7 +76,7 @@ def _report_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> 
                 continue
             why = f"the process of actor {om.ref.name}[{rank}] failed: {reason}"
             new, mesh, name = _record(om.ref.mesh_id, rank, why)
-            if new and om.owner is not None:
+            if new and om.owner is not None and not intercept(om.ref.mesh_id, rank, why, "", tail):
                 deliver(rt, om.owner, MeshFailure(name, [rank], why, "", mesh, tail))
 
 

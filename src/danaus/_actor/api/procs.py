@@ -351,7 +351,7 @@ def spawn_on(
     host_shape: Shape,
     bootstrap: Callable[[], Any] | None,
     name: str | None,
-    host_mesh: HostMesh,
+    host_mesh: HostMesh | None,
     binds: list[dict[str, str]] | None = None,
 ) -> ProcMesh:
     """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).

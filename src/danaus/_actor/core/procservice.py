@@ -41,11 +41,20 @@ def install(node: Node, boot: dict[str, Any]) -> None:
 
 def _on_spawn(rt: Runtime, frame: Message) -> None:
     mesh_id, rank = frame.header.mesh, frame.header.rank
-    if (mesh_id, rank) in rt.mailboxes:
+    old = rt.mailboxes.get((mesh_id, rank))
+    if old is not None and not _gone(old):
         rt.undeliverable(frame.header.port, rank, f"actor {mesh_id}[{rank}] already exists")
         return
     rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
     rt.mailbox_added((mesh_id, rank))
+
+
+def _gone(mailbox: Any) -> bool:
+    """A stopped or failed actor: a supervisor may spawn its replacement under its key
+    (its thread, if still running, only refuses what was already queued to it)."""
+    if isinstance(mailbox, Stopped):
+        return True
+    return isinstance(mailbox, ActorCell) and (mailbox.stopped or mailbox.failed is not None)
 
 
 def _on_exit(cell: ActorCell) -> None:
