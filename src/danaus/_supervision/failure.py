@@ -16,9 +16,9 @@ class MeshFailure:
 
     ``reason`` says what happened (an exception with no reply, a process
     killed by a signal, ...); ``traceback`` is the remote traceback text when
-    there is one. ``mesh`` is the owner's ``ActorMesh``, or the ``Supervisor`` that gave
-    up (compare it, or
-    ``mesh_name``, with the meshes you own). ``log_tail`` holds the last lines
+    there is one. ``mesh`` is the owner's ``ActorMesh``, or the ``Supervisor`` that
+    gave up (compare it, or ``mesh_name``, with the meshes you own). ``log_tail``
+    holds the last lines
     the process wrote (stdout and stderr) when it crashed, else is empty.
     """
 
