@@ -18,8 +18,8 @@ class MeshFailure:
     killed by a signal, ...); ``traceback`` is the remote traceback text when
     there is one. ``mesh`` is the owner's ``ActorMesh``, or the ``Supervisor`` that
     gave up (compare it, or ``mesh_name``, with the meshes you own). ``log_tail``
-    holds the last lines
-    the process wrote (stdout and stderr) when it crashed, else is empty.
+    holds the last lines the process wrote (stdout and stderr) when it crashed,
+    else is empty.
     """
 
     def __init__(
