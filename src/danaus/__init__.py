@@ -16,6 +16,7 @@ its names, so ``import danaus`` never imports torch.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ._errors import DanausError as DanausError
@@ -72,23 +73,21 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("trace", "stats", "dashboard"):
-        # The observing layer imports the actor core: loaded on first use only.
-        import importlib
+    """PEP 562: load the names below on first access, so ``import danaus`` stays fast.
 
-        mod = importlib.import_module(
-            "danaus.dashboard" if name == "dashboard" else "danaus._observe.api"
-        )
-        value = mod if name == "dashboard" else getattr(mod, name)
-        globals()[name] = value
-        return value
-    if name in _TENSOR_NAMES:
-        from ._tensor import api
-
-        value = getattr(api, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+    The tensor engine needs torch, an optional dependency (the ``torch`` extra);
+    the observing layer (``trace``, ``stats``, ``dashboard``) imports the actor core.
+    """
+    if name == "dashboard":
+        value: Any = importlib.import_module("danaus.dashboard")
+    elif name in ("trace", "stats"):
+        value = getattr(importlib.import_module("danaus._observe.api"), name)
+    elif name in _TENSOR_NAMES:
+        value = getattr(importlib.import_module("danaus._tensor.api"), name)
+    else:
+        raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from ._actor import debugger
 from ._actor.core import procservice, undeliverable
 from ._actor.tools import introspect
-from ._rdma import registry as rdma_registry
+from ._rdma import net as rdma
 from ._runtime.logs import process as logs
 from ._runtime.node import Node
 from ._supervision import monitor
@@ -29,7 +29,7 @@ INSTALLERS = (
     ("procs", procservice.install),  # STOP_PROC, spawning actors in this proc
     ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
     ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes
-    ("rdma", rdma_registry.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
+    ("rdma", rdma.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
     ("introspect", introspect.install),  # STATS, TRACE_START/STOP, STACK (dashboard, trace)
     ("debugger", debugger.install),  # breakpoint() in an actor talks to the client
 )
@@ -39,9 +39,9 @@ INSTALLERS = (
 #: Every danaus module a proc uses must be here or imported by this module: one that
 #: a proc imports after its fork costs that CPU in every proc (importing danaus.actor
 #: there took ~60 ms a proc, 4x the time of a spawn of 4). danaus.actor: unpickling
-#: an actor's class imports it; _rdma.net: the RDMA installer imports it; the debugger
-#: (pdb alone costs ~10 ms; the client does not import it).
-PRELOAD = ("danaus.actor", "danaus._rdma.net", "danaus._actor.debugger.remote")
+#: an actor's class imports it; the debugger (pdb alone costs ~10 ms; the client does
+#: not import it).
+PRELOAD = ("danaus.actor", "danaus._actor.debugger.remote")
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:

@@ -46,7 +46,7 @@ def test_module_docstring_examples_run() -> None:
     import importlib
 
     names = {name: getattr(mesh_layer, name) for name in mesh_layer.__all__}
-    for module_name in ("slice", "extent", "shape", "region", "value_mesh"):
+    for module_name in ("slice", "shape", "value_mesh"):
         module = importlib.import_module(f"danaus._mesh.{module_name}")
         result = doctest.testmod(module, extraglobs=names, report=False)
         assert result.attempted > 0, module_name

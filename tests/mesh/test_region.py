@@ -1,4 +1,4 @@
-"""Region, Monarch's name for labels over a slice of base ranks (``danaus._mesh.region``)."""
+"""Region, Monarch's name for labels over a slice of base ranks (``danaus._mesh.shape``)."""
 
 from __future__ import annotations
 

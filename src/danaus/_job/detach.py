@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
 
 __all__ = ["LISTENING", "run_detached"]
@@ -54,8 +55,6 @@ def run_detached(serve: Callable[[Callable[[str], None]], None], log_file: str |
         except SystemExit:
             raise  # a proc forked by the worker's zygote, leaving normally
         except BaseException:
-            import traceback
-
             traceback.print_exc()
             code = 1
         os._exit(code)

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from .. import _config as config
 from .._actor.api.hosts import HostMesh, attach_to_workers, this_host
+from .._runtime.hosting import proc as _proc
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.auth import new_secret
@@ -105,8 +106,6 @@ def _job_secret() -> str:
     A client authenticates with one secret, so every job it starts uses the same.
     """
     global _secret
-    from .._runtime.hosting import proc as _proc
-
     rt = _proc.current()
     if rt is not None and rt.secret is not None:
         return rt.secret.decode()

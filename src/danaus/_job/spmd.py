@@ -9,10 +9,12 @@ host), so an unmodified ``torch.distributed`` script runs on a mesh.
 
 from __future__ import annotations
 
+import fcntl
 import math
 import os
 import runpy
 import socket
+import struct
 import sys
 from typing import Any
 
@@ -20,6 +22,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.api.procs import ProcMesh
 from .._actor.core.context import current_rank, current_size
+from .._runtime.hosting import proc as _proc
 
 __all__ = ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async", "torch_env"]
 
@@ -54,8 +57,6 @@ def torch_env(coords: dict[str, int], sizes: dict[str, int]) -> dict[str, str]:
 
 def _reachable_address() -> str:
     """The address other hosts reach this proc at (its advertised TCP address), else loopback."""
-    from .._runtime.hosting import proc as _proc
-
     rt = _proc.current()
     advertised = getattr(rt, "tcp_advertise", None) if rt is not None else None
     return advertised or "127.0.0.1"
@@ -64,11 +65,8 @@ def _reachable_address() -> str:
 def _interface_of(ip: str) -> str | None:
     """The name of the network interface holding IPv4 address ``ip`` (Linux), else None."""
     try:
-        import fcntl
-        import struct
-
         names = [name for _, name in socket.if_nameindex()]
-    except (ImportError, OSError):
+    except OSError:
         return None
     for name in names:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:

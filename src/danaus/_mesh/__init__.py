@@ -11,16 +11,14 @@ Owns: ``Slice`` (alias ``NDSlice``, strided views of global ranks),
 Imports: nothing else from danaus, and only the standard library. Pure:
 every operation is a function of its arguments; misuse raises at once.
 
-Modules: ``slice`` (Slice), ``extent`` (Extent, Point), ``shape`` (Shape), ``region`` (Region),
-``trait`` (MeshTrait), ``table`` (text rendering), ``value_mesh``
-(ValueMesh), ``_check`` (argument checks and error messages).
+Modules: ``slice`` (Slice), ``shape`` (Extent, Point, Shape, Region: one module, as
+each converts to the others), ``trait`` (MeshTrait), ``table`` (text rendering),
+``value_mesh`` (ValueMesh), ``_check`` (argument checks and error messages).
 """
 
 from __future__ import annotations
 
-from .extent import Extent, Point
-from .region import Region
-from .shape import Shape
+from .shape import Extent, Point, Region, Shape
 from .slice import NDSlice, Slice
 from .trait import MeshTrait
 from .value_mesh import ValueMesh

@@ -21,9 +21,7 @@ from collections.abc import Iterable
 from typing import SupportsIndex, TypeVar
 
 from ._check import as_int, as_labels, check_unique, did_you_mean, unknown_dim_message
-from .extent import Extent
-from .region import Region
-from .shape import Shape
+from .shape import Extent, Region, Shape
 from .slice import Slice, row_major_strides
 from .table import render_table
 

@@ -18,8 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from ._check import as_int, unknown_dim_message
-from .extent import Point
-from .shape import Shape
+from .shape import Point, Shape
 from .trait import MeshTrait
 
 __all__ = ["ValueMesh"]

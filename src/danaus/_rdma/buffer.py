@@ -21,7 +21,7 @@ from .._runtime.hosting import proc as _proc
 from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
-from . import registry, vm
+from . import net, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -113,7 +113,7 @@ class RDMABuffer:
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
         node = ensure_node()
         rt = node.runtime
-        registry.install(node)
+        net.install(node)
         vm.allow_peers(is_proc=bool(rt.boot))
         self._owner = str(context().actor_instance.actor_id)
         self._owner_proc = rt.proc_id

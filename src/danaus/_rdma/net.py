@@ -82,9 +82,11 @@ from typing import Any
 from .. import _config as config
 from .._runtime import node as _node
 from .._runtime.messaging.runtime import STATUS_OK, Runtime
+from .._runtime.node import Node
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
+from . import registry
 from .registry import BufferRegistry, Registration
 
 __all__ = [
@@ -557,12 +559,12 @@ def _on_data_address(rt: Runtime, frame: Message) -> None:
     rt.reply(port, index, STATUS_OK, answer)
 
 
-def install(rt: Runtime) -> None:
-    """Answer ``RDMA_DATA`` on ``rt``, and forget pooled connections to procs it loses."""
+def install(node: Node, boot: dict[str, Any] | None = None) -> None:
+    """The RDMA installer (idempotent): the registry's frame handlers, then ``RDMA_DATA``
+    on ``node``'s runtime, and pooled connections to the procs it loses forgotten."""
+    registry.install(node, boot)
+    rt = node.runtime
     if rt.handlers.get(Kind.RDMA_DATA) is None:
-        node = _node.current()
-        if node is None or node.runtime is not rt:
-            raise RuntimeError(f"proc {rt.proc_id.name} has no running node to install on")
         client = node.part(DataClient)
         rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
         rt.lost_callbacks.append(lambda name, reason: client.forget(name))

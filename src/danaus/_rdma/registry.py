@@ -276,7 +276,10 @@ def of(rt: Runtime) -> BufferRegistry:
 
 
 def install(node: Node, boot: dict[str, Any] | None = None) -> None:
-    """Register the RDMA frame handlers on ``node``'s runtime (idempotent), for its registry."""
+    """Register the registry's frame handlers on ``node``'s runtime (idempotent).
+
+    ``net.install`` calls this, then adds the data plane's: it is the RDMA installer.
+    """
     rt = node.runtime
     if rt.handlers.get(Kind.RDMA_CHECK) is None:
         reg = node.part(BufferRegistry)
@@ -285,6 +288,3 @@ def install(node: Node, boot: dict[str, Any] | None = None) -> None:
         rt.observers["rdma"] = reg.registered_buffers
         rt.register(Kind.RDMA_RELEASE, lambda conn, msg: reg._on_release(msg))
         rt.lost_callbacks.append(reg._holder_lost)
-    from . import net  # here, not at the top: net imports this module
-
-    net.install(rt)

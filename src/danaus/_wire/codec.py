@@ -38,6 +38,7 @@ MAX_OOB_BUFFERS = 1024  # well under the frame decoder's limit (MAX_BUFFERS)
 def _rebuild_tensor(
     buf: bytes | bytearray | memoryview, dtype_name: str, shape: tuple[int, ...], view_dtype: str
 ) -> torch.Tensor:
+    # torch and numpy are optional (the ``torch`` extra): only a pickled tensor gets here.
     import numpy as np
     import torch
 
@@ -219,7 +220,7 @@ def loads(body: bytes | memoryview, buffers: list[Any] | tuple[Any, ...] = ()) -
     """
     torch = sys.modules.get("torch")
     if torch is not None and torch._C._len_torch_dispatch_stack() > 0:
-        from torch.utils._python_dispatch import _disable_current_modes
+        from torch.utils._python_dispatch import _disable_current_modes  # optional: torch
 
         with _disable_current_modes():
             return pickle.loads(body, buffers=buffers)

@@ -45,6 +45,9 @@ from .ids import ActorId, PortId, ProcId
 __all__ = [
     "CALL_TEMPLATE_PORT_LIMIT",
     "PROTOCOL_VERSION",
+    "STATUS_ERROR",
+    "STATUS_EXC",
+    "STATUS_OK",
     "Attach",
     "Bounce",
     "Call",
@@ -167,8 +170,14 @@ class Call(NamedTuple):
     flags: int
 
 
+# A Reply's status: its body is the value / the exception the endpoint raised / why the
+# message was undeliverable or its sender failed.
+STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2
+
+
 class Reply(NamedTuple):
-    """A value for local port ``port`` (the body); ``status`` says how to read it."""
+    """A value for local port ``port`` (the body); ``status`` (``STATUS_*``) says how to
+    read it."""
 
     port: int
     slot: int

@@ -25,11 +25,14 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from ..._transport.address import make_job_dir
 from ..._transport.secret_env import forget_environ_secret
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Kind, Lost, Message, Ready
 from ..logs.agent import LogCapture
+from ..logs.process import redirect_output
 from ..messaging.runtime import STATUS_EXC, STATUS_OK, Runtime
+from .proc import proc_main
 from .zygote import Exited, Fork, Forked, PipeWriter, read_msg, zygote_loop
 
 if TYPE_CHECKING:
@@ -249,9 +252,6 @@ class Agent:
 
 
 def _child_main(name: str, boot: dict[str, Any]) -> int:
-    from ..logs.process import redirect_output
-    from .proc import proc_main
-
     redirect_output(boot)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -315,8 +315,6 @@ def run_worker(
 
     ``on_listening(address)`` is called once the TCP listener is up.
     """
-    from ..._transport.address import make_job_dir
-
     _preload(preload)
     req_w, resp_r = _fork_zygote()
     rt = Runtime("w" + secrets.token_hex(3), make_job_dir(), secret=secret, insecure=insecure)

@@ -31,6 +31,7 @@ import queue
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -184,8 +185,6 @@ class Printer:
                 if self._deadline is not None and time.monotonic() >= self._deadline:
                     self._print_groups()
             except Exception:  # printing must go on whatever one batch does
-                import traceback
-
                 traceback.print_exc()
 
     def _on_log(self, agent: ProcId | None, h: Log, body: bytes) -> None:

@@ -32,6 +32,7 @@ from .. import node as _node
 from ..messaging.runtime import Runtime
 from ..node import Node
 from . import dirs as logdir
+from .client import LogStatistics, Printer
 
 if TYPE_CHECKING:
     from ..._transport.conn import Connection
@@ -290,8 +291,6 @@ def install(node: Node, boot: dict[str, Any]) -> None:
             root.addHandler(_RecordHandler())
         root.setLevel(logging.INFO)
         return
-    from .client import Printer
-
     ctl.printer = Printer(rt)
     rt.register(Kind.LOG, ctl.printer.on_log)
     try:
@@ -323,8 +322,6 @@ def tailed_procs() -> list[str]:
 
 def statistics(proc: str | None = None) -> Any:
     """``LogStatistics(lines, bytes, dropped)`` received by this client, of one proc or all."""
-    from .client import LogStatistics
-
     printer = _printer()
     return printer.statistics(proc) if printer is not None else LogStatistics(0, 0, 0)
 

@@ -40,10 +40,12 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
+from ..._errors import SupervisionError
 from ..._transport import vm
-from ..._wire import memory
+from ..._wire import codec, memory
 from ..._wire.frame import Frame, alloc, flat, recv_pool
 from ..._wire.protocol import (
+    STATUS_ERROR,
     Kind,
     Message,
     Offload,
@@ -499,10 +501,6 @@ class Offloader:
 
     def _undelivered(self, conn: Connection, inner: tuple[Any, ...], reason: str) -> None:
         """The frame cannot be rebuilt: whoever waits for it hears why (never silence)."""
-        from ..._errors import SupervisionError
-        from ..._wire import codec
-        from .runtime import STATUS_ERROR
-
         log.error("a message from %s could not be received: %s", conn.peer, reason)
         try:
             kind, header = decode_header(inner)

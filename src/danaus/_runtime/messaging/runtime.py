@@ -58,6 +58,9 @@ from ..._wire.frame import Frame, encode_frame, encode_pickled
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import (
     PROTOCOL_VERSION,
+    STATUS_ERROR,
+    STATUS_EXC,
+    STATUS_OK,
     Hello,
     Kind,
     Message,
@@ -98,7 +101,6 @@ log = logging.getLogger("danaus.runtime")
 
 # out of file descriptors, stop accepting for this long (doubling up to the max).
 ACCEPT_BACKOFF, ACCEPT_BACKOFF_MAX = 0.01, 1.0
-STATUS_OK, STATUS_EXC, STATUS_ERROR = 0, 1, 2  # value / endpoint raised / undeliverable or failed
 
 
 Handler = Callable[[Connection, Message], None]

@@ -53,7 +53,7 @@ from ..._mesh.tree import Selection, node_children, root_children
 from ..._wire import codec
 from ..._wire.frame import MAX_BUFFERS, flat
 from ..._wire.ids import PortId, ProcId
-from ..._wire.protocol import Call, Cast, Gather, Kind, Message, StopActor
+from ..._wire.protocol import STATUS_ERROR, STATUS_OK, Call, Cast, Gather, Kind, Message, StopActor
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -65,7 +65,6 @@ __all__ = ["RootGather", "TreeRouter", "TreeStats", "decode_entries", "encode_en
 
 log = logging.getLogger("danaus.runtime")
 
-STATUS_OK, STATUS_ERROR = 0, 2  # as danaus._runtime.messaging.runtime (which imports this module)
 # A CAST flag: stop the actors (``method`` holds the reason) instead of calling them, so
 # a mesh's stop travels the same path as the messages sent to it before, and follows them.
 FLAG_STOP = 1 << 8
