@@ -53,9 +53,15 @@ _TENSOR_NAMES = (
     "to_mesh",
 )
 
+# Monarch's names for the actor future, loaded from the actor core on first access:
+# its ``fetch_shard`` returns ``monarch.actor.Future`` (``ActorFuture`` is its older name).
+_FUTURE_NAMES = ("ActorFuture", "Future")
+
 __all__ = [
+    "ActorFuture",
     "DanausError",
     "Extent",
+    "Future",
     "NDSlice",
     "Point",
     "Shape",
@@ -82,6 +88,11 @@ def __getattr__(name: str) -> Any:
         value = mod if name == "dashboard" else getattr(mod, name)
         globals()[name] = value
         return value
+    if name in _FUTURE_NAMES:
+        from ._actor.core.future import Future
+
+        globals()[name] = Future
+        return Future
     if name in _TENSOR_NAMES:
         from ._tensor import api
 
@@ -95,7 +106,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-for _name in __all__[:6]:
+for _name in ("DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"):
     try:
         globals()[_name].__module__ = __name__
     except (AttributeError, TypeError):
