@@ -46,7 +46,6 @@ class Named(Actor):
         return inst.proc_id, inst.actor_id.proc
 
 
-
 class Replier(Actor):
     @endpoint
     async def reply_later(self, port: Any, value: Any) -> None:

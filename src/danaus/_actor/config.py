@@ -1,8 +1,9 @@
-"""Settings of the actor layer that a program changes by assignment, Monarch's ``monarch.actor.config``.
+"""Actor-layer settings a program changes by assignment: Monarch's ``monarch.actor.config``.
 
-``danaus.actor.config`` is this module, so ``danaus.actor.config.prefix_python_logs_with_actor
-= False`` changes what :mod:`danaus._actor.core.logprefix` reads on the next log record.
-Settings that come from the environment or ``configure()`` are in ``danaus.config``.
+``danaus.actor.config`` is this module, so setting
+``danaus.actor.config.prefix_python_logs_with_actor = False`` changes what
+:mod:`danaus._actor.core.logprefix` reads on the next log record. Settings that
+come from the environment or ``configure()`` are in ``danaus.config``.
 """
 
 from __future__ import annotations

@@ -26,9 +26,7 @@ class Uid:
 
     def __init__(self, label: str | None, value: int | None) -> None:
         if label is not None and not _LABEL.fullmatch(label):
-            raise ValueError(
-                f"invalid uid label {label!r}: use letters, digits, '_', '-' and '.'"
-            )
+            raise ValueError(f"invalid uid label {label!r}: use letters, digits, '_', '-' and '.'")
         if value is None and label is None:
             raise ValueError("a singleton Uid needs a label")
         self._label = label
@@ -120,7 +118,7 @@ class ProcId(NamedTuple):
 
     @staticmethod
     def from_string(proc_id: str) -> ProcId:
-        """Parse ``name@address``, the form of ``Instance.proc_id`` (Monarch's ``proc@location``)."""
+        """Parse ``name@address``: ``Instance.proc_id``'s form (Monarch's ``proc@location``)."""
         if not isinstance(proc_id, str):
             raise TypeError(f"ProcId.from_string needs a str, got {proc_id!r}")
         name, sep, addr = proc_id.partition("@")

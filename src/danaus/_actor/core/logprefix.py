@@ -7,7 +7,8 @@ danaus does the same with a log record factory installed once per process (on
 import of the actor core): it applies to every logger and handler, including those
 added later. ``danaus.actor.config.prefix_python_logs_with_actor = False`` turns it
 off. The record keeps the prefix alone in ``record.actor_prefix``. Empty messages
-are left alone (torch.compile's structured trace logging uses them), and code that
+are left alone (torch.compile's structured trace logging uses them), and so are
+danaus's own diagnostics (the ``danaus`` loggers, whose file names the proc), and code that
 runs before any context exists (no actor, and the client has not yet made its
 root context) gets no prefix: the factory never starts a node.
 """
@@ -51,7 +52,12 @@ def install() -> None:
 
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = inner(*args, **kwargs)
-            if not config.prefix_python_logs_with_actor or not record.msg:
+            if (
+                not config.prefix_python_logs_with_actor
+                or not record.msg
+                or record.name == "danaus"
+                or record.name.startswith("danaus.")
+            ):
                 return record
             try:
                 instance = _instance_now()
