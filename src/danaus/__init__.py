@@ -54,9 +54,15 @@ _TENSOR_NAMES = (
     "to_mesh",
 )
 
+# Monarch's names for the actor future, loaded from the actor core on first access:
+# its ``fetch_shard`` returns ``monarch.actor.Future`` (``ActorFuture`` is its older name).
+_FUTURE_NAMES = ("ActorFuture", "Future")
+
 __all__ = [
+    "ActorFuture",
     "DanausError",
     "Extent",
+    "Future",
     "NDSlice",
     "Point",
     "Shape",
@@ -76,12 +82,15 @@ def __getattr__(name: str) -> Any:
     """PEP 562: load the names below on first access, so ``import danaus`` stays fast.
 
     The tensor engine needs torch, an optional dependency (the ``torch`` extra);
-    the observing layer (``trace``, ``stats``, ``dashboard``) imports the actor core.
+    the observing layer (``trace``, ``stats``, ``dashboard``) imports the actor core;
+    ``Future``/``ActorFuture`` (Monarch's top-level names) are the actor core's future.
     """
     if name == "dashboard":
         value: Any = importlib.import_module("danaus.dashboard")
     elif name in ("trace", "stats"):
         value = getattr(importlib.import_module("danaus._observe.api"), name)
+    elif name in _FUTURE_NAMES:
+        value = importlib.import_module("danaus._actor.core.future").Future
     elif name in _TENSOR_NAMES:
         value = getattr(importlib.import_module("danaus._tensor.api"), name)
     else:
@@ -94,7 +103,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-for _name in __all__[:6]:
+for _name in ("DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"):
     try:
         globals()[_name].__module__ = __name__
     except (AttributeError, TypeError):

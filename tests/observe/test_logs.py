@@ -141,12 +141,13 @@ def test_logging_records_are_forwarded_and_level_filters_them(
     _flush(pm)
     err = capsys.readouterr().err
     p = "[logtrainer {gpus=0}]"
-    assert f"{p} INFO user.app: default info record\n" in err
-    assert f"{p} WARNING user.app: default warning record\n" in err
+    a = "[actor=<root>.<Talker talkers{'gpus': 0/2}>] "  # Monarch's prefix of actor records
+    assert f"{p} INFO user.app: {a}default info record\n" in err
+    assert f"{p} WARNING user.app: {a}default warning record\n" in err
     assert "default debug record" not in err
-    assert f"{p} WARNING user.app: warning warning record\n" in err
+    assert f"{p} WARNING user.app: {a}warning warning record\n" in err
     assert "warning info record" not in err
-    assert f"{p} DEBUG user.app: debug debug record\n" in err
+    assert f"{p} DEBUG user.app: {a}debug debug record\n" in err
 
 
 def test_logging_option_rejects_bad_values_naming_them(

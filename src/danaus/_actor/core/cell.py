@@ -32,6 +32,7 @@ from ..._wire import codec
 from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
 from ..api.endpoint import EndpointProperty, endpoints_of
+from . import logprefix as _logprefix  # noqa: F401  (installs the actor log prefix)
 from . import owned
 from .context import Context, Instance, _thread_ctx, set_context
 from .deadlock import DeadlockCheck

@@ -78,6 +78,26 @@ class Instance:
 
         raise Aborted(reason)
 
+    def kill(self, reason: str | None = None) -> None:
+        """Fail this actor now, from any of its threads or tasks; its owner is told.
+
+        Monarch's ``Instance.kill``. Unlike :meth:`abort` it raises nothing: the
+        current message runs on, later calls get ``SupervisionError``, and the
+        owner's supervision sees a failure whose reason says it was killed.
+        """
+        if self._cell is None:
+            raise RuntimeError("kill() on an instance can only be called by an actor")
+        why = reason if reason is not None else "kill() was called"
+        self._cell.fail(f"actor {self._cell._label()} was killed: {why}", "")
+
+    # Monarch's flag for infrastructure actors; introspection (stats) reports it.
+    is_system = False
+
+    def set_system(self) -> None:
+        """Mark this actor as system/infrastructure (Monarch's ``Instance.set_system``):
+        ``stats()`` reports it with ``is_system`` true, so tools can tell it from user actors."""
+        self.is_system = True
+
     def stop(self, reason: str = "stopped by itself") -> None:
         """Stop this actor once the current message is done (a clean stop, not a failure)."""
         if self._cell is None:

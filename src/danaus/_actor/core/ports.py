@@ -9,6 +9,7 @@ undeliverable message (see ``_handle_undeliverable_message``).
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import threading
@@ -85,6 +86,16 @@ class Port(Generic[R]):
         from .cell import exception_payload
 
         self._send(STATUS_EXC, exception_payload(exc))
+
+    async def resolve_and_send(self, result: R) -> None:
+        """Send ``result`` from a coroutine once every mesh it refers to can be addressed.
+
+        Monarch's ``Port.resolve_and_send``. Pickling an actor or proc mesh waits
+        until its procs are up; here that wait runs on a helper thread (with this
+        context, so an undeliverable message still returns to this actor), so the
+        actor's event loop keeps running meanwhile.
+        """
+        await asyncio.to_thread(self.send, result)
 
     def _send(self, status: int, value: Any) -> None:
         if self._once and self._used:

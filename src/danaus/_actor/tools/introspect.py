@@ -93,6 +93,7 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
                 "rank": rank,
                 "coords": dict(zip(mb.extent.labels, _coords(rank, mb.extent.sizes), strict=True)),
                 "class": type(inst).__qualname__ if inst is not None else None,
+                "is_system": bool(getattr(mb.ctx_instance, "is_system", False)),
                 "state": _state(mb),
                 "failure": mb.failed,
                 "received": mb.received,

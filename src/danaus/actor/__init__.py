@@ -20,22 +20,23 @@ Example::
 
 from __future__ import annotations
 
-from ._actor.api.actor import Actor
-from ._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
-from ._actor.api.controller import get_or_spawn_controller
-from ._actor.api.endpoint import concurrent_endpoint, endpoint
-from ._actor.api.hosts import (
+from .._actor import config as config
+from .._actor.api.actor import Actor
+from .._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
+from .._actor.api.controller import get_or_spawn_controller
+from .._actor.api.endpoint import concurrent_endpoint, endpoint
+from .._actor.api.hosts import (
     ChannelTransport,
     HostMesh,
     attach_to_workers,
     enable_transport,
     this_host,
 )
-from ._actor.api.legacy import local_proc_mesh, proc_mesh, sim_proc_mesh
-from ._actor.api.lifecycle import shutdown_context
-from ._actor.api.mesh import ActorMesh
-from ._actor.api.procs import ProcMesh, this_proc
-from ._actor.core.context import (
+from .._actor.api.legacy import local_proc_mesh, proc_mesh, sim_proc_mesh
+from .._actor.api.lifecycle import shutdown_context
+from .._actor.api.mesh import ActorMesh
+from .._actor.api.procs import ProcMesh, this_proc
+from .._actor.core.context import (
     Context,
     Instance,
     context,
@@ -43,18 +44,19 @@ from ._actor.core.context import (
     current_rank,
     current_size,
 )
-from ._actor.core.future import Future
-from ._actor.core.ports import Channel, Port, PortReceiver
-from ._actor.debugger import debug_controller as debug_controller
-from ._errors import ActorError as ActorError
-from ._errors import SupervisionError as SupervisionError
-from ._job.config import hosts_from_config as hosts_from_config
-from ._mesh import Extent as Extent
-from ._mesh import Point as Point
-from ._mesh import ValueMesh as ValueMesh
-from ._runtime.hosting.worker import run_worker_loop_forever
-from ._supervision.failure import MeshFailure as MeshFailure
-from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
+from .._actor.core.future import Future
+from .._actor.core.ports import Channel, Port, PortReceiver
+from .._actor.debugger import debug_controller as debug_controller
+from .._errors import ActorError as ActorError
+from .._errors import SupervisionError as SupervisionError
+from .._job.config import hosts_from_config as hosts_from_config
+from .._mesh import Extent as Extent
+from .._mesh import Point as Point
+from .._mesh import ValueMesh as ValueMesh
+from .._runtime.hosting.worker import run_worker_loop_forever
+from .._supervision.failure import MeshFailure as MeshFailure
+from .._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
+from .._wire.ids import ProcId, Uid
 
 __all__ = [
     "Accumulator",
@@ -73,12 +75,15 @@ __all__ = [
     "Point",
     "Port",
     "PortReceiver",
+    "ProcId",
     "ProcMesh",
     "SupervisionError",
+    "Uid",
     "ValueMesh",
     "as_endpoint",
     "attach_to_workers",
     "concurrent_endpoint",
+    "config",
     "context",
     "current_actor_name",
     "current_rank",
@@ -102,6 +107,8 @@ __all__ = [
 for _name in __all__:
     if _name == "unhandled_fault_hook":
         continue  # users replace it by assignment; keep the function's own name
+    if _name in ("ProcId", "Uid"):
+        continue  # wire ids: pickles keep naming the module that defines them
     _obj = globals()[_name]
     if isinstance(_obj, type) or callable(_obj):
         try:
