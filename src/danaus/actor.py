@@ -20,6 +20,9 @@ Example::
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._actor.api.actor import Actor
 from ._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
 from ._actor.api.controller import get_or_spawn_controller
@@ -45,7 +48,6 @@ from ._actor.core.context import (
 )
 from ._actor.core.future import Future
 from ._actor.core.ports import Channel, Port, PortReceiver
-from ._actor.debugger import debug_controller as debug_controller
 from ._errors import ActorError as ActorError
 from ._errors import SupervisionError as SupervisionError
 from ._job.config import hosts_from_config as hosts_from_config
@@ -55,6 +57,9 @@ from ._mesh import ValueMesh as ValueMesh
 from ._runtime.hosting.worker import run_worker_loop_forever
 from ._supervision.failure import MeshFailure as MeshFailure
 from ._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
+
+if TYPE_CHECKING:
+    from ._actor.debugger.controller import debug_controller as debug_controller
 
 __all__ = [
     "Accumulator",
@@ -102,6 +107,8 @@ __all__ = [
 for _name in __all__:
     if _name == "unhandled_fault_hook":
         continue  # users replace it by assignment; keep the function's own name
+    if _name == "debug_controller":
+        continue  # loaded on first use (__getattr__ below)
     _obj = globals()[_name]
     if isinstance(_obj, type) or callable(_obj):
         try:
@@ -109,3 +116,16 @@ for _name in __all__:
         except (AttributeError, TypeError):
             pass
 del _name, _obj
+
+if not TYPE_CHECKING:  # the type checker sees the import above instead
+
+    def __getattr__(name: str) -> Any:
+        if name == "debug_controller":
+            # The debugger (its controller, prompt and commands: ~15 ms of imports) loads
+            # on first use, so a client that never debugs never imports it.
+            mod = importlib.import_module("danaus._actor.debugger.controller")
+            value = mod.debug_controller
+            value.__module__ = __name__
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
