@@ -28,12 +28,25 @@ LAYERS = [
     "_cli",
 ]
 BASE = {"_errors", "_config"}  # importable from every layer
-# The only upward imports allowed, each inside a function so it runs on use only:
-# ProcMesh.activate()/rank() load the tensor engine, an optional extra that needs torch;
-# DANAUS_DASHBOARD=1 starts the dashboard (the observing layer) at the first spawn.
-# A node loads the bootstrap by name (``importlib.import_module(BOOTSTRAP)``) when it
-# starts: the bootstrap sits above every layer, since it installs all of them.
-UPWARD = {"_actor/api/procs.py": {"_tensor", "_observe"}, "_runtime/node.py": {"_bootstrap"}}
+# The only upward reference allowed, inside a function so it runs on use only: a node
+# loads the bootstrap by name (``importlib.import_module(BOOTSTRAP)``) when it starts.
+# The bootstrap sits above every layer, since it installs all of them; it also fills
+# in what higher layers add to lower ones (the tensor engine and the dashboard, which
+# ``_actor/api/extensions.py`` calls), so no layer imports a higher one.
+UPWARD = {"_runtime/node.py": {"_bootstrap"}}
+
+# The sub-layers of a layer, in order: a module may import its own sub-layer and the
+# groups listed before its own, never a later one nor a peer in its own group (a
+# sub-layer is a subpackage, or a module directly in the layer's package). Imports
+# inside functions count; those under ``if TYPE_CHECKING:`` (annotations only) do not.
+SUBLAYERS = {
+    # the actor core (cells, ports, futures, context) < the API built on it
+    # (meshes, adverbs, proc and host meshes) < what builds on the API
+    "_actor": [("core",), ("api",), ("tools", "debugger")],
+    # the runtime (I/O loop, peers, mailboxes) < the node holding it < the log
+    # forwarding and the hosting (agent, zygote, procs) that start and use nodes
+    "_runtime": [("messaging",), ("node",), ("logs",), ("hosting",)],
+}
 
 
 def _module_constants(tree: ast.Module) -> dict[str, str]:
@@ -95,6 +108,106 @@ def _danaus_imports(path: pathlib.Path) -> set[str]:
                 if parts[0] == "danaus" and len(parts) > 1:
                     found.add(parts[1])
     return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _run_time_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _module_of(dotted: list[str]) -> list[str]:
+    """``dotted`` if it names a danaus module or package, else its parent (an attribute)."""
+    here = SRC.joinpath(*dotted[1:])
+    if here.is_dir() or here.with_suffix(".py").is_file():
+        return dotted
+    return dotted[:-1]
+
+
+def _imported_modules(path: pathlib.Path) -> set[str]:
+    """The danaus modules ``path`` imports at run time (in functions too), dotted:
+    ``from pkg import mod`` counts as ``pkg.mod``."""
+    rel = path.relative_to(SRC).with_suffix("")
+    package = ["danaus", *rel.parts[:-1]]
+    tree = ast.parse(path.read_text())
+    constants = _module_constants(tree)
+    found: set[str] = set()
+    for node in _run_time_nodes(tree):
+        found.update(_named_modules(node, constants))
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                base = [*base, *(node.module.split(".") if node.module else [])]
+            else:
+                base = node.module.split(".") if node.module else []
+            if base[:1] == ["danaus"]:
+                found.update(".".join(_module_of([*base, a.name])) for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "danaus")
+    return found
+
+
+def _sublayer(dotted: str, layer: str) -> str | None:
+    """The sub-layer of ``layer`` that module ``dotted`` belongs to (None: another layer,
+    or the layer's package itself)."""
+    parts = dotted.split(".")
+    if parts[1:2] != [layer] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def _sublayer_files() -> list[tuple[str, pathlib.Path]]:
+    return [
+        (layer, f)
+        for layer in SUBLAYERS
+        for f in sorted((SRC / layer).rglob("*.py"))
+        if f.parent != SRC / layer or f.name != "__init__.py"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("layer", "path"),
+    _sublayer_files(),
+    ids=lambda v: str(v.relative_to(SRC)) if isinstance(v, pathlib.Path) else v,
+)
+def test_sublayers_import_only_their_own_and_earlier_ones(layer: str, path: pathlib.Path) -> None:
+    groups = SUBLAYERS[layer]
+    rank = {name: i for i, group in enumerate(groups) for name in group}
+    dotted = ".".join(["danaus", *path.relative_to(SRC).with_suffix("").parts])
+    mine = _sublayer(dotted, layer)
+    assert mine in rank, f"{path.relative_to(SRC)}: add its sub-layer {mine!r} to SUBLAYERS"
+    wrong = sorted(
+        m
+        for m in _imported_modules(path)
+        if (sub := _sublayer(m, layer)) is not None
+        and sub != mine
+        and (sub not in rank or rank[sub] >= rank[mine])
+    )
+    assert not wrong, f"{path.relative_to(SRC)} ({mine}) imports later or peer sub-layers: {wrong}"
+
+
+def test_the_sublayer_scan_sees_deferred_and_from_imports_but_not_type_checking_ones() -> None:
+    path = SRC / "_actor" / "core" / "context.py"
+    found = _imported_modules(path)
+    assert "danaus._actor.core.failing" in found  # from .failing import Aborted
+    assert "danaus._runtime.hosting.host" in found  # from ..._runtime.hosting import host
+    assert not any(m.startswith("danaus._actor.api") for m in found)  # TYPE_CHECKING only
+    deferred = _imported_modules(SRC / "_bootstrap.py")
+    assert {"danaus._tensor.api", "danaus._observe.dashboard"} <= deferred  # inside functions
 
 
 def _layer_files() -> list[tuple[str, pathlib.Path]]:
@@ -346,7 +459,29 @@ def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_the_upward_import_of_the_tensor_engine_only_happens_inside_functions() -> None:
+def test_a_client_node_loads_the_tensor_engine_dashboard_and_debugger_only_on_use() -> None:
+    """The bootstrap installs their hooks on the node, but imports none of them: the
+    tensor engine needs torch, the dashboard only runs with DANAUS_DASHBOARD=1, and the
+    client never needs the proc side of the debugger (pdb)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from danaus.actor import context, shutdown_context\n"
+        "context()  # starts the client's node: the bootstrap runs\n"
+        "assert 'danaus._bootstrap' in sys.modules\n"
+        "late = ['torch', 'danaus._tensor.api', 'danaus._observe.dashboard', "
+        "'danaus._actor.debugger.remote', 'danaus._actor.debugger.controller', 'pdb']\n"
+        "assert not [m for m in late if m in sys.modules], [m for m in late if m in sys.modules]\n"
+        "shutdown_context().get()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_DASHBOARD"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_the_upward_reference_to_the_bootstrap_only_happens_inside_functions() -> None:
     for rel in UPWARD:
         tree = ast.parse((SRC / rel).read_text())
         constants = _module_constants(tree)

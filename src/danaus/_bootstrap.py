@@ -9,9 +9,10 @@ forked procs start with every subsystem imported.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from ._actor import debugger
+from ._actor.api import procs
+from ._actor.api.extensions import Extensions, TensorEngine
 from ._actor.core import procservice, undeliverable
 from ._actor.tools import introspect
 from ._rdma import net as rdma
@@ -21,17 +22,56 @@ from ._supervision import monitor
 
 __all__ = ["INSTALLERS", "PRELOAD", "install"]
 
+
+# The imports inside the three functions below are the deliberate ones: each loads a
+# layer on its first use only. The tensor engine imports torch, an optional
+# dependency, so `import danaus` and a node's start must not; the dashboard (its
+# HTTP server, ~30 ms of imports) loads when DANAUS_DASHBOARD=1 asks for it; the
+# debugger's proc side (pdb) is for spawned procs only, where the zygote preloaded it.
+
+
+def _tensor_engine() -> TensorEngine:
+    from ._tensor import api
+
+    # api re-exports actor_rref for Endpoint.rref outside its __all__ (a public name list).
+    return cast(TensorEngine, api)
+
+
+def _serve_dashboard() -> None:
+    from ._observe import dashboard
+
+    dashboard.serve_from_environment()
+
+
+def _install_debugger(node: Node, boot: dict[str, Any]) -> None:
+    """Route actors' ``breakpoint()`` to the client (spawned procs only)."""
+    if not boot:
+        return  # the client keeps Python's own hooks, and never imports pdb
+    from ._actor.debugger import remote
+
+    remote.install(node, boot)
+
+
+def _install_extensions(node: Node, boot: dict[str, Any]) -> None:
+    """What the layers above the actor API add to it (``_actor/api/extensions.py``)."""
+    ext = node.part(Extensions)
+    ext.tensor_engine = _tensor_engine
+    ext.serve_dashboard = _serve_dashboard
+
+
 #: Each subsystem's installer, in the order they run: ``installer(node, boot)``.
 #: An installer registers frame handlers and hooks through the runtime's methods and
 #: keeps its state in a part of the node; it never sets attributes on the runtime.
 INSTALLERS = (
     ("logs", logs.install),  # output and logging records reach the client; LOG_* frames
     ("procs", procservice.install),  # STOP_PROC, spawning actors in this proc
+    ("proc meshes", procs.install),  # context().actor_instance.proc
+    ("extensions", _install_extensions),  # the tensor engine and the dashboard, on first use
     ("undeliverable", undeliverable.install),  # BOUNCE: messages that could not be delivered
     ("supervision", monitor.install),  # FAILED, and lost peers failing their meshes
     ("rdma", rdma.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
     ("introspect", introspect.install),  # STATS, TRACE_START/STOP, STACK (dashboard, trace)
-    ("debugger", debugger.install),  # breakpoint() in an actor talks to the client
+    ("debugger", _install_debugger),  # breakpoint() in an actor talks to the client
 )
 
 

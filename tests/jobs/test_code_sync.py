@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from danaus._actor.tools.code_sync import _module_name
+from danaus._actor.api.code_sync import _module_name
 from danaus.tools.config import Workspace
 
 from .conftest import Scripts

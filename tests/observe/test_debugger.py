@@ -486,7 +486,7 @@ def test_debug_controller_serves_only_source_files_the_client_has_loaded() -> No
 
 
 def test_a_sessions_output_keeps_its_last_part_and_says_how_much_was_dropped() -> None:
-    from danaus._actor.debugger.remote import OutputRing
+    from danaus._actor.debugger.session import OutputRing
 
     ring = OutputRing(limit=10)
     ring.append("0123456789")

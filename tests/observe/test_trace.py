@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import danaus
-from danaus._actor.tools import introspect
+from danaus._actor.api import stats
 from danaus.actor import Actor, ActorMesh, ProcMesh, endpoint, this_host
 
 from .conftest import REPLY_TIMEOUT, Worker, proc_names
@@ -94,7 +94,7 @@ def test_a_proc_whose_clock_offset_was_lost_is_traced_with_a_warning(
 ) -> None:
     """A proc spawned during the trace starts tracing, but the answer carrying its clock
     is lost: its spans are kept, and a warning names it (they may be misaligned)."""
-    real = introspect.ask_trace_start
+    real = stats.ask_trace_start
 
     def answer_lost(procs: Any, arrived: Any = None) -> Any:
         real(procs, arrived)  # the procs are asked, and start tracing
@@ -107,7 +107,7 @@ def test_a_proc_whose_clock_offset_was_lost_is_traced_with_a_warning(
     path = tmp_path / "lost.json"
     try:
         with danaus.trace(path) as t:
-            monkeypatch.setattr(introspect, "ask_trace_start", answer_lost)
+            monkeypatch.setattr(stats, "ask_trace_start", answer_lost)
             pm = this_host().spawn_procs(per_host={"gpus": 1})
             monkeypatch.undo()
             mesh = pm.spawn("lost_clock", Worker)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from danaus import _config as config
-from danaus._actor.tools.code_sync import CodeSyncActor, Workspace, _files, add_to_sys_path
+from danaus._actor.api.code_sync import CodeSyncActor, Workspace, _files, add_to_sys_path
 from danaus.testing import ClientScript
 
 pytestmark = pytest.mark.timeout(90)

@@ -1,7 +1,7 @@
 """Observing a running mesh: traces, the web dashboard, `danaus top`, stack dumps.
 
 Capture happens where the work is (metrics and spans in ``_runtime`` and
-``_actor``, answered by each proc's I/O thread through ``_actor.introspect``);
+``_actor``, answered by each proc's I/O thread through ``_actor/tools/introspect``);
 this layer only collects and serves: ``trace`` (Chrome/Perfetto trace files,
 OpenTelemetry), ``state`` (the host/proc/actor tree the dashboard shows),
 ``dashboard`` (the HTTP server and its JSON API), ``gate`` (its front door:

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from .._actor.api.mesh import ActorMesh
 from .._actor.api.procs import ProcMesh
+from .._actor.api.stats import MeshStats, mesh_stats
 from .._actor.core.future import Future
-from .._actor.tools.introspect import MeshStats, mesh_stats
 from .trace import Trace, trace
 
 if TYPE_CHECKING:

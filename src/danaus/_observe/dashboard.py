@@ -43,7 +43,7 @@ from importlib import resources
 from typing import Any
 
 from .. import _config as config
-from .._actor.tools import introspect
+from .._actor.api import stats
 from .._runtime.hosting import host
 from .gate import Gate, RequestHandler
 from .state import StateCollector, discover, find_procs
@@ -288,7 +288,7 @@ def _make_handler(dash: Dashboard) -> Callable[[socket.socket, Any, bytes], None
             except ValueError as e:
                 self._json(400, {"error": str(e)})
                 return
-            answers = introspect.ask_stacks(procs).result()
+            answers = stats.ask_stacks(procs).result()
             self._json(
                 200,
                 {

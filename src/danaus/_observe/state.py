@@ -18,10 +18,10 @@ import threading
 import time
 from typing import Any
 
+from .._actor.api import stats
 from .._actor.api.procs import ProcMesh, owned_proc_meshes
+from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
-from .._actor.tools import introspect
-from .._actor.tools.introspect import EndpointMetrics
 from .._runtime.hosting import host
 from .._supervision.supervised import supervised
 from .._wire.ids import ProcId
@@ -217,7 +217,7 @@ def discover(known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, A
             # The parent's word first: its host agent says how the process ended.
             e["lost"] = e["lost"] or rt.is_lost(e["id"].name)
         alive = [e for e in level if e["lost"] is None]
-        answers = introspect.ask_stats([e["id"] for e in alive]).result()
+        answers = stats.ask_stats([e["id"] for e in alive]).result()
         for e in level:
             e["answer"] = (False, e["lost"])
         for e, answer in zip(alive, answers, strict=True):

@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 from .. import _config as config
+from .._actor.api import stats
 from .._actor.tools import introspect
 from .._runtime.hosting import host
 from .._runtime.messaging.metrics import Tracer
@@ -66,7 +67,7 @@ class Trace:
         rt.set_tracer(Tracer(config.get("trace_max_events")))
         arrived = [0] * len(self._procs)
         sent = time.perf_counter_ns()
-        answers = introspect.ask_trace_start(self._procs, arrived).result()
+        answers = stats.ask_trace_start(self._procs, arrived).result()
         self._learn_offsets(self._procs, sent, arrived, answers)
         return self
 
@@ -110,11 +111,9 @@ class Trace:
         if new:
             arrived = [0] * len(new)
             sent = time.perf_counter_ns()
-            self._learn_offsets(
-                new, sent, arrived, introspect.ask_trace_start(new, arrived).result()
-            )
+            self._learn_offsets(new, sent, arrived, stats.ask_trace_start(new, arrived).result())
             procs += new
-        answers = introspect.ask_trace_stop(procs).result()
+        answers = stats.ask_trace_stop(procs).result()
         parts = [(mine, 0)]
         missing = []
         for p, (ok, data) in zip(procs, answers, strict=True):

@@ -20,7 +20,9 @@ Example::
 
 from __future__ import annotations
 
-from .._actor import config as config
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .._actor.api.actor import Actor
 from .._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
 from .._actor.api.controller import get_or_spawn_controller
@@ -36,6 +38,7 @@ from .._actor.api.legacy import local_proc_mesh, proc_mesh, sim_proc_mesh
 from .._actor.api.lifecycle import shutdown_context
 from .._actor.api.mesh import ActorMesh
 from .._actor.api.procs import ProcMesh, this_proc
+from .._actor.core import config as config
 from .._actor.core.context import (
     Context,
     Instance,
@@ -46,7 +49,6 @@ from .._actor.core.context import (
 )
 from .._actor.core.future import Future
 from .._actor.core.ports import Channel, Port, PortReceiver
-from .._actor.debugger import debug_controller as debug_controller
 from .._errors import ActorError as ActorError
 from .._errors import SupervisionError as SupervisionError
 from .._job.config import hosts_from_config as hosts_from_config
@@ -57,6 +59,9 @@ from .._runtime.hosting.worker import run_worker_loop_forever
 from .._supervision.failure import MeshFailure as MeshFailure
 from .._supervision.hook import default_unhandled_fault_hook as unhandled_fault_hook
 from .._wire.ids import ProcId, Uid
+
+if TYPE_CHECKING:
+    from .._actor.debugger.controller import debug_controller as debug_controller
 
 __all__ = [
     "Accumulator",
@@ -109,6 +114,8 @@ for _name in __all__:
         continue  # users replace it by assignment; keep the function's own name
     if _name in ("ProcId", "Uid"):
         continue  # wire ids: pickles keep naming the module that defines them
+    if _name == "debug_controller":
+        continue  # loaded on first use (__getattr__ below)
     _obj = globals()[_name]
     if isinstance(_obj, type) or callable(_obj):
         try:
@@ -116,3 +123,30 @@ for _name in __all__:
         except (AttributeError, TypeError):
             pass
 del _name, _obj
+
+if not TYPE_CHECKING:  # the type checker sees the import above instead
+
+    def __getattr__(name: str) -> Any:
+        if name == "debug_controller":
+            # The debugger (its controller, prompt and commands: ~15 ms of imports) loads
+            # on first use, so a client that never debugs never imports it.
+            mod = importlib.import_module("danaus._actor.debugger.controller")
+            value = mod.debug_controller
+            value.__module__ = __name__
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if not TYPE_CHECKING:  # the type checker sees the import above instead
+
+    def __getattr__(name: str) -> Any:
+        if name == "debug_controller":
+            # The debugger (its controller, prompt and commands: ~15 ms of imports) loads
+            # on first use, so a client that never debugs never imports it.
+            mod = importlib.import_module("danaus._actor.debugger.controller")
+            value = mod.debug_controller
+            value.__module__ = __name__
+            globals()[name] = value
+            return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

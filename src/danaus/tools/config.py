@@ -9,7 +9,7 @@ Example::
 
 from __future__ import annotations
 
-from .._actor.tools.code_sync import Workspace
+from .._actor.api.code_sync import Workspace
 
 __all__ = ["Workspace"]
 

@@ -6,7 +6,7 @@ import inspect
 import logging
 from typing import Any
 
-from .endpoint import EndpointProperty, endpoints_of
+from ..core.endpoints import EndpointProperty, endpoints_of
 
 __all__ = ["Actor", "actor_mode", "validate_actor_class"]
 

@@ -41,12 +41,14 @@ from ..core.collect import (
     OneCall,
     TreeCollector,
     set_future,
+    wait_ready,
 )
 from ..core.context import context
+from ..core.endpoints import EndpointProperty
 from ..core.future import Deferred, Future, Pending, resolve
 from ..core.ports import Port
 from ..core.undeliverable import return_to_sender
-from .endpoint import EndpointProperty
+from .extensions import tensor_engine
 
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
@@ -264,8 +266,6 @@ class Endpoint:
         state = self._mesh._state
         if state.booted:
             return
-        from .mesh import wait_ready
-
         wait_ready(self._mesh._ref.procs)
         state.booted = True
 
@@ -534,9 +534,7 @@ class Endpoint:
         endpoint that raises fails the result tensors, not the actor. See
         ``docs/tensor.md``.
         """
-        from .procs import _tensor_api
-
-        return _tensor_api().actor_rref(self, args, kwargs)
+        return tensor_engine().actor_rref(self, args, kwargs)
 
     def _send_returning(
         self,

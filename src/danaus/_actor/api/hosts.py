@@ -34,7 +34,7 @@ from ..._wire.protocol import Attach, ShutdownHost
 from ..core.collect import Collector, Countdown, set_future
 from ..core.context import refresh_root
 from ..core.future import Future
-from ..tools.code_sync import (
+from .code_sync import (
     CodeSyncActor,
     SyncReport,
     Workspace,
@@ -44,6 +44,7 @@ from ..tools.code_sync import (
     sync,
     workspace_bootstrap,
 )
+from .controller import ensure_registry
 from .procs import ProcMesh, check_per_host, spawn_on
 
 __all__ = ["ChannelTransport", "HostMesh", "attach_to_workers", "enable_transport", "this_host"]
@@ -136,6 +137,7 @@ class HostMesh(MeshTrait):
             bootstrap = functools.partial(
                 workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
             )
+        ensure_registry()  # reachable by the procs before any of them starts
         pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds)
         self._state.proc_meshes.append(pm)
         return pm
@@ -206,6 +208,7 @@ class HostMesh(MeshTrait):
             with syncs.lock:
                 entry = syncs.procs.get(agents)
                 if entry is None:
+                    ensure_registry()
                     pm = spawn_on(list(agents), {}, self._shape, None, "code_sync", self)
                     entry = syncs.procs[agents] = (pm, pm.spawn("danaus_code_sync", CodeSyncActor))
                 dsts = list(workspace.dirs.values())

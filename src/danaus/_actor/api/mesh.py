@@ -18,10 +18,10 @@ from ..._runtime.messaging.tree import FLAG_STOP
 from ..._wire.ids import ActorId, ProcId
 from ..._wire.protocol import Cast, StopActor
 from ..core import owned
-from ..core.collect import Collector, Countdown, TreeCollector, set_future
+from ..core.collect import Collector, Countdown, TreeCollector, set_future, wait_ready
+from ..core.endpoints import EndpointProperty, endpoints_of
 from ..core.future import Future
 from .adverbs import Endpoint, NotAnEndpoint
-from .endpoint import EndpointProperty, endpoints_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
     from .procs import ProcMesh
 
-__all__ = ["ActorMesh", "MeshRef", "wait_ready"]
+__all__ = ["ActorMesh", "MeshRef"]
 
 A = TypeVar("A")
 
@@ -55,18 +55,6 @@ class _State:
     tracebacks: dict[int, str] = field(default_factory=dict)  # rank -> remote traceback
     lock: threading.Lock = field(default_factory=threading.Lock)
     booted: bool = False  # every proc of the mesh has booted (checked before a tree cast)
-
-
-def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
-    """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
-    rt = host.ensure_runtime()
-    if rt.on_io_thread():
-        return
-    done = threading.Event()
-    countdown = Countdown(len(procs), done.set)
-    for p in procs:
-        rt.when_ready(p, countdown.tick)
-    done.wait(timeout)
 
 
 class ActorMesh(MeshTrait, Generic[A]):

@@ -18,16 +18,18 @@ from ..._errors import ActorError, RemoteException, SupervisionError
 from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
 from ..._runtime.logs.process import control as log_control
+from ..._runtime.node import Node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
 from ..core import owned
-from ..core.collect import Collector, Countdown, set_future
-from ..core.context import context
+from ..core.collect import Collector, Countdown, set_future, wait_ready
+from ..core.context import ProcMeshOf, context
 from ..core.future import Future
-from ..tools import introspect
+from . import stats as _stats
 from .actor import actor_mode, validate_actor_class
-from .mesh import ActorMesh, MeshRef, _State, wait_ready
+from .extensions import Extensions, tensor_engine
+from .mesh import ActorMesh, MeshRef, _State
 
 if TYPE_CHECKING:
     from .hosts import HostMesh
@@ -36,6 +38,7 @@ __all__ = [
     "ProcMesh",
     "check_per_host",
     "children",
+    "install",
     "owned_proc_meshes",
     "spawn_on",
     "this_proc",
@@ -275,7 +278,7 @@ class ProcMesh(MeshTrait):
         the ``stats_timeout`` setting is listed with the reason instead of
         holding the answer up. ``danaus.stats(actor_mesh)`` gives one actor mesh's.
         """
-        return Future._create(introspect.mesh_stats(self._selected()), "the procs' statistics")
+        return Future._create(_stats.mesh_stats(self._selected()), "the procs' statistics")
 
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 
@@ -285,20 +288,20 @@ class ProcMesh(MeshTrait):
         See ``danaus.Tensor``; does not block (spawns the tensor-engine workers
         on first use).
         """
-        return _tensor_api().activate(self)
+        return tensor_engine().activate(self)
 
     def deactivate(self) -> None:
         """End this mesh's latest ``activate()``. Does not block."""
-        _tensor_api().deactivate(self)
+        tensor_engine().deactivate(self)
 
     def rank(self, dims: Any) -> Any:
         """A mesh tensor holding each proc's coordinate along ``dims`` (a name or a list)."""
-        return _tensor_api().mesh_rank(self, dims)
+        return tensor_engine().mesh_rank(self, dims)
 
     @property
     def ranks(self) -> Any:
         """``{dim: self.rank(dim)}`` for every dimension of this mesh."""
-        return _tensor_api().mesh_ranks(self)
+        return tensor_engine().mesh_ranks(self)
 
     def rank_tensor(self, dim: Any) -> Any:
         """Monarch's name for :meth:`rank`."""
@@ -323,22 +326,6 @@ class ProcMesh(MeshTrait):
         return f"<ProcMesh {self.sizes}>"
 
 
-def _observe_dashboard() -> Any:
-    # Upward on purpose (tests/test_layers.py allows exactly this): the dashboard is
-    # served by the observing layer, above this one, and only when asked for.
-    from ..._observe import dashboard
-
-    return dashboard
-
-
-def _tensor_api() -> Any:
-    # Upward on purpose (tests/test_layers.py allows exactly this): the tensor engine
-    # needs torch, so `import danaus.actor` must not load it until a mesh is activated.
-    from ..._tensor import api
-
-    return api
-
-
 def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:
     state = _ProcState(owned=False)
     state.initialized.set_result(True)
@@ -358,16 +345,16 @@ def spawn_on(
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     ``binds``: the CPU/NUMA binding of each proc of a host, in order (``proc_bind``).
+    The caller spawns the registry actor first (``controller.ensure_registry``), so
+    that the procs can reach it before any of them starts.
     """
-    from .controller import ensure_registry  # the controller module builds on this one
-
-    ensure_registry()  # reachable by the procs before any of them starts
-    if config.get("dashboard") and not host.ensure_runtime().boot:
-        _observe_dashboard().serve_from_environment()  # DANAUS_DASHBOARD=1: on first spawn
-    if bootstrap is not None and not callable(bootstrap):
-        raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
     node = host.ensure_node()
     rt = node.runtime
+    serve_dashboard = node.part(Extensions).serve_dashboard
+    if config.get("dashboard") and not rt.boot and serve_dashboard is not None:
+        serve_dashboard()  # DANAUS_DASHBOARD=1: on first spawn
+    if bootstrap is not None and not callable(bootstrap):
+        raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
     labels = [*host_shape.labels, *per_host]
     sizes = [*host_shape.extent.sizes, *per_host.values()]
     local = math.prod(per_host.values())
@@ -402,13 +389,18 @@ def spawn_on(
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
-        answers = introspect.ask_trace_start(procs, arrived)
+        answers = _stats.ask_trace_start(procs, arrived)
         rt.tracer.late.append((tuple(procs), sent, arrived, answers))
     spawned = node.part(_Spawned)
     with spawned.lock:
         spawned.meshes.append(pm)
     owned.register_proc_mesh(spawner, pm)
     return pm
+
+
+def install(node: Node, boot: dict[str, Any]) -> None:
+    """``context().actor_instance.proc`` on ``node`` is a one-proc ``ProcMesh``."""
+    node.part(ProcMeshOf).make = ProcMesh._singleton
 
 
 def children() -> list[dict[str, Any]]:

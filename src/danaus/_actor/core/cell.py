@@ -31,11 +31,11 @@ from ..._runtime.messaging.runtime import STATUS_OK, Runtime
 from ..._wire import codec
 from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
-from ..api.endpoint import EndpointProperty, endpoints_of
 from . import logprefix as _logprefix  # noqa: F401  (installs the actor log prefix)
 from . import owned
-from .context import Context, Instance, _thread_ctx, set_context
+from .context import Context, Instance, _current, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
+from .endpoints import EndpointProperty, endpoints_of
 from .failing import Failing, exception_payload, refuse_stopped
 from .handoff import Wrapped
 from .ports import Port, _DroppingPort
@@ -94,8 +94,6 @@ _PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, tuple, lis
 
 def cell_of_this_thread() -> ActorCell | None:
     """The cell whose thread this is (any of its tasks), if any."""
-    from .context import _current
-
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is None or cell.thread is not threading.current_thread():
@@ -159,7 +157,9 @@ class ActorCell(Failing, DeadlockCheck):
         self.stopped = False
         self.stopping = False  # its stop has begun: cancelled bodies are not failures
         self.mode: str = mode
-        self.debugging: Any = None  # the pdb session breakpoint() opened, while one is open
+        # The pdb session breakpoint() opened, while one is open (the debugger's RemotePdb,
+        # whose endpoint_done(cell, exc) ends it).
+        self.debugging: Any = None
         # The lock guards stopped, the wait and receive counts, the queued and answered calls, and
         # the inbox's bell.
         self._lock = threading.Lock()
@@ -669,9 +669,7 @@ class ActorCell(Failing, DeadlockCheck):
     def _debug_finish(self, exc: BaseException | None) -> None:
         """End the pdb session breakpoint() opened in this endpoint (post-mortem on ``exc``)."""
         if self.debugging is not None:  # the common case costs one attribute read
-            from ..debugger.remote import finish
-
-            finish(self, exc)
+            self.debugging.endpoint_done(self, exc)
 
     def _stop_children(self, reason: str) -> None:
         if self.ctx_instance is not None:

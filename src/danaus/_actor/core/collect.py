@@ -18,6 +18,7 @@ from typing import Any
 
 from ..._errors import ActorError, InternalError, SupervisionError
 from ..._mesh import tree
+from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._runtime.messaging.tree import RootGather
 from ..._wire import codec
@@ -34,6 +35,7 @@ __all__ = [
     "Undecoded",
     "decode_reply",
     "set_future",
+    "wait_ready",
 ]
 
 
@@ -275,6 +277,18 @@ class Countdown:
             last = self._left == 0
         if last:
             self._on_zero()
+
+
+def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
+    """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
+    rt = host.ensure_runtime()
+    if rt.on_io_thread():
+        return
+    done = threading.Event()
+    countdown = Countdown(len(procs), done.set)
+    for p in procs:
+        rt.when_ready(p, countdown.tick)
+    done.wait(timeout)
 
 
 def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:

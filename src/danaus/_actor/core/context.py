@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..._mesh import Extent, Point
 from ..._runtime.hosting import host
-from ..._wire.ids import ActorId
+from ..._wire.ids import ActorId, ProcId
+from .failing import Aborted
 
 if TYPE_CHECKING:
     from ..api.procs import ProcMesh
@@ -56,9 +57,10 @@ class Instance:
     @property
     def proc(self) -> ProcMesh:
         """This actor's own proc, as a one-proc mesh you can spawn on."""
-        from ..api.procs import ProcMesh
-
-        return ProcMesh._singleton(self.actor_id.proc)
+        make = host.ensure_node().part(ProcMeshOf).make
+        if make is None:
+            raise RuntimeError("the actor API is not installed on this node (danaus._bootstrap)")
+        return make(self.actor_id.proc)
 
     @property
     def proc_mesh(self) -> ProcMesh:
@@ -74,8 +76,6 @@ class Instance:
         """
         if self._cell is None:
             raise RuntimeError("abort() can only be called by an actor, from inside an endpoint")
-        from .failing import Aborted
-
         raise Aborted(reason)
 
     def kill(self, reason: str | None = None) -> None:
@@ -132,6 +132,17 @@ class Context:
 
     def __repr__(self) -> str:
         return f"Context({self.actor_instance}, message_rank={self.message_rank})"
+
+
+class ProcMeshOf:
+    """How ``Instance.proc`` makes a one-proc mesh of a proc (a part of the node).
+
+    ``ProcMesh`` belongs to the actor API, above this module: its installer
+    (``danaus._actor.api.procs.install``) sets ``make``.
+    """
+
+    def __init__(self) -> None:
+        self.make: Callable[[ProcId], ProcMesh] | None = None
 
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..._runtime.messaging.runtime import STATUS_EXC, Runtime
 from ..._wire.protocol import Message
-from ..api.endpoint import EndpointProperty
+from .endpoints import EndpointProperty
 
 if TYPE_CHECKING:
     from .context import Instance

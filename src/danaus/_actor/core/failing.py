@@ -21,8 +21,8 @@ from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, Runtime
 from ..._wire import codec
 from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
-from ..api.endpoint import EndpointProperty
 from . import owned
+from .endpoints import EndpointProperty
 
 if TYPE_CHECKING:
     from .context import Instance

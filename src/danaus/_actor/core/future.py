@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import logging
 import math
 import threading
 import time
@@ -13,6 +14,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime.hosting import proc as _proc
+from .context import _current
 
 if TYPE_CHECKING:
     from ..._transport.conn import DirectReader
@@ -148,8 +150,6 @@ def _read_own_reply(
 
 
 def _log_callback_error(fn: Any) -> None:
-    import logging
-
     logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
 
 
@@ -559,19 +559,11 @@ def _clean(e: BaseException | None) -> BaseException:
 
 
 _running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
-# A cache, not state: danaus._actor.core.context._current, once imported (a cycle forbids
-# importing it at top).
-_context_var: Any = None
 
 
 def _waiting_cell() -> Any:
     """The actor cell whose own thread is running this code, if any."""
-    global _context_var
-    if _context_var is None:
-        from .context import _current
-
-        _context_var = _current
-    ctx = _context_var.get()
+    ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is None or cell.thread is not threading.current_thread():
         return None

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._wire import codec
 
 __all__ = [
     "Capture",
@@ -104,8 +105,6 @@ class Capture:
         none), and the endpoint's result goes back to the producers
         (``Wrapped.returns``).
         """
-        from ..._wire import codec
-
         key = f"{host.ensure_runtime().proc_id.name}:{next(_handoffs().keys)}"
         if hand_off is not None:
             hand_off(key, len(self.refs), list(enumerate(obj for _, obj in self.refs)), recipients)

@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 from ..._runtime.hosting import host
-from .. import config
+from . import config
 from .context import _current, _Root, _thread_ctx
 
 __all__ = ["install"]

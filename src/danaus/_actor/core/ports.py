@@ -24,6 +24,8 @@ from ..._wire.frame import flat
 from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Message, Reply
 from .collect import Undecoded, set_future
+from .context import context
+from .failing import exception_payload
 from .future import Deferred, Future, resolve
 
 if TYPE_CHECKING:
@@ -37,8 +39,6 @@ R = TypeVar("R")
 
 def current_sender() -> ActorId | None:
     """The actor on whose behalf this thread sends (None in the client's own threads)."""
-    from .context import context
-
     inst = context().actor_instance
     return inst.actor_id if inst._cell is not None else None
 
@@ -83,8 +83,6 @@ class Port(Generic[R]):
 
     def exception(self, exc: BaseException) -> None:
         """Make the receiver's ``recv()`` (or the caller's future) raise ``exc``."""
-        from .cell import exception_payload
-
         self._send(STATUS_EXC, exception_payload(exc))
 
     async def resolve_and_send(self, result: R) -> None:
@@ -113,7 +111,7 @@ class Port(Generic[R]):
             body,
             snapshot,
             on_fail=lambda reason: (
-                _return_to_sender(sender, dest, reason) if self.return_undeliverable else None
+                rt.bounce(sender, dest, reason) if self.return_undeliverable else None
             ),
         )
 
@@ -141,12 +139,6 @@ class _DroppingPort(Port[Any]):
 
     def __repr__(self) -> str:
         return "<Port (no reply wanted)>"
-
-
-def _return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
-    from .undeliverable import return_to_sender
-
-    return_to_sender(sender, dest, reason)
 
 
 class _Inbox:
@@ -227,8 +219,6 @@ def _close_port(rt: Runtime, port: int, cell: ActorCell | None, gate: Gate | Non
 
 def _owning_cell() -> Any:
     """The actor cell on whose thread a receiver is being opened (None in the client)."""
-    from .context import context
-
     return context().actor_instance._cell
 
 

@@ -22,6 +22,7 @@ from ..._runtime.messaging.runtime import Runtime
 from ..._runtime.node import Node
 from ..._wire.ids import ActorId
 from ..._wire.protocol import Bounce, Kind, Message
+from .cell import ActorCell
 from .ports import Undeliverable
 
 __all__ = ["ClientHandler", "install", "return_to_sender", "set_client_handler"]
@@ -61,8 +62,6 @@ def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
 
 
 def _to_local_actor(rt: Runtime, env: Undeliverable) -> None:
-    from .cell import ActorCell
-
     sender = env.sender()
     assert sender is not None
     cell = rt.mailboxes.get((sender.mesh, sender.rank))

@@ -22,6 +22,7 @@ from typing import Any
 from ... import _config as config
 from ..._runtime.hosting import host
 from ..api.actor import Actor
+from ..api.controller import get_or_spawn_controller
 from ..api.endpoint import concurrent_endpoint, endpoint
 from . import commands as cmds
 from .frontends import (
@@ -32,9 +33,9 @@ from .frontends import (
     TerminalFrontend,
     same_user,
 )
-from .remote import OutputRing, SessionInfo
+from .session import CONTROLLER_NAME, OutputRing, SessionInfo
 
-__all__ = ["INFO_NAME", "SOCKET_NAME", "DebugController", "Session"]
+__all__ = ["INFO_NAME", "SOCKET_NAME", "DebugController", "Session", "debug_controller"]
 
 SOCKET_NAME = "debug.sock"  # in the client's job directory
 INFO_NAME = "debug.json"  # beside it: {"pid", "argv", "socket"}, for `danaus debug` to find it
@@ -476,3 +477,13 @@ def _show(sel: cmds.RankSelection) -> str:
     if isinstance(sel, range):
         return f"{sel.start}:{sel.stop}:{sel.step}"
     return str(sel)
+
+
+def debug_controller() -> Any:
+    """The client's debug controller, an actor mesh of one, spawned on first use (blocks).
+
+    It holds the sessions of actors paused in ``breakpoint()`` and serves the
+    ``danaus debug`` prompt; ``debug_controller().sessions.call_one().get()``
+    lists them (actor, rank, coords, host, pid, file, line, function).
+    """
+    return get_or_spawn_controller(CONTROLLER_NAME, DebugController).get()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import bdb
-import collections
 import linecache
 import logging
 import os
@@ -32,100 +31,24 @@ import pdb
 import socket
 import sys
 import threading
-from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
-from ..._runtime.messaging.runtime import Runtime
+from ..._runtime.node import Node
+from ..api.controller import get_or_spawn_controller
 from ..core.context import context
+from .controller import DebugController
+from .session import CONTROLLER_NAME, OutputRing, SessionInfo
 
 if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
     from ..core.cell import ActorCell
     from ..core.future import Future
 
-__all__ = ["OutputRing", "ProcDebugger", "RemotePdb", "SessionInfo", "finish", "install"]
+__all__ = ["ProcDebugger", "RemotePdb", "install"]
 
 log = logging.getLogger("danaus.actor")
-
-CONTROLLER_NAME = "debug_controller"
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    """Who is paused, and where: sent to the controller when a session starts."""
-
-    mesh_id: str
-    name: str  # the name given to spawn()
-    rank: int  # the actor's rank in its mesh
-    coords: dict[str, int]
-    host: str
-    pid: int
-    proc: str
-    where: tuple[str, int, str] = ("?", 0, "?")  # file, line, function
-    key: tuple[str, int] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", (self.mesh_id, self.rank))
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} characters"
-
-
-class OutputRing:
-    """The last ``limit`` characters of a debug session's output, and how many were dropped.
-
-    Positions count every character ever appended; :meth:`since` gives the
-    text from a position on, led by a marker line saying how much of it was
-    dropped, and :meth:`clear` starts a new stretch (what one pdb command
-    printed). A session that prints forever holds at most ``limit``.
-    """
-
-    def __init__(self, limit: int | None = None) -> None:
-        self.limit = max(1, limit if limit is not None else config.get("debug_output_max"))
-        self._parts: collections.deque[str] = collections.deque()
-        self._size = 0
-        self.start = 0  # position of the first character kept
-        self.end = 0  # position after the last one appended
-        self.base = 0  # where the current stretch began (the last clear)
-
-    def append(self, text: str) -> None:
-        if not text:
-            return
-        self.end += len(text)
-        self._parts.append(text)
-        self._size += len(text)
-        while self._size > self.limit:
-            first, excess = self._parts[0], self._size - self.limit
-            if len(first) <= excess:
-                self._parts.popleft()
-                cut = len(first)
-            else:
-                self._parts[0] = first[excess:]
-                cut = excess
-            self._size -= cut
-            self.start += cut
-
-    def since(self, pos: int | None = None) -> str:
-        """The text of this stretch from ``pos`` (default: its beginning) to the end."""
-        pos = self.base if pos is None else max(pos, self.base)
-        marker = ""
-        if pos < self.start:
-            marker = (
-                f"[... {_size(self.start - pos)} of debugger output dropped: a session keeps "
-                f"the last {_size(self.limit)} (setting debug_output_max) ...]\n"
-            )
-            pos = self.start
-        return marker + "".join(self._parts)[pos - self.start :]
-
-    def clear(self) -> None:
-        self._parts.clear()
-        self._size = 0
-        self.start = self.base = self.end
 
 
 class _Output:
@@ -204,6 +127,18 @@ class RemotePdb(pdb.Pdb):
         except Exception as e:
             raise bdb.BdbQuit(f"lost the debug controller in the client: {e}") from e
         return str(line)
+
+    def endpoint_done(self, cell: ActorCell, exc: BaseException | None) -> None:
+        """After an endpoint of ``cell``: post-mortem on ``exc``, then end this session.
+
+        The cell calls it while ``cell.debugging`` is this session; a session
+        opened by another concurrent endpoint of an async actor is left to that
+        endpoint.
+        """
+        if self.task is not None and self.task is not _current_task():
+            return
+        cell.debugging = None
+        self.finish(exc, bool(config.get("debug_post_mortem")))
 
     def finish(self, exc: BaseException | None, post_mortem: bool) -> None:
         """The endpoint is done: post-mortem on ``exc`` if asked, then end the session."""
@@ -302,9 +237,6 @@ class ProcDebugger:
     def controller(self) -> Any:
         with self._lock:
             if self._controller is None:
-                from ..api.controller import get_or_spawn_controller
-                from .controller import DebugController
-
                 self._controller = _block(get_or_spawn_controller(CONTROLLER_NAME, DebugController))
             return self._controller
 
@@ -364,24 +296,7 @@ def _running_cell() -> ActorCell | None:
     return cell
 
 
-def finish(cell: ActorCell, exc: BaseException | None) -> None:
-    """After an endpoint of ``cell``: post-mortem on ``exc``, then end its debug session.
-
-    Called only when ``cell.debugging`` is set; a session opened by another
-    concurrent endpoint of an async actor is left to that endpoint.
-    """
-    session = cell.debugging
-    if not isinstance(session, RemotePdb):
-        return
-    if session.task is not None and session.task is not _current_task():
-        return
-    cell.debugging = None
-    from ... import _config as config
-
-    session.finish(exc, bool(config.get("debug_post_mortem")))
-
-
-def install(rt: Runtime, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
     """In a spawned proc, route ``breakpoint()`` and ``pdb.set_trace()`` of actors to the client.
 
     The client keeps Python's own hooks: actors on ``this_proc()`` run in the
@@ -389,6 +304,6 @@ def install(rt: Runtime, boot: dict[str, Any]) -> None:
     """
     if not boot:
         return
-    debugger = ProcDebugger(rt)
+    debugger = ProcDebugger(node.runtime)
     sys.breakpointhook = debugger.breakpointhook
     pdb.set_trace = debugger.pdb_set_trace

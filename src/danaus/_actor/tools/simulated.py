@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from ... import _config as config
 from ..._mesh import Shape, Slice
 from ..._mesh.tree import Selection
 from ..._runtime.hosting import host
@@ -28,8 +29,8 @@ from ..._transport.address import host_token
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Cast, Message
-from ..api.endpoint import endpoints_of
 from ..api.mesh import ActorMesh, MeshRef
+from ..core.endpoints import endpoints_of
 from ..core.failing import exception_payload
 
 __all__ = ["SimulatedMesh"]
@@ -185,8 +186,6 @@ class SimSender:
         selection = Selection.of(mesh._shape.ndslice)
         labels, sizes = mesh._labels_sizes()
         procs: Sequence[ProcId] = mesh._ref.procs
-        from ... import _config as config
-
         header = Cast(
             mesh._ref.mesh_id,
             mesh._ref.name,

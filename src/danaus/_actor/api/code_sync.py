@@ -40,6 +40,7 @@ import importlib
 import importlib.util
 import os
 import secrets
+import shutil
 import stat
 import sys
 import threading
@@ -50,9 +51,9 @@ from typing import Any
 
 from ... import _config as config
 from ..._runtime.hosting.proc import path_entry_problem
-from ..api.actor import Actor
-from ..api.endpoint import endpoint
 from ..core.context import current_rank
+from .actor import Actor
+from .endpoint import endpoint
 
 __all__ = ["SyncReport", "Workspace", "check_private_dir", "workspace_root"]
 
@@ -109,8 +110,6 @@ class Workspace:
     def merge(self, outdir: str | Path) -> None:
         """Copy the directories into ``outdir`` as they would be placed under a host's root
         (the files a sync sends, with the modes it gives them)."""
-        import shutil
-
         out = Path(outdir)
         out.mkdir(parents=True, exist_ok=True)
         for src, dst in self.dirs.items():
