@@ -17,8 +17,10 @@ its names, so ``import danaus`` never imports torch.
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 from typing import Any
 
+from . import _boothook
 from ._errors import DanausError as DanausError
 from ._mesh import Extent as Extent
 from ._mesh import NDSlice as NDSlice
@@ -32,6 +34,15 @@ from .config import get_global_config as get_global_config
 from .config import get_runtime_config as get_runtime_config
 
 __version__ = "0.1.0"
+
+
+def _load_bootstrap() -> ModuleType:
+    """The bootstrap installs every layer on a starting node. It imports them all, so it
+    loads when the first node starts, not at ``import danaus``."""
+    return importlib.import_module("danaus._bootstrap")
+
+
+_boothook.register(_load_bootstrap)
 
 # The tensor engine's names, loaded from danaus._tensor.api on first access.
 _TENSOR_NAMES = (

@@ -32,6 +32,9 @@ from __future__ import annotations
 import contextlib
 import difflib
 import enum
+import functools
+import inspect
+import itertools
 import logging
 import os
 import re
@@ -1818,10 +1821,7 @@ def env_for_children() -> dict[str, str]:
 def _parametrized(
     config_dicts: list[dict[str, Any]], param_ids: list[str]
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    import functools
-    import inspect
-
-    import pytest
+    import pytest  # only the tests that use these decorators need pytest
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         orig_sig = inspect.signature(fn)
@@ -1862,8 +1862,6 @@ def parametrize_config(**config_options: Any) -> Callable[[Callable[..., Any]], 
         def test_x(): ...  # 4 runs
 
     Raises :class:`ValueError` without options."""
-    import itertools
-
     if not config_options:
         raise ValueError("parametrize_config requires at least one config option")
     keys = list(config_options)

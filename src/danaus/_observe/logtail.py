@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime.hosting import host
+from .._runtime.logs import process as logs
 
 __all__ = ["Rings", "append", "clear", "procs", "tail"]
 
@@ -68,10 +69,7 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
 
 
 def _forwarded(proc: str) -> list[str]:
-    from .._runtime.logs import (
-        process as logs,  # the forwarder's own bounded tail of what it printed
-    )
-
+    # The forwarder's own bounded tail of what it printed.
     return logs.tail(proc, max(1, config.get("logtail_lines")))
 
 

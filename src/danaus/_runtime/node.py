@@ -4,9 +4,10 @@ A process's danaus is its :class:`Node`: the runtime (I/O loop, peers,
 mailboxes), the host agent it started (client only), the settings it was
 started with, and one state object per subsystem (owned meshes, the root
 context, ...), each created on first use by :meth:`Node.part`. Subsystems are
-installed on a new node by one bootstrap function (``danaus._bootstrap``, named
-here by string because it lives in a higher layer), explicitly and in a fixed
-order, never by import side effects.
+installed on a new node by one bootstrap function (``danaus._bootstrap``, which
+lives above every layer: the package registers it in ``danaus._boothook`` and the
+node asks for it there), explicitly and in a fixed order, never by import side
+effects.
 
 The client's node ends with ``shutdown_context()``; the next use starts a
 fresh one, so a client can stop and start again in the same process. A
@@ -15,20 +16,17 @@ dashboard or debugger inspects the node through :func:`current`.
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 import threading
 from typing import Any, TypeVar
 
+from .. import _boothook
 from .. import _config as config
 from .._wire.ids import ProcId
 from .messaging.runtime import Runtime
 
-__all__ = ["BOOTSTRAP", "Node", "current", "end", "preload_modules", "start"]
-
-#: The module whose ``install(node, boot)`` installs every subsystem on a new node.
-BOOTSTRAP = "danaus._bootstrap"
+__all__ = ["Node", "current", "end", "preload_modules", "start"]
 
 T = TypeVar("T")
 
@@ -72,7 +70,7 @@ class Node:
 
     def install(self, boot: dict[str, Any]) -> None:
         """Run the bootstrap: install every subsystem's frame handlers on the runtime."""
-        importlib.import_module(BOOTSTRAP).install(self, boot)
+        _boothook.bootstrap().install(self, boot)
 
     def __repr__(self) -> str:
         role = "client" if self.client else "proc"
@@ -81,7 +79,8 @@ class Node:
 
 def preload_modules() -> tuple[str, ...]:
     """What a zygote imports before it forks procs: the bootstrap and its ``PRELOAD``."""
-    return (BOOTSTRAP, *importlib.import_module(BOOTSTRAP).PRELOAD)
+    boot = _boothook.bootstrap()
+    return (boot.__name__, *boot.PRELOAD)
 
 
 # Held while a client node starts or ends: guards which node is this process's (_node).
