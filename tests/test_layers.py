@@ -133,6 +133,7 @@ FACADES = {
         "RDMATcpFallbackWarning",
         "RDMAWriteTransferWarning",
         "get_rdma_backend",
+        "get_rdma_local_path",
         "gpu_direct_rdma_supported",
         "is_ibverbs_available",
         "is_rdma_available",
