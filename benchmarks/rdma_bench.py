@@ -269,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     # One secret for the whole run: the ProcessJob and the namespace's worker must share
     # it, since a client authenticates with one secret.
     os.environ.setdefault("DANAUS_SECRET", secrets.token_hex(32))
-    print(f"danaus backend: {get_rdma_backend()} (local path {get_rdma_local_path()}); median of up to {repeat} runs; MiB/s")
+    print(
+        f"danaus backend: {get_rdma_backend()} (local path {get_rdma_local_path()}); "
+        f"median of up to {repeat} runs; MiB/s"
+    )
     results: dict[str, list[Row] | str] = {}
     for name in TABLES:
         if name not in chosen:
