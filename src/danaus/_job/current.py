@@ -21,6 +21,7 @@ write (``_transport.owned``): a spec names code to import.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -29,7 +30,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .. import _config as config
-from .._transport.owned import read_owned, write_private
+from .._transport.owned import ensure_private_dir, read_owned, write_private
 
 if TYPE_CHECKING:
     from .jobs import JobTrait
@@ -83,6 +84,12 @@ def context_state_path(name: str) -> str:
 
 def _spec_path(name: str) -> str:
     return f"{_CONTEXTS}/{_check_name(name)}/spec"
+
+
+def _make_context_dir(name: str) -> None:
+    """``.danaus/contexts/NAME``, each level created mode 700 if missing (or checked)."""
+    for directory in (DANAUS_DIR, _CONTEXTS, f"{_CONTEXTS}/{_check_name(name)}"):
+        ensure_private_dir(directory, "the context directory")
 
 
 def _read_text(path: str, what: str) -> str | None:
@@ -151,9 +158,9 @@ def set_current_job(module_path: str) -> None:
         raise ValueError(
             f"module_path must be 'module.attr' (or 'FILE.py:attr'), got {module_path!r}"
         )
-    write_private(
-        _spec_path(current_context()), (module_path.strip() + "\n").encode(), "the job spec file"
-    )
+    name = current_context()
+    _make_context_dir(name)
+    write_private(_spec_path(name), (module_path.strip() + "\n").encode(), "the job spec file")
 
 
 def load_current_job() -> JobTrait:
@@ -181,16 +188,17 @@ def context_names() -> list[str]:
 
 def context_create(name: str) -> None:
     """Create context ``name`` (a no-op if it exists); the active one does not change."""
-    _check_name(name)
-    from .._transport.owned import ensure_private_dir
-
-    ensure_private_dir(f"{_CONTEXTS}/{name}", "the context directory")
+    _make_context_dir(name)
 
 
 def context_use(name: str) -> None:
     """Make ``name`` the active context (created if missing)."""
     context_create(name)
-    write_private(_CONTEXT_FILE, (name + "\n").encode(), "the current context file")
+    if name == DEFAULT_CONTEXT:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_CONTEXT_FILE)
+    else:
+        write_private(_CONTEXT_FILE, (name + "\n").encode(), "the current context file")
 
 
 def context_rm(name: str) -> str | None:
