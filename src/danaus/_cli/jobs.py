@@ -21,10 +21,7 @@ __all__ = ["JOB_COMMANDS", "add_job_commands", "run_job_command"]
 JOB_COMMANDS = ("apply", "kill", "exec", "shell", "context")
 
 # --state's default: as JobTrait.state()'s, read when used.
-STATE_HELP = (
-    "(default: the active context's, .danaus/job_state.json for 'default'; or the "
-    "setting job_state_path if set)"
-)
+STATE_HELP = "(default: the setting job_state_path, .danaus/job_state.json, or the context's)"
 
 APPLY_HELP = """\
 Apply a job and leave its workers running for later clients.

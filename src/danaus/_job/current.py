@@ -93,6 +93,10 @@ def _make_context_dir(name: str) -> None:
 
 
 def _read_text(path: str, what: str) -> str | None:
+    """The file's text, ``None`` if there is none (then its directory is not checked: the
+    job state read next says what is wrong with it)."""
+    if not os.path.lexists(path):
+        return None
     try:
         return read_owned(path, what, private_dir=True).decode().strip()
     except FileNotFoundError:

@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
@@ -162,7 +163,7 @@ def exec_command(
     async def run() -> int:
         procs = hosts.spawn_procs(per_host=per_host)
         try:
-            actors = procs.spawn("danaus_exec", ExecActor)
+            actors: Any = procs.spawn("danaus_exec", ExecActor)
             results = await actors.run.call(argv, cwd, env, workdir, output_dir)
             worst = 0
             for _, (_label, code, out, err) in results.items():
