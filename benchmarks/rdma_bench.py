@@ -49,7 +49,7 @@ import numpy as np
 
 from danaus.actor import Actor, HostMesh, attach_to_workers, endpoint, this_host
 from danaus.job import ProcessJob
-from danaus.rdma import RDMABuffer, get_rdma_backend
+from danaus.rdma import RDMABuffer, get_rdma_backend, get_rdma_local_path
 
 MiB = 1 << 20
 SIZES = [1 * MiB, 16 * MiB, 128 * MiB, 512 * MiB]
@@ -269,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     # One secret for the whole run: the ProcessJob and the namespace's worker must share
     # it, since a client authenticates with one secret.
     os.environ.setdefault("DANAUS_SECRET", secrets.token_hex(32))
-    print(f"danaus backend: {get_rdma_backend()}; median of up to {repeat} runs; MiB/s")
+    print(
+        f"danaus backend: {get_rdma_backend()} (local path {get_rdma_local_path()}); "
+        f"median of up to {repeat} runs; MiB/s"
+    )
     results: dict[str, list[Row] | str] = {}
     for name in TABLES:
         if name not in chosen:

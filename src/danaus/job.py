@@ -11,6 +11,10 @@ Example::
 from __future__ import annotations
 
 from ._job.config import hosts_from_config as hosts_from_config
+from ._job.current import DEFAULT_JOB_PATH as DEFAULT_JOB_PATH
+from ._job.current import load_current_job as load_current_job
+from ._job.current import set_current_job as set_current_job
+from ._job.execute import exec_command as exec_command
 from ._job.jobs import JobState as JobState
 from ._job.jobs import JobTrait as JobTrait
 from ._job.jobs import LocalJob as LocalJob
@@ -19,24 +23,32 @@ from ._job.jobs import SSHJob as SSHJob
 from ._job.jobs import StartedWorker as StartedWorker
 from ._job.load import job_load as job_load
 from ._job.load import job_loads as job_loads
+from ._job.port_forward import PortForwarder as PortForwarder
+from ._job.shell import shell as shell
 from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
 
 __all__ = [
+    "DEFAULT_JOB_PATH",
     "JobState",
     "JobTrait",
     "LocalJob",
+    "PortForwarder",
     "ProcessJob",
     "SSHJob",
     "SlurmError",
     "SlurmJob",
     "StartedWorker",
+    "exec_command",
     "hosts_from_config",
     "job_load",
     "job_loads",
+    "load_current_job",
+    "set_current_job",
+    "shell",
 ]
 
 for _name in __all__:
-    if _name != "hosts_from_config":  # danaus.actor's, re-exported as in monarch.job
+    if _name not in ("hosts_from_config", "DEFAULT_JOB_PATH"):  # hosts_from_config: danaus.actor's
         globals()[_name].__module__ = __name__
 del _name

@@ -33,6 +33,7 @@ from __future__ import annotations
 from ._rdma.buffer import RDMAAction as RDMAAction
 from ._rdma.buffer import RDMABuffer as RDMABuffer
 from ._rdma.buffer import get_rdma_backend as get_rdma_backend
+from ._rdma.buffer import get_rdma_local_path as get_rdma_local_path
 from ._rdma.buffer import gpu_direct_rdma_supported as gpu_direct_rdma_supported
 from ._rdma.buffer import is_ibverbs_available as is_ibverbs_available
 from ._rdma.buffer import is_rdma_available as is_rdma_available
@@ -53,6 +54,7 @@ __all__ = [
     "RDMATcpFallbackWarning",
     "RDMAWriteTransferWarning",
     "get_rdma_backend",
+    "get_rdma_local_path",
     "gpu_direct_rdma_supported",
     "is_ibverbs_available",
     "is_rdma_available",

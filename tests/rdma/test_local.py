@@ -20,6 +20,7 @@ from danaus.rdma import (
     RDMAError,
     RDMAOwnerLostError,
     get_rdma_backend,
+    get_rdma_local_path,
     is_ibverbs_available,
     is_rdma_available,
 )
@@ -27,9 +28,10 @@ from danaus.rdma import (
 from .conftest import REPLY_TIMEOUT, random_bytes
 
 
-def test_the_backend_is_process_vm() -> None:
+def test_the_backend_is_one_of_monarchs_and_the_local_path_is_process_vm() -> None:
     assert is_rdma_available() is True
-    assert get_rdma_backend() == "process_vm"
+    assert get_rdma_backend() == "tcp"  # Monarch's values: "ibverbs", "tcp", "none"
+    assert get_rdma_local_path() == "process_vm"
     assert is_ibverbs_available() is False
 
 

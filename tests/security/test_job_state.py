@@ -74,7 +74,8 @@ def _preload() -> None:
     import danaus._job.jobs
     import danaus._job.load
     import danaus.job  # noqa: F401
-    from danaus._cli import debug, exec_actor, jobs, logs, observe  # noqa: F401  (main's subcommands)
+    from danaus._cli import debug, jobs, logs, observe  # noqa: F401  (main's subcommands)
+    from danaus._job import commands, current, execute, shell  # noqa: F401
 
 
 def run_as_victim(cwd: Path, code: str | None = None, cli: list[str] | None = None) -> Result:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -50,17 +50,17 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .debug import add_debug_command, run_debug
-    from .jobs import add_job_commands, run_job_command
-    from .logs import add_logs_command, run_logs_command
-    from .observe import COMMANDS as OBSERVE_COMMANDS
-    from .observe import add_observe_commands, run_observe_command
+def build_parser() -> argparse.ArgumentParser:
+    """The ``danaus`` command's parser, every subcommand added."""
+    from .debug import add_debug_command
+    from .jobs import add_job_commands
+    from .logs import add_logs_command
+    from .observe import add_observe_commands
 
     parser = argparse.ArgumentParser(
         prog="danaus",
         description="danaus command line: serve hosts (worker), manage jobs (apply, exec, "
-        "kill), read the procs' output (logs).",
+        "shell, kill, context), read the procs' output (logs).",
         epilog="`danaus COMMAND --help` explains each command with examples.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -91,10 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     add_debug_command(sub)
     add_logs_command(sub)
     add_observe_commands(sub)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .debug import run_debug
+    from .jobs import JOB_COMMANDS, run_job_command
+    from .logs import run_logs_command
+    from .observe import COMMANDS as OBSERVE_COMMANDS
+    from .observe import run_observe_command
+
+    args = build_parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
-    if args.command in ("apply", "kill", "exec"):
+    if args.command in JOB_COMMANDS:
         return run_job_command(args)
     if args.command == "debug":
         return run_debug(args)

@@ -36,6 +36,7 @@ from .._transport.auth import new_secret
 from .._transport.secret_env import environ_without_secret
 from . import statefile
 from .detach import LISTENING
+from .paths import current_job_path
 from .statefile import Fields, checked
 
 __all__ = [
@@ -64,9 +65,10 @@ CACHED_PATH = _FromSetting("job_state_path")
 
 
 def state_path(cached_path: str | None) -> str | None:
-    """``cached_path``, or the setting ``job_state_path`` for the default."""
+    """``cached_path``, or for the default the setting ``job_state_path`` (the active
+    context's job state while the setting keeps its default: ``current.py``)."""
     if isinstance(cached_path, _FromSetting):
-        return str(config.get("job_state_path"))
+        return current_job_path()
     return cached_path
 
 
@@ -246,7 +248,7 @@ class JobTrait:
 
     def _save_for_batch_client(self) -> str:
         """Save the job where the batch client's ``state()`` looks (``job_state_path``)."""
-        path = str(config.get("job_state_path"))
+        path = current_job_path()
         self.dump(path)
         self._cached_path = path
         return path

@@ -30,6 +30,7 @@ __all__ = [
     "RDMAAction",
     "RDMABuffer",
     "get_rdma_backend",
+    "get_rdma_local_path",
     "gpu_direct_rdma_supported",
     "is_ibverbs_available",
     "is_rdma_available",
@@ -57,10 +58,19 @@ def gpu_direct_rdma_supported() -> bool:
 
 
 def get_rdma_backend() -> str:
-    """``"process_vm"`` (one-sided copies between the processes of one host), else ``"none"``.
+    """Monarch's answer: ``"tcp"`` where buffers can be registered (Linux), else ``"none"``.
 
-    Monarch returns ``"ibverbs"``, ``"tcp"`` or ``"none"``; danaus has its own backend.
+    One of Monarch's values (``"ibverbs"``, ``"tcp"``, ``"none"``); danaus never uses
+    ibverbs. Between hosts the bytes travel over a TCP data connection; between the
+    processes of one host they take a faster path, which ``get_rdma_local_path()`` names.
     """
+    return "tcp" if vm.available() else "none"
+
+
+def get_rdma_local_path() -> str:
+    """How bytes move between processes of one host: ``"process_vm"`` (one kernel copy
+    with ``process_vm_readv``/``writev``, no socket), or ``"none"`` where the platform
+    lacks it (then no buffer can be registered). danaus's own; Monarch has no such call."""
     return BACKEND if vm.available() else "none"
 
 
@@ -108,7 +118,7 @@ class RDMABuffer:
         if not vm.available():
             raise RuntimeError(
                 "RDMABuffer needs Linux's process_vm_readv, which this platform lacks "
-                "(get_rdma_backend() == 'none'); send the data in an ordinary message instead"
+                "(get_rdma_local_path() == 'none'); send the data in an ordinary message instead"
             )
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
         node = ensure_node()

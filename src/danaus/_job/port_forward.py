@@ -1,0 +1,272 @@
+"""``PortForwarder``: point-to-point TCP forwards between two proc meshes, as Monarch's.
+
+For every point of the source mesh, its proc listens on ``src_address`` and each
+connection accepted there is relayed to ``127.0.0.1:dst_port`` on the
+destination proc at the same point. The bytes travel in ordinary actor
+messages (authenticated like all of the mesh's traffic): source to destination
+as ``data``/``eof`` messages in order, back on a ``Port`` per connection.
+Stopping the ``PortForwarder`` stops every forward it started (listeners closed,
+connections cut).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import endpoint
+from .._actor.core.context import current_rank
+from .._actor.core.ports import Channel, Port
+
+__all__ = ["PortForwarder"]
+
+_HOST = "127.0.0.1"
+_READ = 64 * 1024
+
+
+def _check_port(name: str, port: Any) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"{name} must be an integer from 1 through 65535, got {port!r}")
+    return port
+
+
+def _parse_address(address: Any) -> tuple[str, int]:
+    if not isinstance(address, str):
+        raise ValueError(f"src_address must be 'address:port', got {address!r}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"src_address must be 'address:port', got {address!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port.isdigit():
+        raise ValueError(f"src_address's port must be an integer, got {address!r}")
+    return host, _check_port("src_address's port", int(port))
+
+
+def _at_point(value: Any) -> Any:
+    return value(current_rank()) if callable(value) else value
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
+
+
+class _Destination(Actor):
+    """Connects to the destination service for each forwarded connection."""
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self._conns: dict[str, socket.socket] = {}
+        self._lock = threading.Lock()
+
+    @endpoint
+    def configure(self, dst_port: Any) -> None:
+        self._port = _check_port("dst_port", _at_point(dst_port))
+
+    @endpoint
+    def open(self, conn: str, back: Port[tuple[str, bytes]]) -> None:
+        if self._port is None:
+            raise RuntimeError("port forward destination is not configured")
+        sock = socket.create_connection((_HOST, self._port))
+        with self._lock:
+            self._conns[conn] = sock
+        threading.Thread(
+            target=self._pump, args=(conn, sock, back), name="danaus-forward-back", daemon=True
+        ).start()
+
+    def _pump(self, conn: str, sock: socket.socket, back: Port[tuple[str, bytes]]) -> None:
+        try:
+            while data := sock.recv(_READ):
+                back.send(("data", data))
+            back.send(("eof", b""))
+        except OSError:
+            back.send(("abort", b""))
+
+    @endpoint
+    def data(self, conn: str, data: bytes) -> None:
+        sock = self._conns.get(conn)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.sendall(data)
+
+    @endpoint
+    def eof(self, conn: str) -> None:
+        sock = self._conns.get(conn)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
+
+    @endpoint
+    def close(self, conn: str) -> None:
+        with self._lock:
+            sock = self._conns.pop(conn, None)
+        if sock is not None:
+            _close(sock)
+
+    def __cleanup__(self, exc: Any) -> None:
+        with self._lock:
+            conns, self._conns = list(self._conns.values()), {}
+        for sock in conns:
+            _close(sock)
+
+
+class _Source(Actor):
+    """Listens at the source address and relays each connection to its destination."""
+
+    def __init__(self) -> None:
+        self._server: socket.socket | None = None
+        self._dest: Any = None
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    @endpoint
+    def start(self, destination: Any, src_address: Any) -> None:
+        self._dest = destination.slice(**dict(current_rank()))
+        host, port = _parse_address(_at_point(src_address))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        server = socket.socket(family, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            server.bind((host, port))
+            server.listen()
+        except OSError:
+            server.close()
+            raise
+        self._server = server
+        threading.Thread(target=self._accept, name="danaus-forward-accept", daemon=True).start()
+
+    def _accept(self) -> None:
+        server = self._server
+        assert server is not None
+        while True:
+            try:
+                sock, _ = server.accept()
+            except OSError:  # closed by __cleanup__
+                return
+            with self._lock:
+                self._conns.add(sock)
+            threading.Thread(
+                target=self._relay, args=(sock,), name="danaus-forward", daemon=True
+            ).start()
+
+    def _relay(self, sock: socket.socket) -> None:
+        conn = secrets.token_hex(8)
+        back, receiver = Channel[tuple[str, bytes]].open()
+        try:
+            self._dest.open.call_one(conn, back).get()
+        except Exception:
+            self._drop(sock)
+            return
+
+        def backward() -> None:
+            while True:
+                try:
+                    kind, data = receiver.recv().get()
+                except Exception:
+                    kind, data = "abort", b""
+                if kind == "data":
+                    with contextlib.suppress(OSError):
+                        sock.sendall(data)
+                    continue
+                if kind == "eof":
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_WR)
+                else:
+                    self._drop(sock)
+                return
+
+        back_thread = threading.Thread(target=backward, name="danaus-forward-in", daemon=True)
+        back_thread.start()
+        try:
+            while data := sock.recv(_READ):
+                self._dest.data.broadcast(conn, data)
+            self._dest.eof.broadcast(conn)
+        except OSError:
+            pass
+        back_thread.join()
+        self._dest.close.broadcast(conn)
+        receiver.close()
+        self._drop(sock)
+
+    def _drop(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._conns.discard(sock)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        _close(sock)
+
+    def __cleanup__(self, exc: Any) -> None:
+        if self._server is not None:
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
+            _close(self._server)
+        with self._lock:
+            conns = list(self._conns)
+        for sock in conns:
+            self._drop(sock)
+
+
+class PortForwarder(Actor):
+    """An actor that owns point-to-point TCP port forwards; spawn it on this proc, call
+    ``forward`` for each forward, and stop it to close them all.
+
+    Example::
+
+        fwd = this_proc().spawn("fwd", PortForwarder)
+        fwd.forward.call_one(gpus, 8265, login, "127.0.0.1:8265").get()
+        ...
+        fwd.stop().get()
+    """
+
+    def __init__(self) -> None:
+        self._started: list[Any] = []
+
+    @endpoint
+    def forward(
+        self,
+        dst_proc_mesh: Any,
+        dst_port: int | Callable[[Any], int],
+        src_proc_mesh: Any,
+        src_address: str | Callable[[Any], str],
+    ) -> None:
+        """Each proc of ``src_proc_mesh`` listens on ``src_address`` (``"address:port"``)
+        and forwards every connection to ``127.0.0.1:dst_port`` on the proc of
+        ``dst_proc_mesh`` at the same point. ``dst_port`` and ``src_address`` may be
+        functions of the point. ``ValueError`` if the meshes' shapes differ or a
+        fixed port or address is malformed."""
+        if dst_proc_mesh.extent != src_proc_mesh.extent:
+            raise ValueError(
+                "destination and source process meshes must have the same shape: "
+                f"{dst_proc_mesh.extent} != {src_proc_mesh.extent}"
+            )
+        if not callable(dst_port):
+            _check_port("dst_port", dst_port)
+        if not callable(src_address):
+            _parse_address(src_address)
+        suffix = secrets.token_hex(6)
+        spawned: list[Any] = []
+        try:
+            dest = dst_proc_mesh.spawn(f"port_forward_destination_{suffix}", _Destination)
+            spawned.append(dest)
+            source = src_proc_mesh.spawn(f"port_forward_source_{suffix}", _Source)
+            spawned.append(source)
+            dest.configure.call(dst_port).get()
+            source.start.call(dest, src_address).get()
+        except BaseException:
+            for mesh in reversed(spawned):
+                with contextlib.suppress(Exception):
+                    mesh.stop().get()
+            raise
+        self._started += [source, dest]
+
+    def __cleanup__(self, exc: Any) -> None:
+        for mesh in self._started:
+            with contextlib.suppress(Exception):
+                mesh.stop().get()
+        self._started = []

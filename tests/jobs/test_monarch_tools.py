@@ -1,0 +1,220 @@
+"""Monarch's job helpers and command line on danaus: ``danaus shell``, ``danaus context``,
+``exec --env/--workdir/--script/--kill``, ``exec_command``, ``shell``, ``PortForwarder``,
+``set_current_job``/``load_current_job`` and ``danaus.tools.commands`` (issue 28 §3)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from danaus.actor import this_host, this_proc
+from danaus.job import (
+    DEFAULT_JOB_PATH,
+    PortForwarder,
+    ProcessJob,
+    exec_command,
+    job_load,
+    load_current_job,
+    set_current_job,
+    shell,
+)
+from danaus.testing import client_env, wait_pids_gone
+from danaus.tools import commands
+from danaus.tools.config import Config
+from danaus.tools.mesh_spec import AppState
+from danaus.tools.network import AddrType, get_ipaddr, get_sockaddr
+
+JOBFILE = """\
+from danaus.job import ProcessJob
+
+job = ProcessJob({"hosts": 2})
+"""
+
+
+def danaus(cwd: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "danaus", *args],
+        cwd=cwd,
+        env=client_env(),
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+
+def test_exec_env_workdir_script_and_monarch_rank_variables(tmp_path: Path) -> None:
+    (tmp_path / "myjob.py").write_text(JOBFILE)
+    assert danaus(tmp_path, "apply", "myjob.job").returncode == 0
+    saved = job_load(str(tmp_path / DEFAULT_JOB_PATH))
+    pids = [w.pid for w in saved.workers["hosts"]]  # type: ignore[attr-defined]
+    echo = 'echo "$FOO $MONARCH_RANK_hosts/$MONARCH_SIZE_hosts $DANAUS_RANK_HOSTS $(pwd)"'
+    out = danaus(
+        tmp_path, "exec", "--all", "-e", "FOO=a=b", "--workdir", "/", "--", "sh", "-c", echo
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[hosts=0] a=b 0/2 0 /", "[hosts=1] a=b 1/2 1 /"]
+    script = danaus(tmp_path, "exec", "--point", "hosts=1", "--script", "-", stdin="exit 4\n")
+    assert script.returncode == 4
+    bad = danaus(tmp_path, "exec", "-e", "NOEQUALS", "--", "true")
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+    killed = danaus(tmp_path, "exec", "--kill", "--", "true")
+    assert killed.returncode == 0, killed.stderr
+    assert wait_pids_gone(pids) == []
+    assert not (tmp_path / DEFAULT_JOB_PATH).exists()
+
+
+def test_shell_reads_commands_from_stdin_without_a_terminal(tmp_path: Path) -> None:
+    (tmp_path / "myjob.py").write_text(JOBFILE)
+    assert danaus(tmp_path, "apply", "myjob.py:job").returncode == 0
+    saved = job_load(str(tmp_path / DEFAULT_JOB_PATH))
+    pids = [w.pid for w in saved.workers["hosts"]]  # type: ignore[attr-defined]
+    commands_in = 'echo "hi $X $MONARCH_SIZE_hosts"; pwd; echo oops >&2; exit 3\n'
+    out = danaus(tmp_path, "shell", "-e", "X=y", "--workdir", "/", stdin=commands_in)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.splitlines() == ["hi y ", "/"]  # a one-host slice has no dimension left
+    assert "oops" in out.stderr
+    assert danaus(tmp_path, "shell", "--point", "hosts=1", stdin="exit 0\n").returncode == 0
+    wrong = danaus(tmp_path, "shell", "--point", "gpus=0", stdin="")
+    assert wrong.returncode == 2 and "--point names ['gpus']" in wrong.stderr
+    ended = danaus(tmp_path, "shell", "--kill", stdin="true\n")
+    assert ended.returncode == 0, ended.stderr
+    assert wait_pids_gone(pids) == []
+
+
+def test_contexts_keep_jobs_apart(tmp_path: Path) -> None:
+    (tmp_path / "myjob.py").write_text(JOBFILE)
+    assert danaus(tmp_path, "context", "create", "eval").returncode == 0
+    assert danaus(tmp_path, "context", "use", "eval").returncode == 0
+    applied = danaus(tmp_path, "apply", "myjob.py:job")
+    assert applied.returncode == 0, applied.stderr
+    eval_state = tmp_path / ".danaus" / "contexts" / "eval" / "job_state.json"
+    assert eval_state.exists() and not (tmp_path / DEFAULT_JOB_PATH).exists()
+    eval_pids = [w.pid for w in job_load(str(eval_state)).workers["hosts"]]  # type: ignore[attr-defined]
+    assert danaus(tmp_path, "context", "ls").stdout.splitlines() == ["  default", "* eval"]
+    assert (tmp_path / ".danaus").stat().st_mode & 0o777 == 0o700
+
+    assert danaus(tmp_path, "context", "use", "default").returncode == 0
+    nothing = danaus(tmp_path, "apply")  # the default context has no job spec yet
+    assert nothing.returncode == 2 and "run `danaus apply JOB` first" in nothing.stderr
+    assert danaus(tmp_path, "context", "use", "eval").returncode == 0
+    again = danaus(tmp_path, "apply")  # the context's recorded spec; its job still runs
+    assert again.returncode == 0, again.stderr
+    assert [w.pid for w in job_load(str(eval_state)).workers["hosts"]] == eval_pids  # type: ignore[attr-defined]
+
+    removed = danaus(tmp_path, "context", "rm", "eval")
+    assert removed.returncode == 0, removed.stderr
+    assert wait_pids_gone(eval_pids) == []
+    assert danaus(tmp_path, "context", "ls").stdout.splitlines() == ["* default"]
+    bad = danaus(tmp_path, "context", "use", "../x")
+    assert bad.returncode == 2 and "context name" in bad.stderr
+
+
+def test_current_job_exec_command_and_shell_from_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyjob.py").write_text(JOBFILE)
+    with pytest.raises(FileNotFoundError, match="danaus apply JOB"):
+        load_current_job()
+    with pytest.raises(ValueError, match=r"module\.attr"):
+        set_current_job("nodots")
+    set_current_job("pyjob.job")
+    job = load_current_job()
+    assert isinstance(job, ProcessJob) and not job.active
+    hosts = job.state().hosts
+    try:
+        assert (tmp_path / DEFAULT_JOB_PATH).exists()
+        capfd.readouterr()
+        rc = exec_command(
+            hosts, ["sh", "-c", "echo $MONARCH_RANK_gpus$V; exit $MONARCH_RANK_gpus"],
+            env={"V": "!"}, point={"hosts": 1}, per_host={"gpus": 2},
+        ).get(timeout=60)  # fmt: skip
+        assert rc == 1
+        assert sorted(capfd.readouterr().out.splitlines()) == ["0!", "1!"]
+        with pytest.raises(ValueError, match="one host"):
+            shell(hosts)
+        script, out = tmp_path / "in.sh", tmp_path / "out.txt"
+        script.write_text("echo from-shell; exit 7\n")
+        with script.open() as stdin, out.open("w") as stdout:
+            monkeypatch.setattr(sys, "stdin", stdin)  # files, as a pipe would be: no terminal
+            monkeypatch.setattr(sys, "stdout", stdout)
+            assert shell(hosts.slice(hosts=0)) == 7
+        assert out.read_text() == "from-shell\n"
+    finally:
+        job.kill()
+
+
+def test_port_forwarder_relays_connections_until_stopped() -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    dst_port = server.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(1024):
+                conn.sendall(data.upper())
+
+    threading.Thread(target=echo, daemon=True).start()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        src_port = probe.getsockname()[1]
+    procs = this_host().spawn_procs(per_host={"gpus": 1})
+    other = this_host().spawn_procs(per_host={"gpus": 1})
+    forwarder = this_proc().spawn("fwd", PortForwarder)
+    try:
+        with pytest.raises(Exception, match="same shape"):
+            forwarder.forward.call_one(
+                procs, dst_port, this_host().spawn_procs(per_host={"gpus": 2}), "127.0.0.1:1"
+            ).get(timeout=60)
+        forwarder.forward.call_one(procs, dst_port, other, f"127.0.0.1:{src_port}").get(timeout=60)
+        with socket.create_connection(("127.0.0.1", src_port), timeout=30) as conn:
+            conn.sendall(b"hello")
+            conn.shutdown(socket.SHUT_WR)
+            got = b""
+            while data := conn.recv(1024):
+                got += data
+        assert got == b"HELLO"
+        forwarder.stop().get(timeout=60)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", src_port), timeout=30).close()
+    finally:
+        server.close()
+        procs.stop().get(timeout=60)
+        other.stop().get(timeout=60)
+
+
+def test_tools_commands_treat_a_saved_job_as_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    job = ProcessJob({"trainers": 2})
+    assert '"kind": "ProcessJob"' in commands.create(Config(job=job, dryrun=True), "t")
+    with pytest.raises(ValueError, match="TorchX"):
+        commands.create(Config(job=job, scheduler_args={"partition": "x"}), "t")
+    assert commands.info("danaus:///t") is None
+    handle = commands.create(Config(job=job), "t")
+    assert handle == "danaus:///t"
+    spec = commands.info(handle)
+    assert spec is not None and spec.is_running and spec.state == AppState.RUNNING
+    assert spec.get_mesh_names() == ["trainers"]
+    assert spec.host0("trainers") == "127.0.0.1"
+    assert spec.to_json()["meshes"]["trainers"]["hosts"] == 2
+    pids = [w.pid for w in job.workers["trainers"]]
+    commands.kill_and_confirm(handle)
+    assert wait_pids_gone(pids) == []
+    assert commands.info(handle) is None
+    with pytest.raises(ValueError, match="danaus:///NAME"):
+        commands.info("slurm:///123")
+
+
+def test_network_lookups_follow_monarchs_address_families() -> None:
+    assert get_ipaddr("127.0.0.1", 80, AddrType.IPv4) == "127.0.0.1"
+    assert get_sockaddr("127.0.0.1", 8080) == "127.0.0.1:8080"
+    with pytest.raises(RuntimeError, match="Unable to resolve"):
+        get_ipaddr("127.0.0.1", 80, AddrType.IPv6)
