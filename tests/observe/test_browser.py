@@ -204,11 +204,11 @@ return Object.fromEntries([...document.querySelectorAll('.proc.nested')].map(
 _READ_PICTURE = """
 const fill = e => getComputedStyle(e).fill;
 return {
-  procs: Object.fromEntries([...document.querySelectorAll('#mesh-svg circle.proc')].map(
+  procs: Object.fromEntries([...document.querySelectorAll('#mesh-svg circle.proc-node')].map(
     e => [e.dataset.proc, [e.dataset.state, e.dataset.kind, fill(e)]])),
   hosts: [...document.querySelectorAll('#mesh-svg rect.hostbox')].map(e => e.dataset.host),
-  meshes: Object.fromEntries([...document.querySelectorAll('#mesh-svg g.mesh')].map(
-    e => [e.dataset.mesh, [e.dataset.kind, [...e.querySelectorAll('rect.rank')].map(
+  meshes: Object.fromEntries([...document.querySelectorAll('#mesh-svg g.mesh-node')].map(
+    e => [e.dataset.mesh, [e.dataset.kind, [...e.querySelectorAll('rect.rank-node')].map(
       r => [Number(r.dataset.rank), r.dataset.proc, r.dataset.kind, fill(r)])]])),
   plots: Object.fromEntries([...document.querySelectorAll('svg.plot')].map(
     e => [e.dataset.mesh + '.' + e.dataset.endpoint,
