@@ -29,6 +29,7 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 # The picture in docs/observing.md; rewritten only when asked (UPDATE_DOCS_SCREENSHOT=1),
 # so that a test run leaves the working tree as it found it.
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
+DOCS_MESH_SCREENSHOT = DOCS_SCREENSHOT.with_name("dashboard-mesh.png")
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +198,120 @@ _READ_NESTED = """
 return Object.fromEntries([...document.querySelectorAll('.proc.nested')].map(
   e => [e.dataset.proc, e.dataset.parent]));
 """
+
+
+# The picture: every node with its state and colour (the computed fill), every plot's samples.
+_READ_PICTURE = """
+const fill = e => getComputedStyle(e).fill;
+return {
+  procs: Object.fromEntries([...document.querySelectorAll('#mesh-svg circle.proc-node')].map(
+    e => [e.dataset.proc, [e.dataset.state, e.dataset.kind, fill(e)]])),
+  hosts: [...document.querySelectorAll('#mesh-svg rect.hostbox')].map(e => e.dataset.host),
+  meshes: Object.fromEntries([...document.querySelectorAll('#mesh-svg g.mesh-node')].map(
+    e => [e.dataset.mesh, [e.dataset.kind, [...e.querySelectorAll('rect.rank-node')].map(
+      r => [Number(r.dataset.rank), r.dataset.proc, r.dataset.kind, fill(r)])]])),
+  plots: Object.fromEntries([...document.querySelectorAll('svg.plot')].map(
+    e => [e.dataset.mesh + '.' + e.dataset.endpoint,
+          [Number(e.dataset.points), Number(e.dataset.maxRate),
+           e.querySelector('path.rate').getAttribute('d')]])),
+  colours: Object.fromEntries(['alive', 'failed'].map(k => [k, getComputedStyle(
+    document.documentElement).getPropertyValue('--k-' + k).trim()])),
+};
+"""
+
+
+def _rgb(hex_colour: str) -> str:
+    """``#1a7f37`` as the browser writes a computed colour: ``rgb(26, 127, 55)``."""
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+@pytest.mark.timeout(180)
+def test_the_mesh_picture_and_the_endpoint_plots(
+    browser: Any, faults: FaultRecorder, tmp_path: Path
+) -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    pm = this_host().spawn_procs(per_host={"hosts": 2, "gpus": 2})
+    pictured = pm.spawn("pictured", Worker)
+    pids = pictured.pid.call().get(timeout=REPLY_TIMEOUT)
+    names = proc_names(pm)
+    dash = danaus.dashboard.serve()
+    stop_traffic = threading.Event()
+    pinger: threading.Thread | None = None
+    try:
+        browser.get(dash.url)
+
+        def picture(d: Any) -> dict[str, Any]:
+            return dict(d.execute_script(_READ_PICTURE))
+
+        def drawn(d: Any) -> bool:
+            p = picture(d)
+            return (
+                set(names) <= set(p["procs"]) and len(p["meshes"].get("pictured", ("", []))[1]) == 4
+            )
+
+        WebDriverWait(browser, 30).until(drawn)
+        pic = picture(browser)
+        alive, failed = _rgb(pic["colours"]["alive"]), _rgb(pic["colours"]["failed"])
+        assert alive != failed
+        assert [pic["procs"][n][1:] for n in names] == [["alive", alive]] * 4
+        assert len(pic["hosts"]) >= 1
+        kind, ranks = pic["meshes"]["pictured"]
+        assert kind == "alive"
+        # Each rank's cell names the proc it runs on (rank order is the proc mesh's order).
+        assert [(r, proc, k, colour) for r, proc, k, colour in ranks] == [
+            (i, names[i], "alive", alive) for i in range(4)
+        ]
+
+        # Calls while the page watches: the plot of pictured.ping gains samples with calls/s > 0.
+        def traffic() -> None:
+            while not stop_traffic.is_set():
+                try:
+                    pictured.ping.call(0).get(timeout=REPLY_TIMEOUT)
+                except (danaus.actor.ActorError, danaus.actor.SupervisionError):
+                    return  # the mesh lost a rank (below)
+
+        pinger = threading.Thread(target=traffic, daemon=True)
+        pinger.start()
+        # The picture in the docs shows a longer stretch of calls.
+        enough = 40 if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1" else 3
+
+        def plotted(d: Any) -> bool:
+            points, max_rate, _ = picture(d)["plots"].get("pictured.ping", (0, 0, ""))
+            return points >= enough and max_rate > 0
+
+        WebDriverWait(browser, 60).until(plotted)
+        path = picture(browser)["plots"]["pictured.ping"][2]
+        assert path.startswith("M") and path.count("L") >= 2  # a line through the samples
+        browser.execute_script("document.getElementById('mesh-box').scrollIntoView()")
+        browser.save_screenshot(str(tmp_path / "mesh.png"))
+        assert (tmp_path / "mesh.png").stat().st_size > 10_000
+
+        # A killed proc: its node and its rank's cell turn the failed colour, the mesh too.
+        victim = names[3]
+        os.kill(pids.item(hosts=1, gpus=1), signal.SIGKILL)
+
+        def victim_failed(d: Any) -> bool:
+            p = picture(d)
+            return (
+                p["procs"][victim][1] == "failed" and p["meshes"]["pictured"][1][3][2] == "failed"
+            )
+
+        WebDriverWait(browser, 30).until(victim_failed)
+        faults.crashed("pictured", {3})
+        pic = picture(browser)
+        assert pic["procs"][victim] == ["dead", "failed", failed]
+        assert pic["meshes"]["pictured"][1][3][3] == failed
+        assert pic["meshes"]["pictured"][0] == "failed"
+        assert [pic["procs"][n][1:] for n in names[:3]] == [["alive", alive]] * 3
+        browser.execute_script("document.getElementById('mesh-box').scrollIntoView()")
+        browser.save_screenshot(str(tmp_path / "mesh-failed.png"))
+        if os.environ.get("UPDATE_DOCS_SCREENSHOT") == "1":
+            shutil.copyfile(tmp_path / "mesh-failed.png", DOCS_MESH_SCREENSHOT)
+    finally:
+        stop_traffic.set()
+        if pinger is not None:
+            pinger.join(REPLY_TIMEOUT)
+        dash.stop()
+        pm.stop().get(timeout=REPLY_TIMEOUT)

@@ -17,7 +17,7 @@ import pytest
 import danaus.dashboard
 from danaus._observe import logtail
 from danaus.actor import Actor, ProcMesh, endpoint
-from danaus.testing import FaultRecorder, client_env
+from danaus.testing import FaultRecorder, client_env, wait_until
 
 from .conftest import REPLY_TIMEOUT, Worker, proc_names
 
@@ -98,6 +98,67 @@ def test_the_state_shows_procs_actors_metrics_logs_rdma_and_failures(
     assert "failing on purpose" in failure["traceback"]
     assert failure["proc"] == p1
     assert state["totals"]["procs"] >= 2 and state["client"]["pid"] == os.getpid()
+
+
+def _mesh_of(state: dict[str, Any], name: str) -> dict[str, Any]:
+    [mesh] = [m for m in state["meshes"] if m["name"] == name]
+    return mesh
+
+
+def test_the_state_s_meshes_give_each_interval_s_calls_and_latency(procs: ProcMesh) -> None:
+    """What the page's picture and plots draw: ranks with their procs and states, and per
+    endpoint the calls, rate and percentiles of the last interval alone."""
+    from danaus._observe.state import StateCollector
+
+    plotted = procs.spawn("plotted", Worker)
+    plotted.initialized.get(timeout=REPLY_TIMEOUT)
+    collector = StateCollector()  # its own: intervals between its own collections
+    first = _mesh_of(collector.collect(), "plotted")
+    assert first["class"] == "Worker" and first["state"] == "alive"
+    assert [(r["rank"], r["proc"], r["state"]) for r in first["ranks"]] == [
+        (i, name, "idle") for i, name in enumerate(proc_names(procs))
+    ]
+    assert first["endpoints"] == {}  # no calls yet
+    for i in range(7):
+        plotted.ping.call(i).get(timeout=REPLY_TIMEOUT)  # both ranks: 14 calls
+    ping = _mesh_of(collector.collect(), "plotted")["endpoints"]["ping"]
+    # The first collection that sees an endpoint has nothing to compare with.
+    assert ping == {"calls": 14, "interval_calls": None, "rate": None, "p50_s": None, "p99_s": None}
+    for i in range(3):
+        plotted.ping.call(i).get(timeout=REPLY_TIMEOUT)
+    ping = _mesh_of(collector.collect(), "plotted")["endpoints"]["ping"]
+    assert ping["calls"] == 20 and ping["interval_calls"] == 6 and ping["rate"] > 0
+    assert 0 < ping["p50_s"] <= ping["p99_s"]
+    ping = _mesh_of(collector.collect(), "plotted")["endpoints"]["ping"]
+    assert ping["interval_calls"] == 0 and ping["rate"] == 0
+    assert ping["p50_s"] is None and ping["p99_s"] is None  # no call in this interval
+    plotted.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_a_rank_its_supervisor_is_restarting_shows_restarting(faults: FaultRecorder) -> None:
+    from danaus._observe.state import StateCollector
+    from danaus.actor import this_host
+    from danaus.supervisor import Backoff, Supervisor
+
+    pm = this_host().spawn_procs(per_host={"gpus": 2})
+    # A backoff longer than the test: the failed rank stays "being restarted" until stop().
+    sup = Supervisor(max_restarts=1, backoff=Backoff(3600.0, 3600.0), name="dash_sup")
+    try:
+        kept = sup.spawn(pm, "kept", Worker)
+        kept.initialized.get(timeout=REPLY_TIMEOUT)
+        collector = StateCollector()
+        assert _mesh_of(collector.collect(), "kept")["state"] == "alive"
+        kept.slice(gpus=1).boom.broadcast()  # the actor fails; its supervisor hears
+        wait_until(
+            lambda: _mesh_of(collector.collect(), "kept")["state"] == "restarting",
+            REPLY_TIMEOUT,
+            "the dashboard's state showing the restart",
+        )
+        mesh = _mesh_of(collector.collect(), "kept")
+        assert [r["state"] for r in mesh["ranks"]] == ["idle", "restarting"]
+    finally:
+        sup.stop().get(timeout=REPLY_TIMEOUT)
+        pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
 class Printer(danaus.actor.Actor):

@@ -23,6 +23,7 @@ from .._actor.api.procs import ProcMesh, owned_proc_meshes
 from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
 from .._runtime.hosting import host
+from .._runtime.messaging.metrics import percentile
 from .._supervision.supervised import supervised
 from .._wire.ids import ProcId
 from . import logtail
@@ -40,6 +41,8 @@ class StateCollector:
         self._prev: dict[tuple[str, ...], int] = {}
         self._prev_t: float | None = None
         self._known: dict[str, dict[str, Any]] = {}  # proc -> last snapshot (for dead procs)
+        # (mesh_id, endpoint) -> (calls, merged latency buckets) at the previous collection
+        self._prev_mesh: dict[tuple[str, str], tuple[int, dict[int, int]]] = {}
 
     def collect(self) -> dict[str, Any]:
         """One fresh document (blocks up to ``stats_timeout`` for slow procs)."""
@@ -61,6 +64,7 @@ class StateCollector:
             return max(0.0, (value - old) / dt)
 
         hosts: dict[str, dict[str, Any]] = {}
+        seen: list[tuple[str, dict[str, Any], dict[str, Any]]] = []  # (proc, actor doc, raw eps)
         totals = {"procs": 0, "alive": 0, "actors": 0, "calls": 0, "errors": 0, "rate": 0.0}
         for e in entries:
             p: ProcId = e["id"]
@@ -92,12 +96,15 @@ class StateCollector:
             totals["procs"] += 1
             totals["alive"] += state == "alive"
             for a in snap["actors"] if snap else []:
-                proc_doc["actors"].append(self._actor(p.name, a, state, rate, totals))
+                doc = self._actor(p.name, a, state, rate, totals)
+                proc_doc["actors"].append(doc)
+                seen.append((p.name, doc, a["endpoints"]))
             key = proc_doc["host"] or "?"
             h = hosts.setdefault(key, {"host": key, "hostname": proc_doc["hostname"], "procs": []})
             h["hostname"] = h["hostname"] or proc_doc["hostname"]
             h["procs"].append(proc_doc)
         self._prev, self._prev_t = counters, now
+        meshes = self._meshes(seen, dt)
         return {
             "time": now,
             "interval_s": dt,
@@ -109,6 +116,7 @@ class StateCollector:
             },
             "totals": totals,
             "hosts": list(hosts.values()),
+            "meshes": meshes,
             "failures": _failures(),
             "restarts": _restarts(),
         }
@@ -151,6 +159,89 @@ class StateCollector:
             "queued": a["queued"],
             "endpoints": eps,
         }
+
+    def _meshes(
+        self, seen: list[tuple[str, dict[str, Any], dict[str, Any]]], dt: float | None
+    ) -> list[dict[str, Any]]:
+        """Each actor mesh seen on the procs: its ranks' states (for the page's picture) and,
+        per endpoint, the calls, rate and latency percentiles of the last interval alone
+        (for its plots over time)."""
+        restarting = _restarting()
+        members: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
+        for proc, a, raw in seen:
+            members.setdefault(a["mesh_id"], []).append((proc, a, raw))
+        prev, self._prev_mesh = self._prev_mesh, {}
+        out = []
+        for mesh_id, ms in members.items():
+            ranks: dict[int, dict[str, Any]] = {}
+            for proc, a, _ in ms:
+                state = "restarting" if a["rank"] in restarting.get(mesh_id, ()) else a["state"]
+                old = ranks.get(a["rank"])
+                # A rank restarted on another proc also shows on the dead one: the live one wins.
+                if old is None or (old["state"] == "dead" and state != "dead"):
+                    ranks[a["rank"]] = {"rank": a["rank"], "proc": proc, "state": state}
+            eps: dict[str, dict[str, Any]] = {}
+            for m in sorted({m for _, _, raw in ms for m in raw}):
+                calls, buckets = 0, dict[int, int]()
+                for _, _, raw in ms:
+                    snap = raw.get(m)
+                    if snap is None:
+                        continue
+                    calls += snap["calls"]
+                    for i, c in snap["buckets"].items():
+                        buckets[int(i)] = buckets.get(int(i), 0) + c
+                self._prev_mesh[(mesh_id, m)] = (calls, buckets)
+                before = prev.get((mesh_id, m))
+                eps[m] = {"calls": calls, "interval_calls": None, "rate": None}
+                eps[m].update(p50_s=None, p99_s=None)
+                if before is not None and dt is not None and dt > 0:
+                    # Only the last interval's calls: a plot over time shows change, not history.
+                    window = {i: c - before[1].get(i, 0) for i, c in buckets.items()}
+                    window = {i: c for i, c in window.items() if c > 0}  # a rank restarted
+                    n = max(0, calls - before[0])
+                    eps[m].update(interval_calls=n, rate=n / dt)
+                    eps[m].update(p50_s=percentile(window, 50), p99_s=percentile(window, 99))
+            first = ms[0][1]
+            states = [r["state"] for r in ranks.values()]
+            out.append(
+                {
+                    "mesh_id": mesh_id,
+                    "name": first["name"],
+                    "class": first["class"],
+                    "state": _mesh_state(states),
+                    "ranks": [ranks[r] for r in sorted(ranks)],
+                    "endpoints": eps,
+                }
+            )
+        return out
+
+
+def _mesh_state(states: list[str]) -> str:
+    """One word for a mesh from its ranks' states: the most alarming wins."""
+    if any(s == "restarting" for s in states):
+        return "restarting"
+    if any(s in ("failed", "dead") for s in states):
+        return "failed"
+    if states and all(s in ("stopped", "stopping") for s in states):
+        return "stopped"
+    if any(s in ("starting", "not answering") for s in states):
+        return "starting"
+    return "alive"
+
+
+def _restarting() -> dict[str, set[int]]:
+    """mesh_id -> the ranks a supervisor of this client is restarting now."""
+    reg = supervised()
+    with reg.lock:
+        sups = list(reg.supervisors)
+    out: dict[str, set[int]] = {}
+    for sup in sups:
+        for m in sup.mesh_children():
+            with m.lock:
+                blocked = set(m.blocked)
+            if blocked:
+                out.setdefault(m.ref.mesh_id, set()).update(blocked)
+    return out
 
 
 def _finite(x: float) -> float | None:
