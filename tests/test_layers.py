@@ -176,6 +176,7 @@ FACADES = {
         "wait_until",
     ],
     "danaus.dashboard": ["Dashboard", "serve"],
+    "danaus.telemetry": ["MetricsServer", "QueryError", "query", "serve_metrics"],
     "danaus.supervisor": ["Backoff", "Restart", "Supervisor"],
     "danaus": [
         "DanausError",

@@ -37,7 +37,7 @@ from ..._runtime.messaging.metrics import BOUNDS, Tracer, percentile
 from ..._runtime.messaging.runtime import STATUS_OK, Runtime
 from ..._runtime.node import Node
 from ..._wire.ids import ProcId
-from ..._wire.protocol import Kind, Message, Stack, Stats, TraceStart, TraceStop
+from ..._wire.protocol import Kind, Message, Stack, Stats, Telemetry, TraceStart, TraceStop
 from ..core.cell import ActorCell
 from ..core.collect import Collector
 
@@ -50,6 +50,7 @@ __all__ = [
     "gather",
     "install",
     "mesh_stats",
+    "recent",
     "snapshot",
 ]
 
@@ -64,6 +65,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     rt.register(Kind.TRACE_START, lambda conn, msg: _on_trace_start(rt, msg))
     rt.register(Kind.TRACE_STOP, lambda conn, msg: _on_trace_stop(rt, msg))
     rt.register(Kind.STACK, lambda conn, msg: _on_stack(rt, msg))
+    rt.register(Kind.TELEMETRY, lambda conn, msg: _on_telemetry(rt, msg))
 
 
 def _state(cell: ActorCell) -> str:
@@ -93,6 +95,7 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
                 "rank": rank,
                 "coords": dict(zip(mb.extent.labels, _coords(rank, mb.extent.sizes), strict=True)),
                 "class": type(inst).__qualname__ if inst is not None else None,
+                "started": mb.started,
                 "state": _state(mb),
                 "failure": mb.failed,
                 "received": mb.received,
@@ -143,6 +146,24 @@ def _coords(rank: int, sizes: Sequence[int]) -> list[int]:
 
 def _on_stats(rt: Runtime, msg: Message) -> None:
     rt.reply(msg.header.port, msg.header.slot, STATUS_OK, snapshot(rt))
+
+
+def recent(rt: Runtime) -> dict[str, Any]:
+    """This proc's rings (``Runtime.recent``) as plain data, with who it is; empty
+    rings when metrics are off."""
+    data = (
+        rt.recent.copy()
+        if rt.recent is not None
+        else {"messages": [], "spans": [], "ended": [], "seen": 0, "size": 0}
+    )
+    data.setdefault("now_ns", time.perf_counter_ns())
+    data.setdefault("now_s", time.time())
+    data.update(proc=rt.proc_id.name, host=rt.host, pid=os.getpid())
+    return data
+
+
+def _on_telemetry(rt: Runtime, msg: Message) -> None:
+    rt.reply(msg.header.port, msg.header.slot, STATUS_OK, recent(rt))
 
 
 def _on_trace_start(rt: Runtime, msg: Message) -> None:
@@ -292,6 +313,10 @@ def gather(
 
 def ask_stats(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
     return gather(procs, Stats, config.get("stats_timeout"), "stats")
+
+
+def ask_recent(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    return gather(procs, Telemetry, config.get("stats_timeout"), "telemetry")
 
 
 def ask_stacks(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
