@@ -3,6 +3,7 @@ compared with what each test did; and ``danaus query`` on the command line."""
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import re
 import subprocess
@@ -64,7 +65,7 @@ def test_n_calls_to_an_endpoint_give_n_message_rows_with_their_sizes_and_times(
     assert all(r["sender"] == client for r in big)  # the client's main thread called
     # Each call carried its argument: 1000 bytes more each time; each got a reply.
     sizes = [r["request_bytes"] for r in big[:7]]
-    assert [b - a for a, b in zip(sizes, sizes[1:], strict=False)] == [1000] * 6
+    assert [b - a for a, b in itertools.pairwise(sizes)] == [1000] * 6
     assert all(r["reply_bytes"] > 1000 * (i + 1) for i, r in enumerate(big[:7]))
     for r in big:
         assert r["arrived"] <= r["started"] <= r["ended"]
@@ -96,9 +97,7 @@ def test_the_actors_table_lists_live_stopped_and_failed_actors(
         timeout=REPLY_TIMEOUT,
         what="the stopped actors to show as stopped",
     )  # fmt: skip
-    [row] = telemetry.query(
-        "SELECT started, stopped FROM actors WHERE mesh = 'gone' AND rank = 0"
-    )
+    [row] = telemetry.query("SELECT started, stopped FROM actors WHERE mesh = 'gone' AND rank = 0")
     assert row["started"] <= row["stopped"]
 
 
@@ -135,7 +134,7 @@ def test_bad_sql_says_why_and_lists_the_tables() -> None:
     with pytest.raises(TypeError, match="str"):
         telemetry.query(42)  # type: ignore[arg-type]
     # The database holds the tables only: no file is read.
-    with pytest.raises(telemetry.QueryError, match="(?i)disabled|permission"):
+    with pytest.raises(telemetry.QueryError, match=r"(?i)disabled|permission"):
         telemetry.query("SELECT * FROM read_csv('/etc/hostname')")
 
 

@@ -74,8 +74,8 @@ def add_observe_commands(sub: Any) -> None:
         description="Run SQL over the telemetry tables (actors, messages, spans, metrics) of "
         "a running danaus client, as danaus.telemetry.query does, and print the rows as a "
         "table. The client must serve its dashboard (danaus.dashboard.serve() or "
-        "DANAUS_DASHBOARD=1). Example: danaus query \"SELECT endpoint, count(*) AS n FROM "
-        "messages GROUP BY endpoint\"",
+        'DANAUS_DASHBOARD=1). Example: danaus query "SELECT endpoint, count(*) AS n FROM '
+        'messages GROUP BY endpoint"',
     )
     query.add_argument("sql", help="the query")
     query.add_argument("--json", action="store_true", help="print the rows as JSON lines")

@@ -80,7 +80,9 @@ class _MeshCollector:
             unit="seconds",
         )
         queue = GaugeMetricFamily(
-            "danaus_actor_queue_depth", "Calls waiting in an actor's inbox.", labels=["mesh", "rank"]
+            "danaus_actor_queue_depth",
+            "Calls waiting in an actor's inbox.",
+            labels=["mesh", "rank"],
         )
         received = CounterMetricFamily(
             "danaus_actor_received_messages",
@@ -96,7 +98,9 @@ class _MeshCollector:
             labels=["proc", "host"],
             unit="bytes",
         )
-        procs = GaugeMetricFamily("danaus_procs", "Procs of this client by state.", labels=["state"])
+        procs = GaugeMetricFamily(
+            "danaus_procs", "Procs of this client by state.", labels=["state"]
+        )
         restarts = CounterMetricFamily(
             "danaus_supervisor_restarts",
             "Restarts a supervisor made (danaus.supervisor).",
@@ -262,7 +266,10 @@ def _handler(server: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:
                 log.exception("collecting the metrics failed")
                 self._send(500, f"collecting the metrics failed: {e}\n".encode())
                 return
-            self._send(200, body, CONTENT_TYPE)
+            try:
+                self._send(200, body, CONTENT_TYPE)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the scraper gave up waiting (its scrape_timeout)
 
     return Handler
 

@@ -71,10 +71,7 @@ def query(sql: str) -> list[dict[str, Any]]:
 
 
 def _load(con: Any, table: str, cols: list[tuple[str, str, str]], rows: list[Any]) -> None:
-    if rows:
-        columns = [list(c) for c in zip(*rows, strict=True)]
-    else:
-        columns = [[] for _ in cols]
+    columns = [list(c) for c in zip(*rows, strict=True)] if rows else [[] for _ in cols]
     select = ", ".join(
         f'unnest(${i}::{typ}[]) AS "{name}"' for i, (name, typ, _) in enumerate(cols, 1)
     )

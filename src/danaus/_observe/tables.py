@@ -16,7 +16,7 @@ need no common monotonic clock.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._actor.core import owned
@@ -37,8 +37,12 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("class", "VARCHAR", "the actor's class (NULL when its proc is lost)"),
         ("proc", "VARCHAR", "the proc it lives on"),
         ("host", "VARCHAR", "that proc's host"),
-        ("state", "VARCHAR", "idle, running NAME(), starting, stopping, stopped, failed, "
-         "lost (its proc is gone) or not answering"),
+        (
+            "state",
+            "VARCHAR",
+            "idle, running NAME(), starting, stopping, stopped, failed, "
+            "lost (its proc is gone) or not answering",
+        ),
         ("started", "DOUBLE", "when it was spawned (Unix seconds)"),
         ("stopped", "DOUBLE", "when it stopped or failed (Unix seconds), NULL while it lives"),
         ("failure", "VARCHAR", "why it failed or its proc was lost, else NULL"),
@@ -53,8 +57,12 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("proc", "VARCHAR", "the receiver's proc"),
         ("host", "VARCHAR", "that proc's host"),
         ("endpoint", "VARCHAR", "the endpoint called"),
-        ("sender", "VARCHAR", "the calling actor (PROC/MESH_ID[RANK]), or the caller's "
-         "proc when no actor sent it (the client's main thread)"),
+        (
+            "sender",
+            "VARCHAR",
+            "the calling actor (PROC/MESH_ID[RANK]), or the caller's "
+            "proc when no actor sent it (the client's main thread)",
+        ),
         ("request_bytes", "BIGINT", "bytes of the call (arguments, buffers included)"),
         ("reply_bytes", "BIGINT", "bytes of the reply's body (NULL: no reply, e.g. broadcast)"),
         ("arrived", "DOUBLE", "when the call reached the receiver's proc (Unix seconds)"),
@@ -63,8 +71,12 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("queued_s", "DOUBLE", "seconds in the inbox: started - arrived"),
         ("handled_s", "DOUBLE", "seconds the endpoint ran: ended - started"),
         ("ok", "BOOLEAN", "false when the endpoint raised"),
-        ("sample_rate", "DOUBLE", "the fraction of messages recorded when this one was: 1.0 "
-         "is every message; 0.25 means each row stands for 4 (scale counts by 1/sample_rate)"),
+        (
+            "sample_rate",
+            "DOUBLE",
+            "the fraction of messages recorded when this one was: 1.0 "
+            "is every message; 0.25 means each row stands for 4 (scale counts by 1/sample_rate)",
+        ),
     ],
     "spans": [
         ("name", "VARCHAR", "the span's name"),
@@ -87,9 +99,13 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("mesh_id", "VARCHAR", "that mesh's unique id"),
         ("rank", "BIGINT", "the actor's rank (NULL for a proc's own metrics)"),
         ("endpoint", "VARCHAR", "the endpoint (NULL for an actor's or a proc's metrics)"),
-        ("name", "VARCHAR", "the metric: calls, errors, latency_sum_s, latency_max_s, "
-         "latency_p50_s, latency_p99_s (per endpoint); received, queued (per actor); "
-         "bytes_sent, bytes_received, frames_sent, frames_received, messages_seen (per proc)"),
+        (
+            "name",
+            "VARCHAR",
+            "the metric: calls, errors, latency_sum_s, latency_max_s, "
+            "latency_p50_s, latency_p99_s (per endpoint); received, queued (per actor); "
+            "bytes_sent, bytes_received, frames_sent, frames_received, messages_seen (per proc)",
+        ),
         ("value", "DOUBLE", "its value (counters since the actor or proc started)"),
     ],
 }
@@ -236,10 +252,24 @@ def _messages(snap: Snapshot, names: dict[str, str]) -> list[tuple[Any, ...]]:
             mesh = names.get(mesh_id) or mesh_id.rsplit(".", 1)[0]
             rows.append(
                 (
-                    mesh, mesh_id, rank, f"{mesh}[{rank}]", proc, hst, method, sender, req, rep,
-                    wall(arrived), wall(started), wall(ended),
-                    (started - arrived) * 1e-9, (ended - started) * 1e-9, ok, 1.0 / stride,
-                )  # fmt: skip
+                    mesh,
+                    mesh_id,
+                    rank,
+                    f"{mesh}[{rank}]",
+                    proc,
+                    hst,
+                    method,
+                    sender,
+                    req,
+                    rep,
+                    wall(arrived),
+                    wall(started),
+                    wall(ended),
+                    (started - arrived) * 1e-9,
+                    (ended - started) * 1e-9,
+                    ok,
+                    1.0 / stride,
+                )
             )
     return rows
 
@@ -253,14 +283,23 @@ def _spans(snap: Snapshot) -> list[tuple[Any, ...]]:
             end = now_s - (now_ns - t1) * 1e-9
             rows.append(
                 (
-                    name, actor, proc, hst, start, end, (t1 - t0) * 1e-9, trace_id, span_id,
-                    parent_id, json.dumps(attrs or {}, default=str),
-                )  # fmt: skip
+                    name,
+                    actor,
+                    proc,
+                    hst,
+                    start,
+                    end,
+                    (t1 - t0) * 1e-9,
+                    trace_id,
+                    span_id,
+                    parent_id,
+                    json.dumps(attrs or {}, default=str),
+                )
             )
     return rows
 
 
-_ENDPOINT_METRICS = (
+_ENDPOINT_METRICS: tuple[tuple[str, Callable[[EndpointMetrics], float | None]], ...] = (
     ("calls", lambda em: em.calls),
     ("errors", lambda em: em.errors),
     ("latency_sum_s", lambda em: (em.mean_s or 0.0) * em.calls),

@@ -222,9 +222,7 @@ class Recent:
         attributes: dict[str, Any] | None = None,
     ) -> None:
         """Keep one finished span (times are ``time.perf_counter_ns()``)."""
-        self.spans.append(
-            (name, start_ns, end_ns, actor, trace_id, span_id, parent_id, attributes)
-        )
+        self.spans.append((name, start_ns, end_ns, actor, trace_id, span_id, parent_id, attributes))
 
     def copy(self) -> dict[str, Any]:
         """A copy of the rings as plain data, with the clocks to read their times by."""
