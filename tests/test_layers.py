@@ -323,6 +323,7 @@ FACADES = {
         "wait_until",
     ],
     "danaus.dashboard": ["Dashboard", "serve"],
+    "danaus.telemetry": ["MetricsServer", "QueryError", "query", "serve_metrics"],
     "danaus.supervisor": ["Backoff", "Restart", "Supervisor"],
     "danaus": [
         "ActorFuture",
@@ -617,10 +618,20 @@ def _code_metrics() -> Any:
 # Imports inside functions that stay, each for a reason: the bootstrap (above every
 # layer) loads the tensor engine (needs torch), the dashboard and the debugger on first
 # use; ``_cli`` keeps the command's start-up fast. Optional dependencies (torch, numpy,
-# opentelemetry, torchshow, pytest for the config decorators) may be imported anywhere
-# inside a function.
+# opentelemetry, torchshow, duckdb, prometheus_client, pytest for the config decorators)
+# may be imported anywhere inside a function.
 DEFERRED_ALLOWED = {"danaus._bootstrap"}
-OPTIONAL = {"torch", "numpy", "uvloop", "msgspec", "opentelemetry", "torchshow", "pytest"}
+OPTIONAL = {
+    "torch",
+    "numpy",
+    "uvloop",
+    "msgspec",
+    "opentelemetry",
+    "torchshow",
+    "pytest",
+    "duckdb",
+    "prometheus_client",
+}
 
 
 def test_the_package_has_no_import_cycle_and_no_hidden_deferred_import() -> None:

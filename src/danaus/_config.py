@@ -723,6 +723,20 @@ SETTINGS: tuple[Setting, ...] = (
         "(the trace file says how many).",
     ),
     Setting(
+        "query_ring_size",
+        "int",
+        10_000,
+        "Rows each proc keeps per table for danaus.telemetry.query (its recent messages, "
+        "spans and ended actors); older rows are dropped, so memory stays bounded.",
+    ),
+    Setting(
+        "query_messages_per_s",
+        "int",
+        1_000,
+        "Messages a second each proc records in full for danaus.telemetry.query; above it "
+        "only 1 in N is kept (each row's sample_rate says which); 0: record every message.",
+    ),
+    Setting(
         "logtail_lines",
         "int",
         200,

@@ -1,6 +1,7 @@
-"""``danaus top`` and ``danaus stack``: the dashboard's view from a terminal.
+"""``danaus top``, ``danaus stack`` and ``danaus query``: the dashboard's view from a
+terminal.
 
-Both talk to a client's dashboard (``danaus.dashboard.serve()`` or
+All three talk to a client's dashboard (``danaus.dashboard.serve()`` or
 ``DANAUS_DASHBOARD=1`` in the client) through its JSON API. Without ``--url``
 they find it through the ``dashboard.json`` file the dashboard keeps in the
 user's private danaus directory on this machine; if several clients serve
@@ -32,7 +33,7 @@ from .._transport.owned import read_owned
 
 __all__ = ["add_observe_commands", "run_observe_command"]
 
-COMMANDS = ("top", "stack")
+COMMANDS = ("top", "stack", "query")
 TOKEN_ENV = "DANAUS_DASHBOARD_TOKEN"
 URL_HELP = (
     "the dashboard's URL, http://HOST:PORT/ (default: find it); its token comes from "
@@ -67,6 +68,19 @@ def add_observe_commands(sub: Any) -> None:
     stack.add_argument("--proc", action="append", help="a proc by name (repeatable)")
     stack.add_argument("--url", help=URL_HELP)
     stack.add_argument("--token-file", help=TOKEN_FILE_HELP)
+    query = sub.add_parser(
+        "query",
+        help="SQL over the actors, messages, spans and metrics of a running client",
+        description="Run SQL over the telemetry tables (actors, messages, spans, metrics) of "
+        "a running danaus client, as danaus.telemetry.query does, and print the rows as a "
+        "table. The client must serve its dashboard (danaus.dashboard.serve() or "
+        'DANAUS_DASHBOARD=1). Example: danaus query "SELECT endpoint, count(*) AS n FROM '
+        'messages GROUP BY endpoint"',
+    )
+    query.add_argument("sql", help="the query")
+    query.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    query.add_argument("--url", help=URL_HELP)
+    query.add_argument("--token-file", help=TOKEN_FILE_HELP)
 
 
 def run_observe_command(args: argparse.Namespace) -> int:
@@ -74,6 +88,8 @@ def run_observe_command(args: argparse.Namespace) -> int:
         url = dashboard_url(args)
         if args.command == "top":
             return _top(url, args)
+        if args.command == "query":
+            return _query(url, args)
         return _stack(url, args)
     except DashboardError as e:
         print(f"danaus {args.command}: {e}", file=sys.stderr)
@@ -192,6 +208,48 @@ def _stack(url: str, args: argparse.Namespace) -> int:
         print()
         failed += not d["ok"]
     return 1 if failed else 0
+
+
+# -- danaus query -----------------------------------------------------------------------
+
+
+def _query(url: str, args: argparse.Namespace) -> int:
+    answer = api(url, "/api/query", {"sql": args.sql})
+    columns, rows = answer["columns"], answer["rows"]
+    if args.json:
+        for r in rows:
+            print(json.dumps(dict(zip(columns, r, strict=True)), default=str))
+        return 0
+    print(text_table(columns, rows))
+    return 0
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def text_table(columns: list[str], rows: list[list[Any]]) -> str:
+    """Rows under their column names, aligned (numbers to the right); "(no rows)" if none."""
+    if not rows:
+        return "(no rows)"
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    right = [all(isinstance(r[i], (int, float)) or r[i] is None for r in rows)
+             for i in range(len(columns))]  # fmt: skip
+
+    def line(vals: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(vals, widths, right, strict=True)
+        ).rstrip()
+
+    out = [line(list(columns)), line(["-" * w for w in widths])]
+    out.extend(line(r) for r in cells)
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(out)
 
 
 # -- danaus top -------------------------------------------------------------------------

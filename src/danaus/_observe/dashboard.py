@@ -8,6 +8,8 @@
         |  GET /api/events?token=T        the state again every dashboard_interval
         |                                 (server-sent events, one JSON document each)
         |  GET /api/stack?token=T&proc=P  a stack dump of proc P (or mesh=M&coords=C)
+        |  GET /api/query?token=T&sql=Q   danaus.telemetry.query(Q): columns and rows
+        |  GET /metrics (Bearer T)        the mesh's metrics in Prometheus's text format
         v
     Gate (on 127.0.0.1: one thread reads every request head; see gate.py)
         |  no token: 403 and closed, no thread spent
@@ -46,6 +48,9 @@ from .. import _config as config
 from .._actor.api import stats
 from .._runtime.hosting import host
 from .gate import Gate, RequestHandler
+from .prom import CONTENT_TYPE, exposition
+from .sql import QueryError
+from .sql import query as run_query
 from .state import StateCollector, discover, find_procs
 
 __all__ = ["Dashboard", "serve"]
@@ -252,10 +257,32 @@ def _make_handler(dash: Dashboard) -> Callable[[socket.socket, Any, bytes], None
                     self._events()
                 elif url.path == "/api/stack":
                     self._stack(query)
+                elif url.path == "/api/query":
+                    self._query(query)
+                elif url.path == "/metrics":
+                    self._metrics()
                 else:
                     self._json(404, {"error": f"no such path {url.path!r}"})
             except (BrokenPipeError, ConnectionResetError):
                 pass
+
+        def _query(self, query: dict[str, list[str]]) -> None:
+            sql = query.get("sql", [""])[0]
+            try:
+                rows = run_query(sql)
+            except (QueryError, ImportError) as e:
+                self._json(400, {"error": str(e)})
+                return
+            columns = list(rows[0]) if rows else []
+            self._json(200, {"columns": columns, "rows": [list(r.values()) for r in rows]})
+
+        def _metrics(self) -> None:
+            try:
+                body = exposition()
+            except ImportError as e:
+                self._send(501, f"{e}\n".encode(), "text/plain")
+                return
+            self._send(200, body, CONTENT_TYPE)
 
         def _events(self) -> None:
             self.send_response(200)

@@ -85,6 +85,7 @@ __all__ = [
     "Stats",
     "StopActor",
     "StopProc",
+    "Telemetry",
     "TraceStart",
     "TraceStop",
     "Welcome",
@@ -102,8 +103,8 @@ __all__ = [
 #: carrying both directions; version 6 sends ids in headers as plain tuples (a header
 #: is builtins only); version 7 (no new kind) marks the RDMA data connection's
 #: per-chunk payload tags, so a peer of version 6 is refused in HELLO, naming both
-#: versions, instead of every transfer failing as tampered.
-PROTOCOL_VERSION = 7
+#: versions, instead of every transfer failing as tampered; version 8 added TELEMETRY.
+PROTOCOL_VERSION = 8
 
 
 class ProtocolError(FrameError):
@@ -146,6 +147,7 @@ class Kind(enum.IntEnum):
     TRACE_START = 71
     TRACE_STOP = 72
     STACK = 73
+    TELEMETRY = 74
     CAST = 50
     GATHER = 51
     WELCOME = 80
@@ -444,6 +446,13 @@ class TraceStop(NamedTuple):
     slot: int
 
 
+class Telemetry(NamedTuple):
+    """Send this proc's recent messages, spans and ended actors (its rings) to ``port``."""
+
+    port: PortId
+    slot: int
+
+
 class Stack(NamedTuple):
     """Dump this proc's stacks (py-spy, or Python's own frames) to ``port``."""
 
@@ -517,6 +526,7 @@ _HEADERS: dict[int, Any] = {
     Kind.TRACE_START: TraceStart,
     Kind.TRACE_STOP: TraceStop,
     Kind.STACK: Stack,
+    Kind.TELEMETRY: Telemetry,
     Kind.RDMA_RELEASE: RdmaRelease,
     Kind.CAST: Cast,
     Kind.GATHER: Gather,

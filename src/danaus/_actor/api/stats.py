@@ -23,7 +23,7 @@ from ... import _config as config
 from ..._runtime.hosting import host
 from ..._runtime.messaging.metrics import BOUNDS, percentile
 from ..._wire.ids import ProcId
-from ..._wire.protocol import Stack, Stats, TraceStart, TraceStop
+from ..._wire.protocol import Stack, Stats, Telemetry, TraceStart, TraceStop
 from ..core.collect import Collector
 
 __all__ = [
@@ -105,6 +105,11 @@ def gather(
 
 def ask_stats(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
     return gather(procs, Stats, config.get("stats_timeout"), "stats")
+
+
+def ask_recent(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    """Each proc's telemetry rings (``introspect.recent``)."""
+    return gather(procs, Telemetry, config.get("stats_timeout"), "telemetry")
 
 
 def ask_stacks(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:

@@ -179,6 +179,10 @@ class ActorCell(Failing, DeadlockCheck):
         self.received = 0
         self.running: str | None = None  # the endpoint running now
         self.stats: dict[str, EndpointStats] = {}
+        # Calls sampled for the telemetry query's messages table (rt.recent): id(frame) ->
+        # (perf_counter_ns at arrival, sampling stride), set on delivery, taken by _prepare.
+        self._arrived: dict[int, tuple[int, int]] = {}
+        self.started = time.time()  # wall clock, for the actors table
         self._q: queue.SimpleQueue[_Item] = queue.SimpleQueue()
         # An idle sync actor reads the connection its last call came on itself
         # (Connection.read_directly); _put rings the bell to end that wait.
@@ -206,6 +210,11 @@ class ActorCell(Failing, DeadlockCheck):
             self.received += 1
             if not cycles:
                 self._queued[id(frame)] = frame
+                recent = self.rt.recent
+                if recent is not None:
+                    stride = recent.take()
+                    if stride:
+                        self._arrived[id(frame)] = (time.perf_counter_ns(), stride)
         if cycles:
             self._refuse_deadlock(frame)
             return
@@ -509,10 +518,11 @@ class ActorCell(Failing, DeadlockCheck):
 
     def _prepare(self, frame: Message) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
-        _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
+        _, _, method, port, index, labels, sizes, sender, chain, flags = frame.header
         self._gate.taken(frame_bytes(frame))
         with self._lock:
             self._queued.pop(id(frame), None)
+            arrived = self._arrived.pop(id(frame), None) if self._arrived else None
             if id(frame) in self._answered:
                 self._answered.discard(id(frame))
                 return None
@@ -554,7 +564,22 @@ class ActorCell(Failing, DeadlockCheck):
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
             args = (reply_to, *args)
-        return prop, port, index, args, kwargs, wrapped
+        row = None
+        if arrived is not None:  # sampled for the messages table (rt.recent, on delivery)
+            row = [
+                arrived[0],
+                0,
+                0,
+                self.mesh_id,
+                self.rank,
+                method,
+                str(sender) if sender is not None else (port.proc.name if port else None),
+                frame_bytes(frame),
+                None,
+                True,
+                arrived[1],
+            ]
+        return prop, port, index, args, kwargs, wrapped, row
 
     def _adhoc_endpoint(self, method: str, flags: int) -> EndpointProperty | None:
         """A method called through ``as_endpoint``: treat it as an endpoint."""
@@ -572,7 +597,7 @@ class ActorCell(Failing, DeadlockCheck):
         prepared = self._prepare(frame)
         if prepared is None:
             return
-        prop, port, index, args, kwargs, wrapped = prepared
+        prop, port, index, args, kwargs, wrapped, row = prepared
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -581,9 +606,9 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
-            self._call_raised(e, prop, port, index, wrapped, t0)
+            self._call_raised(e, prop, port, index, wrapped, t0, row)
             return
-        self._call_returned(result, prop, port, index, wrapped, t0)
+        self._call_returned(result, prop, port, index, wrapped, t0, row)
 
     def _call_returned(
         self,
@@ -593,14 +618,17 @@ class ActorCell(Failing, DeadlockCheck):
         index: int,
         wrapped: Wrapped | None,
         t0: int,
+        row: list[Any] | None = None,
     ) -> None:
         """An endpoint's body returned ``result`` (sync and async actors alike)."""
         if wrapped is not None:
             wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
-        self._measured(prop.name, t0, True, port, index)
+        self._measured(prop.name, t0, True, port, index, row)
         if port is not None and not prop.explicit_response_port:
-            self.rt.reply(port, index, STATUS_OK, result)
+            n = self.rt.reply(port, index, STATUS_OK, result)
+            if row is not None:
+                row[8] = n
 
     def _call_raised(
         self,
@@ -610,24 +638,40 @@ class ActorCell(Failing, DeadlockCheck):
         index: int,
         wrapped: Wrapped | None,
         t0: int,
+        row: list[Any] | None = None,
     ) -> None:
         """An endpoint's body raised ``e`` (sync and async actors alike)."""
         if wrapped is not None:
             wrapped.finish(error=e)
         self._debug_finish(e)
-        self._measured(prop.name, t0, False, port, index)
+        self._measured(prop.name, t0, False, port, index, row)
         if wrapped is not None and wrapped.returns and isinstance(e, Exception):
             return  # the producers record it (rref): the actor does not fail
         self._raised(e, prop, port, index)
 
-    def _measured(self, name: str, t0: int, ok: bool, port: PortId | None, index: int) -> None:
-        """Count one execution of endpoint ``name`` (metrics), and trace it (when tracing)."""
+    def _measured(
+        self,
+        name: str,
+        t0: int,
+        ok: bool,
+        port: PortId | None,
+        index: int,
+        row: list[Any] | None = None,
+    ) -> None:
+        """Count one execution of endpoint ``name`` (metrics), and trace it (when tracing);
+        ``row``: the call's row for the messages table, when it was sampled."""
         self.running = None
         if self.rt.metrics:
+            t1 = time.perf_counter_ns()
             st = self.stats.get(name)
             if st is None:
                 st = self.stats[name] = EndpointStats()
-            st.record((time.perf_counter_ns() - t0) * 1e-9, ok)
+            st.record((t1 - t0) * 1e-9, ok)
+            if row is not None:
+                row[1], row[2], row[9] = t0, t1, ok
+                recent = self.rt.recent
+                if recent is not None:
+                    recent.messages.append(row)
         tracer = self.rt.tracer
         if tracer is not None:
             flow = f"c:{port.proc.name}:{port.port}:{index}" if port is not None else None
@@ -654,6 +698,7 @@ class ActorCell(Failing, DeadlockCheck):
         args: Any,
         kwargs: Any,
         wrapped: Wrapped | None = None,
+        row: list[Any] | None = None,
     ) -> None:
         t0 = time.perf_counter_ns()
         self.running = prop.name
@@ -662,9 +707,9 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
-            self._call_raised(e, prop, port, index, wrapped, t0)
+            self._call_raised(e, prop, port, index, wrapped, t0, row)
             return
-        self._call_returned(result, prop, port, index, wrapped, t0)
+        self._call_returned(result, prop, port, index, wrapped, t0, row)
 
     def _debug_finish(self, exc: BaseException | None) -> None:
         """End the pdb session breakpoint() opened in this endpoint (post-mortem on ``exc``)."""
@@ -739,6 +784,7 @@ class ActorCell(Failing, DeadlockCheck):
         self.endpoints = {}
         self._adhoc.clear()
         self._queued.clear()
+        self._arrived.clear()
 
 
 async def _await(aw: Any) -> Any:

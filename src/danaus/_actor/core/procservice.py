@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from typing import Any
 
 from ... import _config as config
@@ -60,6 +61,21 @@ def _gone(mailbox: Any) -> bool:
 def _on_exit(cell: ActorCell) -> None:
     """The actor's thread ended: free the cell, leaving a tombstone that answers late calls."""
     rt = cell.rt
+    recent = rt.recent
+    if recent is not None:  # the telemetry query's actors table keeps it for a while
+        inst = cell.ctx_instance
+        recent.ended.append(
+            {
+                "mesh_id": cell.mesh_id,
+                "name": cell.display_name,
+                "rank": cell.rank,
+                "class": inst.class_name if inst is not None else None,
+                "state": "failed" if cell.failed is not None else "stopped",
+                "failure": cell.failed,
+                "started": cell.started,
+                "stopped": time.time(),
+            }
+        )
     if not rt.closed:
         rt.call_soon(_bury, rt, cell)
 

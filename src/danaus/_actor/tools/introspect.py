@@ -33,7 +33,14 @@ from ..._runtime.node import Node
 from ..._wire.protocol import Kind, Message
 from ..core.cell import ActorCell
 
-__all__ = ["dump_stacks", "install", "python_stacks", "snapshot", "stop_local_trace"]
+__all__ = [
+    "dump_stacks",
+    "install",
+    "python_stacks",
+    "recent",
+    "snapshot",
+    "stop_local_trace",
+]
 
 
 # -- the proc side (I/O thread) -------------------------------------------------------
@@ -46,6 +53,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     rt.register(Kind.TRACE_START, lambda conn, msg: _on_trace_start(rt, msg))
     rt.register(Kind.TRACE_STOP, lambda conn, msg: _on_trace_stop(rt, msg))
     rt.register(Kind.STACK, lambda conn, msg: _on_stack(rt, msg))
+    rt.register(Kind.TELEMETRY, lambda conn, msg: _on_telemetry(rt, msg))
 
 
 def _state(cell: ActorCell) -> str:
@@ -76,6 +84,7 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
                 "coords": dict(zip(mb.extent.labels, _coords(rank, mb.extent.sizes), strict=True)),
                 "class": type(inst).__qualname__ if inst is not None else None,
                 "is_system": bool(getattr(mb.ctx_instance, "is_system", False)),
+                "started": mb.started,
                 "state": _state(mb),
                 "failure": mb.failed,
                 "received": mb.received,
@@ -126,6 +135,24 @@ def _coords(rank: int, sizes: Sequence[int]) -> list[int]:
 
 def _on_stats(rt: Runtime, msg: Message) -> None:
     rt.reply(msg.header.port, msg.header.slot, STATUS_OK, snapshot(rt))
+
+
+def recent(rt: Runtime) -> dict[str, Any]:
+    """This proc's rings (``Runtime.recent``) as plain data, with who it is; empty
+    rings when metrics are off."""
+    data = (
+        rt.recent.copy()
+        if rt.recent is not None
+        else {"messages": [], "spans": [], "ended": [], "seen": 0, "size": 0}
+    )
+    data.setdefault("now_ns", time.perf_counter_ns())
+    data.setdefault("now_s", time.time())
+    data.update(proc=rt.proc_id.name, host=rt.host, pid=os.getpid())
+    return data
+
+
+def _on_telemetry(rt: Runtime, msg: Message) -> None:
+    rt.reply(msg.header.port, msg.header.slot, STATUS_OK, recent(rt))
 
 
 def _on_trace_start(rt: Runtime, msg: Message) -> None:

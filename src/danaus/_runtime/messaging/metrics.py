@@ -16,11 +16,13 @@ measures when it starts a trace.
 from __future__ import annotations
 
 import bisect
+import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["BOUNDS", "EndpointStats", "Tracer", "percentile"]
+__all__ = ["BOUNDS", "EndpointStats", "Recent", "Tracer", "percentile"]
 
 #: Upper bounds (seconds) of the latency buckets: 8 per decade from 1 µs to 100 s,
 #: each about 33 % wider than the one before; one more bucket holds what is slower.
@@ -146,3 +148,100 @@ class Tracer:
         """Everything recorded, as plain data (the tracer is done after this)."""
         events, self.events = self.events, []
         return {"events": events, "threads": dict(self.threads), "dropped": self.dropped}
+
+
+class Recent:
+    """What one proc keeps of its recent past for ``danaus.telemetry.query``: rings
+    (bounded deques) of handled messages, spans and ended actors.
+
+    ``messages`` rows are lists ``[arrived_ns, started_ns, ended_ns, mesh_id,
+    rank, endpoint, sender, request_bytes, reply_bytes, ok, stride]`` (the
+    actor's thread appends them; ``reply_bytes`` is filled in after the reply
+    is sent). When messages come faster than ``per_s`` a second, only one in
+    ``stride`` is recorded (``take``); each row says the stride it was taken
+    under, so a count can be scaled back. ``spans`` rows are tuples
+    ``(name, start_ns, end_ns, actor, trace_id, span_id, parent_id, attributes)``;
+    ``ended`` holds the rows of actors that stopped or failed here (dicts).
+    Every append is a ``deque.append`` (atomic, any thread, O(1)).
+    """
+
+    CHECK_EVERY = 128  # messages between two estimates of the rate
+
+    def __init__(
+        self, size: int, per_s: int, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a telemetry ring holds at least 1 row, not {size}")
+        self.size = size
+        self.per_s = per_s
+        self.messages: collections.deque[list[Any]] = collections.deque(maxlen=size)
+        self.spans: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=size)
+        self.ended: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
+        self.stride = 1
+        self.seen = 0  # messages offered to take(), recorded or not
+        self._check_at = self.CHECK_EVERY
+        self._clock = clock
+        self._checked_ns = clock()
+        self._checked_seen = 0
+
+    def take(self) -> int:
+        """0 to leave this message out, else the stride in force (record 1 in ``stride``).
+
+        Called for each message delivered to an actor; races between threads
+        only blur the rate estimate, never break it.
+        """
+        self.seen += 1
+        seen = self.seen
+        if seen >= self._check_at:
+            self._retune(seen)
+        stride = self.stride
+        if stride == 1 or seen % stride == 0:
+            return stride
+        return 0
+
+    def _retune(self, seen: int) -> None:
+        now = self._clock()
+        dt = now - self._checked_ns
+        rate = (seen - self._checked_seen) * 1e9 / dt if dt > 0 else float("inf")
+        if self.per_s <= 0 or rate <= self.per_s:
+            self.stride = 1
+        else:
+            self.stride = max(1, int(rate // self.per_s) + (rate % self.per_s > 0))
+        self._checked_ns, self._checked_seen = now, seen
+        self._check_at = seen + self.CHECK_EVERY
+
+    def span(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        actor: str | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+        parent_id: str | None = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        """Keep one finished span (times are ``time.perf_counter_ns()``)."""
+        self.spans.append((name, start_ns, end_ns, actor, trace_id, span_id, parent_id, attributes))
+
+    def copy(self) -> dict[str, Any]:
+        """A copy of the rings as plain data, with the clocks to read their times by."""
+        return {
+            "messages": [list(r) for r in _items(self.messages)],
+            "spans": _items(self.spans),
+            "ended": _items(self.ended),
+            "seen": self.seen,
+            "size": self.size,
+            "now_ns": time.perf_counter_ns(),
+            "now_s": time.time(),
+        }
+
+
+def _items(ring: collections.deque[Any]) -> list[Any]:
+    """The items of a deque that other threads append to (a copy, retried if it moved)."""
+    for _ in range(100):
+        try:
+            return list(ring)
+        except RuntimeError:  # "deque mutated during iteration"
+            continue
+    return []

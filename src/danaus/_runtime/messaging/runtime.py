@@ -74,7 +74,7 @@ from ..._wire.protocol import (
 )
 from . import liveness
 from .backpressure import Backpressure
-from .metrics import Tracer
+from .metrics import Recent, Tracer
 from .offload import Offloader, own
 from .peers import PeerTable, _Peer
 from .routing import Mailbox, PortHandler, Router
@@ -218,6 +218,12 @@ class Runtime(PeerTable):
         # Observing: endpoint metrics on or off; spans recorded while a trace runs;
         # sections a layer adds to this proc's STATS snapshot (name -> plain data).
         self.metrics: bool = bool(config.get("metrics"))
+        # Recent messages, spans and ended actors for danaus.telemetry.query (with metrics).
+        self.recent: Recent | None = (
+            Recent(config.get("query_ring_size"), config.get("query_messages_per_s"))
+            if self.metrics
+            else None
+        )
         # Read on hot paths, so a plain attribute: read it anywhere, set it with set_tracer().
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
@@ -973,8 +979,10 @@ class Runtime(PeerTable):
         status: int,
         value: object,
         on_fail: Callable[[str], None] | None = None,
-    ) -> None:
-        """Send ``value`` to ``port`` (any thread); unpicklable values become errors."""
+    ) -> int:
+        """Send ``value`` to ``port`` (any thread); unpicklable values become errors.
+
+        Returns the bytes of the reply's body (its buffers not counted)."""
         tracer = self.tracer
         t0 = tracer.now() if tracer is not None else 0
         try:
@@ -989,13 +997,14 @@ class Runtime(PeerTable):
             local = getattr(self.ports.get(port.port), "local_reply", None)
             if local is not None:
                 local(index, status, body, bufs)
-                return
+                return len(body)
         # The replying actor goes on and may change what it returned: ``send`` keeps
         # a snapshot of whatever it does not write at once (queued or offloaded).
         self.send(port.proc, Reply(port.port, index, status), body, bufs, on_fail or _ignore)
         if tracer is not None:
             flow = f"r:{port.proc.name}:{port.port}:{index}"
             tracer.span("reply", "reply", t0, {"bytes": len(body)}, flow_out=flow)
+        return len(body)
 
     # -- undeliverable calls ------------------------------------------------
 
