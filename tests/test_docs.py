@@ -3,8 +3,9 @@
 Every code block of the documentation site runs in a test or says why it
 cannot: a fenced block tagged ``python``, ``sh`` or ``bash`` in ``docs/`` must
 be preceded by ``<!-- run -->`` (this test runs it as a client script) or by
-``<!-- not runnable: REASON -->``, or include only files of ``examples/`` that
-a test runs. Untagged and ``text`` blocks are diagrams and output, not code.
+``<!-- not runnable: REASON -->``, or include only files (or sections,
+``--8<-- "examples/x.py:name"``) of ``examples/`` that a test runs. Untagged
+and ``text`` blocks are diagrams and output, not code.
 
 ``docs/design.md``'s lists of the node's parts and of who handles each frame
 kind are those of the code (as ``docs/config.md``'s settings are, in
@@ -87,7 +88,7 @@ def test_every_code_block_runs_in_a_test_or_says_why_not(block: Block) -> None:
     run = _examples_run_by_tests()
     for inc in includes:
         assert inc is not None
-        target = pathlib.Path(inc.group(1))
+        target = pathlib.Path(inc.group(1).split(":", 1)[0])  # "file.py:section" too
         assert target.parts[0] == "examples" and target.name in run, (
             f"{block} includes {target}, which no test runs"
         )
