@@ -1,4 +1,10 @@
-"""mkdocs hooks: the benchmark page's table and plots, made from ``benchmarks/RESULTS.md``.
+"""mkdocs hooks: the benchmark page's table and plots, and the example programs.
+
+The example programs (``examples/*.py``) are copied into the site as they
+are, under ``examples/``, so that ``docs/examples.md`` links to each file
+(the repository has no public URL to link to).
+
+The benchmark page's table and plots are made from ``benchmarks/RESULTS.md``.
 
 The latest run's table (the first fenced block of a full run; RESULTS.md lists
 runs newest first) is parsed, with whichever systems that run measured;
@@ -110,6 +116,8 @@ def on_files(files: Any, config: Any) -> Any:
 
     for name, data in figures(parse(latest_block())).items():
         files.append(File.generated(config, f"benchmarks/{name}", content=data))
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        files.append(File.generated(config, f"examples/{example.name}", abs_src_path=str(example)))
     return files
 
 
