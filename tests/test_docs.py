@@ -352,9 +352,7 @@ def test_every_public_name_has_an_api_reference_entry() -> None:
             assert hasattr(obj, name), f"{page.name}: {identifier} has no member {name}"
             covered.append(getattr(obj, name))
     facades = _facades()
-    assert {"danaus.actor", "danaus.spmd", "danaus.testing", "danaus.tools.config"} <= set(
-        facades
-    )
+    assert {"danaus.actor", "danaus.spmd", "danaus.testing", "danaus.tools.config"} <= set(facades)
     missing = []
     for facade in facades:
         module = importlib.import_module(facade)
