@@ -1,4 +1,14 @@
-"""mkdocs hooks: the benchmark page's table and plots, made from ``benchmarks/RESULTS.md``.
+"""mkdocs hooks: the benchmark page's table and plots, and the example programs.
+
+The example programs (``examples/*.py``) are copied into the site as they
+are, under ``examples/``, so that ``docs/examples.md`` links to each file
+(the repository has no public URL to link to).
+
+The reference of the ``danaus`` command (``reference/cli.md``) is generated
+from its argument parser: the ``--help`` of the command and of each
+subcommand, so it cannot drift from the code.
+
+The benchmark page's table and plots are made from ``benchmarks/RESULTS.md``.
 
 The latest run's table (the first fenced block of a full run; RESULTS.md lists
 runs newest first) is parsed, with whichever systems that run measured;
@@ -9,14 +19,67 @@ runs newest first) is parsed, with whichever systems that run measured;
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import pathlib
 import re
+import sys
 from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "RESULTS.md"
 PLACEHOLDER = "<!-- benchmark-table -->"
+CLI_PAGE = "reference/cli.md"
+HELP_COLUMNS = "100"  # argparse wraps help to $COLUMNS: the same page on every terminal
+
+
+def cli_help(argv: list[str]) -> str:
+    """What ``danaus *argv --help`` prints (this repository's danaus)."""
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from danaus._cli.main import main
+
+    out = io.StringIO()
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        with contextlib.redirect_stdout(out):
+            try:
+                main([*argv, "--help"])
+            except SystemExit:
+                pass
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+    return out.getvalue().rstrip() + "\n"
+
+
+def cli_commands() -> list[str]:
+    """The subcommands of ``danaus``, as its usage line lists them."""
+    usage = cli_help([])
+    m = re.search(r"\{([^}]+)\}", usage)
+    assert m, f"no subcommands in the usage of danaus:\n{usage}"
+    return m.group(1).split(",")
+
+
+def cli_markdown() -> str:
+    """The page ``reference/cli.md``: the help of ``danaus`` and of each subcommand."""
+    parts = [
+        "# The `danaus` command\n",
+        "Generated from the command's argument parser when the site is built: what "
+        "`danaus --help` and `danaus COMMAND --help` print. `python -m danaus` is the "
+        "same command. [Jobs and SPMD](../jobs.md) and "
+        "[Debugging and observing](../observing.md) show the commands at work.\n",
+        "## `danaus`\n",
+        "```text\n" + cli_help([]) + "```\n",
+    ]
+    for command in cli_commands():
+        parts.append(f"## `danaus {command}`\n")
+        parts.append("```text\n" + cli_help([command]) + "```\n")
+    return "\n".join(parts)
 
 
 def latest_block() -> str:
@@ -110,6 +173,9 @@ def on_files(files: Any, config: Any) -> Any:
 
     for name, data in figures(parse(latest_block())).items():
         files.append(File.generated(config, f"benchmarks/{name}", content=data))
+    files.append(File.generated(config, CLI_PAGE, content=cli_markdown()))
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        files.append(File.generated(config, f"examples/{example.name}", abs_src_path=str(example)))
     return files
 
 

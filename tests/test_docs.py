@@ -3,8 +3,9 @@
 Every code block of the documentation site runs in a test or says why it
 cannot: a fenced block tagged ``python``, ``sh`` or ``bash`` in ``docs/`` must
 be preceded by ``<!-- run -->`` (this test runs it as a client script) or by
-``<!-- not runnable: REASON -->``, or include only files of ``examples/`` that
-a test runs. Untagged and ``text`` blocks are diagrams and output, not code.
+``<!-- not runnable: REASON -->``, or include only files (or sections,
+``--8<-- "examples/x.py:name"``) of ``examples/`` that a test runs. Untagged
+and ``text`` blocks are diagrams and output, not code.
 
 ``docs/design.md``'s lists of the node's parts and of who handles each frame
 kind are those of the code (as ``docs/config.md``'s settings are, in
@@ -20,6 +21,7 @@ import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -87,7 +89,7 @@ def test_every_code_block_runs_in_a_test_or_says_why_not(block: Block) -> None:
     run = _examples_run_by_tests()
     for inc in includes:
         assert inc is not None
-        target = pathlib.Path(inc.group(1))
+        target = pathlib.Path(inc.group(1).split(":", 1)[0])  # "file.py:section" too
         assert target.parts[0] == "examples" and target.name in run, (
             f"{block} includes {target}, which no test runs"
         )
@@ -258,3 +260,134 @@ def test_the_config_page_lists_each_monarch_option_name_as_the_code_treats_it() 
         "docs/config.md's table of Monarch's option names differs from the code: paste the "
         "second table `python -m danaus._config` prints"
     )
+
+
+# -- the API reference against the public names ------------------------------------------
+
+REFERENCE = DOCS / "reference"
+
+
+def _facades() -> list[str]:
+    """Every public module: ``danaus``, ``danaus.X`` and ``danaus.tools.X`` with an ``__all__``."""
+    names = ["danaus"]
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":  # a package: danaus.actor, danaus.tools.config
+            parts = parts[:-1]
+        if not parts or any(p.startswith("_") for p in parts):
+            continue
+        names.append(".".join(["danaus", *parts]))
+    return names
+
+
+def _directives() -> list[tuple[pathlib.Path, str, list[str] | None]]:
+    """``(page, identifier, members or None)`` of each ``::: identifier`` in the reference."""
+    found = []
+    for page in sorted(REFERENCE.glob("*.md")):
+        lines = page.read_text().splitlines()
+        for i, line in enumerate(lines):
+            m = re.match(r"^::: (\S+)\s*$", line)
+            if not m:
+                continue
+            members: list[str] | None = None
+            for opt in lines[i + 1 :]:
+                if opt.strip() and not opt.startswith(" "):
+                    break
+                if opt.strip() == "members:":
+                    members = []
+                elif members is not None and (item := re.match(r"^\s+- (\S+)$", opt)):
+                    members.append(item.group(1))
+            found.append((page, m.group(1), members))
+    return found
+
+
+def _resolve(identifier: str) -> object:
+    import importlib
+
+    parts = identifier.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise AssertionError(f"the reference names {identifier}, which does not exist")
+
+
+def _bound_in_source(module: object) -> set[str]:
+    """The names a module's source binds at top level (not those its ``__getattr__`` loads)."""
+    path = getattr(module, "__file__", None)
+    assert path, f"{module} has no source"
+    names = set()
+    for node in ast.parse(pathlib.Path(path).read_text()).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_every_public_name_has_an_api_reference_entry() -> None:
+    """A ``::: module`` directive documents the names of the module's ``__all__`` that its
+    source binds (mkdocstrings reads the source: names loaded lazily are not there), or
+    those of its ``members:``."""
+    import importlib
+    import types
+
+    covered: list[object] = []
+    for page, identifier, members in _directives():
+        obj = _resolve(identifier)
+        if not isinstance(obj, types.ModuleType):
+            covered.append(obj)
+            continue
+        if members is None:
+            bound = _bound_in_source(obj)
+            names = [n for n in getattr(obj, "__all__", []) if n in bound]
+        else:
+            names = members
+        for name in names:
+            assert hasattr(obj, name), f"{page.name}: {identifier} has no member {name}"
+            covered.append(getattr(obj, name))
+    facades = _facades()
+    assert {"danaus.actor", "danaus.spmd", "danaus.testing", "danaus.tools.config"} <= set(facades)
+    missing = []
+    for facade in facades:
+        module = importlib.import_module(facade)
+        for name in getattr(module, "__all__", []):
+            value = getattr(module, name)
+            if not any(value is c for c in covered):
+                missing.append(f"{facade}.{name}")
+    assert not missing, (
+        f"public names with no entry in docs/reference/: {missing} (add a `::: module` "
+        "directive, or the name to a directive's `members:`)"
+    )
+
+
+def _hooks() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_command_line_reference_is_generated_from_the_parser_for_every_command() -> None:
+    hooks = _hooks()
+    commands = hooks.cli_commands()
+    assert {"worker", "apply", "kill", "exec", "debug", "logs"} <= set(commands)
+    page = hooks.cli_markdown()
+    sections = re.split(r"^## ", page, flags=re.M)[1:]
+    titles = [s.split("\n", 1)[0] for s in sections]
+    assert titles == ["`danaus`", *[f"`danaus {c}`" for c in commands]]
+    for command, section in zip(commands, sections[1:], strict=True):
+        assert f"usage: danaus {command} " in section, section
+    worker = sections[1 + commands.index("worker")]
+    for option in ("--listen", "--secret-file", "--insecure", "--tls-cert"):
+        assert option in worker

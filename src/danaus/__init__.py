@@ -6,12 +6,16 @@ across them. It implements the programming model of PyTorch Monarch in pure
 Python: a Monarch program runs with only its imports changed.
 
 Public modules: ``danaus.actor`` (actors, meshes, adverbs, futures, ports,
-supervision, several hosts), ``danaus.rdma`` (one-sided bulk transfers),
-``danaus.job`` (local and process jobs), and at the top level the mesh shape
-algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``, ``Point``) and the
-tensor engine (``Tensor``, ``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``,
-...). The tensor engine needs torch and is imported on first use of one of
-its names, so ``import danaus`` never imports torch.
+supervision, several hosts), ``danaus.supervisor`` (restarts with OTP's
+strategies), ``danaus.rdma`` (one-sided bulk transfers), ``danaus.job``
+(local, process, SSH and Slurm jobs), ``danaus.spmd`` (torchrun scripts on a
+mesh), ``danaus.config`` (every setting), ``danaus.dashboard``,
+``danaus.tools.config`` (``Workspace``) and ``danaus.testing``; at the top
+level the mesh shape algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``,
+``Point``), ``stats`` and ``trace``, and the tensor engine (``Tensor``,
+``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ...). The tensor
+engine needs torch and is imported on first use of one of its names, so
+``import danaus`` never imports torch.
 """
 
 from __future__ import annotations

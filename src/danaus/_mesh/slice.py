@@ -263,6 +263,7 @@ class Slice:
 
 
 NDSlice = Slice
+"""Monarch's name for :class:`Slice`: the same class."""
 
 
 def row_major_strides(sizes: Sequence[int]) -> tuple[int, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.endpoints import EndpointProperty, endpoints_of
 
@@ -32,7 +32,33 @@ class Actor:
 
     @property
     def logger(self) -> logging.Logger:
+        """A ``logging.Logger`` named after the actor's class."""
         return logging.getLogger(f"{type(self).__module__}.{type(self).__qualname__}")
+
+    if TYPE_CHECKING:
+        # The optional hooks, for the API reference and type checkers only: an actor
+        # has them when its class defines them (the runtime looks them up by name,
+        # and checks that __cleanup__ is sync or async as the endpoints are).
+
+        def __supervise__(self, failure: Any) -> Any:
+            """Handle the failure of a mesh this actor owns (optional hook).
+
+            Called with a ``MeshFailure`` (``mesh_name``, ``crashed_ranks``,
+            ``reason``, ``mesh``) on the actor's own thread, between messages,
+            when an actor of a mesh it spawned (or a supervisor it made) fails.
+            Return truthy when handled; otherwise this actor fails too and the
+            failure goes on to its own owner. ``def`` or ``async def``, as the
+            endpoints are. See the concepts page on supervision.
+            """
+
+        def __cleanup__(self, exc: BaseException | None) -> Any:
+            """Run when the actor stops (optional hook).
+
+            ``exc`` is ``None`` after ``stop()``, or the exception that failed
+            the actor; it runs once, on the actor's thread, after the meshes it
+            owns have stopped. A crash of its process runs nothing. ``def`` or
+            ``async def``, as the endpoints are.
+            """
 
 
 # Names an endpoint must not take: they are attributes of every actor mesh.
