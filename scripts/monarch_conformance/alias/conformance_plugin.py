@@ -36,31 +36,36 @@ def _run(coro: Any) -> Any:
     return _loop.run_until_complete(coro)
 
 
+def _sync(fn: Any) -> Any:
+    """An async fixture function as a plain one, run on the plugin's loop."""
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(*a: Any, **k: Any) -> Any:
+            agen = fn(*a, **k)
+            value = _run(agen.__anext__())
+            yield value
+            try:
+                _run(agen.__anext__())
+            except StopAsyncIteration:
+                pass
+
+        return gen
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        def plain(*a: Any, **k: Any) -> Any:
+            return _run(fn(*a, **k))
+
+        return plain
+    return fn
+
+
 def _fixture(*args: Any, **kwargs: Any) -> Any:
     """``pytest_asyncio.fixture`` without pytest-asyncio: an async fixture run to completion."""
 
     def wrap(fn: Any) -> Any:
-        if inspect.isasyncgenfunction(fn):
-
-            @functools.wraps(fn)
-            def gen(*a: Any, **k: Any) -> Any:
-                agen = fn(*a, **k)
-                value = _run(agen.__anext__())
-                yield value
-                try:
-                    _run(agen.__anext__())
-                except StopAsyncIteration:
-                    pass
-
-            return pytest.fixture(**kwargs)(gen)
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            def plain(*a: Any, **k: Any) -> Any:
-                return _run(fn(*a, **k))
-
-            return pytest.fixture(**kwargs)(plain)
-        return pytest.fixture(**kwargs)(fn)
+        return pytest.fixture(**kwargs)(_sync(fn))
 
     if args and callable(args[0]):
         return wrap(args[0])
@@ -76,6 +81,13 @@ if not HAVE_PYTEST_ASYNCIO:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "oss_skip: marks tests to skip in OSS CI")
     config.addinivalue_line("markers", "asyncio: an async test")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> None:
+    """``async def`` fixtures under plain ``@pytest.fixture`` (asyncio_mode = "auto")."""
+    if not HAVE_PYTEST_ASYNCIO:
+        fixturedef.func = _sync(fixturedef.func)
 
 
 @pytest.hookimpl(tryfirst=True)
