@@ -35,7 +35,7 @@ from danaus.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAOwnerLostError
 from danaus.testing import FaultRecorder, freeze, wait_until
 from loopback_worker import loopback_worker
 
-from .conftest import REPLY_TIMEOUT, Holder, random_bytes
+from .conftest import REPLY_TIMEOUT, Holder, random_bytes, started
 
 MiB = 1 << 20
 
@@ -111,6 +111,7 @@ def _outcome(fut: Future[None]) -> BaseException | None:
     """Wait (bounded) for ``fut`` and return its exception (see test_failures._outcome)."""
     done = threading.Event()
     fut.add_done_callback(lambda _: done.set())
+    started(fut)
     assert done.wait(REPLY_TIMEOUT), "the transfer neither finished nor failed"
     return fut.exception(timeout=0)
 
@@ -242,7 +243,7 @@ def test_many_concurrent_transfers_to_one_remote_owner_all_complete(
         for i in range(24)
     ]
     dsts = [bytearray(b.size()) for b in handles]
-    futs = [b.read_into(d) for b, d in zip(handles, dsts, strict=True)]
+    futs = [started(b.read_into(d)) for b, d in zip(handles, dsts, strict=True)]
     for f in futs:
         f.get(timeout=REPLY_TIMEOUT)
     for i, d in enumerate(dsts):
@@ -291,7 +292,7 @@ def test_the_owners_actors_answer_messages_during_a_long_transfer(
     n = 256 * MiB
     buf = rholders.slice(r=1).fill.call_one(_name(), n, 3).get(timeout=REPLY_TIMEOUT)
     dst = np.zeros(n, np.uint8)  # fresh pages: the read takes a while
-    fut = buf.read_into(dst)
+    fut = started(buf.read_into(dst))
     answered_during = 0
     while True:
         rgates.slice(r=1).pid.call_one().get(timeout=REPLY_TIMEOUT)
@@ -356,7 +357,7 @@ def test_an_owner_killed_in_the_middle_of_a_transfer_fails_it_at_once(
     n = 256 * MiB
     buf = holder.fill.call_one("big", n, 7).get(timeout=REPLY_TIMEOUT)
     dst = np.zeros(n, np.uint8)
-    fut = buf.read_into(dst, timeout=60)
+    fut = started(buf.read_into(dst, timeout=60))
     # Spin until the first bytes land: the transfer has begun.
     wait_until(lambda: dst[0] != 0 or fut.done(), REPLY_TIMEOUT, "the transfer starts", interval=0)
     freeze(pid, REPLY_TIMEOUT)  # freeze it mid-transfer, then kill it
@@ -390,7 +391,7 @@ def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
     buf = holder.fill.call_one("big", MiB, 7).get(timeout=REPLY_TIMEOUT)
     freeze(pid, REPLY_TIMEOUT)  # the first contact (RDMA_DATA) waits for the owner
     try:
-        fut = buf.read_into(bytearray(MiB))
+        fut = started(buf.read_into(bytearray(MiB)))
         assert not fut.done()  # the owner is stopped: its first contact cannot answer
     finally:
         os.kill(pid, signal.SIGKILL)

@@ -18,7 +18,7 @@ from danaus.actor import ActorMesh, Future, ProcMesh, SupervisionError
 from danaus.rdma import RDMAError, RDMAOwnerLostError
 from danaus.testing import wait_until
 
-from .conftest import REPLY_TIMEOUT, Parent
+from .conftest import REPLY_TIMEOUT, Parent, started
 
 MiB = 1 << 20
 
@@ -45,6 +45,7 @@ def _outcome(fut: Future[None]) -> BaseException | None:
     """
     done = threading.Event()
     fut.add_done_callback(lambda _: done.set())
+    started(fut)
     assert done.wait(REPLY_TIMEOUT), "the transfer neither finished nor failed"
     return fut.exception(timeout=0)
 
@@ -75,7 +76,7 @@ def test_an_owner_killed_while_the_transfer_waits_for_it_fails_the_transfer(
     buf, pid = parent.spawn_child.call_one(MiB, 7).get(timeout=REPLY_TIMEOUT)
     os.kill(pid, signal.SIGSTOP)  # the owner cannot answer the check: the transfer waits
     try:
-        fut = buf.read_into(bytearray(MiB))
+        fut = started(buf.read_into(bytearray(MiB)))
         assert not fut.done()
     finally:
         _kill(pid)
@@ -91,7 +92,7 @@ def test_an_owner_killed_in_the_middle_of_a_large_copy_fails_the_transfer(
     n = 512 * MiB
     buf, pid = parent.spawn_child.call_one(n, 7).get(timeout=60)
     dst = np.zeros(n, np.uint8)  # fresh pages: the copy takes far longer than a kill
-    fut = buf.read_into(dst, timeout=60)
+    fut = started(buf.read_into(dst, timeout=60))
     # Spin until the first bytes land: the copy has begun.
     wait_until(lambda: dst[0] != 0 or fut.done(), 30, "the copy starts", interval=0)
     assert dst[0] == 7, "the copy never started"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 
@@ -11,7 +12,7 @@ import pytest
 from danaus.actor import ActorMesh, ProcMesh
 from danaus.rdma import RDMAAction, RDMABuffer, RDMAError
 
-from .conftest import REPLY_TIMEOUT, AsyncReader, Holder, random_bytes
+from .conftest import REPLY_TIMEOUT, AsyncReader, Holder, random_bytes, started
 
 MiB = 1 << 20
 
@@ -208,7 +209,7 @@ def test_many_concurrent_transfers_all_complete(holders: ActorMesh[Holder]) -> N
     ]
     handles = [f.get(timeout=REPLY_TIMEOUT) for f in bufs]
     dsts = [bytearray(b.size()) for b in handles]
-    futs = [b.read_into(d) for b, d in zip(handles, dsts, strict=True)]
+    futs = [started(b.read_into(d)) for b, d in zip(handles, dsts, strict=True)]
     for f in futs:
         f.get(timeout=REPLY_TIMEOUT)
     for i, d in enumerate(dsts):
@@ -237,3 +238,41 @@ def test_owner_names_the_actor_that_registered_the_buffer(holders: ActorMesh[Hol
     assert isinstance(buf.owner, str)
     assert "/holders" in buf.owner and buf.owner.endswith("[1]")
     assert buf.backend == "process_vm"
+
+
+def test_a_transfer_starts_when_its_future_is_first_waited_for(
+    holders: ActorMesh[Holder],
+) -> None:
+    """Monarch's rule (its test_rdma_concurrent_2gb_writes_in_order, at 1 MiB): a read
+    issued before a write, but awaited after it, sees what the write put there."""
+    name = _name()
+    owner = holders.slice(x=0)
+    buf = owner.make.call_one(name, MiB, "numpy", 10).get(timeout=REPLY_TIMEOUT)
+    src = random_bytes(MiB, 11)
+    dst = np.zeros(MiB, dtype=np.uint8)
+
+    async def main() -> None:
+        read = buf.read_into(dst, timeout=REPLY_TIMEOUT)
+        write = buf.write_from(src, timeout=REPLY_TIMEOUT)
+        assert not read.done() and not write.done()
+        await write
+        await read
+
+    asyncio.run(main())
+    assert dst.tobytes() == src.tobytes()
+    assert owner.contents.call_one(name).get(timeout=REPLY_TIMEOUT) == src.tobytes()
+
+
+def test_a_transfer_never_waited_for_never_runs(holders: ActorMesh[Holder]) -> None:
+    name = _name()
+    owner = holders.slice(x=1)
+    buf = owner.make.call_one(name, 4096, "bytearray", 12).get(timeout=REPLY_TIMEOUT)
+    src = random_bytes(4096, 13)
+    unawaited = buf.write_from(src)
+    # An action that is submitted and waited for runs; the write above has not.
+    dst = bytearray(4096)
+    RDMAAction().read_into(buf, dst).submit().get(timeout=REPLY_TIMEOUT)
+    assert bytes(dst) == random_bytes(4096, 12).tobytes()
+    assert not unawaited.done()
+    unawaited.get(timeout=REPLY_TIMEOUT)  # the first wait starts it
+    assert owner.contents.call_one(name).get(timeout=REPLY_TIMEOUT) == src.tobytes()

@@ -196,6 +196,38 @@ def test_process_killed_from_outside_reaches_the_owner(spawn_procs, faults) -> N
     assert victims.slice(gpus=1).ping.call_one(2).get(timeout=TIMEOUT) == 2
 
 
+def test_a_killed_process_is_reported_in_monarchs_words(spawn_procs, faults) -> None:
+    """Monarch's report (its test_supervision_hierarchy matches on it): the actor's
+    name ``<root>.<module.Class mesh{'dim': i/n}>``, then ``Killed(sig=9)``."""
+    victims = spawn_victims(spawn_procs)
+    pid = victims.slice(gpus=1).pid.call_one().get(timeout=TIMEOUT)
+    os.kill(pid, signal.SIGKILL)
+    failure = assert_one_failure(faults, "victims", 1)
+    report = failure.report()
+    assert failure.actor == f"<root>.<{__name__}.Victim victims{{'gpus': 1/2}}>"
+    assert report.startswith(f"The actor {failure.actor} and all its descendants have failed:\n")
+    assert "the process this actor was running on failed: Killed(sig=9)" in report
+    assert "crashed_ranks=[1]" in report and "SIGKILL" in report  # danaus's detail follows
+    # A later call to the dead actor says the same.
+    with pytest.raises(SupervisionError, match="and all its descendants have failed"):
+        victims.slice(gpus=1).ping.call_one(1).get(timeout=TIMEOUT)
+
+
+def test_a_call_to_a_failed_actor_names_it_in_monarchs_words(spawn_procs, faults) -> None:
+    victims = spawn_victims(spawn_procs)
+    victims.slice(gpus=0).raise_base_exception.broadcast()
+    failure = assert_one_failure(faults, "victims", 0)
+    assert failure.report().startswith(
+        f"The actor <root>.<{__name__}.Victim victims{{'gpus': 0/2}}> and all its "
+        "descendants have failed:\n  "
+    )
+    with pytest.raises(SupervisionError) as info:
+        victims.slice(gpus=0).ping.call_one(1).get(timeout=TIMEOUT)
+    assert f"The actor <root>.<{__name__}.Victim victims{{'gpus': 0/2}}> and all its" in str(
+        info.value
+    )
+
+
 def test_abort_with_a_reason_fails_the_actor_with_that_reason(spawn_procs, faults) -> None:
     victims = spawn_victims(spawn_procs)
     with pytest.raises(SupervisionError) as info:

@@ -161,7 +161,11 @@ class RDMABuffer:
     # -- moving bytes --
 
     def read_into(self, dst: Any, *, timeout: float = 60) -> Future[None]:
-        """Copy the buffer's bytes into the local ``dst``; returns at once.
+        """Copy the buffer's bytes into the local ``dst``, when the future is first waited for.
+
+        As in Monarch, the copy starts on the first ``get()``/``await`` of the
+        returned future, not at the call: issue a read, then a write, await the
+        write first, and the read sees what was written.
 
         ``dst`` (a writable contiguous tensor or buffer) must hold at least
         ``size()`` bytes; a larger ``dst`` gets the buffer in its leading
@@ -183,10 +187,13 @@ class RDMABuffer:
                 f"dst ({mem.kind}) holds {mem.nbytes} bytes but {self} has {self._size}; "
                 f"read_into needs a destination of at least {self._size} bytes"
             )
-        return Transfer([Op(False, self, mem, self._size)], t, f"read_into from {self}").start()
+        return Transfer([Op(False, self, mem, self._size)], t, f"read_into from {self}").lazy()
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
-        """Copy the local ``src`` into the buffer's leading bytes; returns at once.
+        """Copy the local ``src`` into the buffer's leading bytes, when first waited for.
+
+        The copy starts on the first ``get()``/``await`` of the returned future
+        (see :meth:`read_into`).
 
         ``src`` (a contiguous tensor or buffer, read-only allowed) must be no
         larger than ``size()``. Fails like :meth:`read_into`; raises
@@ -204,7 +211,7 @@ class RDMABuffer:
                 f"write_from needs a source of at most {self._size} bytes"
             )
         self._check_writable_buffer()
-        return Transfer([Op(True, self, mem, mem.nbytes)], t, f"write_from to {self}").start()
+        return Transfer([Op(True, self, mem, mem.nbytes)], t, f"write_from to {self}").lazy()
 
     def drop(self) -> Future[None]:
         """Release the registration: the owner stops holding the memory. Returns at once.
@@ -406,7 +413,7 @@ class RDMAAction:
         t = check_timeout(timeout)
         n = len(self._ops)
         what = f"RDMAAction of {n} transfer{'s' if n != 1 else ''}"
-        return Transfer(list(self._ops), t, what).start()
+        return Transfer(list(self._ops), t, what).lazy()
 
     def __len__(self) -> int:
         return len(self._ops)

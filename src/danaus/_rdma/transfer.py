@@ -132,7 +132,12 @@ def _split(nbytes: int) -> list[tuple[int, int]]:
 
 
 class Transfer:
-    """Runs ``ops`` in parallel; ``start()`` returns a Future that fails with the first error."""
+    """Runs ``ops`` in parallel; ``start()`` returns a Future that fails with the first error.
+
+    ``lazy()`` returns that Future without starting: the transfer starts when the
+    Future is first waited for (``get``, ``await``, ``as_asyncio``), which is when
+    Monarch starts the coroutine behind its transfer futures.
+    """
 
     def __init__(self, ops: list[Op], timeout: float, what: str) -> None:
         self.ops = ops
@@ -148,7 +153,14 @@ class Transfer:
         self._deadline = 0.0  # time.monotonic() at which the transfer times out
         self._socks: set[socket.socket] = set()  # data connections in use (other hosts)
 
+    def lazy(self) -> Future[None]:
+        return Future._lazy(self.cf, self._begin, self.what)
+
     def start(self) -> Future[None]:
+        self._begin()
+        return Future._create(self.cf, self.what)
+
+    def _begin(self) -> None:
         node = self._node = ensure_node()
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
@@ -158,7 +170,7 @@ class Transfer:
         self._left = len(groups)
         if not groups:
             self.cf.set_result(None)
-            return Future._create(self.cf, self.what)
+            return
         rt.call_soon(self._arm)
         self.cf.add_done_callback(lambda _: self._disarm_soon())
         self.cf.add_done_callback(lambda _: self._shut_sockets())
@@ -175,7 +187,6 @@ class Transfer:
                 self._check_remote(rt, ops)
             else:
                 self._start_net(rt, key, ops)
-        return Future._create(self.cf, self.what)
 
     # -- deadline (I/O thread) --
 

@@ -19,7 +19,9 @@ class MeshFailure:
     there is one. ``mesh`` is the owner's ``ActorMesh``, or the ``Supervisor`` that
     gave up (compare it, or ``mesh_name``, with the meshes you own). ``log_tail``
     holds the last lines the process wrote (stdout and stderr) when it crashed,
-    else is empty.
+    else is empty. ``actor`` is Monarch's name of the (first) failed actor,
+    ``<root>.<module.Class mesh{'dim': i/n}>``, when known; :meth:`report` starts
+    with Monarch's sentence about it.
     """
 
     def __init__(
@@ -30,6 +32,7 @@ class MeshFailure:
         traceback: str = "",
         mesh: ActorMesh[Any] | Supervisor | None = None,
         log_tail: list[str] | tuple[str, ...] = (),
+        actor: str = "",
     ) -> None:
         self.mesh_name = mesh_name
         self.crashed_ranks = list(crashed_ranks)
@@ -37,13 +40,24 @@ class MeshFailure:
         self.traceback = traceback
         self.mesh = mesh
         self.log_tail = list(log_tail)
+        self.actor = actor
 
     def report(self) -> str:
-        """A readable multi-line report, with the remote traceback if any."""
-        lines = [
-            f"MeshFailure on actor mesh {self.mesh_name!r}, crashed_ranks={self.crashed_ranks}:",
-            f"  {self.reason}",
-        ]
+        """A readable multi-line report, with the remote traceback if any.
+
+        It starts as Monarch's does (programs match on it): ``The actor <root>.<mod.Cls
+        mesh{'dim': i/n}> and all its descendants have failed:``, then the reason
+        indented; danaus's detail (mesh, ranks, traceback, last lines) follows.
+        """
+        where = f"MeshFailure on actor mesh {self.mesh_name!r}, crashed_ranks={self.crashed_ranks}"
+        if self.actor:
+            lines = [
+                f"The actor {self.actor} and all its descendants have failed:",
+                f"  {self.reason}",
+                f"  {where}",
+            ]
+        else:
+            lines = [f"{where}:", f"  {self.reason}"]
         if self.traceback.strip():
             lines.append("  Traceback of the failure (remote):")
             lines.extend("    " + line for line in self.traceback.rstrip().splitlines())
@@ -63,5 +77,13 @@ class MeshFailure:
     def __reduce__(self) -> Any:
         return (
             MeshFailure,
-            (self.mesh_name, self.crashed_ranks, self.reason, self.traceback, None, self.log_tail),
+            (
+                self.mesh_name,
+                self.crashed_ranks,
+                self.reason,
+                self.traceback,
+                None,
+                self.log_tail,
+                self.actor,
+            ),
         )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 from .. import _config as config
 from .._actor.core import owned, undeliverable
 from .._actor.core.cell import ActorCell
+from .._actor.core.context import display_name
+from .._mesh import Extent, Point
 from .._runtime.logs.process import LogControl
 from .._runtime.messaging.runtime import Runtime
 from .._runtime.node import Node
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["deliver", "install"]
 
 log = logging.getLogger("danaus.supervision")
+_KILLED = re.compile(r"\(signal (\d+)\)")  # describe_exit's "killed by SIGKILL (signal 9)"
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:
@@ -31,6 +35,19 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
     rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
     undeliverable.set_client_handler(node, _client_undeliverable)
+
+
+def _display(rt: Runtime, owner: ActorId | None, om: owned.OwnedMesh, rank: int) -> str:
+    """Monarch's name of actor ``rank`` of ``om``: ``<root>.<mod.Cls name{'dim': i/n}>``."""
+    creator = "<root>"
+    if owner is not None and owner.mesh != "root":
+        cell = rt.mailboxes.get((owner.mesh, owner.rank))
+        inst = getattr(cell, "ctx_instance", None)
+        creator = str(inst) if inst is not None else f"<{owner.mesh}[{owner.rank}]>"
+    cls = om.ref.cls
+    extent = om.mesh._shape.extent
+    point = Point(rank, extent) if 0 <= rank < len(om.ref.procs) else Point(0, Extent([], []))
+    return display_name(creator, cls.__module__, cls.__qualname__, om.ref.name, point)
 
 
 def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, Any, str]:
@@ -51,7 +68,9 @@ def _on_failed(rt: Runtime, frame: Message) -> None:
     owner, mesh_id, rank, reason, tb = frame.header
     new, mesh, name = _record(mesh_id, rank, reason, tb)
     if new and not intercept(mesh_id, rank, reason, tb):  # a supervisor restarts it
-        deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh))
+        om = owned.get(mesh_id)
+        actor = _display(rt, owner, om, rank) if om is not None else ""
+        deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh, actor=actor))
 
 
 def _on_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
@@ -74,10 +93,22 @@ def _report_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> 
         for rank, proc in enumerate(om.ref.procs):
             if proc.name != proc_name:
                 continue
-            why = f"the process of actor {om.ref.name}[{rank}] failed: {reason}"
+            # Monarch's words first (programs match on them), then danaus's detail.
+            status = _monarch_status(reason)
+            detail = f"actor {om.ref.name}[{rank}]" + (f": {reason}" if status != reason else "")
+            why = f"the process this actor was running on failed: {status} ({detail})"
             new, mesh, name = _record(om.ref.mesh_id, rank, why)
             if new and om.owner is not None and not intercept(om.ref.mesh_id, rank, why, "", tail):
-                deliver(rt, om.owner, MeshFailure(name, [rank], why, "", mesh, tail))
+                actor = _display(rt, om.owner, om, rank)
+                failure = MeshFailure(name, [rank], why, "", mesh, tail, actor=actor)
+                deliver(rt, om.owner, failure)
+
+
+def _monarch_status(reason: str) -> str:
+    """Monarch's ``ProcStatus`` text for how a proc ended: ``Killed(sig=9)`` for a
+    signal; else danaus's reason as it is."""
+    m = _KILLED.search(reason)
+    return f"Killed(sig={m.group(1)})" if m else reason
 
 
 def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:

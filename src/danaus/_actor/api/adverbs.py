@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
-from ..._mesh import ValueMesh
+from ..._mesh import Extent, Point, ValueMesh
 from ..._mesh.tree import Selection
 from ..._runtime.hosting import host
 from ..._wire import codec
 from ..._wire.frame import flat
 from ..._wire.ids import ProcId
 from ..._wire.protocol import CALL_TEMPLATE_PORT_LIMIT, Call, CallTemplate, Cast
-from ..core import handoff
+from ..core import handoff, owned
 from ..core.cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from ..core.collect import (
     Collector,
@@ -43,7 +43,7 @@ from ..core.collect import (
     set_future,
     wait_ready,
 )
-from ..core.context import context
+from ..core.context import context, display_name
 from ..core.endpoints import EndpointProperty
 from ..core.future import Deferred, Future, Pending, resolve
 from ..core.ports import Port
@@ -177,7 +177,7 @@ class Endpoint:
         if collector is not None:
             name = self._mesh._ref.name
             for index, rank, reason in failed:
-                collector.fail_supervision(index, f"actor {name}[{rank}] has failed: {reason}")
+                collector.fail_supervision(index, _failed(self._mesh, rank, reason))
             for index, rank, proc in targets:
                 if index not in skip:
                     collector.expect(index, proc, f"{name}[{rank}]")
@@ -307,7 +307,7 @@ class Endpoint:
         if isinstance(collector, TreeCollector):
             assert targets is not None
             for slot, rank, why in failed:
-                collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
+                collector.fail_supervision(slot, _failed(self._mesh, rank, why))
             for index, rank, proc in targets:
                 collector.expect(index, proc, f"{name}[{rank}]")
             collector.expect_tree(targets, procs, ancestors=len(targets) < len(procs))
@@ -713,3 +713,28 @@ class NotAnEndpoint:
         )
 
     call = call_one = choose = stream = broadcast = __call__ = _fail
+
+
+def _failed(mesh: Any, rank: int, reason: Any) -> str:
+    """Why a call to failed actor ``rank`` of ``mesh`` fails, in Monarch's words first:
+    ``The actor <root>.<mod.Cls name{'dim': i/n}> and all its descendants have failed:``."""
+    ref = mesh._ref
+    me = context().actor_instance
+    if ref.owner is None or ref.owner.mesh == "root":
+        creator = "<root>"
+    elif me.actor_id == ref.owner:
+        creator = str(me)
+    else:
+        creator = f"<{ref.owner.mesh}[{ref.owner.rank}]>"
+    om = owned.get(ref.mesh_id)  # the whole mesh, where its owner is this process
+    extent = (om.mesh if om is not None else mesh)._shape.extent
+    if len(extent) and extent.nelements == len(ref.procs) and 0 <= rank < len(ref.procs):
+        point = Point(rank, extent)  # the whole mesh: its point; a slice's is not the actor's
+    else:
+        point = Point(0, Extent([], []))
+    cls = ref.cls
+    who = display_name(creator, cls.__module__, cls.__qualname__, ref.name, point)
+    return (
+        f"The actor {who} and all its descendants have failed:\n  {reason}\n"
+        f"  (actor {ref.name}[{rank}])"
+    )

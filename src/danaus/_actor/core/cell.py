@@ -328,6 +328,7 @@ class ActorCell(Failing, DeadlockCheck):
             Point(self.rank, self.extent),
             cls.__qualname__,
             self.creator,
+            class_module=cls.__module__,
         )
         self.ctx_instance._cell = self
         _thread_ctx.ctx = Context(self.ctx_instance, Point(self.rank, self.extent))

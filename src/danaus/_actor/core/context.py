@@ -23,6 +23,7 @@ __all__ = [
     "current_actor_name",
     "current_rank",
     "current_size",
+    "display_name",
 ]
 
 _EMPTY = Extent([], [])
@@ -39,11 +40,13 @@ class Instance:
         class_name: str,
         creator: Instance | None,
         proc_mesh: ProcMesh | None = None,
+        class_module: str = "",
     ) -> None:
         self.actor_id = actor_id
         self.name = name
         self.rank = rank
         self.class_name = class_name
+        self.class_module = class_module
         self.creator = creator
         self._proc_mesh = proc_mesh
         self._cell: Any = None  # the ActorCell hosting it, inside procs
@@ -67,7 +70,11 @@ class Instance:
         return self._proc_mesh if self._proc_mesh is not None else self.proc
 
     def __reduce__(self) -> Any:
-        return (Instance, (self.actor_id, self.name, self.rank, self.class_name, self.creator))
+        return (
+            Instance,
+            (self.actor_id, self.name, self.rank, self.class_name, self.creator, None)
+            + ((self.class_module,) if self.class_module else ()),
+        )
 
     def abort(self, reason: str | None = None) -> None:
         """Fail this actor now (call it from one of its endpoints); its owner is told.
@@ -107,11 +114,21 @@ class Instance:
     def __str__(self) -> str:
         if self.creator is None:
             return "<root>"
-        here = f"<{self.class_name} {self.name}{self.rank}>"
-        return f"{self.creator}.{here}"
+        return display_name(
+            str(self.creator), self.class_module, self.class_name, self.name, self.rank
+        )
 
     def __repr__(self) -> str:
         return f"Instance({self})"
+
+
+def display_name(creator: str, module: str, qualname: str, name: str, point: Point) -> str:
+    """Monarch's name of an actor, e.g. ``<root>.<train.Trainer trainer{'gpus': 0/2}>``: its
+    creator's name, then its class (with module), mesh name and point; no point when the
+    mesh has no dimensions. Supervision reports and the actor log prefix use it."""
+    cls = f"{module}.{qualname}" if module else qualname
+    coords = str(point) if len(point.extent) else ""
+    return f"{creator}.<{cls} {name}{coords}>"
 
 
 class Context:

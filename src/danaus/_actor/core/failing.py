@@ -211,8 +211,11 @@ class Failing:
 
     def _reply_error(self, port: PortId | None, index: int, reason: str) -> None:
         if port is not None:
-            err = SupervisionError(
-                f"actor {self._label()} has failed: {reason}",
+            inst = getattr(self, "ctx_instance", None)
+            who = str(inst) if inst is not None else self._label()
+            err = SupervisionError(  # Monarch's sentence first: programs match on it
+                f"The actor {who} and all its descendants have failed:\n  {reason}\n"
+                f"  (actor {self._label()})",
                 actor=self._label(),
                 reason=reason,
             )

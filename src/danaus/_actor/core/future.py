@@ -247,6 +247,9 @@ class Future(Generic[R]):
     coroutine with ``Future(coro=...)`` (as Monarch's main branch allows): the
     coroutine runs once, when the future is first waited for — on the awaiting
     task's event loop for ``await``, on a thread of its own for ``get()``.
+    RDMA transfers (``read_into``, ``write_from``, ``RDMAAction.submit``) start
+    the same way, as in Monarch: when first waited for, so awaiting a write
+    before an earlier-issued read runs the write first.
 
     Example::
 
@@ -291,11 +294,26 @@ class Future(Generic[R]):
         self._what = what
         return self
 
+    @classmethod
+    def _lazy(cls, cf: Any, start: Callable[[], None], what: str) -> Future[Any]:
+        """A future of ``cf`` whose work, ``start()`` (which completes ``cf``), begins
+        when it is first waited for: Monarch's rule for a future made from a coroutine."""
+        self = cls._create(cf, what)
+        self._coro = _Starter(start)
+        return self
+
     def _start(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Run the coroutine of a ``Future(coro=...)``, once: on ``loop``, else on a thread."""
         with _START_LOCK:
             coro, self._coro = self._coro, None
         if coro is None:
+            return
+        if isinstance(coro, _Starter):  # a lazy future of danaus's own: start it here
+            try:
+                coro.start()
+            except BaseException as e:
+                if not self._cf.done():
+                    self._cf.set_exception(e)
             return
         if loop is not None:
             loop.create_task(_drive(coro, self._cf))
@@ -540,6 +558,15 @@ class Future(Generic[R]):
 
 _WAKE = 0.1  # seconds between wake-ups of a blocked get()
 _START_LOCK = threading.Lock()  # guards each Future(coro=...)'s _coro, taken once to start it
+
+
+class _Starter:
+    """The deferred start of a :meth:`Future._lazy` future."""
+
+    __slots__ = ("start",)
+
+    def __init__(self, start: Callable[[], None]) -> None:
+        self.start = start
 
 
 async def _drive(coro: Any, cf: concurrent.futures.Future[Any]) -> None:
