@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._actor import debugger
-from ._actor.core import procservice, undeliverable
+from ._actor.core import procservice, telemetry, undeliverable
 from ._actor.tools import introspect
 from ._rdma import registry as rdma_registry
 from ._runtime.logs import process as logs
@@ -32,6 +32,7 @@ INSTALLERS = (
     ("rdma", rdma_registry.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
     ("introspect", introspect.install),  # STATS, TRACE_START/STOP, STACK (dashboard, trace)
     ("debugger", debugger.install),  # breakpoint() in an actor talks to the client
+    ("telemetry", telemetry.install),  # a proc spawned with telemetry on turns it on
 )
 
 

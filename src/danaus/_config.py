@@ -720,6 +720,15 @@ SETTINGS: tuple[Setting, ...] = (
         "(the trace file says how many).",
     ),
     Setting(
+        "telemetry",
+        "bool",
+        False,
+        "OpenTelemetry across the mesh: calls made inside a span carry its context and "
+        "their endpoints run in child spans; each process exports its spans and metrics "
+        "as the OTEL_* variables say (needs danaus[telemetry]; JobTrait.enable_telemetry "
+        "turns it on too).",
+    ),
+    Setting(
         "logtail_lines",
         "int",
         200,

@@ -21,6 +21,7 @@ from ._job.load import job_load as job_load
 from ._job.load import job_loads as job_loads
 from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
+from ._job.telemetry import TelemetryConfig as TelemetryConfig
 
 __all__ = [
     "JobState",
@@ -31,6 +32,7 @@ __all__ = [
     "SlurmError",
     "SlurmJob",
     "StartedWorker",
+    "TelemetryConfig",
     "hosts_from_config",
     "job_load",
     "job_loads",

@@ -99,8 +99,9 @@ __all__ = [
 #: carrying both directions; version 6 sends ids in headers as plain tuples (a header
 #: is builtins only); version 7 (no new kind) marks the RDMA data connection's
 #: per-chunk payload tags, so a peer of version 6 is refused in HELLO, naming both
-#: versions, instead of every transfer failing as tampered.
-PROTOCOL_VERSION = 7
+#: versions, instead of every transfer failing as tampered; version 8 adds CALL's and
+#: CAST's ``trace``, the OpenTelemetry context of the span the call was made in.
+PROTOCOL_VERSION = 8
 
 
 class ProtocolError(FrameError):
@@ -165,6 +166,9 @@ class Call(NamedTuple):
     sender: ActorId | None  # who to return the message to if it is undeliverable
     chain: tuple[ActorId, ...]  # actors blocked on this call (deadlock reporting)
     flags: int
+    # (trace id, span id, trace flags) of the caller's OpenTelemetry span: None unless
+    # telemetry is on and the call was made inside a span (danaus._actor.core.telemetry)
+    trace: tuple[int, int, int] | None = None
 
 
 class Reply(NamedTuple):
@@ -465,6 +469,7 @@ class Cast(NamedTuple):
     chain: tuple[ActorId, ...]
     flags: int
     hops: int  # how many procs this frame has passed through, the sender included
+    trace: tuple[int, int, int] | None = None  # as Call.trace
 
 
 class Gather(NamedTuple):

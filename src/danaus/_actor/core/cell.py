@@ -32,7 +32,7 @@ from ..._wire import codec
 from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
 from ..api.endpoint import EndpointProperty, endpoints_of
-from . import owned
+from . import owned, telemetry
 from .context import Context, Instance, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
 from .failing import Failing, exception_payload, refuse_stopped
@@ -508,7 +508,7 @@ class ActorCell(Failing, DeadlockCheck):
 
     def _prepare(self, frame: Message) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
-        _, _, method, port, index, labels, sizes, _sender, chain, flags = frame.header
+        _, _, method, port, index, labels, sizes, _sender, chain, flags, carried = frame.header
         self._gate.taken(frame_bytes(frame))
         with self._lock:
             self._queued.pop(id(frame), None)
@@ -553,7 +553,7 @@ class ActorCell(Failing, DeadlockCheck):
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
             args = (reply_to, *args)
-        return prop, port, index, args, kwargs, wrapped
+        return prop, port, index, args, kwargs, wrapped, carried
 
     def _adhoc_endpoint(self, method: str, flags: int) -> EndpointProperty | None:
         """A method called through ``as_endpoint``: treat it as an endpoint."""
@@ -571,7 +571,9 @@ class ActorCell(Failing, DeadlockCheck):
         prepared = self._prepare(frame)
         if prepared is None:
             return
-        prop, port, index, args, kwargs, wrapped = prepared
+        prop, port, index, args, kwargs, wrapped, carried = prepared
+        # A call made inside a span (telemetry on): the endpoint runs in a child span.
+        active = telemetry.endpoint_span(self, prop.name, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -580,8 +582,12 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
+            if active is not None:
+                telemetry.end_endpoint_span(active, e)
             self._call_raised(e, prop, port, index, wrapped, t0)
             return
+        if active is not None:
+            telemetry.end_endpoint_span(active, None)
         self._call_returned(result, prop, port, index, wrapped, t0)
 
     def _call_returned(
@@ -653,7 +659,9 @@ class ActorCell(Failing, DeadlockCheck):
         args: Any,
         kwargs: Any,
         wrapped: Wrapped | None = None,
+        carried: Any = None,
     ) -> None:
+        active = telemetry.endpoint_span(self, prop.name, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -661,8 +669,12 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
+            if active is not None:
+                telemetry.end_endpoint_span(active, e)
             self._call_raised(e, prop, port, index, wrapped, t0)
             return
+        if active is not None:
+            telemetry.end_endpoint_span(active, None)
         self._call_returned(result, prop, port, index, wrapped, t0)
 
     def _debug_finish(self, exc: BaseException | None) -> None:
