@@ -345,6 +345,20 @@ def test_importing_danaus_and_its_actor_core_never_imports_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_importing_danaus_and_its_actor_core_never_imports_opentelemetry() -> None:
+    """Telemetry is an extra (danaus[telemetry]): the core loads without it, and
+    imports it only once a span is made or telemetry is turned on."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, danaus, danaus.actor, danaus.rdma, danaus.job; "
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], "
+        "sorted(m for m in sys.modules if m.startswith('opentelemetry'))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_the_upward_import_of_the_tensor_engine_only_happens_inside_functions() -> None:
     for rel in UPWARD:
         tree = ast.parse((SRC / rel).read_text())

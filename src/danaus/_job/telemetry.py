@@ -4,7 +4,7 @@ As Monarch's: ``job.enable_telemetry(TelemetryConfig(...))`` (or its fields as
 keywords) returns the job, and telemetry starts when ``job.state()`` is next
 called. Starting is best effort, as Monarch's: a failure (OpenTelemetry not
 installed, an unknown exporter named in ``OTEL_*``) is logged and the job runs
-without telemetry rather than ``state()`` failing.
+without telemetry rather than ``state()`` failing (a ``RuntimeWarning`` says why).
 
 What starts (see ``danaus._actor.core.telemetry``): OpenTelemetry in the client
 and in every proc spawned from then on (calls made inside a span carry its
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,14 +107,17 @@ def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> Tele
 
 
 def start(cfg: TelemetryConfig) -> bool:
-    """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a warning
-    in the log, when it cannot start."""
+    """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
+    ``RuntimeWarning``, when it cannot start."""
     global _active
     try:
         telemetry.enable()
         config.configure(telemetry=True)  # procs spawned from now on turn it on too
     except (ImportError, ValueError) as e:
-        log.warning("telemetry could not start; the job runs without it: %s", e)
+        # Best effort, as Monarch's: said where the user sees it, and the job goes on.
+        warnings.warn(
+            f"telemetry could not start; the job runs without it: {e}", RuntimeWarning, stacklevel=3
+        )
         return False
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
