@@ -988,7 +988,10 @@ _SPAWN_IDLE = (
     "danaus bounds spawning and stopping by the procs' liveness (heartbeat_timeout), "
     "not by an idle time."
 )
-_TRACING = "danaus does not use OpenTelemetry or Monarch's tracing sinks; see danaus.trace()."
+_TRACING = (
+    "Monarch's tracing sinks are not danaus's: its OpenTelemetry is the setting telemetry "
+    "(JobTrait.enable_telemetry, OTEL_* variables); see also danaus.trace()."
+)
 _IBVERBS = "danaus does not use ibverbs: cross-host RDMA always runs over TCP (rdma_streams)."
 _HYPERACTOR = "a knob of hyperactor's channel layer, which danaus does not have."
 

@@ -58,6 +58,11 @@ class Philosopher(Actor):
     def untraced(self) -> int:
         return 0
 
+    @endpoint(instrument=False)
+    def quiet(self) -> None:
+        with span("hush"):
+            pass
+
 
 class Thinker(Actor):
     """An async actor that calls another actor from inside its span."""
@@ -89,6 +94,7 @@ def client_step(
 ) -> None:
     pair.eat.call(0).get(timeout=TIMEOUT)  # direct, to each actor
     thinker.think.call_one(pair.slice(gpus=1)).get(timeout=TIMEOUT)  # nested
+    pair.slice(gpus=0).quiet.call_one().get(timeout=TIMEOUT)
     wide.eat.call(0).get(timeout=TIMEOUT)  # down the cast tree
     wide.slice(gpus=3).eat.call_one(0).get(timeout=TIMEOUT)
     try:

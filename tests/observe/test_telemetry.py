@@ -64,9 +64,9 @@ def _check_the_tree(spans: list[dict[str, Any]]) -> None:
     assert root["parent"] is None
     assert {s["trace"] for s in spans} == {root["trace"]}
     [ponder] = by_name["ponder"]
-    [think] = by_name["Thinker.think"]
+    [think] = by_name["think"]
     assert ponder["parent"] == think["id"] and think["parent"] == root["id"]
-    eats = by_name["Philosopher.eat"]
+    eats = by_name["eat"]
     # pair.call (2), the nested call (1), wide.call down the cast tree (4), wide[3] (1)
     assert len(eats) == 8
     nested = [s for s in eats if s["parent"] == ponder["id"]]
@@ -92,17 +92,15 @@ def _check_the_tree(spans: list[dict[str, Any]]) -> None:
             assert c["attributes"][key] == parent["attributes"][key]
     assert ponder["attributes"]["danaus.mesh"] == "thinker"
     assert ponder["attributes"]["danaus.endpoint"] == "think"
-    [fail] = by_name["Philosopher.fail"]
+    [fail] = by_name["fail"]
     assert fail["status"] == "ERROR" and "exception" in fail["events"]
     assert fail["parent"] == root["id"]
-    assert "Philosopher.untraced" not in by_name  # called outside any span
-    assert set(by_name) == {
-        "ponder",
-        "Thinker.think",
-        "Philosopher.eat",
-        "chew",
-        "Philosopher.fail",
-    }
+    assert "untraced" not in by_name  # called outside any span
+    # @endpoint(instrument=False): no span of its own, the caller's context current
+    assert "quiet" not in by_name
+    [hush] = by_name["hush"]
+    assert hush["parent"] == root["id"] and hush["attributes"]["danaus.endpoint"] == "quiet"
+    assert set(by_name) == {"ponder", "think", "eat", "chew", "fail", "hush"}
 
 
 @pytest.mark.timeout(180)

@@ -573,7 +573,7 @@ class ActorCell(Failing, DeadlockCheck):
             return
         prop, port, index, args, kwargs, wrapped, carried = prepared
         # A call made inside a span (telemetry on): the endpoint runs in a child span.
-        active = telemetry.endpoint_span(self, prop.name, carried) if carried else None
+        active = telemetry.endpoint_span(self, prop, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -661,7 +661,7 @@ class ActorCell(Failing, DeadlockCheck):
         wrapped: Wrapped | None = None,
         carried: Any = None,
     ) -> None:
-        active = telemetry.endpoint_span(self, prop.name, carried) if carried else None
+        active = telemetry.endpoint_span(self, prop, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:

@@ -12,7 +12,8 @@ Telemetry is *on* in a process after :func:`enable` (the setting ``telemetry``,
 ``JobTrait.enable_telemetry()``, or a traced call arriving): then each call made
 inside a span carries that span's context in its CALL (or CAST) header, inside the
 authenticated frame, and the endpoint it reaches runs in a span of its own whose
-parent is the caller's (``Class.endpoint``, kind SERVER). Calls made outside any
+parent is the caller's (named for the method, as Monarch's; kind SERVER; none for
+``@endpoint(instrument=False)``). Calls made outside any
 span carry ``None`` and their endpoints record nothing: a span costs ~20 µs of
 Python, too much to spend on every message. When telemetry is off the send path
 reads one module attribute (:data:`ON`) and the header holds ``None``.
@@ -256,15 +257,18 @@ def outgoing() -> tuple[int, int, int] | None:
     return (sc.trace_id, sc.span_id, int(sc.trace_flags))
 
 
-def endpoint_span(cell: Any, endpoint: str, carried: Any) -> Any:
-    """Start the span of endpoint ``endpoint`` of ``cell``'s actor, child of the caller's
-    span ``carried`` (a CALL header's ``trace``), as the current span. Returns what
-    :func:`end_endpoint_span` takes, or None (no OpenTelemetry, or a malformed context:
-    the call runs untraced)."""
+def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
+    """Start the span of endpoint ``prop`` of ``cell``'s actor (named for the method,
+    as Monarch names it), child of the caller's span ``carried`` (a CALL header's
+    ``trace``), as the current span; with ``@endpoint(instrument=False)`` no span,
+    but the caller's context is current (spans and calls inside still nest under
+    it). Returns what :func:`end_endpoint_span` takes, or None (no OpenTelemetry,
+    or a malformed context: the call runs untraced)."""
     if not ON:
         try:
             enable()
-        except ImportError:
+        except (ImportError, ValueError) as e:
+            log.debug("a traced call arrived, but telemetry cannot start here: %s", e)
             return None
     if (
         type(carried) is not tuple
@@ -285,17 +289,16 @@ def endpoint_span(cell: Any, endpoint: str, carried: Any) -> Any:
     )
     if not parent.is_valid:
         return None
+    ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+    if not prop.instrument:
+        return None, otel_context.attach(ctx)
     inst = cell.ctx_instance
+    endpoint = prop.name
     attrs = {**actor_attributes_of(inst), "danaus.endpoint": endpoint}
     attrs["rpc.system"] = "danaus"
     attrs["rpc.service"] = inst.class_name
     attrs["rpc.method"] = endpoint
-    s = tracer.start_span(
-        f"{inst.class_name}.{endpoint}",
-        context=trace.set_span_in_context(trace.NonRecordingSpan(parent)),
-        kind=trace.SpanKind.SERVER,
-        attributes=attrs,
-    )
+    s = tracer.start_span(endpoint, context=ctx, kind=trace.SpanKind.SERVER, attributes=attrs)
     return s, otel_context.attach(trace.set_span_in_context(s))
 
 
@@ -320,7 +323,8 @@ def end_endpoint_span(active: Any, exc: BaseException | None) -> None:
 
     s, token = active
     otel_context.detach(token)
-    _end(s, exc)
+    if s is not None:
+        _end(s, exc)
 
 
 # -- metrics --------------------------------------------------------------------------
