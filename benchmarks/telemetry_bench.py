@@ -19,8 +19,11 @@ Modes:
   one carries its context and the endpoint runs in a span of its own, which the
   proc exports: the cost of tracing every call.
 
-For each mode: the median over blocks of the block's median ``call_one`` round
-trip, and of the block's throughput (``--burst`` calls issued without waiting,
+After each ``in_span`` block, every process exports what it still holds before
+the next block starts (untimed). ``--control`` adds ``off_again``, the ``off``
+mode measured twice: how far apart two identical modes come out is the noise
+of the run. For each mode: the median over blocks of the block's median
+``call_one`` round trip, and of the block's throughput (``--burst`` calls issued without waiting,
 then awaited); then the ratios to ``off``. The goal (issue 29): ``on`` within
 1.10x of ``off`` on ``call_one`` and 0.90x on throughput.
 """
@@ -46,6 +49,18 @@ class Target(Actor):
     def ping(self) -> int:
         return 0
 
+    @endpoint
+    def flush(self) -> None:
+        _flush()
+
+
+def _flush() -> None:
+    """Export what this process's spans still wait for, so that a block's export
+    does not run into the next block's measurement."""
+    from opentelemetry import trace
+
+    trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
+
 
 _RECEIVER = """
 import http.server, sys
@@ -69,6 +84,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=30, help="blocks per mode")
     ap.add_argument("--calls", type=int, default=300, help="call_one round trips per block")
     ap.add_argument("--burst", type=int, default=1000, help="calls per throughput batch")
+    ap.add_argument("--control", action="store_true", help="also measure off twice (noise)")
     a = ap.parse_args()
 
     receiver = subprocess.Popen(
@@ -85,12 +101,13 @@ def main() -> int:
         t = procs.spawn("target", Target)
         for _ in range(500):
             t.ping.call_one().get()
-        modes = ["off", "on", "in_span"]
+        modes = ["off", "on", "in_span", *(["off_again"] if a.control else [])]
         lat: dict[str, list[float]] = {m: [] for m in modes}
         rate: dict[str, list[float]] = {m: [] for m in modes}
         for b in range(a.blocks):
-            for m in modes[b % 3 :] + modes[: b % 3]:  # rotate the order
-                telemetry.ON = m != "off"
+            k = b % len(modes)
+            for m in modes[k:] + modes[:k]:  # rotate the order
+                telemetry.ON = m in ("on", "in_span")
                 block = span("block") if m == "in_span" else None
                 if block is not None:
                     block.__enter__()
@@ -106,9 +123,14 @@ def main() -> int:
                 rate[m].append(a.burst / (time.perf_counter() - t0))
                 if block is not None:
                     block.__exit__(None, None, None)
+                    t.flush.call_one().get()  # not timed: the exports of this block
+                    _flush()
                 lat[m].append(statistics.median(samples))
         telemetry.ON = True
         procs.stop().get()
+        from opentelemetry import trace
+
+        trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]
     finally:
         receiver.kill()
         receiver.wait()
