@@ -48,32 +48,50 @@ from typing import Any, TypeVar, overload
 from ... import _config as config
 from ..._runtime.hosting import host
 
-__all__ = ["EXTRA", "ON", "Span", "enable", "get_meter", "span", "traced"]
+__all__ = [
+    "EXTRA",
+    "ON",
+    "Span",
+    "enable",
+    "end_endpoint_span",
+    "endpoint_span",
+    "env_for_procs",
+    "get_meter",
+    "install",
+    "outgoing",
+    "span",
+    "sync_with_config",
+    "traced",
+]
 
 log = logging.getLogger("danaus.telemetry")
 
 #: How to install what telemetry needs, for error messages.
 EXTRA = "pip install 'danaus[telemetry]'"
 
+# The process's, not a session's: OpenTelemetry's providers are process-global (set
+# once), and so is whether this process carries span contexts.
 #: Whether telemetry is on in this process (see the module's docstring). Read on every
 #: send: a plain module attribute, set once by ``enable``.
 ON = False
 
 _lock = threading.Lock()  # guards enabling
-_trace: Any = None  # opentelemetry.trace once imported; False when it is not installed
-_tracer: Any = None  # the "danaus" tracer of the global provider (a proxy until one is set)
-_installed = False  # the providers were set up (or found set up) in this process
+_trace: Any = None  # cache: opentelemetry.trace once imported; False when not installed
+_context: Any = None  # cache: opentelemetry.context, imported with _trace
+_tracer: Any = None  # cache: the "danaus" tracer of the global provider (a proxy until set)
+_installed = False  # the process's: the providers were set up (or found set up)
 
 
 def _otel() -> Any:
     """``opentelemetry.trace``, or None when OpenTelemetry's API is not installed."""
-    global _trace
+    global _trace, _context
     if _trace is None:
         try:
-            from opentelemetry import trace
+            from opentelemetry import context, trace
         except ImportError:
             _trace = False
         else:
+            _context = context
             _trace = trace
     return _trace or None
 
@@ -96,6 +114,7 @@ def missing(what: str) -> ImportError:
 
 # -- the actor's attributes -----------------------------------------------------------
 
+# cache: each actor instance's attributes, made once
 _attrs_of: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
@@ -143,10 +162,8 @@ class Span:
         attrs = actor_attributes()
         tracer = _get_tracer()
         if tracer is not None:
-            from opentelemetry import context as otel_context
-
             s = self._span = tracer.start_span(self.name, attributes=attrs or None)
-            self._token = otel_context.attach(_otel().set_span_in_context(s))
+            self._token = _context.attach(_otel().set_span_in_context(s))
         rt = _runtime()
         self._t0 = time.perf_counter_ns() if rt is not None and rt.tracer is not None else -1
         return self
@@ -171,9 +188,7 @@ class Span:
         self._span = self._token = None
         self._t0 = 0
         if s is not None:
-            from opentelemetry import context as otel_context
-
-            otel_context.detach(token)
+            _context.detach(token)
             _end(s, exc)
         if t0 > 0:
             rt = _runtime()
@@ -281,8 +296,6 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     tracer = _get_tracer()
     if trace is None or tracer is None:
         return None
-    from opentelemetry import context as otel_context
-
     trace_id, span_id, flags = carried
     parent = trace.SpanContext(
         trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags & 0xFF)
@@ -291,7 +304,7 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
         return None
     ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
     if not prop.instrument:
-        return None, otel_context.attach(ctx)
+        return None, _context.attach(ctx)
     inst = cell.ctx_instance
     endpoint = prop.name
     attrs = {**actor_attributes_of(inst), "danaus.endpoint": endpoint}
@@ -299,7 +312,7 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     attrs["rpc.service"] = inst.class_name
     attrs["rpc.method"] = endpoint
     s = tracer.start_span(endpoint, context=ctx, kind=trace.SpanKind.SERVER, attributes=attrs)
-    return s, otel_context.attach(trace.set_span_in_context(s))
+    return s, _context.attach(trace.set_span_in_context(s))
 
 
 def actor_attributes_of(inst: Any) -> dict[str, Any]:
@@ -319,10 +332,8 @@ def actor_attributes_of(inst: Any) -> dict[str, Any]:
 
 def end_endpoint_span(active: Any, exc: BaseException | None) -> None:
     """End what :func:`endpoint_span` started (on the same thread or task)."""
-    from opentelemetry import context as otel_context
-
     s, token = active
-    otel_context.detach(token)
+    _context.detach(token)
     if s is not None:
         _end(s, exc)
 
