@@ -266,6 +266,7 @@ FACADES = {
         "PortForwarder",
         "StartedWorker",
         "exec_command",
+        "TelemetryConfig",
         "hosts_from_config",
         "job_load",
         "job_loads",
@@ -392,6 +393,7 @@ FACADES = {
         "debug_controller",
         "enable_transport",
         "endpoint",
+        "get_meter",
         "get_or_spawn_controller",
         "local_proc_mesh",
         "proc_mesh",
@@ -400,8 +402,10 @@ FACADES = {
         "send",
         "shutdown_context",
         "sim_proc_mesh",
+        "span",
         "this_host",
         "this_proc",
+        "traced",
         "unhandled_fault_hook",
     ],
 }
@@ -514,6 +518,20 @@ def test_a_client_node_loads_the_tensor_engine_dashboard_and_debugger_only_on_us
     )
     env = {k: v for k, v in os.environ.items() if k != "DANAUS_DASHBOARD"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_importing_danaus_and_its_actor_core_never_imports_opentelemetry() -> None:
+    """Telemetry is an extra (danaus[telemetry]): the core loads without it, and
+    imports it only once a span is made or telemetry is turned on."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, danaus, danaus.actor, danaus.rdma, danaus.job; "
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], "
+        "sorted(m for m in sys.modules if m.startswith('opentelemetry'))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_imports_by_name_are_seen(tmp_path: pathlib.Path) -> None:

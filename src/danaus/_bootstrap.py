@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from ._actor.api import procs
 from ._actor.api.extensions import Extensions, TensorEngine
-from ._actor.core import procservice, undeliverable
+from ._actor.core import procservice, telemetry, undeliverable
 from ._actor.tools import introspect
 from ._rdma import net as rdma
 from ._runtime.logs import process as logs
@@ -72,6 +72,7 @@ INSTALLERS = (
     ("rdma", rdma.install),  # RDMA_CHECK / RDMA_DROP / RDMA_DATA
     ("introspect", introspect.install),  # STATS, TRACE_START/STOP, STACK (dashboard, trace)
     ("debugger", _install_debugger),  # breakpoint() in an actor talks to the client
+    ("telemetry", telemetry.install),  # a proc spawned with telemetry on turns it on
 )
 
 

@@ -737,6 +737,15 @@ SETTINGS: tuple[Setting, ...] = (
         "only 1 in N is kept (each row's sample_rate says which); 0: record every message.",
     ),
     Setting(
+        "telemetry",
+        "bool",
+        False,
+        "OpenTelemetry across the mesh: calls made inside a span carry its context and "
+        "their endpoints run in child spans; each process exports its spans and metrics "
+        "as the OTEL_* variables say (needs danaus[telemetry]; JobTrait.enable_telemetry "
+        "turns it on too).",
+    ),
+    Setting(
         "logtail_lines",
         "int",
         200,
@@ -996,7 +1005,10 @@ _SPAWN_IDLE = (
     "danaus bounds spawning and stopping by the procs' liveness (heartbeat_timeout), "
     "not by an idle time."
 )
-_TRACING = "danaus does not use OpenTelemetry or Monarch's tracing sinks; see danaus.trace()."
+_TRACING = (
+    "Monarch's tracing sinks are not danaus's: its OpenTelemetry is the setting telemetry "
+    "(JobTrait.enable_telemetry, OTEL_* variables); see also danaus.trace()."
+)
 _IBVERBS = "danaus does not use ibverbs: cross-host RDMA always runs over TCP (rdma_streams)."
 _HYPERACTOR = "a knob of hyperactor's channel layer, which danaus does not have."
 

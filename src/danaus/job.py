@@ -27,6 +27,7 @@ from ._job.port_forward import PortForwarder as PortForwarder
 from ._job.shell import shell as shell
 from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
+from ._job.telemetry import TelemetryConfig as TelemetryConfig
 
 __all__ = [
     "DEFAULT_JOB_PATH",
@@ -39,6 +40,7 @@ __all__ = [
     "SlurmError",
     "SlurmJob",
     "StartedWorker",
+    "TelemetryConfig",
     "exec_command",
     "hosts_from_config",
     "job_load",

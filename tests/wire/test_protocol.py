@@ -98,7 +98,7 @@ def test_an_unknown_kind_is_a_protocol_error() -> None:
 
 
 def test_a_header_of_the_wrong_length_is_a_protocol_error() -> None:
-    with pytest.raises(ProtocolError, match="Call header with 3 fields, expected 10"):
+    with pytest.raises(ProtocolError, match="Call header with 3 fields, expected 11"):
         decode_header((int(Kind.CALL), "m", 0, "echo"))
 
 

@@ -23,18 +23,21 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import _config as config
 from .._actor.api.hosts import HostMesh, attach_to_workers, this_host
+from .._config import NoEffectWarning
 from .._runtime.hosting import proc as _proc
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.auth import new_secret
 from .._transport.secret_env import environ_without_secret
 from . import statefile
+from . import telemetry as _telemetry
 from .detach import LISTENING
 from .paths import current_job_path
 from .statefile import Fields, checked
@@ -213,6 +216,8 @@ class JobTrait:
         self._job_state: JobState | None = None  # what _state() returned, kept while applied
         self._cached: JobTrait | None = None  # the job loaded from the cache that runs us
         self._cached_path: str | None = None
+        # enable_telemetry()'s configuration: started by state(); not saved with the job
+        self._telemetry_config: _telemetry.TelemetryConfig | None = None
 
     @property
     def _running(self) -> JobTrait | None:
@@ -288,7 +293,36 @@ class JobTrait:
                     f"{type(running).__name__}._state() must return a JobState, got {got!r}"
                 )
             running._job_state = got
+        tcfg = getattr(self, "_telemetry_config", None)
+        if tcfg is not None and _telemetry.active_config() is not tcfg:
+            _telemetry.start(tcfg)
         return running._job_state
+
+    def enable_telemetry(
+        self: J,
+        config: _telemetry.TelemetryConfig | None = None,
+        *,
+        mesh_admin_config: Any = None,
+        **kwargs: Any,
+    ) -> J:
+        """Start telemetry at the next ``state()`` (Monarch's): OpenTelemetry spans and
+        metrics in the client and every proc, exported as the ``OTEL_*`` variables say,
+        and with ``include_dashboard`` the web dashboard. ``config`` is a
+        ``TelemetryConfig``, or give its fields as keywords. Returns the job, for
+        chaining. Starting is best effort: a failure (no ``danaus[telemetry]``) is
+        logged and the job runs without. ``mesh_admin_config`` is accepted for Monarch
+        programs; danaus has no mesh admin server (its dashboard and ``danaus top``
+        show the mesh), so it has no effect, with a ``NoEffectWarning``.
+        """
+        self._telemetry_config = _telemetry.make_config(config, kwargs)
+        if mesh_admin_config is not None:
+            warnings.warn(
+                "enable_telemetry(mesh_admin_config=...) has no effect in danaus, which has "
+                "no mesh admin server: its dashboard and `danaus top` show the mesh",
+                NoEffectWarning,
+                stacklevel=2,
+            )
+        return self
 
     def kill(self) -> None:
         """Release the hosts (also those of a job reconnected from the cache) and drop the cache."""

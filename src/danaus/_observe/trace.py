@@ -15,7 +15,15 @@ client's clock (procs on the same host share it; another host's offset is
 measured when the trace starts, to within half a round trip) and written as
 Chrome trace JSON, which ``ui.perfetto.dev`` and ``chrome://tracing`` open.
 ``otel=True`` also hands every span to OpenTelemetry's global tracer provider
-(needs ``opentelemetry-sdk``).
+(needs ``danaus[telemetry]``), as children of the span current when the block
+ends, if any. Spans the program opens with ``danaus.actor.span``/``traced``
+(in the client or in actors) are recorded in the trace too, category ``span``.
+
+This is the recording of one block in full detail (every send, delivery,
+execution and reply), written when it ends; live telemetry, where endpoints of
+calls made inside spans run in child spans exported as they end, is
+``danaus._actor.core.telemetry`` (``JobTrait.enable_telemetry``, the setting
+``telemetry``).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
+from .._actor.core import telemetry
 from .._actor.tools import introspect
 from .._runtime.hosting import host
 from .._runtime.messaging.metrics import Tracer
@@ -152,9 +161,9 @@ def trace(path: str | os.PathLike[str], *, otel: bool = False) -> Trace:
     Writes Chrome trace JSON to ``path`` when the block ends (open it in
     ``ui.perfetto.dev``). ``otel=True`` also exports the spans to
     OpenTelemetry's global tracer provider; it raises ``ImportError`` at once
-    when ``opentelemetry-sdk`` is not installed. Entering blocks for one round
-    trip to every proc; leaving, for the collection. Raises ``RuntimeError``
-    if a trace is already running.
+    when OpenTelemetry is not installed (``pip install 'danaus[telemetry]'``).
+    Entering blocks for one round trip to every proc; leaving, for the
+    collection. Raises ``RuntimeError`` if a trace is already running.
     """
     return Trace(path, otel=otel)
 
@@ -275,8 +284,9 @@ def _otel_tracer() -> Any:
         from opentelemetry.sdk.trace import TracerProvider  # noqa: F401  (the SDK is there)
     except ImportError as e:
         raise ImportError(
-            "danaus.trace(..., otel=True) needs OpenTelemetry's SDK: pip install "
-            f"opentelemetry-sdk (and configure a TracerProvider with an exporter) ({e})"
+            "danaus.trace(..., otel=True) needs OpenTelemetry's API and SDK: "
+            f"{telemetry.EXTRA} (and set a TracerProvider with an exporter, or turn "
+            f"telemetry on: JobTrait.enable_telemetry, the setting `telemetry`) ({e})"
         ) from e
     return ot.get_tracer("danaus")
 

@@ -103,8 +103,10 @@ __all__ = [
 #: carrying both directions; version 6 sends ids in headers as plain tuples (a header
 #: is builtins only); version 7 (no new kind) marks the RDMA data connection's
 #: per-chunk payload tags, so a peer of version 6 is refused in HELLO, naming both
-#: versions, instead of every transfer failing as tampered; version 8 added TELEMETRY.
-PROTOCOL_VERSION = 8
+#: versions, instead of every transfer failing as tampered; version 8 added TELEMETRY;
+#: version 9 adds CALL's and CAST's ``trace``, the OpenTelemetry context of the span
+#: the call was made in.
+PROTOCOL_VERSION = 9
 
 
 class ProtocolError(FrameError):
@@ -170,6 +172,9 @@ class Call(NamedTuple):
     sender: ActorId | None  # who to return the message to if it is undeliverable
     chain: tuple[ActorId, ...]  # actors blocked on this call (deadlock reporting)
     flags: int
+    # (trace id, span id, trace flags) of the caller's OpenTelemetry span: None unless
+    # telemetry is on and the call was made inside a span (danaus._actor.core.telemetry)
+    trace: tuple[int, int, int] | None = None
 
 
 # A Reply's status: its body is the value / the exception the endpoint raised / why the
@@ -483,6 +488,7 @@ class Cast(NamedTuple):
     chain: tuple[ActorId, ...]
     flags: int
     hops: int  # how many procs this frame has passed through, the sender included
+    trace: tuple[int, int, int] | None = None  # as Call.trace
 
 
 class Gather(NamedTuple):

@@ -49,6 +49,7 @@ from .._actor.core.context import (
 )
 from .._actor.core.future import Future
 from .._actor.core.ports import Channel, Port, PortReceiver
+from .._actor.core.telemetry import get_meter, span, traced
 from .._errors import ActorError as ActorError
 from .._errors import SupervisionError as SupervisionError
 from .._job.config import hosts_from_config as hosts_from_config
@@ -96,6 +97,7 @@ __all__ = [
     "debug_controller",
     "enable_transport",
     "endpoint",
+    "get_meter",
     "get_or_spawn_controller",
     "hosts_from_config",
     "local_proc_mesh",
@@ -104,8 +106,10 @@ __all__ = [
     "send",
     "shutdown_context",
     "sim_proc_mesh",
+    "span",
     "this_host",
     "this_proc",
+    "traced",
     "unhandled_fault_hook",
 ]
 

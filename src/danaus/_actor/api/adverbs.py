@@ -32,7 +32,7 @@ from ..._wire import codec
 from ..._wire.frame import flat
 from ..._wire.ids import ProcId
 from ..._wire.protocol import CALL_TEMPLATE_PORT_LIMIT, Call, CallTemplate, Cast
-from ..core import handoff, owned
+from ..core import handoff, owned, telemetry
 from ..core.cell import FLAG_AS_ENDPOINT, FLAG_EXPLICIT
 from ..core.collect import (
     Collector,
@@ -183,6 +183,7 @@ class Endpoint:
                     collector.expect(index, proc, f"{name}[{rank}]")
         tracer = rt.tracer
         t0 = tracer.now() if tracer is not None else 0
+        carried = telemetry.outgoing() if telemetry.ON else None
         for index, rank, proc in targets:
             if index in skip:
                 continue
@@ -197,6 +198,7 @@ class Endpoint:
                 sender,
                 chain,
                 self._flags,
+                carried,
             )
             on_fail = (
                 functools.partial(collector.fail, index)
@@ -245,6 +247,7 @@ class Endpoint:
             ctx._outgoing_chain() if port is not None or gather else (),
             self._flags,
             0,
+            telemetry.outgoing() if telemetry.ON else None,
         )
 
     def _known_failed(self, selection: Selection) -> list[tuple[int, int, str]]:
@@ -464,6 +467,7 @@ class Endpoint:
         header = Call(
             self._mesh._ref.mesh_id, rank, self._name, port, index,
             labels, sizes, sender, chain, self._flags,
+            telemetry.outgoing() if telemetry.ON else None,
         )  # fmt: skip
         rt.send(proc, header, body, (), call.fail, pickled=self._pickled_header(rt, header))
         fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
@@ -475,6 +479,8 @@ class Endpoint:
         there is no port or no template."""
         port = header.port
         if port is None or port.port >= CALL_TEMPLATE_PORT_LIMIT or port.proc != rt.proc_id:
+            return None
+        if header.trace is not None:  # a new context each call: nothing to cache
             return None
         key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id)
         tmpl = self._headers.get(key, _UNKNOWN)  # one lookup: another thread may clear

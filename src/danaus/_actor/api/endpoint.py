@@ -46,10 +46,10 @@ def endpoint(
     ``propagate`` (``None``, ``"cached"``, ``"inspect"``, ``"mocked"`` or a
     function) is kept on the endpoint for the tensor engine, which uses it to
     infer the outputs of ``rref`` calls without running them; other adverbs do
-    not use it, as in Monarch. ``instrument`` is accepted and kept: Monarch
-    wraps each call in a telemetry span, and danaus has no telemetry spans yet,
-    so both values behave alike. Raises ``ValueError``/``TypeError`` for other
-    values.
+    not use it, as in Monarch. ``instrument=False`` keeps the endpoint out of
+    telemetry: no span of its own when a call made inside a span reaches it
+    (``danaus.actor.span``; the caller's context still reaches what it does).
+    Raises ``ValueError``/``TypeError`` for other values.
 
     Example::
 

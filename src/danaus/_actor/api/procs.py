@@ -22,7 +22,7 @@ from ..._runtime.node import Node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
-from ..core import owned
+from ..core import owned, telemetry
 from ..core.collect import Collector, Countdown, set_future, wait_ready
 from ..core.context import ProcMeshOf, context
 from ..core.future import Future
@@ -359,6 +359,8 @@ def spawn_on(
     sizes = [*host_shape.extent.sizes, *per_host.values()]
     local = math.prod(per_host.values())
     boot_fn = codec.dumps_checked(bootstrap, "the bootstrap function")[0] if bootstrap else None
+    telemetry.sync_with_config()  # the setting `telemetry`: on before the procs boot
+    tel_env = telemetry.env_for_procs()  # they turn it on as this process did
     procs: list[ProcId] = []
     logs = log_control(node)
     for agent in agents:
@@ -372,6 +374,8 @@ def spawn_on(
             )
             boot = host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")
             boot = {**boot, "coords": coords}
+            if tel_env:
+                boot["env"] = {**boot.get("env", {}), **tel_env}
             if binds is not None and binds[i]:
                 boot["bind"] = binds[i]
             batch.append((proc, boot))

@@ -32,7 +32,7 @@ from ..._wire import codec
 from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
 from . import logprefix as _logprefix  # noqa: F401  (installs the actor log prefix)
-from . import owned
+from . import owned, telemetry
 from .context import Context, Instance, _current, _thread_ctx, set_context
 from .deadlock import DeadlockCheck
 from .endpoints import EndpointProperty, endpoints_of
@@ -519,7 +519,7 @@ class ActorCell(Failing, DeadlockCheck):
 
     def _prepare(self, frame: Message) -> tuple[Any, ...] | None:
         """Decode a call; reply and return None if it cannot run."""
-        _, _, method, port, index, labels, sizes, sender, chain, flags = frame.header
+        _, _, method, port, index, labels, sizes, sender, chain, flags, carried = frame.header
         self._gate.taken(frame_bytes(frame))
         with self._lock:
             self._queued.pop(id(frame), None)
@@ -580,7 +580,7 @@ class ActorCell(Failing, DeadlockCheck):
                 True,
                 arrived[1],
             ]
-        return prop, port, index, args, kwargs, wrapped, row
+        return prop, port, index, args, kwargs, wrapped, row, carried
 
     def _adhoc_endpoint(self, method: str, flags: int) -> EndpointProperty | None:
         """A method called through ``as_endpoint``: treat it as an endpoint."""
@@ -598,7 +598,9 @@ class ActorCell(Failing, DeadlockCheck):
         prepared = self._prepare(frame)
         if prepared is None:
             return
-        prop, port, index, args, kwargs, wrapped, row = prepared
+        prop, port, index, args, kwargs, wrapped, row, carried = prepared
+        # A call made inside a span (telemetry on): the endpoint runs in a child span.
+        active = telemetry.endpoint_span(self, prop, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -607,8 +609,12 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
+            if active is not None:
+                telemetry.end_endpoint_span(active, e)
             self._call_raised(e, prop, port, index, wrapped, t0, row)
             return
+        if active is not None:
+            telemetry.end_endpoint_span(active, None)
         self._call_returned(result, prop, port, index, wrapped, t0, row)
 
     def _call_returned(
@@ -700,7 +706,9 @@ class ActorCell(Failing, DeadlockCheck):
         kwargs: Any,
         wrapped: Wrapped | None = None,
         row: list[Any] | None = None,
+        carried: Any = None,
     ) -> None:
+        active = telemetry.endpoint_span(self, prop, carried) if carried else None
         t0 = time.perf_counter_ns()
         self.running = prop.name
         try:
@@ -708,8 +716,12 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
+            if active is not None:
+                telemetry.end_endpoint_span(active, e)
             self._call_raised(e, prop, port, index, wrapped, t0, row)
             return
+        if active is not None:
+            telemetry.end_endpoint_span(active, None)
         self._call_returned(result, prop, port, index, wrapped, t0, row)
 
     def _debug_finish(self, exc: BaseException | None) -> None:

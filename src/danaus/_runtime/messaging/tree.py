@@ -248,6 +248,7 @@ class TreeRouter:
             h.chain,
             h.flags,
             h.hops + 1,
+            h.trace,
         )
         self.stats.forwarded += 1
         self.rt.send(
@@ -397,6 +398,7 @@ class TreeRouter:
                 h.sender,
                 h.chain,
                 h.flags,
+                h.trace,
             )
             self.rt.router.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
         if agg is not None:

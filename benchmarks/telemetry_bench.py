@@ -1,0 +1,148 @@
+"""The cost of telemetry (issue 29), A/B in one client, interleaved block by block.
+
+The client turns telemetry on (as ``JobTrait.enable_telemetry`` does), with
+every process exporting over OTLP/HTTP to a receiver this script runs in a
+process of its own (it parses nothing, it answers 200), so spans really are
+batched, encoded and posted. The same procs serve every mode, and the modes
+alternate in short blocks, so load drifting on a busy machine hits them alike::
+
+    .venv/bin/python benchmarks/telemetry_bench.py            # ~1 minute
+    .venv/bin/python benchmarks/telemetry_bench.py --blocks 40 --calls 500
+
+Modes:
+
+- ``off``: telemetry off in the client (what every program gets by default; the
+  send path reads one module attribute);
+- ``on``: telemetry on, calls made outside any span (the header carries None; the
+  client looks up the current span on each send);
+- ``in_span``: telemetry on and every call made inside a client span, so each
+  one carries its context and the endpoint runs in a span of its own, which the
+  proc exports: the cost of tracing every call.
+
+After each ``in_span`` block, every process exports what it still holds before
+the next block starts (untimed). ``--control`` adds ``off_again``, the ``off``
+mode measured twice: how far apart two identical modes come out is the noise
+of the run. For each mode: the median over blocks of the block's median
+``call_one`` round trip, and of the block's throughput (``--burst`` calls issued without waiting,
+then awaited); then the ratios to ``off``. The goal (issue 29): ``on`` within
+1.10x of ``off`` on ``call_one`` and 0.90x on throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from danaus._actor.core import telemetry
+from danaus.actor import Actor, endpoint, span, this_host
+
+
+class Target(Actor):
+    @endpoint
+    def ping(self) -> int:
+        return 0
+
+    @endpoint
+    def flush(self) -> None:
+        _flush()
+
+
+def _flush() -> None:
+    """Export what this process's spans still wait for, so that a block's export
+    does not run into the next block's measurement."""
+    from opentelemetry import trace
+
+    trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
+
+
+_RECEIVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--blocks", type=int, default=30, help="blocks per mode")
+    ap.add_argument("--calls", type=int, default=300, help="call_one round trips per block")
+    ap.add_argument("--burst", type=int, default=1000, help="calls per throughput batch")
+    ap.add_argument("--control", action="store_true", help="also measure off twice (noise)")
+    a = ap.parse_args()
+
+    receiver = subprocess.Popen(
+        [sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE, text=True
+    )
+    assert receiver.stdout is not None
+    port = int(receiver.stdout.readline())
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    os.environ["OTEL_SERVICE_NAME"] = "telemetry_bench"
+
+    telemetry.enable()  # what state() does after job.enable_telemetry()
+    try:
+        procs = this_host().spawn_procs(per_host={"gpus": 1})
+        t = procs.spawn("target", Target)
+        for _ in range(500):
+            t.ping.call_one().get()
+        modes = ["off", "on", "in_span", *(["off_again"] if a.control else [])]
+        lat: dict[str, list[float]] = {m: [] for m in modes}
+        rate: dict[str, list[float]] = {m: [] for m in modes}
+        for b in range(a.blocks):
+            k = b % len(modes)
+            for m in modes[k:] + modes[:k]:  # rotate the order
+                telemetry.ON = m in ("on", "in_span")
+                block = span("block") if m == "in_span" else None
+                if block is not None:
+                    block.__enter__()
+                samples = []
+                for _ in range(a.calls):
+                    t0 = time.perf_counter()
+                    t.ping.call_one().get()
+                    samples.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                futs = [t.ping.call_one() for _ in range(a.burst)]
+                for f in futs:
+                    f.get()
+                rate[m].append(a.burst / (time.perf_counter() - t0))
+                if block is not None:
+                    block.__exit__(None, None, None)
+                    t.flush.call_one().get()  # not timed: the exports of this block
+                    _flush()
+                lat[m].append(statistics.median(samples))
+        telemetry.ON = True
+        procs.stop().get()
+        from opentelemetry import trace
+
+        trace.get_tracer_provider().shutdown()  # type: ignore[attr-defined]
+    finally:
+        receiver.kill()
+        receiver.wait()
+    print(f"{a.blocks} blocks per mode, {a.calls} call_one + {a.burst} in flight per block")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    print(f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}")
+    for m in modes:
+        l_m, r_m = statistics.median(lat[m]), statistics.median(rate[m])
+        l_off, r_off = statistics.median(lat["off"]), statistics.median(rate["off"])
+        print(f"{m:8} {l_m * 1e6:12.1f} {l_m / l_off:7.3f} {r_m:9.0f} {r_m / r_off:7.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

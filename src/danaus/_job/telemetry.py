@@ -1,0 +1,125 @@
+"""``TelemetryConfig`` and what ``JobTrait.enable_telemetry(...)`` starts at ``state()``.
+
+As Monarch's: ``job.enable_telemetry(TelemetryConfig(...))`` (or its fields as
+keywords) returns the job, and telemetry starts when ``job.state()`` is next
+called. Starting is best effort, as Monarch's: a failure (OpenTelemetry not
+installed, an unknown exporter named in ``OTEL_*``) is logged and the job runs
+without telemetry rather than ``state()`` failing (a ``RuntimeWarning`` says why).
+
+What starts (see ``danaus._actor.core.telemetry``): OpenTelemetry in the client
+and in every proc spawned from then on (calls made inside a span carry its
+context, their endpoints run in child spans, each process exports over OTLP as
+the ``OTEL_*`` variables say), and, with ``include_dashboard``, danaus's web
+dashboard on ``dashboard_port`` when the first procs are spawned (its address is
+printed, as Monarch prints its dashboard's).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _config as config
+from .._actor.core import telemetry
+
+__all__ = ["TelemetryConfig", "active_config", "start"]
+
+log = logging.getLogger("danaus.telemetry")
+
+
+@dataclass
+class TelemetryConfig:
+    """Configuration of a job's telemetry, started by ``state()`` after
+    ``JobTrait.enable_telemetry`` (Monarch's fields and defaults).
+
+    Args:
+        retention_secs: how long telemetry keeps message and span history, in
+            seconds (0: no limit beyond the size bounds).
+        include_dashboard: start danaus's web dashboard (its address is printed).
+        dashboard_port: the dashboard's port (0: any free port).
+        snapshot_interval_secs: how often the mesh's topology is captured for
+            telemetry queries, in seconds (0: never).
+    """
+
+    retention_secs: int = 3600
+    include_dashboard: bool = False
+    dashboard_port: int = 8265
+    snapshot_interval_secs: float = 30.0
+
+    def __post_init__(self) -> None:
+        for f, kinds in (
+            ("retention_secs", (int,)),
+            ("include_dashboard", (bool,)),
+            ("dashboard_port", (int,)),
+            ("snapshot_interval_secs", (int, float)),
+        ):
+            value = getattr(self, f)
+            if not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool)):
+                raise TypeError(
+                    f"TelemetryConfig.{f} must be {' or '.join(k.__name__ for k in kinds)}, "
+                    f"got {value!r}"
+                )
+        if self.retention_secs < 0:
+            raise ValueError(
+                f"TelemetryConfig.retention_secs must be >= 0, got {self.retention_secs}"
+            )
+        if not 0 <= self.dashboard_port <= 65535:
+            raise ValueError(
+                f"TelemetryConfig.dashboard_port must be 0..65535, got {self.dashboard_port}"
+            )
+        if self.snapshot_interval_secs < 0:
+            raise ValueError(
+                "TelemetryConfig.snapshot_interval_secs must be >= 0, got "
+                f"{self.snapshot_interval_secs}"
+            )
+
+
+# The process's: the configuration of the job whose state() last started telemetry.
+_active: TelemetryConfig | None = None
+
+
+def active_config() -> TelemetryConfig | None:
+    """The configuration telemetry was last started with in this process (None: never)."""
+    return _active
+
+
+def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> TelemetryConfig:
+    """``enable_telemetry``'s arguments as one ``TelemetryConfig``."""
+    if config_ is not None:
+        if kwargs:
+            raise TypeError(
+                f"enable_telemetry() takes a TelemetryConfig or its fields as keywords, not "
+                f"both (got config and {sorted(kwargs)})"
+            )
+        if not isinstance(config_, TelemetryConfig):
+            raise TypeError(f"enable_telemetry() needs a TelemetryConfig, got {config_!r}")
+        return config_
+    fields = {f.name for f in dataclasses.fields(TelemetryConfig)}
+    unknown = sorted(set(kwargs) - fields)
+    if unknown:
+        raise TypeError(
+            f"enable_telemetry() got unknown fields {unknown}; TelemetryConfig has {sorted(fields)}"
+        )
+    return TelemetryConfig(**kwargs)
+
+
+def start(cfg: TelemetryConfig) -> bool:
+    """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
+    ``RuntimeWarning``, when it cannot start."""
+    global _active
+    try:
+        telemetry.enable()
+        config.configure(telemetry=True)  # procs spawned from now on turn it on too
+    except (ImportError, ValueError) as e:
+        # Best effort, as Monarch's: said where the user sees it, and the job goes on.
+        warnings.warn(
+            f"telemetry could not start; the job runs without it: {e}", RuntimeWarning, stacklevel=3
+        )
+        return False
+    if cfg.include_dashboard:
+        config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
+    _active = cfg
+    return True
