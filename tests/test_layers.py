@@ -22,6 +22,7 @@ LAYERS = [
     "_rdma",
     "_tensor",
     "_job",
+    "_elastic",
     "_observe",
     "_cli",
 ]
@@ -135,6 +136,13 @@ FACADES = {
         "gpu_direct_rdma_supported",
         "is_ibverbs_available",
         "is_rdma_available",
+    ],
+    "danaus.elastic": [
+        "ElasticMesh",
+        "ElasticReplica",
+        "ElasticStats",
+        "Membership",
+        "MembershipChanged",
     ],
     "danaus.job": [
         "JobState",
