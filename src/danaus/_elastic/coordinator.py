@@ -33,6 +33,7 @@ from .._actor.api.endpoint import concurrent_endpoint
 from .._actor.api.hosts import this_host
 from .._errors import SupervisionError
 from .._job.spmd import _reachable_address
+from .replica import _torch_distributed
 
 __all__ = ["ElasticCoordinator", "ElasticStats"]
 
@@ -62,10 +63,10 @@ class ElasticStats:
     @property
     def recovery_s(self) -> float | None:
         """Seconds from the last loss to full size again (None: no loss, or not yet)."""
-        if not self.recoveries or self.recoveries[-1][1] is None:
+        if not self.recoveries:
             return None
         lost_at, full_at = self.recoveries[-1]
-        return full_at - lost_at
+        return None if full_at is None else full_at - lost_at
 
 
 @dataclass
@@ -262,8 +263,7 @@ class ElasticCoordinator(Actor):
     @concurrent_endpoint
     async def start(self) -> list[int]:
         """Spawn the replicas and spares, form the first membership; the members' pids."""
-        import torch.distributed as dist
-
+        dist = _torch_distributed()
         host = _reachable_address()
         self.store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
         self.store_addr = (host, int(self.store.port))
@@ -274,7 +274,8 @@ class ElasticCoordinator(Actor):
 
     @concurrent_endpoint
     async def step(self, step: int, args: tuple[Any, ...]) -> tuple[int, list[Any]]:
-        """Run ``step`` to commit on the current members: (world size, their values)."""
+        """Run ``step`` to commit on the current members: (how many committed it, their
+        values in rank order)."""
         while True:
             await self._boundary()
             epoch, members = self.epoch, list(self.members)
@@ -303,7 +304,8 @@ class ElasticCoordinator(Actor):
             rec = self.stats.recoveries
             if rec and rec[-1][1] is None and world == self.target and not lost:
                 rec[-1] = (rec[-1][0], time.time())
-            return len(members), [values[m.id][1] for m in members if m.id in values]
+            # The world of the step: the members that committed it.
+            return len(members) - len(lost), [values[m.id][1] for m in members if m.id not in lost]
 
     @concurrent_endpoint
     async def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

@@ -62,15 +62,22 @@ class ElasticMesh:
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> list[Any]:
         """The replica method ``method(*args, **kwargs)`` on every current member."""
-        return self._coord.call.call_one(method, args, kwargs).get(timeout=self._start_timeout)
+        values: list[Any] = self._coord.call.call_one(method, args, kwargs).get(
+            timeout=self._start_timeout
+        )
+        return values
 
     def stats(self) -> ElasticStats:
         """Steps, losses, restarts, recoveries so far (:class:`ElasticStats`)."""
-        return self._coord.get_stats.call_one().get(timeout=self.timeout)
+        stats: ElasticStats = self._coord.get_stats.call_one().get(timeout=self.timeout)
+        return stats
 
     def members(self) -> list[tuple[int, int]]:
         """(replica id, pid) of each current member, in rank order."""
-        return self._coord.members_info.call_one().get(timeout=self.timeout)
+        members: list[tuple[int, int]] = self._coord.members_info.call_one().get(
+            timeout=self.timeout
+        )
+        return members
 
     def stop(self) -> None:
         """Stop the replicas, the spares and the coordinator."""

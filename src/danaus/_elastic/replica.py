@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import importlib
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,11 @@ from .._job.spmd import _network_env
 from .._rdma.buffer import RDMABuffer
 
 __all__ = ["ElasticReplica", "Membership", "MembershipChanged"]
+
+
+def _torch_distributed() -> Any:
+    """``torch.distributed``, loaded on first use (torch is optional for danaus)."""
+    return importlib.import_module("torch.distributed")
 
 
 class MembershipChanged(RuntimeError):
@@ -237,7 +243,7 @@ class ElasticReplica(Actor):
         await self._on_thread(self._join, st, ep, store, timeout)
 
     def _join(self, st: _State, ep: _Epoch, addr: tuple[str, int], timeout: float) -> None:
-        import torch.distributed as dist
+        dist = _torch_distributed()
 
         os.environ.update(_network_env())
         store = st.stores.get(addr)
@@ -293,7 +299,8 @@ class ElasticReplica(Actor):
     @endpoint
     async def elastic_state(self) -> tuple[RDMABuffer, list[int]]:
         """A snapshot of ``state()`` as one registered buffer, and each tensor's byte size."""
-        return await self._on_thread(self._snapshot)
+        snapshot: tuple[RDMABuffer, list[int]] = await self._on_thread(self._snapshot)
+        return snapshot
 
     def _snapshot(self) -> tuple[RDMABuffer, list[int]]:
         import torch
