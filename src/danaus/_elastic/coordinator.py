@@ -274,8 +274,8 @@ class ElasticCoordinator(Actor):
 
     @concurrent_endpoint
     async def step(self, step: int, args: tuple[Any, ...]) -> tuple[int, list[Any]]:
-        """Run ``step`` to commit on the current members: (how many committed it, their
-        values in rank order)."""
+        """Run ``step`` to commit on the current members: (how many committed it, the
+        ``train_step`` values of the members that computed it, in rank order)."""
         while True:
             await self._boundary()
             epoch, members = self.epoch, list(self.members)
@@ -304,8 +304,9 @@ class ElasticCoordinator(Actor):
             rec = self.stats.recoveries
             if rec and rec[-1][1] is None and world == self.target and not lost:
                 rec[-1] = (rec[-1][0], time.time())
-            # The world of the step: the members that committed it.
-            return len(members) - len(lost), [values[m.id][1] for m in members if m.id not in lost]
+            # The world of the step: the members that committed it; the values: of every
+            # member whose gradients went into it (one lost while committing included).
+            return len(members) - len(lost), [values[m.id][1] for m in members]
 
     @concurrent_endpoint
     async def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

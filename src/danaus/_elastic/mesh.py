@@ -56,7 +56,9 @@ class ElasticMesh:
         return 4 * self.timeout
 
     def step(self, step: int, *args: Any) -> tuple[int, list[Any]]:
-        """Run ``step`` on every member to commit: (world size, their values in rank order)."""
+        """Run ``step`` on every member to commit: (how many members committed it, the
+        ``train_step`` values of those that computed it, in rank order; a member lost while
+        committing computed it but did not commit it)."""
         world, values = self._coord.step.call_one(step, args).get(timeout=self._start_timeout)
         return world, values
 
