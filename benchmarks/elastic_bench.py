@@ -280,6 +280,9 @@ def torchft_worker(replica: int, lighthouse: str, steps: int) -> None:
         quorum_timeout=timedelta(seconds=60),
     )
     print(f"PID {replica} {os.getpid()}", flush=True)
+    go = Path(os.environ["ELASTIC_BENCH_GO"])
+    while not go.exists():  # all four start together (the lighthouse forms a quorum of 3+)
+        time.sleep(0.01)
     while manager.current_step() < steps:
         opt.zero_grad()
         manager.start_quorum()
@@ -308,9 +311,11 @@ def run_torchft(steps: int, kill_at: int) -> dict[str, Any]:
     from torchft.coordination import LighthouseServer
 
     lighthouse = LighthouseServer(
-        bind="[::]:0", min_replicas=1, join_timeout_ms=1000, heartbeat_timeout_ms=1000
+        bind="[::]:0", min_replicas=3, join_timeout_ms=1000, heartbeat_timeout_ms=1000
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    go = Path(os.environ.get("TMPDIR", "/tmp")) / f"elastic-bench-go-{os.getpid()}"
+    go.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "ELASTIC_BENCH_GO": str(go)}
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
 
     def start(replica: int) -> subprocess.Popen[str]:
@@ -344,6 +349,8 @@ def run_torchft(steps: int, kill_at: int) -> dict[str, Any]:
             timeline.append((t, line))
             if m := PID.search(line):
                 pids[int(m[1])] = int(m[2])
+                if len(pids) == 4:
+                    go.touch()
             elif (m := STEP.search(line)) and int(m[1]) == kill_at - 1 and not t_kill:
                 time.sleep(0.002)
                 t_kill = time.time()
@@ -356,6 +363,7 @@ def run_torchft(steps: int, kill_at: int) -> dict[str, Any]:
                 p.kill()
             p.wait()
         lighthouse.shutdown()
+        go.unlink(missing_ok=True)
     steps_seen = [
         (t, int(m[1]), int(m[2])) for t, line in timeline if (m := STEP_WORLD.search(line))
     ]
