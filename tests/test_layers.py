@@ -24,6 +24,7 @@ LAYERS = [
     "_rdma",
     "_tensor",
     "_job",
+    "_elastic",
     "_observe",
     "_cli",
 ]
@@ -253,6 +254,13 @@ FACADES = {
         "gpu_direct_rdma_supported",
         "is_ibverbs_available",
         "is_rdma_available",
+    ],
+    "danaus.elastic": [
+        "ElasticMesh",
+        "ElasticReplica",
+        "ElasticStats",
+        "Membership",
+        "MembershipChanged",
     ],
     "danaus.job": [
         "DEFAULT_JOB_PATH",

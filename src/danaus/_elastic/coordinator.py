@@ -1,0 +1,338 @@
+"""``ElasticCoordinator``: owns the replicas, decides memberships, runs each step to commit.
+
+It lives in a proc of its own and spawns the replicas, so it is their owner:
+a replica's failure comes to its ``__supervise__`` (which handles it: the
+client never hears of it) and every call to a lost replica fails with
+``SupervisionError``. A step::
+
+    boundary   admit ready spares (each copies a healthy member's state over
+               RDMABuffer), then, if the members changed, join all of them to
+               membership epoch+1 (a new gloo group on a new store prefix)
+    step       elastic_step on every member; on a lost member or an aborted
+               collective: elastic_abort(epoch) to the others, drop the lost
+               ones, retry the same step at the new membership
+    commit     elastic_commit on every member once all steps succeeded
+
+The lost replica's share of the batch is redistributed: members take
+``membership.shard(n)`` of the same global batch, so a smaller membership
+computes the same mean gradient. A replacement is spawned for every lost
+replica; it waits as a spare until the next boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._actor.api.actor import Actor
+from .._actor.api.endpoint import concurrent_endpoint
+from .._actor.api.hosts import this_host
+from .._errors import SupervisionError
+from .._job.spmd import _reachable_address
+from .replica import _torch_distributed
+
+__all__ = ["ElasticCoordinator", "ElasticStats"]
+
+log = logging.getLogger("danaus.elastic")
+
+
+@dataclass
+class ElasticStats:
+    """What happened to an elastic mesh so far.
+
+    ``steps``: steps committed; ``lost``: replicas lost; ``restarts``:
+    replacements that joined; ``aborted_steps``: step attempts abandoned because
+    the membership changed (each retried at once, from the same state);
+    ``lost_steps``: committed steps that had to be done again (none: state is
+    never rolled back); ``recoveries``: ``(lost_at, full_at)`` wall-clock times
+    (``time.time()``) of each loss seen by the coordinator and of the next step
+    committed at full size (``None`` while not back to full size).
+    """
+
+    steps: int = 0
+    lost: int = 0
+    restarts: int = 0
+    aborted_steps: int = 0
+    lost_steps: int = 0
+    recoveries: list[tuple[float, float | None]] = field(default_factory=list)
+
+    @property
+    def recovery_s(self) -> float | None:
+        """Seconds from the last loss to full size again (None: no loss, or not yet)."""
+        if not self.recoveries:
+            return None
+        lost_at, full_at = self.recoveries[-1]
+        return None if full_at is None else full_at - lost_at
+
+
+@dataclass
+class _Member:
+    id: int
+    actor: Any  # an ActorMesh of one ElasticReplica
+    pid: int
+    mesh_key: tuple[str, int]  # (actor mesh name, rank in it): how failures name it
+
+
+class _UserError(Exception):
+    pass
+
+
+class ElasticCoordinator(Actor):
+    def __init__(
+        self,
+        replica: type,
+        replicas: int,
+        spares: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float,
+    ) -> None:
+        self.cls, self.target, self.spare_count = replica, replicas, spares
+        self.args, self.kwargs, self.timeout = args, kwargs, timeout
+        self.members: list[_Member] = []
+        self.spares: list[_Member] = []
+        self.by_key: dict[tuple[str, int], _Member] = {}
+        self.lost: set[int] = set()
+        self.next_id = 0
+        self.epoch = -1
+        self.dirty = True  # the members changed since the last membership was formed
+        self.store: Any = None
+        self.store_addr: tuple[str, int] = ("", 0)
+        self.stats = ElasticStats()
+        self.committed: collections.Counter[int] = collections.Counter()
+        self.spawning: set[asyncio.Task[None]] = set()
+        self.procs: list[Any] = []
+        self.generation = 0
+
+    # -- spawning ---------------------------------------------------------------
+
+    async def _spawn(self, n: int) -> list[_Member]:
+        self.generation += 1
+        name = f"replicas{self.generation}"
+        procs = this_host().spawn_procs(per_host={"procs": n})
+        self.procs.append(procs)
+        mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
+        await mesh.initialized
+        out = []
+        for i in range(n):
+            actor = mesh.slice(procs=i)
+            pid, _ = await actor.elastic_info.call_one()
+            member = _Member(self.next_id, actor, pid, (name, i))
+            self.next_id += 1
+            self.by_key[member.mesh_key] = member
+            out.append(member)
+        return out
+
+    async def _replace(self) -> None:
+        try:
+            self.spares.extend(await self._spawn(1))
+        except Exception as e:  # the next loss tries again; the members keep training
+            log.warning("spawning a replacement replica failed: %s", e)
+
+    def _lose(self, ids: set[int], why: str) -> None:
+        """Drop members and spares ``ids``; start a replacement for each lost member."""
+        fresh = ids - self.lost
+        if not fresh:
+            return
+        self.lost |= fresh
+        lost_members = [m for m in self.members if m.id in fresh]
+        self.members = [m for m in self.members if m.id not in fresh]
+        self.spares = [m for m in self.spares if m.id not in fresh]
+        if lost_members:
+            self.dirty = True
+            self.stats.lost += len(lost_members)
+            if not self.stats.recoveries or self.stats.recoveries[-1][1] is not None:
+                self.stats.recoveries.append((time.time(), None))
+            log.warning("lost replicas %s (%s)", sorted(m.id for m in lost_members), why)
+        for _ in fresh:
+            task = asyncio.get_running_loop().create_task(self._replace())
+            self.spawning.add(task)
+            task.add_done_callback(self.spawning.discard)
+
+    async def __supervise__(self, failure: Any) -> bool:
+        ids = {
+            m.id
+            for r in failure.crashed_ranks
+            if (m := self.by_key.get((failure.mesh_name, r))) is not None
+        }
+        if ids:
+            self._lose(ids, failure.reason)
+        return True  # handled: a lost replica is this mesh's business, not the client's
+
+    # -- calls to many members --------------------------------------------------
+
+    async def _gather(
+        self, epoch: int, calls: dict[int, Any], abort_others: bool = True
+    ) -> tuple[dict[int, Any], set[int], bool]:
+        """Await ``calls`` (member id -> Future). Returns (values, lost ids, aborted).
+
+        On the first lost member or ``("aborted", why)`` value, the others of
+        ``epoch`` are aborted (so none waits on a dead peer). A user exception is
+        re-raised (as ``_UserError``) once every call has ended.
+        """
+
+        async def wait(f: Any) -> Any:
+            return await f
+
+        tasks = {asyncio.ensure_future(wait(f)): i for i, f in calls.items()}
+        values: dict[int, Any] = {}
+        lost: set[int] = set()
+        aborted = False
+        error: BaseException | None = None
+        sent_abort = False
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                for t in pending:
+                    t.cancel()
+                raise TimeoutError(f"replicas {sorted(tasks[t] for t in pending)} did not answer")
+            for t in done:
+                i = tasks[t]
+                exc = t.exception()
+                if isinstance(exc, SupervisionError) or (exc is not None and i in self.lost):
+                    lost.add(i)
+                elif exc is not None:
+                    error = error or exc
+                else:
+                    values[i] = t.result()
+                    if isinstance(values[i], tuple) and values[i][:1] == ("aborted",):
+                        aborted = True
+            if (lost or aborted or error) and abort_others and not sent_abort:
+                sent_abort = True
+                why = f"replicas {sorted(lost)} lost" if lost else "a collective failed"
+                self._abort(epoch, why, skip=lost)
+        if error is not None:
+            raise _UserError() from error
+        return values, lost, aborted
+
+    def _abort(self, epoch: int, why: str, skip: set[int]) -> None:
+        for m in self.members:
+            if m.id not in skip and m.id not in self.lost:
+                # Its answer does not matter (a lost replica's call fails: ignored).
+                m.actor.elastic_abort.call_one(epoch, why)
+
+    # -- boundaries -------------------------------------------------------------
+
+    async def _admit(self) -> None:
+        """Bring ready spares in, each with the state of a healthy member."""
+        while len(self.members) < self.target and self.spares and self.members:
+            spare, source = self.spares[0], self.members[0]
+            try:
+                buf, sizes = await source.actor.elastic_state.call_one()
+                await spare.actor.elastic_load.call_one(buf, sizes, self.timeout)
+            except SupervisionError:
+                gone = {m.id for m in (spare, source) if m.id in self.lost}
+                self._lose(gone or {spare.id}, "lost while copying state")
+                continue
+            self.spares.pop(0)
+            self.members.append(spare)
+            self.stats.restarts += 1
+            self.dirty = True
+
+    async def _boundary(self) -> None:
+        while True:
+            await self._admit()
+            if not self.members:
+                raise RuntimeError("every replica of the elastic mesh was lost")
+            if not self.dirty:
+                return
+            self.epoch += 1
+            self.dirty = False
+            world = len(self.members)
+            calls = {
+                m.id: m.actor.elastic_join.call_one(
+                    self.epoch, rank, world, m.id, self.store_addr, self.timeout
+                )
+                for rank, m in enumerate(self.members)
+            }
+            _, lost, aborted = await self._gather(self.epoch, calls)
+            if lost:
+                self._lose(lost, "lost while forming a membership")
+            elif aborted:
+                self.dirty = True
+
+    # -- endpoints --------------------------------------------------------------
+
+    @concurrent_endpoint
+    async def start(self) -> list[int]:
+        """Spawn the replicas and spares, form the first membership; the members' pids."""
+        dist = _torch_distributed()
+        host = _reachable_address()
+        self.store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
+        self.store_addr = (host, int(self.store.port))
+        spawned = await self._spawn(self.target + self.spare_count)
+        self.members, self.spares = spawned[: self.target], spawned[self.target :]
+        await self._boundary()
+        return [m.pid for m in self.members]
+
+    @concurrent_endpoint
+    async def step(self, step: int, args: tuple[Any, ...]) -> tuple[int, list[Any]]:
+        """Run ``step`` to commit on the current members: (how many committed it, the
+        ``train_step`` values of the members that computed it, in rank order)."""
+        while True:
+            await self._boundary()
+            epoch, members = self.epoch, list(self.members)
+            calls = {m.id: m.actor.elastic_step.call_one(epoch, step, args) for m in members}
+            try:
+                values, lost, aborted = await self._gather(epoch, calls)
+            except _UserError as e:
+                raise e.__cause__ from None  # type: ignore[misc]
+            if lost:
+                self._lose(lost, f"lost during step {step}")
+            if lost or aborted:
+                self.stats.aborted_steps += 1
+                self.dirty = True
+                continue
+            commits = {m.id: m.actor.elastic_commit.call_one(epoch, step) for m in members}
+            try:
+                _, lost, _ = await self._gather(epoch, commits, abort_others=False)
+            except _UserError as e:
+                raise e.__cause__ from None  # type: ignore[misc]
+            if lost:  # the others committed: the step is done, at the smaller size
+                self._lose(lost, f"lost while committing step {step}")
+            self.committed[step] += 1
+            self.stats.steps += 1
+            self.stats.lost_steps = sum(n - 1 for n in self.committed.values())
+            world = len(self.members)
+            rec = self.stats.recoveries
+            if rec and rec[-1][1] is None and world == self.target and not lost:
+                rec[-1] = (rec[-1][0], time.time())
+            # The world of the step: the members that committed it; the values: of every
+            # member whose gradients went into it (one lost while committing included).
+            return len(members) - len(lost), [values[m.id][1] for m in members]
+
+    @concurrent_endpoint
+    async def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """``method`` on every current member, in rank order."""
+        await self._boundary()
+        return list(
+            await asyncio.gather(
+                *(m.actor.elastic_call.call_one(method, args, kwargs) for m in self.members)
+            )
+        )
+
+    @concurrent_endpoint
+    async def get_stats(self) -> ElasticStats:
+        return self.stats
+
+    @concurrent_endpoint
+    async def members_info(self) -> list[tuple[int, int]]:
+        """(replica id, pid) of each current member, in rank order."""
+        return [(m.id, m.pid) for m in self.members]
+
+    @concurrent_endpoint
+    async def shutdown(self) -> None:
+        for t in list(self.spawning):
+            t.cancel()
+        for procs in self.procs:
+            try:
+                await procs.stop()
+            except Exception as e:  # a proc already lost
+                log.debug("stopping replicas: %s", e)
