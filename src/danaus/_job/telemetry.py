@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.core import telemetry
+from .._runtime.hosting import host
 
 __all__ = ["TelemetryConfig", "active_config", "start"]
 
@@ -77,13 +78,18 @@ class TelemetryConfig:
             )
 
 
-# The process's: the configuration of the job whose state() last started telemetry.
-_active: TelemetryConfig | None = None
+class ActiveTelemetry:
+    """Node part: the configuration of the job whose ``state()`` last started telemetry
+    in this session (ended with the node)."""
+
+    def __init__(self) -> None:
+        self.config: TelemetryConfig | None = None
 
 
 def active_config() -> TelemetryConfig | None:
-    """The configuration telemetry was last started with in this process (None: never)."""
-    return _active
+    """The configuration telemetry was last started with in this session (None: never)."""
+    node = host.current_node()
+    return None if node is None else node.part(ActiveTelemetry).config
 
 
 def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> TelemetryConfig:
@@ -109,7 +115,6 @@ def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> Tele
 def start(cfg: TelemetryConfig) -> bool:
     """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
     ``RuntimeWarning``, when it cannot start."""
-    global _active
     try:
         telemetry.enable()
         config.configure(telemetry=True)  # procs spawned from now on turn it on too
@@ -121,5 +126,5 @@ def start(cfg: TelemetryConfig) -> bool:
         return False
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
-    _active = cfg
+    host.ensure_node().part(ActiveTelemetry).config = cfg
     return True

@@ -174,6 +174,8 @@ def _cumulative(buckets: dict[int, int], total: int) -> list[tuple[str, float]]:
     return out
 
 
+# A cache, per process: the registry holds one collector that reads the current
+# session's meshes at each scrape, so it keeps no state of a session. _LOCK guards making it.
 _REGISTRY: Any = None
 _LOCK = threading.Lock()
 
