@@ -72,7 +72,7 @@ class _ProcState:
     owned: bool
     initialized: concurrent.futures.Future[Any] = field(default_factory=concurrent.futures.Future)
     stopped: bool = False
-    node: Any = None  # the node (client session) that spawned these procs
+    node: Node | None = None  # the node (client session) that spawned these procs
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
     log_label: str | None = None  # what log lines are prefixed with (the mesh's name)
     spawner: str | None = None  # the actor that spawned these procs ("proc/mesh[rank]")

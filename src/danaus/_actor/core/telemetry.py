@@ -47,6 +47,7 @@ from typing import Any, TypeVar, overload
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._runtime.node import Node
 from .context import _current, _thread_ctx
 
 __all__ = [
@@ -429,7 +430,7 @@ def env_for_procs() -> dict[str, str]:
     return out
 
 
-def install(node: Any, boot: dict[str, Any]) -> None:
+def install(node: Node, boot: dict[str, Any]) -> None:
     """The node's installer: a proc turns telemetry on at boot when its setting says
     so; one without OpenTelemetry logs why, once, and runs untraced."""
     if not boot:
