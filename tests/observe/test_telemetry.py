@@ -396,3 +396,68 @@ def test_without_opentelemetry_the_api_is_a_no_op_and_enabling_says_what_to_inst
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
     assert "telemetry could not start; the job runs without it" in r.stderr
     assert "pip install 'danaus[telemetry]'" in r.stderr
+
+
+def test_a_span_that_fails_to_start_or_end_leaves_the_call_untraced_not_failed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tracing must never fail an endpoint: an error starting the span (an exporter that
+    cannot be built, say) or ending it is logged and the call runs untraced."""
+
+    def boom(*args: Any) -> Any:
+        raise OSError("exporter unreachable")
+
+    monkeypatch.setattr(telemetry, "_start_endpoint_span", boom)
+    monkeypatch.setattr(telemetry, "_tracing_errors", 0)
+    with caplog.at_level("DEBUG", logger=telemetry.log.name):
+        assert telemetry.endpoint_span(object(), object(), (1, 2, 1)) is None
+        assert telemetry.endpoint_span(object(), object(), (1, 2, 1)) is None
+        telemetry.end_endpoint_span(("not", "a span"), None)  # detach fails: logged, no raise
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and "exporter unreachable" in warned[0].getMessage()
+    assert telemetry._tracing_errors == 3
+
+
+def test_a_proc_where_telemetry_cannot_start_tries_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    tries = []
+
+    def cannot() -> None:
+        tries.append(1)
+        raise ValueError("unknown exporter 'nope'")
+
+    monkeypatch.setattr(telemetry, "ON", False)
+    monkeypatch.setattr(telemetry, "_cannot_start", False)
+    monkeypatch.setattr(telemetry, "enable", cannot)
+    for _ in range(3):
+        assert telemetry.endpoint_span(object(), object(), (1, 2, 1)) is None
+    assert tries == [1]
+
+
+def test_the_settings_enable_telemetry_changed_are_put_back_when_the_session_ends() -> None:
+    """Telemetry's dashboard and the setting that turns it on in new procs belong to the
+    session that started them (a node part): the next session starts without them."""
+    code = (
+        "import danaus.config as c\n"
+        "from danaus._job import telemetry as jt\n"
+        "from danaus.actor import context, shutdown_context\n"
+        "keys = ('telemetry', 'dashboard', 'dashboard_port')\n"
+        "before = {k: c.get_global_config()[k] for k in keys}\n"
+        "context()\n"
+        "assert jt.start(jt.TelemetryConfig(include_dashboard=True, dashboard_port=0))\n"
+        "during = {k: c.get_global_config()[k] for k in keys}\n"
+        "assert during['telemetry'] is True and during['dashboard'] is True, during\n"
+        "assert jt.active_config() is not None\n"
+        "shutdown_context().get()\n"
+        "after = {k: c.get_global_config()[k] for k in keys}\n"
+        "assert after == before, (before, after)\n"
+        "assert jt.active_config() is None\n"
+        "print('OK')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stdout + out.stderr

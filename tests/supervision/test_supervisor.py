@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,12 @@ class Worker(Actor):
     def recorded(self) -> list[int]:
         return list(self.seen)
 
+    @endpoint
+    def my_threads(self) -> int:
+        """How many actor threads of this proc serve this actor's mesh and rank."""
+        me = threading.current_thread().name  # "actor-<mesh id>[<rank>]"
+        return sum(1 for t in threading.enumerate() if t.name == me)
+
 
 def tokens(mesh: Any) -> list[str]:
     return [t for t, _, _ in mesh.who.call().get(timeout=TIMEOUT).values()]
@@ -102,6 +109,13 @@ def test_one_for_one_restarts_only_the_failed_rank_in_its_own_proc(spawn_procs, 
     token, pid, tag = after.item(gpus=1)
     assert token != before.item(gpus=1)[0] and tag == "w"  # same constructor arguments
     assert pid == before.item(gpus=1)[1]  # its proc was alive: the same proc
+    # The failed actor's thread ended: the restart does not leave it behind.
+    wait_until(
+        lambda: workers.slice(gpus=1).my_threads.call_one().get(timeout=TIMEOUT),
+        TIMEOUT,
+        "the failed actor's thread to end",
+        until=lambda n: n == 1,
+    )
 
     # Its proc dies: the rank comes back in a new proc on the same host.
     os.kill(pid, signal.SIGKILL)

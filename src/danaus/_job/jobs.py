@@ -416,6 +416,7 @@ class JobTrait:
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.pop("_state", None)  # an older danaus kept the JobState there: it would hide _state()
         self.__dict__.update(state)
         self._job_state = None
 

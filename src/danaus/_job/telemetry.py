@@ -80,10 +80,17 @@ class TelemetryConfig:
 
 class ActiveTelemetry:
     """Node part: the configuration of the job whose ``state()`` last started telemetry
-    in this session (ended with the node)."""
+    in this session, and the settings it changed, put back when the session ends (the
+    OpenTelemetry providers stay: they are the process's, by OpenTelemetry's design)."""
 
     def __init__(self) -> None:
         self.config: TelemetryConfig | None = None
+        self.previous: dict[str, Any] | None = None  # the settings before start() changed them
+
+    def on_node_end(self) -> None:
+        if self.previous is not None:
+            config.configure(**self.previous)
+            self.previous = None
 
 
 def active_config() -> TelemetryConfig | None:
@@ -115,6 +122,9 @@ def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> Tele
 def start(cfg: TelemetryConfig) -> bool:
     """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
     ``RuntimeWarning``, when it cannot start."""
+    part = host.ensure_node().part(ActiveTelemetry)
+    if part.previous is None:
+        part.previous = {k: config.get(k) for k in ("telemetry", "dashboard", "dashboard_port")}
     try:
         telemetry.enable()
         config.configure(telemetry=True)  # procs spawned from now on turn it on too
@@ -126,5 +136,5 @@ def start(cfg: TelemetryConfig) -> bool:
         return False
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
-    host.ensure_node().part(ActiveTelemetry).config = cfg
+    part.config = cfg
     return True

@@ -637,18 +637,31 @@ class Supervisor:
             with tree.lock:
                 while not tree.events and not tree.ended.is_set():
                     tree.wake.wait()
-                if tree.ended.is_set():
+                ended = tree.ended.is_set()
+                if ended:
                     events = list(tree.events)
                     tree.events.clear()
-                    for ev in events:
-                        ev[0]._release_all()
-                    return
-                ev = tree.events.popleft()
+                else:
+                    ev = tree.events.popleft()
+            if ended:
+                # Outside the lock: releasing sends the held calls, and a send may wait
+                # for the I/O thread, which takes the tree's lock to report failures.
+                for left in events:
+                    left[0]._release_all()
+                return
             sup = ev[0]
             try:
                 sup._handle(*ev[1:])
-            except Exception:
+            except Exception as e:  # a restart that cannot be made: the owner must hear
                 log.exception("supervisor %r failed to handle a failure", sup.name)
+                try:
+                    sup._give_up(
+                        [str(ev[3])],
+                        why=f"supervisor {sup.name!r} gave up: handling the failure "
+                        f"({ev[3]}) raised {type(e).__name__}: {e}",
+                    )
+                except Exception:
+                    log.exception("supervisor %r could not give up cleanly", sup.name)
             with tree.lock:
                 idle = not tree.events
             if idle:  # nothing more is coming: no rank should wait any longer
@@ -925,8 +938,8 @@ class Supervisor:
             subs = [c for c in self._children if isinstance(c, Supervisor)]
         return [s for sub in subs for s in (sub, *sub._children_supervisors())]
 
-    def _give_up(self, failures: list[str]) -> None:
-        reason = (
+    def _give_up(self, failures: list[str], why: str | None = None) -> None:
+        reason = why or (
             f"supervisor {self.name!r} gave up: restart intensity exceeded (more than "
             f"{self.max_restarts} restarts within {self.period:g} s); it stopped its "
             f"children. Failures: " + "; ".join(failures)

@@ -205,16 +205,18 @@ class ActorCell(Failing, DeadlockCheck):
     # -- inbox (I/O thread) ---------------------------------------------
 
     def deliver(self, frame: Message, sender: ProcId | None) -> None:
+        # Sampled for the telemetry query's messages table before the lock, to keep the
+        # lock's hold short (take() tolerates races: they only blur its rate estimate).
+        recent = self.rt.recent
+        stride = recent.take() if recent is not None else 0
+        arrived = (time.perf_counter_ns(), stride) if stride else None
         with self._lock:  # atomic with begin_wait: a cycling call is never missed
             cycles = bool(self.waiting) and self._closes_cycle(frame)
             self.received += 1
             if not cycles:
                 self._queued[id(frame)] = frame
-                recent = self.rt.recent
-                if recent is not None:
-                    stride = recent.take()
-                    if stride:
-                        self._arrived[id(frame)] = (time.perf_counter_ns(), stride)
+                if arrived is not None:
+                    self._arrived[id(frame)] = arrived
         if cycles:
             self._refuse_deadlock(frame)
             return

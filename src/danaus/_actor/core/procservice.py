@@ -46,6 +46,10 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
     if old is not None and not _gone(old):
         rt.undeliverable(frame.header.port, rank, f"actor {mesh_id}[{rank}] already exists")
         return
+    if isinstance(old, ActorCell) and not old.stopped:
+        # A failed actor being replaced: its thread ends (nothing could reach it once its
+        # key names the new actor); what it still holds queued is answered, not dropped.
+        old.stop(None, 0, "replaced by a restart")
     rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
     rt.mailbox_added((mesh_id, rank))
 

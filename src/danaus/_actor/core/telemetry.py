@@ -82,6 +82,10 @@ _trace: Any = None  # cache: opentelemetry.trace once imported; False when not i
 _context: Any = None  # cache: opentelemetry.context, imported with _trace
 _tracer: Any = None  # cache: the "danaus" tracer of the global provider (a proxy until set)
 _installed = False  # the process's: the providers were set up (or found set up)
+# The process's: a traced call found telemetry could not start here (no OpenTelemetry,
+# a bad exporter setting); later traced calls run untraced without trying again.
+_cannot_start = False
+_tracing_errors = 0  # the process's: spans that failed to start or end (the first is logged)
 
 
 def _otel() -> Any:
@@ -279,11 +283,32 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     but the caller's context is current (spans and calls inside still nest under
     it). Returns what :func:`end_endpoint_span` takes, or None (no OpenTelemetry,
     or a malformed context: the call runs untraced)."""
+    if _cannot_start:
+        return None  # tried once and failed: every later traced call runs untraced at once
+    try:
+        return _start_endpoint_span(cell, prop, carried)
+    except Exception as e:  # never fail the call because tracing did: it runs untraced
+        _tracing_failed(e)
+        return None
+
+
+def _tracing_failed(e: BaseException) -> None:
+    global _tracing_errors
+    if _tracing_errors == 0:
+        log.warning("tracing an endpoint failed; calls go on untraced: %s: %s", type(e).__name__, e)
+    else:
+        log.debug("tracing an endpoint failed: %s: %s", type(e).__name__, e)
+    _tracing_errors += 1
+
+
+def _start_endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
+    global _cannot_start
     if not ON:
         try:
             enable()
-        except (ImportError, ValueError) as e:
-            log.debug("a traced call arrived, but telemetry cannot start here: %s", e)
+        except Exception as e:  # no OpenTelemetry, or a bad OTEL_* exporter setting
+            log.warning("a traced call arrived, but telemetry cannot start here: %s", e)
+            _cannot_start = True
             return None
     if (
         type(carried) is not tuple
@@ -332,10 +357,13 @@ def actor_attributes_of(inst: Any) -> dict[str, Any]:
 
 def end_endpoint_span(active: Any, exc: BaseException | None) -> None:
     """End what :func:`endpoint_span` started (on the same thread or task)."""
-    s, token = active
-    _context.detach(token)
-    if s is not None:
-        _end(s, exc)
+    try:
+        s, token = active
+        _context.detach(token)
+        if s is not None:
+            _end(s, exc)
+    except Exception as e:  # the call's outcome stands, whatever its span's end did
+        _tracing_failed(e)
 
 
 # -- metrics --------------------------------------------------------------------------
