@@ -141,7 +141,8 @@ def test_logging_records_are_forwarded_and_level_filters_them(
     _flush(pm)
     err = capsys.readouterr().err
     p = "[logtrainer {gpus=0}]"
-    a = "[actor=<root>.<Talker talkers{'gpus': 0/2}>] "  # Monarch's prefix of actor records
+    # Monarch's prefix of actor records: the actor's class with its module, as Monarch's.
+    a = f"[actor=<root>.<{Talker.__module__}.Talker talkers{{'gpus': 0/2}}>] "
     assert f"{p} INFO user.app: {a}default info record\n" in err
     assert f"{p} WARNING user.app: {a}default warning record\n" in err
     assert "default debug record" not in err
