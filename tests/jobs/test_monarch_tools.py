@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -17,11 +18,7 @@ from danaus.job import (
     DEFAULT_JOB_PATH,
     PortForwarder,
     ProcessJob,
-    exec_command,
     job_load,
-    load_current_job,
-    set_current_job,
-    shell,
 )
 from danaus.testing import client_env, wait_pids_gone
 from danaus.tools import commands
@@ -115,39 +112,82 @@ def test_contexts_keep_jobs_apart(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "context name" in bad.stderr
 
 
-def test_current_job_exec_command_and_shell_from_python(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "pyjob.py").write_text(JOBFILE)
-    with pytest.raises(FileNotFoundError, match="danaus apply JOB"):
-        load_current_job()
-    with pytest.raises(ValueError, match=r"module\.attr"):
-        set_current_job("nodots")
-    set_current_job("pyjob.job")
-    job = load_current_job()
-    assert isinstance(job, ProcessJob) and not job.active
-    hosts = job.state().hosts
+# Run in a client process of its own: attaching this test process to loopback workers
+# would fix the address it advertises for the rest of the run (tests/multihost's
+# namespace hosts could not reach it).
+CURRENT_JOB_CLIENT = """
+import json, sys
+from pathlib import Path
+from danaus.job import (
+    DEFAULT_JOB_PATH, ProcessJob, exec_command, load_current_job, set_current_job, shell,
+)
+
+out = {}
+try:
+    load_current_job()
+except FileNotFoundError as e:
+    out["no_job"] = "danaus apply JOB" in str(e)
+try:
+    set_current_job("nodots")
+except ValueError as e:
+    out["bad_spec"] = "module.attr" in str(e)
+set_current_job("pyjob.job")
+job = load_current_job()
+out["loaded"] = isinstance(job, ProcessJob) and not job.active
+hosts = job.state().hosts
+try:
+    out["saved"] = Path(DEFAULT_JOB_PATH).exists()
+    print("EXEC-BEGIN", flush=True)
+    out["rc"] = exec_command(
+        hosts, ["sh", "-c", "echo $MONARCH_RANK_gpus$V; exit $MONARCH_RANK_gpus"],
+        env={"V": "!"}, point={"hosts": 1}, per_host={"gpus": 2},
+    ).get(timeout=60)
+    print("EXEC-END", flush=True)
     try:
-        assert (tmp_path / DEFAULT_JOB_PATH).exists()
-        capfd.readouterr()
-        rc = exec_command(
-            hosts, ["sh", "-c", "echo $MONARCH_RANK_gpus$V; exit $MONARCH_RANK_gpus"],
-            env={"V": "!"}, point={"hosts": 1}, per_host={"gpus": 2},
-        ).get(timeout=60)  # fmt: skip
-        assert rc == 1
-        assert sorted(capfd.readouterr().out.splitlines()) == ["0!", "1!"]
-        with pytest.raises(ValueError, match="one host"):
-            shell(hosts)
-        script, out = tmp_path / "in.sh", tmp_path / "out.txt"
-        script.write_text("echo from-shell; exit 7\n")
-        with script.open() as stdin, out.open("w") as stdout:
-            monkeypatch.setattr(sys, "stdin", stdin)  # files, as a pipe would be: no terminal
-            monkeypatch.setattr(sys, "stdout", stdout)
-            assert shell(hosts.slice(hosts=0)) == 7
-        assert out.read_text() == "from-shell\n"
-    finally:
-        job.kill()
+        shell(hosts)
+    except ValueError as e:
+        out["one_host"] = "one host" in str(e)
+    Path("in.sh").write_text("echo from-shell; exit 7\\n")
+    with open("in.sh") as stdin, open("out.txt", "w") as stdout:
+        sys.stdin, sys.stdout, saved = stdin, stdout, sys.stdout  # files: no terminal
+        try:
+            out["shell_rc"] = shell(hosts.slice(hosts=0))
+        finally:
+            sys.stdin, sys.stdout = sys.__stdin__, saved
+    out["shell_out"] = Path("out.txt").read_text()
+finally:
+    job.kill()
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def test_current_job_exec_command_and_shell_from_python(tmp_path: Path) -> None:
+    (tmp_path / "pyjob.py").write_text(JOBFILE)
+    (tmp_path / "client.py").write_text(CURRENT_JOB_CLIENT)
+    r = subprocess.run(
+        [sys.executable, "client.py"],
+        cwd=tmp_path,
+        env=client_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    result = json.loads(next(x for x in lines if x.startswith("RESULT "))[len("RESULT ") :])
+    assert result == {
+        "no_job": True,
+        "bad_spec": True,
+        "loaded": True,
+        "saved": True,
+        "rc": 1,
+        "one_host": True,
+        "shell_rc": 7,
+        "shell_out": "from-shell\n",
+    }, r.stdout + r.stderr
+    # What the two ranks printed, forwarded to the client, between the markers.
+    printed = lines[lines.index("EXEC-BEGIN") + 1 : lines.index("EXEC-END")]
+    assert sorted(x for x in printed if x.endswith("!")) == ["0!", "1!"], r.stdout
 
 
 def test_port_forwarder_relays_connections_until_stopped() -> None:

@@ -339,10 +339,20 @@ def create(config: Config, name: str | None = None) -> str:
     if config.dryrun:
         return config.job.dumps().decode()
     current.context_create(name)
-    state = config.job.state(cached_path=context_state_path(name))
-    if config.workspace.dirs:
+    path = context_state_path(name)
+    if config.workspace.dirs:  # syncing needs the hosts: attach to them
+        state = config.job.state(cached_path=path)
         for mesh in state._hosts.values():
             mesh.sync_workspace(config.workspace).get()
+    else:  # as Monarch's create: the job is scheduled and saved, this process not attached
+        job = config.job
+        job.dumps()  # a job that cannot be saved raises before it starts anything
+        job.apply()
+        try:
+            job.dump(path)
+        except BaseException:
+            job.kill()  # not saved: nothing could find it to end it later
+            raise
     return f"{SCHEDULER}:///{name}"
 
 
