@@ -25,10 +25,11 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from blocks import timed_block
 
 import danaus
 from danaus.actor import Actor, endpoint, this_host
@@ -68,19 +69,11 @@ def main() -> int:
                 ctx = danaus.trace(os.path.join(d, "t.json")) if m == "traced" else None
                 if ctx is not None:
                     ctx.__enter__()
-                samples = []
-                for _ in range(a.calls):
-                    t0 = time.perf_counter()
-                    t.ping.call_one().get()
-                    samples.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                futs = [t.ping.call_one() for _ in range(a.burst)]
-                for f in futs:
-                    f.get()
-                rate[m].append(a.burst / (time.perf_counter() - t0))
+                latency, calls_per_s = timed_block(t, a.calls, a.burst)
+                rate[m].append(calls_per_s)
                 if ctx is not None:
                     ctx.__exit__(None, None, None)
-                lat[m].append(statistics.median(samples))
+                lat[m].append(latency)
     procs.stop().get()
     print(f"{a.blocks} blocks per mode, {a.calls} call_one + {a.burst} in flight per block")
     print(f"load average after: {os.getloadavg()[0]:.2f}")

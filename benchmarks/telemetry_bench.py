@@ -35,10 +35,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from blocks import timed_block
 
 from danaus._actor.core import telemetry
 from danaus.actor import Actor, endpoint, span, this_host
@@ -111,21 +112,13 @@ def main() -> int:
                 block = span("block") if m == "in_span" else None
                 if block is not None:
                     block.__enter__()
-                samples = []
-                for _ in range(a.calls):
-                    t0 = time.perf_counter()
-                    t.ping.call_one().get()
-                    samples.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                futs = [t.ping.call_one() for _ in range(a.burst)]
-                for f in futs:
-                    f.get()
-                rate[m].append(a.burst / (time.perf_counter() - t0))
+                latency, calls_per_s = timed_block(t, a.calls, a.burst)
+                rate[m].append(calls_per_s)
                 if block is not None:
                     block.__exit__(None, None, None)
                     t.flush.call_one().get()  # not timed: the exports of this block
                     _flush()
-                lat[m].append(statistics.median(samples))
+                lat[m].append(latency)
         telemetry.ON = True
         procs.stop().get()
         from opentelemetry import trace
