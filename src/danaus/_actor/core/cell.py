@@ -611,13 +611,9 @@ class ActorCell(Failing, DeadlockCheck):
                 # a sync actor's endpoint returned a coroutine
                 result = asyncio.run(_await(result))
         except BaseException as e:
-            if active is not None:
-                telemetry.end_endpoint_span(active, e)
-            self._call_raised(e, prop, port, index, wrapped, t0, row)
+            self._call_raised(e, prop, port, index, wrapped, t0, row, active)
             return
-        if active is not None:
-            telemetry.end_endpoint_span(active, None)
-        self._call_returned(result, prop, port, index, wrapped, t0, row)
+        self._call_returned(result, prop, port, index, wrapped, t0, row, active)
 
     def _call_returned(
         self,
@@ -628,8 +624,12 @@ class ActorCell(Failing, DeadlockCheck):
         wrapped: Wrapped | None,
         t0: int,
         row: list[Any] | None = None,
+        active: Any = None,
     ) -> None:
-        """An endpoint's body returned ``result`` (sync and async actors alike)."""
+        """An endpoint's body returned ``result`` (sync and async actors alike); ``active``:
+        the span telemetry started for it (ended here)."""
+        if active is not None:
+            telemetry.end_endpoint_span(active, None)
         if wrapped is not None:
             wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
@@ -648,8 +648,12 @@ class ActorCell(Failing, DeadlockCheck):
         wrapped: Wrapped | None,
         t0: int,
         row: list[Any] | None = None,
+        active: Any = None,
     ) -> None:
-        """An endpoint's body raised ``e`` (sync and async actors alike)."""
+        """An endpoint's body raised ``e`` (sync and async actors alike); ``active`` as for
+        :meth:`_call_returned`."""
+        if active is not None:
+            telemetry.end_endpoint_span(active, e)
         if wrapped is not None:
             wrapped.finish(error=e)
         self._debug_finish(e)
@@ -718,13 +722,9 @@ class ActorCell(Failing, DeadlockCheck):
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as e:
-            if active is not None:
-                telemetry.end_endpoint_span(active, e)
-            self._call_raised(e, prop, port, index, wrapped, t0, row)
+            self._call_raised(e, prop, port, index, wrapped, t0, row, active)
             return
-        if active is not None:
-            telemetry.end_endpoint_span(active, None)
-        self._call_returned(result, prop, port, index, wrapped, t0, row)
+        self._call_returned(result, prop, port, index, wrapped, t0, row, active)
 
     def _debug_finish(self, exc: BaseException | None) -> None:
         """End the pdb session breakpoint() opened in this endpoint (post-mortem on ``exc``)."""
