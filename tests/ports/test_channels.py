@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import Any
 
 import pytest
@@ -13,9 +15,11 @@ from danaus.actor import (
     Port,
     PortReceiver,
     ProcMesh,
+    SupervisionError,
     current_rank,
     endpoint,
     send,
+    this_host,
 )
 
 from .conftest import TIMEOUT
@@ -179,3 +183,31 @@ def test_ranked_shares_the_receivers_messages_and_raises_what_was_sent(senders: 
     del receiver  # the ranked view keeps the port open
     port.send("kept")
     assert ranked.recv().get(timeout=TIMEOUT) == (0, "kept")
+
+
+class PidSender(Actor):
+    @endpoint
+    def send_pid(self, port: Port[int]) -> None:
+        port.send(os.getpid())
+
+
+def test_a_receiver_watching_a_proc_fails_once_that_proc_is_lost(faults: Any) -> None:
+    """The internal ``_watch`` (used by ``shell()`` and ``PortForwarder``, which wait on
+    one sender): the messages already sent are taken first, then reading raises
+    ``SupervisionError`` instead of waiting for a proc that is gone."""
+    pm = this_host().spawn_procs(per_host={"gpus": 1})
+    try:
+        sender = pm.spawn("pid_sender", PidSender)
+        port, receiver = Channel[int].open()
+        receiver._watch(pm._procs[0])
+        sender.send_pid.call_one(port).get(timeout=TIMEOUT)
+        pid = receiver.recv().get(timeout=TIMEOUT)
+        waiting = receiver.recv()  # waits for a message that will never come
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(SupervisionError, match="is gone"):
+            waiting.get(timeout=TIMEOUT)
+        with pytest.raises(SupervisionError):  # and every later read, at once
+            receiver.recv().get(timeout=TIMEOUT)
+        faults.wait(1)  # the mesh on the killed proc is reported to its owner
+    finally:
+        pm.stop().get(timeout=TIMEOUT)

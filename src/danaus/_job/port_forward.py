@@ -158,6 +158,8 @@ class _Source(Actor):
     def _relay(self, sock: socket.socket) -> None:
         conn = secrets.token_hex(8)
         back, receiver = Channel[tuple[str, bytes]].open()
+        dest = self._dest
+        receiver._watch(dest._ref.procs[dest._shape.ranks()[0]])  # a lost destination ends it
         try:
             self._dest.open.call_one(conn, back).get()
         except Exception:

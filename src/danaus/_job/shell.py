@@ -221,6 +221,7 @@ def shell(
     try:
         actor: Any = procs.spawn("shell", ShellActor)
         port, receiver = Channel[tuple[str, Any]].open()
+        receiver._watch(procs._procs[0])  # its host or proc gone: the wait below fails
         terminal = os.environ.get("TERM", "xterm-256color") if interactive else None
         window = _window(stdin_fd) if interactive else None
         actor.start.call_one(port, env, workdir, os.getcwd(), terminal, window).get()

@@ -16,12 +16,13 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..._errors import SupervisionError
 from ..._runtime.hosting import host
 from ..._runtime.messaging.flow import Gate, frame_bytes
 from ..._runtime.messaging.runtime import STATUS_EXC, STATUS_OK
 from ..._wire import codec
 from ..._wire.frame import flat
-from ..._wire.ids import ActorId, PortId
+from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message, Reply
 from .collect import Undecoded, set_future
 from .context import context
@@ -162,6 +163,9 @@ class _Inbox:
             collections.deque()
         )
         self._once = once
+        # Set when a proc this port watches (PortReceiver._watch) is lost: readers then
+        # fail with it once the messages already here are taken, instead of waiting.
+        self._lost: SupervisionError | None = None
         self.port_id: PortId = rt.open_port(self)
 
     # PortHandler, on the I/O thread
@@ -184,7 +188,18 @@ class _Inbox:
             self._rt.close_port(self.port_id.port)
 
     def peer_lost(self, proc: str, reason: str) -> None:
-        pass  # any proc may hold the port; none is awaited in particular
+        """A proc this port watches was lost (only ``_watch`` asks for this: any proc may
+        hold a port, and none is awaited unless the receiver says so)."""
+        self.lose(
+            SupervisionError(f"proc {proc}, which sends on {self.port_id}, is gone: {reason}")
+        )
+
+    def lose(self, err: SupervisionError) -> None:
+        with self._lock:
+            self._lost = err
+            waiters, self._waiters = list(self._waiters), collections.deque()
+        for cf, _ in waiters:
+            cf.set_exception(err)
 
     def next(self, ranked: bool = False) -> concurrent.futures.Future[Any]:
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -193,6 +208,8 @@ class _Inbox:
                 ok, value, n, rank = self._values.popleft()
                 self.gate.taken(n)
                 set_future(cf, ok, _Ranked(rank, value) if ranked else value)
+            elif self._lost is not None:
+                cf.set_exception(self._lost)
             else:
                 self._waiters.append((cf, ranked))
         return cf
@@ -251,6 +268,13 @@ class PortReceiver(Generic[R]):
     def close(self) -> None:
         """Stop receiving: later sends come back to their senders as undeliverable."""
         self._closer()
+
+    def _watch(self, proc: ProcId) -> None:
+        """Fail this receiver's readers with ``SupervisionError`` when ``proc`` is lost
+        (after the messages already here), for a reader that waits on one sender."""
+        reason = self._inbox._rt.watch(proc, self.port_id.port)
+        if reason is not None:
+            self._inbox.peer_lost(proc.name, reason)
 
     def ranked(self) -> RankedPortReceiver[R]:
         """This receiver's messages as ``(rank, value)``: the rank of the actor whose
