@@ -66,6 +66,32 @@ def test_exec_env_workdir_script_and_monarch_rank_variables(tmp_path: Path) -> N
     assert not (tmp_path / DEFAULT_JOB_PATH).exists()
 
 
+def test_exec_all_runs_on_every_mesh_and_mesh_alone_on_every_rank_of_it(tmp_path: Path) -> None:
+    (tmp_path / "twojob.py").write_text(
+        "from danaus.job import ProcessJob\n\njob = ProcessJob({'trainers': 2, 'evals': 1})\n"
+    )
+    assert danaus(tmp_path, "apply", "twojob.job").returncode == 0
+    saved = job_load(str(tmp_path / DEFAULT_JOB_PATH))
+    pids = [w.pid for ws in saved.workers.values() for w in ws]  # type: ignore[attr-defined]
+    echo = 'echo "rank $MONARCH_RANK_hosts"'
+    out = danaus(tmp_path, "exec", "--all", "--", "sh", "-c", echo)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "[trainers hosts=0] rank 0",
+        "[trainers hosts=1] rank 1",
+        "[evals hosts=0] rank 0",
+    ]
+    one_mesh = danaus(tmp_path, "exec", "--mesh", "trainers", "--", "sh", "-c", echo)
+    assert one_mesh.stdout.splitlines() == ["[hosts=0] rank 0", "[hosts=1] rank 1"]
+    rank0 = danaus(tmp_path, "exec", "--mesh", "trainers", "--one", "--", "sh", "-c", echo)
+    assert rank0.stdout.splitlines() == ["[hosts=0] rank 0"]
+    worst = danaus(
+        tmp_path, "exec", "--all", "--kill", "--", "sh", "-c", 'exit "$MONARCH_RANK_hosts"'
+    )
+    assert worst.returncode == 1, worst.stderr  # the largest exit code over both meshes
+    assert wait_pids_gone(pids) == []
+
+
 def test_shell_reads_commands_from_stdin_without_a_terminal(tmp_path: Path) -> None:
     (tmp_path / "myjob.py").write_text(JOBFILE)
     assert danaus(tmp_path, "apply", "myjob.py:job").returncode == 0

@@ -50,7 +50,8 @@ released) and remove the file.
 EXEC_HELP = """\
 Run a command on the procs of the saved job; its output is shown per rank.
 
-The first mesh of the job (or --mesh NAME) gets --per-host procs on every
+The first mesh of the job (or --mesh NAME; with --all and no --mesh, every
+mesh, each line prefixed by the mesh's name) gets --per-host procs on every
 host (default one per host); each runs CMD with DANAUS_RANK_<DIM> and
 DANAUS_SIZE_<DIM> set for every mesh dimension (DANAUS_RANK_HOSTS,
 DANAUS_RANK_GPUS, ...), DANAUS_RANK/DANAUS_SIZE for the flat rank, and
@@ -114,12 +115,17 @@ def add_job_commands(sub: Any) -> None:
         formatter_class=fmt,
     )  # fmt: skip
     target = e.add_mutually_exclusive_group()
-    target.add_argument("--all", action="store_true", help="every rank")
+    target.add_argument(
+        "--all", action="store_true", help="every rank of every mesh (with --mesh: of that mesh)"
+    )
     target.add_argument("--one", action="store_true", help="rank 0 only (the default)")
     target.add_argument(
         "--point", metavar="DIM=I[,DIM=I]", help="the ranks at these coordinates (a slice)"
     )
-    e.add_argument("--mesh", metavar="NAME", help="which of the job's meshes (default: the first)")
+    e.add_argument(
+        "--mesh", metavar="NAME",
+        help="every rank of this mesh (with --one or --point: those ranks of it)",
+    )  # fmt: skip
     e.add_argument(
         "--per-host", metavar="DIM=N[,DIM=N]", help="procs per host, e.g. gpus=8 (default: 1)"
     )
@@ -204,7 +210,8 @@ def _exec(args: argparse.Namespace) -> int:
     return commands.run_exec(
         args.state or current.current_job_path(),
         cmd,
-        target="all" if args.all else "one",
+        # As Monarch's: --mesh alone is every rank of that mesh; with --one or --point, less.
+        target="all" if args.all or (args.mesh and not args.one and not args.point) else "one",
         mesh_name=args.mesh,
         point=_pairs(args.point, "--point") if args.point else None,
         per_host=_pairs(args.per_host, "--per-host") if args.per_host else None,

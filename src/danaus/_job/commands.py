@@ -159,9 +159,10 @@ def run_exec(
     """Run ``cmd`` on the procs of the job saved at ``state_path``; the largest exit code.
 
     ``target``: ``"all"`` ranks, rank 0 (``"one"``) or the slice ``point`` of the mesh
-    ``mesh_name`` (default: the job's first) with ``per_host`` procs per host. Each
-    rank's output is printed prefixed by its coordinates (``labels``) or as it is.
-    ``kill`` ends the job afterwards.
+    ``mesh_name`` (default: the job's first) with ``per_host`` procs per host; ``"all"``
+    without ``mesh_name`` runs on every rank of every mesh, as Monarch's ``--all``. Each
+    rank's output is printed prefixed by its coordinates (``labels``; with the mesh's name
+    first when several meshes run it) or as it is. ``kill`` ends the job afterwards.
     """
     if not cmd:
         raise ValueError("no command given: danaus exec [--all|--one|--point ...] -- CMD ...")
@@ -170,10 +171,37 @@ def run_exec(
     meshes = state._hosts
     if not meshes:
         raise RuntimeError("the job has no host meshes")
-    name = mesh_name or next(iter(meshes))
-    if name not in meshes:
-        raise ValueError(f"the job has no mesh {name!r}; its meshes are {sorted(meshes)}")
-    procs = meshes[name].spawn_procs(per_host=per_host)
+    if mesh_name is not None and mesh_name not in meshes:
+        raise ValueError(f"the job has no mesh {mesh_name!r}; its meshes are {sorted(meshes)}")
+    if target == "all" and mesh_name is None and point is None:
+        names = list(meshes)
+    else:
+        names = [mesh_name or next(iter(meshes))]
+    worst = 0
+    for name in names:
+        prefix = f"{name} " if len(names) > 1 else ""
+        code = _exec_on_mesh(
+            meshes[name], cmd, target, point, per_host, env, workdir, labels, prefix
+        )
+        worst = max(worst, code)
+    if kill:
+        job.kill()
+    return worst
+
+
+def _exec_on_mesh(
+    hosts: HostMesh,
+    cmd: list[str],
+    target: str,
+    point: dict[str, int] | None,
+    per_host: dict[str, int] | None,
+    env: dict[str, str] | None,
+    workdir: str | None,
+    labels: bool,
+    prefix: str,
+) -> int:
+    """``run_exec`` on one mesh: its largest exit code."""
+    procs = hosts.spawn_procs(per_host=per_host)
     worst = 0
     try:
         # Spawned on the whole mesh, so every actor knows its coordinates in it.
@@ -194,9 +222,9 @@ def run_exec(
             if labels:
                 for stream, text in ((sys.stdout, out), (sys.stderr, err)):
                     for line in text.splitlines():
-                        print(f"[{label}] {line}", file=stream)
+                        print(f"[{prefix}{label}] {line}", file=stream)
                 if code != 0:
-                    print(f"[{label}] exited with {code}", file=sys.stderr)
+                    print(f"[{prefix}{label}] exited with {code}", file=sys.stderr)
             else:
                 print(out, end="")
                 print(err, end="", file=sys.stderr)
@@ -204,8 +232,6 @@ def run_exec(
         sys.stdout.flush()
     finally:
         procs.stop().get(timeout=60)
-    if kill:
-        job.kill()
     return worst
 
 
