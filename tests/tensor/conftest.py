@@ -76,6 +76,13 @@ def mesh() -> Iterable[ProcMesh]:
     pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
+def engine_device() -> Any:
+    """The device the workers keep shards on (setting ``tensor_device``; CI: the CPU)."""
+    from danaus._tensor.engine import _device
+
+    return _device()
+
+
 def base(mesh: ProcMesh) -> Any:
     """Under ``mesh`` (active): shard (h, g) holds ``arange(6.) + 10 h + g``."""
     return torch.arange(6.0) + mesh.rank("host") * 10 + mesh.rank("gpu")

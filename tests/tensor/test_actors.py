@@ -15,7 +15,7 @@ import pytest
 import danaus
 from danaus.actor import Actor, ProcMesh, endpoint
 
-from .conftest import COORDS, REPLY_TIMEOUT, base, failures_of, local_base, torch
+from .conftest import COORDS, REPLY_TIMEOUT, base, engine_device, failures_of, local_base, torch
 
 # The first test also spawns the actors, whose procs import this module and torch: on a
 # loaded machine that alone took over 30 s (the bound on each test stays).
@@ -30,9 +30,13 @@ class ShardUser(Actor):
     @endpoint
     def describe(self, x: Any, extra: Any = None) -> dict[str, Any]:
         self.log.append(("describe", x.tolist()))
-        out = {"type": type(x).__module__ + "." + type(x).__qualname__, "value": x.clone()}
+        out = {
+            "type": type(x).__module__ + "." + type(x).__qualname__,
+            "device": x.device.type,  # the engine's (tensor_device): the shard is not copied
+            "value": x.to("cpu", copy=True),
+        }
         if extra is not None:
-            out["extra"] = {k: v.clone() for k, v in extra.items()}
+            out["extra"] = {k: v.to("cpu", copy=True) for k, v in extra.items()}
         return out
 
     @endpoint
@@ -80,6 +84,7 @@ def test_an_endpoint_receives_its_procs_local_shard_as_a_torch_tensor(
     assert set(got) == set(COORDS)
     for (h, g), v in got.items():
         assert v["type"] == "torch.Tensor"
+        assert v["device"] == engine_device().type
         assert torch.equal(v["value"], local_base(h, g))
         assert torch.equal(v["extra"]["twice"], local_base(h, g) * 2)
 

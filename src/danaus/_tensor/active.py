@@ -11,7 +11,12 @@ the client's tensor-engine state (``client.ClientState``, a part of its
 node; ``client.active_mesh()`` reads it, for the modules below this one),
 so a new session starts with none. Whether a thread has our mode is
 torch's per-thread mode stack itself; the mode counts the activations using
-it.
+it. A mesh whose shards live on GPUs (setting ``tensor_device``) also gets,
+while it is active, a ``TorchFunctionMode`` that gives torch's factories
+called without a device that device, so ``torch.zeros(3)`` and a module's
+parameters land on each worker's GPU with the shards; an explicit
+``device=`` is kept. (The dispatch mode cannot tell: torch fills
+``device=cpu`` in before it runs.)
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import client
@@ -82,6 +90,25 @@ class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return dispatch(func, args, kwargs or {}, active_mesh())
 
 
+# torch.tensor and friends carry their data from the client: they are lifted onto the
+# mesh as they are, and the worker moves the lifted value to its device.
+_FACTORIES = frozenset(_device_constructors()) - {torch.tensor, torch.as_tensor, torch.asarray}
+
+
+class _DefaultDevice(TorchFunctionMode):
+    """While a mesh with GPU shards is active: torch's factories without a device get one."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _FACTORIES and kwargs.get("device") is None and active_mesh() is not None:
+            kwargs["device"] = self.device
+        return func(*args, **kwargs)
+
+
 def _thread_mode() -> _MeshMode | None:
     """Our mode on the calling thread's torch mode stack, if there."""
     for mode in reversed(_get_current_dispatch_mode_stack()):
@@ -98,8 +125,9 @@ class Activation:
     """
 
     def __init__(self, mesh: ProcMesh | None) -> None:
+        device = None
         if mesh is not None:
-            engine_for(mesh)  # spawn the workers now, before the first op needs them
+            device = engine_for(mesh).device  # spawns the workers now, before the first op
         self.mesh = mesh
         self._closed = False
         self._state = state = _state()  # ends on this node's stack, even after a new session
@@ -113,6 +141,10 @@ class Activation:
             mode.__enter__()  # type: ignore[no-untyped-call]
         mode.users += 1
         self._mode = mode
+        self._device_mode: _DefaultDevice | None = None
+        if device is not None and device.type != "cpu":
+            self._device_mode = _DefaultDevice(device)
+            self._device_mode.__enter__()  # type: ignore[no-untyped-call]
 
     def __enter__(self) -> None:
         return None
@@ -134,6 +166,8 @@ class Activation:
             state.stack.pop()
             state.acts.pop()
         self._closed = True
+        if self._device_mode is not None:
+            self._device_mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         mode = self._mode
         mode.users -= 1
         if mode.users == 0:

@@ -29,6 +29,7 @@ from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
 from .errors import Failure, RemoteTensorError
+from .groups import new_group
 from .messages import (
     BorrowCreate,
     BorrowDrop,
@@ -414,12 +415,14 @@ class TensorWorker(Actor):
                         if isinstance(src, torch.Tensor)
                         else torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
                     )
-                    flag = torch.tensor([0 if isinstance(src, torch.Tensor) else 1 + self.rank])
+                    flag = torch.tensor(
+                        [0 if isinstance(src, torch.Tensor) else 1 + self.rank], device=self.device
+                    )
                     peer = 1 if d > s else 0
                     works.append(pg.send([flag], peer, 0))
                     works.append(pg.send([data], peer, 1))
                 if d == self.rank:
-                    flag = torch.zeros(1, dtype=torch.long)
+                    flag = torch.zeros(1, dtype=torch.long, device=self.device)
                     buf = torch.empty(cmd.shape, dtype=cmd.dtype, device=self.device)
                     peer = 1 if s > d else 0
                     works.append(pg.recv([flag], peer, 0))
@@ -458,11 +461,7 @@ class TensorWorker(Actor):
                 store = self._store
             prefix = f"pg/{key[0]}/" + "_".join(map(str, ranks)) + "/"
             store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
-            index = ranks.index(self.rank)
-            if self.device.type == "cuda":
-                pg = dist.ProcessGroupNCCL(store, index, len(ranks))  # type: ignore[call-arg]
-            else:
-                pg = dist.ProcessGroupGloo(store, index, len(ranks), self.timeout)
+            pg = new_group(store, ranks.index(self.rank), len(ranks), self.device, self.timeout)
             self.groups[key] = pg
         return pg
 
