@@ -130,13 +130,15 @@ class GradientGenerator:
             raise StopIteration
         if self._results is None:
             self._results = self._compute()
+            self._roots, self._grad_roots = [], []  # autograd freed their graph
         value = self._results[self._next]
         self._next += 1
         return value
 
     def _drop(self) -> None:
         """Forget the graph and the gradients once all are yielded."""
-        self._roots, self._grad_roots, self._results = [], [], ()
+        self._roots, self._grad_roots, self._wrt, self._results = [], [], [], ()
+        self._next = 0
 
     def _compute(self) -> tuple[torch.Tensor | None, ...]:
         outputs: list[Any] = []
