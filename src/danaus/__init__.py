@@ -13,7 +13,8 @@ mesh), ``danaus.config`` (every setting), ``danaus.dashboard``,
 ``danaus.tools.config`` (``Workspace``) and ``danaus.testing``; at the top
 level the mesh shape algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``,
 ``Point``), ``stats`` and ``trace``, and the tensor engine (``Tensor``,
-``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ...). The tensor
+``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ``grad_function``, ...)
+and its ``timer`` module. The tensor
 engine needs torch and is imported on first use of one of its names, so
 ``import danaus`` never imports torch.
 """
@@ -58,6 +59,7 @@ _TENSOR_NAMES = (
     "fetch_shard",
     "get_active_mesh",
     "get_active_stream",
+    "grad_function",
     "grad_generator",
     "inspect",
     "no_mesh",
@@ -88,6 +90,7 @@ __all__ = [
     "get_global_config",
     "get_runtime_config",
     "stats",
+    "timer",
     "trace",
     *_TENSOR_NAMES,
 ]
@@ -96,12 +99,13 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """PEP 562: load the names below on first access, so ``import danaus`` stays fast.
 
-    The tensor engine needs torch, an optional dependency (the ``torch`` extra);
+    The tensor engine and ``timer`` (a module) need torch, an optional dependency
+    (the ``torch`` extra);
     the observing layer (``trace``, ``stats``, ``dashboard``) imports the actor core;
     ``Future``/``ActorFuture`` (Monarch's top-level names) are the actor core's future.
     """
-    if name == "dashboard":
-        value: Any = importlib.import_module("danaus.dashboard")
+    if name in ("dashboard", "timer"):
+        value: Any = importlib.import_module(f"danaus.{name}")
     elif name in ("trace", "stats"):
         value = getattr(importlib.import_module("danaus._observe.api"), name)
     elif name in _FUTURE_NAMES:

@@ -21,7 +21,8 @@ until it ends), ``actors`` (tensors as actor endpoint arguments), ``tensor``
 (``Tensor`` and dispatch of torch ops), ``fetch`` (``fetch_shard``,
 ``inspect``, ``show``), ``remote``, ``collectives`` (``reduce``),
 ``movement`` (``to_mesh``, ``slice_mesh``), ``active`` (activations and the
-dispatch mode), ``rref`` (``endpoint.rref``), ``autograd``, and ``api``,
+dispatch mode), ``rref`` (``endpoint.rref``), ``autograd`` (``GradientGenerator``,
+``grad_function``), ``timer`` (``danaus.timer``'s ``ExecutionTimer``), and ``api``,
 which imports them all. What a lower module needs of a higher one comes as
 an object: ``Tensor``'s ``reduce``/``to_mesh``/``slice_mesh`` run what
 ``collectives`` and ``movement`` register with ``tensor.implement``, and a

@@ -10,7 +10,7 @@ import torch
 from .active import Activation, get_active_mesh, no_mesh
 from .active import activate as activate
 from .active import deactivate as deactivate
-from .autograd import grad_generator
+from .autograd import grad_function, grad_generator
 from .coalescing import coalescing
 from .collectives import reduce, reduce_
 from .engine import engine_for
@@ -39,6 +39,7 @@ __all__ = [
     "fetch_shard",
     "get_active_mesh",
     "get_active_stream",
+    "grad_function",
     "grad_generator",
     "inspect",
     "mesh_rank",

@@ -84,13 +84,19 @@ def new_handles(
 class Remote:
     """A function that runs on every proc of the active mesh. Made by :func:`remote`."""
 
-    def __init__(self, fn: Any, propagate: Callable[..., Any] | None) -> None:
+    def __init__(self, fn: Any, propagate: Callable[..., Any] | str | None) -> None:
         if not (callable(fn) or isinstance(fn, str)):
             raise TypeError(f"remote() needs a function or a 'module.function' string, got {fn!r}")
-        if propagate is not None and not callable(propagate):
+        if propagate == "mocked":
+            raise NotImplementedError(
+                "remote(propagate='mocked') is not implemented (as in Monarch)"
+            )
+        if propagate == "cached":
+            propagate = None  # the function itself run on meta tensors, as when omitted
+        if propagate is not None and propagate != "inspect" and not callable(propagate):
             raise TypeError(
                 f"remote(propagate=...) must be a function computing the result from meta "
-                f"tensors, got {propagate!r}"
+                f"tensors, or 'inspect' (no tensor results), got {propagate!r}"
             )
         self._fn = fn
         self._propagate = propagate
@@ -136,8 +142,11 @@ class Remote:
         """
         mesh, (wargs, wkwargs), handles, (flat, spec) = self._prepare(args, kwargs)
         engine = engine_for(mesh)
-        prop = self._propagate or resolve_function(self._fn)
-        out_flat, out_spec, written = run_propagate(prop, flat, spec)
+        if self._propagate == "inspect":  # no tensor results, as Monarch's
+            (out_flat, out_spec), written = pytree.tree_flatten(None), [False] * len(flat)
+        else:
+            prop = self._propagate or resolve_function(self._fn)
+            out_flat, out_spec, written = run_propagate(prop, flat, spec)
         mutates = tuple(x._ref for x, w in zip(flat, written, strict=True) if w)
         check_use(
             f"remote {self._name}", [], [x for x in flat if getattr(x, "_ref", None) in mutates]
@@ -188,12 +197,14 @@ class Remote:
         return f"<remote {self._name}>"
 
 
-def remote(fn: Any = None, *, propagate: Callable[..., Any] | None = None) -> Any:
+def remote(fn: Any = None, *, propagate: Callable[..., Any] | str | None = None) -> Any:
     """Wrap ``fn`` (a function or ``"module.fn"``) to run on every proc of the active mesh.
 
     Usable as ``@remote``, ``@remote(propagate=...)`` or ``remote("pkg.fn",
     propagate=...)``. ``propagate`` computes the result's shapes from meta
-    tensors; when omitted, ``fn`` itself runs on meta tensors on the client.
+    tensors; when omitted (or ``"cached"``), ``fn`` itself runs on meta tensors
+    on the client; ``"inspect"`` means the call has no tensor results (it
+    returns ``None``; ``.call`` still brings the values back).
     Never blocks. Raises ``TypeError`` for something that is not a function.
     """
     if fn is None:
