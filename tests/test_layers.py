@@ -342,6 +342,7 @@ FACADES = {
         "NDSlice",
         "Point",
         "RemoteTensorError",
+        "Selection",
         "Shape",
         "Slice",
         "Stream",
