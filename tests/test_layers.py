@@ -358,6 +358,7 @@ FACADES = {
         "NDSlice",
         "Point",
         "RemoteTensorError",
+        "Selection",
         "Shape",
         "Slice",
         "Stream",

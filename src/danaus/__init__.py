@@ -12,7 +12,7 @@ strategies), ``danaus.rdma`` (one-sided bulk transfers), ``danaus.job``
 mesh), ``danaus.config`` (every setting), ``danaus.dashboard``,
 ``danaus.tools.config`` (``Workspace``) and ``danaus.testing``; at the top
 level the mesh shape algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``,
-``Point``), ``stats`` and ``trace``, and the tensor engine (``Tensor``,
+``Point``, ``Selection``), ``stats`` and ``trace``, and the tensor engine (``Tensor``,
 ``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ``grad_function``, ...)
 and its ``timer`` module. The tensor
 engine needs torch and is imported on first use of one of its names, so
@@ -30,6 +30,7 @@ from ._errors import DanausError as DanausError
 from ._mesh import Extent as Extent
 from ._mesh import NDSlice as NDSlice
 from ._mesh import Point as Point
+from ._mesh import Selection as Selection
 from ._mesh import Shape as Shape
 from ._mesh import Slice as Slice
 from .config import clear_runtime_config as clear_runtime_config
@@ -82,6 +83,7 @@ __all__ = [
     "Future",
     "NDSlice",
     "Point",
+    "Selection",
     "Shape",
     "Slice",
     "clear_runtime_config",
@@ -122,7 +124,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-for _name in ("DanausError", "Extent", "NDSlice", "Point", "Shape", "Slice"):
+for _name in ("DanausError", "Extent", "NDSlice", "Point", "Selection", "Shape", "Slice"):
     try:
         globals()[_name].__module__ = __name__
     except (AttributeError, TypeError):

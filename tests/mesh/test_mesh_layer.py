@@ -34,6 +34,7 @@ def test_mesh_layer_exports_the_documented_names() -> None:
         "NDSlice",
         "Point",
         "Region",
+        "Selection",
         "Shape",
         "Slice",
         "ValueMesh",
