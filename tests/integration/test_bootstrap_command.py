@@ -239,3 +239,26 @@ def test_a_program_that_cannot_be_executed_fails_with_code_127_and_why(
     message = str(info.value)
     assert "exited with code 127" in message, message
     assert "cannot run its bootstrap command" in message and "Exec format error" in message, message
+
+
+def test_with_python_executable_starts_procs_with_that_python(spawned, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    python = _script(
+        tmp_path,
+        "python-wrapper",
+        f'#!/bin/sh\nexport DANAUS_TEST_WRAPPER_PID=$$\nexec {sys.executable} "$@"\n',
+    )
+    host = this_host().with_python_executable(python)
+    pm = host.spawn_procs(per_host={"gpus": 1})
+    try:
+        mesh = pm.spawn("env", Env)
+        pid, _ = mesh.pids.call_one().get(timeout=REPLY_TIMEOUT)
+        assert mesh.get.call_one("DANAUS_TEST_WRAPPER_PID").get(timeout=REPLY_TIMEOUT) == str(pid)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+    # this_host() itself is unchanged: its procs are forked as before.
+    plain = spawned(per_host={"gpus": 1}).spawn("env", Env)
+    assert plain.get.call_one("DANAUS_TEST_WRAPPER_PID").get(timeout=REPLY_TIMEOUT) is None
+    with pytest.raises(FileNotFoundError, match="/nonexistent/python"):
+        this_host().with_python_executable("/nonexistent/python").spawn_procs()
+    with pytest.raises(TypeError, match="program must be a non-empty str"):
+        this_host().with_python_executable(None)  # type: ignore[arg-type]

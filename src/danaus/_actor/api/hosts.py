@@ -34,7 +34,7 @@ from ..._wire.protocol import Attach, ShutdownHost
 from ..core.collect import Collector, Countdown, set_future
 from ..core.context import refresh_root
 from ..core.future import Future
-from .bootcmd import BootstrapCommand, commands_for
+from .bootcmd import BootstrapCommand, commands_for, default_bootstrap_cmd
 from .code_sync import (
     CodeSyncActor,
     SyncReport,
@@ -68,16 +68,19 @@ class _HostState:
 class HostMesh(MeshTrait):
     """A mesh of hosts; ``spawn_procs`` starts processes on each of them."""
 
-    def __init__(self, shape: Shape, state: _HostState) -> None:
+    def __init__(
+        self, shape: Shape, state: _HostState, command: BootstrapCommand | None = None
+    ) -> None:
         self.__shape = shape
         self._state = state
+        self._command = command  # with_python_executable's: spawn_procs' default command
 
     @property
     def _shape(self) -> Shape:
         return self.__shape
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._state)
+        return HostMesh(shape, self._state, self._command)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -141,6 +144,8 @@ class HostMesh(MeshTrait):
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
         commands = None
+        if bootstrap_command is None:
+            bootstrap_command = self._command
         if bootstrap_command is not None:
             agents = self._agents()
             commands = commands_for(
@@ -182,15 +187,17 @@ class HostMesh(MeshTrait):
         return False
 
     def with_python_executable(self, python_exe: str) -> HostMesh:
-        """Not supported (``NotImplementedError``): Monarch starts each proc with a command,
-        danaus forks it from a pre-imported process of the host's worker, which runs the
-        Python the worker was started with."""
-        raise NotImplementedError(
-            f"HostMesh.with_python_executable({python_exe!r}) is not supported: danaus forks "
-            "procs from the host's worker, so they run the Python that started the worker. "
-            f"Start the workers with that Python ({python_exe} -m danaus worker ..., or "
-            "SSHJob(python_exe=...)) and attach to them"
-        )
+        """This mesh, whose ``spawn_procs`` starts each proc with ``python_exe`` (a path,
+        or a name on ``PATH``) running the proc entry module, as Monarch's: the
+        command is ``default_bootstrap_cmd()`` with its program replaced. A
+        ``bootstrap_command`` given to ``spawn_procs`` still wins. The Python must
+        import the same danaus. Unlike Monarch's, ``this_host()`` inside those
+        procs spawns with the default again. Raises ``TypeError`` for a
+        ``python_exe`` that is not a non-empty ``str``; a missing one fails
+        ``spawn_procs`` (``FileNotFoundError``)."""
+        base = default_bootstrap_cmd()
+        cmd = BootstrapCommand(python_exe, None, base.args, base.env)
+        return HostMesh(self._shape, self._state, cmd)
 
     def sync_workspace(
         self, workspace: Workspace, conda: bool = False, auto_reload: bool = False
