@@ -199,7 +199,9 @@ def test_a_large_boot_record_reaches_a_proc_started_by_a_command(spawned) -> Non
 
 def test_a_missing_program_fails_spawn_procs_naming_the_command() -> None:
     cmd = BootstrapCommand("danaus-no-such-program", None, ["-m", "x"], {})
-    with pytest.raises(FileNotFoundError, match="'danaus-no-such-program' is not an executable file on PATH"):
+    with pytest.raises(
+        FileNotFoundError, match="'danaus-no-such-program' is not an executable file on PATH"
+    ):
         this_host().spawn_procs(per_host={"gpus": 1}, bootstrap_command=cmd)
     with pytest.raises(FileNotFoundError, match="/nonexistent/python"):
         this_host().spawn_procs(

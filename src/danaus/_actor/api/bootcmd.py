@@ -54,7 +54,8 @@ class BootstrapCommand:
     Example::
 
         cmd = default_bootstrap_cmd().with_env({"CUDA_VISIBLE_DEVICES": "3"})
-        numa = BootstrapCommand("numactl", None, ["--cpunodebind=0", cmd.program, *cmd.args], cmd.env)
+        argv = ["--cpunodebind=0", cmd.program, *cmd.args]
+        numa = BootstrapCommand("numactl", None, argv, cmd.env)
         procs = this_host().spawn_procs(per_host={"gpus": 1}, bootstrap_command=numa)
     """
 
@@ -68,7 +69,9 @@ class BootstrapCommand:
         env: Mapping[str, str],
     ) -> None:
         if not isinstance(program, str) or not program or "\0" in program:
-            raise TypeError(f"program must be a non-empty str (a path or a name on PATH), got {program!r}")
+            raise TypeError(
+                f"program must be a non-empty str (a path or a name on PATH), got {program!r}"
+            )
         if arg0 is not None and not isinstance(arg0, str):
             raise TypeError(f"arg0 must be a str or None, got {arg0!r}")
         if isinstance(args, str) or not all(isinstance(a, str) for a in args):
@@ -106,7 +109,10 @@ class BootstrapCommand:
 
     def __repr__(self) -> str:
         arg0 = f", arg0={self.arg0!r}" if self.arg0 is not None else ""
-        return f"BootstrapCommand(program={self.program!r}{arg0}, args={self.args!r}, env={self.env!r})"
+        return (
+            f"BootstrapCommand(program={self.program!r}{arg0}, args={self.args!r}, "
+            f"env={self.env!r})"
+        )
 
 
 def default_bootstrap_cmd() -> BootstrapCommand:
@@ -119,7 +125,9 @@ def default_bootstrap_cmd() -> BootstrapCommand:
     """
     env: dict[str, str] = {}
     # The directory holding the danaus package (this file is danaus/_actor/api/bootcmd.py).
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    root = os.path.dirname(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    )
     current = os.environ.get("PYTHONPATH", "")
     found = {os.path.abspath(p) for p in current.split(os.pathsep) if p}
     found.update(os.path.abspath(p) for p in site.getsitepackages())
@@ -158,7 +166,8 @@ def commands_for(
         cmd = make(Point(rank, extent))
         if not isinstance(cmd, BootstrapCommand):
             raise TypeError(
-                f"bootstrap_command({Point(rank, extent)!r}) returned {cmd!r}, not a BootstrapCommand"
+                f"bootstrap_command({Point(rank, extent)!r}) returned {cmd!r}, "
+                "not a BootstrapCommand"
             )
         boot = cmd._boot()
         path = boot["env"].get("PATH", os.environ.get("PATH", os.defpath))

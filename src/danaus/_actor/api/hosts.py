@@ -159,9 +159,7 @@ class HostMesh(MeshTrait):
                 workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
             )
         ensure_registry()  # reachable by the procs before any of them starts
-        pm = spawn_on(
-            self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands
-        )
+        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands)
         self._state.proc_meshes.append(pm)
         return pm
 

@@ -52,7 +52,7 @@ def exec_proc(name: str, boot: dict[str, Any]) -> None:
         program = command["program"]
         argv = [command.get("arg0") or program, *command.get("args", ())]
         os.execvpe(program, argv, env)
-    except BaseException as e:  # noqa: BLE001 - reported on stderr (the log's tail), then exit
+    except BaseException as e:  # reported on stderr (the log's tail), then exit
         print(
             f"danaus: proc {name} cannot run its bootstrap command {describe(command)!r}: "
             f"{type(e).__name__}: {e}",
