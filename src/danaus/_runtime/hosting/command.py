@@ -23,8 +23,14 @@ from __future__ import annotations
 
 import os
 import pickle
+import shlex
 import sys
+import tempfile
 from typing import Any
+
+from ..logs.process import line_buffer_output
+from .proc import proc_main
+from .zygote import set_pdeathsig
 
 __all__ = ["BOOT_FD_ENV", "ENTRY_MODULE", "describe", "exec_proc", "main", "read_boot"]
 
@@ -35,8 +41,6 @@ _CANNOT_RUN = 127  # a shell's code for a command that cannot be run
 
 def describe(command: dict[str, Any]) -> str:
     """The command as a shell line (``env`` first), for error messages."""
-    import shlex
-
     env = [f"{k}={v}" for k, v in command.get("env", {}).items()]
     argv = [command["program"], *command.get("args", ())]
     return shlex.join([*(["env", *env] if env else []), *argv])
@@ -70,8 +74,6 @@ def _boot_file(data: bytes) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("danaus-boot", 0)  # no MFD_CLOEXEC: the command inherits it
     else:  # pragma: no cover - not Linux
-        import tempfile
-
         with tempfile.TemporaryFile() as f:
             fd = os.dup(f.fileno())
     view = memoryview(data)
@@ -114,10 +116,6 @@ def read_boot() -> tuple[str, dict[str, Any]]:
 
 def main() -> int:
     """The proc a bootstrap command runs: read the boot, then run it as a forked proc runs."""
-    from ..logs.process import line_buffer_output
-    from .proc import proc_main
-    from .zygote import set_pdeathsig
-
     parent = os.getppid()
     set_pdeathsig()  # the process that ran this one (the zygote, or a wrapper of the command)
     name, boot = read_boot()
