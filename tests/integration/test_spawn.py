@@ -352,7 +352,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     track = procs_module._track_boot
     rt = host.ensure_runtime()
 
-    def late(procs, cf):  # type: ignore[no-untyped-def]
+    def late(procs, cf, *rest):  # type: ignore[no-untyped-def]
         taken = threading.Event()
 
         def check() -> None:
@@ -364,7 +364,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
 
         rt.call_soon(check)
         assert taken.wait(REPLY_TIMEOUT), "the proc's READY never came"
-        track(procs, cf)
+        track(procs, cf, *rest)
 
     monkeypatch.setattr(procs_module, "_track_boot", late)
     pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])
@@ -375,14 +375,10 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
         pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
-def test_monarch_spawn_options_danaus_cannot_honour_say_so() -> None:
+def test_this_host_is_real_processes_that_stream_their_logs() -> None:
     host = this_host()
     assert host.is_fake_in_process is False
     assert host.stream_logs is True  # procs forward their output by default
-    with pytest.raises(NotImplementedError, match="forks each proc"):
-        host.spawn_procs(per_host={"gpus": 1}, bootstrap_command=["python", "-m", "x"])
-    with pytest.raises(NotImplementedError, match="run the Python that started the worker"):
-        host.with_python_executable("/usr/bin/python3")
 
 
 def test_spawn_procs_rejects_a_per_host_dimension_that_is_not_a_positive_int() -> None:

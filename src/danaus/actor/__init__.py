@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._actor.api.actor import Actor
 from .._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
+from .._actor.api.bootcmd import BootstrapCommand, default_bootstrap_cmd
 from .._actor.api.controller import get_or_spawn_controller
 from .._actor.api.endpoint import concurrent_endpoint, endpoint
 from .._actor.api.hosts import (
@@ -69,6 +70,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "BootstrapCommand",
     "Channel",
     "ChannelTransport",
     "Context",
@@ -95,6 +97,7 @@ __all__ = [
     "current_rank",
     "current_size",
     "debug_controller",
+    "default_bootstrap_cmd",
     "enable_transport",
     "endpoint",
     "get_meter",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import _config as config
-from ..._mesh import MeshTrait, Shape, Slice
+from ..._mesh import MeshTrait, Point, Shape, Slice
 from ..._runtime.hosting import binding, host
 from ..._transport.address import join, parse, split_tcp
 from ..._transport.auth import load_secret
@@ -34,6 +34,7 @@ from ..._wire.protocol import Attach, ShutdownHost
 from ..core.collect import Collector, Countdown, set_future
 from ..core.context import refresh_root
 from ..core.future import Future
+from .bootcmd import BootstrapCommand, commands_for, default_bootstrap_cmd
 from .code_sync import (
     CodeSyncActor,
     SyncReport,
@@ -67,16 +68,19 @@ class _HostState:
 class HostMesh(MeshTrait):
     """A mesh of hosts; ``spawn_procs`` starts processes on each of them."""
 
-    def __init__(self, shape: Shape, state: _HostState) -> None:
+    def __init__(
+        self, shape: Shape, state: _HostState, command: BootstrapCommand | None = None
+    ) -> None:
         self.__shape = shape
         self._state = state
+        self._command = command  # with_python_executable's: spawn_procs' default command
 
     @property
     def _shape(self) -> Shape:
         return self.__shape
 
     def _new_with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(shape, self._state)
+        return HostMesh(shape, self._state, self._command)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -104,7 +108,7 @@ class HostMesh(MeshTrait):
         bootstrap: Callable[[], Any] | None = None,
         name: str | None = None,
         proc_bind: list[dict[str, str]] | None = None,
-        bootstrap_command: Any = None,
+        bootstrap_command: BootstrapCommand | Callable[[Point], BootstrapCommand] | None = None,
     ) -> ProcMesh:
         """Start ``per_host`` procs on every host; returns the ``ProcMesh`` at once.
 
@@ -114,31 +118,48 @@ class HostMesh(MeshTrait):
         binds each proc of a host to CPUs or NUMA nodes: one dict per proc, keys
         ``cpus``, ``physcpubind``, ``cpunodebind``, ``membind`` (see
         ``danaus._runtime.hosting.binding``); a binding a host cannot apply makes
-        ``initialized`` raise. Raises ``TypeError`` / ``ValueError`` for a
-        malformed ``per_host`` or ``proc_bind``, ``NotImplementedError`` for
-        ``bootstrap_command`` (danaus forks procs, it does not run a command),
+        ``initialized`` raise.
+
+        By default each proc is forked from its host's pre-imported zygote.
+        ``bootstrap_command`` (a ``BootstrapCommand``, or a callable given each
+        proc's ``Point`` that returns one) starts each proc by running that
+        command instead, with its ``env`` merged over the host's environment,
+        so it can be wrapped (``env``, ``taskset``, ``numactl``, ``nsys
+        profile``, a script that ``exec``s the rest); it must end up running
+        what ``default_bootstrap_cmd()`` runs. Such procs are supervised as
+        forked ones; one whose command cannot run or exits before the proc is
+        up makes ``initialized`` raise ``SupervisionError`` naming the command,
+        its exit status and its last lines of output.
+
+        Raises ``TypeError`` / ``ValueError`` for a malformed ``per_host``,
+        ``proc_bind`` or ``bootstrap_command``, ``FileNotFoundError`` when a
+        command's program is not on this host (procs of ``this_host()``),
         ``RuntimeError`` after ``shutdown()``. Blocks only while the hosts are
         still being attached.
         """
         per_host = check_per_host(per_host, self._shape.labels)
-        if bootstrap_command is not None:
-            raise NotImplementedError(
-                "spawn_procs(bootstrap_command=...) is not supported: danaus forks each proc "
-                "from a pre-imported process of the host's worker, it does not run a "
-                "command. Set up a proc with bootstrap=..., bind it with proc_bind=..., "
-                "and start the worker (danaus worker) with the Python and environment wanted"
-            )
         binds = binding.check(proc_bind, math.prod(per_host.values()))
         if self._state.shut_down:
             raise RuntimeError("HostMesh has already been shut down")
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a callable taking no arguments, got {bootstrap!r}")
+        commands = None
+        if bootstrap_command is None:
+            bootstrap_command = self._command
+        if bootstrap_command is not None:
+            agents = self._agents()
+            commands = commands_for(
+                bootstrap_command,
+                [*self._shape.labels, *per_host],
+                [*self._shape.extent.sizes, *per_host.values()],
+                local=all(a is None for a in agents),
+            )
         if self._state.syncs.dsts:  # a synced workspace goes on sys.path before any actor
             bootstrap = functools.partial(
                 workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
             )
         ensure_registry()  # reachable by the procs before any of them starts
-        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds)
+        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands)
         self._state.proc_meshes.append(pm)
         return pm
 
@@ -164,15 +185,17 @@ class HostMesh(MeshTrait):
         return False
 
     def with_python_executable(self, python_exe: str) -> HostMesh:
-        """Not supported (``NotImplementedError``): Monarch starts each proc with a command,
-        danaus forks it from a pre-imported process of the host's worker, which runs the
-        Python the worker was started with."""
-        raise NotImplementedError(
-            f"HostMesh.with_python_executable({python_exe!r}) is not supported: danaus forks "
-            "procs from the host's worker, so they run the Python that started the worker. "
-            f"Start the workers with that Python ({python_exe} -m danaus worker ..., or "
-            "SSHJob(python_exe=...)) and attach to them"
-        )
+        """This mesh, whose ``spawn_procs`` starts each proc with ``python_exe`` (a path,
+        or a name on ``PATH``) running the proc entry module, as Monarch's: the
+        command is ``default_bootstrap_cmd()`` with its program replaced. A
+        ``bootstrap_command`` given to ``spawn_procs`` still wins. The Python must
+        import the same danaus. Unlike Monarch's, ``this_host()`` inside those
+        procs spawns with the default again. Raises ``TypeError`` for a
+        ``python_exe`` that is not a non-empty ``str``; a missing one fails
+        ``spawn_procs`` (``FileNotFoundError``)."""
+        base = default_bootstrap_cmd()
+        cmd = BootstrapCommand(python_exe, None, base.args, base.env)
+        return HostMesh(self._shape, self._state, cmd)
 
     def sync_workspace(
         self, workspace: Workspace, conda: bool = False, auto_reload: bool = False

@@ -17,6 +17,7 @@ from ... import _config as config
 from ..._errors import ActorError, RemoteException, SupervisionError
 from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
+from ..._runtime.hosting.command import describe as describe_command
 from ..._runtime.logs.process import control as log_control
 from ..._runtime.node import Node
 from ..._wire import codec
@@ -340,11 +341,14 @@ def spawn_on(
     name: str | None,
     host_mesh: HostMesh | None,
     binds: list[dict[str, str]] | None = None,
+    commands: list[dict[str, Any]] | None = None,
 ) -> ProcMesh:
     """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     ``binds``: the CPU/NUMA binding of each proc of a host, in order (``proc_bind``).
+    ``commands``: the bootstrap command of each proc, in mesh order (``bootcmd``);
+    ``None``: each is forked from its host's zygote.
     The caller spawns the registry actor first (``controller.ensure_registry``), so
     that the procs can reach it before any of them starts.
     """
@@ -378,6 +382,8 @@ def spawn_on(
                 boot["env"] = {**boot.get("env", {}), **tel_env}
             if binds is not None and binds[i]:
                 boot["bind"] = binds[i]
+            if commands is not None:
+                boot["command"] = commands[len(procs)]
             batch.append((proc, boot))
             procs.append(proc)
         host.spawn_procs(batch, agent)
@@ -389,7 +395,7 @@ def spawn_on(
         # so the client's dashboard and traces find procs it did not spawn itself.
         rt.observers["children"] = children
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
-    _track_boot(tuple(procs), state.initialized)
+    _track_boot(tuple(procs), state.initialized, commands)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
@@ -461,24 +467,41 @@ def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
     return dict(per_host)
 
 
-def _track_boot(procs: tuple[ProcId, ...], cf: concurrent.futures.Future[Any]) -> None:
-    rt = host.ensure_runtime()
+def _track_boot(
+    procs: tuple[ProcId, ...],
+    cf: concurrent.futures.Future[Any],
+    commands: list[dict[str, Any]] | None = None,
+) -> None:
+    node = host.ensure_node()
+    rt = node.runtime
     countdown = Countdown(len(procs), lambda: set_future(cf, True, True))
 
-    def one(proc: ProcId, error: str | None) -> None:
+    def one(index: int, proc: ProcId, error: str | None) -> None:
         if error is not None:
             if "bootstrap" in error:
                 err: Exception = ActorError(RemoteException("BootstrapError", error), error, error)
             else:
-                err = SupervisionError(
-                    f"proc {proc.name} failed to start: {error}", reason=error, during="spawn"
-                )
+                message = f"proc {proc.name} failed to start: {error}"
+                if commands is not None:
+                    message += _command_failure(node, proc, commands[index])
+                err = SupervisionError(message, reason=error, during="spawn")
             set_future(cf, False, err)
             return
         countdown.tick()
 
-    for p in procs:
-        rt.when_ready(p, functools.partial(one, p))
+    for i, p in enumerate(procs):
+        rt.when_ready(p, functools.partial(one, i, p))
+
+
+def _command_failure(node: Node, proc: ProcId, command: dict[str, Any]) -> str:
+    """What to add to a proc's start failure when a bootstrap command started it: the
+    command, and the last lines of its output (the agent sent them before the loss)."""
+    lines = log_control(node).last_lines(proc.name)
+    shown = "".join(f"\n    {line}" for line in lines) if lines else " (none)"
+    return (
+        f"; it was started by the bootstrap command {describe_command(command)!r}, "
+        f"whose last lines of output were:{shown}"
+    )
 
 
 def this_proc() -> ProcMesh:

@@ -32,6 +32,7 @@ from ..._wire.protocol import Kind, Lost, Message, Ready
 from ..logs.agent import LogCapture
 from ..logs.process import redirect_output
 from ..messaging.runtime import STATUS_EXC, STATUS_OK, Runtime
+from .command import exec_proc
 from .proc import proc_main
 from .zygote import Exited, Fork, Forked, PipeWriter, read_msg, zygote_loop
 
@@ -256,6 +257,8 @@ def _child_main(name: str, boot: dict[str, Any]) -> int:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
+    if boot.get("command") is not None:  # spawn_procs(bootstrap_command=...)
+        exec_proc(name, boot)  # never returns
     return proc_main(name, boot)
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "control",
     "flush",
     "install",
+    "line_buffer_output",
     "redirect_output",
     "statistics",
     "tail",
@@ -65,6 +66,12 @@ def redirect_output(boot: dict[str, Any]) -> None:
         os.close(w)
         with contextlib.suppress(OSError):
             os.unlink(path)
+    line_buffer_output()
+
+
+def line_buffer_output() -> None:
+    """Make Python's and C's stdout and stderr line-buffered, so lines leave at once
+    (a proc whose bootstrap command ran it: its descriptors were redirected before)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
@@ -139,6 +146,11 @@ class LogControl:
         """The last lines of proc ``proc`` if it crashed (once: taken by its MeshFailure)."""
         with self._lock:
             return self.tails.pop(proc, ())
+
+    def last_lines(self, proc: str) -> tuple[str, ...]:
+        """The last lines of proc ``proc`` if it crashed, leaving them for its MeshFailure."""
+        with self._lock:
+            return self.tails.get(proc, ())
 
     def _on_tail(self, conn: Connection, msg: Message) -> None:
         with self._lock:
