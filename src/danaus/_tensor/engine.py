@@ -379,13 +379,15 @@ def _packed(cmds: list[Any]) -> Any:
 
 
 def _device() -> torch.device:
-    """The device workers keep shards on, from the ``tensor_device`` setting."""
+    """The device workers keep shards on, as the client sees it (``tensor_device``)."""
     kind = config.get("tensor_device")
     if kind not in ("auto", "cpu", "cuda"):
         raise ValueError(f"setting tensor_device is {kind!r}; it must be 'auto', 'cpu' or 'cuda'")
     if kind == "auto":
         kind = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(kind)
+    # On the client a CUDA shard is on "cuda:0": torch's autograd engine needs an index to
+    # run a backward pass over them. Each worker reads any CUDA device as its own GPU.
+    return torch.device("cuda", 0) if kind == "cuda" else torch.device(kind)
 
 
 def engine_for(mesh: ProcMesh) -> Engine:

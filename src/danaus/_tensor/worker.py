@@ -213,7 +213,11 @@ class TensorWorker(Actor):
 
     def _one(self, cmd: Any) -> None:
         if isinstance(cmd, CallOp):
-            self._call(cmd.op, resolve_op(cmd.op), cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+            kwargs = cmd.kwargs
+            dev = kwargs.get("device") if self.device.type != "cpu" else None
+            if dev is not None and torch.device(dev).type == self.device.type:
+                kwargs = {**kwargs, "device": self.device}  # the client's "cuda:0": this GPU
+            self._call(cmd.op, resolve_op(cmd.op), cmd.args, kwargs, cmd.outs, cmd.mutates)
             if cmd.factory and self.device.type != "cpu" and "device" not in cmd.kwargs:
                 for i in cmd.outs:  # made without a device: this proc's device, as the client says
                     v = self.refs.get(i) if i is not None else None
