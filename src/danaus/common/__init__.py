@@ -5,7 +5,8 @@ tests import a few names from there. Each submodule here holds danaus's
 counterpart of those names, so such imports work with only ``monarch`` changed to
 ``danaus``: ``remote`` (``remote``, ``call_on_shard_and_fetch``), ``device_mesh``
 (``no_mesh``, ``get_active_mesh``), ``tensor`` (``Tensor``), ``_coalescing``
-(``coalescing``) and ``future`` (``Future``). The rest of ``monarch.common`` is
+(``coalescing``), ``future`` (``Future``), ``opaque_ref`` (``OpaqueRef``) and
+``function`` (``resolvers``, what ``remote`` consults). The rest of ``monarch.common`` is
 Monarch's controller internals, which danaus does not have
-(``docs/monarch-differences.md``). Every submodule but ``future`` imports torch.
+(``docs/monarch-differences.md``). Every submodule but ``future`` and ``function`` imports torch.
 """
