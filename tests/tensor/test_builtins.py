@@ -16,10 +16,14 @@ from danaus._runtime.logs import process as logs
 from danaus.actor import ProcMesh
 from danaus.builtins import log_remote, set_logging_level_remote
 from danaus.builtins.random import (
+    get_rng_state_all_cuda_remote,
     get_rng_state_remote,
+    manual_seed_all_cuda_remote,
+    manual_seed_cuda_remote,
     random_seed_remote,
     seed_remote,
     set_manual_seed_remote,
+    set_rng_state_all_cuda_remote,
     set_rng_state_remote,
 )
 
@@ -133,3 +137,18 @@ def test_log_remote_call_returns_each_procs_none(mesh: ProcMesh) -> None:
     with mesh.activate():
         values = log_remote.call("from call %s", "x").get(timeout=REPLY_TIMEOUT)
     assert list(values.values()) == [None] * 4
+
+
+def test_the_cuda_functions_run_on_every_proc(mesh: ProcMesh) -> None:
+    """On CPU-only procs torch defers CUDA seeding and has no GPU states: each call
+    still resolves and runs on every proc (a GPU host checks the values)."""
+    with mesh.activate():
+        for fn, args in [
+            (manual_seed_cuda_remote, (1,)),
+            (manual_seed_all_cuda_remote, (2,)),
+            (set_rng_state_all_cuda_remote, ([],)),
+        ]:
+            assert list(fn.call(*args).get(timeout=REPLY_TIMEOUT).values()) == [None] * 4
+        states = get_rng_state_all_cuda_remote.call().get(timeout=REPLY_TIMEOUT)
+    n = torch.cuda.device_count()  # the procs run on this host
+    assert [len(s) for s in states.values()] == [n] * 4

@@ -15,11 +15,10 @@ Pickled, any subclass becomes a plain ``OpaqueRef`` holding the same key.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,16 +38,19 @@ def mark_worker() -> None:
     _worker[0] = True
 
 
-@contextlib.contextmanager
-def propagating() -> Iterator[None]:
+class propagating:  # used as a function: ``with propagating():``
     """The block computes a remote function's result shapes on the client: an
-    ``OpaqueRef`` made there only stands for the workers' one."""
-    before = getattr(_local, "on", False)
-    _local.on = True
-    try:
-        yield
-    finally:
-        _local.on = before
+    ``OpaqueRef`` made there only stands for the workers' one. (A class, not a
+    generator: it runs once per remote call.)"""
+
+    __slots__ = ("_before",)
+
+    def __enter__(self) -> None:
+        self._before = getattr(_local, "on", False)
+        _local.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        _local.on = self._before
 
 
 def _rebuild(create: Callable[[Any], OpaqueRef], leaves: list[Any]) -> OpaqueRef:
