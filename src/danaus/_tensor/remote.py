@@ -234,8 +234,8 @@ def remote(fn: Any = None, *, propagate: Propagator = None) -> Any:
     on the client; ``"inspect"`` says the function returns no tensors (calling
     it returns ``None``; ``call``/``call_one`` still bring its values back);
     ``"mocked"`` raises ``NotImplementedError`` when called, as in Monarch.
-    ``fn`` goes to the workers as the first of ``danaus.function_resolvers``
-    that accepts it makes it. Never blocks. Raises ``ValueError`` for a target
+    The workers get what the first of ``danaus.function_resolvers`` to accept
+    ``fn`` makes of it. Never blocks. Raises ``ValueError`` for a target
     no resolver accepts, or a ``propagate`` that is none of the above.
     """
     if fn is None:
