@@ -13,8 +13,9 @@ mesh), ``danaus.config`` (every setting), ``danaus.dashboard``,
 ``danaus.tools.config`` (``Workspace``) and ``danaus.testing``; at the top
 level the mesh shape algebra (``Shape``, ``Slice``/``NDSlice``, ``Extent``,
 ``Point``, ``Selection``), ``stats`` and ``trace``, and the tensor engine (``Tensor``,
-``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ``grad_function``, ...)
-and its ``timer`` module. The tensor
+``inspect``, ``fetch_shard``, ``reduce``, ``no_mesh``, ``grad_function``, ``OpaqueRef``,
+``function_resolvers``, ``set_meta``, the ``builtins`` remote functions ...) and its
+``timer`` module. The tensor
 engine needs torch and is imported on first use of one of its names, so
 ``import danaus`` never imports torch.
 """
@@ -72,6 +73,15 @@ _TENSOR_NAMES = (
     "to_mesh",
 )
 
+# More of Monarch's top-level tensor-engine names: (module, attribute), loaded on first
+# access; ``builtins`` is the package ``danaus.builtins`` itself.
+_TENSOR_EXTRAS = {
+    "OpaqueRef": ("danaus._tensor.opaque_ref", "OpaqueRef"),
+    "builtins": ("danaus.builtins", ""),
+    "function_resolvers": ("danaus._tensor.function", "resolvers"),
+    "set_meta": ("danaus._tensor.simulator", "set_meta"),
+}
+
 # Monarch's names for the actor future, loaded from the actor core on first access:
 # its ``fetch_shard`` returns ``monarch.actor.Future`` (``ActorFuture`` is its older name).
 _FUTURE_NAMES = ("ActorFuture", "Future")
@@ -82,15 +92,19 @@ __all__ = [
     "Extent",
     "Future",
     "NDSlice",
+    "OpaqueRef",
     "Point",
     "Selection",
     "Shape",
     "Slice",
+    "builtins",
     "clear_runtime_config",
     "configure",
     "configured",
+    "function_resolvers",
     "get_global_config",
     "get_runtime_config",
+    "set_meta",
     "stats",
     "timer",
     "trace",
@@ -104,7 +118,9 @@ def __getattr__(name: str) -> Any:
     The tensor engine and ``timer`` (a module) need torch, an optional dependency
     (the ``torch`` extra);
     the observing layer (``trace``, ``stats``, ``dashboard``) imports the actor core;
-    ``Future``/``ActorFuture`` (Monarch's top-level names) are the actor core's future.
+    ``Future``/``ActorFuture`` (Monarch's top-level names) are the actor core's future;
+    ``OpaqueRef``, ``builtins``, ``function_resolvers`` and ``set_meta`` are more of the
+    tensor engine's.
     """
     if name in ("dashboard", "timer"):
         value: Any = importlib.import_module(f"danaus.{name}")
@@ -114,6 +130,11 @@ def __getattr__(name: str) -> Any:
         value = importlib.import_module("danaus._actor.core.future").Future
     elif name in _TENSOR_NAMES:
         value = getattr(importlib.import_module("danaus._tensor.api"), name)
+    elif name in _TENSOR_EXTRAS:
+        module, attr = _TENSOR_EXTRAS[name]
+        value = importlib.import_module(module)
+        if attr:
+            value = getattr(value, attr)
     else:
         raise AttributeError(f"module 'danaus' has no attribute {name!r}")
     globals()[name] = value

@@ -3,7 +3,8 @@
 Precedence: defaults < ``DANAUS_*`` environment variables < ``configure()``.
 ``configure()`` also takes every one of Monarch's option names: an alias of the
 danaus setting with the same meaning, or kept (and returned by
-``get_global_config()``) with a one-time warning that it has no effect here.
+``get_global_config()``) with a one-time warning that it has no effect here
+(a ``NoEffectWarning``, also what other Monarch names without effect warn with).
 ``docs/config.md`` lists every setting and every Monarch name::
 
     from danaus.config import configure, configured, get_global_config
@@ -15,6 +16,7 @@ danaus setting with the same meaning, or kept (and returned by
 
 from ._config import SETTINGS as SETTINGS
 from ._config import Encoding as Encoding
+from ._config import NoEffectWarning as NoEffectWarning
 from ._config import Setting as Setting
 from ._config import clear_runtime_config as clear_runtime_config
 from ._config import configure as configure
@@ -27,6 +29,7 @@ from ._config import parametrize_config_pointwise as parametrize_config_pointwis
 __all__ = [
     "SETTINGS",
     "Encoding",
+    "NoEffectWarning",
     "Setting",
     "clear_runtime_config",
     "configure",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -72,3 +72,58 @@ def reset_execution_timer() -> None:
     from danaus.timer import ExecutionTimer
 
     ExecutionTimer.reset()
+
+
+# -- OpaqueRef: an object that stays on the workers ------------------------------------
+
+
+def build_linear(seed: int) -> Any:
+    """An ``nn.Linear(3, 4)`` made from ``seed``, kept on the worker behind an OpaqueRef."""
+    from danaus.common.opaque_ref import OpaqueRef
+
+    torch.manual_seed(seed)
+    return OpaqueRef(torch.nn.Linear(3, 4))
+
+
+def linear_forward(ref: Any, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return ref.value(x)  # type: ignore[no-any-return]
+
+
+def scale_linear(ref: Any, k: float) -> None:
+    """Replace the worker's object behind ``ref`` (``ref.value = ...``)."""
+    with torch.no_grad():
+        scaled = torch.nn.Linear(3, 4)
+        scaled.weight.copy_(ref.value.weight * k)
+        scaled.bias.copy_(ref.value.bias * k)
+    ref.value = scaled
+
+
+# -- function_resolvers: a target the default resolvers do not know -----------------------
+
+
+class Registered:
+    """A name in this module's registry of worker functions (``op_<name>``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Registered({self.name!r})"
+
+
+class RegistryFunction(NamedTuple):
+    """What the test resolver sends: the worker looks the name up in this module."""
+
+    name: str
+
+    def resolve(self) -> Any:
+        return globals()[f"op_{self.name}"]
+
+
+def resolve_registered(target: Any) -> RegistryFunction | None:
+    return RegistryFunction(target.name) if isinstance(target, Registered) else None
+
+
+def op_triple(x: torch.Tensor) -> torch.Tensor:
+    return x * 3

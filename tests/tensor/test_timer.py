@@ -267,13 +267,3 @@ def test_monarchs_timer_example_runs_on_cpu(mesh: ProcMesh) -> None:
     assert local_cuda_avg_ms >= 0.0
     assert stats["default"]["count"] == num_iterations
     assert stats["default"]["mean_ms"] == pytest.approx(local_cuda_avg_ms)
-
-
-def test_remote_propagate_strings_are_monarchs() -> None:
-    from . import helpers
-
-    assert danaus.remote(helpers.describe, propagate="cached")._propagate is None  # as omitted
-    with pytest.raises(NotImplementedError, match="mocked"):
-        danaus.remote(helpers.describe, propagate="mocked")
-    with pytest.raises(TypeError, match=r"'inspect'.*got 'inspected'"):
-        danaus.remote(helpers.describe, propagate="inspected")

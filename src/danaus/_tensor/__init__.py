@@ -11,22 +11,26 @@ Needs torch (the ``torch`` extra). Imports ``_actor``, ``_mesh``,
 ``ProcMesh``'s ``activate``/``rank`` methods, which load it lazily on use so
 that ``import danaus.actor`` never imports torch.
 
-Modules, each importing only those before it (``tests/test_layers.py`` checks
-that no import, deferred ones included, closes a cycle): ``messages``
-(commands), ``errors``, ``client`` (the client's tensor-engine state, one
-part of its node, and the active mesh), ``worker_streams``, ``stream``
-(``Stream`` and borrows), ``worker`` (the worker actor), ``engine`` (the
-client side of one mesh's workers), ``coalescing`` (holding a block's ops
-until it ends), ``actors`` (tensors as actor endpoint arguments), ``tensor``
-(``Tensor`` and dispatch of torch ops), ``fetch`` (``fetch_shard``,
-``inspect``, ``show``), ``remote``, ``collectives`` (``reduce``),
-``movement`` (``to_mesh``, ``slice_mesh``), ``active`` (activations and the
-dispatch mode), ``rref`` (``endpoint.rref``), ``autograd`` (``GradientGenerator``,
-``grad_function``), ``timer`` (``danaus.timer``'s ``ExecutionTimer``), and ``api``,
-which imports them all. What a lower module needs of a higher one comes as
-an object: ``Tensor``'s ``reduce``/``to_mesh``/``slice_mesh`` run what
-``collectives`` and ``movement`` register with ``tensor.implement``, and a
-borrow's view is made by the tensor it borrows (``Tensor._view_on``).
+Modules, each importing only those before it (``tests/test_layers.py``
+checks that no import, deferred ones included, closes a cycle): ``messages``
+(commands), ``function`` (what ``remote`` sends: ``function_resolvers``),
+``opaque_ref`` (``OpaqueRef``), ``simulator`` (``set_meta``), ``errors``,
+``client`` (the client's tensor-engine state, one part of its node, and the
+active mesh), ``worker_streams``, ``groups`` (the process group a worker's
+collective runs on), ``stream`` (``Stream`` and borrows),
+``worker`` (the worker actor), ``engine`` (the client side of one mesh's
+workers), ``coalescing`` (holding a block's ops until it ends), ``actors``
+(tensors as actor endpoint arguments), ``tensor`` (``Tensor`` and dispatch
+of torch ops), ``fetch`` (``fetch_shard``, ``inspect``, ``show``),
+``remote``, ``collectives`` (``reduce``), ``movement`` (``to_mesh``,
+``slice_mesh``), ``active`` (activations and the dispatch mode), ``rref``
+(``endpoint.rref``), ``autograd`` (``GradientGenerator``, ``grad_function``),
+``timer`` (``danaus.timer``'s ``ExecutionTimer``), ``api``, which imports them
+all, and ``builtins`` (``danaus.builtins``' remote functions). What a lower module
+needs of a higher one comes as an object: ``Tensor``'s
+``reduce``/``to_mesh``/``slice_mesh`` run what ``collectives`` and
+``movement`` register with ``tensor.implement``, and a borrow's view is made
+by the tensor it borrows (``Tensor._view_on``).
 """
 
 from __future__ import annotations

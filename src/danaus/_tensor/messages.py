@@ -9,8 +9,6 @@ one command per torch op.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "SendTo",
     "Signal",
     "Wait",
-    "resolve_function",
 ]
 
 
@@ -97,24 +94,17 @@ class ReduceMany(NamedTuple):
 
 
 class RunRemote(NamedTuple):
-    """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves."""
+    """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves.
+
+    ``fn`` is a resolvable (``function.resolvable_function``): the worker calls its
+    ``resolve()`` for the function.
+    """
 
     fn: Any
     args: Any
     kwargs: Any
     outs: tuple[int | None, ...]
     mutates: tuple[int, ...]
-
-
-def resolve_function(fn: Any) -> Callable[..., Any]:
-    """``fn`` itself, or the function a ``"package.module.name"`` string names (a
-    ``RunRemote``'s ``fn``, on the client and on the workers)."""
-    if callable(fn):
-        return fn  # type: ignore[no-any-return]
-    module, _, name = fn.rpartition(".")
-    if not module:
-        raise ValueError(f"remote({fn!r}): a function path looks like 'package.module.function'")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
 
 
 class SendTo(NamedTuple):

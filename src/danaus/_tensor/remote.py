@@ -1,8 +1,10 @@
 """``remote``: run your own function on every proc's local shards, from the client.
 
-``remote(fn, propagate=...)`` wraps a function (or ``"module.fn"``); calling
-the wrapper under an active mesh returns mesh tensors at once, with shapes
-from ``propagate`` run on meta tensors (or ``fn`` itself when omitted). The
+``remote(fn, propagate=...)`` wraps a function (or ``"module.fn"``, a torch
+operator, or whatever one of ``function.resolvers`` accepts); calling the
+wrapper under an active mesh returns mesh tensors at once, with shapes from
+``propagate`` run on meta tensors (or ``fn`` itself when omitted or
+``"cached"``; ``"inspect"``: no tensor results, the call returns ``None``). The
 adverbs ``call``/``call_one``/``broadcast`` return the function's plain
 results to the client instead. Arguments that ``propagate`` writes in place
 (seen through meta tensors' version counters) count as mutated, so a failure
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import torch
 from torch.utils import _pytree as pytree
@@ -24,7 +26,9 @@ from .client import active_mesh, same_mesh
 from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .fetch import _shard_rank
-from .messages import Ref, RunRemote, resolve_function
+from .function import resolvable_function, resolve_function, target_name
+from .messages import Ref, RunRemote
+from .opaque_ref import propagating
 from .stream import check_use
 from .tensor import Tensor
 
@@ -32,7 +36,11 @@ if TYPE_CHECKING:
     from .._actor.api.procs import ProcMesh
     from .engine import Engine
 
+Propagator = Literal["cached", "inspect", "mocked"] | Callable[..., Any] | None
+_PROPAGATORS = ("cached", "inspect", "mocked")
+
 __all__ = [
+    "Propagator",
     "Remote",
     "call_on_shard_and_fetch",
     "new_handles",
@@ -47,7 +55,7 @@ def run_propagate(prop: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any
     flattened arguments, ``spec`` their structure): its result flattened, with its
     tensors as meta tensors; the result's structure; for each argument, whether
     ``prop`` wrote it in place (a mesh tensor whose meta copy's version moved)."""
-    with _disable_current_modes():
+    with _disable_current_modes(), propagating():
         meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
         versions = [m._version if isinstance(m, torch.Tensor) else None for m in meta_flat]
         margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
@@ -84,28 +92,32 @@ def new_handles(
 class Remote:
     """A function that runs on every proc of the active mesh. Made by :func:`remote`."""
 
-    def __init__(self, fn: Any, propagate: Callable[..., Any] | str | None) -> None:
-        if not (callable(fn) or isinstance(fn, str)):
-            raise TypeError(f"remote() needs a function or a 'module.function' string, got {fn!r}")
-        if propagate == "mocked":
-            raise NotImplementedError(
-                "remote(propagate='mocked') is not implemented (as in Monarch)"
-            )
-        if propagate == "cached":
-            propagate = None  # the function itself run on meta tensors, as when omitted
-        if propagate is not None and propagate != "inspect" and not callable(propagate):
-            raise TypeError(
-                f"remote(propagate=...) must be a function computing the result from meta "
-                f"tensors, or 'inspect' (no tensor results), got {propagate!r}"
+    def __init__(self, fn: Any, propagate: Any) -> None:
+        resolvable_function(fn)  # ValueError now for a target no resolver takes
+        if propagate is not None and propagate not in _PROPAGATORS and not callable(propagate):
+            raise ValueError(
+                f"remote({target_name(fn)}, propagate={propagate!r}): propagate must be None, "
+                f"one of {list(_PROPAGATORS)} or a function computing the result from meta "
+                "tensors"
             )
         self._fn = fn
+        self._remote_impl = fn  # how a path resolver finds the function behind this wrapper
         self._propagate = propagate
+        self._resolved: Any = None  # the resolvable, at first use (the module is bound then)
         if callable(fn):
             functools.update_wrapper(self, fn)
 
     @property
     def _name(self) -> str:
-        return self._fn if isinstance(self._fn, str) else getattr(self._fn, "__qualname__", "fn")
+        return target_name(self._fn)
+
+    @property
+    def _target(self) -> Any:
+        """What the workers resolve: the first answer of ``function_resolvers``, kept."""
+        r = self._resolved
+        if r is None:
+            r = self._resolved = resolvable_function(self._fn)
+        return r
 
     def _prepare(self, args: Any, kwargs: Any) -> tuple[Any, Any, list[Tensor], Any]:
         mesh = active_mesh()
@@ -142,18 +154,24 @@ class Remote:
         """
         mesh, (wargs, wkwargs), handles, (flat, spec) = self._prepare(args, kwargs)
         engine = engine_for(mesh)
-        if self._propagate == "inspect":  # no tensor results, as Monarch's
-            (out_flat, out_spec), written = pytree.tree_flatten(None), [False] * len(flat)
-        else:
-            prop = self._propagate or resolve_function(self._fn)
-            out_flat, out_spec, written = run_propagate(prop, flat, spec)
+        prop = self._propagate
+        if prop == "inspect":  # no tensor results and nothing written: the call returns None
+            engine.send(mesh._shape, RunRemote(self._target, wargs, wkwargs, (), ()))
+            return None
+        if prop == "mocked":
+            raise NotImplementedError(
+                f"remote {self._name}: mocked propagation is not implemented (as in Monarch)"
+            )
+        if prop is None or prop == "cached":
+            prop = resolve_function(self._target)
+        out_flat, out_spec, written = run_propagate(prop, flat, spec)
         mutates = tuple(x._ref for x, w in zip(flat, written, strict=True) if w)
         check_use(
             f"remote {self._name}", [], [x for x in flat if getattr(x, "_ref", None) in mutates]
         )
         device = handles[0].device if handles else engine.device
         results, outs = new_handles(out_flat, mesh, engine, device)
-        engine.send(mesh._shape, RunRemote(self._fn, wargs, wkwargs, tuple(outs), mutates))
+        engine.send(mesh._shape, RunRemote(self._target, wargs, wkwargs, tuple(outs), mutates))
         return pytree.tree_unflatten(results, out_spec)
 
     rref = __call__
@@ -165,7 +183,8 @@ class Remote:
         engine = engine_for(mesh)
         engine.check()
         engine.flush()
-        return engine, engine.targets(shape or mesh._shape).call_remote, (self._fn, wargs, wkwargs)
+        target = self._target
+        return engine, engine.targets(shape or mesh._shape).call_remote, (target, wargs, wkwargs)
 
     def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on every proc; the future holds a ``ValueMesh`` of the results. Never blocks."""
@@ -191,21 +210,33 @@ class Remote:
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every proc and discard the results. Never blocks."""
         mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
-        engine_for(mesh).send(mesh._shape, RunRemote(self._fn, wargs, wkwargs, (), ()))
+        engine_for(mesh).send(mesh._shape, RunRemote(self._target, wargs, wkwargs, (), ()))
 
     def __repr__(self) -> str:
         return f"<remote {self._name}>"
 
 
-def remote(fn: Any = None, *, propagate: Callable[..., Any] | str | None = None) -> Any:
-    """Wrap ``fn`` (a function or ``"module.fn"``) to run on every proc of the active mesh.
+@overload
+def remote(fn: None = None, *, propagate: Propagator = None) -> Callable[[Any], Remote]: ...
+
+
+@overload
+def remote(fn: Any, *, propagate: Propagator = None) -> Remote: ...
+
+
+def remote(fn: Any = None, *, propagate: Propagator = None) -> Any:
+    """Wrap ``fn`` (a function, a torch operator or ``"module.fn"``) to run on every proc
+    of the active mesh.
 
     Usable as ``@remote``, ``@remote(propagate=...)`` or ``remote("pkg.fn",
     propagate=...)``. ``propagate`` computes the result's shapes from meta
     tensors; when omitted (or ``"cached"``), ``fn`` itself runs on meta tensors
-    on the client; ``"inspect"`` means the call has no tensor results (it
-    returns ``None``; ``.call`` still brings the values back).
-    Never blocks. Raises ``TypeError`` for something that is not a function.
+    on the client; ``"inspect"`` says the function returns no tensors (calling
+    it returns ``None``; ``call``/``call_one`` still bring its values back);
+    ``"mocked"`` raises ``NotImplementedError`` when called, as in Monarch.
+    The workers get what the first of ``danaus.function_resolvers`` to accept
+    ``fn`` makes of it. Never blocks. Raises ``ValueError`` for a target
+    no resolver accepts, or a ``propagate`` that is none of the above.
     """
     if fn is None:
         return functools.partial(remote, propagate=propagate)

@@ -29,6 +29,7 @@ from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
 from .errors import Failure, RemoteTensorError
+from .function import resolve_function, target_name
 from .groups import new_group
 from .messages import (
     BorrowCreate,
@@ -44,8 +45,8 @@ from .messages import (
     SendTo,
     Signal,
     Wait,
-    resolve_function,
 )
+from .opaque_ref import OpaqueRef, mark_worker
 from .worker_streams import Streams, current_stream
 
 __all__ = ["TensorWorker", "resolve_op"]
@@ -121,6 +122,7 @@ class TensorWorker(Actor):
         if threads > 0:  # process-wide, as torchrun's OMP_NUM_THREADS: procs share the cores
             torch.set_num_threads(threads)
         self.rank = current_rank().rank
+        mark_worker()  # remote functions here may make and read OpaqueRefs
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
@@ -192,8 +194,8 @@ class TensorWorker(Actor):
             a, k = self._resolve((args, kwargs))
         except _Failed as f:
             raise RuntimeError(
-                f"an argument of {fn!r} failed to compute: op {f.failure.op} failed on rank "
-                f"{f.failure.rank}: {f.failure.type_name}: {f.failure.message}"
+                f"an argument of {target_name(fn)} failed to compute: op {f.failure.op} failed "
+                f"on rank {f.failure.rank}: {f.failure.type_name}: {f.failure.message}"
             ) from None
         result = resolve_function(fn)(*a, **k)
         return pytree.tree_map(
@@ -249,7 +251,7 @@ class TensorWorker(Actor):
         elif isinstance(cmd, HandOff):
             self._hand_off(cmd)
         elif isinstance(cmd, RunRemote):
-            name = cmd.fn if isinstance(cmd.fn, str) else getattr(cmd.fn, "__qualname__", "fn")
+            name = target_name(cmd.fn)
             try:
                 fn = resolve_function(cmd.fn)
             except BaseException as e:  # an import that calls sys.exit(), say
@@ -282,7 +284,13 @@ class TensorWorker(Actor):
                     if v is None or isinstance(v, Failure):
                         v = self._resolve(x)  # raises the precise error
                     out.append(v)
-                elif tx is tuple or tx is list or tx is dict or isinstance(x, (tuple, list, dict)):
+                elif (
+                    tx is tuple
+                    or tx is list
+                    or tx is dict
+                    or isinstance(x, (tuple, list, dict))
+                    or tx is OpaqueRef
+                ):
                     out.append(self._resolve(x))
                 else:
                     out.append(x)
@@ -291,6 +299,8 @@ class TensorWorker(Actor):
             return {k: self._resolve(v) for k, v in tree.items()}
         if isinstance(tree, (tuple, list, dict)):  # a namedtuple, an OrderedDict...
             return pytree.tree_map(self._resolve, tree, is_leaf=lambda x: type(x) is Ref)
+        if t is OpaqueRef:  # its key, a tensor of this worker's table
+            return OpaqueRef._create(self._resolve(tree._key))
         return tree
 
     def _fail(self, ids: Any, failure: Failure) -> None:
