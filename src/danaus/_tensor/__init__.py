@@ -16,7 +16,7 @@ checks that no import, deferred ones included, closes a cycle): ``messages``
 (commands), ``function`` (what ``remote`` sends: ``function_resolvers``),
 ``opaque_ref`` (``OpaqueRef``), ``simulator`` (``set_meta``), ``errors``,
 ``client`` (the client's tensor-engine state, one part of its node, and the
-active mesh), ``worker_streams``, ``groups`` (the process group a worker's
+active mesh), ``worker_streams``, ``backends`` (the process group a worker's
 collective runs on), ``stream`` (``Stream`` and borrows),
 ``worker`` (the worker actor), ``engine`` (the client side of one mesh's
 workers), ``coalescing`` (holding a block's ops until it ends), ``actors``

@@ -28,9 +28,9 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
+from .backends import new_group
 from .errors import Failure, RemoteTensorError
 from .function import resolve_function, target_name
-from .groups import new_group
 from .messages import (
     BorrowCreate,
     BorrowDrop,
