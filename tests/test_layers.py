@@ -341,6 +341,7 @@ FACADES = {
         "Future",
         "NDSlice",
         "Point",
+        "RemoteProcessGroup",
         "RemoteTensorError",
         "Shape",
         "Slice",

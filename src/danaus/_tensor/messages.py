@@ -18,6 +18,7 @@ __all__ = [
     "BorrowDrop",
     "CallOp",
     "Delete",
+    "GroupArg",
     "HandOff",
     "MeshRank",
     "Reduce",
@@ -97,13 +98,36 @@ class ReduceMany(NamedTuple):
 
 
 class RunRemote(NamedTuple):
-    """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves."""
+    """Call ``fn(*args, **kwargs)`` on local shards; define ``outs`` from its tensor leaves.
+
+    ``groups``: the arguments hold ``GroupArg``s, which the worker replaces
+    with its process groups (looked for only then).
+    """
 
     fn: Any
     args: Any
     kwargs: Any
     outs: tuple[int | None, ...]
     mutates: tuple[int, ...]
+    groups: bool = False
+
+
+class GroupArg:
+    """A ``RemoteProcessGroup`` inside a remote function's arguments: the worker passes
+    the ``torch.distributed`` process group of the one of ``groups`` (global ranks,
+    in group-rank order) that holds it. Not a tuple, so ``Ref`` lookups pass it by."""
+
+    __slots__ = ("dims", "groups")
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...], dims: tuple[str, ...]) -> None:
+        self.groups = groups
+        self.dims = dims
+
+    def __reduce__(self) -> Any:
+        return (GroupArg, (self.groups, self.dims))
+
+    def __repr__(self) -> str:
+        return f"GroupArg(dims={list(self.dims)})"
 
 
 def resolve_function(fn: Any) -> Callable[..., Any]:
