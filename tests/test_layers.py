@@ -359,6 +359,7 @@ FACADES = {
         "NDSlice",
         "OpaqueRef",
         "Point",
+        "RemoteProcessGroup",
         "RemoteTensorError",
         "Selection",
         "Shape",

@@ -53,6 +53,7 @@ _boothook.register(_load_bootstrap)
 
 # The tensor engine's names, loaded from danaus._tensor.api on first access.
 _TENSOR_NAMES = (
+    "RemoteProcessGroup",
     "RemoteTensorError",
     "Stream",
     "Tensor",

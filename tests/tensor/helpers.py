@@ -127,3 +127,46 @@ def resolve_registered(target: Any) -> RegistryFunction | None:
 
 def op_triple(x: torch.Tensor) -> torch.Tensor:
     return x * 3
+
+
+# -- process groups (danaus.RemoteProcessGroup) ------------------------------------
+
+
+def all_reduce_in(x: torch.Tensor, pg: Any) -> torch.Tensor:
+    """``x`` summed over ``pg`` with torch.distributed (on the client: a dummy, no-op)."""
+    import torch.distributed as dist
+
+    y = x.clone()
+    dist.all_reduce(y, group=pg)
+    return y
+
+
+def all_gather_in(x: torch.Tensor, pg: Any) -> torch.Tensor:
+    import torch.distributed as dist
+
+    out = [torch.empty_like(x) for _ in range(dist.get_world_size(pg))]
+    dist.all_gather(out, x, group=pg)
+    return torch.stack(out)
+
+
+def group_facts(pg: Any) -> dict[str, Any]:
+    """What a remote function sees of its process group."""
+    import torch.distributed as dist
+
+    return {
+        "is_process_group": isinstance(pg, dist.ProcessGroup),
+        "rank": pg.rank(),
+        "size": dist.get_world_size(pg),
+        "global_ranks": dist.get_process_group_ranks(pg),
+    }
+
+
+def broadcast_from(
+    x: torch.Tensor, pg: Any, src: Any = None, group_src: Any = None
+) -> torch.Tensor:
+    """``x`` of the member ``src`` (a global rank) or ``group_src`` (a rank in ``pg``)."""
+    import torch.distributed as dist
+
+    y = x.clone()
+    dist.broadcast(y, src=src, group=pg, group_src=group_src)
+    return y

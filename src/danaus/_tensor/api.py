@@ -16,6 +16,8 @@ from .collectives import reduce, reduce_
 from .engine import engine_for
 from .errors import RemoteTensorError
 from .fetch import fetch_shard, inspect, show
+from .groups import RemoteProcessGroup
+from .groups import process_group as process_group  # for ProcMesh.process_group
 from .messages import MeshRank
 from .movement import slice_mesh, to_mesh
 from .remote import Remote, call_on_shard_and_fetch, remote
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Activation",
     "Remote",
+    "RemoteProcessGroup",
     "RemoteTensorError",
     "Stream",
     "Tensor",

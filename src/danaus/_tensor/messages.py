@@ -16,6 +16,7 @@ __all__ = [
     "BorrowDrop",
     "CallOp",
     "Delete",
+    "GroupArg",
     "HandOff",
     "MeshRank",
     "Reduce",
@@ -98,6 +99,8 @@ class RunRemote(NamedTuple):
 
     ``fn`` is a resolvable (``function.resolvable_function``): the worker calls its
     ``resolve()`` for the function.
+    ``groups``: the arguments hold ``GroupArg``s, which the worker replaces
+    with its process groups (looked for only then).
     """
 
     fn: Any
@@ -105,6 +108,25 @@ class RunRemote(NamedTuple):
     kwargs: Any
     outs: tuple[int | None, ...]
     mutates: tuple[int, ...]
+    groups: bool = False
+
+
+class GroupArg:
+    """A ``RemoteProcessGroup`` inside a remote function's arguments: the worker passes
+    the ``torch.distributed`` process group of the one of ``groups`` (global ranks,
+    in group-rank order) that holds it. Not a tuple, so ``Ref`` lookups pass it by."""
+
+    __slots__ = ("dims", "groups")
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...], dims: tuple[str, ...]) -> None:
+        self.groups = groups
+        self.dims = dims
+
+    def __reduce__(self) -> Any:
+        return (GroupArg, (self.groups, self.dims))
+
+    def __repr__(self) -> str:
+        return f"GroupArg(dims={list(self.dims)})"
 
 
 class SendTo(NamedTuple):

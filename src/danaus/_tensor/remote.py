@@ -27,6 +27,7 @@ from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .fetch import _shard_rank
 from .function import resolvable_function, resolve_function, target_name
+from .groups import RemoteProcessGroup, dummy_for, forget_dummy
 from .messages import Ref, RunRemote
 from .opaque_ref import propagating
 from .stream import check_use
@@ -56,10 +57,15 @@ def run_propagate(prop: Any, flat: list[Any], spec: Any) -> tuple[list[Any], Any
     tensors as meta tensors; the result's structure; for each argument, whether
     ``prop`` wrote it in place (a mesh tensor whose meta copy's version moved)."""
     with _disable_current_modes(), propagating():
-        meta_flat = [x._meta.clone() if isinstance(x, Tensor) else x for x in flat]
+        # a process group is a dummy here: propagate runs on the client, on meta tensors
+        meta_flat = [x._meta.clone() if isinstance(x, Tensor) else dummy_for(x) for x in flat]
         versions = [m._version if isinstance(m, torch.Tensor) else None for m in meta_flat]
         margs, mkwargs = pytree.tree_unflatten(meta_flat, spec)
-        out = prop(*margs, **mkwargs)
+        try:
+            out = prop(*margs, **mkwargs)
+        finally:
+            for m in meta_flat:
+                forget_dummy(m)
         out_flat, out_spec = pytree.tree_flatten(out)
         out_flat = [
             x if not isinstance(x, torch.Tensor) or x.device.type == "meta" else x.to("meta")
@@ -119,7 +125,9 @@ class Remote:
             r = self._resolved = resolvable_function(self._fn)
         return r
 
-    def _prepare(self, args: Any, kwargs: Any) -> tuple[Any, Any, list[Tensor], Any]:
+    def _prepare(
+        self, args: Any, kwargs: Any
+    ) -> tuple[Any, Any, list[Tensor], Any, list[RemoteProcessGroup]]:
         mesh = active_mesh()
         if mesh is None:
             raise ValueError(
@@ -128,6 +136,7 @@ class Remote:
             )
         flat, spec = pytree.tree_flatten((args, kwargs))
         handles: list[Tensor] = []
+        groups: list[RemoteProcessGroup] = []
         wire = list(flat)
         for i, x in enumerate(flat):
             if isinstance(x, Tensor):
@@ -143,8 +152,16 @@ class Remote:
                     f"remote {self._name}: a local tensor of shape {list(x.shape)} was passed "
                     "while a mesh is active; create it under the mesh instead"
                 )
+            elif isinstance(x, RemoteProcessGroup):
+                if not same_mesh(x.device_mesh, mesh):
+                    raise ValueError(
+                        f"remote {self._name}: {x!r} was passed while mesh {mesh!r} is active; "
+                        "make the process group from the active mesh (mesh.process_group(...))"
+                    )
+                groups.append(x)
+                wire[i] = x._wire()
         check_use(f"remote {self._name}", handles)
-        return mesh, pytree.tree_unflatten(wire, spec), handles, (flat, spec)
+        return mesh, pytree.tree_unflatten(wire, spec), handles, (flat, spec), groups
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on every proc of the active mesh; returns mesh tensors at once. Never blocks.
@@ -152,11 +169,11 @@ class Remote:
         Raises ``ValueError`` without an active mesh or for tensors of another
         mesh, and whatever ``propagate`` raises on the client.
         """
-        mesh, (wargs, wkwargs), handles, (flat, spec) = self._prepare(args, kwargs)
+        mesh, (wargs, wkwargs), handles, (flat, spec), groups = self._prepare(args, kwargs)
         engine = engine_for(mesh)
         prop = self._propagate
         if prop == "inspect":  # no tensor results and nothing written: the call returns None
-            engine.send(mesh._shape, RunRemote(self._target, wargs, wkwargs, (), ()))
+            engine.send(mesh._shape, RunRemote(self._target, wargs, wkwargs, (), (), bool(groups)))
             return None
         if prop == "mocked":
             raise NotImplementedError(
@@ -171,20 +188,34 @@ class Remote:
         )
         device = handles[0].device if handles else engine.device
         results, outs = new_handles(out_flat, mesh, engine, device)
-        engine.send(mesh._shape, RunRemote(self._target, wargs, wkwargs, tuple(outs), mutates))
+        cmd = RunRemote(self._target, wargs, wkwargs, tuple(outs), mutates, bool(groups))
+        engine.send(mesh._shape, cmd)
         return pytree.tree_unflatten(results, out_spec)
 
     rref = __call__
 
-    def _endpoint(self, args: Any, kwargs: Any, shape: Any = None) -> tuple[Any, Any, Any]:
-        """(engine, the workers' ``call_remote`` endpoint for ``shape``, its arguments)."""
+    def _endpoint(
+        self, args: Any, kwargs: Any, shape: Any = None, one: bool = False
+    ) -> tuple[Any, Any, Any]:
+        """(engine, the workers' ``call_remote`` endpoint for ``shape``, its arguments).
+
+        ``one``: only one proc of the mesh runs the function (as with ``shape``).
+        """
         check_not_coalescing("fetching a remote function's results")
-        mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
+        mesh, (wargs, wkwargs), _, _, groups = self._prepare(args, kwargs)
+        if one or shape is not None:  # one proc runs it: its groups would wait for the rest
+            for g in groups:
+                if g.size() > 1:
+                    raise ValueError(
+                        f"remote {self._name}: {g!r} spans {g.size()} procs but only one proc "
+                        "runs the function here, so its collectives would wait forever; call "
+                        "the function on every proc (fn.call(...)) or use a group of one proc"
+                    )
         engine = engine_for(mesh)
         engine.check()
         engine.flush()
-        target = self._target
-        return engine, engine.targets(shape or mesh._shape).call_remote, (target, wargs, wkwargs)
+        a = (self._target, wargs, wkwargs, bool(groups))
+        return engine, engine.targets(shape or mesh._shape).call_remote, a
 
     def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run on every proc; the future holds a ``ValueMesh`` of the results. Never blocks."""
@@ -203,14 +234,15 @@ class Remote:
 
     def _send_to_port(self, args: Any, kwargs: Any, port: Any, selection: str) -> None:
         """``send(fn, args, kwargs, port=...)``: each proc's result to ``port``. Never blocks."""
-        engine, ep, a = self._endpoint(args, kwargs)
+        engine, ep, a = self._endpoint(args, kwargs, one=selection == "choose")
         with engine.as_owner():
             ep._send_to_port(a, {}, port, selection)
 
     def broadcast(self, *args: Any, **kwargs: Any) -> None:
         """Run on every proc and discard the results. Never blocks."""
-        mesh, (wargs, wkwargs), _, _ = self._prepare(args, kwargs)
-        engine_for(mesh).send(mesh._shape, RunRemote(self._target, wargs, wkwargs, (), ()))
+        mesh, (wargs, wkwargs), _, _, groups = self._prepare(args, kwargs)
+        cmd = RunRemote(self._target, wargs, wkwargs, (), (), bool(groups))
+        engine_for(mesh).send(mesh._shape, cmd)
 
     def __repr__(self) -> str:
         return f"<remote {self._name}>"

@@ -28,7 +28,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
-from .backends import new_group
+from .backends import StagedGroup, new_group
 from .errors import Failure, RemoteTensorError
 from .function import resolve_function, target_name
 from .messages import (
@@ -36,6 +36,7 @@ from .messages import (
     BorrowDrop,
     CallOp,
     Delete,
+    GroupArg,
     HandOff,
     MeshRank,
     Reduce,
@@ -49,7 +50,7 @@ from .messages import (
 from .opaque_ref import OpaqueRef, mark_worker
 from .worker_streams import Streams, current_stream
 
-__all__ = ["TensorWorker", "resolve_op"]
+__all__ = ["TensorWorker", "register_group_ranks", "resolve_op", "unregister_group_ranks"]
 
 log = logging.getLogger("danaus.tensor")
 
@@ -108,6 +109,21 @@ def _allreduce_options(op: Any) -> Any:
     return opts
 
 
+def register_group_ranks(pg: Any, ranks: tuple[int, ...]) -> None:
+    """Tell torch.distributed the global ranks of ``pg``'s members (the procs' ranks in
+    the spawned mesh), so ``broadcast(t, src=global_rank, group=pg)`` and
+    ``get_process_group_ranks(pg)`` work as in Monarch. Best effort: torch's own table."""
+    table = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_group_ranks", None)
+    if isinstance(table, dict):
+        table[pg] = {g: i for i, g in enumerate(ranks)}
+
+
+def unregister_group_ranks(pg: Any) -> None:
+    table = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_group_ranks", None)
+    if isinstance(table, dict):
+        table.pop(pg, None)
+
+
 class TensorWorker(Actor):
     """Holds this proc's shards (``id -> tensor | Failure``) and its process groups."""
 
@@ -126,6 +142,8 @@ class TensorWorker(Actor):
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
+        # the same groups as torch.distributed.ProcessGroups, for remote functions' arguments
+        self.process_groups: dict[tuple[str, tuple[int, ...]], Any] = {}
         # Guards _store, made by the first stream that needs a group (each stream makes
         # its own groups, so a key of groups is only written by that stream's thread).
         self._groups_lock = threading.Lock()
@@ -146,6 +164,9 @@ class TensorWorker(Actor):
                 pg.shutdown()
             except Exception:
                 log.debug("shutting a process group down failed", exc_info=True)
+        for pg in self.process_groups.values():
+            unregister_group_ranks(pg)
+        self.process_groups.clear()
         self.groups.clear()
         self.refs.clear()
         self._store = None
@@ -187,9 +208,16 @@ class TensorWorker(Actor):
         return out
 
     @endpoint
-    def call_remote(self, fn: Any, args: Any, kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU)."""
+    def call_remote(self, fn: Any, args: Any, kwargs: Any, groups: bool = False) -> Any:
+        """``fn(*args, **kwargs)`` on local shards; its result (tensors moved to CPU).
+
+        ``groups``: the arguments hold ``GroupArg``s, replaced by process groups (made
+        on this, the actor's, thread under the "main" stream's key: every stream is idle
+        here after the barrier, and no command arrives before this call returns).
+        """
         self.streams.barrier()
+        if groups:
+            args, kwargs = self._bind_groups((args, kwargs))
         try:
             a, k = self._resolve((args, kwargs))
         except _Failed as f:
@@ -252,12 +280,15 @@ class TensorWorker(Actor):
             self._hand_off(cmd)
         elif isinstance(cmd, RunRemote):
             name = target_name(cmd.fn)
+            args, kwargs = cmd.args, cmd.kwargs
             try:
                 fn = resolve_function(cmd.fn)
+                if cmd.groups:
+                    args, kwargs = self._bind_groups((args, kwargs))
             except BaseException as e:  # an import that calls sys.exit(), say
                 self._fail((*cmd.outs, *cmd.mutates), self._failure(f"remote {name}", e))
                 return
-            self._call(f"remote {name}", fn, cmd.args, cmd.kwargs, cmd.outs, cmd.mutates)
+            self._call(f"remote {name}", fn, args, kwargs, cmd.outs, cmd.mutates)
         else:  # pragma: no cover - a client/worker version mismatch
             raise TypeError(f"unknown tensor engine command {cmd!r}")
 
@@ -477,6 +508,43 @@ class TensorWorker(Actor):
             store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
             pg = new_group(store, ranks.index(self.rank), len(ranks), self.device, self.timeout)
             self.groups[key] = pg
+        return pg
+
+    def _bind_groups(self, tree: Any) -> Any:
+        """``tree`` with each ``GroupArg`` replaced by this proc's process group of it."""
+        return pytree.tree_map(lambda x: self._process_group(x) if type(x) is GroupArg else x, tree)
+
+    def _process_group(self, arg: GroupArg) -> Any:
+        """The ``torch.distributed.ProcessGroup`` of the group of ``arg`` holding this proc,
+        for the calling stream: the backend ``reduce`` uses (made at first use), wrapped."""
+        ranks = next((g for g in arg.groups if self.rank in g), None)
+        if ranks is None:  # the client checks the group's mesh is the active one
+            raise RuntimeError(
+                f"worker {self.rank} is in no group of the process group over {list(arg.dims)}"
+            )
+        key = (current_stream(), ranks)
+        pg = self.process_groups.get(key)
+        if pg is None:
+            backend = self._group(ranks)
+            name = f"danaus/{key[0]}/" + "_".join(map(str, ranks))
+            store = dist.PrefixStore(name + "/", self._store)  # type: ignore[attr-defined]
+            pg = dist.ProcessGroup(store, ranks.index(self.rank), len(ranks))
+            kind = dist.ProcessGroup.BackendType
+            # members sharing a GPU have gloo (NCCL refuses them), for CUDA tensors too:
+            # its all-reduce and broadcast take them, its other collectives raise
+            nccl = self.device.type == "cuda" and not isinstance(backend, StagedGroup)
+            if isinstance(backend, StagedGroup):
+                backend = backend.group
+            pg._set_default_backend(kind.NCCL if nccl else kind.GLOO)
+            for device_type in {"cpu", self.device.type}:
+                if device_type == "cpu" and nccl:
+                    continue
+                pg._register_backend(
+                    torch.device(device_type), kind.NCCL if nccl else kind.GLOO, backend
+                )
+            pg._set_group_name(name)  # type: ignore[arg-type]  # GroupName is a str
+            register_group_ranks(pg, ranks)
+            self.process_groups[key] = pg
         return pg
 
     def _reduce(self, cmd: Reduce) -> None:

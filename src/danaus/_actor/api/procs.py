@@ -312,6 +312,16 @@ class ProcMesh(MeshTrait):
         """Monarch's name for :attr:`ranks`."""
         return self.ranks
 
+    def process_group(self, dims: Any) -> Any:
+        """A ``danaus.RemoteProcessGroup`` over ``dims`` (a name or several). Needs torch.
+
+        Passed to a ``danaus.remote`` function, it is a ``torch.distributed``
+        process group there, of the procs sharing every coordinate outside
+        ``dims``. Raises ``ValueError`` for a dimension this mesh lacks or one
+        named twice.
+        """
+        return tensor_engine().process_group(self, dims)
+
     async def __aenter__(self) -> ProcMesh:
         return self
 
