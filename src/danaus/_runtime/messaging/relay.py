@@ -404,8 +404,9 @@ class Relay:
 
     def _side_closed(self, side: _Side, exc: BaseException | None) -> None:
         """A gateway connection closed: so does everything relayed through it."""
-        what = "EOF" if exc is None or "EOF" in str(exc) else str(exc)
-        reason = f"the connection to the gateway closed ({what})"
+        # Not "EOF": a proc reached through the gateway lost its route, not its life.
+        what = "it closed" if exc is None or "EOF" in str(exc) else str(exc)
+        reason = f"lost the gateway connection ({what})"
         attaching = self._attaching
         if attaching is not None and attaching[0] is side:
             self._attaching = None
