@@ -102,8 +102,8 @@ class RelayedConnection(InprocConnection):
         self._side = side
         self.chan = chan
 
-    @property  # type: ignore[override]
-    def backlog_bytes(self) -> int:
+    @property
+    def backlog_bytes(self) -> int:  # type: ignore[override]
         """What the gateway connection holds back: senders to this peer wait for it."""
         return int(self._side.ctl.backlog_bytes)
 
