@@ -417,6 +417,7 @@ FACADES = {
         "Uid",
         "ValueMesh",
         "as_endpoint",
+        "attach",
         "attach_to_workers",
         "concurrent_endpoint",
         "config",

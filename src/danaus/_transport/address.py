@@ -5,10 +5,14 @@ A proc's address is a ``;``-separated list of entries:
     unix:/tmp/danaus-0/ab12cd34/p1.sock      Unix socket (same host only)
     inproc:p1                                a proc in this very process (inproc.py)
     tcp://10.0.0.2:41234                     TCP (any host; authenticated)
+    via:tcp://10.0.0.2:41235                 a gateway's relay port (a client that
+                                             attached through it, and its local procs)
     host:3f9a1c                              the token of the host it runs on
 
 A connecting proc uses the Unix socket when the peer runs on its own host
-(same host token) and TCP otherwise.
+(same host token) and TCP otherwise; a peer with no TCP entry but a ``via:``
+one is reached through that gateway (the dialler's first frame says whom it
+wants: ``danaus._runtime.messaging.relay``).
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def choose(addr: str, my_host: str, network: inproc.Network | None = None) -> st
     host = next((e[5:] for e in entries if e.startswith("host:")), None)
     unix = next((e for e in entries if e.startswith("unix:")), None)
     tcp = next((e for e in entries if e.startswith("tcp://")), None)
+    if tcp is None:  # reached through a gateway only
+        tcp = next((e for e in entries if e.startswith("via:tcp://")), None)
     if unix is not None and (tcp is None or host is None or host == my_host):
         return unix
     if tcp is not None:

@@ -54,6 +54,8 @@ __all__ = [
     "CallTemplate",
     "Cast",
     "Failed",
+    "Gateway",
+    "GatewayOk",
     "Gather",
     "Hello",
     "KillProcs",
@@ -67,6 +69,7 @@ __all__ = [
     "Message",
     "Offload",
     "OffloadOk",
+    "Open",
     "Ping",
     "ProtocolError",
     "RdmaCheck",
@@ -75,9 +78,12 @@ __all__ = [
     "RdmaRelease",
     "Ready",
     "Refused",
+    "Relayed",
     "Release",
     "Reply",
     "Return",
+    "Route",
+    "Shut",
     "ShutdownHost",
     "Spawn",
     "SpawnProcs",
@@ -105,8 +111,9 @@ __all__ = [
 #: per-chunk payload tags, so a peer of version 6 is refused in HELLO, naming both
 #: versions, instead of every transfer failing as tampered; version 8 added TELEMETRY;
 #: version 9 adds CALL's and CAST's ``trace``, the OpenTelemetry context of the span
-#: the call was made in.
-PROTOCOL_VERSION = 9
+#: the call was made in; version 10 adds the relay through a gateway (``attach``):
+#: GATEWAY, GATEWAY_OK, OPEN, RELAYED, SHUT and ROUTE.
+PROTOCOL_VERSION = 10
 
 
 class ProtocolError(FrameError):
@@ -154,6 +161,12 @@ class Kind(enum.IntEnum):
     GATHER = 51
     WELCOME = 80
     RETURN = 87
+    GATEWAY = 90
+    GATEWAY_OK = 91
+    OPEN = 92
+    RELAYED = 93
+    SHUT = 94
+    ROUTE = 95
 
 
 # -- the runtime --------------------------------------------------------------
@@ -237,6 +250,52 @@ class Bounce(NamedTuple):
 
 class Ping(NamedTuple):
     """A heartbeat on a quiet TCP connection."""
+
+
+# -- the relay through a gateway (``attach``; danaus._runtime.messaging.relay) --------
+
+
+class Gateway(NamedTuple):
+    """A client asks the worker it dialled to relay all of its traffic (the first frame
+    on that connection, instead of HELLO)."""
+
+    proc: ProcId
+    version: int
+
+
+class GatewayOk(NamedTuple):
+    """The gateway relays for the client; procs reach it through ``relay`` (``tcp://``)."""
+
+    proc: ProcId
+    relay: str
+
+
+class Open(NamedTuple):
+    """On a gateway connection: relayed connection ``chan`` to proc ``target`` begins."""
+
+    chan: int
+    target: ProcId
+
+
+class Relayed(NamedTuple):
+    """On a gateway connection: a frame of relayed connection ``chan``; ``header`` is
+    its wire header, the body and buffers are its own."""
+
+    chan: int
+    header: tuple[Any, ...]
+
+
+class Shut(NamedTuple):
+    """On a gateway connection: relayed connection ``chan`` closed, for ``reason``."""
+
+    chan: int
+    reason: str
+
+
+class Route(NamedTuple):
+    """The first frame on a connection to a gateway's relay port: relay it to ``target``."""
+
+    target: ProcId
 
 
 # -- large buffers between procs of one host ----------------------------------------
@@ -538,6 +597,12 @@ _HEADERS: dict[int, Any] = {
     Kind.GATHER: Gather,
     Kind.WELCOME: Welcome,
     Kind.RETURN: Return,
+    Kind.GATEWAY: Gateway,
+    Kind.GATEWAY_OK: GatewayOk,
+    Kind.OPEN: Open,
+    Kind.RELAYED: Relayed,
+    Kind.SHUT: Shut,
+    Kind.ROUTE: Route,
 }
 _KIND_OF: dict[type, Kind] = {cls: Kind(k) for k, cls in _HEADERS.items()}
 # The tables' own invariants, checked at import (raised, so they hold under ``python -O``).

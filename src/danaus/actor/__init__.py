@@ -31,6 +31,7 @@ from .._actor.api.endpoint import concurrent_endpoint, endpoint
 from .._actor.api.hosts import (
     ChannelTransport,
     HostMesh,
+    attach,
     attach_to_workers,
     enable_transport,
     this_host,
@@ -89,6 +90,7 @@ __all__ = [
     "Uid",
     "ValueMesh",
     "as_endpoint",
+    "attach",
     "attach_to_workers",
     "concurrent_endpoint",
     "config",

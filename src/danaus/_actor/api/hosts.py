@@ -26,6 +26,7 @@ from typing import Any
 
 from ... import _config as config
 from ..._mesh import MeshTrait, Point, Shape, Slice
+from ..._runtime import node as _node
 from ..._runtime.hosting import binding, host
 from ..._transport.address import join, parse, split_tcp
 from ..._transport.auth import load_secret
@@ -48,7 +49,14 @@ from .code_sync import (
 from .controller import ensure_registry
 from .procs import ProcMesh, check_per_host, spawn_on
 
-__all__ = ["ChannelTransport", "HostMesh", "attach_to_workers", "enable_transport", "this_host"]
+__all__ = [
+    "ChannelTransport",
+    "HostMesh",
+    "attach",
+    "attach_to_workers",
+    "enable_transport",
+    "this_host",
+]
 
 # Backoff between tries of a worker that refuses or cannot be reached yet.
 ATTACH_RETRY_FIRST = 0.05
@@ -437,6 +445,60 @@ def _advertise_for(first_worker: tuple[str, int]) -> tuple[str, str, int]:
     return ip, ip, 0
 
 
+def attach(addr: str) -> None:
+    """Bootstrap this client through the worker at ``addr`` (``"tcp://HOST:PORT"``).
+
+    The client dials out to that worker (its *gateway*) and sends all of its
+    traffic with procs on other hosts over that one connection; procs reach
+    the client back through it. So the procs need not reach the client: e.g.
+    a client outside a cluster (or behind NAT) whose workers run inside it.
+    ``this_host()`` still names this machine; its procs are reached through the
+    gateway too. Losing the gateway loses every proc reached through it: their
+    calls fail with ``SupervisionError``.
+
+    Call it before anything else uses danaus in this process (the first
+    ``context()``, ``this_host()``, ``this_proc()`` or ``attach_to_workers``);
+    then join the workers, the gateway among them, with ``attach_to_workers``.
+    The job secret comes from ``DANAUS_SECRET``. Raises ``RuntimeError`` if the
+    client already bootstrapped or the worker cannot be reached or refuses,
+    ``ValueError`` for an address that is not ``tcp://HOST:PORT``.
+
+    Example::
+
+        attach("tcp://10.0.0.2:26600")
+        hosts = attach_to_workers(workers=["tcp://10.0.0.2:26600", "tcp://10.0.0.3:26600"])
+    """
+    if not isinstance(addr, str) or not addr.startswith("tcp://"):
+        raise ValueError(
+            f"attach(addr): addr must be a worker's address 'tcp://HOST:PORT', got {addr!r}"
+        )
+    split_tcp(parse(addr)[1])  # ValueError for a malformed host or port
+    with _node.lock():
+        if host.current_node() is not None:
+            raise RuntimeError(
+                "client already bootstrapped; call attach(addr) before "
+                "the first context()/this_host()/this_proc()"
+            )
+        node = host.ensure_node()
+        rt = node.runtime
+        try:
+            key = load_secret(None)
+            if key is not None:
+                rt.set_secret(key)
+            elif _insecure():
+                rt.allow_insecure()
+            else:
+                raise RuntimeError(
+                    f"attach({addr!r}) needs the job secret the worker was started with: "
+                    "set DANAUS_SECRET"
+                )
+            rt.relay.attach(addr, config.get("attach_timeout"))
+        except BaseException:
+            host.shutdown(node)  # not bootstrapped after all: a later use starts afresh
+            raise
+    refresh_root()
+
+
 def attach_to_workers(
     *,
     workers: Sequence[str | Future[str]],
@@ -499,12 +561,13 @@ def attach_to_workers(
     newly_insecure = key is None and rt.secret is None and not rt.insecure
     if newly_insecure:
         rt.allow_insecure()
-    bind, advertise, port = _advertise_for(hostports[0])
-    rt.listen_tcp(bind, advertise, port)
-    if newly_insecure:
-        _warn_insecure(rt.proc_id.addr)
-    for hp in hostports:  # workers reached through other interfaces reach us back there
-        rt.listen_tcp_also(_source_ip(hp))
+    if rt.relay.via is None:  # attached through a gateway (attach): no port of our own
+        bind, advertise, port = _advertise_for(hostports[0])
+        rt.listen_tcp(bind, advertise, port)
+        if newly_insecure:
+            _warn_insecure(rt.proc_id.addr)
+        for hp in hostports:  # workers reached through other interfaces reach us back there
+            rt.listen_tcp_also(_source_ip(hp))
     refresh_root()
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()

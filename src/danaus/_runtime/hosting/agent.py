@@ -168,6 +168,7 @@ class Agent:
                     "insecure": self.rt.insecure,
                     "remote": True,  # its sys.path entries are checked before use
                     "tcp_advertise": local_ip or boot.get("tcp_advertise"),
+                    "via": None,  # procs of a worker are reached directly, over TCP
                 }
                 client = self.client
                 if client is not None:  # the address that reaches the client from here

@@ -217,6 +217,7 @@ def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
         # No secret: boots travel in frames, and the agent adds its own host's secret.
         "insecure": rt.insecure,
         "tcp_advertise": rt.tcp_advertise,
+        "via": rt.relay.via,  # an attached client's procs are reached through its gateway
         **extra,
     }
 

@@ -81,6 +81,8 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
     rt.start(in_thread=False)
     if boot.get("tcp_advertise"):
         rt.listen_tcp(boot["tcp_advertise"], boot["tcp_advertise"])
+    elif boot.get("via"):
+        rt.advertise_via(boot["via"])  # on the host of a client attached through a gateway
     node = _node.start(rt, client=False, boot=boot)
     if error is None and boot.get("bootstrap") is not None:
         try:

@@ -68,6 +68,7 @@ from ..._wire.protocol import (
     ProtocolError,
     Refused,
     Reply,
+    Route,
     Welcome,
     decode,
     wire,
@@ -77,6 +78,7 @@ from .backpressure import Backpressure
 from .metrics import Recent, Tracer
 from .offload import Offloader, own
 from .peers import PeerTable, _Peer
+from .relay import Relay
 from .routing import Mailbox, PortHandler, Router
 from .tree import TreeRouter
 
@@ -189,6 +191,7 @@ class Runtime(PeerTable):
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
         self.tree = TreeRouter(self)  # CAST and GATHER: messages to many actors (tree.py)
+        self.relay = Relay(self)  # a gateway's relaying, or an attached client's (relay.py)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
         self._dialled: set[Connection] = set()  # connections we dialled, open
@@ -493,6 +496,7 @@ class Runtime(PeerTable):
             if lsock is not None:
                 self.loop.remove_reader(lsock.fileno())
                 lsock.close()
+        self.relay.close()
         for conn in self.all_connections():
             conn.flush_and_close()
         if self._owns_transport:
@@ -516,7 +520,11 @@ class Runtime(PeerTable):
 
     # -- accepting and hello ------------------------------------------------
 
-    def _on_accept(self, lsock: socket.socket, tcp: bool) -> None:
+    def _on_accept(
+        self, lsock: socket.socket, tcp: bool, on_frame: Callable[..., None] | None = None
+    ) -> None:
+        """Accept what waits on ``lsock``; ``on_frame``: who reads the frames of these
+        connections (default: the runtime; a gateway's relay port: the relay)."""
         for _ in range(256):  # then let the loop serve the others
             try:
                 s, _ = lsock.accept()
@@ -524,7 +532,7 @@ class Runtime(PeerTable):
                 return
             except OSError as e:
                 if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._pause_accepting(lsock, tcp, e)
+                    self._pause_accepting(lsock, tcp, e, on_frame)
                     return
                 continue  # e.g. ECONNABORTED: that one connection is gone
             self._accept_backoff = 0.0
@@ -535,7 +543,7 @@ class Runtime(PeerTable):
                 conn = Connection(
                     s,
                     self.loop,
-                    self._dispatch,
+                    self._dispatch if on_frame is None else on_frame,
                     self._on_conn_closed,
                     on_authenticated=self._on_authenticated,
                     handshake=hs,
@@ -570,7 +578,9 @@ class Runtime(PeerTable):
     def _on_authenticated(self, conn: Connection) -> None:
         self._handshaking.pop(conn, None)
 
-    def _pause_accepting(self, lsock: socket.socket, tcp: bool, e: OSError) -> None:
+    def _pause_accepting(
+        self, lsock: socket.socket, tcp: bool, e: OSError, on_frame: Callable[..., None] | None
+    ) -> None:
         """Out of descriptors: stop accepting for a while instead of spinning on the error."""
         self._accept_backoff = min(
             ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF, 2 * self._accept_backoff)
@@ -580,7 +590,7 @@ class Runtime(PeerTable):
 
         def resume() -> None:
             if not self.closed and lsock.fileno() >= 0:
-                self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, tcp)
+                self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, tcp, on_frame)
 
         self.loop.call_later(self._accept_backoff, resume)
 
@@ -765,7 +775,10 @@ class Runtime(PeerTable):
         self._handshaking.pop(conn, None)
         alias = self._aliases.pop(conn, None)
         proc = conn.peer
-        if proc is None or self.closed:
+        if proc is None:
+            self.relay.closed(conn, exc)  # a gateway connection, or one relayed through it
+            return
+        if self.closed:
             return
         lost: list[str] = []
         failed: list[str] = []
@@ -903,32 +916,83 @@ class Runtime(PeerTable):
             or peer.pending
         ):
             return
-        s = None
         try:
             entry = choose(peer.proc.addr, self.host, self._network)
             if entry.startswith("inproc:"):
                 self._connect_inproc(peer, entry[len("inproc:") :])
                 return
-            s = connect_socket(entry)
-            tcp = entry.startswith("tcp://")
-            hs = Handshake(self._secret, "client") if tcp and self._secret is not None else None
+            if self.relay.via is not None and not entry.startswith("unix:"):
+                self.relay.dial(peer)  # an attached client reaches other hosts through it
+                return
+            route = entry.startswith("via:")  # a peer reached through a gateway's relay port
+            conn = self.dial(entry[len("via:") :] if route else entry, self._dispatch)
+        except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
+            self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
+            return
+        self._allow_direct(conn)
+        if route:
+            try:  # before HELLO: whom the gateway is to relay this connection to
+                conn.send(encode_frame(wire(Route(peer.proc))))
+            except Exception:  # closed at once: the HELLO below reports it
+                log.debug("a ROUTE to %s could not be sent", peer.proc.name, exc_info=True)
+        self._dialing(peer, conn, self.offload.hello_extra())
+
+    def dial(self, entry: str, on_frame: Callable[[Connection, Frame], None]) -> Connection:
+        """A connection to address entry ``entry`` (``unix:`` or ``tcp://``; I/O thread)
+        whose frames go to ``on_frame``; authenticated with the job secret over TCP.
+        Raises ``OSError`` (refused, no route) or what TLS set-up raises."""
+        s = connect_socket(entry)
+        tcp = entry.startswith("tcp://")
+        hs = Handshake(self._secret, "client") if tcp and self._secret is not None else None
+        try:
             conn = Connection(
                 s,
                 self.loop,
-                self._dispatch,
+                on_frame,
                 self._on_conn_closed,
                 handshake=hs,
                 tls=tls.client_context() if tcp else None,
                 batching=self._batching,
             )
-        except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
-            if s is not None:
-                s.close()
-            self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
-            return
+        except BaseException:
+            s.close()
+            raise
         conn.tcp = tcp
-        self._allow_direct(conn)
-        self._dialing(peer, conn, self.offload.hello_extra())
+        self._dialled.add(conn)
+        return conn
+
+    # -- relaying (relay.py) ------------------------------------------------------
+
+    def advertise_via(self, entry: str) -> None:
+        """Be reached through a gateway's relay port (``via:tcp://...``) instead of TCP:
+        an attached client, and the procs it spawns on its host. Call before the
+        address travels (it changes ``proc_id``)."""
+        self.proc_id = ProcId(self.proc_id.name, join(self._unix, entry, f"host:{self.host}"))
+
+    def accept_relayed(self, conn: Any) -> None:
+        """A relayed connection a proc dialled to us through the gateway (I/O thread)."""
+        conn.bind(self._dispatch, self._on_conn_closed)
+        self._accepted.add(conn)
+
+    def open_relay_port(
+        self, on_frame: Callable[[Connection, Frame], None]
+    ) -> tuple[socket.socket, str]:
+        """Listen on another TCP port of the interface of ``listen_tcp`` whose
+        connections' frames go to ``on_frame`` (a gateway's relay port; I/O thread).
+        Returns the socket and its advertised ``tcp://`` address."""
+        if self._tcp_listener is None or self.tcp_advertise is None:
+            raise OSError("this proc does not listen on TCP")
+        bound = self._tcp_listener.getsockname()[0]
+        lsock = listen(f"tcp://{'[' + bound + ']' if ':' in bound else bound}:0")
+        self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True, on_frame)
+        adv = self.tcp_advertise
+        return lsock, f"tcp://{'[' + adv + ']' if ':' in adv else adv}:{lsock.getsockname()[1]}"
+
+    def close_relay_port(self, lsock: socket.socket) -> None:
+        """Stop listening on a relay port (I/O thread); its connections stay."""
+        if lsock.fileno() >= 0:
+            self.loop.remove_reader(lsock.fileno())
+            lsock.close()
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:
         conn: Any = self._network.connect(
