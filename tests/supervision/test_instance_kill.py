@@ -75,3 +75,32 @@ def test_set_system_is_reported_by_stats(spawn_procs) -> None:
     assert proc.snapshot is not None
     flags = {a["name"]: a["is_system"] for a in proc.snapshot["actors"]}
     assert flags == {"infra": True, "user": False}
+
+
+class Spawner(Actor):
+    @endpoint
+    def children(self) -> list[str]:
+        """Spawn actors on this proc, then list ``_children`` before, during and after."""
+        inst = context().actor_instance
+        before = inst._children
+        here = inst.proc.spawn("child_pings", Killable)
+        during = [type(c).__name__ for c in inst._children or []]
+        here.stop().get(timeout=TIMEOUT)
+        return [repr(before), *during, repr(inst._children)]
+
+
+def test_children_lists_the_meshes_an_instance_spawned_until_they_stop(spawn_procs) -> None:
+    client = context().actor_instance
+    before = {id(c) for c in client._children or []}
+    procs = spawn_procs(gpus=1)
+    actors = procs.spawn("child_actor", Killable)
+    new = [c for c in client._children or [] if id(c) not in before]
+    assert procs in new and actors in new
+    client._children = [c for c in client._children or [] if id(c) in before] or None
+    with pytest.raises(ValueError, match="not meshes"):
+        client._children = [object()]
+    procs.stop().get(timeout=TIMEOUT)
+    assert not [c for c in client._children or [] if id(c) not in before]
+    # an actor's own children
+    inside = spawn_procs(gpus=1).spawn("spawner", Spawner)
+    assert inside.children.call_one().get(timeout=TIMEOUT) == ["None", "ActorMesh", "None"]

@@ -34,6 +34,8 @@ _CC_ID = "controller_controller"
 
 
 class _ControllerController(Actor):
+    _danaus_internal = True  # not one of the client's children (``Instance._children``)
+
     def __init__(self) -> None:
         self.meshes: dict[str, Any] = {}
         self.failures: dict[str, str] = {}

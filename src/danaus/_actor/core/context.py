@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..._mesh import Extent, Point
 from ..._runtime.hosting import host
 from ..._wire.ids import ActorId, ProcId
+from . import owned
 from .failing import Aborted
 
 if TYPE_CHECKING:
@@ -96,6 +97,26 @@ class Instance:
             raise RuntimeError("kill() on an instance can only be called by an actor")
         why = reason if reason is not None else "kill() was called"
         self._cell.fail(f"actor {self._cell._label()} was killed: {why}", "")
+
+    @property
+    def _children(self) -> list[Any] | None:
+        """The proc meshes and actor meshes this instance spawned and has not stopped
+        (``None`` when there are none), as Monarch's ``Instance._children``, which its
+        test helpers read to stop what a test left running."""
+        actors, procs = owned.owned_by(self.actor_id)
+        shown = (m.mesh for m in actors if not getattr(m.ref.cls, "_danaus_internal", False))
+        children = [*procs, *shown]
+        return children or None
+
+    @_children.setter
+    def _children(self, keep: list[Any] | None) -> None:
+        """Monarch's helpers write back the children they did not stop. A danaus mesh
+        leaves this list by itself when it stops, so there is nothing to record; a
+        value that is not a list of this instance's children is a ``ValueError``."""
+        mine = {id(c) for c in self._children or []}
+        stray = [c for c in keep or [] if id(c) not in mine]
+        if stray:
+            raise ValueError(f"{stray!r} are not meshes {self} spawned and has not stopped")
 
     # Monarch's flag for infrastructure actors; introspection (stats) reports it.
     is_system = False
