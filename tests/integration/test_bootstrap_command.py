@@ -28,6 +28,7 @@ from danaus.actor import (
     endpoint,
     this_host,
 )
+from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT
 
@@ -171,6 +172,30 @@ def test_a_shell_script_that_sets_variables_then_execs_the_proc(spawned, tmp_pat
     mesh = spawned(per_host={"gpus": 1}, bootstrap_command=cmd).spawn("env", Env)
     pid, _ = mesh.pids.call_one().get(timeout=REPLY_TIMEOUT)
     assert mesh.get.call_one("DANAUS_TEST_WRAPPER_PID").get(timeout=REPLY_TIMEOUT) == str(pid)
+
+
+def test_a_wrapper_that_keeps_the_boot_fd_reads_nothing_once_the_proc_is_up(  # type: ignore[no-untyped-def]
+    spawned, tmp_path: Path
+) -> None:
+    """The boot record holds the job's secret: a wrapper that runs the proc as a child
+    (rather than exec) still holds the file, which the proc empties once it has read it."""
+    seen = tmp_path / "seen"
+    script = _script(
+        tmp_path,
+        "keep.sh",
+        "#!/bin/sh\n"
+        '"$@" &\n'
+        "child=$!\n"
+        f'while [ -s "/proc/self/fd/$DANAUS_BOOT_FD" ]; do sleep 0.05; done\n'
+        f'wc -c < "/proc/self/fd/$DANAUS_BOOT_FD" > {seen}.tmp && mv {seen}.tmp {seen}\n'
+        'wait "$child"\n',
+    )
+    base = default_bootstrap_cmd()
+    cmd = BootstrapCommand(script, None, [base.program, *base.args], base.env)
+    mesh = spawned(per_host={"gpus": 1}, bootstrap_command=cmd).spawn("env", Env)
+    assert mesh.get.call_one("DANAUS_BOOT_FD").get(timeout=REPLY_TIMEOUT) is None
+    assert wait_until(seen.exists, REPLY_TIMEOUT), "the wrapper still reads the boot record"
+    assert seen.read_text().strip() == "0"
 
 
 def test_a_callable_gives_each_proc_its_own_command(spawned) -> None:  # type: ignore[no-untyped-def]

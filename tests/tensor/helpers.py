@@ -170,3 +170,7 @@ def broadcast_from(
     y = x.clone()
     dist.broadcast(y, src=src, group=pg, group_src=group_src)
     return y
+
+
+def fails_with(tag: str) -> None:
+    raise ValueError(f"failed on purpose: {tag}")

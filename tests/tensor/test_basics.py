@@ -26,6 +26,24 @@ def test_each_shard_holds_its_own_value_computed_from_its_rank(mesh: ProcMesh) -
         assert torch.equal(danaus.inspect(z, host=h, gpu=g), ly @ ly.T)
 
 
+def test_a_mesh_device_goes_to_factories_without_one_under_the_mesh_only(mesh: ProcMesh) -> None:
+    """The rule that puts shards on the GPU of a CUDA mesh, checked on CPU with the meta
+    device standing in for the GPU (the GPU machine runs the real thing)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from danaus._tensor.active import _DefaultDevice
+
+    with mesh.activate(), _DefaultDevice(torch.device("meta")):
+        given = torch.zeros(2)  # no device: the mesh's
+        kept = torch.zeros(2, device="cpu")  # an explicit one is kept
+        params = torch.nn.Linear(2, 2).weight  # a module's parameters, made by factories
+        with _disable_current_modes():  # local torch (what ``propagate`` runs under)
+            local = torch.zeros(2)
+    assert isinstance(given, danaus.Tensor) and given.device.type == "meta"
+    assert kept.device.type == "cpu" and params.device.type == "meta"
+    assert not isinstance(local, danaus.Tensor) and local.device.type == "cpu"
+
+
 def test_factories_methods_and_dtypes_match_local_torch(mesh: ProcMesh) -> None:
     with mesh.activate():
         a = torch.ones(3, 4, dtype=torch.float64)

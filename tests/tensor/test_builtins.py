@@ -152,3 +152,23 @@ def test_the_cuda_functions_run_on_every_proc(mesh: ProcMesh) -> None:
         states = get_rng_state_all_cuda_remote.call().get(timeout=REPLY_TIMEOUT)
     n = torch.cuda.device_count()  # the procs run on this host
     assert [len(s) for s in states.values()] == [n] * 4
+
+
+def test_a_remote_call_without_results_that_fails_says_so_in_each_procs_output(
+    mesh: ProcMesh,
+) -> None:
+    """``broadcast`` and ``propagate="inspect"`` leave no tensor to carry an error: the
+    proc prints it (its output reaches the client), rather than dropping it."""
+    from . import helpers
+
+    tag = uuid.uuid4().hex
+    fails_quietly = danaus.remote(helpers.fails_with, propagate="inspect")
+    with mesh.activate():
+        assert fails_quietly(tag) is None
+        danaus.remote(helpers.fails_with).broadcast(tag + "-broadcast")
+        done = torch.zeros(())
+    for h, g in COORDS:
+        danaus.inspect(done, host=h, gpu=g)
+    lines = [line for line in _records_with(tag, mesh) if "has no result to carry" in line]
+    assert len(lines) == 8, lines  # both calls, on each of the 4 procs
+    assert all(f"ValueError: failed on purpose: {tag}" in line for line in lines), lines

@@ -184,6 +184,26 @@ def test_grad_function_runs_its_own_backward() -> None:
     assert torch.allclose(gx, ex) and torch.allclose(gy, ey)
 
 
+def test_grad_function_leaves_shared_closure_cells_and_takes_keywords() -> None:
+    def make(scale: torch.Tensor) -> Any:
+        @grad_function
+        def scaled(x: torch.Tensor, *, shift: float = 0.0) -> Any:
+            def backward(g: torch.Tensor) -> torch.Tensor:
+                return g * scale  # ``scale`` is a cell shared with ``scaled`` itself
+
+            return x * scale + shift, backward
+
+        return scaled
+
+    f = make(torch.tensor(2.0))
+    x = torch.rand(3, requires_grad=True)
+    for _ in range(2):  # the second call still sees ``scale``
+        out = f(x, shift=1.0)
+        assert torch.allclose(out, x * 2 + 1)
+        (gx,) = torch.autograd.grad(out.sum(), x)
+        assert torch.allclose(gx, torch.full((3,), 2.0))
+
+
 def test_grad_function_checks_what_the_function_returns() -> None:
     with pytest.raises(TypeError, match=r"must return \(result, backward_function\)"):
         grad_function(lambda x: x * 2)(torch.ones(2, requires_grad=True))

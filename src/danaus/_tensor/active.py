@@ -104,7 +104,12 @@ class _DefaultDevice(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func in _FACTORIES and kwargs.get("device") is None and active_mesh() is not None:
+        if (
+            func in _FACTORIES
+            and kwargs.get("device") is None
+            and active_mesh() is not None
+            and _thread_mode() is not None  # not local torch: propagate, our own meta work
+        ):
             kwargs["device"] = self.device
         return func(*args, **kwargs)
 

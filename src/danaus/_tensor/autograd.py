@@ -233,20 +233,23 @@ class GradGenerator:
             yield unflatten(list(reversed([next(gi) for _ in range(n)])))
 
 
-def _rebuild(fn: Any, values: list[Any]) -> Any:
-    """``fn`` again, its closure's cells holding ``values``."""
+def _rebuild(parts: tuple[Any, ...], values: list[Any]) -> Any:
+    """The function of ``parts`` (code, globals, name, defaults), its closure holding ``values``."""
     closure = tuple(CellType(v) for v in values)
-    return FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, closure)
+    code, glob, name, defaults = parts
+    return FunctionType(code, glob, name, defaults, closure)
 
 
 class GradFunction(torch.autograd.Function):
     """The autograd function behind :func:`grad_function`.
 
     ``forward(ctx, fn, *args)`` runs ``fn(*args)``, which returns ``(result,
-    backward)``; the tensors ``backward``'s closure holds are saved for the
-    backward pass (and its closure cells emptied, so nothing else keeps them
-    alive), and ``backward(*grads)`` is called with the result's gradients. It
-    returns one gradient per argument of ``fn`` (a tuple for several).
+    backward)``; the values ``backward``'s closure holds are kept (its tensors
+    saved as autograd saves tensors) and ``backward`` itself is dropped, so
+    only autograd keeps them alive; ``backward(*grads)``, rebuilt over them, is
+    called with the result's gradients. It returns one gradient per argument of
+    ``fn`` (a tuple for several). The closure's cells are left as they are:
+    one may be shared with ``fn`` or an enclosing function.
     """
 
     @staticmethod
@@ -263,7 +266,12 @@ class GradFunction(torch.autograd.Function):
                 f"a grad_function's backward must be a plain function (a def or lambda), "
                 f"got {backward!r}"
             )
-        ctx.backward_continuation = backward
+        ctx.backward_parts = (
+            backward.__code__,
+            backward.__globals__,
+            backward.__name__,
+            backward.__defaults__,
+        )
         values: list[Any] = []
         for cell in backward.__closure__ or ():
             try:
@@ -273,14 +281,13 @@ class GradFunction(torch.autograd.Function):
                     f"the backward function {backward.__qualname__} refers to a variable "
                     "that has no value yet"
                 ) from None
-            cell.cell_contents = None
         tensors, ctx.unflatten = _split(values)
         ctx.save_for_backward(*tensors)
         return result
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
-        fn = _rebuild(ctx.backward_continuation, ctx.unflatten(list(ctx.saved_tensors)))
+        fn = _rebuild(ctx.backward_parts, ctx.unflatten(list(ctx.saved_tensors)))
         out = fn(*grads)
         return (None, *out) if isinstance(out, tuple) else (None, out)
 
@@ -291,8 +298,8 @@ def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     ``fn(*args)`` returns ``(result, backward)``; ``backward(*grads_of_result)``
     returns the gradient of each tensor argument (a tuple when there are
     several, ``None`` for one that needs none). The tensors ``backward`` refers
-    to are saved as autograd saves tensors; its closure is emptied after the
-    forward pass, so write ``backward`` as a function local to ``fn``::
+    to are saved as autograd saves tensors. Keyword arguments are passed to
+    ``fn`` as they are; tensors that need gradients go positionally::
 
         @grad_function
         def scaled_square(x):
@@ -302,7 +309,12 @@ def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """
     if not callable(fn):
         raise TypeError(f"grad_function needs a function returning (result, backward), got {fn!r}")
-    return functools.partial(GradFunction.apply, fn)
+
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        # autograd.Function.apply takes no keywords: bind them to fn
+        return GradFunction.apply(functools.partial(fn, **kwargs) if kwargs else fn, *args)
+
+    return functools.wraps(fn)(apply)
 
 
 def gradient_execution_order(

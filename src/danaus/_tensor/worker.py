@@ -16,6 +16,7 @@ import datetime
 import logging
 import os
 import pickle
+import sys
 import threading
 import traceback
 from typing import Any
@@ -335,9 +336,18 @@ class TensorWorker(Actor):
         return tree
 
     def _fail(self, ids: Any, failure: Failure) -> None:
+        kept = False
         for i in ids:
             if i is not None:
                 self.refs[i] = failure
+                kept = True
+        if not kept:  # no result carries it (broadcast, propagate="inspect"): say it here
+            print(
+                f"danaus: {failure.op} failed on rank {failure.rank} and has no result to "
+                f"carry the error: {failure.type_name}: {failure.message}\n{failure.traceback}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _failure(self, op: str, e: BaseException) -> Failure:
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))

@@ -85,8 +85,9 @@ def _boot_file(data: bytes) -> int:
 
 
 def read_boot() -> tuple[str, dict[str, Any]]:
-    """The ``(name, boot)`` that :func:`exec_proc` left for this process; closes the
-    file and removes ``DANAUS_BOOT_FD`` (the proc's own children must not see it).
+    """The ``(name, boot)`` that :func:`exec_proc` left for this process; empties and
+    closes the file and removes ``DANAUS_BOOT_FD`` (the proc's own children must not see
+    it; a wrapper still holding the fd reads nothing).
     Raises ``RuntimeError`` when this process was not started that way."""
     raw = os.environ.pop(BOOT_FD_ENV, None)
     if raw is None or not raw.isdigit():
@@ -106,6 +107,13 @@ def read_boot() -> tuple[str, dict[str, Any]]:
             "bootstrap command must keep that file descriptor open for the proc it runs"
         ) from None
     finally:
+        try:
+            # The record holds the job's secret, and a wrapper that did not exec (a shell,
+            # a profiler) still holds this fd: empty the file for every holder (a memfd is
+            # one file), then close ours.
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
         try:
             os.close(fd)
         except OSError:
