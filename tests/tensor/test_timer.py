@@ -142,7 +142,11 @@ class _FakeEvent:
         assert enable_timing
         self.recorded_on: Any = None
         self.synchronized = False
+        self.done = False  # whether the GPU has run it (``query()``)
         _FakeEvent.made.append(self)
+
+    def query(self) -> bool:
+        return self.done
 
     def record(self, stream: Any) -> None:
         self.recorded_on = stream
@@ -182,6 +186,26 @@ def test_with_cuda_the_time_comes_from_events_read_only_when_asked(
     }
     assert stats["host"]["count"] == 1
     assert len(_FakeEvent.made) == 2  # the CPU section made no events
+
+
+def test_stopping_a_cuda_section_reads_the_earlier_ones_the_gpu_has_run(
+    timer: ExecutionTimer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop that times every step and never asks keeps only the events still running."""
+    _FakeEvent.made = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: object())
+    for _ in range(3):
+        with ExecutionTimer.time("step"):
+            pass
+    ends = _FakeEvent.made[1::2]
+    assert not any(e.synchronized for e in ends)  # none has run: none read
+    ends[0].done = ends[1].done = True
+    with ExecutionTimer.time("step"):
+        pass
+    assert [e.synchronized for e in ends] == [True, True, False]  # read as they ran
+    assert ExecutionTimer.summary()["step"]["count"] == 4
 
 
 def test_danaus_timer_is_monarchs_module() -> None:

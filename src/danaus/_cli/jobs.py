@@ -51,7 +51,7 @@ EXEC_HELP = """\
 Run a command on the procs of the saved job; its output is shown per rank.
 
 The first mesh of the job (or --mesh NAME; with --all and no --mesh, every
-mesh, each line prefixed by the mesh's name) gets --per-host procs on every
+mesh in turn, as Monarch's, each line prefixed by the mesh's name) gets --per-host procs on every
 host (default one per host); each runs CMD with DANAUS_RANK_<DIM> and
 DANAUS_SIZE_<DIM> set for every mesh dimension (DANAUS_RANK_HOSTS,
 DANAUS_RANK_GPUS, ...), DANAUS_RANK/DANAUS_SIZE for the flat rank, and

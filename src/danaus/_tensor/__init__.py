@@ -22,7 +22,8 @@ collective runs on), ``stream`` (``Stream`` and borrows),
 workers), ``coalescing`` (holding a block's ops until it ends), ``actors``
 (tensors as actor endpoint arguments), ``tensor`` (``Tensor`` and dispatch
 of torch ops), ``fetch`` (``fetch_shard``, ``inspect``, ``show``),
-``remote``, ``collectives`` (``reduce``), ``movement`` (``to_mesh``,
+``collectives`` (``reduce``), ``groups`` (``RemoteProcessGroup``),
+``remote``, ``movement`` (``to_mesh``,
 ``slice_mesh``), ``active`` (activations and the dispatch mode), ``rref``
 (``endpoint.rref``), ``autograd`` (``GradientGenerator``, ``grad_function``),
 ``timer`` (``danaus.timer``'s ``ExecutionTimer``), ``api``, which imports them

@@ -58,13 +58,18 @@ class RemoteProcessGroup:
     """The client's handle of a process group over dimensions ``dims`` of a proc mesh.
 
     Made by ``mesh.process_group(dims)``. Pass it to a ``danaus.remote``
-    function (or ``call_on_shard_and_fetch``): on each worker the function
-    receives a ``torch.distributed.ProcessGroup`` of the procs that share its
-    coordinates on every dimension not in ``dims`` (the groups ``reduce(...,
-    dims)`` uses), for ``torch.distributed`` collectives. Group ranks follow
+    function run on every proc (``call_on_shard_and_fetch`` runs on one proc, so
+    it takes only a group of one): on each worker the function receives a
+    ``torch.distributed.ProcessGroup`` of the procs that share its coordinates
+    on every dimension not in ``dims`` (the groups ``reduce(..., dims)`` uses),
+    for ``torch.distributed`` collectives. It is gloo on CPU workers, NCCL on
+    CUDA workers with a GPU each, and gloo where members share a GPU (gloo
+    takes CUDA tensors for all-reduce and broadcast only). Group ranks follow
     the mesh's row-major order; ``src``/``dst`` arguments taking global ranks
-    take the procs' ranks in the spawned mesh. It does nothing on the client:
-    its collectives raise ``AttributeError`` there.
+    take the procs' ranks in the spawned mesh; there is no default group, so
+    use ``pg.rank()``/``pg.size()`` (``dist.get_rank(pg)`` and
+    ``dist.get_backend(pg)`` raise). It does nothing on the client: its
+    collectives raise ``AttributeError`` there.
     """
 
     def __init__(self, dims: str | Sequence[str], mesh: ProcMesh) -> None:

@@ -196,13 +196,19 @@ class Relay:
         self.rt.call_soon(start)
         if not done.wait(timeout):
 
-            def give_up() -> None:
+            def give_up() -> None:  # on the I/O thread, so it cannot cross GATEWAY_OK
+                attaching = self._attaching
+                if outcome or attaching is None or attaching[1] is not outcome:
+                    return  # answered meanwhile
+                self._attaching = None
+                outcome.append(f"the worker did not answer within {timeout:g} s")
                 for conn in conns:
                     conn.fail_now(f"no answer within {timeout:g} s")
+                done.set()
 
             self.rt.call_soon(give_up)
-            done.wait(timeout)
-            outcome.append(f"the worker did not answer within {timeout:g} s")
+            if not done.wait(timeout):  # the I/O thread itself is stuck
+                outcome.append(f"the worker did not answer within {timeout:g} s")
         if outcome and outcome[0] is not None:
             raise RuntimeError(
                 f"attach({addr!r}) failed: {outcome[0]}. Check that `danaus worker` runs "
@@ -255,7 +261,7 @@ class Relay:
                 f"but client {proc.name} speaks version {version}: run the same danaus "
                 "release on every host"
             )
-        elif not conn.tcp or rt.tcp_advertise is None or conn in self.sides:
+        elif not conn.tcp or rt.tcp_advertise is None or conn in self.sides or conn.peer:
             reason = f"proc {rt.proc_id.name} is not a worker listening on TCP: no gateway"
         if reason is not None:
             conn.send(encode_frame(wire(Refused(reason))))
