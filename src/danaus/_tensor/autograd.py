@@ -312,7 +312,8 @@ def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def apply(*args: Any, **kwargs: Any) -> Any:
         # autograd.Function.apply takes no keywords: bind them to fn
-        return GradFunction.apply(functools.partial(fn, **kwargs) if kwargs else fn, *args)
+        bound = functools.partial(fn, **kwargs) if kwargs else fn
+        return GradFunction.apply(bound, *args)  # type: ignore[no-untyped-call]
 
     return functools.wraps(fn)(apply)
 

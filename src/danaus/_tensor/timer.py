@@ -162,7 +162,7 @@ class ExecutionTimer:
                     first -= 1
                 for i in range(first, len(times)):
                     t = times[i]
-                    if not (isinstance(t, _CudaSection) and t.end.query()):
+                    if not isinstance(t, _CudaSection) or not t.end.query():  # type: ignore[no-untyped-call]
                         break
                     times[i] = t.elapsed_ms()
                 times.append(mark)
