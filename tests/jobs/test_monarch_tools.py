@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import danaus.config as danaus_config
 from danaus.actor import this_host, this_proc
 from danaus.job import (
     DEFAULT_JOB_PATH,
@@ -253,6 +256,85 @@ def test_port_forwarder_relays_connections_until_stopped() -> None:
         server.close()
         procs.stop().get(timeout=60)
         other.stop().get(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_port_forwarder_holds_a_fast_client_back_cuts_resets_and_stops_at_once() -> None:
+    """Monarch's port-forward behaviours: flow control (a service that reads slowly gets
+    every byte, in order), a client's reset cuts the service's side, procs share one
+    source address, and stopping does not wait for a connection whose service never
+    reads. Stops are bounded by 60 s in the procs, so a stop that waited for the stuck
+    connection would exceed the 30 s this test allows it."""
+    payload = bytes(range(256)) * (16 * 4096)  # 16 MiB
+    slow = socket.create_server(("127.0.0.1", 0))
+    streaming = socket.create_server(("127.0.0.1", 0))
+    never = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+    cut = threading.Event()
+    held: list[socket.socket] = []
+
+    def read_slowly() -> None:
+        conn, _ = slow.accept()
+        with conn:
+            chunks = []
+            while data := conn.recv(4096):
+                chunks.append(data)
+            got.append(b"".join(chunks))
+            conn.sendall(b"done")
+
+    def stream_until_cut() -> None:
+        conn, _ = streaming.accept()
+        with conn:
+            try:
+                while True:
+                    conn.sendall(b"x" * 65536)
+            except OSError:
+                cut.set()
+
+    def accept_and_never_read() -> None:
+        conn, _ = never.accept()
+        held.append(conn)
+
+    for fn in (read_slowly, stream_until_cut, accept_and_never_read):
+        threading.Thread(target=fn, daemon=True).start()
+    with danaus_config.configured(stop_proc_timeout="60s"):
+        procs = this_host().spawn_procs(per_host={"procs": 2})
+        forwarder = this_proc().spawn("fwd_flow", PortForwarder)
+        try:
+            ports = [_free_port() for _ in range(3)]
+            for service, port in zip((slow, streaming, never), ports, strict=True):
+                forwarder.forward.call_one(
+                    procs, service.getsockname()[1], procs, f"127.0.0.1:{port}"
+                ).get(timeout=60)  # both procs listen on the one address
+
+            with socket.create_connection(("127.0.0.1", ports[0]), timeout=60) as conn:
+                conn.sendall(payload)
+                conn.shutdown(socket.SHUT_WR)
+                assert conn.recv(16) == b"done"
+            assert got == [payload]
+
+            client = socket.create_connection(("127.0.0.1", ports[1]), timeout=60)
+            assert client.recv(65536)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # a reset, not a clean close
+            assert cut.wait(30), "the service never saw the client's reset"
+
+            stuck = socket.create_connection(("127.0.0.1", ports[2]), timeout=60)
+            stuck.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:  # fill every buffer on the way: the service reads nothing
+                    stuck.send(b"y" * 65536)
+            forwarder.stop().get(timeout=30)
+            stuck.close()
+        finally:
+            for sock in (slow, streaming, never, *held):
+                sock.close()
+            procs.stop().get(timeout=90)
 
 
 def test_tools_commands_treat_a_saved_job_as_a_server(

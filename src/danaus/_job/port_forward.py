@@ -4,7 +4,12 @@ For every point of the source mesh, its proc listens on ``src_address`` and each
 connection accepted there is relayed to ``127.0.0.1:dst_port`` on the
 destination proc at the same point. The bytes travel in ordinary actor
 messages (authenticated like all of the mesh's traffic): source to destination
-as ``data``/``eof`` messages in order, back on a ``Port`` per connection.
+as ``data``/``eof`` messages in order, back on a ``Port`` per connection, which
+also carries the destination's acks of what it wrote: a source reads its client
+only while less than a window of bytes is unwritten (flow control, so a service
+that reads slowly holds the client back rather than filling memory). A client
+that resets its connection cuts the destination's side at once. Source procs
+may share one address (``SO_REUSEPORT``).
 Stopping the ``PortForwarder`` stops every forward it started (listeners closed,
 connections cut).
 """
@@ -12,6 +17,7 @@ connections cut).
 from __future__ import annotations
 
 import contextlib
+import queue
 import secrets
 import socket
 import threading
@@ -57,12 +63,63 @@ def _close(sock: socket.socket) -> None:
         sock.close()
 
 
+# Bytes a source may have sent on one connection that its destination has not yet
+# written to the service: past this the source stops reading its client until acks come.
+_WINDOW = 4 * 1024 * 1024
+_EOF = b""  # on a destination's queue: shut the service's side for writing
+
+
+class _Out:
+    """One forwarded connection at its destination: the service's socket, and a writer
+    thread that writes the data messages to it in order and acks each chunk written."""
+
+    def __init__(self, sock: socket.socket, back: Port[tuple[str, Any]]) -> None:
+        self.sock = sock
+        self.back = back
+        self.queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        threading.Thread(target=self._write, name="danaus-forward-out", daemon=True).start()
+        threading.Thread(target=self._pump, name="danaus-forward-back", daemon=True).start()
+
+    def _write(self) -> None:
+        while (data := self.queue.get()) is not None:
+            try:
+                if not data:  # _EOF
+                    self.sock.shutdown(socket.SHUT_WR)
+                else:
+                    self.sock.sendall(data)
+                    self.back.send(("ack", len(data)))
+            except OSError:
+                self.close()  # the service went away: the pump tells the source
+                return
+
+    def _pump(self) -> None:
+        try:
+            while data := self.sock.recv(_READ):
+                self.back.send(("data", data))
+            self.back.send(("eof", b""))
+        except OSError:
+            self.back.send(("abort", b""))
+
+    def close(self) -> None:
+        """Cut the connection at once: a write or read blocked on it ends too."""
+        self.queue.put(None)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        _close(self.sock)
+
+
 class _Destination(Actor):
-    """Connects to the destination service for each forwarded connection."""
+    """Connects to the destination service for each forwarded connection.
+
+    Its endpoints never wait on the service: data goes to the connection's writer
+    thread, which acks what it has written, so the source holds back (a window of
+    ``_WINDOW`` bytes) instead of this actor, and ``close`` or a stop cuts a
+    connection whose service does not read at once.
+    """
 
     def __init__(self) -> None:
         self._port: int | None = None
-        self._conns: dict[str, socket.socket] = {}
+        self._conns: dict[str, _Out] = {}
         self._lock = threading.Lock()
 
     @endpoint
@@ -70,50 +127,37 @@ class _Destination(Actor):
         self._port = _check_port("dst_port", _at_point(dst_port))
 
     @endpoint
-    def open(self, conn: str, back: Port[tuple[str, bytes]]) -> None:
+    def open(self, conn: str, back: Port[tuple[str, Any]]) -> None:
         if self._port is None:
             raise RuntimeError("port forward destination is not configured")
         sock = socket.create_connection((_HOST, self._port))
         with self._lock:
-            self._conns[conn] = sock
-        threading.Thread(
-            target=self._pump, args=(conn, sock, back), name="danaus-forward-back", daemon=True
-        ).start()
-
-    def _pump(self, conn: str, sock: socket.socket, back: Port[tuple[str, bytes]]) -> None:
-        try:
-            while data := sock.recv(_READ):
-                back.send(("data", data))
-            back.send(("eof", b""))
-        except OSError:
-            back.send(("abort", b""))
+            self._conns[conn] = _Out(sock, back)
 
     @endpoint
     def data(self, conn: str, data: bytes) -> None:
-        sock = self._conns.get(conn)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.sendall(data)
+        out = self._conns.get(conn)
+        if out is not None and data:
+            out.queue.put(data)
 
     @endpoint
     def eof(self, conn: str) -> None:
-        sock = self._conns.get(conn)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_WR)
+        out = self._conns.get(conn)
+        if out is not None:
+            out.queue.put(_EOF)
 
     @endpoint
     def close(self, conn: str) -> None:
         with self._lock:
-            sock = self._conns.pop(conn, None)
-        if sock is not None:
-            _close(sock)
+            out = self._conns.pop(conn, None)
+        if out is not None:
+            out.close()
 
     def __cleanup__(self, exc: Any) -> None:
         with self._lock:
             conns, self._conns = list(self._conns.values()), {}
-        for sock in conns:
-            _close(sock)
+        for out in conns:
+            out.close()
 
 
 class _Source(Actor):
@@ -132,6 +176,8 @@ class _Source(Actor):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         server = socket.socket(family, socket.SOCK_STREAM)
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if hasattr(socket, "SO_REUSEPORT"):  # several source procs may share one address
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             server.bind((host, port))
             server.listen()
@@ -157,7 +203,7 @@ class _Source(Actor):
 
     def _relay(self, sock: socket.socket) -> None:
         conn = secrets.token_hex(8)
-        back, receiver = Channel[tuple[str, bytes]].open()
+        back, receiver = Channel[tuple[str, Any]].open()
         dest = self._dest
         receiver._watch(dest._ref.procs[dest._shape.ranks()[0]])  # a lost destination ends it
         try:
@@ -165,6 +211,8 @@ class _Source(Actor):
         except Exception:
             self._drop(sock)
             return
+        window = threading.Condition()
+        state = {"unacked": 0, "over": False}  # bytes sent, not yet written; backward ended
 
         def backward() -> None:
             while True:
@@ -172,25 +220,43 @@ class _Source(Actor):
                     kind, data = receiver.recv().get()
                 except Exception:
                     kind, data = "abort", b""
+                if kind == "ack":
+                    with window:
+                        state["unacked"] -= data
+                        window.notify_all()
+                    continue
                 if kind == "data":
-                    with contextlib.suppress(OSError):
+                    try:
                         sock.sendall(data)
+                    except OSError:  # the client went away: cut the destination's side
+                        self._dest.close.broadcast(conn)
+                        self._drop(sock)
                     continue
                 if kind == "eof":
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_WR)
                 else:
                     self._drop(sock)
+                with window:
+                    state["over"] = True
+                    window.notify_all()
                 return
 
         back_thread = threading.Thread(target=backward, name="danaus-forward-in", daemon=True)
         back_thread.start()
         try:
             while data := sock.recv(_READ):
+                with window:  # hold back while the destination's service is behind
+                    window.wait_for(lambda: state["unacked"] < _WINDOW or state["over"])
+                    if state["over"]:
+                        break
+                    state["unacked"] += len(data)
                 self._dest.data.broadcast(conn, data)
-            self._dest.eof.broadcast(conn)
-        except OSError:
-            pass
+            else:
+                self._dest.eof.broadcast(conn)
+        except OSError:  # the client reset the connection: cut the destination's side now
+            self._dest.close.broadcast(conn)
+            self._drop(sock)
         back_thread.join()
         self._dest.close.broadcast(conn)
         receiver.close()
