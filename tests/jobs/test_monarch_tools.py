@@ -366,3 +366,71 @@ def test_network_lookups_follow_monarchs_address_families() -> None:
     assert get_sockaddr("127.0.0.1", 8080) == "127.0.0.1:8080"
     with pytest.raises(RuntimeError, match="Unable to resolve"):
         get_ipaddr("127.0.0.1", 80, AddrType.IPv6)
+
+
+def test_the_tools_cli_parses_as_monarchs_and_runs_through_its_module_functions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from danaus.tools import cli
+
+    parser = cli.get_parser()
+    assert parser.parse_args(["apply", "jobs.mast"]).module_path == "jobs.mast"
+    args = parser.parse_args(["exec", "--per-host", "gpu=4", "nvidia-smi"])
+    assert (args.run_all, args.per_host, args.cmd) == (False, "gpu=4", ["nvidia-smi"])
+    for argv in (["--all", "--mesh", "w"], ["--mesh", "w", "--all"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["exec", *argv, "echo"])
+    calls: list[dict[str, object]] = []
+    monkeypatch.setattr(cli, "shell_on_job", lambda **kw: calls.append(kw) or 3)
+    args = parser.parse_args(["shell", "--mesh", "w", "--point", "host=2", "-e", "A=b"])
+    with pytest.raises(SystemExit) as exited:
+        args.func(args)
+    assert exited.value.code == 3  # the shell's exit code, as Monarch's
+    assert calls == [
+        {"mesh_name": "w", "point_str": "host=2", "env": ["A=b"], "workdir": None, "kill": False}
+    ]
+
+
+def test_skill_md_names_only_options_the_command_has() -> None:
+    """The CLI summary shipped in the package (Monarch's tools/SKILL.md) stays true."""
+    import importlib.resources
+    import re
+
+    from danaus.tools import cli
+
+    text = importlib.resources.files("danaus.tools").joinpath("SKILL.md").read_text()
+    assert "Job reuse:" in text and "--per-host" in text
+    parser = cli.get_parser()
+    subparsers = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    section = None
+    for line in text.splitlines():
+        m = re.match(r"(\w+) options:", line)
+        if m:
+            section = subparsers[m.group(1)]
+            continue
+        m = re.match(r"\s+(--[\w-]+|-\w)\b", line)
+        if section is not None and m:
+            assert m.group(1) in section._option_string_actions, (section.prog, m.group(1))
+    for command in re.findall(r"^\s+danaus (\w+)", text, flags=re.M):
+        assert command in subparsers, command
+
+
+def test_monarch_home_defaults_and_config_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from danaus.tools.config import defaults
+    from danaus.tools.utils import MONARCH_HOME
+
+    monkeypatch.delenv("DANAUS_HOME", raising=False)
+    monkeypatch.setenv("MONARCH_HOME", str(tmp_path / "m"))
+    assert MONARCH_HOME("conda-pack") == tmp_path / "m" / "conda-pack"
+    monkeypatch.setenv("DANAUS_HOME", str(tmp_path / "d"))  # danaus's own wins
+    assert MONARCH_HOME() == tmp_path / "d"
+    assert defaults.scheduler_factories()["local_cwd"] is ProcessJob
+    with pytest.warns(FutureWarning, match="workspace=None"):
+        assert Config(workspace=None).workspace.dirs == {}
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Config().workspace.dirs == {}  # the default warns nothing

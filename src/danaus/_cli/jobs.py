@@ -101,7 +101,7 @@ def add_job_commands(sub: Any) -> None:
         formatter_class=fmt,
     )  # fmt: skip
     a.add_argument(
-        "job", metavar="JOB", nargs="?",
+        "module_path", metavar="JOB", nargs="?",
         help="FILE.py:NAME or MODULE.NAME of a job object (default: the context's job)",
     )  # fmt: skip
     a.add_argument("--state", help=f"where to save the job {STATE_HELP}")
@@ -116,15 +116,16 @@ def add_job_commands(sub: Any) -> None:
     )  # fmt: skip
     target = e.add_mutually_exclusive_group()
     target.add_argument(
-        "--all", action="store_true", help="every rank of every mesh (with --mesh: of that mesh)"
-    )
+        "--all", dest="run_all", action=_NotWith, nargs=0, default=False, other="mesh",
+        help="every rank of every mesh",
+    )  # fmt: skip
     target.add_argument("--one", action="store_true", help="rank 0 only (the default)")
     target.add_argument(
         "--point", metavar="DIM=I[,DIM=I]", help="the ranks at these coordinates (a slice)"
     )
     e.add_argument(
-        "--mesh", metavar="NAME",
-        help="every rank of this mesh (with --one or --point: those ranks of it)",
+        "--mesh", metavar="NAME", action=_NotWith, other="run_all",
+        help="every rank of this mesh (with --one or --point: those ranks of it); not with --all",
     )  # fmt: skip
     e.add_argument(
         "--per-host", metavar="DIM=N[,DIM=N]", help="procs per host, e.g. gpus=8 (default: 1)"
@@ -158,6 +159,20 @@ def add_job_commands(sub: Any) -> None:
     csub.add_parser("ls", help="list the contexts; '* ' marks the active one")
 
 
+class _NotWith(argparse.Action):
+    """An option that cannot go with option ``other`` (a dest), in either order, as
+    Monarch's ``exec`` refuses ``--all`` with ``--mesh``; a flag when ``nargs=0``."""
+
+    def __init__(self, *args: Any, other: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.other = other
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        if getattr(namespace, self.other, None):
+            parser.error("--all and --mesh cannot go together (--mesh NAME alone: every rank)")
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
 def _add_env_workdir_kill(p: Any, what: str) -> None:
     p.add_argument(
         "-e", "--env", action="append", default=[], metavar="KEY=VALUE",
@@ -175,12 +190,12 @@ def _pairs(text: str, what: str) -> dict[str, int]:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    if args.job is None and args.state is None:
+    if args.module_path is None and args.state is None:
         try:
             current.load_current_job()  # says what to do when the context has no job
         except FileNotFoundError as e:
             raise ValueError(str(e)) from None
-    commands.apply_job(args.job, args.state)
+    commands.apply_job(args.module_path, args.state)
     print("`danaus kill` ends it", flush=True)
     return 0
 
@@ -211,7 +226,7 @@ def _exec(args: argparse.Namespace) -> int:
         args.state or current.current_job_path(),
         cmd,
         # As Monarch's: --mesh alone is every rank of that mesh; with --one or --point, less.
-        target="all" if args.all or (args.mesh and not args.one and not args.point) else "one",
+        target="all" if args.run_all or (args.mesh and not args.one and not args.point) else "one",
         mesh_name=args.mesh,
         point=_pairs(args.point, "--point") if args.point else None,
         per_host=_pairs(args.per_host, "--per-host") if args.per_host else None,

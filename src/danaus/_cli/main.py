@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "run"]
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -95,13 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``danaus`` command with ``argv`` (default: this process's); its exit code."""
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand ``args`` were parsed for; its exit code."""
     from .debug import run_debug
     from .jobs import JOB_COMMANDS, run_job_command
     from .logs import run_logs_command
     from .observe import COMMANDS as OBSERVE_COMMANDS
     from .observe import run_observe_command
 
-    args = build_parser().parse_args(argv)
     if args.command == "worker":
         return _worker(args)
     if args.command in JOB_COMMANDS:

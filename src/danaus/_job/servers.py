@@ -151,13 +151,19 @@ class Config:
 
     scheduler: str = NOT_SET
     scheduler_args: dict[str, Any] = field(default_factory=dict)
-    workspace: Any = None
+    workspace: Any = field(default_factory=lambda: Workspace.null())
     dryrun: bool = False
     appdef: Any = None
     job: Any = None
 
     def __post_init__(self) -> None:
         if self.workspace is None or self.workspace == "":
+            warnings.warn(
+                f"Setting `workspace={self.workspace!r}` is deprecated; use "
+                "Workspace(env=None) (or leave workspace out)",
+                FutureWarning,
+                stacklevel=2,
+            )
             self.workspace = Workspace.null()
         elif isinstance(self.workspace, str):
             warnings.warn(
@@ -220,9 +226,11 @@ def get_sockaddr(hostname: str, port: int) -> str:
 
 
 def home(*subdirs: str) -> pathlib.Path:
-    """danaus's per-user directory (``~/.danaus``, or ``$DANAUS_HOME``), or a subdirectory
-    of it, created (mode 700) if missing. Monarch's is ``MONARCH_HOME`` (``~/.monarch``)."""
-    root = pathlib.Path(os.environ.get("DANAUS_HOME") or pathlib.Path.home() / ".danaus")
+    """danaus's per-user directory (``~/.danaus``, or ``$DANAUS_HOME``, or Monarch's
+    ``$MONARCH_HOME`` when that alone is set), or a subdirectory of it, created (mode
+    700) if missing. Monarch's default is ``~/.monarch``."""
+    chosen = os.environ.get("DANAUS_HOME") or os.environ.get("MONARCH_HOME")
+    root = pathlib.Path(chosen) if chosen else pathlib.Path.home() / ".danaus"
     path = root.joinpath(*subdirs)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path

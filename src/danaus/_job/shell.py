@@ -210,8 +210,8 @@ def shell(
     """
     if host_mesh_singleton.size() != 1:
         raise ValueError(
-            f"shell needs a HostMesh of one host, got {host_mesh_singleton!r}; slice the "
-            "mesh to one host first (mesh.slice(hosts=0))"
+            f"shell needs a singleton HostMesh (one host), got {host_mesh_singleton!r}; "
+            "slice the mesh to one host first (mesh.slice(hosts=0))"
         )
     env = parse_env(env)
     stdin_fd, stdout_fd = sys.stdin.fileno(), sys.stdout.fileno()

@@ -15,8 +15,15 @@ __all__ = ["component_fn", "scheduler_factories"]
 
 
 def scheduler_factories() -> dict[str, Callable[..., Any]]:
-    """The job classes a ``Config.scheduler`` may name, by name."""
-    return {"local": LocalJob, "process": ProcessJob, "ssh": SSHJob, "slurm": SlurmJob}
+    """The job classes a ``Config.scheduler`` may name, by name. ``local_cwd`` (TorchX's
+    scheduler of local processes, Monarch's default) is ``ProcessJob``."""
+    return {
+        "local": LocalJob,
+        "local_cwd": ProcessJob,
+        "process": ProcessJob,
+        "ssh": SSHJob,
+        "slurm": SlurmJob,
+    }
 
 
 def component_fn(scheduler: str) -> Callable[..., Any]:
