@@ -3,79 +3,23 @@
 Monarch's own ``conftest.py`` needs its Rust extension, so the runner removes it
 and loads this instead. It registers Monarch's markers and runs ``async def``
 tests and fixtures (Monarch's ``asyncio_mode = "auto"``): with pytest-asyncio
-when it is installed, else with a small stand-in that runs each on one event
-loop.
+when it is installed, else with the stand-in in ``../shims/pytest_asyncio.py``
+(on ``PYTHONPATH`` then, so spawned procs import it too), which runs each on one
+event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import inspect
-import sys
-import types
 from typing import Any
 
 import monarch  # noqa: F401  (installs the monarch -> danaus alias)
 import pytest
+import pytest_asyncio  # the real one, or ../shims/pytest_asyncio.py where it is missing
 
-try:
-    import pytest_asyncio  # noqa: F401
-
-    HAVE_PYTEST_ASYNCIO = True
-except ImportError:
-    HAVE_PYTEST_ASYNCIO = False
-
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def _run(coro: Any) -> Any:
-    global _loop
-    if _loop is None or _loop.is_closed():
-        _loop = asyncio.new_event_loop()
-    return _loop.run_until_complete(coro)
-
-
-def _sync(fn: Any) -> Any:
-    """An async fixture function as a plain one, run on the plugin's loop."""
-    if inspect.isasyncgenfunction(fn):
-
-        @functools.wraps(fn)
-        def gen(*a: Any, **k: Any) -> Any:
-            agen = fn(*a, **k)
-            value = _run(agen.__anext__())
-            yield value
-            try:
-                _run(agen.__anext__())
-            except StopAsyncIteration:
-                pass
-
-        return gen
-    if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        def plain(*a: Any, **k: Any) -> Any:
-            return _run(fn(*a, **k))
-
-        return plain
-    return fn
-
-
-def _fixture(*args: Any, **kwargs: Any) -> Any:
-    """``pytest_asyncio.fixture`` without pytest-asyncio: an async fixture run to completion."""
-
-    def wrap(fn: Any) -> Any:
-        return pytest.fixture(**kwargs)(_sync(fn))
-
-    if args and callable(args[0]):
-        return wrap(args[0])
-    return wrap
-
-
-if not HAVE_PYTEST_ASYNCIO:
-    shim = types.ModuleType("pytest_asyncio")
-    shim.fixture = _fixture  # type: ignore[attr-defined]
-    sys.modules["pytest_asyncio"] = shim
+HAVE_PYTEST_ASYNCIO = not getattr(pytest_asyncio, "IS_DANAUS_SHIM", False)
+_run: Any = getattr(pytest_asyncio, "run", None)
+_sync: Any = getattr(pytest_asyncio, "sync", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:

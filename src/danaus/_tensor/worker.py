@@ -320,8 +320,8 @@ class TensorWorker(Actor):
                     tx is tuple
                     or tx is list
                     or tx is dict
-                    or isinstance(x, (tuple, list, dict))
                     or tx is OpaqueRef
+                    or isinstance(x, (tuple, list, dict))
                 ):
                     out.append(self._resolve(x))
                 else:
