@@ -434,3 +434,12 @@ def test_monarch_home_defaults_and_config_warnings(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert Config().workspace.dirs == {}  # the default warns nothing
+    from danaus.tools.config.environment import CondaEnvironment
+
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    with pytest.raises(AssertionError, match="No currently active conda environment"):
+        CondaEnvironment().conda_prefix  # noqa: B018  (Monarch asserts: caught as such)
+    with pytest.raises(RuntimeError):
+        CondaEnvironment().conda_prefix  # noqa: B018
+    monkeypatch.setenv("CONDA_PREFIX", "/opt/envs/x")
+    assert CondaEnvironment().conda_prefix == "/opt/envs/x"

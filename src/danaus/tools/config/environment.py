@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ACTIVE_CONDA_ENV", "CondaEnvironment", "Environment"]
+__all__ = ["ACTIVE_CONDA_ENV", "CondaEnvironment", "Environment", "NoCondaEnvironment"]
 
 
 class Environment:
     """The dependencies of a workspace's projects (not synced by danaus)."""
+
+
+class NoCondaEnvironment(RuntimeError, AssertionError):
+    """No conda environment was given and none is active. An ``AssertionError`` too,
+    since Monarch's ``CondaEnvironment`` asserts (programs may catch that)."""
 
 
 class CondaEnvironment(Environment):
@@ -25,7 +30,7 @@ class CondaEnvironment(Environment):
     def conda_prefix(self) -> str:
         prefix = self._conda_prefix or os.environ.get("CONDA_PREFIX")
         if not prefix:
-            raise RuntimeError(
+            raise NoCondaEnvironment(
                 "No currently active conda environment. Either give conda_prefix or activate one."
             )
         return prefix
