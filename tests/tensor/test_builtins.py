@@ -108,9 +108,11 @@ def _records_with(tag: str, mesh: ProcMesh) -> list[str]:
     logs.flush(list(mesh._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT)
     rt = _proc.current()
     assert rt is not None
+    ours = {proc.name for proc in mesh._procs}  # other tests' procs may be gone, logs too
     found = []
     for p in logdir.read_procs(logdir.find_job(rt.proc_id.name)):
-        found += [line for line in Path(p.path).read_text().splitlines() if tag in line]
+        if p.proc in ours:
+            found += [line for line in Path(p.path).read_text().splitlines() if tag in line]
     return found
 
 
