@@ -443,3 +443,11 @@ def test_monarch_home_defaults_and_config_warnings(
         CondaEnvironment().conda_prefix  # noqa: B018
     monkeypatch.setenv("CONDA_PREFIX", "/opt/envs/x")
     assert CondaEnvironment().conda_prefix == "/opt/envs/x"
+
+
+def test_fuse_mounts_are_refused_naming_what_to_use_instead() -> None:
+    job = ProcessJob({"hosts": 1})
+    with pytest.raises(NotImplementedError, match=r"no FUSE mounts.*sync_workspace"):
+        job.remote_mount("/src/project", mntpoint="/mnt/project")
+    with pytest.raises(NotImplementedError, match=r"no FUSE mounts.*danaus exec --all"):
+        job.gather_mount("/worker/out", "/local/out")

@@ -298,6 +298,33 @@ class JobTrait:
             _telemetry.start(tcfg)
         return running._job_state
 
+    def remote_mount(self, source: str, mntpoint: str | None = None, **kwargs: Any) -> None:
+        """Monarch's FUSE mount of a local directory on the workers: not in danaus.
+
+        Raises ``NotImplementedError``. danaus copies code instead of mounting it:
+        ``hosts.sync_workspace(Workspace(dirs=[source]))`` sends the directory to every
+        host (only what changed, again when it changes), and ``danaus exec --workdir``
+        runs commands there (``docs/jobs.md``, code sync).
+        """
+        raise NotImplementedError(
+            f"remote_mount({source!r}): danaus has no FUSE mounts; send the directory to "
+            "the workers with hosts.sync_workspace(Workspace(dirs=[...])) instead "
+            "(docs/jobs.md, code sync)"
+        )
+
+    def gather_mount(self, remote_mount_point: str, local_mount_point: str, **kwargs: Any) -> None:
+        """Monarch's FUSE mount of the workers' directories here: not in danaus.
+
+        Raises ``NotImplementedError``. Read the workers' files with ``danaus exec``
+        (``--all -- cat FILE``), ``danaus logs`` for their output, or an actor that
+        returns what it reads.
+        """
+        raise NotImplementedError(
+            f"gather_mount({remote_mount_point!r}, {local_mount_point!r}): danaus has no "
+            "FUSE mounts; read the workers' files with `danaus exec --all -- cat FILE` or an "
+            "actor that returns them"
+        )
+
     def enable_telemetry(
         self: J,
         config: _telemetry.TelemetryConfig | None = None,
