@@ -7,8 +7,9 @@ messages (authenticated like all of the mesh's traffic): source to destination
 as ``data``/``eof`` messages in order, back on a ``Port`` per connection, which
 also carries the destination's acks of what it wrote: a source reads its client
 only while less than a window of bytes is unwritten (flow control, so a service
-that reads slowly holds the client back rather than filling memory). A client
-that resets its connection cuts the destination's side at once. Source procs
+that reads slowly holds the client back rather than filling memory). A reset on
+either side is passed on as a reset (a clean close would leave a peer that is
+blocked writing into a full window waiting), and stopping resets what is open. Source procs
 may share one address (``SO_REUSEPORT``).
 Stopping the ``PortForwarder`` stops every forward it started (listeners closed,
 connections cut).
@@ -20,6 +21,7 @@ import contextlib
 import queue
 import secrets
 import socket
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +65,19 @@ def _close(sock: socket.socket) -> None:
         sock.close()
 
 
+def _cut(sock: socket.socket, reset: bool) -> None:
+    """End a forwarded connection now: threads blocked reading or writing it wake up
+    (``shutdown``), and with ``reset`` the peer gets a reset, not a clean close, so it
+    fails at once even when it is blocked writing into a full window (a clean close
+    would leave it waiting on a closed window until the kernel gives up)."""
+    if reset:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    _close(sock)
+
+
 # Bytes a source may have sent on one connection that its destination has not yet
 # written to the service: past this the source stops reading its client until acks come.
 _WINDOW = 4 * 1024 * 1024
@@ -89,7 +104,7 @@ class _Out:
                     self.sock.sendall(data)
                     self.back.send(("ack", len(data)))
             except OSError:
-                self.close()  # the service went away: the pump tells the source
+                self.close(reset=True)  # the service went away: the pump tells the source
                 return
 
     def _pump(self) -> None:
@@ -100,12 +115,11 @@ class _Out:
         except OSError:
             self.back.send(("abort", b""))
 
-    def close(self) -> None:
-        """Cut the connection at once: a write or read blocked on it ends too."""
+    def close(self, reset: bool) -> None:
+        """End the connection at once (a write or read blocked on it ends too); with
+        ``reset``, as a reset the service sees at once."""
         self.queue.put(None)
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        _close(self.sock)
+        _cut(self.sock, reset)
 
 
 class _Destination(Actor):
@@ -147,17 +161,19 @@ class _Destination(Actor):
             out.queue.put(_EOF)
 
     @endpoint
-    def close(self, conn: str) -> None:
+    def close(self, conn: str, reset: bool = False) -> None:
+        """End connection ``conn``: cleanly once both sides are done, with a reset when
+        its client reset it or went away."""
         with self._lock:
             out = self._conns.pop(conn, None)
         if out is not None:
-            out.close()
+            out.close(reset)
 
     def __cleanup__(self, exc: Any) -> None:
         with self._lock:
             conns, self._conns = list(self._conns.values()), {}
         for out in conns:
-            out.close()
+            out.close(reset=True)  # stopping cuts the connections
 
 
 class _Source(Actor):
@@ -208,8 +224,8 @@ class _Source(Actor):
         receiver._watch(dest._ref.procs[dest._shape.ranks()[0]])  # a lost destination ends it
         try:
             self._dest.open.call_one(conn, back).get()
-        except Exception:
-            self._drop(sock)
+        except Exception:  # the service refused or the destination is gone: reset the client
+            self._drop(sock, reset=True)
             return
         window = threading.Condition()
         state = {"unacked": 0, "over": False}  # bytes sent, not yet written; backward ended
@@ -228,15 +244,15 @@ class _Source(Actor):
                 if kind == "data":
                     try:
                         sock.sendall(data)
-                    except OSError:  # the client went away: cut the destination's side
-                        self._dest.close.broadcast(conn)
-                        self._drop(sock)
+                    except OSError:  # the client went away: reset the service's side
+                        self._dest.close.broadcast(conn, True)
+                        self._drop(sock, reset=True)
                     continue
                 if kind == "eof":
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_WR)
-                else:
-                    self._drop(sock)
+                else:  # the service reset or the destination was lost: reset the client
+                    self._drop(sock, reset=True)
                 with window:
                     state["over"] = True
                     window.notify_all()
@@ -254,20 +270,18 @@ class _Source(Actor):
                 self._dest.data.broadcast(conn, data)
             else:
                 self._dest.eof.broadcast(conn)
-        except OSError:  # the client reset the connection: cut the destination's side now
-            self._dest.close.broadcast(conn)
-            self._drop(sock)
+        except OSError:  # the client reset the connection: reset the service's side now
+            self._dest.close.broadcast(conn, True)
+            self._drop(sock, reset=True)
         back_thread.join()
         self._dest.close.broadcast(conn)
         receiver.close()
         self._drop(sock)
 
-    def _drop(self, sock: socket.socket) -> None:
+    def _drop(self, sock: socket.socket, reset: bool = False) -> None:
         with self._lock:
             self._conns.discard(sock)
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        _close(sock)
+        _cut(sock, reset)
 
     def __cleanup__(self, exc: Any) -> None:
         if self._server is not None:
@@ -277,7 +291,7 @@ class _Source(Actor):
         with self._lock:
             conns = list(self._conns)
         for sock in conns:
-            self._drop(sock)
+            self._drop(sock, reset=True)  # stopping cuts the connections
 
 
 class PortForwarder(Actor):
