@@ -46,9 +46,20 @@ DIE_WITH_PYTEST = [SETPRIV, "--pdeathsig", "KILL", "--"] if SETPRIV else []
 
 def free_port() -> int:
     """A TCP port nothing listens on right now (on 127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` different TCP ports nothing listens on right now (on 127.0.0.1): all are
+    held while the others are picked, so none comes back twice."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Scripts(ClientScript):

@@ -29,6 +29,8 @@ from danaus.tools.config import Config
 from danaus.tools.mesh_spec import AppState
 from danaus.tools.network import AddrType, get_ipaddr, get_sockaddr
 
+from .conftest import free_ports
+
 JOBFILE = """\
 from danaus.job import ProcessJob
 
@@ -258,12 +260,6 @@ def test_port_forwarder_relays_connections_until_stopped() -> None:
         other.stop().get(timeout=60)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_port_forwarder_holds_a_fast_client_back_cuts_resets_and_stops_at_once() -> None:
     """Monarch's port-forward behaviours: flow control (a service that reads slowly gets
     every byte, in order), a client's reset cuts the service's side, procs share one
@@ -313,7 +309,7 @@ def test_port_forwarder_holds_a_fast_client_back_cuts_resets_and_stops_at_once()
         procs = this_host().spawn_procs(per_host={"procs": 2})
         forwarder = this_proc().spawn("fwd_flow", PortForwarder)
         try:
-            ports = [_free_port() for _ in range(3)]
+            ports = free_ports(3)  # distinct: sources share a port only on purpose
             for service, port in zip((slow, streaming, never), ports, strict=True):
                 forwarder.forward.call_one(
                     procs, service.getsockname()[1], procs, f"127.0.0.1:{port}"
