@@ -644,6 +644,16 @@ SETTINGS: tuple[Setting, ...] = (
         10.0,
         "Bound on connecting to another host's RDMA data server.",
     ),
+    Setting(
+        "rdma_backend",
+        "str",
+        "auto",
+        "Which backend moves a new RDMABuffer's bytes: 'builtin' (process_vm on one host, "
+        "TCP data connections across hosts; needs nothing installed), 'nixl' (NVIDIA NIXL "
+        "over UCX, danaus[nixl]) or 'auto' (NIXL for CUDA memory where it is installed, "
+        "builtin for CPU memory). A NIXL that cannot start falls back to builtin with one "
+        "log line naming why.",
+    ),
     # -- observing -----------------------------------------------------------
     Setting(
         "metrics",

@@ -21,6 +21,7 @@ from .._runtime.hosting import proc as _proc
 from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
+from . import backend as _backend
 from . import net, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
@@ -103,7 +104,18 @@ class RDMABuffer:
         buf.read_into(dst).get()
     """
 
-    __slots__ = ("_addr", "_host", "_id", "_owner", "_owner_proc", "_pid", "_readonly", "_size")
+    __slots__ = (
+        "_addr",
+        "_backend",
+        "_desc",
+        "_host",
+        "_id",
+        "_owner",
+        "_owner_proc",
+        "_pid",
+        "_readonly",
+        "_size",
+    )
 
     _owner_proc: ProcId
     _pid: int
@@ -113,6 +125,8 @@ class RDMABuffer:
     _id: int
     _owner: str
     _readonly: bool
+    _backend: str  # the backend that moves it: "builtin" or "nixl" (backend.py)
+    _desc: Any  # that backend's descriptor (None for the built-in plane)
 
     def __init__(self, data: Any) -> None:
         if not vm.available():
@@ -132,7 +146,16 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
-        self._id = node.part(BufferRegistry).register(mem)
+        chosen = _backend.choose(mem, node)
+        if chosen is None:
+            self._backend, self._desc = _backend.BUILTIN, None
+            self._id = node.part(BufferRegistry).register(mem)
+        else:
+            desc = chosen.register(mem)
+            self._backend, self._desc = chosen.name, desc
+            self._id = node.part(BufferRegistry).register(
+                mem, on_free=lambda: chosen.unregister(desc)
+            )
 
     # -- what it is --
 
@@ -147,7 +170,14 @@ class RDMABuffer:
 
     @property
     def backend(self) -> str:
-        """How the bytes move from here: ``"process_vm"`` on the owner's host, else ``"tcp"``."""
+        """Which backend moves the bytes between here and the owner.
+
+        ``"nixl"`` for a buffer its owner registered with NIXL (setting
+        ``rdma_backend``); else the built-in plane's path from this process:
+        ``"process_vm"`` on the owner's host, ``"tcp"`` from another host.
+        """
+        if self._backend != _backend.BUILTIN:
+            return self._backend
         rt = _proc.current()
         if rt is None or self._owner_proc.name == rt.proc_id.name or same_host(self, rt):
             return BACKEND
@@ -264,6 +294,8 @@ class RDMABuffer:
                 self._id,
                 self._owner,
                 self._readonly,
+                self._backend,
+                self._desc,
             ),
         )
 
@@ -302,6 +334,8 @@ def _rebuild(
     buffer_id: int,
     owner: str,
     readonly: bool,
+    backend: str = _backend.BUILTIN,
+    desc: Any = None,
 ) -> RDMABuffer:
     buf = object.__new__(RDMABuffer)
     buf._owner_proc = owner_proc
@@ -312,6 +346,8 @@ def _rebuild(
     buf._id = buffer_id
     buf._owner = owner
     buf._readonly = readonly
+    buf._backend = backend
+    buf._desc = desc
     return buf
 
 
