@@ -50,7 +50,9 @@ class NixlHolder(Holder):
     def read_many(self, bufs: list[RDMABuffer]) -> list[str]:
         """Start a read of every buffer at once, then wait for all: many in flight."""
         dsts = [np.zeros(b.size(), np.uint8) for b in bufs]
-        futs = [started(b.read_into(d, timeout=REPLY_TIMEOUT)) for b, d in zip(bufs, dsts)]
+        futs = [
+            started(b.read_into(d, timeout=REPLY_TIMEOUT)) for b, d in zip(bufs, dsts, strict=True)
+        ]
         for f in futs:
             f.get(timeout=REPLY_TIMEOUT)
         return [hashlib.sha256(d.tobytes()).hexdigest() for d in dsts]
@@ -198,7 +200,9 @@ def test_a_proc_reads_and_writes_another_procs_nixl_buffer(
     name = _name()
     owner, other = nholders.slice(x=0), nholders.slice(x=1)
     buf = owner.make.call_one(name, 3 * MiB, "torch", 11).get(timeout=REPLY_TIMEOUT)
-    assert other.read.call_one(buf).get(timeout=REPLY_TIMEOUT) == random_bytes(3 * MiB, 11).tobytes()
+    assert (
+        other.read.call_one(buf).get(timeout=REPLY_TIMEOUT) == random_bytes(3 * MiB, 11).tobytes()
+    )
     src = random_bytes(3 * MiB, 12).tobytes()
     other.write.call_one(buf, src).get(timeout=REPLY_TIMEOUT)
     assert owner.contents.call_one(name).get(timeout=REPLY_TIMEOUT) == src
@@ -230,7 +234,9 @@ def test_a_batch_reads_and_writes_nixl_buffers_of_two_owners_at_once(
     names = [_name() for _ in range(4)]
     a0 = nholders.slice(x=0).make.call_one(names[0], MiB, "numpy", 21).get(timeout=REPLY_TIMEOUT)
     a1 = nholders.slice(x=0).make.call_one(names[1], 5000, "numpy", 22).get(timeout=REPLY_TIMEOUT)
-    b0 = nholders.slice(x=1).make.call_one(names[2], 2 * MiB, "numpy", 23).get(timeout=REPLY_TIMEOUT)
+    b0 = (
+        nholders.slice(x=1).make.call_one(names[2], 2 * MiB, "numpy", 23).get(timeout=REPLY_TIMEOUT)
+    )
     b1 = nholders.slice(x=1).make.call_one(names[3], 7000, "numpy", 24).get(timeout=REPLY_TIMEOUT)
     d0, d1 = np.zeros(MiB, np.uint8), np.zeros(2 * MiB, np.uint8)
     s0, s1 = random_bytes(5000, 25), random_bytes(7000, 26)
@@ -255,14 +261,14 @@ def test_many_transfers_in_flight_on_one_agent_each_get_their_own_bytes(
     ]
     # From the client: all started before any is waited for.
     dsts = [np.zeros(n, np.uint8) for n in sizes]
-    futs = [started(b.read_into(d, timeout=REPLY_TIMEOUT)) for b, d in zip(bufs, dsts)]
+    futs = [started(b.read_into(d, timeout=REPLY_TIMEOUT)) for b, d in zip(bufs, dsts, strict=True)]
     for f in futs:
         f.get(timeout=REPLY_TIMEOUT)
-    for i, (n, d) in enumerate(zip(sizes, dsts)):
+    for i, (n, d) in enumerate(zip(sizes, dsts, strict=True)):
         assert d.tobytes() == random_bytes(n, 100 + i).tobytes(), f"buffer {i}"
     # And from another proc, whose agent holds them all in flight at once.
     digests = nholders.slice(x=1).read_many.call_one(bufs).get(timeout=REPLY_TIMEOUT)
-    for i, (n, got) in enumerate(zip(sizes, digests)):
+    for i, (n, got) in enumerate(zip(sizes, digests, strict=True)):
         assert got == hashlib.sha256(random_bytes(n, 100 + i).tobytes()).hexdigest()
 
 
@@ -317,9 +323,7 @@ def test_a_nixl_that_cannot_start_falls_back_to_the_builtin_plane_with_one_log_l
     pm = this_host().spawn_procs(per_host={"f": 1})  # a fresh proc: NIXL never tried there
     try:
         actor = pm.spawn("fallback", Fallback)
-        backends, records = actor.register_without_nixl.call_one(setting).get(
-            timeout=REPLY_TIMEOUT
-        )
+        backends, records = actor.register_without_nixl.call_one(setting).get(timeout=REPLY_TIMEOUT)
     finally:
         pm.stop().get(timeout=REPLY_TIMEOUT)
     assert backends == ["process_vm", "process_vm"]
@@ -410,3 +414,47 @@ def test_a_nixl_transfer_past_its_timeout_fails_with_timeout_error(
     dst = bytearray(MiB)
     buf.read_into(dst).get(timeout=REPLY_TIMEOUT)
     assert dst == b"\x07" * MiB
+
+
+# -- NIXL's own sockets ------------------------------------------------------------------
+
+
+def _listening_addresses() -> list[str]:
+    """The local addresses of this process's listening TCP sockets (Linux ``/proc``)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+        for row in rows:
+            if row[3] == "0A" and row[9] in inodes:  # LISTEN
+                found.append(row[1].split(":")[0])
+    return found
+
+
+class SocketReporter(NixlHolder):
+    @endpoint
+    def listening(self) -> list[str]:
+        return _listening_addresses()
+
+
+def test_ucx_under_nixl_listens_only_on_loopback_in_a_job_on_one_host(
+    nprocs: ProcMesh,
+) -> None:
+    mesh = nprocs.spawn("sockets", SocketReporter)
+    owner = mesh.slice(x=0)
+    buf = owner.make.call_one(_name(), 4096).get(timeout=REPLY_TIMEOUT)  # its agent is up
+    dst = bytearray(4096)
+    buf.read_into(dst).get(timeout=REPLY_TIMEOUT)
+    addresses = owner.listening.call_one().get(timeout=REPLY_TIMEOUT)
+    assert addresses, "UCX's TCP transport listens somewhere"
+    # /proc/net/tcp writes IPv4 127.0.0.1 as 0100007F; IPv6 ::1 as 0...01000000.
+    loopback = {"0100007F", "00000000000000000000000001000000"}
+    assert set(addresses) <= loopback, addresses

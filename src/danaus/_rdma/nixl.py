@@ -310,10 +310,10 @@ class NixlBackend:
         except Exception as e:
             run.failed = True
             self._later(group.fail, self._error(group, e))
-        if run.failed or all(r.state == "DONE" for r in run.requests):
-            if self._cancel(run):
-                self._end(run, finished=not run.failed)
-                return
+        done = run.failed or all(r.state == "DONE" for r in run.requests)
+        if done and self._cancel(run):
+            self._end(run, finished=not run.failed)
+            return
         self._runs.append(run)
 
     def _load(self, group: Group) -> None:
@@ -324,12 +324,12 @@ class NixlBackend:
             if desc.key in loaded:
                 continue
             region = (op.buf._addr, op.buf._size)
-            if any(_overlap(region, r) for r in loaded.values()):
+            stale = any(_overlap(region, r) for r in loaded.values())
+            if stale and not any(r.agent == desc.agent for r in self._runs):
                 # A region of a dropped buffer of that owner, reused by this one: start
                 # that agent afresh rather than risk NIXL matching the stale keys.
-                if not any(r.agent == desc.agent for r in self._runs):
-                    self._agent.remove_remote_agent(desc.agent)
-                    loaded.clear()
+                self._agent.remove_remote_agent(desc.agent)
+                loaded.clear()
             self._agent.add_remote_agent(desc.metadata)
             loaded[desc.key] = region
 

@@ -46,9 +46,7 @@ class Registration:
 
     __slots__ = ("addr", "leases", "memory", "nbytes", "on_free", "readonly", "waiters")
 
-    def __init__(
-        self, memory: LocalMemory, on_free: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, memory: LocalMemory, on_free: Callable[[], None] | None = None) -> None:
         self.memory = memory
         self.addr = memory.addr
         self.nbytes = memory.nbytes

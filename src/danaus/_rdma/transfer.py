@@ -167,8 +167,8 @@ class Transfer:
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int, str], list[Op]] = {}
         for op in self.ops:
-            key = (op.buf._owner_proc.name, op.buf._pid, op.buf._backend)
-            groups.setdefault(key, []).append(op)
+            group = (op.buf._owner_proc.name, op.buf._pid, op.buf._backend)
+            groups.setdefault(group, []).append(op)
         self._left = len(groups)
         if not groups:
             self.cf.set_result(None)
