@@ -22,7 +22,7 @@ from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import backend as _backend
-from . import net, vm
+from . import net, plane, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -146,7 +146,7 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
-        chosen = _backend.choose(mem, node)
+        chosen = plane.choose(mem, node)
         if chosen is None:
             self._backend, self._desc = _backend.BUILTIN, None
             self._id = node.part(BufferRegistry).register(mem)

@@ -50,9 +50,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .._actor.core.collect import decode_reply
 from .._runtime.node import Node
 from .._transport.ifaces import mesh_interface
 from .._wire.protocol import Message, RdmaCheck, RdmaRelease
+from . import vm
 from .backend import Group, device_of
 from .errors import RDMAError
 from .memory import LocalMemory
@@ -108,7 +110,7 @@ def _import_api() -> Any:
     """
     if sys.modules.get("nixl", False) is None or "torch" in sys.modules:
         return importlib.import_module("nixl._api")
-    import nixl_meta_utils  # part of the nixl distribution
+    nixl_meta_utils = importlib.import_module("nixl_meta_utils")  # part of nixl
 
     on_disk = getattr(nixl_meta_utils, "_torch_cuda_version_from_disk", None)
     if on_disk is not None and on_disk() is None:
@@ -486,8 +488,6 @@ class _Check:
         if self.answered:
             return
         self.answered = True
-        from .._actor.core.collect import decode_reply
-
         ok, value = decode_reply(frame, f"the RDMA check of {self.group.ops[0].buf}")
         if not ok:
             self.group.fail(value)
@@ -538,8 +538,6 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
 
 def _alive(pid: int, host: str) -> bool:
     """False if ``pid`` (of host key ``host``) is known to be gone; True if unsure."""
-    from . import vm
-
     if host != vm.host_key():
         return True  # another host: its loss is the runtime's to tell
     try:

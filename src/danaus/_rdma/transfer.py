@@ -45,7 +45,7 @@ from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import backend as _backend
-from . import net, vm
+from . import net, plane, vm
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
 from .net import DataClient
@@ -197,7 +197,7 @@ class Transfer:
         """Hand the ops on one owner's buffers to the backend that moves them (backend.py)."""
         assert self._node is not None
         try:
-            backend = _backend.for_name(name, self._node)
+            backend = plane.for_name(name, self._node)
         except RuntimeError as e:
             op = ops[0]
             self._fail(RDMAError(f"{self._label(op)} failed: {e}", buffer=str(op.buf),
