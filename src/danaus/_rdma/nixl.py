@@ -136,8 +136,11 @@ class _Request:
 class _Run:
     """A group on the NIXL thread: its requests, local registrations and the owner's pin."""
 
-    def __init__(self, group: Group, agent: str, release: Callable[[], None]) -> None:
+    def __init__(
+        self, group: Group, agent: str, release: Callable[[], None], waits: list[Any]
+    ) -> None:
         self.group = group
+        self.waits = waits  # CUDA events: the work queued on the callers' streams
         self.agent = agent  # the owner's agent (our own for our own buffers)
         self.release = release  # ends the owner's pin
         self.requests: list[_Request] = []
@@ -216,6 +219,7 @@ class NixlBackend:
         """Pin the buffers with their owner, then move the bytes on the NIXL thread."""
         ops = group.ops
         desc: Desc = ops[0].buf._desc
+        waits = _stream_waits(ops)
         entries = [(op.buf._id, op.buf._addr, op.buf._size) for op in ops]
         if group.owner_is_me:
             memory = node.part(BufferRegistry)
@@ -225,19 +229,24 @@ class NixlBackend:
                 memory.release(lease_id)
                 regs.clear()  # held until now: the memory stays alive under the copy
 
-            self._checked(group, answers, self.agent_name, release_local)
+            self._checked(group, answers, self.agent_name, release_local, waits)
             return
-        _Check(self, group, desc.agent).send()
+        _Check(self, group, desc.agent, waits).send()
 
     def _checked(
-        self, group: Group, answers: list[str | None], agent: str, release: Callable[[], None]
+        self,
+        group: Group,
+        answers: list[str | None],
+        agent: str,
+        release: Callable[[], None],
+        waits: list[Any],
     ) -> None:
         for op, why in zip(group.ops, answers, strict=True):
             if why is not None:
                 release()
                 group.fail(group.unusable(op, why))
                 return
-        run = _Run(group, agent, _once(release))
+        run = _Run(group, agent, _once(release), waits)
         self._submit(lambda: self._start(run))
 
     def _submit(self, job: Callable[[], None]) -> None:
@@ -281,6 +290,8 @@ class NixlBackend:
             self._later(run.release)
             return
         try:
+            for event in run.waits:  # CUDA: what the caller queued before the transfer
+                event.synchronize()
             if not group.owner_is_me:
                 self._load(group)
             # One request per direction and pair of memory kinds: a NIXL list is of one kind.
@@ -459,8 +470,9 @@ class NixlBackend:
 class _Check:
     """The owner's check and pin of a group's buffers, and the owner's watch until the end."""
 
-    def __init__(self, backend: NixlBackend, group: Group, agent: str) -> None:
+    def __init__(self, backend: NixlBackend, group: Group, agent: str, waits: list[Any]) -> None:
         self.backend = backend
+        self.waits = waits
         self.group = group
         self.agent = agent
         self.rt = backend._rt
@@ -500,7 +512,7 @@ class _Check:
                 rt.send(owner, RdmaRelease((lease_id,)), on_fail=_ignore)
 
         try:
-            self.backend._checked(self.group, list(answers), self.agent, release)
+            self.backend._checked(self.group, list(answers), self.agent, release, self.waits)
         except RuntimeError as e:  # the backend ended meanwhile
             release()
             self.group.fail(RDMAError(str(e)))
@@ -512,6 +524,26 @@ class _Check:
     def close(self) -> None:
         self.rt.close_port(self.port.port)
         self.rt.unwatch([self.owner.name], self.port.port)
+
+
+def _stream_waits(ops: list[Any]) -> list[Any]:
+    """An event recorded now on the calling thread's current stream of each CUDA device the
+    local memory of ``ops`` is on: the transfer starts after the work queued there.
+
+    Its completion is ordered before the caller's next work by the future itself: the
+    caller waits for it before queuing more.
+    """
+    devices = {device_of(op.local) for op in ops}
+    if not any(kind == "cuda" for kind, _ in devices):
+        return []
+    torch = sys.modules["torch"]  # CUDA memory: the caller has torch
+    events = []
+    for kind, index in sorted(devices):
+        if kind == "cuda":
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(index))
+            events.append(event)
+    return events
 
 
 def _ignore(reason: str) -> None:
