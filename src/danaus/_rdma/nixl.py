@@ -166,13 +166,18 @@ class NixlBackend:
         rt = node.runtime
         self._rt = rt
         self._node = node
-        if "UCX_NET_DEVICES" not in os.environ:
-            devices = ucx_devices(rt.tcp_advertise)
-            if devices is not None:
-                os.environ["UCX_NET_DEVICES"] = devices  # read by UCX when the agent starts
         self.agent_name = f"danaus/{rt.proc_id.name}/{os.getpid()}/{secrets.token_hex(4)}"
         conf = nixl_agent_config(enable_prog_thread=True, backends=["UCX"])
-        self._agent = nixl_agent(self.agent_name, conf)
+        devices = None if "UCX_NET_DEVICES" in os.environ else ucx_devices(rt.tcp_advertise)
+        if devices is not None:
+            # Read by UCX when the agent starts; not left for the processes we spawn.
+            os.environ["UCX_NET_DEVICES"] = devices
+        try:
+            self._agent = nixl_agent(self.agent_name, conf)
+        finally:
+            if devices is not None:
+                os.environ.pop("UCX_NET_DEVICES", None)
+        self.ucx_net_devices = devices or os.environ.get("UCX_NET_DEVICES")
         if "UCX" not in self._agent.backends:
             raise RuntimeError(
                 "NIXL started without its UCX backend (plugins found: "
