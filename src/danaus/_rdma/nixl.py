@@ -578,9 +578,16 @@ def _alive(pid: int, host: str) -> bool:
     if host != vm.host_key():
         return True  # another host: its loss is the runtime's to tell
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
         return False
-    except OSError as e:
-        return e.errno != errno.ESRCH
-    return True
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError as e:
+            return e.errno != errno.ESRCH
+        return True
+    return state not in ("Z", "X")  # a zombie is dead: its memory is gone
