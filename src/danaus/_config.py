@@ -1019,7 +1019,10 @@ _TRACING = (
     "Monarch's tracing sinks are not danaus's: its OpenTelemetry is the setting telemetry "
     "(JobTrait.enable_telemetry, OTEL_* variables); see also danaus.trace()."
 )
-_IBVERBS = "danaus does not use ibverbs: cross-host RDMA always runs over TCP (rdma_streams)."
+_IBVERBS = (
+    "danaus does not drive ibverbs itself: cross-host RDMA runs over TCP (rdma_streams), "
+    "or over NIXL/UCX, which uses the RDMA NIC, with rdma_backend='nixl'."
+)
 _HYPERACTOR = "a knob of hyperactor's channel layer, which danaus does not have."
 
 #: Monarch's option names, in the order of docs/config.md's second table.
