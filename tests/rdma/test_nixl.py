@@ -23,7 +23,13 @@ import pytest
 
 from danaus.actor import Actor, ActorMesh, ProcMesh, SupervisionError, endpoint, this_host
 from danaus.config import configure, configured
-from danaus.rdma import RDMAAction, RDMABuffer, RDMAError, RDMAOwnerLostError
+from danaus.rdma import (
+    RDMAAction,
+    RDMABuffer,
+    RDMAError,
+    RDMAOwnerLostError,
+    get_rdma_backend,
+)
 from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, Holder, random_bytes, started
@@ -98,6 +104,16 @@ class Fallback(Actor):
             logger.removeHandler(handler)
         return [b.backend for b in bufs], [(r.levelno, r.getMessage()) for r in records]
 
+    @endpoint
+    def read_without_nixl(self, buf: RDMABuffer) -> str:
+        """Read a NIXL buffer here, where NIXL cannot start: the error's text."""
+        sys.modules["nixl"] = None  # type: ignore[assignment]
+        try:
+            buf.read_into(bytearray(buf.size())).get(timeout=REPLY_TIMEOUT)
+        except RDMAError as e:
+            return str(e)
+        return "no error"
+
 
 @pytest.fixture(scope="module")
 def nprocs() -> Iterator[ProcMesh]:
@@ -136,6 +152,7 @@ def test_a_buffer_registered_under_nixl_says_nixl_wherever_it_is_asked(
 ) -> None:
     buf = nholders.slice(x=0).make.call_one(_name(), 1000).get(timeout=REPLY_TIMEOUT)
     assert buf.backend == "nixl"
+    assert get_rdma_backend() == "tcp"  # Monarch's values, whatever moves a given buffer
     assert nholders.slice(x=1).backend_of.call_one(buf).get(timeout=REPLY_TIMEOUT) == "nixl"
     with configured(rdma_backend="builtin"):
         mine = RDMABuffer(bytearray(100))
@@ -336,6 +353,21 @@ def test_a_nixl_that_cannot_start_falls_back_to_the_builtin_plane_with_one_log_l
     assert "'nixl'" in message and "built-in" in message
     assert "nixl" in message.split("(", 1)[1]  # why: the import that failed
     assert "danaus[nixl]" in message
+
+
+def test_a_holder_where_nixl_cannot_start_gets_an_error_saying_so(
+    nholders: ActorMesh[NixlHolder],
+) -> None:
+    buf = nholders.slice(x=0).make.call_one(_name(), 100).get(timeout=REPLY_TIMEOUT)
+    pm = this_host().spawn_procs(per_host={"f": 1})
+    try:
+        actor = pm.spawn("fallback", Fallback)
+        text = actor.read_without_nixl.call_one(buf).get(timeout=REPLY_TIMEOUT)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
+    assert str(buf) in text
+    assert "'nixl'" in text and "cannot start in this process" in text
+    assert "danaus[nixl]" in text  # what to do about it
 
 
 # -- an owner that dies ----------------------------------------------------------------
