@@ -49,6 +49,10 @@ class NixlHolder(Holder):
         super().__init__()
 
     @endpoint
+    def set_env(self, key: str, value: str) -> None:
+        os.environ[key] = value
+
+    @endpoint
     def backend_of(self, buf: RDMABuffer) -> str:
         return buf.backend
 
@@ -71,9 +75,11 @@ class NixlParent(Actor):
         self.children: list[Any] = []
 
     @endpoint
-    def spawn_child(self, n: int, value: int) -> tuple[RDMABuffer, int]:
+    def spawn_child(self, n: int, value: int, ucx_tls: str | None = None) -> tuple[RDMABuffer, int]:
         pm = this_host().spawn_procs(per_host={"c": 1})
         holder = pm.spawn("child", NixlHolder)
+        if ucx_tls is not None:  # before its NIXL agent starts (at its first buffer)
+            holder.set_env.call_one("UCX_TLS", ucx_tls).get(timeout=REPLY_TIMEOUT)
         buf = holder.fill.call_one("big", n, value).get(timeout=60)
         pid = holder.pid.call_one().get(timeout=REPLY_TIMEOUT)
         self.children.append((pm, holder))
@@ -404,11 +410,18 @@ def test_a_nixl_owner_killed_while_the_transfer_waits_fails_it(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "ucx_tls",
+    [
+        None,  # UCX's choice on one host: cma (the reader's kernel copies; danaus sees the death)
+        "tcp,self",  # the owner's UCX sends the bytes: its death stops them (NIXL sees it too)
+    ],
+)
 def test_a_nixl_owner_killed_mid_transfer_fails_it_and_spares_the_rest_of_dst(
-    nparent: ActorMesh[NixlParent],
+    nparent: ActorMesh[NixlParent], ucx_tls: str | None
 ) -> None:
     n = 512 * MiB
-    buf, pid = nparent.spawn_child.call_one(n, 7).get(timeout=60)
+    buf, pid = nparent.spawn_child.call_one(n, 7, ucx_tls).get(timeout=60)
     dst = np.zeros(n + MiB, np.uint8)  # fresh pages: the copy takes far longer than a kill
     dst[n:] = 0xEE  # past the buffer: must stay as it is
     fut = started(buf.read_into(dst, timeout=60))

@@ -374,7 +374,16 @@ class NixlBackend:
                 continue
             if all(r.state == "DONE" for r in run.requests) and self._cancel(run):
                 self._runs.remove(run)
-                self._end(run, finished=True)
+                buf = group.ops[0].buf
+                if not group.owner_is_me and not _alive(buf._pid, buf._host):
+                    # The owner died while its memory was read or written: the kernel may
+                    # have finished a copy already under way (cma), but as on the built-in
+                    # plane a transfer that outlives its owner fails.
+                    why = "its process exited during the transfer"
+                    self._later(group.fail, group.owner_lost(group.ops[0], why, None))
+                    self._end(run)
+                else:
+                    self._end(run, finished=True)
                 progressed = True
         return progressed
 
