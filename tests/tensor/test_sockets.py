@@ -13,6 +13,9 @@ from .conftest import REPLY_TIMEOUT, base
 
 pytestmark = pytest.mark.torch
 
+# /proc/net/tcp writes IPv4 127.0.0.1 as 0100007F and IPv6 ::1 as 0...01000000.
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}
+
 
 def _listening_addresses() -> list[str]:
     """Hex local addresses of this process's listening TCP sockets (Linux ``/proc``)."""
@@ -45,7 +48,14 @@ def test_gloo_listens_only_on_the_loopback_interface_of_a_one_host_mesh(
         total = base(mesh).reduce(("host", "gpu"), "sum")  # gloo groups come up
         danaus.inspect(total)
     reports = mesh.spawn("sockets", Sockets).report.call().get(timeout=REPLY_TIMEOUT)
-    loopback = {"0100007F", "00000000000000000000000001000000"}
     for _, (iface, addresses) in reports.items():
         assert iface == "lo"  # told to gloo before its first group
-        assert set(addresses) <= loopback, addresses
+        assert set(addresses) <= LOOPBACK, addresses
+
+
+def test_the_rendezvous_store_listens_on_loopback_only(mesh: ProcMesh) -> None:
+    with mesh.activate():
+        danaus.inspect(base(mesh))  # the engine (and its TCPStore, in this process) is up
+    addresses = _listening_addresses()
+    assert addresses, "the store listens"
+    assert set(addresses) <= LOOPBACK, addresses  # given only a host, it took every interface

@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import secrets
+import socket
 import threading
 import time
 import weakref
@@ -102,8 +103,19 @@ class Engine:
         procs = mesh._procs
         n = len(procs)
         # The store that process groups rendezvous through; workers connect as clients.
+        # Its listener is made here, on loopback: given only a host, TCPStore listens
+        # on every interface, and it authenticates nobody (docs/security.md).
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        port = listener.getsockname()[1]
         self.store: Any = dist.TCPStore(  # type: ignore[attr-defined]
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True
+            "127.0.0.1",
+            port,
+            is_master=True,
+            wait_for_workers=False,
+            use_libuv=True,
+            master_listen_fd=listener.detach(),  # the store owns (and closes) it now
         )
         self.store_port: int = self.store.port
         self.device = _device()
