@@ -93,8 +93,21 @@ class Backend(Protocol):
 
 
 def device_of(memory: LocalMemory) -> tuple[str, int]:
-    """``("cpu", 0)`` or ``("cuda", index)``: where ``memory`` lives."""
-    device = getattr(memory.keepalive, "device", None)
-    if device is not None and getattr(device, "type", "cpu") == "cuda":
-        return "cuda", int(device.index or 0)
+    """``("cpu", 0)`` or ``("cuda", index)``: where ``memory`` lives.
+
+    Read from a ``device`` the memory record carries, else from the object that keeps
+    the memory alive (a tensor's ``device``); a ``torch.device`` or ``"cuda:1"`` alike.
+    """
+    device = getattr(memory, "device", None)
+    if device is None:
+        device = getattr(memory.keepalive, "device", None)
+    if device is None:
+        return "cpu", 0
+    kind = getattr(device, "type", None)
+    index = getattr(device, "index", None)
+    if kind is None:  # a string such as "cuda:1"
+        kind, _, rest = str(device).partition(":")
+        index = int(rest) if rest.isdigit() else None
+    if kind == "cuda":
+        return "cuda", int(index or 0)
     return "cpu", 0
