@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from danaus._rdma.backend import device_of
+from danaus._rdma.memory import local_memory
 from danaus.actor import Actor, ActorMesh, ProcMesh, SupervisionError, endpoint, this_host
 from danaus.config import configure, configured
 from danaus.rdma import (
@@ -503,3 +505,23 @@ def test_ucx_under_nixl_listens_only_on_loopback_in_a_job_on_one_host(
     # /proc/net/tcp writes IPv4 127.0.0.1 as 0100007F; IPv6 ::1 as 0...01000000.
     loopback = {"0100007F", "00000000000000000000000001000000"}
     assert set(addresses) <= loopback, addresses
+
+
+# -- where memory lives (pure) -------------------------------------------------------
+
+
+class _GpuRecord:
+    """A record of GPU memory as the CUDA path describes it: ``host`` False, an index."""
+
+    host = False
+    keepalive = None
+
+    def __init__(self, device: object) -> None:
+        self.device = device
+
+
+def test_the_seam_tells_cpu_memory_from_each_form_of_a_cuda_record() -> None:
+    assert device_of(local_memory(bytearray(8), "x")) == ("cpu", 0)
+    assert device_of(local_memory(np.zeros(8, np.uint8), "x")) == ("cpu", 0)
+    assert device_of(_GpuRecord(2)) == ("cuda", 2)  # type: ignore[arg-type]
+    assert device_of(_GpuRecord("cuda:3")) == ("cuda", 3)  # type: ignore[arg-type]

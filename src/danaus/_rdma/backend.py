@@ -95,19 +95,16 @@ class Backend(Protocol):
 def device_of(memory: LocalMemory) -> tuple[str, int]:
     """``("cpu", 0)`` or ``("cuda", index)``: where ``memory`` lives.
 
-    Read from a ``device`` the memory record carries, else from the object that keeps
-    the memory alive (a tensor's ``device``); a ``torch.device`` or ``"cuda:1"`` alike.
+    A tensor that keeps the memory alive says (its ``device``); else a record of GPU
+    memory says so itself (``host`` False, ``device`` its index, an int or ``"cuda:1"``).
     """
-    device = getattr(memory, "device", None)
-    if device is None:
-        device = getattr(memory.keepalive, "device", None)
-    if device is None:
+    kept = getattr(memory.keepalive, "device", None)
+    if getattr(kept, "type", None) == "cuda":
+        return "cuda", int(getattr(kept, "index", None) or 0)
+    if getattr(memory, "host", True) is not False:
         return "cpu", 0
-    kind = getattr(device, "type", None)
-    index = getattr(device, "index", None)
-    if kind is None:  # a string such as "cuda:1"
-        kind, _, rest = str(device).partition(":")
-        index = int(rest) if rest.isdigit() else None
-    if kind == "cuda":
-        return "cuda", int(index or 0)
-    return "cpu", 0
+    device = getattr(memory, "device", 0)
+    if isinstance(device, int):
+        return "cuda", device
+    _, _, index = str(device).partition(":")
+    return "cuda", int(index) if index.isdigit() else 0

@@ -547,16 +547,20 @@ def _stream_waits(ops: list[Any]) -> list[Any]:
     Its completion is ordered before the caller's next work by the future itself: the
     caller waits for it before queuing more.
     """
-    devices = {device_of(op.local) for op in ops}
-    if not any(kind == "cuda" for kind, _ in devices):
-        return []
-    torch = sys.modules["torch"]  # CUDA memory: the caller has torch
-    events = []
-    for kind, index in sorted(devices):
+    streams: dict[Any, Any] = {}
+    for op in ops:
+        kind, index = device_of(op.local)
         if kind == "cuda":
-            event = torch.cuda.Event()
-            event.record(torch.cuda.current_stream(index))
-            events.append(event)
+            # The stream the memory record took at the call, else the current one now.
+            stream = getattr(op.local, "stream", None)
+            if stream is None:
+                stream = sys.modules["torch"].cuda.current_stream(index)
+            streams[id(stream)] = stream
+    events = []
+    for stream in streams.values():
+        event = sys.modules["torch"].cuda.Event()
+        event.record(stream)
+        events.append(event)
     return events
 
 
