@@ -1,6 +1,7 @@
 """Local memory: the address, length and writability of a tensor or buffer, without a copy.
 
-``local_memory(obj, role)`` accepts a contiguous CPU ``torch.Tensor`` or any
+``local_memory(obj, role)`` accepts a contiguous CPU or CUDA ``torch.Tensor``
+(CUDA memory is described by ``cuda.py``) or any
 C-contiguous object with the buffer protocol (``bytearray``, ``memoryview``,
 a numpy array, ``mmap``, ``bytes``) and returns a :class:`LocalMemory` that
 keeps the object alive (and, for buffers, exported, so a ``bytearray`` cannot
@@ -18,7 +19,7 @@ from . import vm
 __all__ = ["LocalMemory", "local_memory", "overlaps"]
 
 _ACCEPTED = (
-    "a 1-D contiguous CPU torch.Tensor, or a C-contiguous buffer (bytearray, memoryview, "
+    "a contiguous CPU or CUDA torch.Tensor, or a C-contiguous buffer (bytearray, memoryview, "
     "numpy array; bytes only where the memory is only read)"
 )
 
@@ -27,6 +28,7 @@ class LocalMemory:
     """A contiguous range of this process's memory and the object that owns it."""
 
     __slots__ = ("addr", "keepalive", "kind", "nbytes", "readonly")
+    host = True  # host memory (False: a GPU's, ``cuda.CudaMemory``)
 
     def __init__(self, addr: int, nbytes: int, readonly: bool, keepalive: Any, kind: str) -> None:
         self.addr = addr
@@ -52,7 +54,7 @@ def local_memory(obj: Any, role: str, *, allow_empty: bool = True) -> LocalMemor
 
     Raises ``TypeError`` for an object that is neither a tensor nor a buffer,
     ``ValueError`` for non-contiguous memory (or empty memory when not
-    ``allow_empty``), ``NotImplementedError`` for a tensor not on the CPU.
+    ``allow_empty``), ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
@@ -68,10 +70,14 @@ def local_memory(obj: Any, role: str, *, allow_empty: bool = True) -> LocalMemor
 
 
 def _tensor_memory(t: Any, role: str) -> LocalMemory:
+    if t.device.type == "cuda":
+        from .cuda import cuda_memory
+
+        return cuda_memory(t, role)
     if t.device.type != "cpu":
         raise NotImplementedError(
-            f"{role} is a tensor on device {str(t.device)!r}; danaus RDMA moves CPU memory "
-            "only for now. Copy it to the CPU first (t.cpu()), or keep the data in a CPU tensor"
+            f"{role} is a tensor({tuple(t.shape)}, {t.dtype}) on device {str(t.device)!r}; "
+            "danaus RDMA moves CPU and CUDA memory. Copy it to the CPU first (t.cpu())"
         )
     if t.layout is not sys.modules["torch"].strided:
         raise ValueError(
