@@ -70,11 +70,11 @@ def _read(total: int, slots: int = 2, stop_at: int | None = None) -> tuple[bytes
 
     ok = cuda.staged_in(total, CHUNK, move, upload, wait, stop, slots)
     assert ok or stop_at is not None
-    return (bytes(dev) if ok else bytes(dev)), log, ok and bytes(dev) == src
+    return bytes(dev), log, ok and bytes(dev) == src
 
 
 def _write(total: int, slots: int = 2, fail_at: int | None = None) -> tuple[list[str], bool]:
-    """"Device" ``dev`` -> remote ``dst`` through host slots, with a log of the steps."""
+    """ "Device" ``dev`` -> remote ``dst`` through host slots, with a log of the steps."""
     dev = _data(total)
     dst = bytearray(total)
     host = [bytearray(CHUNK) for _ in range(slots)]
