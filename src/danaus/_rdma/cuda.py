@@ -170,9 +170,10 @@ def host_view(addr: int, nbytes: int) -> memoryview:
     return memoryview((ctypes.c_char * nbytes).from_address(addr)).cast("B")
 
 
-def device_tensor(addr: int, nbytes: int) -> Any:
-    """``nbytes`` of device memory of this process at ``addr`` as a uint8 CUDA tensor (no
-    copy, not owning: the caller keeps the memory alive), through ``__cuda_array_interface__``."""
+def device_tensor(addr: int, nbytes: int, index: int) -> Any:
+    """``nbytes`` of this process's memory on GPU ``index`` at ``addr`` as a uint8 CUDA
+    tensor (no copy, not owning: the caller keeps the memory alive), through
+    ``__cuda_array_interface__`` (without a "stream" entry: no synchronisation)."""
 
     class _Iface:
         __cuda_array_interface__ = {
@@ -182,7 +183,7 @@ def device_tensor(addr: int, nbytes: int) -> Any:
             "version": 3,
         }
 
-    return _torch().as_tensor(_Iface(), device="cuda")
+    return _torch().as_tensor(_Iface(), device=f"cuda:{index}")
 
 
 # -- the handle's CUDA part ---------------------------------------------------------------
@@ -306,7 +307,7 @@ def owner_bytes(
     here: the memory itself when this process owns it (``own``), else its opened IPC handle."""
     torch = _torch()
     if own:
-        return device_tensor(addr, nbytes), info.device
+        return device_tensor(addr, nbytes, info.device), info.device
     storage = handles.storage(key, info)
     index = int(storage.device.index)
     out = torch.empty(0, dtype=torch.uint8, device=storage.device)
