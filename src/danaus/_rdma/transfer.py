@@ -45,6 +45,7 @@ from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import cuda, net, vm
+from .cuda import CudaHandles
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
 from .net import DataClient
@@ -511,7 +512,7 @@ class Transfer:
         buf = op.buf
         if buf._cuda is not None:  # the owner's GPU memory: its own, or its IPC handle
             assert self._node is not None and self._rt is not None
-            handles = self._node.part(cuda.CudaHandles)
+            handles = self._node.part(CudaHandles)
             handles.watch(self._rt)
             key = (buf._owner_proc.name, buf._pid, buf._id)
             remote, device = cuda.owner_bytes(buf._cuda, key, buf._addr, buf._size, local, handles)
