@@ -18,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import danaus  # noqa: E402
+import danaus.config  # noqa: E402
 from danaus.actor import ProcMesh, this_host  # noqa: E402
 
 from . import cuda_helpers, helpers  # noqa: E402
@@ -35,9 +36,11 @@ all_reduce_in = danaus.remote(helpers.all_reduce_in)
 all_gather_in = danaus.remote(helpers.all_gather_in)
 
 
-@pytest.fixture
-def cuda_engine(settings: Any) -> None:
-    settings(tensor_device="cuda")
+@pytest.fixture(scope="module", autouse=True)
+def cuda_engine() -> Iterator[None]:
+    """The workers keep shards on their GPU (the default where the client sees one)."""
+    with danaus.config.configured(tensor_device="cuda"):
+        yield
 
 
 def _mesh(n: int) -> Iterator[ProcMesh]:
@@ -47,21 +50,22 @@ def _mesh(n: int) -> Iterator[ProcMesh]:
     pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
-@pytest.fixture
-def one(cuda_engine: None) -> Iterator[ProcMesh]:
+@pytest.fixture(scope="module")
+def one() -> Iterator[ProcMesh]:
     yield from _mesh(1)
 
 
-@pytest.fixture
-def two(cuda_engine: None, need_gpus: Any) -> Iterator[ProcMesh]:
-    need_gpus(2)
-    yield from _mesh(2)
-
-
-@pytest.fixture
-def shared(cuda_engine: None) -> Iterator[ProcMesh]:
+@pytest.fixture(scope="module")
+def shared() -> Iterator[ProcMesh]:
     """Two procs on however many GPUs there are (one GPU: they share it)."""
     yield from _mesh(2)
+
+
+@pytest.fixture
+def two(shared: ProcMesh, need_gpus: Any) -> ProcMesh:
+    """Two procs with a GPU each."""
+    need_gpus(2)
+    return shared
 
 
 # -- what one GPU allows ----------------------------------------------------------------
@@ -110,18 +114,16 @@ def test_procs_sharing_one_gpu_reduce_over_gloo_with_cuda_tensors(shared: ProcMe
         assert torch.equal(danaus.inspect(summed, gpus=g).cpu(), torch.arange(3.0) * 2 + 1)
 
 
-def test_to_mesh_moves_cuda_shards_between_meshes(cuda_engine: None) -> None:
-    a = this_host().spawn_procs(per_host={"gpus": 1})
+def test_to_mesh_moves_cuda_shards_between_meshes(one: ProcMesh) -> None:
     b = this_host().spawn_procs(per_host={"gpus": 1})
     try:
-        with a.activate():
+        with one.activate():
             x = torch.arange(5.0) * 3
         y = x.to_mesh(b)
         with b.activate():
             z = y + 1
         assert torch.equal(danaus.inspect(z).cpu(), torch.arange(5.0) * 3 + 1)
     finally:
-        a.stop().get(timeout=REPLY_TIMEOUT)
         b.stop().get(timeout=REPLY_TIMEOUT)
 
 
