@@ -174,9 +174,11 @@ def test_the_staging_chunk_is_a_whole_number_of_tag_chunks(settings: Any) -> Non
     from danaus._rdma.net import CHUNK as TAG_CHUNK
 
     settings(rdma_cuda_chunk=TAG_CHUNK * 3 + 1)
-    assert cuda.chunk_size() == TAG_CHUNK * 4
+    assert cuda.chunk_size(TAG_CHUNK) == TAG_CHUNK * 4
     settings(rdma_cuda_chunk=1)
-    assert cuda.chunk_size() == TAG_CHUNK
+    assert cuda.chunk_size(TAG_CHUNK) == TAG_CHUNK
+    settings(rdma_cuda_chunk="8MiB")
+    assert cuda.chunk_size(4096) == 8 << 20
 
 
 def _info(**kw: Any) -> cuda.CudaInfo:

@@ -41,15 +41,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import _config as config
-from .memory import LocalMemory
+from .memory import CudaMemory, LocalMemory, device_uuid
 
 __all__ = [
     "CudaHandles",
     "CudaInfo",
     "CudaMemory",
     "available",
-    "cuda_memory",
-    "describe",
     "device_tensor",
     "direct_copy",
     "export",
@@ -84,74 +82,6 @@ def available() -> bool:
 
 
 # -- describing device memory ---------------------------------------------------------------
-
-
-class CudaMemory(LocalMemory):
-    """A contiguous range of one GPU's memory: a CUDA tensor's bytes.
-
-    ``stream`` is the tensor's current stream when it was described (the caller's
-    ``read_into``/``write_from``): copies wait for it and it waits for them.
-    """
-
-    __slots__ = ("device", "stream", "tensor", "uuid")
-    host = False
-
-    def __init__(self, t: Any, nbytes: int, kind: str, stream: Any, uuid: str) -> None:
-        super().__init__(int(t.data_ptr()), nbytes, False, t, kind)
-        self.tensor = t
-        self.device = int(t.device.index)
-        self.stream = stream
-        self.uuid = uuid
-
-    def bytes_view(self, offset: int = 0, nbytes: int | None = None) -> Any:
-        """The tensor's bytes ``offset..offset+nbytes`` as a 1-D uint8 CUDA tensor (no copy)."""
-        n = self.nbytes - offset if nbytes is None else nbytes
-        return _byte_tensor(self.tensor)[offset : offset + n]
-
-
-def describe(t: Any) -> str:
-    """``tensor((4, 8), torch.float32) on cuda:0``: what errors name a tensor by."""
-    return f"tensor({tuple(t.shape)}, {t.dtype}) on {t.device}"
-
-
-def cuda_memory(t: Any, role: str) -> CudaMemory:
-    """Describe the CUDA tensor ``t`` (``role`` names it in errors); see ``memory.local_memory``.
-
-    Raises ``ValueError`` for a non-contiguous or non-strided tensor, naming its
-    device, dtype and size, and ``RuntimeError`` where CUDA cannot be used here.
-    """
-    torch = _torch()
-    what = describe(t)
-    if t.layout is not torch.strided:
-        raise ValueError(
-            f"{role} is a {what} with layout {t.layout}; pass a dense (strided) tensor, "
-            "e.g. t.to_dense()"
-        )
-    if not t.is_contiguous():
-        raise ValueError(
-            f"{role} is a non-contiguous {what} (stride {tuple(t.stride())}, "
-            f"{t.numel() * t.element_size()} bytes); pass t.contiguous() (a copy on the same "
-            "GPU) or a contiguous view"
-        )
-    if not torch.cuda.is_available():  # pragma: no cover - a CUDA tensor implies CUDA
-        raise RuntimeError(f"{role} is a {what} but CUDA is not available in this process")
-    nbytes = t.numel() * t.element_size()
-    kind = f"{what} of {nbytes} bytes"
-    stream = torch.cuda.current_stream(t.device)
-    return CudaMemory(t, nbytes, kind, stream, device_uuid(t.device.index))
-
-
-def device_uuid(index: int) -> str:
-    """The UUID of this process's CUDA device ``index`` (stable across processes)."""
-    return str(_torch().cuda.get_device_properties(index).uuid)
-
-
-def _byte_tensor(t: Any) -> Any:
-    """``t``'s bytes as a 1-D uint8 tensor on its device, any dtype (bool, complex) allowed."""
-    torch = _torch()
-    out = torch.empty(0, dtype=torch.uint8, device=t.device)
-    n = t.numel() * t.element_size()
-    return out.set_(t.untyped_storage(), t.storage_offset() * t.element_size(), (n,))
 
 
 def host_tensor(addr: int, nbytes: int) -> Any:
@@ -359,12 +289,11 @@ def direct_copy(
 # -- staged copies: the pipeline -----------------------------------------------------------
 
 
-def chunk_size() -> int:
-    """``rdma_cuda_chunk`` rounded up to a whole number of the data plane's tag chunks."""
-    from .net import CHUNK as TAG_CHUNK
-
-    size = max(int(config.get("rdma_cuda_chunk")), TAG_CHUNK)
-    return -(-size // TAG_CHUNK) * TAG_CHUNK
+def chunk_size(unit: int) -> int:
+    """``rdma_cuda_chunk`` rounded up to a whole number of ``unit`` bytes (the data
+    connection's tag chunk, so staged payloads are framed as host memory's are)."""
+    size = max(int(config.get("rdma_cuda_chunk")), unit)
+    return -(-size // unit) * unit
 
 
 def staged_in(
@@ -485,14 +414,16 @@ def staged_copy(
     n: int,
     move: Callable[[int, int, int], bool],
     stop: Callable[[], bool],
+    unit: int,
 ) -> bool:
     """Move bytes ``off..off+n`` between CUDA ``local`` and a peer reached through host
     memory: ``move(host_addr, off, k)`` moves ``k`` bytes at buffer offset ``off`` between
     the host address and the peer (a process_vm copy or a data-connection request;
-    blocking; False: stopped). Pipelined through pinned slots; False if stopped early."""
+    blocking; False: stopped). Pipelined through pinned slots of ``chunk_size(unit)``
+    bytes; False if stopped early."""
     if n == 0:
         return True
-    chunk = min(chunk_size(), n)
+    chunk = min(chunk_size(unit), n)
     slots = _Slots(local, chunk)
     base = off
 
@@ -517,13 +448,13 @@ def staged_copy(
 
 
 def serve_fetch(
-    mem: CudaMemory, offset: int, nbytes: int, send: Callable[[memoryview], None]
+    mem: CudaMemory, offset: int, nbytes: int, send: Callable[[memoryview], None], unit: int
 ) -> None:
     """Send ``mem``'s bytes ``offset..offset+nbytes`` chunk by chunk (``send`` each pinned
     chunk in order), the download of the next chunk overlapping the send of this one."""
     if nbytes == 0:
         return
-    chunk = min(chunk_size(), nbytes)
+    chunk = min(chunk_size(unit), nbytes)
     slots = _Slots(mem, chunk)
 
     def down(slot: int, o: int, k: int) -> Any:
@@ -540,14 +471,18 @@ def serve_fetch(
 
 
 def serve_store(
-    mem: CudaMemory, offset: int, nbytes: int, recv: Callable[[memoryview, int], None]
+    mem: CudaMemory,
+    offset: int,
+    nbytes: int,
+    recv: Callable[[memoryview, int], None],
+    unit: int,
 ) -> None:
     """Receive bytes ``offset..offset+nbytes`` of ``mem`` chunk by chunk (``recv(view, off)``
     fills each pinned chunk; it raises to stop), the upload of one chunk overlapping the
     receipt of the next; every chunk received before a failure has landed."""
     if nbytes == 0:
         return
-    chunk = min(chunk_size(), nbytes)
+    chunk = min(chunk_size(unit), nbytes)
     slots = _Slots(mem, chunk)
 
     def hop(slot: int, o: int, k: int) -> bool:

@@ -86,7 +86,7 @@ from .._runtime.node import Node
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
-from . import registry
+from . import cuda, registry
 from .registry import BufferRegistry, Registration
 
 __all__ = [
@@ -521,13 +521,13 @@ def _answer_device(
     """:func:`_answer` for a CUDA registration: the same bytes on the wire, the payload
     staged chunk by chunk through pinned host memory (a whole number of ``CHUNK``s each,
     so the tags fall where they would for host memory)."""
-    from . import cuda
-
     mem = reg.memory
     assert isinstance(mem, cuda.CudaMemory)
     if op == FETCH:
         _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-        cuda.serve_fetch(mem, offset, nbytes, lambda view: _send_payload(sock, session, [], view))
+        cuda.serve_fetch(
+            mem, offset, nbytes, lambda view: _send_payload(sock, session, [], view), CHUNK
+        )
         return True
 
     def recv(view: memoryview, at: int) -> None:
@@ -538,7 +538,7 @@ def _answer_device(
             raise
 
     try:
-        cuda.serve_store(mem, offset, nbytes, recv)
+        cuda.serve_store(mem, offset, nbytes, recv, CHUNK)
     except Tampered as e:
         end = min(nbytes, (e.at or 0) + CHUNK)
         _drain(sock, payload_size(nbytes, session) - payload_size(end, session))

@@ -58,6 +58,7 @@ __all__ = ["CopyThreads", "Op", "Transfer", "check_timeout", "same_host"]
 
 SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
 PART_MIN = 16 << 20  # ... into parts of at least this many bytes
+PAGE = 4096  # what staged chunks of a process_vm copy are rounded to
 
 
 class Op(NamedTuple):
@@ -375,10 +376,11 @@ class Transfer:
             )  # fmt: skip
             return True
 
+        local = op.local
         try:
-            if op.local.host:
-                move(op.local.addr + off, off, n)
-            elif not cuda.staged_copy(op.write, op.local, off, n, move, self._stop):  # type: ignore[arg-type]
+            if not isinstance(local, cuda.CudaMemory):
+                move(local.addr + off, off, n)
+            elif not cuda.staged_copy(op.write, local, off, n, move, self._stop, net.CHUNK):
                 return  # stopped: the transfer failed or timed out
         except net.Refused as e:
             self._fail(self._unusable(op, str(e)))
@@ -527,7 +529,7 @@ class Transfer:
         def move(addr: int, o: int, k: int) -> bool:
             return vm.copy(buf._pid, addr, buf._addr + o, k, write=op.write, stop=stop)
 
-        return cuda.staged_copy(op.write, op.local, off, n, move, stop)
+        return cuda.staged_copy(op.write, op.local, off, n, move, stop, PAGE)
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
