@@ -193,8 +193,16 @@ class CudaHandles:
         assert info.ipc is not None and index is not None  # checked by reachable()
         args = (index, *info.ipc[1:])
         torch = _torch()
-        with torch.cuda.device(index):
-            storage = torch.UntypedStorage._new_shared_cuda(*args)
+        try:
+            with torch.cuda.device(index):
+                storage = torch.UntypedStorage._new_shared_cuda(*args)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"opening the owner's CUDA IPC handle of {info.kind} on this process's "
+                f"cuda:{index} failed: {e}. Where the platform lacks CUDA IPC (some "
+                "sandboxes), register host memory instead, or let the owner listen on TCP "
+                "(a worker host) so that its data server stages the bytes"
+            ) from e
         with self._lock:
             self._open[key] = storage
             while len(self._open) > OPEN_MAX:
