@@ -236,3 +236,124 @@ def test_a_host_tensor_aliases_the_memory_it_describes() -> None:
     t[0] = ord("z")
     assert data == bytearray(b"zbcdef")
     assert cuda.host_tensor(0, 0).numel() == 0 and t.dtype == torch.uint8
+
+
+# -- the staged copy and the owner's serving, with a CPU tensor playing the GPU -------------
+
+
+class HostSlots:
+    """``cuda._Slots`` with a CPU tensor as the GPU: copies are deferred until waited for."""
+
+    def __init__(self, dev: Any, chunk: int) -> None:
+        torch = pytest.importorskip("torch")
+        self.view = dev
+        self.host = [torch.zeros(chunk, dtype=torch.uint8) for _ in range(cuda.SLOTS)]
+        self.log: list[str] = []
+        self.finished = False
+
+    def addr(self, slot: int) -> int:
+        return int(self.host[slot].data_ptr())
+
+    def upload(self, slot: int, off: int, n: int) -> Deferred:
+        return Deferred(self.log, f"up {off}", lambda: self.view[off : off + n].copy_(
+            self.host[slot][:n]))  # fmt: skip
+
+    def download(self, slot: int, off: int, n: int) -> Deferred:
+        return Deferred(self.log, f"down {off}", lambda: self.host[slot][:n].copy_(
+            self.view[off : off + n]))  # fmt: skip
+
+    @staticmethod
+    def wait(event: Any) -> None:
+        event.wait()
+
+    def finish(self) -> None:
+        self.finished = True
+
+
+def _slots(made: list[HostSlots]) -> Callable[[Any, int], HostSlots]:
+    def make(mem: Any, chunk: int) -> HostSlots:
+        made.append(HostSlots(mem, chunk))
+        return made[-1]
+
+    return make
+
+
+@pytest.mark.parametrize("write", [False, True])
+@pytest.mark.parametrize(("off", "n"), [(0, 10_000), (1234, 5000), (777, 1), (0, 999)])
+def test_a_staged_copy_moves_exactly_its_range_between_device_and_peer(
+    settings: Any, write: bool, off: int, n: int
+) -> None:
+    torch = pytest.importorskip("torch")
+    import ctypes
+
+    settings(rdma_cuda_chunk=1000)
+    size = 10_000
+    dev = torch.frombuffer(bytearray(_data(size)), dtype=torch.uint8)
+    dev_before = dev.clone()
+    peer = bytearray(_data(size))
+    peer_before = bytes(peer)
+    peer_addr = ctypes.addressof((ctypes.c_char * size).from_buffer(peer))
+
+    def move(addr: int, o: int, k: int) -> bool:
+        if write:
+            ctypes.memmove(peer_addr + o, addr, k)
+        else:
+            ctypes.memmove(addr, peer_addr + o, k)
+        return True
+
+    made: list[HostSlots] = []
+    assert cuda.staged_copy(write, dev, off, n, move, lambda: False, 1, _slots(made))
+    assert made and made[0].finished
+    end = off + n
+    if write:
+        assert peer[off:end] == bytes(dev[off:end].numpy())
+        assert peer[:off] == peer_before[:off] and peer[end:] == peer_before[end:]
+        assert torch.equal(dev, dev_before)
+    else:
+        assert bytes(dev[off:end].numpy()) == peer_before[off:end]
+        assert torch.equal(dev[:off], dev_before[:off]) and torch.equal(dev[end:], dev_before[end:])
+
+
+def test_the_owner_serves_a_fetch_of_its_gpu_memory_chunk_by_chunk(settings: Any) -> None:
+    torch = pytest.importorskip("torch")
+    settings(rdma_cuda_chunk=1000)
+    dev = torch.randint(0, 256, (8000,), dtype=torch.uint8)
+    sent: list[bytes] = []
+    made: list[HostSlots] = []
+    cuda.serve_fetch(dev, 1500, 4321, lambda v: sent.append(bytes(v)), 1, _slots(made))
+    assert b"".join(sent) == bytes(dev[1500 : 1500 + 4321].numpy())
+    assert [len(c) for c in sent] == [1000] * 4 + [321]
+    assert made[0].finished
+
+
+def test_the_owner_serves_a_store_into_its_gpu_memory_and_stops_at_a_bad_chunk(
+    settings: Any,
+) -> None:
+    torch = pytest.importorskip("torch")
+    settings(rdma_cuda_chunk=1000)
+    dev = torch.zeros(8000, dtype=torch.uint8)
+    data = _data(4500)
+    offsets: list[int] = []
+
+    def recv(view: memoryview, at: int) -> None:
+        offsets.append(at)
+        view[:] = data[at : at + len(view)]
+
+    made: list[HostSlots] = []
+    cuda.serve_store(dev, 2000, 4500, recv, 1, _slots(made))
+    assert bytes(dev[2000:6500].numpy()) == data
+    assert not dev[:2000].any() and not dev[6500:].any()
+    assert offsets == [0, 1000, 2000, 3000, 4000]
+
+    dev.zero_()
+
+    def recv_bad(view: memoryview, at: int) -> None:
+        if at == 2000:
+            raise ConnectionResetError("the requester went away")
+        view[:] = data[at : at + len(view)]
+
+    with pytest.raises(ConnectionResetError):
+        cuda.serve_store(dev, 0, 4500, recv_bad, 1, _slots(made))
+    assert bytes(dev[:2000].numpy()) == data[:2000]  # the chunks before it landed
+    assert not dev[2000:].any()
+    assert made[-1].finished

@@ -423,16 +423,18 @@ def staged_copy(
     move: Callable[[int, int, int], bool],
     stop: Callable[[], bool],
     unit: int,
+    slots_for: Callable[[Any, int], Any] | None = None,
 ) -> bool:
     """Move bytes ``off..off+n`` between CUDA ``local`` and a peer reached through host
     memory: ``move(host_addr, off, k)`` moves ``k`` bytes at buffer offset ``off`` between
     the host address and the peer (a process_vm copy or a data-connection request;
     blocking; False: stopped). Pipelined through pinned slots of ``chunk_size(unit)``
-    bytes; False if stopped early."""
+    bytes (``slots_for(local, chunk)``: :class:`_Slots` unless a test stands in for the
+    GPU); False if stopped early."""
     if n == 0:
         return True
     chunk = min(chunk_size(unit), n)
-    slots = _Slots(local, chunk)
+    slots = (slots_for or _Slots)(local, chunk)
     base = off
 
     def hop(slot: int, o: int, k: int) -> bool:
@@ -456,14 +458,19 @@ def staged_copy(
 
 
 def serve_fetch(
-    mem: CudaMemory, offset: int, nbytes: int, send: Callable[[memoryview], None], unit: int
+    mem: CudaMemory,
+    offset: int,
+    nbytes: int,
+    send: Callable[[memoryview], None],
+    unit: int,
+    slots_for: Callable[[Any, int], Any] | None = None,
 ) -> None:
     """Send ``mem``'s bytes ``offset..offset+nbytes`` chunk by chunk (``send`` each pinned
     chunk in order), the download of the next chunk overlapping the send of this one."""
     if nbytes == 0:
         return
     chunk = min(chunk_size(unit), nbytes)
-    slots = _Slots(mem, chunk)
+    slots = (slots_for or _Slots)(mem, chunk)
 
     def down(slot: int, o: int, k: int) -> Any:
         return slots.download(slot, offset + o, k)
@@ -484,6 +491,7 @@ def serve_store(
     nbytes: int,
     recv: Callable[[memoryview, int], None],
     unit: int,
+    slots_for: Callable[[Any, int], Any] | None = None,
 ) -> None:
     """Receive bytes ``offset..offset+nbytes`` of ``mem`` chunk by chunk (``recv(view, off)``
     fills each pinned chunk; it raises to stop), the upload of one chunk overlapping the
@@ -491,7 +499,7 @@ def serve_store(
     if nbytes == 0:
         return
     chunk = min(chunk_size(unit), nbytes)
-    slots = _Slots(mem, chunk)
+    slots = (slots_for or _Slots)(mem, chunk)
 
     def hop(slot: int, o: int, k: int) -> bool:
         recv(host_view(slots.addr(slot), k), o)
