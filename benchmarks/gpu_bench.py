@@ -93,15 +93,16 @@ class Owner(Actor):
         return buf
 
     @endpoint
-    def model(self, total: int, layers: int) -> list[RDMABuffer]:
+    def model(self, total: int, layers: int, device: str) -> list[RDMABuffer]:
         """A trainer's model: ``layers`` square linear layers, ``total`` bytes of float32."""
         import torch
 
         side = int((total // 4 // layers) ** 0.5)
         net = torch.nn.Sequential(
             *[torch.nn.Linear(side, side, bias=False) for _ in range(layers)]
-        ).cuda()
-        torch.cuda.synchronize()
+        ).to(device)
+        if device == "cuda":
+            torch.cuda.synchronize()
         bufs = [RDMABuffer(p.data) for p in net.parameters()]
         self.keep["model"] = (net, bufs)
         return bufs
@@ -131,12 +132,12 @@ class Reader(Actor):
         return {"seconds": _median(times), "backend": buf.backend}
 
     @endpoint
-    def sync(self, bufs: list[RDMABuffer], repeat: int) -> dict[str, Any]:
+    def sync(self, bufs: list[RDMABuffer], repeat: int, device: str) -> dict[str, Any]:
         """A generator's weight sync: every parameter read in one RDMAAction."""
         import torch
 
         sides = [int((b.size() // 4) ** 0.5) for b in bufs]
-        net = torch.nn.Sequential(*[torch.nn.Linear(s, s, bias=False) for s in sides]).cuda()
+        net = torch.nn.Sequential(*[torch.nn.Linear(s, s, bias=False) for s in sides]).to(device)
         params = list(net.parameters())
         action = RDMAAction()
         for p, b in zip(params, bufs, strict=True):
@@ -151,7 +152,11 @@ class Reader(Actor):
         return {"seconds": _median(times), "bytes": nbytes}
 
 
-def mesh_figures(sizes: list[int], repeat: int, with_nixl: bool) -> dict[str, Any]:
+def mesh_figures(
+    sizes: list[int], repeat: int, with_nixl: bool, device: str = "cuda", model: int = 256 * MiB
+) -> dict[str, Any]:
+    """The figures that need two procs. ``device="cpu"`` runs the same flow on host memory
+    (``--cpu-smoke``: the harness itself checked on a machine without a GPU)."""
     procs = this_host().spawn_procs(per_host={"gpus": 2})
     out: dict[str, Any] = {}
     try:
@@ -159,18 +164,18 @@ def mesh_figures(sizes: list[int], repeat: int, with_nixl: bool) -> dict[str, An
         reader = procs.slice(gpus=1).spawn("bench_reader", Reader)
         for size in sizes:
             row: dict[str, Any] = {}
-            gpu_buf = owner.make.call_one(f"g{size}", size, "cuda").get()
-            r = reader.read.call_one(gpu_buf, "cuda", repeat).get()
+            gpu_buf = owner.make.call_one(f"g{size}", size, device).get()
+            r = reader.read.call_one(gpu_buf, device, repeat).get()
             row["ipc"] = _gbps(size, r["seconds"])
             row["ipc_backend"] = r["backend"]
             cpu_buf = owner.make.call_one(f"c{size}", size, "cpu").get()
-            r = reader.read.call_one(cpu_buf, "cuda", repeat).get()
+            r = reader.read.call_one(cpu_buf, device, repeat).get()
             row["staged"] = _gbps(size, r["seconds"])
             owner.drop_all.call_one().get()
             out[str(size // MiB)] = row
         layers = 16
-        bufs = owner.model.call_one(256 * MiB, layers).get()
-        r = reader.sync.call_one(bufs, repeat).get()
+        bufs = owner.model.call_one(model, layers, device).get()
+        r = reader.sync.call_one(bufs, repeat, device).get()
         out["weight_sync"] = {"bytes": r["bytes"], "gbps": _gbps(r["bytes"], r["seconds"])}
         out["weight_sync"]["seconds"] = round(r["seconds"], 6)
     finally:
@@ -185,9 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="16,256", help="MiB, comma-separated")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", help="also write the result to this file")
+    ap.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="run the two-proc flow on host memory, tiny sizes (checks the harness without a GPU)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) * MiB for s in args.sizes.split(",") if s]
     result: dict[str, Any] = {"bench": "gpu_bench", "sizes_mib": [s // MiB for s in sizes]}
+    if args.cpu_smoke:
+        result.update(cuda=False, smoke=True)
+        result["figures"] = mesh_figures(sizes, 1, False, device="cpu", model=4 * MiB)
+        return _finish(result, args.json)
     try:
         import torch
     except ImportError:

@@ -72,3 +72,22 @@ def test_gpu_check_lists_every_test_file_with_a_gpu_mark() -> None:
     )
     assert "tests/rdma/test_cuda.py" in marked
     assert files == marked
+
+
+@pytest.mark.timeout(120)
+def test_the_gpu_bench_flow_runs_on_host_memory(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "gpu_bench.py"), "--cpu-smoke",
+         "--sizes", "1", "--json", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=100,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    row = result["figures"]["1"]
+    assert row["ipc"] > 0 and row["staged"] > 0 and row["ipc_backend"] == "process_vm"
+    sync = result["figures"]["weight_sync"]
+    assert sync["bytes"] == 4 << 20 and sync["gbps"] > 0
