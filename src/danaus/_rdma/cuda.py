@@ -119,6 +119,16 @@ def device_tensor(addr: int, nbytes: int, index: int) -> Any:
 # -- the handle's CUDA part ---------------------------------------------------------------
 
 
+def _usable() -> bool:
+    """True if this process can use CUDA, importing torch if needed: a CUDA buffer's handle
+    arrived, so opening it directly beats staging it through its owner's host memory."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 class CudaInfo(NamedTuple):
     """What a CUDA buffer's handle carries besides the address: the GPU and its IPC handle."""
 
@@ -152,8 +162,8 @@ def reachable(info: CudaInfo, same_host: bool) -> str | None:
         return "the owner is on another host"
     if info.ipc is None:
         return info.why_no_ipc or "the owner exported no CUDA IPC handle"
-    if not available():
-        return "this process cannot use CUDA (torch not imported, or no GPU visible)"
+    if not _usable():
+        return "this process cannot use CUDA (torch is not installed, or sees no GPU)"
     if local_index(info.uuid) is None:
         return f"this process does not see the owner's GPU {info.uuid} (CUDA_VISIBLE_DEVICES)"
     return None
