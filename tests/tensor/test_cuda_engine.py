@@ -163,3 +163,21 @@ def test_pipeline_stages_send_and_receive_over_nccl(two: ProcMesh) -> None:
         got = send_recv(x, pg)
     assert torch.equal(danaus.inspect(got, gpus=1).cpu(), torch.arange(6.0))
     assert torch.equal(danaus.inspect(got, gpus=0).cpu(), torch.arange(6.0))
+
+
+def test_the_distributed_tensors_tour_runs_on_cuda(capsys: pytest.CaptureFixture[str]) -> None:
+    """Monarch's tour (``examples/distributed_tensors.py``) on a 2x2 mesh of CUDA workers:
+    four procs share however many GPUs there are."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "distributed_tensors.py"
+    spec = importlib.util.spec_from_file_location("distributed_tensors", path)
+    assert spec is not None and spec.loader is not None
+    tour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tour)
+    tour.main()  # spawns its own {"host": 2, "gpu": 2} mesh and stops it
+    out = capsys.readouterr().out
+    assert "(host=1, gpu=1): a=[3.0, 3.0] sum over gpu=[5.0, 5.0] over host=[4.0, 4.0] " in out
+    assert "data-parallel step 2" in out
+    assert out.rstrip().endswith("done")
