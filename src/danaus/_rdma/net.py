@@ -523,6 +523,21 @@ def _answer_device(
     so the tags fall where they would for host memory)."""
     mem = reg.memory
     assert isinstance(mem, cuda.CudaMemory)
+    try:
+        return _answer_device_staged(sock, session, op, mem, offset, nbytes)
+    except RuntimeError as e:  # CUDA failed here: close, so the requester fails at once
+        log.warning("serving %s bytes of %s failed in CUDA: %s", nbytes, mem.kind, e)
+        return False
+
+
+def _answer_device_staged(
+    sock: socket.socket,
+    session: Session | None,
+    op: int,
+    mem: cuda.CudaMemory,
+    offset: int,
+    nbytes: int,
+) -> bool:
     if op == FETCH:
         _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
         cuda.serve_fetch(
