@@ -271,7 +271,11 @@ def _run_on(stream_of: Any, device: int, issue: Callable[[Any], None]) -> None:
     torch = _torch()
     with torch.cuda.device(device):
         side = torch.cuda.Stream(device=device)
-        side.wait_stream(stream_of if stream_of is not None else torch.cuda.current_stream())
+        # This thread's current stream holds the wait for the owner's export event (torch
+        # queues it there when it opens an IPC handle); the caller's stream, its own work.
+        side.wait_stream(torch.cuda.current_stream())
+        if stream_of is not None:
+            side.wait_stream(stream_of)
         with torch.cuda.stream(side):
             issue(side)
         done = side.record_event()
