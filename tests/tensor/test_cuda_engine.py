@@ -178,6 +178,7 @@ def test_the_distributed_tensors_tour_runs_on_cuda(capsys: pytest.CaptureFixture
     spec.loader.exec_module(tour)
     tour.main()  # spawns its own {"host": 2, "gpu": 2} mesh and stops it
     out = capsys.readouterr().out
+    assert "recovered from a remote failure" in out and "still working" in out
     assert "(host=1, gpu=1): a=[3.0, 3.0] sum over gpu=[5.0, 5.0] over host=[4.0, 4.0] " in out
     assert "data-parallel step 2" in out
     assert out.rstrip().endswith("done")
