@@ -52,14 +52,22 @@ class MeshTrait(ABC):
 
         ``mesh.slice(hosts=0, gpus=slice(0, 4, 2))``. Raises TypeError for an
         unknown dim or a selector that is neither int nor slice, IndexError for
-        an int outside ``0..size-1``, ValueError for a slice step <= 0.
+        an int outside ``0..size-1``, ValueError for a slice step <= 0 or a
+        slice that selects nothing (``slice(5, 9)`` of a dim of size 4, or
+        ``slice(2, 2)``), as Monarch raises.
         """
         shape = self._shape
         for label, selector in dims.items():
             if label not in shape.labels:
                 raise TypeError(unknown_dim_message(label, shape.labels))
             if isinstance(selector, _PySlice):
+                size = shape.extent[label]
                 shape = shape.select(label, selector)
+                if size and not shape.extent[label]:
+                    raise ValueError(
+                        f"slice({label}={selector!r}) selects no rank of dimension {label!r} "
+                        f"(size {size}, indices 0..{size - 1}); give a range that overlaps it"
+                    )
             elif isinstance(selector, bool) or not hasattr(type(selector), "__index__"):
                 raise TypeError(
                     f"slice({label}={selector!r}): expected an int (which removes the "
