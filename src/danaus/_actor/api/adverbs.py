@@ -705,20 +705,32 @@ def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
 
 
 class NotAnEndpoint:
-    """A method of the actor class that is not marked ``@endpoint``."""
+    """A method of the actor class that is not marked ``@endpoint``.
+
+    As in Monarch: calling it raises ``RuntimeError``, and it has no adverbs, so
+    ``mesh.method.call()`` raises ``AttributeError`` (both saying what to do).
+    """
+
+    _ADVERBS = frozenset({"call", "call_one", "choose", "stream", "broadcast", "rref"})
 
     def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
         self._mesh = mesh
         self._name = name
 
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
+    def _message(self) -> str:
+        return (
             f"Actor {self._mesh._ref.cls.__qualname__}.{self._name} is not annotated as an "
             "endpoint; decorate it with @endpoint (or wrap it with as_endpoint()) to call it "
             "through a mesh"
         )
 
-    call = call_one = choose = stream = broadcast = __call__ = _fail
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(self._message())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in NotAnEndpoint._ADVERBS:
+            raise AttributeError(f"{self._message()} (so it has no .{name})", name=name, obj=self)
+        raise AttributeError(name)
 
 
 def _failed(mesh: Any, rank: int, reason: Any) -> str:
