@@ -324,3 +324,11 @@ def test_to_table_of_a_zero_dimensional_mesh_has_one_row() -> None:
 
 def test_to_table_of_an_empty_mesh_has_only_the_header() -> None:
     assert mesh(["a"], [0]).to_table() == "index  rank  a\n-----  ----  -"
+
+
+def test_labels_and_ndslice_are_there_as_in_monarch(m: RankMesh) -> None:
+    # Monarch programs (its spmd_ddp example) read mesh._labels
+    assert m._labels == ("a", "b", "c")
+    cut = m.slice(a=1, c=slice(0, 4, 2))
+    assert cut._labels == ("b", "c")
+    assert cut._ndslice == Slice(offset=12, sizes=[3, 2], strides=[4, 2])

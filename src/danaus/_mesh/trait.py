@@ -45,6 +45,17 @@ class MeshTrait(ABC):
     def _new_with_shape(self: _M, shape: Shape) -> _M:
         """Return a mesh like this one over ``shape``, a subset of ``self._shape``'s ranks."""
 
+    @property
+    def _labels(self) -> tuple[str, ...]:
+        """The dimension names, in order (Monarch's ``MeshTrait._labels``; programs
+        such as Monarch's ``spmd_ddp`` example read it)."""
+        return tuple(self._shape.labels)
+
+    @property
+    def _ndslice(self) -> Slice:
+        """The global ranks as a strided slice (Monarch's ``MeshTrait._ndslice``)."""
+        return self._shape.ndslice
+
     # -- cutting ------------------------------------------------------------
 
     def slice(self: _M, **dims: SupportsIndex | _PySlice) -> _M:
