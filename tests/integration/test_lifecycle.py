@@ -613,3 +613,37 @@ def test_sigkilled_client_leaves_no_orphaned_processes(client_script) -> None:
     client.send_signal(signal.SIGKILL)
     client.wait(timeout=10)
     assert wait_pids_gone(every, timeout=10) == []
+
+
+def test_job_kill_inside_a_coroutine_does_not_block_its_event_loop(client_script) -> None:
+    # issue 42: kill() waited for the meshes to stop with Future.get(), on the thread of
+    # the running loop (a warning, and the loop blocked for as long as the stop took)
+    result = client_script.run(
+        """
+        import asyncio, os
+        from danaus.actor import Actor, endpoint
+        from danaus.job import LocalJob
+
+        class P(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+
+        async def main():
+            job = LocalJob(("hosts",))
+            procs = job.state().hosts.spawn_procs(per_host={"gpus": 2})
+            pids = list((await procs.spawn("p", P).pid.call()).values())
+            job.kill()
+            for _ in range(3000):  # the stops finish while the loop runs
+                await asyncio.sleep(0.01)
+                if not any(os.path.exists(f"/proc/{p}") for p in pids):
+                    break
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+            print("alive after kill:", alive)
+
+        asyncio.run(main())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "alive after kill: []" in result.stdout
+    assert "blocks the thread of a running asyncio event loop" not in result.stderr
