@@ -12,7 +12,10 @@ in order) and the shell's output comes back on a ``Port``.
 - Without one (a pipe, a file: ``echo 'hostname; exit 3' | danaus shell``), the
   shell reads its commands from stdin through pipes, with no terminal, so it
   can be scripted and tested: its stdout and stderr come back separately, and
-  the end of stdin ends its input.
+  the end of stdin ends its input. A shell still running ``_EOF_GRACE``
+  seconds after its input ended (a foreground command that does not read
+  stdin, such as ``sleep 30``) is hung up, as Monarch's shell hangs up at once
+  on end of input: nothing outlives the client's input for long.
 
 Either way the call returns the shell's exit status (``128 + N`` for signal N).
 """
@@ -43,6 +46,7 @@ __all__ = ["ShellActor", "shell"]
 
 _CHUNK = 16 * 1024
 _GRACE = 1.0  # seconds a hung-up shell gets before SIGKILL
+_EOF_GRACE = 2.0  # seconds a shell on pipes gets to finish after its input ended
 
 
 def _set_window(fd: int, rows: int, cols: int) -> None:
@@ -172,6 +176,17 @@ class ShellActor(Actor):
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
                 self._input = None
+        if proc is not None:
+            threading.Thread(
+                target=self._hang_up_unless_done, args=(proc,), name="danaus-shell-eof",
+                daemon=True,
+            ).start()
+
+    def _hang_up_unless_done(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(timeout=_EOF_GRACE)
+        except subprocess.TimeoutExpired:
+            self._hang_up()
 
     def _hang_up(self) -> None:
         """SIGHUP to the shell's process group, SIGKILL if it is still there after a grace."""
