@@ -132,6 +132,25 @@ def test_the_end_of_input_stops_a_foreground_command_of_a_shell_on_pipes(tmp_pat
     assert wait_pids_gone([child]) == []
 
 
+def test_a_script_read_from_a_file_runs_to_its_end_past_the_hang_up_grace(
+    tmp_path: Path,
+) -> None:
+    # a file's end is the script's end, not a hang-up: `shell < script.sh` finishes
+    (tmp_path / "script.sh").write_text("sleep 3; echo finished; exit 5\n")
+    (tmp_path / "client.py").write_text(
+        "from danaus.actor import this_host\n"
+        "from danaus.job import shell\n"
+        "raise SystemExit(shell(this_host()))\n"
+    )
+    with open(tmp_path / "script.sh") as script:
+        done = subprocess.run(
+            [sys.executable, "client.py"], cwd=tmp_path, env=client_env(), stdin=script,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 5, done.stderr
+    assert done.stdout == "finished\n"
+
+
 def test_shell_reads_commands_from_stdin_without_a_terminal(tmp_path: Path) -> None:
     (tmp_path / "myjob.py").write_text(JOBFILE)
     assert danaus(tmp_path, "apply", "myjob.py:job").returncode == 0
