@@ -168,21 +168,26 @@ class Failing:
             how = "declined" if has_hook else "has no __supervise__ for"
             reason = f"actor {self._label()} failed: it {how} {failure}"
             tb = getattr(failure, "traceback", "") or ""
-        self.fail(reason, tb)
+        # As Monarch's, the report names the actor the failure started at (nested).
+        self.fail(reason, tb, origin=getattr(failure, "actor", "") or "")
 
-    def fail(self, reason: str, tb: str, exc: BaseException | None = None) -> None:
+    def fail(
+        self, reason: str, tb: str, exc: BaseException | None = None, origin: str = ""
+    ) -> None:
         """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
 
         The meshes it owns are stopped: no one is left to supervise them. Its
         ``__cleanup__`` then gets ``exc`` (or an ``Exception`` of ``reason``), as
         in Monarch, on the actor's thread once the failing message is done.
+        ``origin`` names the actor the failure started at, when it came up unhandled
+        from a mesh this one spawned.
         """
         with self._lock:
             if self.failed is not None:
                 return
             self.failed = reason
             self.fail_exc = exc if exc is not None else Exception(reason)
-        self.report_failure(reason, tb)
+        self.report_failure(reason, tb, origin)
         if self.ctx_instance is not None:
             stopping = threading.Thread(
                 target=owned.stop_owned,
@@ -192,13 +197,13 @@ class Failing:
             self.owned_stopping = stopping
             stopping.start()
 
-    def report_failure(self, reason: str, tb: str) -> None:
+    def report_failure(self, reason: str, tb: str, origin: str = "") -> None:
         """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
         log.error("%s\n%s", reason, tb)
         if self.owner is not None:
             self.rt.send(
                 self.owner.proc,
-                Failed(self.owner, self.mesh_id, self.rank, reason, tb),
+                Failed(self.owner, self.mesh_id, self.rank, reason, tb, origin),
                 on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
             )
 
