@@ -31,9 +31,11 @@ def test_spawn_compute_exit_and_spawn_again_on_the_same_procs() -> None:
                 f = danaus.inspect(2 * torch.ones(3, 4), all=1)
             assert torch.equal(r, torch.full((3, 4), float(round_ + 2)))
             assert torch.equal(f, torch.full((3, 4), 2.0))
-            with pytest.raises(danaus.mesh_controller.RemoteException, match="nope"):
-                with dm.activate():
-                    danaus.inspect(nope(torch.zeros(3, 4)))
+            with (
+                pytest.raises(danaus.mesh_controller.RemoteException, match="nope"),
+                dm.activate(),
+            ):
+                danaus.inspect(nope(torch.zeros(3, 4)))
             engine = procs._state.tensor_engine
             dm.exit()
             assert engine.closed and procs._state.tensor_engine is None

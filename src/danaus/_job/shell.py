@@ -181,7 +181,9 @@ class ShellActor(Actor):
                 self._input = None
         if proc is not None and hang_up:
             threading.Thread(
-                target=self._hang_up_unless_done, args=(proc,), name="danaus-shell-eof",
+                target=self._hang_up_unless_done,
+                args=(proc,),
+                name="danaus-shell-eof",
                 daemon=True,
             ).start()
 

@@ -230,7 +230,11 @@ class Failing:
 def reply_stopped(rt: Runtime, label: str, port: PortId | None, index: int) -> None:
     """Answer a call to actor ``label``, which was stopped (to ``port``, if any)."""
     if port is not None:
-        err = SupervisionError(f"actor {label} was stopped", actor=label, reason="stopped")
+        err = SupervisionError(  # Monarch's sentence first: programs match on it
+            f"The actor {label} and all its descendants have failed:\n  actor {label} was stopped",
+            actor=label,
+            reason="stopped",
+        )
         rt.reply(port, index, STATUS_ERROR, err)
 
 
