@@ -6,7 +6,7 @@ into a new in-memory DuckDB database, one column list per column (DuckDB
 binds Python lists directly: no Arrow, no pandas), and runs the query there.
 The database sees only those tables, and a query may only read them:
 
-- one ``SELECT`` (or ``WITH ... SELECT``, ``EXPLAIN``) statement per query: ``COPY ...
+- one ``SELECT`` (or ``WITH ... SELECT``, ``DESCRIBE``, ``SHOW``) statement per query: ``COPY ...
   TO 'file'``, ``ATTACH``, ``INSTALL``, ``SET``, ``EXPORT`` and every other statement
   are refused before they run, since DuckDB's ``enable_external_access = false``
   alone still lets ``COPY`` write a file (issue 40, N5);
@@ -56,7 +56,7 @@ def query(sql: str) -> list[dict[str, Any]]:
     """Run ``sql`` over the tables actors, messages, spans and metrics of this client's
     procs, as they are now; the rows as dicts (column name to value), in order.
 
-    Only reading is allowed: one ``SELECT`` statement (``WITH``, ``EXPLAIN`` too), no
+    Only reading is allowed: one ``SELECT`` statement (``WITH``, ``DESCRIBE`` too), no
     file access. Blocks while the procs answer and the query runs. Raises ``TypeError``
     for anything but a string, ``QueryError`` (a ValueError) for SQL that DuckDB
     refuses (with its message and the tables' columns), for any other kind of
@@ -74,7 +74,10 @@ def query(sql: str) -> list[dict[str, Any]]:
     timeout = config.get("query_timeout")
     con = duckdb.connect(
         ":memory:",
-        config={"enable_external_access": False, "memory_limit": config.get("query_max_memory")},
+        config={
+            "enable_external_access": False,
+            "memory_limit": f"{max(1, config.get('query_max_memory') >> 20)}MiB",
+        },
     )
     try:
         for table, cols in COLUMNS.items():
@@ -108,8 +111,9 @@ def query(sql: str) -> list[dict[str, Any]]:
 
 
 # Statements that only read: anything else (COPY, ATTACH, INSTALL, LOAD, SET, EXPORT,
-# CREATE, INSERT, PRAGMA, CALL ...) is refused before it runs.
-_READING = ("SELECT", "EXPLAIN")
+# CREATE, INSERT, PRAGMA, CALL, EXPLAIN ANALYZE of any of those ...) is refused before
+# it runs. WITH, FROM-first, DESCRIBE, SUMMARIZE and SHOW parse as SELECT.
+_READING = ("SELECT",)
 
 
 def _check_read_only(con: Any, duckdb: Any, sql: str) -> None:
