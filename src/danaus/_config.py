@@ -734,8 +734,15 @@ SETTINGS: tuple[Setting, ...] = (
         "port_forward_max_connections",
         "int",
         256,
-        "Connections each PortForwarder source proc relays at once; beyond it a new "
-        "one is reset.",
+        "Connections each PortForwarder source proc relays at once; beyond it a new one is reset.",
+    ),
+    Setting(
+        "port_forward_allow_remote",
+        "bool",
+        False,
+        "Let a PortForwarder source accept connections from other hosts (anyone who "
+        "can reach its address); without it only this host's processes of the same "
+        "user may connect.",
     ),
     Setting(
         "port_forward_idle_timeout",

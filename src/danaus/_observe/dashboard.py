@@ -24,9 +24,10 @@ Every request must carry the token (query ``token=`` or ``Authorization:
 Bearer``), compared in constant time; anything else gets 403 and nothing
 else. The server binds to 127.0.0.1 unless told otherwise; every interface
 (``0.0.0.0``, ``::``) only with ``dashboard_all_interfaces``. It runs on
-aiohttp (the ``dashboard`` extra), as every HTTP endpoint of danaus does. While it runs, ``<job dir>/dashboard.json`` (mode 0600, in
-the user's private directory) says where it is, so ``danaus top`` and
-``danaus stack`` on this machine find it without being told.
+aiohttp (the ``dashboard`` extra), as every HTTP endpoint of danaus does. While
+it runs, ``<job dir>/dashboard.json`` (mode 0600, in the user's private
+directory) says where it is, so ``danaus top`` and ``danaus stack`` on this
+machine find it without being told.
 """
 
 from __future__ import annotations
