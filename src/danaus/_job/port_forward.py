@@ -44,7 +44,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from .. import _config as config
 from .._actor.api.actor import Actor
@@ -297,6 +297,23 @@ class _Destination(Actor):
         self._loop.close()
 
 
+class _Limits(NamedTuple):
+    """Who may connect to a source and how many: the forwarder's settings, read where
+    ``forward`` is called (a source proc may have been started with other ones)."""
+
+    allow_remote: bool
+    max_connections: int
+    idle_timeout: float  # 0: never
+
+    @classmethod
+    def from_settings(cls) -> _Limits:
+        return cls(
+            config.get("port_forward_allow_remote"),
+            config.get("port_forward_max_connections"),
+            config.get("port_forward_idle_timeout"),
+        )
+
+
 class _Relay:
     """One connection at its source: the client's streams and the flow control state."""
 
@@ -316,14 +333,14 @@ class _Source(Actor):
         self._expiry: asyncio.Future[None] | None = None
         self._dest: Any = None
         self._conns: dict[str, _Relay] = {}  # touched on the loop only
-        self._allow_remote = False
+        self._limits = _Limits(False, 0, 0.0)
         self._uid = os.getuid()
         self._loop = _Loop("danaus-forward-source")
 
     @endpoint
-    def start(self, destination: Any, src_address: Any, allow_remote: bool = False) -> None:
+    def start(self, destination: Any, src_address: Any, limits: _Limits) -> None:
         self._dest = destination.slice(**dict(current_rank()))
-        self._allow_remote = allow_remote
+        self._limits = limits
         host, port = _parse_address(_at_point(src_address))
         if port == 0:
             server = _unix_listener(host)
@@ -343,7 +360,7 @@ class _Source(Actor):
 
     async def _listen(self, server: socket.socket) -> None:
         self._server = await asyncio.start_server(self._accepted, sock=server)
-        idle = config.get("port_forward_idle_timeout")
+        idle = self._limits.idle_timeout
         if idle > 0:
             self._expiry = asyncio.ensure_future(self._expire(idle))
 
@@ -365,7 +382,7 @@ class _Source(Actor):
         except OSError:  # gone already
             return False
         if uid is None:
-            if not self._allow_remote:
+            if not self._limits.allow_remote:
                 log.warning(
                     "port forward: refused a connection from %s on another host: set "
                     "port_forward_allow_remote to let other hosts in",
@@ -380,7 +397,7 @@ class _Source(Actor):
                 self._uid,
             )
             return False
-        cap = config.get("port_forward_max_connections")
+        cap = self._limits.max_connections
         if len(self._conns) >= cap:
             log.warning(
                 "port forward: refused a connection: port_forward_max_connections (%d) are "
@@ -546,7 +563,7 @@ class PortForwarder(Actor):
             source = src_proc_mesh.spawn(f"port_forward_source_{suffix}", _Source)
             spawned.append(source)
             dest.configure.call(dst_port).get()
-            source.start.call(dest, src_address, config.get("port_forward_allow_remote")).get()
+            source.start.call(dest, src_address, _Limits.from_settings()).get()
         except BaseException:
             for mesh in reversed(spawned):
                 with contextlib.suppress(Exception):
