@@ -38,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import _config as config
@@ -154,7 +154,6 @@ class _Conn:
     admitted: bool = False
     stuck_since: float | None = None  # an answer waits unread since then
     stuck_size: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _text(web: Any, code: int, body: str, *, close: bool = False, **headers: str) -> Any:
