@@ -243,3 +243,31 @@ def test_scrapes_within_metrics_min_interval_do_not_ask_the_procs_again() -> Non
     finally:
         m.stop()
         procs.stop().get(timeout=60)
+
+
+def test_a_client_that_stops_reading_its_answer_is_closed() -> None:
+    """A tokened client that asks for an answer and never reads it would hold its buffers
+    for good: the server closes it once the answer has waited unread for the timeout."""
+    from danaus._observe.web import HttpServer, aiohttp_web
+
+    web = aiohttp_web()
+    big = b"x" * (64 << 20)  # more than every socket buffer on the way holds
+
+    async def large(request: Any) -> Any:
+        return web.Response(body=big)
+
+    with config.configured(dashboard_request_timeout=1.0):
+        server = HttpServer("127.0.0.1", 0, "tok", {"/large": large}, name="test server")
+    try:
+        s = _connect(int(server.address[1]))
+        s.sendall(b"GET /large?token=tok HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 200 ")  # then reads nothing more
+        wait_until(
+            server.connections,
+            timeout=TIMEOUT,
+            what="the server to close the connection that stopped reading",
+            until=lambda c: c == (0, 0),
+        )
+        s.close()
+    finally:
+        server.stop()
