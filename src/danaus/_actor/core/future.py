@@ -370,8 +370,10 @@ class Future(Generic[R]):
                     UserWarning,
                     stacklevel=2,
                 )
+        # Every exception of the call is raised from this frame, not from the ones that
+        # waited: the caller's traceback ends at their get(), not in danaus's insides.
         try:
-            return self._wait(timeout)
+            raw = self._wait_raw(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself raised a TimeoutError
                 exc = self._cf.exception()
@@ -386,6 +388,12 @@ class Future(Generic[R]):
             if e is self._cf.exception():
                 raise _clean(e) from e.__cause__
             raise
+        if isinstance(raw, Deferred):  # a reply as received: decode it here
+            try:
+                return raw.resolve()  # type: ignore[no-any-return]
+            except Exception as e:
+                raise _clean(e) from e.__cause__
+        return raw
 
     def _wait(self, timeout: float | None) -> R:
         """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
