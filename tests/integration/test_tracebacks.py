@@ -20,7 +20,7 @@ import pytest
 
 import danaus
 import danaus.actor
-from danaus._actor.core.failing import is_internal_file, user_traceback
+from danaus._actor.core.frames import is_internal_file, user_traceback
 from danaus._actor.core.future import Deferred, resolve
 from danaus.actor import Actor, ActorError, Future, MeshFailure, ProcMesh, endpoint
 from danaus.testing import FaultRecorder

@@ -11,13 +11,9 @@ gets a ``FAILED`` report, and the meshes it owns are stopped.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import os
-import sys
 import threading
 import traceback
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import RemoteException, SupervisionError
@@ -27,12 +23,13 @@ from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
 from . import owned
 from .endpoints import EndpointProperty
+from .frames import user_traceback
 
 if TYPE_CHECKING:
     from .context import Instance
     from .ports import Undeliverable
 
-__all__ = ["Aborted", "Failing", "exception_payload", "is_internal_file", "user_traceback"]
+__all__ = ["Aborted", "Failing", "exception_payload"]
 
 log = logging.getLogger("danaus.actor")
 
@@ -43,34 +40,6 @@ class Aborted(BaseException):
     def __init__(self, reason: str | None) -> None:
         super().__init__(reason)
         self.reason = reason if reason is not None else "no reason provided"
-
-
-# The directory of the danaus package: a frame whose file lies under it is danaus's own.
-# Taken from the package itself, not from this file's place in it, so that modules can
-# move between subpackages without the filter going stale.
-_PACKAGE_DIRS = tuple(
-    os.path.join(os.path.realpath(d), "")
-    for d in getattr(sys.modules[__name__.partition(".")[0]], "__path__", ())
-)
-
-
-@functools.lru_cache(maxsize=1024)
-def is_internal_file(filename: str) -> bool:
-    """Whether ``filename`` (a code object's ``co_filename``) is a module of danaus."""
-    return os.path.realpath(filename).startswith(_PACKAGE_DIRS)
-
-
-def user_traceback(tb: TracebackType | None) -> TracebackType | None:
-    """``tb`` without danaus's frames at its top: the dispatch that ran the user's code.
-
-    An endpoint's exception travels through the frames that received the message
-    and called the endpoint (or ``__init__``); the user's frames start below
-    them. A traceback of danaus's frames only (an internal error) is kept whole.
-    """
-    first = tb
-    while tb is not None and is_internal_file(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    return first if tb is None else tb
 
 
 def exception_payload(e: BaseException) -> tuple[BaseException, str]:

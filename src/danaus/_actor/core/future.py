@@ -479,7 +479,7 @@ class Future(Generic[R]):
                 return
             exc = cf.exception()
             if exc is not None:
-                afut.set_exception(exc)
+                afut.set_exception(_clean(exc))  # as get() raises it: no frames of ours
                 return
             try:  # on the awaiting loop's thread: a reply is decoded here
                 value = resolve(cf.result())

@@ -38,7 +38,7 @@ from ... import _config as config
 from ..._runtime.node import Node
 from ..api.controller import get_or_spawn_controller
 from ..core.context import context
-from ..core.failing import user_traceback
+from ..core.frames import user_traceback
 from .controller import DebugController
 from .session import CONTROLLER_NAME, OutputRing, SessionInfo
 
