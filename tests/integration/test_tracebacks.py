@@ -11,6 +11,7 @@ module moving inside it changes nothing here.
 from __future__ import annotations
 
 import asyncio
+import operator
 import re
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,7 +23,15 @@ import danaus
 import danaus.actor
 from danaus._actor.core.frames import is_internal_file, user_traceback
 from danaus._actor.core.future import Deferred, resolve
-from danaus.actor import Actor, ActorError, Future, MeshFailure, ProcMesh, endpoint
+from danaus.actor import (
+    Accumulator,
+    Actor,
+    ActorError,
+    Future,
+    MeshFailure,
+    ProcMesh,
+    endpoint,
+)
 from danaus.testing import FaultRecorder
 
 from .conftest import REPLY_TIMEOUT
@@ -153,6 +162,18 @@ def test_gathered_call_error_shows_only_the_users_frames(sync_mesh: SyncThrower)
     with pytest.raises(ActorError) as info:
         sync_mesh.fail.call(6).get(timeout=REPLY_TIMEOUT)
     assert_user_frames_then_get(info.value, "test_gathered_call_error_shows_only_the_users_frames")
+    assert_remote_user_frames(info.value, "fail", "raise_deep")
+
+
+def test_result_choose_and_accumulate_end_at_get_as_well(sync_mesh: SyncThrower) -> None:
+    name = "test_result_choose_and_accumulate_end_at_get_as_well"
+    with pytest.raises(ActorError) as info:
+        sync_mesh.fail.choose(7).result(timeout=REPLY_TIMEOUT)  # result is get
+    assert_user_frames_then_get(info.value, name)
+    assert_remote_user_frames(info.value, "fail", "raise_deep")
+    with pytest.raises(ActorError) as info:
+        Accumulator(sync_mesh.fail, 0, operator.add).accumulate(7).get(timeout=REPLY_TIMEOUT)
+    assert_user_frames_then_get(info.value, name)
     assert_remote_user_frames(info.value, "fail", "raise_deep")
 
 

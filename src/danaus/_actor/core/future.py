@@ -441,9 +441,7 @@ class Future(Generic[R]):
             if cell is not None:
                 cell.end_wait()
 
-    def result(self, timeout: float | None = None) -> R:
-        """Same as :meth:`get`."""
-        return self.get(timeout)
+    result = get  # the same method, so an error's traceback has one frame of ours either way
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Wait like :meth:`get`; return the exception the call raised, or ``None``."""
