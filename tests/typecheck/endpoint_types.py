@@ -27,6 +27,7 @@ from danaus.actor import (
     get_or_spawn_controller,
     send,
 )
+from danaus.supervisor import Supervisor
 
 
 class Counter(Actor):
@@ -108,3 +109,16 @@ def helpers(procs: ProcMesh) -> None:
     assert_type(as_endpoint(mesh.helper).call_one("abc"), Future[int])
     send(mesh.incr, (1,), {})
     assert_type(get_or_spawn_controller("counter", Counter, 0), Future[Counter])
+
+
+async def awaiting(mesh: Counter) -> None:
+    assert_type(await mesh.incr.call_one(), int)
+    assert_type(await mesh.label.call("x"), ValueMesh[str])
+    for fut in mesh.incr.stream(2):
+        assert_type(await fut, int)
+
+
+def supervised(procs: ProcMesh) -> None:
+    workers = Supervisor(strategy="one_for_all").spawn(procs, "workers", Counter, 0)
+    assert_type(workers, Counter)
+    assert_type(workers.incr.call_one(1), Future[int])
