@@ -247,6 +247,8 @@ def test_init_failure_shows_only_the_users_frames_to_the_caller_and_the_owner(
     (failure,) = faults.wait(1, timeout=REPLY_TIMEOUT)
     assert isinstance(failure, MeshFailure)
     assert remote_frames(failure.traceback) == [(False, "__init__"), (False, "raise_deep")]
+    mesh.stop().get(timeout=REPLY_TIMEOUT)
+    assert faults.unseen() == []
 
 
 # -- the filter itself, in this process ---------------------------------------------
