@@ -100,7 +100,7 @@ class ActorMesh(MeshTrait, Generic[A]):
             raise AttributeError(name)
         prop = self._endpoints.get(name)
         if prop is not None:
-            ep = Endpoint(self, name, prop)
+            ep: Endpoint[Any, Any] = Endpoint(self, name, prop)
             object.__setattr__(self, name, ep)
             return ep
         if callable(getattr(self._ref.cls, name, None)):

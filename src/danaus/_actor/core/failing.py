@@ -23,6 +23,7 @@ from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
 from . import owned
 from .endpoints import EndpointProperty
+from .frames import user_traceback
 
 if TYPE_CHECKING:
     from .context import Instance
@@ -44,12 +45,10 @@ class Aborted(BaseException):
 def exception_payload(e: BaseException) -> tuple[BaseException, str]:
     """``(exception, remote traceback text)``, with the exception made picklable if needed.
 
-    The frames of danaus's own dispatch code are left out of the traceback.
+    The frames of danaus's own dispatch code are left out of the traceback
+    (:func:`user_traceback`).
     """
-    tb_obj = e.__traceback__
-    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
-        tb_obj = tb_obj.tb_next
-    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
+    tb = "".join(traceback.format_exception(type(e), e, user_traceback(e.__traceback__)))
     try:
         codec.dumps(e)
         exc: BaseException = e
