@@ -566,6 +566,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Parallel data connections one large cross-host RDMA copy is split across.",
     ),
     Setting(
+        "rdma_cuda_chunk",
+        "size",
+        8 * _MiB,
+        "Bytes per pinned host chunk when CUDA memory is staged (across hosts, or to a GPU "
+        "this process cannot open by CUDA IPC): the device copy of one chunk overlaps the "
+        "transfer of the next. Rounded up to a whole number of 256 KiB.",
+    ),
+    Setting(
         "rdma_max_data_threads",
         "int",
         64,

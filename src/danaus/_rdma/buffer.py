@@ -21,7 +21,7 @@ from .._runtime.hosting import proc as _proc
 from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
-from . import net, vm
+from . import cuda, net, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -50,9 +50,11 @@ def is_ibverbs_available() -> bool:
 
 
 def gpu_direct_rdma_supported() -> bool:
-    """Always False: danaus never moves GPU memory over GPUDirect RDMA (never blocks).
+    """False: the built-in data plane never moves GPU memory over GPUDirect RDMA (never blocks).
 
-    GPU tensors are staged through host memory by whoever registers them.
+    CUDA buffers move by CUDA IPC between the processes of one host (device to
+    device, no host staging) and through pinned host memory, chunked and
+    pipelined, across hosts; a buffer's ``backend`` says which.
     """
     return False
 
@@ -77,15 +79,16 @@ def get_rdma_local_path() -> str:
 class RDMABuffer:
     """Memory registered for one-sided reads and writes by whoever holds the handle.
 
-    ``RDMABuffer(data)`` takes a contiguous CPU ``torch.Tensor`` or a
-    C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
-    array) and does not copy it: the buffer *is* that memory, kept alive by
-    this process until :meth:`drop`. Read-only memory (``bytes``) may be
-    registered; such a buffer can be read but not written. Pickle the buffer
+    ``RDMABuffer(data)`` takes a contiguous CPU or CUDA ``torch.Tensor`` or
+    a C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
+    array) and does not copy it: the buffer *is* that memory (a CUDA
+    tensor's GPU memory), kept alive by this process until :meth:`drop`.
+    Read-only memory (``bytes``) may be registered; such a buffer can be
+    read but not written. Pickle the buffer
     (pass it to an endpoint) and the receiver can ``read_into`` /
     ``write_from`` it. Does not block. Raises ``ValueError`` for empty or
     non-contiguous memory, ``TypeError`` for other objects,
-    ``NotImplementedError`` for a CUDA tensor.
+    ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
 
     Example::
 
@@ -103,7 +106,9 @@ class RDMABuffer:
         buf.read_into(dst).get()
     """
 
-    __slots__ = ("_addr", "_host", "_id", "_owner", "_owner_proc", "_pid", "_readonly", "_size")
+    __slots__ = (
+        "_addr", "_cuda", "_host", "_id", "_owner", "_owner_proc", "_pid", "_readonly", "_size",
+    )  # fmt: skip
 
     _owner_proc: ProcId
     _pid: int
@@ -113,6 +118,7 @@ class RDMABuffer:
     _id: int
     _owner: str
     _readonly: bool
+    _cuda: cuda.CudaInfo | None  # the GPU and its IPC handle (None: host memory)
 
     def __init__(self, data: Any) -> None:
         if not vm.available():
@@ -132,6 +138,7 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
+        self._cuda = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
         self._id = node.part(BufferRegistry).register(mem)
 
     # -- what it is --
@@ -147,8 +154,16 @@ class RDMABuffer:
 
     @property
     def backend(self) -> str:
-        """How the bytes move from here: ``"process_vm"`` on the owner's host, else ``"tcp"``."""
+        """How the bytes move from here: ``"process_vm"`` on the owner's host, else ``"tcp"``.
+
+        A CUDA buffer: ``"cuda_ipc"`` where this process can open its CUDA IPC handle
+        (the owner's host, a GPU this process sees), else ``"tcp"`` (staged through
+        pinned host memory by the owner's data server).
+        """
         rt = _proc.current()
+        if self._cuda is not None:
+            local = rt is None or same_host(self, rt)
+            return "cuda_ipc" if cuda.reachable(self._cuda, local) is None else "tcp"
         if rt is None or self._owner_proc.name == rt.proc_id.name or same_host(self, rt):
             return BACKEND
         return "tcp"
@@ -264,6 +279,7 @@ class RDMABuffer:
                 self._id,
                 self._owner,
                 self._readonly,
+                self._cuda,
             ),
         )
 
@@ -277,7 +293,8 @@ class RDMABuffer:
         return hash(self._key())
 
     def __str__(self) -> str:
-        return f"RDMABuffer #{self._id} ({self._size} bytes, owner {self._owner})"
+        gpu = f" on cuda:{self._cuda.device}" if self._cuda is not None else ""
+        return f"RDMABuffer #{self._id} ({self._size} bytes{gpu}, owner {self._owner})"
 
     def __repr__(self) -> str:
         return f"<{self}>"
@@ -302,6 +319,7 @@ def _rebuild(
     buffer_id: int,
     owner: str,
     readonly: bool,
+    cuda_info: cuda.CudaInfo | None = None,
 ) -> RDMABuffer:
     buf = object.__new__(RDMABuffer)
     buf._owner_proc = owner_proc
@@ -312,6 +330,7 @@ def _rebuild(
     buf._id = buffer_id
     buf._owner = owner
     buf._readonly = readonly
+    buf._cuda = cuda_info
     return buf
 
 
