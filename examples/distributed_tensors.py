@@ -3,7 +3,9 @@
 Run it with ``python examples/distributed_tensors.py``; it takes several seconds.
 
 It follows Monarch's ``docs/source/examples/distributed_tensors.py`` with
-``monarch`` replaced by ``danaus`` and CPU tensors instead of CUDA ones:
+``monarch`` replaced by ``danaus`` and CPU tensors instead of CUDA ones (with
+``tensor_device="cuda"`` it runs on the GPUs, a failing allocation instead of
+an index out of range as its failing command):
 activate a mesh, inspect shards, compute, reduce over each dimension and
 both, rename and split the mesh, run a two-stage pipeline with ``to_mesh``,
 train data-parallel with ``grad_generator`` and ``reduce_`` on a ``comms``
@@ -40,8 +42,11 @@ def tour(mesh: Any) -> None:
     # A failing command leaves the workers alive for the next ones.
     try:
         with mesh.activate():
-            bad = t[torch.tensor([100])]  # index out of range on every worker
-            v = bad @ t.T
+            if t.device.type == "cuda":  # as Monarch's tour: too big for the GPU (an
+                v = t @ torch.rand(4, 1 << 43)  # index out of range would be fatal on CUDA)
+            else:
+                bad = t[torch.tensor([100])]  # index out of range on every worker
+                v = bad @ t.T
         danaus.inspect(v)
     except danaus.RemoteTensorError as e:
         print(f"recovered from a remote failure of {e.op} on rank {e.ranks[0]}")

@@ -105,7 +105,7 @@ def meshes(procs: ProcMesh, counters: Any) -> None:
     counters.slice(gpus=slice(0, 2)).incr.broadcast(10)  # to a slice
     values = counters.get.call().get(timeout=TIMEOUT)  # a ValueMesh, one value per actor
     assert list(values.values()) == [11, 11, 1, 1]
-    print("3. after a broadcast and a sliced broadcast:", values)
+    print("3. after a broadcast and a sliced broadcast:", values.values())
     # --8<-- [end:meshes]
 
 

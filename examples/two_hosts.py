@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from danaus.actor import Actor, ActorMesh, attach_to_workers, context, endpoint
+from danaus.actor import Actor, attach_to_workers, context, endpoint
 
 TIMEOUT = 30.0
 
@@ -45,7 +45,7 @@ class Where(Actor):
         return f"pid {os.getpid()}, {netns}, reachable at {tcp[0] if tcp else '?'}"
 
     @endpoint
-    def ask(self, other: ActorMesh[Where]) -> list[str]:
+    def ask(self, other: Where) -> list[str]:  # a mesh of Where actors, as spawn types it
         return list(other.where.call().get(timeout=TIMEOUT).values())
 
 

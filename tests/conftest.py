@@ -21,8 +21,41 @@ def settings() -> Iterator[Callable[..., None]]:
     danaus.config.configure(**saved)
 
 
+def cuda_missing() -> str | None:
+    """Why the ``gpu`` tests cannot run here (None: CUDA is usable)."""
+    try:
+        import torch
+    except ImportError:
+        return "needs CUDA: torch is not installed"
+    if not torch.cuda.is_available():
+        return f"needs CUDA: torch {torch.__version__} sees no GPU (torch.cuda.is_available())"
+    return None
+
+
+@pytest.fixture
+def need_gpus() -> Callable[[int], int]:
+    """``need_gpus(n)`` skips the test (saying why) unless this machine shows ``n`` GPUs;
+    returns how many it shows."""
+
+    def need(n: int) -> int:
+        import torch
+
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < n:
+            pytest.skip(f"needs {n} GPUs; this machine shows {have}")
+        return have
+
+    return need
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave ``slow`` tests out unless a ``-m`` expression is given (``-m slow`` runs them)."""
+    """Skip ``gpu`` tests, saying why, without CUDA; leave ``slow`` tests out unless a
+    ``-m`` expression is given (``-m slow`` runs them)."""
+    gpu = [i for i in items if i.get_closest_marker("gpu")]
+    why = cuda_missing() if gpu else None
+    if why is not None:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason=why))
     if config.getoption("markexpr"):
         return
     slow = [i for i in items if i.get_closest_marker("slow")]

@@ -685,6 +685,7 @@ OPTIONAL = {
     "pytest",
     "duckdb",
     "prometheus_client",
+    "aiohttp",
 }
 
 

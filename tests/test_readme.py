@@ -24,4 +24,8 @@ def test_the_readme_example_runs_and_prints_what_it_says(tmp_path: pathlib.Path)
         [sys.executable, str(script)], capture_output=True, text=True, timeout=100, env=env
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines() == ["ValueMesh({'gpus': 2}: [2, 2])", "11"]
+    assert r.stdout.splitlines() == [
+        "ValueMesh({gpus: 2}):",
+        "  (({'gpus': 0/2}, 2), ({'gpus': 1/2}, 2))",
+        "11",
+    ]

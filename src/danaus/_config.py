@@ -566,6 +566,14 @@ SETTINGS: tuple[Setting, ...] = (
         "Parallel data connections one large cross-host RDMA copy is split across.",
     ),
     Setting(
+        "rdma_cuda_chunk",
+        "size",
+        8 * _MiB,
+        "Bytes per pinned host chunk when CUDA memory is staged (across hosts, or to a GPU "
+        "this process cannot open by CUDA IPC): the device copy of one chunk overlaps the "
+        "transfer of the next. Rounded up to a whole number of 256 KiB.",
+    ),
+    Setting(
         "rdma_max_data_threads",
         "int",
         64,
@@ -647,12 +655,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "rdma_backend",
         "str",
-        "auto",
+        "builtin",
         "Which backend moves a new RDMABuffer's bytes: 'builtin' (process_vm on one host, "
-        "TCP data connections across hosts; needs nothing installed), 'nixl' (NVIDIA NIXL "
-        "over UCX, danaus[nixl]) or 'auto' (NIXL for CUDA memory where it is installed, "
-        "builtin for CPU memory). A NIXL that cannot start falls back to builtin with one "
-        "log line naming why.",
+        "TCP data connections across hosts, CUDA IPC or staging for GPU memory; needs "
+        "nothing installed), 'nixl' (NVIDIA NIXL over UCX, danaus[nixl]) or 'auto' (NIXL "
+        "for CUDA memory where it is installed, builtin for CPU memory). A NIXL that cannot "
+        "start falls back to builtin with one log line naming why.",
     ),
     # -- observing -----------------------------------------------------------
     Setting(
@@ -701,16 +709,65 @@ SETTINGS: tuple[Setting, ...] = (
         "dashboard_request_timeout",
         "duration",
         10.0,
-        "A dashboard connection must send a whole request head within this, and one "
-        "idle this long between requests (or not reading an answer) is closed.",
+        "A connection to any of danaus's HTTP endpoints (the dashboard, serve_metrics) "
+        "must send a whole tokened request within this, and one idle this long between "
+        "requests (or not reading an answer) is closed.",
     ),
     Setting(
         "dashboard_max_connections",
         "int",
         32,
-        "Tokened dashboard connections served at once (each holds a thread: an open "
-        "page's live updates, a stack dump); beyond it a request gets 503. Connections "
-        "without the token hold no thread; at most max_pending_handshakes of them wait.",
+        "Tokened connections each of danaus's HTTP endpoints (the dashboard, "
+        "serve_metrics) keeps open at once (an open page's live updates, a scraper); "
+        "beyond it a request gets 503. Connections without the token yet: at most "
+        "max_pending_handshakes, the oldest closed beyond it.",
+    ),
+    Setting(
+        "metrics_min_interval",
+        "duration",
+        1.0,
+        "Prometheus scrapes (serve_metrics, the dashboard's /metrics) within this of "
+        "the last collection get that collection again instead of asking every proc.",
+    ),
+    Setting(
+        "query_max_rows",
+        "int",
+        100_000,
+        "Rows a telemetry SQL query (danaus.telemetry.query, danaus query, the "
+        "dashboard) may answer; beyond it the query fails saying so.",
+    ),
+    Setting(
+        "query_timeout",
+        "duration",
+        30.0,
+        "How long a telemetry SQL query may run before it is interrupted and fails.",
+    ),
+    Setting(
+        "query_max_memory",
+        "size",
+        _GiB,
+        "Memory DuckDB may use for one telemetry SQL query.",
+    ),
+    Setting(
+        "port_forward_max_connections",
+        "int",
+        256,
+        "Connections each PortForwarder source proc relays at once; beyond it a new one is reset.",
+    ),
+    Setting(
+        "port_forward_allow_remote",
+        "bool",
+        False,
+        "Let a PortForwarder source accept connections from other hosts (anyone who "
+        "can reach its address); without it only this host's processes of the same "
+        "user may connect.",
+    ),
+    Setting(
+        "port_forward_idle_timeout",
+        "duration",
+        3600.0,
+        "A PortForwarder connection on which no byte moved either way for this long "
+        "is reset (0: never).",
     ),
     Setting(
         "stats_timeout",

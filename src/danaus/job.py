@@ -27,6 +27,7 @@ from ._job.port_forward import PortForwarder as PortForwarder
 from ._job.shell import shell as shell
 from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
+from ._job.telemetry import MeshAdminConfig as MeshAdminConfig
 from ._job.telemetry import TelemetryConfig as TelemetryConfig
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "JobState",
     "JobTrait",
     "LocalJob",
+    "MeshAdminConfig",
     "PortForwarder",
     "ProcessJob",
     "SSHJob",

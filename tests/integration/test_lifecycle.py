@@ -113,8 +113,12 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
-def _call_fails_with_supervision_error(mesh: Any) -> None:
-    with pytest.raises(SupervisionError):
+# What Monarch's test_actor_mesh_stop matches for a call to a stopped actor mesh
+STOPPED = r"(?s)The actor .* and all its descendants have failed:.*stopped"
+
+
+def _call_fails_with_supervision_error(mesh: Any, match: str | None = None) -> None:
+    with pytest.raises(SupervisionError, match=match):
         mesh.ping.call().get(timeout=REPLY_TIMEOUT)
 
 
@@ -125,8 +129,8 @@ def test_stopped_actor_mesh_refuses_later_calls_with_supervision_error(procs: Pr
     mesh = procs.spawn("to_stop", Worker)
     assert list(mesh.ping.call().get(timeout=REPLY_TIMEOUT).values()) == ["pong", "pong"]
     assert mesh.stop().get(timeout=REPLY_TIMEOUT) is None
-    _call_fails_with_supervision_error(mesh)
-    _call_fails_with_supervision_error(mesh.slice(gpus=1))
+    _call_fails_with_supervision_error(mesh, STOPPED)
+    _call_fails_with_supervision_error(mesh.slice(gpus=1), STOPPED)
     # The procs are unaffected: other actors there keep working.
     other = procs.spawn("after_stop", Worker)
     assert list(other.ping.call().get(timeout=REPLY_TIMEOUT).values()) == ["pong", "pong"]
@@ -137,7 +141,7 @@ def test_a_copy_of_a_stopped_mesh_also_gets_supervision_error(procs: ProcMesh) -
     mesh = procs.spawn("copied_then_stopped", Worker)
     copy = pickle.loads(pickle.dumps(mesh))
     mesh.stop().get(timeout=REPLY_TIMEOUT)
-    _call_fails_with_supervision_error(copy)
+    _call_fails_with_supervision_error(copy, STOPPED)
 
 
 def test_stopping_an_actor_mesh_twice_is_harmless(procs: ProcMesh) -> None:
@@ -613,3 +617,37 @@ def test_sigkilled_client_leaves_no_orphaned_processes(client_script) -> None:
     client.send_signal(signal.SIGKILL)
     client.wait(timeout=10)
     assert wait_pids_gone(every, timeout=10) == []
+
+
+def test_job_kill_inside_a_coroutine_does_not_block_its_event_loop(client_script) -> None:
+    # issue 42: kill() waited for the meshes to stop with Future.get(), on the thread of
+    # the running loop (a warning, and the loop blocked for as long as the stop took)
+    result = client_script.run(
+        """
+        import asyncio, os
+        from danaus.actor import Actor, endpoint
+        from danaus.job import LocalJob
+
+        class P(Actor):
+            @endpoint
+            def pid(self):
+                return os.getpid()
+
+        async def main():
+            job = LocalJob(("hosts",))
+            procs = job.state().hosts.spawn_procs(per_host={"gpus": 2})
+            pids = list((await procs.spawn("p", P).pid.call()).values())
+            job.kill()
+            for _ in range(3000):  # the stops finish while the loop runs
+                await asyncio.sleep(0.01)
+                if not any(os.path.exists(f"/proc/{p}") for p in pids):
+                    break
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+            print("alive after kill:", alive)
+
+        asyncio.run(main())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "alive after kill: []" in result.stdout
+    assert "blocks the thread of a running asyncio event loop" not in result.stderr

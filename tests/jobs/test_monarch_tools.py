@@ -23,7 +23,7 @@ from danaus.job import (
     ProcessJob,
     job_load,
 )
-from danaus.testing import client_env, wait_pids_gone
+from danaus.testing import client_env, wait_pids_gone, wait_until
 from danaus.tools import commands
 from danaus.tools.config import Config
 from danaus.tools.mesh_spec import AppState
@@ -95,6 +95,60 @@ def test_exec_all_runs_on_every_mesh_and_mesh_alone_on_every_rank_of_it(tmp_path
     )
     assert worst.returncode == 1, worst.stderr  # the largest exit code over both meshes
     assert wait_pids_gone(pids) == []
+
+
+def test_the_end_of_input_stops_a_foreground_command_of_a_shell_on_pipes(tmp_path: Path) -> None:
+    # Monarch's test_shell_eof_stops_foreground_process: a command that never reads
+    # stdin (sleep 30) must not keep the shell, and the client, past the input's end
+    pid_file = tmp_path / "child-pid"
+    script = tmp_path / "client.py"
+    script.write_text(
+        "import sys\n"
+        "from danaus.actor import this_host\n"
+        "from danaus.job import shell\n"
+        "print('rc', shell(this_host(), env={'SHELL': '/bin/bash'}), file=sys.stderr)\n"
+    )
+    command = f"sh -c 'echo $$ > {pid_file}; exec sleep 30'\n"
+    client = subprocess.Popen(
+        [sys.executable, str(script)], cwd=tmp_path, env=client_env(),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert client.stdin is not None
+        client.stdin.write(command)
+        client.stdin.flush()
+        wait_until(pid_file.exists, timeout=30, what="the foreground command to start")
+        child = int(pid_file.read_text())
+        client.stdin.close()  # end of input while `sleep 30` runs in the foreground
+        client.stdin = None  # so that communicate() does not flush it
+        _, err = client.communicate(timeout=25)  # 2 s of grace, then a hang-up
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 0, err
+    rc = int(err.split("rc ")[-1].split()[0])
+    assert rc != 0  # hung up: 128 + SIGHUP
+    assert wait_pids_gone([child]) == []
+
+
+def test_a_script_read_from_a_file_runs_to_its_end_past_the_hang_up_grace(
+    tmp_path: Path,
+) -> None:
+    # a file's end is the script's end, not a hang-up: `shell < script.sh` finishes
+    (tmp_path / "script.sh").write_text("sleep 3; echo finished; exit 5\n")
+    (tmp_path / "client.py").write_text(
+        "from danaus.actor import this_host\n"
+        "from danaus.job import shell\n"
+        "raise SystemExit(shell(this_host()))\n"
+    )
+    with open(tmp_path / "script.sh") as script:
+        done = subprocess.run(
+            [sys.executable, "client.py"], cwd=tmp_path, env=client_env(), stdin=script,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 5, done.stderr
+    assert done.stdout == "finished\n"
 
 
 def test_shell_reads_commands_from_stdin_without_a_terminal(tmp_path: Path) -> None:

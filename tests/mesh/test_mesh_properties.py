@@ -6,6 +6,7 @@ import itertools
 import math
 import pickle
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -40,17 +41,21 @@ def dense_shapes(draw: st.DrawFn, min_size: int = 0) -> Shape:
 
 
 @st.composite
-def slices(draw: st.DrawFn, size: int) -> slice:
-    """A slice with bounds around ``0..size`` (negative ones too) and a positive or no step."""
+def slices(draw: st.DrawFn, size: int, nonempty: bool = False) -> slice:
+    """A slice with bounds around ``0..size`` (negative ones too) and a positive or no step;
+    with ``nonempty``, one that keeps at least one index of a non-empty dim (``mesh.slice``
+    refuses the others, as Monarch does; ``Shape.select`` takes any)."""
     bound = st.none() | st.integers(-size - 2, size + 2)
-    return slice(draw(bound), draw(bound), draw(st.none() | st.integers(1, 3)))
+    sel = slice(draw(bound), draw(bound), draw(st.none() | st.integers(1, 3)))
+    assume(not nonempty or size == 0 or len(range(size)[sel]) > 0)
+    return sel
 
 
-def selectors(size: int) -> st.SearchStrategy[int | slice]:
+def selectors(size: int, nonempty: bool = False) -> st.SearchStrategy[int | slice]:
     """An int in range (when there is one) or a slice."""
     if size == 0:
         return slices(size)
-    return st.integers(0, size - 1) | slices(size)
+    return st.integers(0, size - 1) | slices(size, nonempty)
 
 
 @st.composite
@@ -70,7 +75,7 @@ def cut_shapes(draw: st.DrawFn) -> Shape:
 def shape_and_selection(draw: st.DrawFn) -> tuple[Shape, dict[str, int | slice]]:
     shape = draw(cut_shapes())
     chosen = draw(st.lists(st.sampled_from(shape.labels), unique=True)) if shape.labels else []
-    return shape, {label: draw(selectors(shape.extent[label])) for label in chosen}
+    return shape, {label: draw(selectors(shape.extent[label], True)) for label in chosen}
 
 
 @PROPERTY
@@ -94,12 +99,26 @@ def test_slicing_then_enumerating_equals_filtering_ranks_by_coordinates(
 
 @PROPERTY
 @given(cut_shapes(), st.data())
+def test_a_slice_keeping_no_index_of_a_non_empty_dim_is_refused(
+    shape: Shape, data: st.DataObject
+) -> None:
+    labels = [label for label in shape.labels if shape.extent[label]]
+    assume(labels)
+    label = data.draw(st.sampled_from(labels))
+    sel = data.draw(slices(shape.extent[label]))
+    assume(not range(shape.extent[label])[sel])
+    with pytest.raises(ValueError, match="selects no rank"):
+        RankMesh(shape).slice(**{label: sel})
+
+
+@PROPERTY
+@given(cut_shapes(), st.data())
 def test_slices_of_slices_equal_the_composed_slice(shape: Shape, data: st.DataObject) -> None:
     assume(shape.labels)
     label = data.draw(st.sampled_from(shape.labels))
     n = shape.extent[label]
-    first = data.draw(slices(n))
-    second = data.draw(slices(len(range(n)[first])))
+    first = data.draw(slices(n, True))
+    second = data.draw(slices(len(range(n)[first]), True))
     composed = range(n)[first][second]
     mesh = RankMesh(shape)
     twice = mesh.slice(**{label: first}).slice(**{label: second}).shape

@@ -124,6 +124,18 @@ def test_slice_with_a_zero_step_raises_value_error(m: RankMesh) -> None:
         m.slice(b=slice(0, 3, 0))
 
 
+@pytest.mark.parametrize("selector", [slice(5, 9), slice(3, None), slice(2, 2), slice(2, 1)])
+def test_a_slice_that_selects_nothing_raises_value_error_as_monarch_does(
+    m: RankMesh, selector: slice
+) -> None:
+    with pytest.raises(ValueError, match=r"selects no rank of dimension 'b' \(size 3"):
+        m.slice(b=selector)
+
+
+def test_a_slice_reaching_past_the_end_is_clamped(m: RankMesh) -> None:
+    assert m.slice(b=slice(1, 9)).shape == m.slice(b=slice(1, 3)).shape
+
+
 # -- split ---------------------------------------------------------------------
 
 
@@ -312,3 +324,11 @@ def test_to_table_of_a_zero_dimensional_mesh_has_one_row() -> None:
 
 def test_to_table_of_an_empty_mesh_has_only_the_header() -> None:
     assert mesh(["a"], [0]).to_table() == "index  rank  a\n-----  ----  -"
+
+
+def test_labels_and_ndslice_are_there_as_in_monarch(m: RankMesh) -> None:
+    # Monarch programs (its spmd_ddp example) read mesh._labels
+    assert m._labels == ("a", "b", "c")
+    cut = m.slice(a=1, c=slice(0, 4, 2))
+    assert cut._labels == ("b", "c")
+    assert cut._ndslice == Slice(offset=12, sizes=[3, 2], strides=[4, 2])

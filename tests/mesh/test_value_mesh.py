@@ -87,13 +87,17 @@ def test_item_with_an_unknown_coordinate_raises_key_error(vm: ValueMesh[str]) ->
         vm.item(hosts=0, gpus=0, gpu=0)
 
 
-def test_item_with_missing_coordinates_raises_value_error_saying_which(
+def test_item_with_missing_coordinates_raises_key_error_saying_which(
     vm: ValueMesh[str],
 ) -> None:
-    with pytest.raises(ValueError, match=r"needs a coordinate for \['gpus'\].*item\(gpus=0\)"):
+    # Monarch raises KeyError; danaus's error is also the ValueError it raised before
+    with pytest.raises(KeyError, match=r"needs a coordinate for \['gpus'\].*item\(gpus=0\)"):
         vm.item(hosts=0)
     with pytest.raises(ValueError, match=r"\['hosts', 'gpus'\]"):
         vm.item()
+    one_dim = ValueMesh(grid(["gpus"], [4]), [0, 1, 2, 3])
+    with pytest.raises(KeyError, match=r"\['gpus'\]"):
+        one_dim.item()
 
 
 def test_item_checks_the_range_and_type_of_coordinates(vm: ValueMesh[str]) -> None:
@@ -153,13 +157,21 @@ def test_value_mesh_pickles_to_an_equal_mesh_that_still_slices(vm: ValueMesh[str
     assert back.slice(hosts=1).values() == ["v5", "v7"]
 
 
-def test_repr_shows_the_sizes_and_values_and_elides_big_meshes() -> None:
+def test_repr_prints_the_extent_then_the_point_value_pairs_as_monarch_does() -> None:
     assert repr(ValueMesh(grid(["gpus"], [4]), [0, 1, 2, 3])) == (
-        "ValueMesh({'gpus': 4}: [0, 1, 2, 3])"
+        "ValueMesh({gpus: 4}):\n"
+        "  (({'gpus': 0/4}, 0), ({'gpus': 1/4}, 1), ({'gpus': 2/4}, 2), ({'gpus': 3/4}, 3))"
     )
-    big = repr(ValueMesh(grid(["r"], [100]), list(range(100))))
-    assert big == "ValueMesh({'r': 100}: [0, 1, 2, 3, 4, 5, 6, 7, ... (100 values)])"
-    assert len(repr(ValueMesh(grid(["r"], [1]), ["x" * 1000]))) < 100
+    two = repr(ValueMesh(grid(["hosts", "gpus"], [2, 2]), ["a" * 30, "b", "c", "d"]))
+    assert two.splitlines() == [
+        "ValueMesh({hosts: 2, gpus: 2}):",
+        "  (({'hosts': 0/2, 'gpus': 0/2}, '" + "a" * 30 + "'),",
+        "   ({'hosts': 0/2, 'gpus': 1/2}, 'b'),",
+        "   ({'hosts': 1/2, 'gpus': 0/2}, 'c'),",
+        "   ({'hosts': 1/2, 'gpus': 1/2}, 'd'))",
+    ]
+    # a label that is not an identifier is quoted, as Monarch's Extent shows it
+    assert repr(ValueMesh(grid(["dim/0"], [1]), [7])).startswith('ValueMesh({"dim/0": 1}):')
 
 
 def test_value_mesh_is_subscriptable_as_a_generic() -> None:

@@ -124,6 +124,10 @@ def test_the_metrics_table_holds_each_endpoints_counters(procs: ProcMesh) -> Non
         "SELECT sum(value) AS b FROM metrics WHERE name = 'bytes_sent' AND mesh IS NULL"
     )
     assert sent["b"] > 0
+    # a query naming only the metrics table still has each proc's messages_seen
+    seen = telemetry.query("SELECT proc, value FROM metrics WHERE name = 'messages_seen'")
+    assert {row["proc"] for row in seen} >= set(proc_names(procs))
+    assert sum(row["value"] for row in seen) >= 10  # the 5 calls to 2 ranks at least
 
 
 def test_bad_sql_says_why_and_lists_the_tables() -> None:

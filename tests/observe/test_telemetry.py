@@ -302,6 +302,8 @@ def test_enable_telemetry_returns_the_job_and_checks_its_arguments() -> None:
         job.enable_telemetry({"retention_secs": 1})  # type: ignore[arg-type]
     with pytest.warns(NoEffectWarning, match="mesh admin"):
         job.enable_telemetry(mesh_admin_config=object())
+    with pytest.warns(NoEffectWarning, match="mesh admin"):  # Monarch's own config class
+        job.enable_telemetry(mesh_admin_config=danaus.job.MeshAdminConfig(admin_addr="[::]:0"))
     # Telemetry's configuration is not part of the saved job (as Monarch's).
     assert danaus.job.job_loads(job.dumps()).__dict__.get("_telemetry_config") is None
     with warnings.catch_warnings():

@@ -57,11 +57,18 @@ def test_as_endpoint_of_an_endpoint_is_that_endpoint(helpful) -> None:
 
 
 @pytest.mark.parametrize("adverb", ["call", "call_one", "choose", "stream", "broadcast"])
-def test_calling_a_non_endpoint_through_a_mesh_says_it_is_not_an_endpoint(
+def test_an_adverb_of_a_non_endpoint_is_an_attribute_error_saying_it_is_not_an_endpoint(
     helpful, adverb: str
 ) -> None:
-    with pytest.raises(RuntimeError, match="not annotated as an endpoint"):
+    # Monarch's NotAnEndpoint has no adverbs: AttributeError, here with the reason
+    with pytest.raises(AttributeError, match="not annotated as an endpoint"):
         getattr(helpful.helper, adverb)(1)
+
+
+def test_calling_a_non_endpoint_through_a_mesh_raises_runtime_error(helpful) -> None:
+    with pytest.raises(RuntimeError, match="not annotated as an endpoint"):
+        helpful.helper(1)
+    assert not hasattr(helpful.helper, "no_such_thing")
 
 
 def test_as_endpoint_refuses_what_is_not_a_mesh_method() -> None:

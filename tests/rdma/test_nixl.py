@@ -171,11 +171,14 @@ def test_a_buffer_registered_under_nixl_says_nixl_wherever_it_is_asked(
     mine.drop().get(timeout=REPLY_TIMEOUT)
 
 
-def test_auto_keeps_cpu_memory_on_the_builtin_plane_even_with_nixl_installed() -> None:
+def test_the_default_and_auto_keep_cpu_memory_on_the_builtin_plane_with_nixl_installed() -> None:
+    default = RDMABuffer(bytearray(100))  # rdma_backend's default: "builtin"
     with configured(rdma_backend="auto"):
-        buf = RDMABuffer(bytearray(100))
-    assert buf.backend == "process_vm"
-    buf.drop().get(timeout=REPLY_TIMEOUT)
+        auto = RDMABuffer(bytearray(100))
+    assert default.backend == "process_vm"
+    assert auto.backend == "process_vm"
+    default.drop().get(timeout=REPLY_TIMEOUT)
+    auto.drop().get(timeout=REPLY_TIMEOUT)
 
 
 def test_a_setting_that_names_no_backend_is_refused_naming_the_choices() -> None:

@@ -34,8 +34,8 @@ def _pattern(n: int, seed: int, device: str) -> Any:
 
 
 class CudaHolder(Actor):
-    """Registers CUDA tensors with NIXL (``rdma_backend`` left at ``auto``: CUDA goes
-    to NIXL where it is installed)."""
+    """Registers CUDA tensors with NIXL (``rdma_backend="auto"``: CUDA memory goes to
+    NIXL where it is installed)."""
 
     def __init__(self) -> None:
         configure(rdma_backend="auto")

@@ -13,6 +13,7 @@ import pytest
 
 import danaus.dashboard
 from danaus import config
+from danaus.testing import wait_until
 
 TIMEOUT = 30.0  # bound on each wait below; a pass never comes near it
 STRANGERS = 300
@@ -125,11 +126,11 @@ def test_tokened_requests_beyond_the_connection_cap_get_503() -> None:
         try:
             for _ in range(2):  # two open pages' live updates hold both handler threads
                 s = _connect(d.port)
-                s.sendall(f"GET /api/events?token={d.token} HTTP/1.1\r\n\r\n".encode())
+                s.sendall(f"GET /api/events?token={d.token} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
                 assert s.recv(4096).startswith(b"HTTP/1.1 200 ")
                 streams.append(s)
             third = _connect(d.port)
-            third.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\n\r\n".encode())
+            third.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
             assert _read_until_closed(third).startswith(b"HTTP/1.1 503 ")
             third.close()
         finally:
@@ -138,28 +139,21 @@ def test_tokened_requests_beyond_the_connection_cap_get_503() -> None:
             d.stop()
 
 
-def test_a_handler_thread_that_cannot_start_gives_its_slot_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from danaus._observe import gate
-
-    class NoThread(threading.Thread):
-        def start(self) -> None:
-            monkeypatch.undo()  # only the first one fails (the account is out of threads)
-            raise RuntimeError("can't start new thread")
-
+def test_a_closed_connection_gives_its_slot_back() -> None:
     with config.configured(dashboard_max_connections=1):
         d = danaus.dashboard.serve()
         try:
-            monkeypatch.setattr(gate.threading, "Thread", NoThread)
-            first = _connect(d.port)
-            first.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\n\r\n".encode())
-            _read_until_closed(first)  # dropped: no thread to serve it
-            first.close()
-            second = _connect(d.port)  # the one slot is free again
-            second.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\n\r\n".encode())
-            assert second.recv(4096).startswith(b"HTTP/1.1 200 ")
-            second.close()
+            for _ in range(3):  # each holds the one slot, then closes it for the next
+                s = _connect(d.port)
+                s.sendall(f"GET /api/state?token={d.token} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                assert s.recv(4096).startswith(b"HTTP/1.1 200 ")
+                s.close()
+                wait_until(
+                    d._server.connections,
+                    timeout=TIMEOUT,
+                    what="the server to see the connection closed",
+                    until=lambda c: c == (0, 0),
+                )
         finally:
             d.stop()
 

@@ -9,6 +9,7 @@ a mesh is never told. Stopping an actor stops the meshes it owns first.
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,13 @@ def test_supervise_declining_or_raising_fails_the_owner_and_its_owner_hears(
     assert failure.crashed_ranks == [0]
     assert why in failure.reason
     assert "workers" in failure.reason  # the original failure is named
+    # As Monarch's, the report names the actor the failure started at, under its owner
+    first = failure.report().splitlines()[0]
+    assert re.fullmatch(
+        r"The actor <root>\.<\S+\.Supervisor supervisor\{'gpus': 0/1\}>\.<\S+\.Victim workers"
+        r"\{'gpus': 0/2\}> and all its descendants have failed:",
+        first,
+    ), first
     with pytest.raises(SupervisionError):
         sup.ping.call_one().get(timeout=TIMEOUT)
     # The failed supervisor's meshes are stopped: nobody is left to supervise them.

@@ -70,7 +70,7 @@ def test_ids_travel_as_plain_tuples_and_come_back_typed() -> None:
         SpawnProcs(PROC, [(PROC, {"owner": PROC, "agent": PROC, "client": None, "x": 1})]),
         Cast("m", "n", "f", PORT, True, ("l", (0,), (0,)), 0, 1, 16, (PROC,), (), (), actor,
              (actor,), 0, 1),
-        Failed(actor, "m", 0, "r", "tb"),
+        Failed(actor, "m", 0, "r", "tb", ""),
     ]  # fmt: skip
     for h in headers:
         raw = wire(h)

@@ -11,8 +11,10 @@ A job obtains hosts and hands out one ``HostMesh`` per named mesh::
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -166,17 +168,46 @@ class JobState:
         raise AttributeError(f"this job has no mesh named {name!r}; its meshes are {sorted(hosts)}")
 
     def _stop_procs(self) -> None:
-        """Stop the procs spawned on these meshes (best effort, bounded)."""
+        """Stop the procs spawned on these meshes (best effort, bounded).
+
+        Called from a coroutine (``job.kill()`` inside ``async def``), it starts the
+        stops and does not wait for them: waiting would block the event loop it
+        runs on. The procs are marked stopped at once either way, so their exits
+        are expected; their exit reports arrive when the loop runs again.
+        """
+        in_loop = _running_loop() is not None
         for name, mesh in self._hosts.items():
             try:
-                mesh.stop().get(timeout=config.get("job_stop_timeout"))
+                stopping = mesh.stop()
+                if in_loop:
+                    stopping.add_done_callback(functools.partial(_log_stop_failure, name))
+                else:
+                    stopping.get(timeout=config.get("job_stop_timeout"))
             except Exception as e:
-                log.warning(
-                    "the job's mesh %r did not stop cleanly: %s: %s", name, type(e).__name__, e
-                )
+                _log_stop_failure(name, e)
 
     def __repr__(self) -> str:
         return f"JobState({', '.join(f'{k}={v!r}' for k, v in self._hosts.items())})"
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _log_stop_failure(name: str, outcome: Any) -> None:
+    """Log that mesh ``name`` did not stop cleanly: ``outcome`` is the exception, or a
+    finished danaus Future whose exception (if any) is logged."""
+    e = outcome
+    if not isinstance(outcome, BaseException):
+        try:
+            outcome.get(timeout=0)
+            return
+        except Exception as failure:
+            e = failure
+    log.warning("the job's mesh %r did not stop cleanly: %s: %s", name, type(e).__name__, e)
 
 
 class JobTrait:

@@ -12,7 +12,11 @@ in order) and the shell's output comes back on a ``Port``.
 - Without one (a pipe, a file: ``echo 'hostname; exit 3' | danaus shell``), the
   shell reads its commands from stdin through pipes, with no terminal, so it
   can be scripted and tested: its stdout and stderr come back separately, and
-  the end of stdin ends its input.
+  the end of stdin ends its input. Read from a file (``danaus shell <
+  script.sh``), the whole script runs. Read from a pipe, the pipe's end is the
+  writer going away: a shell still running ``_EOF_GRACE`` seconds later (a
+  foreground command that does not read stdin, such as ``sleep 30``) is hung
+  up, as Monarch's shell hangs up at once on end of input.
 
 Either way the call returns the shell's exit status (``128 + N`` for signal N).
 """
@@ -25,6 +29,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -43,6 +48,7 @@ __all__ = ["ShellActor", "shell"]
 
 _CHUNK = 16 * 1024
 _GRACE = 1.0  # seconds a hung-up shell gets before SIGKILL
+_EOF_GRACE = 2.0  # seconds a shell on pipes gets to finish after its input ended
 
 
 def _set_window(fd: int, rows: int, cols: int) -> None:
@@ -160,9 +166,10 @@ class ShellActor(Actor):
             _set_window(self._input, rows, cols)
 
     @endpoint
-    def end_input(self) -> None:
+    def end_input(self, hang_up: bool = True) -> None:
         """The client's input ended: on pipes the shell sees end of file (and finishes
-        what it read); on a terminal it is hung up."""
+        what it read, but is hung up ``_EOF_GRACE`` seconds later unless ``hang_up``
+        is false, for input read from a file); on a terminal it is hung up."""
         if self._pty:
             self._hang_up()
             return
@@ -172,6 +179,19 @@ class ShellActor(Actor):
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
                 self._input = None
+        if proc is not None and hang_up:
+            threading.Thread(
+                target=self._hang_up_unless_done,
+                args=(proc,),
+                name="danaus-shell-eof",
+                daemon=True,
+            ).start()
+
+    def _hang_up_unless_done(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(timeout=_EOF_GRACE)
+        except subprocess.TimeoutExpired:
+            self._hang_up()
 
     def _hang_up(self) -> None:
         """SIGHUP to the shell's process group, SIGKILL if it is still there after a grace."""
@@ -291,6 +311,7 @@ class _Input:
             except OSError:
                 data = b""
             if not data:
-                self._actor.end_input.broadcast()
+                # a file's end is the script's end; a pipe's is its writer going away
+                self._actor.end_input.broadcast(not stat.S_ISREG(os.fstat(self._fd).st_mode))
                 return
             self._actor.write.broadcast(data)

@@ -26,7 +26,7 @@ from .. import _config as config
 from .._actor.core import telemetry
 from .._runtime.hosting import host
 
-__all__ = ["TelemetryConfig", "active_config", "start"]
+__all__ = ["MeshAdminConfig", "TelemetryConfig", "active_config", "start"]
 
 log = logging.getLogger("danaus.telemetry")
 
@@ -138,3 +138,14 @@ def start(cfg: TelemetryConfig) -> bool:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
     part.config = cfg
     return True
+
+
+@dataclasses.dataclass
+class MeshAdminConfig:
+    """Monarch's configuration of its mesh admin server, for ``enable_telemetry(
+    mesh_admin_config=...)``. Accepted so that Monarch programs run; danaus has no
+    mesh admin server (its dashboard and ``danaus top``/``stack`` show the mesh),
+    so passing one has no effect and warns ``NoEffectWarning``.
+    """
+
+    admin_addr: str | None = None

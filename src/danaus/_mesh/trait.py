@@ -45,6 +45,17 @@ class MeshTrait(ABC):
     def _new_with_shape(self: _M, shape: Shape) -> _M:
         """Return a mesh like this one over ``shape``, a subset of ``self._shape``'s ranks."""
 
+    @property
+    def _labels(self) -> tuple[str, ...]:
+        """The dimension names, in order (Monarch's ``MeshTrait._labels``; programs
+        such as Monarch's ``spmd_ddp`` example read it)."""
+        return tuple(self._shape.labels)
+
+    @property
+    def _ndslice(self) -> Slice:
+        """The global ranks as a strided slice (Monarch's ``MeshTrait._ndslice``)."""
+        return self._shape.ndslice
+
     # -- cutting ------------------------------------------------------------
 
     def slice(self: _M, **dims: SupportsIndex | _PySlice) -> _M:
@@ -52,14 +63,22 @@ class MeshTrait(ABC):
 
         ``mesh.slice(hosts=0, gpus=slice(0, 4, 2))``. Raises TypeError for an
         unknown dim or a selector that is neither int nor slice, IndexError for
-        an int outside ``0..size-1``, ValueError for a slice step <= 0.
+        an int outside ``0..size-1``, ValueError for a slice step <= 0 or a
+        slice that selects nothing (``slice(5, 9)`` of a dim of size 4, or
+        ``slice(2, 2)``), as Monarch raises.
         """
         shape = self._shape
         for label, selector in dims.items():
             if label not in shape.labels:
                 raise TypeError(unknown_dim_message(label, shape.labels))
             if isinstance(selector, _PySlice):
+                size = shape.extent[label]
                 shape = shape.select(label, selector)
+                if size and not shape.extent[label]:
+                    raise ValueError(
+                        f"slice({label}={selector!r}) selects no rank of dimension {label!r} "
+                        f"(size {size}, indices 0..{size - 1}); give a range that overlaps it"
+                    )
             elif isinstance(selector, bool) or not hasattr(type(selector), "__index__"):
                 raise TypeError(
                     f"slice({label}={selector!r}): expected an int (which removes the "

@@ -13,8 +13,10 @@ same values as the composed slice::
 
 from __future__ import annotations
 
-import reprlib
+import json
 from collections.abc import Iterable, Iterator, Sequence
+from pprint import pformat
+from textwrap import indent
 from typing import Generic, TypeVar
 
 from ._check import as_int, unknown_dim_message
@@ -25,8 +27,40 @@ __all__ = ["ValueMesh"]
 
 T = TypeVar("T")
 
-_REPR_VALUES = 8  # values shown by repr before it elides the rest
 _MISSING = object()
+
+
+class MissingCoordinateError(KeyError, ValueError):
+    """``item()`` was not given a coordinate for a dimension of size other than 1.
+
+    A ``KeyError``, as in Monarch (whose ``item`` looks each label up in its
+    keyword arguments); also a ``ValueError``, which danaus raised before.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _Shown:
+    """Renders as the given text in ``pformat`` (a Point as Monarch prints it)."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+def _extent_text(labels: Sequence[str], sizes: Sequence[int]) -> str:
+    """An extent as Monarch's ``Extent`` displays it: ``{hosts: 2, gpus: 4}`` (a label
+    that is not an identifier is quoted)."""
+    shown = (
+        f"{label if label.isidentifier() else json.dumps(label)}: {n}"
+        for label, n in zip(labels, sizes, strict=True)
+    )
+    return "{" + ", ".join(shown) + "}"
 
 
 class ValueMesh(MeshTrait, Generic[T]):
@@ -103,8 +137,9 @@ class ValueMesh(MeshTrait, Generic[T]):
         """Return the value at ``coords``; every dim of size other than 1 must be given.
 
         ``mesh.item(hosts=0, gpus=3)``; ``mesh.item()`` on a single-value mesh.
-        Raises KeyError for a coordinate naming no dim, ValueError when a dim
-        is missing, TypeError for a non-int, IndexError for an out-of-range one.
+        Raises KeyError for a coordinate naming no dim, ``MissingCoordinateError``
+        (a KeyError, as Monarch raises, and a ValueError) when a dim is missing,
+        TypeError for a non-int, IndexError for an out-of-range one.
         """
         extent = self._mesh_shape.extent
         for label in coords:
@@ -114,7 +149,7 @@ class ValueMesh(MeshTrait, Generic[T]):
                 )
         missing = [label for label, n in extent.items() if label not in coords and n != 1]
         if missing:
-            raise ValueError(
+            raise MissingCoordinateError(
                 f"item() needs a coordinate for {missing!r} of mesh {dict(extent)!r}; e.g. "
                 f"item({', '.join(f'{m}=0' for m in missing)}), or slice() for many values"
             )
@@ -165,7 +200,9 @@ class ValueMesh(MeshTrait, Generic[T]):
         return (ValueMesh, (self._mesh_shape, list(self._values)))
 
     def __repr__(self) -> str:
-        shown = ", ".join(reprlib.repr(v) for v in self._values[:_REPR_VALUES])
-        if len(self._values) > _REPR_VALUES:
-            shown += f", ... ({len(self._values)} values)"
-        return f"ValueMesh({dict(self._mesh_shape.extent)!r}: [{shown}])"
+        """What Monarch prints: the extent, then one ``(point, value)`` pair a line
+        (``pprint.pformat`` of the pairs, so a short mesh fits on one line)."""
+        extent = self._mesh_shape.extent
+        pairs = tuple((_Shown(str(point)), value) for point, value in self.items())
+        body = indent(pformat(pairs), "  ")
+        return f"ValueMesh({_extent_text(extent.labels, extent.sizes)}):\n{body}"

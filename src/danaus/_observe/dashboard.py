@@ -11,10 +11,11 @@
         |  GET /api/query?token=T&sql=Q   danaus.telemetry.query(Q): columns and rows
         |  GET /metrics (Bearer T)        the mesh's metrics in Prometheus's text format
         v
-    Gate (on 127.0.0.1: one thread reads every request head; see gate.py)
-        |  no token: 403 and closed, no thread spent
+    HttpServer (on 127.0.0.1, on the process's one HTTP loop thread; see web.py)
+        |  no token: 403 and closed; at most dashboard_max_connections tokened
+        |  connections, idle ones closed; no thread per connection
         v
-    Dashboard (a thread per tokened connection, at most dashboard_max_connections)
+    Dashboard's routes (coroutines; blocking work on web.py's small shared pool)
         |  one poller thread: StateCollector.collect() every interval, shared by all
         v
     STATS frames to every proc (answered by their I/O threads)
@@ -22,15 +23,16 @@
 Every request must carry the token (query ``token=`` or ``Authorization:
 Bearer``), compared in constant time; anything else gets 403 and nothing
 else. The server binds to 127.0.0.1 unless told otherwise; every interface
-(``0.0.0.0``, ``::``) only with ``dashboard_all_interfaces``. It uses only the
-standard library. While it runs, ``<job dir>/dashboard.json`` (mode 0600, in
-the user's private directory) says where it is, so ``danaus top`` and
-``danaus stack`` on this machine find it without being told.
+(``0.0.0.0``, ``::``) only with ``dashboard_all_interfaces``. It runs on
+aiohttp (the ``dashboard`` extra), as every HTTP endpoint of danaus does. While
+it runs, ``<job dir>/dashboard.json`` (mode 0600, in the user's private
+directory) says where it is, so ``danaus top`` and ``danaus stack`` on this
+machine find it without being told.
 """
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import ipaddress
 import json
 import logging
@@ -39,19 +41,17 @@ import secrets
 import socket
 import sys
 import threading
-import urllib.parse
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
 from .._runtime.hosting import host
-from .gate import Gate, RequestHandler
-from .prom import CONTENT_TYPE, exposition
+from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
 from .sql import query as run_query
 from .state import StateCollector, discover, find_procs
+from .web import SECURITY_HEADERS, HttpServer, Route, aiohttp_web, blocking, url_host
 
 __all__ = ["Dashboard", "serve"]
 
@@ -76,12 +76,12 @@ class Dashboard:
         self._latest: dict[str, Any] | None = None
         self._version = 0
         self._stopped = threading.Event()
-        self._subscribers = 0
-        handler = _make_handler(self)
-        self._gate = Gate(host_, port, self._carries_token, handler)
-        addr = self._gate.address
+        self._subscribers = 0  # open event streams (changed on the HTTP loop only)
+        self._changed: asyncio.Event | None = None  # set on the HTTP loop at each new state
+        self._server = HttpServer(host_, port, self.token, _routes(self), name="dashboard")
+        addr = self._server.address
         self.host, self.port = str(addr[0]), int(addr[1])
-        shown = f"[{self.host}]" if ":" in str(self.host) else self.host
+        shown = url_host(self.host)
         self.url = f"http://{shown}:{self.port}/?token={self.token}"
         if _every_interface(host_):
             print(
@@ -100,14 +100,6 @@ class Dashboard:
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "pid": os.getpid()}, f)
 
-    def _carries_token(self, target: str, authorization: str) -> bool:
-        """Whether a request (its target and Authorization header) carries the token."""
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(target).query)
-        given = query.get("token", [""])[0]
-        if not given and authorization.startswith("Bearer "):
-            given = authorization[len("Bearer ") :]
-        return hmac.compare_digest(given.encode(), self.token.encode())
-
     # -- the state, shared by every open page -------------------------------------
 
     def state(self, fresh: bool = False) -> dict[str, Any]:
@@ -123,6 +115,26 @@ class Dashboard:
             self._latest = doc
             self._version += 1
             self._cond.notify_all()
+        self._server.call_soon(self._wake)
+
+    def _wake(self) -> None:
+        """On the HTTP loop: wake the event streams waiting for a new state."""
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()
+
+    async def next_state(self, version: int, timeout: float) -> tuple[int, dict[str, Any] | None]:
+        """On the HTTP loop: wait for a state newer than ``version``; (version, state), or
+        (version, None) after ``timeout`` seconds without one."""
+        if self._version > version or self._stopped.is_set():
+            return self._version, self._latest
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            return version, None
+        return self._version, self._latest
 
     def _poll(self) -> None:
         while not self._stopped.wait(config.get("dashboard_interval")):
@@ -133,12 +145,6 @@ class Dashboard:
             except Exception:
                 log.exception("collecting the dashboard's state failed")
 
-    def wait_next(self, version: int, timeout: float) -> tuple[int, dict[str, Any] | None]:
-        """Block until a state newer than ``version`` (or ``timeout``); (version, state)."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._version > version or self._stopped.is_set(), timeout)
-            return self._version, self._latest
-
     # -- lifecycle --------------------------------------------------------------
 
     def stop(self) -> None:
@@ -148,7 +154,7 @@ class Dashboard:
         self._stopped.set()
         with self._cond:
             self._cond.notify_all()
-        self._gate.close()
+        self._server.stop()
         try:
             os.unlink(self._discovery)
         except OSError:
@@ -217,119 +223,89 @@ def _page() -> bytes:
     return resources.files("danaus._observe").joinpath("dashboard.html").read_bytes()
 
 
-def _make_handler(dash: Dashboard) -> Callable[[socket.socket, Any, bytes], None]:
-    class Handler(RequestHandler):
-        server_version = "danaus-dashboard"
+def _routes(dash: Dashboard) -> dict[str, Route]:
+    web = aiohttp_web()
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("dashboard: " + format, *args)
+    def answer(code: int, body: bytes, ctype: str) -> Any:
+        return web.Response(
+            status=code, body=body, headers={**SECURITY_HEADERS, "Content-Type": ctype}
+        )
 
-        def _authorized(self) -> bool:
-            # The gate checked the connection's first request; each later one is checked too.
-            return dash._carries_token(self.path, self.headers.get("Authorization", ""))
+    def as_json(code: int, doc: Any) -> Any:
+        return answer(code, json.dumps(doc, default=str).encode(), "application/json")
 
-        def _send(self, code: int, body: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Referrer-Policy", "no-referrer")
-            self.end_headers()
-            self.wfile.write(body)
+    async def page(request: Any) -> Any:
+        return answer(200, _page(), "text/html; charset=utf-8")
 
-        def _json(self, code: int, doc: Any) -> None:
-            self._send(code, json.dumps(doc, default=str).encode(), "application/json")
+    async def state(request: Any) -> Any:
+        return as_json(200, await blocking(dash.state, True))
 
-        def do_GET(self) -> None:
-            url = urllib.parse.urlsplit(self.path)
-            query = urllib.parse.parse_qs(url.query)
-            if not self._authorized():
-                self.close_connection = True
-                self._send(403, b"forbidden: open the URL with its token\n", "text/plain")
-                return
-            try:
-                if url.path in ("/", "/index.html"):
-                    self._send(200, _page(), "text/html; charset=utf-8")
-                elif url.path == "/api/state":
-                    self._json(200, dash.state(fresh=True))
-                elif url.path == "/api/events":
-                    self._events()
-                elif url.path == "/api/stack":
-                    self._stack(query)
-                elif url.path == "/api/query":
-                    self._query(query)
-                elif url.path == "/metrics":
-                    self._metrics()
-                else:
-                    self._json(404, {"error": f"no such path {url.path!r}"})
-            except (BrokenPipeError, ConnectionResetError):
-                pass
+    async def query(request: Any) -> Any:
+        sql = request.query.get("sql", "")
+        try:
+            rows = await blocking(run_query, sql)
+        except (QueryError, ImportError) as e:
+            return as_json(400, {"error": str(e)})
+        columns = list(rows[0]) if rows else []
+        return as_json(200, {"columns": columns, "rows": [list(r.values()) for r in rows]})
 
-        def _query(self, query: dict[str, list[str]]) -> None:
-            sql = query.get("sql", [""])[0]
-            try:
-                rows = run_query(sql)
-            except (QueryError, ImportError) as e:
-                self._json(400, {"error": str(e)})
-                return
-            columns = list(rows[0]) if rows else []
-            self._json(200, {"columns": columns, "rows": [list(r.values()) for r in rows]})
+    async def metrics(request: Any) -> Any:
+        try:
+            body = await cached_exposition()
+        except ImportError as e:
+            return answer(501, f"{e}\n".encode(), "text/plain")
+        return answer(200, body, CONTENT_TYPE)
 
-        def _metrics(self) -> None:
-            try:
-                body = exposition()
-            except ImportError as e:
-                self._send(501, f"{e}\n".encode(), "text/plain")
-                return
-            self._send(200, body, CONTENT_TYPE)
+    async def stack(request: Any) -> Any:
+        q = {k: request.query.getall(k) for k in request.query}
+        try:
+            procs = await blocking(_stack_targets, q)
+        except ValueError as e:
+            return as_json(400, {"error": str(e)})
+        answers = await asyncio.wrap_future(stats.ask_stacks(procs))
+        return as_json(
+            200,
+            {
+                "dumps": [
+                    {"proc": p.name, "ok": ok, "dump": text}
+                    for p, (ok, text) in zip(procs, answers, strict=True)
+                ]
+            },
+        )
 
-        def _events(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            dash._subscribers += 1
-            try:
-                doc: dict[str, Any] | None = dash.state()
-                version = dash._version
-                while not dash._stopped.is_set():
-                    if doc is not None:
-                        data = json.dumps(doc, default=str)
-                        self.wfile.write(f"data: {data}\n\n".encode())
-                        self.wfile.flush()
-                    version, doc = dash.wait_next(version, 15.0)
-                    if doc is None:
-                        self.wfile.write(b": keep-alive\n\n")
-                        self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError, OSError):
-                pass
-            finally:
-                dash._subscribers -= 1
+    async def events(request: Any) -> Any:
+        resp = web.StreamResponse(
+            status=200, headers={**SECURITY_HEADERS, "Content-Type": "text/event-stream"}
+        )
+        resp.force_close()  # the stream ends with the connection
+        await resp.prepare(request)
+        dash._subscribers += 1
+        try:
+            doc: dict[str, Any] | None = dash._latest
+            if doc is None:
+                doc = await blocking(dash.state)
+            version = dash._version
+            while not dash._stopped.is_set():
+                if doc is not None:
+                    await resp.write(f"data: {json.dumps(doc, default=str)}\n\n".encode())
+                version, doc = await dash.next_state(version, 15.0)
+                if doc is None:
+                    await resp.write(b": keep-alive\n\n")
+        except (ConnectionResetError, OSError):
+            pass
+        finally:
+            dash._subscribers -= 1
+        return resp
 
-        def _stack(self, query: dict[str, list[str]]) -> None:
-            try:
-                procs = _stack_targets(query)
-            except ValueError as e:
-                self._json(400, {"error": str(e)})
-                return
-            answers = stats.ask_stacks(procs).result()
-            self._json(
-                200,
-                {
-                    "dumps": [
-                        {"proc": p.name, "ok": ok, "dump": text}
-                        for p, (ok, text) in zip(procs, answers, strict=True)
-                    ]
-                },
-            )
-
-    def serve(conn: socket.socket, addr: Any, head: bytes) -> None:
-        Handler(conn, addr, head)
-
-    return serve
+    return {
+        "/": page,
+        "/index.html": page,
+        "/api/state": state,
+        "/api/events": events,
+        "/api/stack": stack,
+        "/api/query": query,
+        "/metrics": metrics,
+    }
 
 
 def _stack_targets(query: dict[str, list[str]]) -> list[Any]:

@@ -3,8 +3,10 @@ dashboard's ``/metrics``.
 
 A scrape asks every proc of the client's tree for its statistics (one
 ``STATS`` round, as the dashboard does: ``state.discover``) and renders them
-with ``prometheus_client`` in Prometheus's text format. Nothing is kept
-between scrapes: counters are the procs' own (since each actor or proc
+with ``prometheus_client`` in Prometheus's text format. The HTTP endpoints
+(``serve_metrics``, the dashboard's ``/metrics``) keep the last rendering for
+``metrics_min_interval`` and share one collection among concurrent scrapes;
+nothing else is kept between scrapes: counters are the procs' own (since each actor or proc
 started), so a restarted actor's counters start again at 0, which Prometheus's
 ``rate()`` reads as a counter reset. ``prometheus_client`` is an optional
 extra (``pip install 'danaus[prometheus]'``).
@@ -24,19 +26,25 @@ on the same rank are summed, so two meshes spawned with one name show as one):
 
 from __future__ import annotations
 
-import hmac
-import http.server
+import asyncio
 import ipaddress
 import logging
+import secrets
+import socket
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from .. import _config as config
 from .._runtime.messaging.metrics import BOUNDS
 from .._supervision.supervised import supervised
 from .tables import gather
+from .web import SECURITY_HEADERS, HttpServer, aiohttp_web, blocking, url_host
 
-__all__ = ["MetricsServer", "exposition", "serve_metrics"]
+__all__ = ["MetricsServer", "cached_exposition", "exposition", "serve_metrics"]
 
 log = logging.getLogger("danaus.telemetry")
 
@@ -198,36 +206,60 @@ def exposition() -> bytes:
     return bytes(prometheus_client.generate_latest(registry()))
 
 
-class MetricsServer:
-    """A running ``/metrics`` endpoint: ``url``, ``stop()``; a context manager."""
+async def cached_exposition() -> bytes:
+    """On the HTTP loop: the exposition, collected at most once per ``metrics_min_interval``.
 
-    def __init__(self, host: str, port: int, token: str | None) -> None:
+    Scrapes that come while a collection runs wait for it rather than start their
+    own, and those within ``metrics_min_interval`` of the last one get it again: the
+    procs are asked at most once per interval whatever the number of scrapers
+    (issue 40, N2: a scrape loop took 88% of a core).
+    """
+    cache = _cache()
+    now = time.monotonic()
+    if cache.body is not None and now - cache.at < config.get("metrics_min_interval"):
+        return cache.body
+    if cache.running is None or cache.running.done():
+        registry()  # ImportError now, in this scrape, if prometheus_client is missing
+        cache.running = asyncio.ensure_future(_collect(cache))
+    return await asyncio.shield(cache.running)
+
+
+async def _collect(cache: _Cache) -> bytes:
+    body = await blocking(exposition)
+    cache.body, cache.at = body, time.monotonic()
+    return body
+
+
+@dataclass
+class _Cache:
+    """The last exposition and the collection running now (touched on the HTTP loop only)."""
+
+    body: bytes | None = None
+    at: float = 0.0
+    running: asyncio.Future[bytes] | None = None
+
+
+_CACHE = _Cache()  # per process, as _REGISTRY
+
+
+def _cache() -> _Cache:
+    return _CACHE
+
+
+class MetricsServer:
+    """A running ``/metrics`` endpoint: ``url``, ``token``, ``stop()``; a context manager."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
         registry()  # fail now, in the caller, if prometheus_client is missing
         self.token = token
-        handler = _handler(self)
-        self._server = http.server.ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = HttpServer(host, port, token, {"/metrics": _metrics}, name="metrics")
         self.host = host
-        self.port = int(self._server.server_address[1])
-        shown = f"[{host}]" if ":" in host else host
-        self.url = f"http://{shown}:{self.port}/metrics"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="danaus-metrics", daemon=True
-        )
-        self._thread.start()
-
-    def authorized(self, authorization: str) -> bool:
-        if self.token is None:
-            return True
-        want = f"Bearer {self.token}"
-        return hmac.compare_digest(authorization.encode(), want.encode())
+        self.port = int(self._server.address[1])
+        self.url = f"http://{url_host(host)}:{self.port}/metrics"
 
     def stop(self) -> None:
-        """Stop serving (idempotent)."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
+        """Stop serving and close every connection (idempotent; blocks briefly)."""
+        self._server.stop()
 
     def __enter__(self) -> MetricsServer:
         return self
@@ -239,41 +271,12 @@ class MetricsServer:
         return f"MetricsServer({self.url!r})"
 
 
-def _handler(server: MetricsServer) -> type[http.server.BaseHTTPRequestHandler]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        server_version = "danaus-metrics"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("metrics: " + format, *args)
-
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            if code == 401:
-                self.send_header("WWW-Authenticate", 'Bearer realm="danaus"')
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if not server.authorized(self.headers.get("Authorization", "")):
-                self._send(401, b"unauthorized: send the bearer token\n")
-                return
-            if self.path.split("?", 1)[0] != "/metrics":
-                self._send(404, b"not found: the metrics are at /metrics\n")
-                return
-            try:
-                body = exposition()
-            except Exception as e:  # say why rather than drop the connection
-                log.exception("collecting the metrics failed")
-                self._send(500, f"collecting the metrics failed: {e}\n".encode())
-                return
-            try:
-                self._send(200, body, CONTENT_TYPE)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the scraper gave up waiting (its scrape_timeout)
-
-    return Handler
+async def _metrics(request: Any) -> Any:
+    web = aiohttp_web()
+    body = await cached_exposition()
+    return web.Response(
+        status=200, body=body, headers={**SECURITY_HEADERS, "Content-Type": CONTENT_TYPE}
+    )
 
 
 def serve_metrics(
@@ -282,24 +285,53 @@ def serve_metrics(
     """Serve the whole mesh's metrics at ``http://host:port/metrics`` for Prometheus.
 
     ``port`` 0 picks a free one (read ``.url``). Listens on the loopback interface
-    unless ``host`` says otherwise. With ``token``, each scrape must send
-    ``Authorization: Bearer TOKEN`` (Prometheus's ``authorization`` scrape
-    setting); others get 401. Raises ``ImportError`` without prometheus_client,
-    ``ValueError`` for a bad port, host or token.
+    unless ``host`` says otherwise. Every scrape must send ``Authorization: Bearer
+    TOKEN`` (Prometheus's ``authorization`` scrape setting; ``?token=TOKEN`` works
+    too); others get 403 and are closed. Without ``token`` one is made
+    and printed once to stderr with the URL (``.token`` holds it); another host's
+    address (anything but loopback) needs a ``token`` of the caller's, since the one
+    made here is only printed on this machine. Connections are bounded and idle ones
+    closed as the dashboard's (``dashboard_max_connections``,
+    ``dashboard_request_timeout``), and the procs are asked at most once per
+    ``metrics_min_interval`` however often it is scraped. Does not block. Raises
+    ``ImportError`` without prometheus_client or aiohttp, ``ValueError`` for a bad
+    port, host or token or for another host's address without a token, ``OSError``
+    if the address cannot be bound. Example::
+
+        server = danaus.telemetry.serve_metrics(port=9464, token=open("tok").read())
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int in 0..65535, got {port!r}")
     if not isinstance(host, str) or not host:
         raise ValueError(f"host must be a non-empty str, got {host!r}")
-    if token is not None and (not isinstance(token, str) or not token or "\n" in token):
-        raise ValueError("token must be a non-empty str of one line (or None for no token)")
+    if token is not None and (
+        not isinstance(token, str) or not token.strip() or "\n" in token or token != token.strip()
+    ):
+        raise ValueError(
+            "token must be a non-empty str of one line without surrounding spaces "
+            "(or None: one is made and printed)"
+        )
+    if token is None and not _loopback(host):
+        raise ValueError(
+            f"refusing to serve metrics on {host!r} without a token: that address is "
+            "reachable from other machines. Pass token=... (and give Prometheus the same "
+            "as its authorization credentials), or serve on 127.0.0.1"
+        )
+    made = token is None
+    server = MetricsServer(host, port, token or secrets.token_urlsafe(24))
+    if made:
+        print(
+            f"danaus metrics: {server.url} (Authorization: Bearer {server.token})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return server
+
+
+def _loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
     try:
-        if not ipaddress.ip_address(host).is_loopback:
-            log.warning(
-                "danaus metrics: serving on %s, reachable from other machines%s",
-                host,
-                "" if token else " without a token",
-            )
-    except ValueError:
-        pass  # a host name: the caller chose it
-    return MetricsServer(host, port, token)
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False  # binding fails and says why
+    return all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)

@@ -4,16 +4,28 @@ Each query gathers fresh rows (``tables.collect``: one ``STATS`` round, and
 one ``TELEMETRY`` round when it reads actors, messages or spans), loads them
 into a new in-memory DuckDB database, one column list per column (DuckDB
 binds Python lists directly: no Arrow, no pandas), and runs the query there.
-The database sees only those tables: ``enable_external_access`` is off, so a
-query reads no file and loads no extension. DuckDB is an optional extra
-(``pip install 'danaus[query]'``); the actor core never imports it.
+The database sees only those tables, and a query may only read them:
+
+- one ``SELECT`` (or ``WITH ... SELECT``, ``DESCRIBE``, ``SHOW``) statement per query: ``COPY ...
+  TO 'file'``, ``ATTACH``, ``INSTALL``, ``SET``, ``EXPORT`` and every other statement
+  are refused before they run, since DuckDB's ``enable_external_access = false``
+  alone still lets ``COPY`` write a file (issue 40, N5);
+- ``enable_external_access`` is off (no file read, no extension loaded) and the
+  configuration is locked (``lock_configuration``), so no statement turns it on again;
+- at most ``query_max_rows`` rows come back and a query runs at most
+  ``query_timeout`` (then DuckDB is interrupted); past either the error says so.
+
+DuckDB is an optional extra (``pip install 'danaus[query]'``); the actor core
+never imports it.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
+from .. import _config as config
 from .tables import COLUMNS, TABLES, collect
 
 __all__ = ["QueryError", "query"]
@@ -44,8 +56,12 @@ def query(sql: str) -> list[dict[str, Any]]:
     """Run ``sql`` over the tables actors, messages, spans and metrics of this client's
     procs, as they are now; the rows as dicts (column name to value), in order.
 
-    Raises ``TypeError`` for anything but a string, ``QueryError`` (a ValueError) for
-    SQL that DuckDB refuses, with its message and the tables' columns.
+    Only reading is allowed: one ``SELECT`` statement (``WITH``, ``DESCRIBE`` too), no
+    file access. Blocks while the procs answer and the query runs. Raises ``TypeError``
+    for anything but a string, ``QueryError`` (a ValueError) for SQL that DuckDB
+    refuses (with its message and the tables' columns), for any other kind of
+    statement, for an answer over ``query_max_rows`` rows and for a query running
+    over ``query_timeout``.
     """
     if not isinstance(sql, str):
         raise TypeError(f"query() takes the SQL as a str, got {type(sql).__name__}")
@@ -54,20 +70,67 @@ def query(sql: str) -> list[dict[str, Any]]:
                          "GROUP BY endpoint")  # fmt: skip
     duckdb = _duckdb()
     data = collect(tables_named(sql))
-    con = duckdb.connect(":memory:", config={"enable_external_access": False})
+    max_rows = config.get("query_max_rows")
+    timeout = config.get("query_timeout")
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "enable_external_access": False,
+            "memory_limit": f"{max(1, config.get('query_max_memory') >> 20)}MiB",
+        },
+    )
     try:
         for table, cols in COLUMNS.items():
             _load(con, table, cols, data.get(table, []))
+        con.execute("SET lock_configuration = true")  # no SET undoes the settings above
+        _check_read_only(con, duckdb, sql)
+        timer = threading.Timer(timeout, con.interrupt)
+        timer.daemon = True
+        timer.start()
         try:
             cur = con.execute(sql)
+            names = [d[0] for d in cur.description] if cur.description is not None else []
+            rows = cur.fetchmany(max_rows + 1) if names else []
+        except duckdb.InterruptException:
+            raise QueryError(
+                f"the query ran longer than query_timeout ({timeout:g} s) and was stopped; "
+                "narrow it (WHERE, LIMIT) or raise DANAUS_QUERY_TIMEOUT"
+            ) from None
         except duckdb.Error as e:
             raise QueryError(f"{e}\n\n{describe()}") from None
-        if cur.description is None:  # a statement without rows
-            return []
-        names = [d[0] for d in cur.description]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        finally:
+            timer.cancel()
+        if len(rows) > max_rows:
+            raise QueryError(
+                f"the query answers more than query_max_rows ({max_rows}) rows; add a LIMIT, "
+                "aggregate (GROUP BY), or raise DANAUS_QUERY_MAX_ROWS"
+            )
+        return [dict(zip(names, row, strict=True)) for row in rows]
     finally:
         con.close()
+
+
+# Statements that only read: anything else (COPY, ATTACH, INSTALL, LOAD, SET, EXPORT,
+# CREATE, INSERT, PRAGMA, CALL, EXPLAIN ANALYZE of any of those ...) is refused before
+# it runs. WITH, FROM-first, DESCRIBE, SUMMARIZE and SHOW parse as SELECT.
+_READING = ("SELECT",)
+
+
+def _check_read_only(con: Any, duckdb: Any, sql: str) -> None:
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as e:
+        raise QueryError(f"{e}\n\n{describe()}") from None
+    if len(statements) != 1:
+        raise QueryError(
+            f"give exactly one SELECT statement, got {len(statements)} statements in {sql!r}"
+        )
+    kind = str(statements[0].type).rsplit(".", 1)[-1]
+    if kind not in _READING:
+        raise QueryError(
+            f"only SELECT queries are allowed (the telemetry is read-only and no file may "
+            f"be read or written), got a {kind} statement: {sql!r}"
+        )
 
 
 def _load(con: Any, table: str, cols: list[tuple[str, str, str]], rows: list[Any]) -> None:

@@ -333,7 +333,7 @@ def _metrics(snap: Snapshot) -> list[tuple[Any, ...]]:
             ("frames_received", "frames_recv"),
         ):
             rows.append((t, proc, hst, None, None, None, None, name, sum(c[key] for c in conns)))
-        ring = snap.rings.get(proc)
-        if ring is not None:
-            rows.append((t, proc, hst, None, None, None, None, "messages_seen", ring["seen"]))
+        seen = s.get("messages_seen")
+        if seen is not None:
+            rows.append((t, proc, hst, None, None, None, None, "messages_seen", seen))
     return rows

@@ -23,9 +23,9 @@ of operations on buffers of one owner. What every backend shares stays in
 owner's check and pin of its buffers (so a ``drop()`` waits for transfers under
 way and later ones fail), and the owner's loss, which fails the transfer at once.
 
-The setting ``rdma_backend`` chooses: ``"builtin"``, ``"nixl"``, or ``"auto"``
-(the default: NIXL for CUDA memory where it is installed, the built-in plane
-for CPU memory, whose one-kernel-copy path on a host NIXL cannot beat). A
+The setting ``rdma_backend`` chooses: ``"builtin"`` (the default), ``"nixl"``,
+or ``"auto"`` (NIXL for CUDA memory where it is installed, the built-in plane
+for CPU memory, whose one-kernel-copy path on a host NIXL does not beat). A
 backend that cannot start in this process falls back to the built-in plane
 with one log line naming why (``danaus.rdma`` logger): a WARNING when NIXL was
 asked for by name, INFO under ``"auto"``.

@@ -22,7 +22,7 @@ from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import backend as _backend
-from . import net, plane, vm
+from . import cuda, net, plane, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -51,9 +51,11 @@ def is_ibverbs_available() -> bool:
 
 
 def gpu_direct_rdma_supported() -> bool:
-    """Always False: danaus never moves GPU memory over GPUDirect RDMA (never blocks).
+    """False: the built-in data plane never moves GPU memory over GPUDirect RDMA (never blocks).
 
-    GPU tensors are staged through host memory by whoever registers them.
+    CUDA buffers move by CUDA IPC between the processes of one host (device to
+    device, no host staging) and through pinned host memory, chunked and
+    pipelined, across hosts; a buffer's ``backend`` says which.
     """
     return False
 
@@ -78,15 +80,16 @@ def get_rdma_local_path() -> str:
 class RDMABuffer:
     """Memory registered for one-sided reads and writes by whoever holds the handle.
 
-    ``RDMABuffer(data)`` takes a contiguous CPU ``torch.Tensor`` or a
-    C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
-    array) and does not copy it: the buffer *is* that memory, kept alive by
-    this process until :meth:`drop`. Read-only memory (``bytes``) may be
-    registered; such a buffer can be read but not written. Pickle the buffer
+    ``RDMABuffer(data)`` takes a contiguous CPU or CUDA ``torch.Tensor`` or
+    a C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
+    array) and does not copy it: the buffer *is* that memory (a CUDA
+    tensor's GPU memory), kept alive by this process until :meth:`drop`.
+    Read-only memory (``bytes``) may be registered; such a buffer can be
+    read but not written. Pickle the buffer
     (pass it to an endpoint) and the receiver can ``read_into`` /
     ``write_from`` it. Does not block. Raises ``ValueError`` for empty or
     non-contiguous memory, ``TypeError`` for other objects,
-    ``NotImplementedError`` for a CUDA tensor.
+    ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
 
     Example::
 
@@ -107,6 +110,7 @@ class RDMABuffer:
     __slots__ = (
         "_addr",
         "_backend",
+        "_cuda",
         "_desc",
         "_host",
         "_id",
@@ -127,6 +131,7 @@ class RDMABuffer:
     _readonly: bool
     _backend: str  # the backend that moves it: "builtin" or "nixl" (backend.py)
     _desc: Any  # that backend's descriptor (None for the built-in plane)
+    _cuda: cuda.CudaInfo | None  # the GPU and its IPC handle (None: host memory)
 
     def __init__(self, data: Any) -> None:
         if not vm.available():
@@ -149,10 +154,11 @@ class RDMABuffer:
         chosen = plane.choose(mem, node)
         if chosen is None:
             self._backend, self._desc = _backend.BUILTIN, None
+            self._cuda = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
             self._id = node.part(BufferRegistry).register(mem)
-        else:
+        else:  # NIXL moves it, CUDA memory too: no CUDA IPC export of our own
             desc = chosen.register(mem)
-            self._backend, self._desc = chosen.name, desc
+            self._backend, self._desc, self._cuda = chosen.name, desc, None
             self._id = node.part(BufferRegistry).register(
                 mem, on_free=lambda: chosen.unregister(desc)
             )
@@ -174,11 +180,17 @@ class RDMABuffer:
 
         ``"nixl"`` for a buffer its owner registered with NIXL (setting
         ``rdma_backend``); else the built-in plane's path from this process:
-        ``"process_vm"`` on the owner's host, ``"tcp"`` from another host.
+        ``"process_vm"`` on the owner's host, else ``"tcp"``. A CUDA buffer on the
+        built-in plane: ``"cuda_ipc"`` where this process can open its CUDA IPC handle
+        (the owner's host, a GPU this process sees), else ``"tcp"`` (staged through
+        pinned host memory by the owner's data server).
         """
         if self._backend != _backend.BUILTIN:
             return self._backend
         rt = _proc.current()
+        if self._cuda is not None:
+            local = rt is None or same_host(self, rt)
+            return "cuda_ipc" if cuda.reachable(self._cuda, local) is None else "tcp"
         if rt is None or self._owner_proc.name == rt.proc_id.name or same_host(self, rt):
             return BACKEND
         return "tcp"
@@ -294,6 +306,7 @@ class RDMABuffer:
                 self._id,
                 self._owner,
                 self._readonly,
+                self._cuda,
                 self._backend,
                 self._desc,
             ),
@@ -309,7 +322,8 @@ class RDMABuffer:
         return hash(self._key())
 
     def __str__(self) -> str:
-        return f"RDMABuffer #{self._id} ({self._size} bytes, owner {self._owner})"
+        gpu = f" on cuda:{self._cuda.device}" if self._cuda is not None else ""
+        return f"RDMABuffer #{self._id} ({self._size} bytes{gpu}, owner {self._owner})"
 
     def __repr__(self) -> str:
         return f"<{self}>"
@@ -334,6 +348,7 @@ def _rebuild(
     buffer_id: int,
     owner: str,
     readonly: bool,
+    cuda_info: cuda.CudaInfo | None = None,
     backend: str = _backend.BUILTIN,
     desc: Any = None,
 ) -> RDMABuffer:
@@ -346,6 +361,7 @@ def _rebuild(
     buf._id = buffer_id
     buf._owner = owner
     buf._readonly = readonly
+    buf._cuda = cuda_info
     buf._backend = backend
     buf._desc = desc
     return buf

@@ -1,6 +1,7 @@
 """Local memory: the address, length and writability of a tensor or buffer, without a copy.
 
-``local_memory(obj, role)`` accepts a contiguous CPU ``torch.Tensor`` or any
+``local_memory(obj, role)`` accepts a contiguous CPU or CUDA ``torch.Tensor``
+(:class:`CudaMemory`: its GPU memory, moved by ``cuda.py``) or any
 C-contiguous object with the buffer protocol (``bytearray``, ``memoryview``,
 a numpy array, ``mmap``, ``bytes``) and returns a :class:`LocalMemory` that
 keeps the object alive (and, for buffers, exported, so a ``bytearray`` cannot
@@ -15,10 +16,10 @@ from typing import Any
 
 from . import vm
 
-__all__ = ["LocalMemory", "local_memory", "overlaps"]
+__all__ = ["CudaMemory", "LocalMemory", "cuda_memory", "describe", "local_memory", "overlaps"]
 
 _ACCEPTED = (
-    "a 1-D contiguous CPU torch.Tensor, or a C-contiguous buffer (bytearray, memoryview, "
+    "a contiguous CPU or CUDA torch.Tensor, or a C-contiguous buffer (bytearray, memoryview, "
     "numpy array; bytes only where the memory is only read)"
 )
 
@@ -27,6 +28,7 @@ class LocalMemory:
     """A contiguous range of this process's memory and the object that owns it."""
 
     __slots__ = ("addr", "keepalive", "kind", "nbytes", "readonly")
+    host = True  # host memory (False: a GPU's, ``cuda.CudaMemory``)
 
     def __init__(self, addr: int, nbytes: int, readonly: bool, keepalive: Any, kind: str) -> None:
         self.addr = addr
@@ -38,6 +40,74 @@ class LocalMemory:
     def __repr__(self) -> str:
         ro = ", read-only" if self.readonly else ""
         return f"<{self.kind} of {self.nbytes} bytes at {self.addr:#x}{ro}>"
+
+
+class CudaMemory(LocalMemory):
+    """A contiguous range of one GPU's memory: a CUDA tensor's bytes.
+
+    ``stream`` is the tensor's current stream when it was described (the caller's
+    ``read_into``/``write_from``): copies wait for it and it waits for them.
+    """
+
+    __slots__ = ("device", "stream", "tensor", "uuid")
+    host = False
+
+    def __init__(self, t: Any, nbytes: int, kind: str, stream: Any, uuid: str) -> None:
+        super().__init__(int(t.data_ptr()), nbytes, False, t, kind)
+        self.tensor = t
+        self.device = int(t.device.index)
+        self.stream = stream
+        self.uuid = uuid
+
+    def bytes_view(self, offset: int = 0, nbytes: int | None = None) -> Any:
+        """The tensor's bytes ``offset..offset+nbytes`` as a 1-D uint8 CUDA tensor (no copy)."""
+        n = self.nbytes - offset if nbytes is None else nbytes
+        return _byte_tensor(self.tensor)[offset : offset + n]
+
+
+def describe(t: Any) -> str:
+    """``tensor((4, 8), torch.float32) on cuda:0``: what errors name a tensor by."""
+    return f"tensor({tuple(t.shape)}, {t.dtype}) on {t.device}"
+
+
+def cuda_memory(t: Any, role: str) -> CudaMemory:
+    """Describe the CUDA tensor ``t`` (``role`` names it in errors); see ``memory.local_memory``.
+
+    Raises ``ValueError`` for a non-contiguous or non-strided tensor, naming its
+    device, dtype and size, and ``RuntimeError`` where CUDA cannot be used here.
+    """
+    torch = sys.modules["torch"]
+    what = describe(t)
+    if t.layout is not torch.strided:
+        raise ValueError(
+            f"{role} is a {what} with layout {t.layout}; pass a dense (strided) tensor, "
+            "e.g. t.to_dense()"
+        )
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{role} is a non-contiguous {what} (stride {tuple(t.stride())}, "
+            f"{t.numel() * t.element_size()} bytes); pass t.contiguous() (a copy on the same "
+            "GPU) or a contiguous view"
+        )
+    if not torch.cuda.is_available():  # pragma: no cover - a CUDA tensor implies CUDA
+        raise RuntimeError(f"{role} is a {what} but CUDA is not available in this process")
+    nbytes = t.numel() * t.element_size()
+    kind = f"{what} of {nbytes} bytes"
+    stream = torch.cuda.current_stream(t.device)
+    return CudaMemory(t, nbytes, kind, stream, device_uuid(t.device.index))
+
+
+def device_uuid(index: int) -> str:
+    """The UUID of this process's CUDA device ``index`` (stable across processes)."""
+    return str(sys.modules["torch"].cuda.get_device_properties(index).uuid)
+
+
+def _byte_tensor(t: Any) -> Any:
+    """``t``'s bytes as a 1-D uint8 tensor on its device, any dtype (bool, complex) allowed."""
+    torch = sys.modules["torch"]
+    out = torch.empty(0, dtype=torch.uint8, device=t.device)
+    n = t.numel() * t.element_size()
+    return out.set_(t.untyped_storage(), t.storage_offset() * t.element_size(), (n,))
 
 
 def overlaps(a: LocalMemory, b: LocalMemory) -> bool:
@@ -52,7 +122,7 @@ def local_memory(obj: Any, role: str, *, allow_empty: bool = True) -> LocalMemor
 
     Raises ``TypeError`` for an object that is neither a tensor nor a buffer,
     ``ValueError`` for non-contiguous memory (or empty memory when not
-    ``allow_empty``), ``NotImplementedError`` for a tensor not on the CPU.
+    ``allow_empty``), ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
@@ -68,10 +138,12 @@ def local_memory(obj: Any, role: str, *, allow_empty: bool = True) -> LocalMemor
 
 
 def _tensor_memory(t: Any, role: str) -> LocalMemory:
+    if t.device.type == "cuda":
+        return cuda_memory(t, role)
     if t.device.type != "cpu":
         raise NotImplementedError(
-            f"{role} is a tensor on device {str(t.device)!r}; danaus RDMA moves CPU memory "
-            "only for now. Copy it to the CPU first (t.cpu()), or keep the data in a CPU tensor"
+            f"{role} is a tensor({tuple(t.shape)}, {t.dtype}) on device {str(t.device)!r}; "
+            "danaus RDMA moves CPU and CUDA memory. Copy it to the CPU first (t.cpu())"
         )
     if t.layout is not sys.modules["torch"].strided:
         raise ValueError(

@@ -86,7 +86,7 @@ from .._runtime.node import Node
 from .._transport import tls
 from .._transport.auth import TAG, AuthError, Handshake, Session
 from .._wire.protocol import Kind, Message
-from . import registry
+from . import cuda, registry
 from .registry import BufferRegistry, Registration
 
 __all__ = [
@@ -484,6 +484,8 @@ def _answer(
         msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
         _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
         return True
+    if not reg.memory.host:  # GPU memory: staged through pinned host memory (cuda.py)
+        return _answer_device(sock, session, op, reg, offset, nbytes)
     # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
     view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
     try:
@@ -506,6 +508,60 @@ def _answer(
         return True
     finally:
         del view, reg
+
+
+def _answer_device(
+    sock: socket.socket,
+    session: Session | None,
+    op: int,
+    reg: Registration,
+    offset: int,
+    nbytes: int,
+) -> bool:
+    """:func:`_answer` for a CUDA registration: the same bytes on the wire, the payload
+    staged chunk by chunk through pinned host memory (a whole number of ``CHUNK``s each,
+    so the tags fall where they would for host memory)."""
+    mem = reg.memory
+    assert isinstance(mem, cuda.CudaMemory)
+    try:
+        return _answer_device_staged(sock, session, op, mem, offset, nbytes)
+    except RuntimeError as e:  # CUDA failed here: close, so the requester fails at once
+        log.warning("serving %s bytes of %s failed in CUDA: %s", nbytes, mem.kind, e)
+        return False
+
+
+def _answer_device_staged(
+    sock: socket.socket,
+    session: Session | None,
+    op: int,
+    mem: cuda.CudaMemory,
+    offset: int,
+    nbytes: int,
+) -> bool:
+    if op == FETCH:
+        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
+        cuda.serve_fetch(
+            mem, offset, nbytes, lambda view: _send_payload(sock, session, [], view), CHUNK
+        )
+        return True
+
+    def recv(view: memoryview, at: int) -> None:
+        try:
+            _recv_payload(sock, session, view)
+        except Tampered as e:
+            e.at = at + (e.at or 0)
+            raise
+
+    try:
+        cuda.serve_store(mem, offset, nbytes, recv, CHUNK)
+    except Tampered as e:
+        end = min(nbytes, (e.at or 0) + CHUNK)
+        _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
+        msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
+        _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
+        return False
+    _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
+    return True
 
 
 def _drain(sock: socket.socket, nbytes: int) -> None:

@@ -45,7 +45,8 @@ from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import backend as _backend
-from . import net, plane, vm
+from . import cuda, net, plane, vm
+from .cuda import CudaHandles
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
 from .net import DataClient
@@ -58,6 +59,7 @@ __all__ = ["CopyThreads", "Op", "Transfer", "check_timeout", "same_host"]
 
 SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
 PART_MIN = 16 << 20  # ... into parts of at least this many bytes
+PAGE = 4096  # what staged chunks of a process_vm copy are rounded to
 
 
 class Op(NamedTuple):
@@ -188,7 +190,7 @@ class Transfer:
                 # node ends meanwhile and forgets the lease.
                 release = functools.partial(_release_local, memory, lease_id, regs)
                 self._checked(ops, answers, local=True, release=release)
-            elif same_host(ops[0].buf, rt):
+            elif same_host(ops[0].buf, rt) and not any(_served(op) for op in ops):
                 self._check_remote(rt, ops)
             else:
                 self._start_net(rt, key, ops)
@@ -309,7 +311,7 @@ class Transfer:
         if self.cf.done():
             release()
             return
-        parts = [(op, off, n) for op in ops for off, n in _split(op.nbytes)]
+        parts = [(op, off, n) for op in ops for off, n in _parts(op)]
         if not parts:
             release()
         finished = _Countdown(len(parts), release)
@@ -395,11 +397,20 @@ class Transfer:
             return
         rt, client = self._rt, self._net
         assert rt is not None and client is not None
-        try:
+
+        def move(addr: int, o: int, k: int) -> bool:
             client.request(
                 key, rt.secret, self._deadline, self._track, self._untrack,
-                net.STORE if op.write else net.FETCH, _entry(op), off, op.local.addr + off, n,
+                net.STORE if op.write else net.FETCH, _entry(op), o, addr, k,
             )  # fmt: skip
+            return True
+
+        local = op.local
+        try:
+            if not isinstance(local, cuda.CudaMemory):
+                move(local.addr + off, off, n)
+            elif not cuda.staged_copy(op.write, local, off, n, move, self._stop, net.CHUNK):
+                return  # stopped: the transfer failed or timed out
         except net.Refused as e:
             self._fail(self._unusable(op, str(e)))
             return
@@ -445,6 +456,9 @@ class Transfer:
             )
             err.__cause__ = e
             self._fail(err)
+            return
+        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
+            self._fail(_cuda_error(self._label(op), op, e))
             return
         except Exception as e:  # pragma: no cover - a bug
             self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
@@ -497,7 +511,9 @@ class Transfer:
             return
         stop: Callable[[], bool] = self._stop
         try:
-            if local:  # our own buffer: a plain memmove, no system call needed
+            if op.buf._cuda is not None or not op.local.host:  # GPU memory on either side
+                finished = self._copy_cuda(op, off, n, local, stop)
+            elif local:  # our own buffer: a plain memmove, no system call needed
                 if op.write:
                     dst, src = op.buf._addr, op.local.addr
                 else:
@@ -511,11 +527,38 @@ class Transfer:
         except OSError as e:
             self._fail(_os_error(self._label(op), op.buf, e))
             return
+        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
+            self._fail(_cuda_error(self._label(op), op, e))
+            return
         except Exception as e:  # pragma: no cover - a bug
             self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
             return
         if finished:
             self._part_done()
+
+    def _copy_cuda(self, op: Op, off: int, n: int, local: bool, stop: Callable[[], bool]) -> bool:
+        """A copy on this host with GPU memory on either side (``cuda.py``): direct where
+        the owner's GPU memory is reachable, staged through pinned host memory where the
+        owner's memory is host memory reached by process_vm."""
+        buf = op.buf
+        if buf._cuda is not None:  # the owner's GPU memory: its own, or its IPC handle
+            assert self._node is not None and self._rt is not None
+            handles = self._node.part(CudaHandles)
+            handles.watch(self._rt)
+            key = (buf._owner_proc.name, buf._pid, buf._id)
+            remote, device = cuda.owner_bytes(buf._cuda, key, buf._addr, buf._size, local, handles)
+            cuda.direct_copy(op.write, op.local, remote, off, n, device)
+            return True
+        assert isinstance(op.local, cuda.CudaMemory)
+        if local:  # host memory of this process: one copy, no staging needed
+            remote = cuda.host_tensor(buf._addr, buf._size)
+            cuda.direct_copy(op.write, op.local, remote, off, n, None)
+            return True
+
+        def move(addr: int, o: int, k: int) -> bool:
+            return vm.copy(buf._pid, addr, buf._addr + o, k, write=op.write, stop=stop)
+
+        return cuda.staged_copy(op.write, op.local, off, n, move, stop, PAGE)
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
@@ -609,6 +652,31 @@ def _ignore(reason: str) -> None:
 
 def _release_local(memory: BufferRegistry, lease_id: int | None, regs: Any) -> None:
     memory.release(lease_id)
+
+
+def _served(op: Op) -> bool:
+    """True if ``op``'s buffer is GPU memory this process cannot open by CUDA IPC (a GPU
+    it does not see): its owner's data server stages it, as for another host."""
+    return op.buf._cuda is not None and cuda.reachable(op.buf._cuda, True) is not None
+
+
+def _parts(op: Op) -> list[tuple[int, int]]:
+    """A copy's parts for worker threads: one for a direct device copy (a single copy
+    engine transfer is fastest), as for host memory otherwise."""
+    if op.buf._cuda is not None:
+        return [(0, op.nbytes)] if op.nbytes else []
+    return _split(op.nbytes)
+
+
+def _cuda_error(label: str, op: Op, e: RuntimeError) -> RDMAError:
+    where = op.buf._cuda.kind if op.buf._cuda is not None else str(op.buf)
+    err = RDMAError(
+        f"{label} failed in CUDA ({where} <-> {op.local.kind}): {e}",
+        buffer=str(op.buf),
+        owner=op.buf.owner,
+    )
+    err.__cause__ = e
+    return err
 
 
 def _entry(op: Op) -> tuple[int, int, int]:

@@ -65,11 +65,12 @@ def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, A
 
 
 def _on_failed(rt: Runtime, frame: Message) -> None:
-    owner, mesh_id, rank, reason, tb = frame.header
+    owner, mesh_id, rank, reason, tb, origin = frame.header
     new, mesh, name = _record(mesh_id, rank, reason, tb)
     if new and not intercept(mesh_id, rank, reason, tb):  # a supervisor restarts it
         om = owned.get(mesh_id)
-        actor = _display(rt, owner, om, rank) if om is not None else ""
+        # Monarch names the actor the failure started at, however deep it was
+        actor = origin or (_display(rt, owner, om, rank) if om is not None else "")
         deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh, actor=actor))
 
 

@@ -272,7 +272,7 @@ class SupervisedMesh(ActorMesh[A]):
         return f"<ActorMesh {self.name!r} of {self._ref.cls.__qualname__} {self.sizes} supervised>"
 
 
-class _SupervisedEndpoint(Endpoint):
+class _SupervisedEndpoint(Endpoint[Any, Any]):
     """An endpoint of a supervised mesh: holds its call while a rank it targets restarts."""
 
     def _tree_mode(self) -> bool:

@@ -112,8 +112,9 @@ __all__ = [
 #: versions, instead of every transfer failing as tampered; version 8 added TELEMETRY;
 #: version 9 adds CALL's and CAST's ``trace``, the OpenTelemetry context of the span
 #: the call was made in; version 10 adds the relay through a gateway (``attach``):
-#: GATEWAY, GATEWAY_OK, OPEN, RELAYED, SHUT and ROUTE.
-PROTOCOL_VERSION = 10
+#: GATEWAY, GATEWAY_OK, OPEN, RELAYED, SHUT and ROUTE; version 11 adds FAILED's
+#: ``origin``, the actor a failure started at when it passed up unhandled.
+PROTOCOL_VERSION = 11
 
 
 class ProtocolError(FrameError):
@@ -400,6 +401,9 @@ class Failed(NamedTuple):
     rank: int
     reason: str
     traceback: str
+    # Monarch's name of the actor the failure started at, where it passed up to
+    # this one unhandled (an actor it spawned failed); "" when it failed itself.
+    origin: str
 
 
 # -- the data plane -------------------------------------------------------------

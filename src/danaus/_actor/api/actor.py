@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, SupportsIndex, TypeVar
 
 from ..core.endpoints import EndpointProperty, endpoints_of
 
+if TYPE_CHECKING:
+    from ..._mesh import Extent
+    from ..core.future import Future
+
 __all__ = ["Actor", "actor_mode", "validate_actor_class"]
+
+_A = TypeVar("_A", bound="Actor")
+_PySlice = slice
 
 
 class Actor:
@@ -59,6 +67,39 @@ class Actor:
             owns have stopped. A crash of its process runs nothing. ``def`` or
             ``async def``, as the endpoints are.
             """
+
+        # What an actor mesh has beside its endpoints, for type checkers: ``spawn``
+        # returns the mesh typed as the actor class (as Monarch's does), so that
+        # ``mesh.method`` is the endpoint's ``Endpoint[P, R]`` (see ``@endpoint``)
+        # and these are the mesh's own (``ActorMesh``). Not attributes of an actor.
+
+        name: str
+
+        @property
+        def initialized(self) -> Future[None]: ...
+
+        def stop(self, reason: str = "stopped by client") -> Future[None]: ...
+
+        def slice(self: _A, **dims: SupportsIndex | _PySlice) -> _A: ...
+
+        def split(self: _A, **kwargs: object) -> _A: ...
+
+        def rename(self: _A, **kwargs: str) -> _A: ...
+
+        def flatten(self: _A, name: str) -> _A: ...
+
+        def size(self, dim: str | Iterable[str] | None = None) -> int: ...
+
+        @property
+        def sizes(self) -> dict[str, int]: ...
+
+        @property
+        def extent(self) -> Extent: ...
+
+        def to_table(self) -> str: ...
+
+        @property
+        def proc_mesh(self) -> Any: ...
 
 
 # Names an endpoint must not take: they are attributes of every actor mesh.

@@ -20,8 +20,8 @@ import concurrent.futures
 import functools
 import random
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from ... import _config as config
 from ..._errors import SupervisionError
@@ -57,6 +57,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Accumulator", "Endpoint", "NotAnEndpoint", "as_endpoint", "send"]
 
+P = ParamSpec("P")
+R = TypeVar("R")
+A = TypeVar("A")
+
 
 def encode_args(prop: EndpointProperty, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Bind and pickle; raises ``TypeError`` naming the argument that cannot be pickled."""
@@ -85,8 +89,16 @@ _HEADERS_KEPT = 256  # header templates kept per endpoint
 _UNKNOWN: Any = object()
 
 
-class Endpoint:
-    """An endpoint of a mesh; pick an adverb to send a message."""
+class Endpoint(Generic[P, R]):
+    """An endpoint of a mesh; pick an adverb to send a message.
+
+    Generic in the endpoint method's parameters ``P`` (after ``self``) and its
+    result ``R`` (what it returns or awaits, or what its response port carries),
+    as Monarch's ``Endpoint[P, R]``: ``call_one``/``choose`` give a
+    ``Future[R]``, ``call`` a ``Future[ValueMesh[R]]``, ``stream`` an iterator
+    of ``Future[R]``, and a type checker flags arguments that do not fit ``P``
+    (at run time they raise ``TypeError`` before anything is sent).
+    """
 
     def __init__(
         self, mesh: ActorMesh[Any], name: str, prop: EndpointProperty, flags: int = 0
@@ -369,7 +381,7 @@ class Endpoint:
         rt.tree.cast(self._mesh._ref.procs, selection, header, *payload, root=collector.root)
         return Future._create(cf, self._what)
 
-    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[Any]]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Send to every actor of the mesh; the future holds a ``ValueMesh`` of the replies.
 
         Does not block. The future raises ``ActorError`` if any actor raised, and
@@ -429,7 +441,7 @@ class Endpoint:
         self._send(payload, targets, collector)
         return Future._create(cf, self._what)
 
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call the only actor of a one-actor mesh. ``ValueError`` (before sending) otherwise."""
         targets = self._mesh.__dict__.get("_targets")
         if targets is None:
@@ -494,7 +506,7 @@ class Endpoint:
             self._headers[key] = tmpl
         return tmpl.pickled(port.port) if tmpl is not None else None
 
-    def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call one actor of the mesh, chosen at random (load balancing)."""
         targets = self._targets()
         if not targets:
@@ -502,7 +514,7 @@ class Endpoint:
         # The chosen actor sees its own position in the mesh as its message rank.
         return self._one([random.choice(targets)], args, kwargs)
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[Any]]:
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Future[R]]:
         """Call every actor; yield one future per actor, in the order replies arrive."""
         targets = self._targets()
         payload = self._encode(args, kwargs, targets)
@@ -518,7 +530,7 @@ class Endpoint:
             self._send(payload, targets, self._collector(len(targets), on_value))
         return iter([Future._create(cf, self._what) for cf in cfs])
 
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Send to every actor without waiting for anything (fire and forget).
 
         An exception in the endpoint fails the actor (there is no caller to tell).
@@ -528,7 +540,7 @@ class Endpoint:
             return
         self._send(self._encode(args, kwargs), self._targets(), None)
 
-    def rref(self, *args: Any, **kwargs: Any) -> Any:
+    def rref(self, *args: P.args, **kwargs: P.kwargs) -> Any:
         """Call every actor; their results become distributed tensors (tensor engine).
 
         Needs torch. The endpoint's ``propagate`` function gives the results'
@@ -579,7 +591,10 @@ class Endpoint:
         forward = _PortSink(port, len(targets))
         self._send(payload, targets, forward)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Not on a mesh: raises ``TypeError`` (pick an adverb). Typed for the one place
+        the call is right: inside the actor, ``self.method(...)`` is the bound method,
+        which a type checker sees as this endpoint."""
         raise TypeError(
             f"endpoint {self._name}() of an actor mesh cannot be called directly; pick an "
             f"adverb: .call(), .call_one(), .choose(), .stream(), .broadcast() or .rref()"
@@ -607,11 +622,11 @@ class _PortSink:
 
 
 def send(
-    endpoint: Endpoint,
+    endpoint: Endpoint[P, R] | Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    port: Port[Any] | None = None,
-    selection: str = "all",
+    port: Port[R] | None = None,
+    selection: Literal["all", "choose"] = "all",
 ) -> None:
     """Send ``endpoint(*args, **kwargs)`` to its mesh; each actor's reply goes to ``port``.
 
@@ -628,12 +643,39 @@ def send(
     endpoint._send_to_port(tuple(args), dict(kwargs), port, selection)
 
 
+@overload
+def as_endpoint(
+    not_an_endpoint: Callable[P, Awaitable[R]],
+    *,
+    propagate: Any = None,
+    explicit_response_port: Literal[False] = False,
+) -> Endpoint[P, R]: ...
+
+
+@overload
+def as_endpoint(
+    not_an_endpoint: Callable[P, R],
+    *,
+    propagate: Any = None,
+    explicit_response_port: Literal[False] = False,
+) -> Endpoint[P, R]: ...
+
+
+@overload
+def as_endpoint(
+    not_an_endpoint: Callable[Concatenate[Port[R], P], Awaitable[None] | None],
+    *,
+    propagate: Any = None,
+    explicit_response_port: Literal[True],
+) -> Endpoint[P, R]: ...
+
+
 def as_endpoint(
     not_an_endpoint: Any,
     *,
     propagate: Any = None,
     explicit_response_port: bool = False,
-) -> Endpoint:
+) -> Endpoint[Any, Any]:
     """Make a plain method of an actor mesh callable with the adverbs.
 
     ``as_endpoint(mesh.helper).call(...)``. Raises ``TypeError`` for anything
@@ -648,24 +690,25 @@ def as_endpoint(
     mesh, name = not_an_endpoint._mesh, not_an_endpoint._name
     fn = getattr(mesh._ref.cls, name)
     prop = EndpointProperty(fn, propagate=propagate, explicit_response_port=explicit_response_port)
-    return Endpoint(mesh, name, prop, FLAG_AS_ENDPOINT)
+    ep: Endpoint[Any, Any] = Endpoint(mesh, name, prop, FLAG_AS_ENDPOINT)
+    return ep
 
 
-class Accumulator:
+class Accumulator(Generic[P, R, A]):
     """A client-side left fold over the replies of an endpoint, in arrival order.
 
     ``Accumulator(mesh.value, 0, operator.add).accumulate().get()``; an empty
     mesh yields ``identity``.
     """
 
-    def __init__(self, endpoint: Endpoint, identity: Any, combine: Any) -> None:
+    def __init__(self, endpoint: Endpoint[P, R], identity: A, combine: Callable[[A, R], A]) -> None:
         if not isinstance(endpoint, Endpoint):
             raise TypeError(f"Accumulator needs an actor mesh's endpoint, got {endpoint!r}")
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine
 
-    def accumulate(self, *args: Any, **kwargs: Any) -> Future[Any]:
+    def accumulate(self, *args: P.args, **kwargs: P.kwargs) -> Future[A]:
         """Call every actor; the future holds ``combine(...combine(identity, r1)..., rn)``."""
         futures = list(self._endpoint.stream(*args, **kwargs))
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -705,20 +748,32 @@ def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
 
 
 class NotAnEndpoint:
-    """A method of the actor class that is not marked ``@endpoint``."""
+    """A method of the actor class that is not marked ``@endpoint``.
+
+    As in Monarch: calling it raises ``RuntimeError``, and it has no adverbs, so
+    ``mesh.method.call()`` raises ``AttributeError`` (both saying what to do).
+    """
+
+    _ADVERBS = frozenset({"call", "call_one", "choose", "stream", "broadcast", "rref"})
 
     def __init__(self, mesh: ActorMesh[Any], name: str) -> None:
         self._mesh = mesh
         self._name = name
 
-    def _fail(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
+    def _message(self) -> str:
+        return (
             f"Actor {self._mesh._ref.cls.__qualname__}.{self._name} is not annotated as an "
             "endpoint; decorate it with @endpoint (or wrap it with as_endpoint()) to call it "
             "through a mesh"
         )
 
-    call = call_one = choose = stream = broadcast = __call__ = _fail
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(self._message())
+
+    def __getattr__(self, name: str) -> Any:
+        if name in NotAnEndpoint._ADVERBS:
+            raise AttributeError(f"{self._message()} (so it has no .{name})", name=name, obj=self)
+        raise AttributeError(name)
 
 
 def _failed(mesh: Any, rank: int, reason: Any) -> str:

@@ -10,7 +10,7 @@ is remembered: later lookups raise ``ValueError("Failure on <name>: ...")``
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._mesh import Shape
 from ..._runtime.hosting import host
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = ["get_or_spawn_controller"]
 
 _CC_ID = "controller_controller"
+
+A = TypeVar("A")
 
 
 class _ControllerController(Actor):
@@ -85,7 +87,7 @@ def _registry() -> ActorMesh[Any]:
     return ActorMesh(ref, Shape.unity())
 
 
-def get_or_spawn_controller(name: str, Class: type, *args: Any, **kwargs: Any) -> Future[Any]:
+def get_or_spawn_controller(name: str, Class: type[A], *args: Any, **kwargs: Any) -> Future[A]:
     """The singleton actor mesh called ``name``, spawned in the client on first request.
 
     Callable from the client and from inside actors; does not block. The same
@@ -93,5 +95,5 @@ def get_or_spawn_controller(name: str, Class: type, *args: Any, **kwargs: Any) -
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"get_or_spawn_controller needs a non-empty string name, got {name!r}")
-    fut: Future[Any] = _registry().get_or_spawn.call_one(name, Class, args, kwargs)
+    fut: Future[A] = _registry().get_or_spawn.call_one(name, Class, args, kwargs)
     return fut

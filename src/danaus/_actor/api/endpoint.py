@@ -3,35 +3,160 @@
 On an actor instance an endpoint is an ordinary bound method; on an actor
 mesh it becomes an :class:`~danaus._actor.api.adverbs.Endpoint` with the adverbs
 ``call``, ``call_one``, ``choose``, ``stream`` and ``broadcast``. What the
-decorators leave on the class, :class:`EndpointProperty`, is the actor core's
-(``danaus._actor.core.endpoints``).
+decorators leave on the class is the actor core's descriptor
+(``danaus._actor.core.endpoints.EndpointProperty``) as :class:`EndpointDescriptor`,
+which adds only its type: ``Endpoint[P, R]`` on a mesh, where ``P`` are the
+method's parameters and ``R`` its result, so a type checker sees
+``mesh.method.call_one(x)`` as a ``Future[R]`` and flags a wrong argument.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    overload,
+)
 
 from ..core.endpoints import EndpointProperty, Propagator
+from ..core.ports import Port
+from .adverbs import Endpoint
 
-__all__ = ["concurrent_endpoint", "endpoint"]
+__all__ = ["EndpointDescriptor", "concurrent_endpoint", "endpoint"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+_E = TypeVar("_E", bound="EndpointDescriptor[Any, Any]")
 
 
-@overload
-def endpoint(method: F) -> F: ...
+class EndpointDescriptor(EndpointProperty, Generic[P, R]):
+    """What ``@endpoint`` puts on an actor class, as a type checker sees it.
+
+    The same descriptor as the core's :class:`EndpointProperty` at run time;
+    its only addition is the type of an access: on the class, the descriptor
+    itself; on an actor mesh (whose static type is the actor class, as
+    ``spawn`` returns it), an :class:`Endpoint` ``[P, R]``, so that
+    ``mesh.method.call_one(x)`` is a ``Future[R]`` and a wrong argument is a
+    type error. On the actor itself (``self.method`` inside the actor) the
+    access gives the bound method at run time, which the type checker sees as
+    the endpoint too: calling it is allowed, its result unchecked (``Any``).
+    """
+
+    if TYPE_CHECKING:
+
+        @overload
+        def __get__(self: _E, obj: None, objtype: type | None = None) -> _E: ...
+
+        @overload
+        def __get__(self, obj: object, objtype: type | None = None) -> Endpoint[P, R]: ...
+
+        def __get__(self, obj: Any, objtype: type | None = None) -> Any: ...
+
+
+class _Decorator(Protocol):
+    """``@endpoint(...)`` with options: what it makes of the method it decorates."""
+
+    @overload
+    def __call__(
+        self, method: Callable[Concatenate[Any, P], Awaitable[R]]
+    ) -> EndpointDescriptor[P, R]: ...
+
+    @overload
+    def __call__(self, method: Callable[Concatenate[Any, P], R]) -> EndpointDescriptor[P, R]: ...
+
+
+class _PortDecorator(Protocol):
+    """``@endpoint(explicit_response_port=True, ...)``: the result type is the port's."""
+
+    @overload
+    def __call__(
+        self, method: Callable[Concatenate[Any, Port[R], P], Awaitable[None]]
+    ) -> EndpointDescriptor[P, R]: ...
+
+    @overload
+    def __call__(
+        self, method: Callable[Concatenate[Any, Port[R], P], None]
+    ) -> EndpointDescriptor[P, R]: ...
+
+
+class _AsyncDecorator(Protocol):
+    """``@concurrent_endpoint(...)`` with options (async methods only)."""
+
+    def __call__(
+        self, method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
+    ) -> EndpointDescriptor[P, R]: ...
+
+
+# The overloads follow Monarch's (monarch/_src/actor/endpoint.py): an endpoint's
+# parameters are the method's after ``self`` (and after the port, for
+# ``explicit_response_port=True``); its result is what the method returns, or
+# awaits, or (with a port) what the port carries.
 
 
 @overload
 def endpoint(
-    method: None = None,
+    method: Callable[Concatenate[Any, P], Awaitable[R]],
     *,
     propagate: Propagator = None,
-    explicit_response_port: bool = False,
+    explicit_response_port: Literal[False] = False,
     instrument: bool = True,
-) -> Callable[[F], F]: ...
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def endpoint(
+    method: Callable[Concatenate[Any, P], R],
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[False] = False,
+    instrument: bool = True,
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def endpoint(
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[False] = False,
+    instrument: bool = True,
+) -> _Decorator: ...
+
+
+@overload
+def endpoint(
+    method: Callable[Concatenate[Any, Port[R], P], Awaitable[None]],
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[True],
+    instrument: bool = True,
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def endpoint(
+    method: Callable[Concatenate[Any, Port[R], P], None],
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[True],
+    instrument: bool = True,
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def endpoint(
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[True],
+    instrument: bool = True,
+) -> _PortDecorator: ...
 
 
 def endpoint(
@@ -62,7 +187,7 @@ def endpoint(
     """
 
     def wrap(fn: Any) -> Any:
-        return EndpointProperty(
+        return EndpointDescriptor(
             fn,
             propagate=propagate,
             explicit_response_port=explicit_response_port,
@@ -72,6 +197,44 @@ def endpoint(
     if method is not None:
         return wrap(method)
     return wrap
+
+
+@overload
+def concurrent_endpoint(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]],
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[False] = False,
+    instrument: bool = True,
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def concurrent_endpoint(
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[False] = False,
+    instrument: bool = True,
+) -> _AsyncDecorator: ...
+
+
+@overload
+def concurrent_endpoint(
+    method: Callable[Concatenate[Any, Port[R], P], Coroutine[Any, Any, None]],
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[True],
+    instrument: bool = True,
+) -> EndpointDescriptor[P, R]: ...
+
+
+@overload
+def concurrent_endpoint(
+    *,
+    propagate: Propagator = None,
+    explicit_response_port: Literal[True],
+    instrument: bool = True,
+) -> _PortDecorator: ...
 
 
 def concurrent_endpoint(
@@ -98,7 +261,7 @@ def concurrent_endpoint(
             raise ValueError(
                 f"@concurrent_endpoint can only wrap async endpoints; {fn!r} is not 'async def'"
             )
-        return EndpointProperty(
+        return EndpointDescriptor(
             fn,
             propagate=propagate,
             explicit_response_port=explicit_response_port,

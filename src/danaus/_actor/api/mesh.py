@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ... import _config as config
 from ..._errors import SupervisionError
-from ..._mesh import MeshTrait, Shape
+from ..._mesh import Extent, MeshTrait, Point, Shape
 from ..._mesh.tree import Selection
 from ..._runtime.hosting import host
 from ..._runtime.messaging.tree import FLAG_STOP
@@ -19,6 +19,7 @@ from ..._wire.ids import ActorId, ProcId
 from ..._wire.protocol import Cast, StopActor
 from ..core import owned
 from ..core.collect import Collector, Countdown, TreeCollector, set_future, wait_ready
+from ..core.context import display_name
 from ..core.endpoints import EndpointProperty, endpoints_of
 from ..core.future import Future
 from .adverbs import Endpoint, NotAnEndpoint
@@ -99,7 +100,7 @@ class ActorMesh(MeshTrait, Generic[A]):
             raise AttributeError(name)
         prop = self._endpoints.get(name)
         if prop is not None:
-            ep = Endpoint(self, name, prop)
+            ep: Endpoint[Any, Any] = Endpoint(self, name, prop)
             object.__setattr__(self, name, ep)
             return ep
         if callable(getattr(self._ref.cls, name, None)):
@@ -127,8 +128,16 @@ class ActorMesh(MeshTrait, Generic[A]):
 
     def _check_usable(self) -> None:
         if self._state.stopped:
-            raise SupervisionError(
-                f"actor mesh {self._ref.name!r} was stopped; spawn a new one to keep working",
+            ref = self._ref
+            owner = ref.owner
+            root = owner is None or owner.mesh == "root"
+            creator = "<root>" if root else f"<{owner.mesh}[{owner.rank}]>"  # type: ignore[union-attr]
+            cls = ref.cls
+            nowhere = Point(0, Extent([], []))
+            who = display_name(creator, cls.__module__, cls.__qualname__, ref.name, nowhere)
+            raise SupervisionError(  # Monarch's sentence first: programs match on it
+                f"The actor {who} and all its descendants have failed:\n"
+                f"  actor mesh {ref.name!r} was stopped; spawn a new one to keep working",
                 actor=self._ref.name,
                 reason="stopped",
                 during="call",

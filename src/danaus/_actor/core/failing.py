@@ -23,6 +23,7 @@ from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
 from . import owned
 from .endpoints import EndpointProperty
+from .frames import user_traceback
 
 if TYPE_CHECKING:
     from .context import Instance
@@ -44,12 +45,10 @@ class Aborted(BaseException):
 def exception_payload(e: BaseException) -> tuple[BaseException, str]:
     """``(exception, remote traceback text)``, with the exception made picklable if needed.
 
-    The frames of danaus's own dispatch code are left out of the traceback.
+    The frames of danaus's own dispatch code are left out of the traceback
+    (:func:`user_traceback`).
     """
-    tb_obj = e.__traceback__
-    while tb_obj is not None and tb_obj.tb_frame.f_code.co_filename == __file__:
-        tb_obj = tb_obj.tb_next
-    tb = "".join(traceback.format_exception(type(e), e, tb_obj))
+    tb = "".join(traceback.format_exception(type(e), e, user_traceback(e.__traceback__)))
     try:
         codec.dumps(e)
         exc: BaseException = e
@@ -168,21 +167,26 @@ class Failing:
             how = "declined" if has_hook else "has no __supervise__ for"
             reason = f"actor {self._label()} failed: it {how} {failure}"
             tb = getattr(failure, "traceback", "") or ""
-        self.fail(reason, tb)
+        # As Monarch's, the report names the actor the failure started at (nested).
+        self.fail(reason, tb, origin=getattr(failure, "actor", "") or "")
 
-    def fail(self, reason: str, tb: str, exc: BaseException | None = None) -> None:
+    def fail(
+        self, reason: str, tb: str, exc: BaseException | None = None, origin: str = ""
+    ) -> None:
         """Fail this actor (any thread): later calls get ``SupervisionError``; the owner hears.
 
         The meshes it owns are stopped: no one is left to supervise them. Its
         ``__cleanup__`` then gets ``exc`` (or an ``Exception`` of ``reason``), as
         in Monarch, on the actor's thread once the failing message is done.
+        ``origin`` names the actor the failure started at, when it came up unhandled
+        from a mesh this one spawned.
         """
         with self._lock:
             if self.failed is not None:
                 return
             self.failed = reason
             self.fail_exc = exc if exc is not None else Exception(reason)
-        self.report_failure(reason, tb)
+        self.report_failure(reason, tb, origin)
         if self.ctx_instance is not None:
             stopping = threading.Thread(
                 target=owned.stop_owned,
@@ -192,13 +196,13 @@ class Failing:
             self.owned_stopping = stopping
             stopping.start()
 
-    def report_failure(self, reason: str, tb: str) -> None:
+    def report_failure(self, reason: str, tb: str, origin: str = "") -> None:
         """Tell the owner of this actor's mesh that it failed (supervision handles it there)."""
         log.error("%s\n%s", reason, tb)
         if self.owner is not None:
             self.rt.send(
                 self.owner.proc,
-                Failed(self.owner, self.mesh_id, self.rank, reason, tb),
+                Failed(self.owner, self.mesh_id, self.rank, reason, tb, origin),
                 on_fail=lambda why: log.error("could not report a failure to the owner: %s", why),
             )
 
@@ -225,7 +229,11 @@ class Failing:
 def reply_stopped(rt: Runtime, label: str, port: PortId | None, index: int) -> None:
     """Answer a call to actor ``label``, which was stopped (to ``port``, if any)."""
     if port is not None:
-        err = SupervisionError(f"actor {label} was stopped", actor=label, reason="stopped")
+        err = SupervisionError(  # Monarch's sentence first: programs match on it
+            f"The actor {label} and all its descendants have failed:\n  actor {label} was stopped",
+            actor=label,
+            reason="stopped",
+        )
         rt.reply(port, index, STATUS_ERROR, err)
 
 

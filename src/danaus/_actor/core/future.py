@@ -370,8 +370,10 @@ class Future(Generic[R]):
                     UserWarning,
                     stacklevel=2,
                 )
+        # Every exception of the call is raised from this frame, not from the ones that
+        # waited: the caller's traceback ends at their get(), not in danaus's insides.
         try:
-            return self._wait(timeout)
+            raw = self._wait_raw(timeout)
         except concurrent.futures.TimeoutError:
             if self._cf.done():  # the call itself raised a TimeoutError
                 exc = self._cf.exception()
@@ -386,6 +388,12 @@ class Future(Generic[R]):
             if e is self._cf.exception():
                 raise _clean(e) from e.__cause__
             raise
+        if isinstance(raw, Deferred):  # a reply as received: decode it here
+            try:
+                return raw.resolve()  # type: ignore[no-any-return]
+            except Exception as e:
+                raise _clean(e) from e.__cause__
+        return raw
 
     def _wait(self, timeout: float | None) -> R:
         """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
@@ -433,9 +441,7 @@ class Future(Generic[R]):
             if cell is not None:
                 cell.end_wait()
 
-    def result(self, timeout: float | None = None) -> R:
-        """Same as :meth:`get`."""
-        return self.get(timeout)
+    result = get  # the same method, so an error's traceback has one frame of ours either way
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Wait like :meth:`get`; return the exception the call raised, or ``None``."""
@@ -471,7 +477,7 @@ class Future(Generic[R]):
                 return
             exc = cf.exception()
             if exc is not None:
-                afut.set_exception(exc)
+                afut.set_exception(_clean(exc))  # as get() raises it: no frames of ours
                 return
             try:  # on the awaiting loop's thread: a reply is decoded here
                 value = resolve(cf.result())

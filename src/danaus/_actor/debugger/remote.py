@@ -31,13 +31,14 @@ import pdb
 import socket
 import sys
 import threading
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._runtime.node import Node
 from ..api.controller import get_or_spawn_controller
 from ..core.context import context
+from ..core.frames import user_traceback
 from .controller import DebugController
 from .session import CONTROLLER_NAME, OutputRing, SessionInfo
 
@@ -153,7 +154,7 @@ class RemotePdb(pdb.Pdb):
             try:
                 self.message(f"post-mortem: the endpoint raised {type(exc).__name__}: {exc}")
                 self.reset()
-                self.interaction(None, _user_traceback(exc.__traceback__))
+                self.interaction(None, user_traceback(exc.__traceback__))
             except bdb.BdbQuit:
                 pass
         self.clear_all_breaks()
@@ -206,15 +207,6 @@ class RemotePdb(pdb.Pdb):
         if source:
             lines = source.splitlines(keepends=True)
             linecache.cache[filename] = (len(source), None, lines, filename)
-
-
-def _user_traceback(tb: TracebackType) -> TracebackType:
-    """Skip danaus's dispatch frames at the top of an endpoint's traceback."""
-    while tb.tb_next is not None and tb.tb_frame.f_globals.get("__name__", "").startswith(
-        "danaus._"
-    ):
-        tb = tb.tb_next
-    return tb
 
 
 def _current_task() -> Any:

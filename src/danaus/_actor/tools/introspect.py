@@ -119,6 +119,9 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
         "name": rt.boot.get("name") if rt.boot else "client",
         "time": time.time(),
         "metrics": rt.metrics,
+        # messages this proc's sampler has seen: a counter the metrics table reads
+        # without asking for the rings themselves
+        "messages_seen": rt.recent.seen if rt.recent is not None else 0,
         "actors": actors,
         "connections": conns,
         "sections": sections,
