@@ -6,6 +6,7 @@ UCX's CUDA transports (CUDA IPC), and between VRAM and DRAM either way.
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +20,10 @@ from danaus.rdma import RDMABuffer
 from .conftest import REPLY_TIMEOUT
 
 torch = pytest.importorskip("torch")
+if importlib.util.find_spec("nixl") is None:  # a GPU machine without the nixl extra
+    pytest.skip("needs NIXL: pip install 'danaus[nixl]'", allow_module_level=True)
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = [pytest.mark.gpu, pytest.mark.torch]  # skipped, saying why, without CUDA
 
 MiB = 1 << 20
 
