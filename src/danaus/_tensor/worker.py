@@ -49,6 +49,7 @@ from .messages import (
     Wait,
 )
 from .opaque_ref import OpaqueRef, mark_worker
+from .rendezvous import actor_store
 from .worker_streams import Streams, current_stream
 
 __all__ = ["TensorWorker", "register_group_ranks", "resolve_op", "unregister_group_ranks"]
@@ -130,8 +131,7 @@ class TensorWorker(Actor):
 
     def __init__(
         self,
-        store_host: str,
-        store_port: int,
+        store: Any,
         timeout_s: float,
         device: str = "cpu",
         threads: int = 0,
@@ -148,8 +148,7 @@ class TensorWorker(Actor):
         # Guards _store, made by the first stream that needs a group (each stream makes
         # its own groups, so a key of groups is only written by that stream's thread).
         self._groups_lock = threading.Lock()
-        self.store_host = store_host
-        self.store_port = store_port
+        self.store_server = store  # the engine's RendezvousStore
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self._store: Any = None
         self.device = _pick_device(device, self.rank)
@@ -510,9 +509,7 @@ class TensorWorker(Actor):
         if pg is None:
             with self._groups_lock:
                 if self._store is None:
-                    self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                        self.store_host, self.store_port, is_master=False, timeout=self.timeout
-                    )
+                    self._store = actor_store(self.store_server, self.timeout.total_seconds())
                 store = self._store
             prefix = f"pg/{key[0]}/" + "_".join(map(str, ranks)) + "/"
             store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
