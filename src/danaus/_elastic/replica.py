@@ -4,8 +4,8 @@ A replica keeps its model and optimizer in memory for the whole run. The
 coordinator drives it with four calls per step and membership:
 
 - ``elastic_join(epoch, rank, world, ...)``: build the gloo process group of
-  membership ``epoch`` (a fresh key prefix of the coordinator's store, so no
-  key of an older group is ever read), then ``on_membership(membership)``;
+  membership ``epoch`` (a fresh key prefix of the coordinator's rendezvous
+  store, an actor reached by calls, so no key of an older group is ever read), then ``on_membership(membership)``;
 - ``elastic_step(epoch, step, args)``: the user's ``train_step`` (gradients and
   ``all_reduce``, no update), on a worker thread so that the actor's loop stays
   free for ``elastic_abort``;
@@ -115,7 +115,6 @@ class _State:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="elastic-step")
         self.epoch: _Epoch | None = None
         self.epochs: dict[int, _Epoch] = {}
-        self.stores: dict[tuple[str, int], Any] = {}
         self.retired: list[Any] = []  # every process group ever built (see the module doc)
         self.snapshot: tuple[RDMABuffer, Any] | None = None
 
@@ -232,7 +231,7 @@ class ElasticReplica(Actor):
         rank: int,
         world: int,
         replica: int,
-        store: tuple[str, int],
+        store: Any,
         timeout: float,
     ) -> None:
         st = self._elastic()
@@ -242,16 +241,13 @@ class ElasticReplica(Actor):
         st.epoch = ep
         await self._on_thread(self._join, st, ep, store, timeout)
 
-    def _join(self, st: _State, ep: _Epoch, addr: tuple[str, int], timeout: float) -> None:
-        dist = _torch_distributed()
+    def _join(self, st: _State, ep: _Epoch, server: Any, timeout: float) -> None:
+        from .._tensor.rendezvous import actor_store
 
-        os.environ.update(_network_env())
-        store = st.stores.get(addr)
-        if store is None:
-            store = dist.TCPStore(
-                addr[0], addr[1], is_master=False, timeout=datetime.timedelta(seconds=timeout)
-            )
-            st.stores[addr] = store
+        dist = _torch_distributed()
+        os.environ.update(_network_env())  # gloo's own connections: the reachable interface
+        store = actor_store(server, timeout)
+        st.retired.append(store)  # torch holds it by a raw pointer: kept alive with its group
         m = ep.membership
         prefixed = dist.PrefixStore(f"danaus-elastic/{m.epoch}/", store)
         built: dict[str, Any] = {}
