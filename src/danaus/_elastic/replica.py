@@ -38,6 +38,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import concurrent_endpoint, endpoint
 from .._job.spmd import _network_env
 from .._rdma.buffer import RDMABuffer
+from .._tensor.rendezvous import actor_store
 
 __all__ = ["ElasticReplica", "Membership", "MembershipChanged"]
 
@@ -242,8 +243,6 @@ class ElasticReplica(Actor):
         await self._on_thread(self._join, st, ep, store, timeout)
 
     def _join(self, st: _State, ep: _Epoch, server: Any, timeout: float) -> None:
-        from .._tensor.rendezvous import actor_store
-
         dist = _torch_distributed()
         os.environ.update(_network_env())  # gloo's own connections: the reachable interface
         store = actor_store(server, timeout)
