@@ -147,6 +147,10 @@ def actor_store(server: Any, timeout: float) -> Any:
     keys waits at most ``timeout`` seconds (or the ``timeout`` torch passes), then
     raises ``torch.distributed.DistStoreError``. A lost server raises
     ``SupervisionError`` at once.
+
+    Keep a reference to the returned store for as long as torch may use it: a
+    ``PrefixStore`` or process group holds only its C++ side, and once the Python
+    object is collected every operation fails ("Not implemented").
     """
     return _store_class()(server, timeout)
 
