@@ -39,16 +39,18 @@ def one(host, port):
     except Exception as e:
         out[f"{host}:{port}"] = f"kept out: {type(e).__name__}: {str(e)[:120]}"
 
-threads = [threading.Thread(target=one, args=tuple(t), daemon=True) for t in json.loads(sys.argv[1])]
+targets = json.loads(sys.argv[1])
+threads = [threading.Thread(target=one, args=tuple(t), daemon=True) for t in targets]
 for t in threads:
     t.start()
 for t in threads:
     t.join(20)
-for host, port in json.loads(sys.argv[1]):
+for host, port in targets:
     out.setdefault(f"{host}:{port}", "kept out: no answer within 20 s")
 print(json.dumps(out), flush=True)
 os._exit(0)  # threads stuck in a store's wait
 """
+
 
 def _descendants(root: int) -> set[int]:
     children: dict[int, list[int]] = {}

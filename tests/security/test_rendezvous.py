@@ -84,7 +84,7 @@ def test_the_actor_store_behaves_as_a_tcp_store_for_each_operation(rendezvous) -
     store.multi_set(["m1", "m2"], [b"p", b"q"])
     assert store.check(["m1", "m2"]) and not store.check(["nope"])
     store.wait(["m1"], datetime.timedelta(seconds=1))
-    with pytest.raises(dist.DistStoreError, match="were not set within 0.2 s"):
+    with pytest.raises(dist.DistStoreError, match=r"were not set within 0\.2 s"):
         store.wait(["never"], datetime.timedelta(seconds=0.2))
     impatient = actor_store(rendezvous.engine_store, 0.2)
     quick = dist.PrefixStore("semantics/", impatient)

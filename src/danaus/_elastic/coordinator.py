@@ -31,8 +31,8 @@ from typing import Any
 from .._actor.api.actor import Actor
 from .._actor.api.endpoint import concurrent_endpoint
 from .._actor.api.hosts import this_host
-from .._errors import SupervisionError
 from .._actor.api.procs import this_proc
+from .._errors import SupervisionError
 from .._tensor.rendezvous import RendezvousStore
 
 __all__ = ["ElasticCoordinator", "ElasticStats"]

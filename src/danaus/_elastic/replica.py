@@ -5,7 +5,8 @@ coordinator drives it with four calls per step and membership:
 
 - ``elastic_join(epoch, rank, world, ...)``: build the gloo process group of
   membership ``epoch`` (a fresh key prefix of the coordinator's rendezvous
-  store, an actor reached by calls, so no key of an older group is ever read), then ``on_membership(membership)``;
+  store, an actor reached by calls, so no key of an older group is ever read),
+  then ``on_membership(membership)``;
 - ``elastic_step(epoch, step, args)``: the user's ``train_step`` (gradients and
   ``all_reduce``, no update), on a worker thread so that the actor's loop stays
   free for ``elastic_abort``;

@@ -175,7 +175,7 @@ def _store_class() -> type[Any]:
             return endpoint.call_one(*args).get(timeout=wait + _REPLY_GRACE)
 
         def _timed_out(self, keys: list[str], wait: float) -> Exception:
-            return dist.DistStoreError(  # type: ignore[attr-defined]
+            return dist.DistStoreError(
                 f"rendezvous store: keys {keys!r} were not set within {wait} s "
                 "(a member of the process group did not join in time)"
             )
