@@ -26,8 +26,9 @@ installed its own) with the exporters the standard variables name:
 every other ``OTEL_*`` variable the SDK and its exporters read (endpoint, headers,
 timeout, batch sizes, export interval, ``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``). Procs spawned while telemetry is on get the
-spawner's ``OTEL_*`` variables and turn it on at boot, so each proc exports its own
-spans and metrics.
+spawner's ``OTEL_*`` variables (but the headers and other credentials, which no
+spawn frame carries: ``env_for_procs``) and turn it on at boot, so each proc
+exports its own spans and metrics.
 
 This module imports no OpenTelemetry at import time: the actor core loads without it.
 """
