@@ -241,13 +241,13 @@ class ElasticReplica(Actor):
             st.epoch.abort(f"membership {epoch} is forming")
         ep = st.epochs.setdefault(epoch, _Epoch(Membership(epoch, rank, world, replica)))
         st.epoch = ep
-        await self._on_thread(self._join, st, ep, store, timeout)
+        member = actor_store(store, timeout)  # here: its calls go out as this replica
+        st.retired.append(member)  # torch holds only its C++ side: kept alive with the groups
+        await self._on_thread(self._join, st, ep, member, timeout)
 
-    def _join(self, st: _State, ep: _Epoch, server: Any, timeout: float) -> None:
+    def _join(self, st: _State, ep: _Epoch, store: Any, timeout: float) -> None:
         dist = _torch_distributed()
         os.environ.update(_network_env())  # gloo's own connections: the reachable interface
-        store = actor_store(server, timeout)
-        st.retired.append(store)  # torch holds it by a raw pointer: kept alive with its group
         m = ep.membership
         prefixed = dist.PrefixStore(f"danaus-elastic/{m.epoch}/", store)
         built: dict[str, Any] = {}

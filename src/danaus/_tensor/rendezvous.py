@@ -33,6 +33,7 @@ from typing import Any
 
 from .._actor.api.actor import Actor
 from .._actor.api.endpoint import concurrent_endpoint
+from .._actor.core.context import acting_as, context
 
 __all__ = ["RendezvousStore", "actor_store"]
 
@@ -148,9 +149,11 @@ def actor_store(server: Any, timeout: float) -> Any:
     raises ``torch.distributed.DistStoreError``. A lost server raises
     ``SupervisionError`` at once.
 
-    Keep a reference to the returned store for as long as torch may use it: a
-    ``PrefixStore`` or process group holds only its C++ side, and once the Python
-    object is collected every operation fails ("Not implemented").
+    Make it where its calls should come from (in an actor's endpoint or constructor:
+    they are sent as that actor, from any thread). Keep a reference to the returned
+    store for as long as torch may use it: a ``PrefixStore`` or process group holds
+    only its C++ side, and once the Python object is collected every operation
+    fails ("Not implemented").
     """
     return _store_class()(server, timeout)
 
@@ -168,11 +171,16 @@ def _store_class() -> type[Any]:
         def __init__(self, server: Any, timeout: float) -> None:
             super().__init__()
             self._server = server
+            # Calls go out as whoever made the store (the worker or replica actor), from
+            # whatever thread torch runs them on: a stream thread must not become the
+            # proc's root (whose name would then prefix that thread's log records).
+            self._sender = context()
             self.set_timeout(datetime.timedelta(seconds=timeout))
 
         def _call(self, name: str, *args: Any, wait: float = 0.0) -> Any:
             endpoint = getattr(self._server, name)
-            return endpoint.call_one(*args).get(timeout=wait + _REPLY_GRACE)
+            with acting_as(self._sender):
+                return endpoint.call_one(*args).get(timeout=wait + _REPLY_GRACE)
 
         def _timed_out(self, keys: list[str], wait: float) -> Exception:
             return dist.DistStoreError(

@@ -17,7 +17,6 @@ import logging
 import os
 import pickle
 import sys
-import threading
 import traceback
 from typing import Any
 
@@ -145,12 +144,12 @@ class TensorWorker(Actor):
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
         # the same groups as torch.distributed.ProcessGroups, for remote functions' arguments
         self.process_groups: dict[tuple[str, tuple[int, ...]], Any] = {}
-        # Guards _store, made by the first stream that needs a group (each stream makes
-        # its own groups, so a key of groups is only written by that stream's thread).
-        self._groups_lock = threading.Lock()
-        self.store_server = store  # the engine's RendezvousStore
+        # (Each stream makes its own groups, so a key of groups is only written by that
+        # stream's thread.)
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self._store: Any = None
+        # The member's side of the engine's RendezvousStore, made here so that its calls
+        # go out as this actor (torch makes them from the stream threads).
+        self._store: Any = actor_store(store, timeout_s)
         self.device = _pick_device(device, self.rank)
         self.streams = Streams(self._one, self.device)
 
@@ -507,12 +506,8 @@ class TensorWorker(Actor):
         key = (current_stream(), ranks)
         pg = self.groups.get(key)
         if pg is None:
-            with self._groups_lock:
-                if self._store is None:
-                    self._store = actor_store(self.store_server, self.timeout.total_seconds())
-                store = self._store
             prefix = f"pg/{key[0]}/" + "_".join(map(str, ranks)) + "/"
-            store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
+            store = dist.PrefixStore(prefix, self._store)  # type: ignore[attr-defined]
             pg = new_group(store, ranks.index(self.rank), len(ranks), self.device, self.timeout)
             self.groups[key] = pg
         return pg
