@@ -267,6 +267,7 @@ FACADES = {
         "JobState",
         "JobTrait",
         "LocalJob",
+        "MeshAdminConfig",
         "ProcessJob",
         "SSHJob",
         "SlurmError",
@@ -282,6 +283,7 @@ FACADES = {
         "set_current_job",
         "shell",
     ],
+    "danaus.mesh_controller": ["DeviceMesh", "RemoteException", "spawn_tensor_engine"],
     "danaus.tools.config": ["NOT_SET", "Config", "Workspace"],
     "danaus.tools.commands": [
         "DEFAULT_JOB_PATH",

@@ -135,6 +135,20 @@ def test_log_remote_logs_on_every_proc_and_its_level_can_be_set(mesh: ProcMesh) 
     assert not [line for line in lines if "hidden" in line]
 
 
+def test_a_collective_leaves_the_stream_threads_log_lines_unprefixed(mesh: ProcMesh) -> None:
+    """Building a process group calls the rendezvous store from a stream thread: the
+    calls go out as the worker actor, so the thread does not make the proc's root
+    context, whose name would then prefix the thread's log records."""
+    tag = uuid.uuid4().hex
+    with mesh.activate():
+        total = torch.ones(2).reduce("gpu", "sum")
+        log_remote("after %s", tag)
+    for h, g in COORDS:
+        assert torch.equal(danaus.inspect(total, host=h, gpu=g), torch.full((2,), 2.0))
+    lines = _records_with(tag, mesh)
+    assert sum(f"WARNING log_remote: after {tag}" in line for line in lines) == 4, lines
+
+
 def test_log_remote_call_returns_each_procs_none(mesh: ProcMesh) -> None:
     with mesh.activate():
         values = log_remote.call("from call %s", "x").get(timeout=REPLY_TIMEOUT)

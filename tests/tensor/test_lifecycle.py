@@ -1,15 +1,14 @@
-"""Stopping a mesh ends its tensor engine: no thread, store port or actor is left behind."""
+"""Stopping a mesh ends its tensor engine: no thread, rendezvous store or actor is left behind."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from typing import Any
 
 import pytest
 
 import danaus
-from danaus.actor import this_host
+from danaus.actor import SupervisionError, this_host
 from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, torch
@@ -28,23 +27,23 @@ def _engine_threads() -> list[str]:
     ]
 
 
-def _refused(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.connect(("127.0.0.1", port))
-        except ConnectionRefusedError:
-            return True
+def _stopped(store: Any) -> bool:
+    """Whether the rendezvous store actor refuses calls (it was stopped)."""
+    try:
+        store.store_num_keys.call_one().get(timeout=REPLY_TIMEOUT)
+    except SupervisionError:
+        return True
     return False
 
 
-def _cycle() -> int:
-    """Spawn a one-proc mesh, compute on it, stop it; the store port it used."""
+def _cycle() -> Any:
+    """Spawn a one-proc mesh, compute on it, stop it; the rendezvous store it used."""
     from danaus._tensor.engine import engine_for
 
     pm = this_host().spawn_procs(per_host={"gpu": 1})
     with pm.activate():
         engine = engine_for(pm)
-        port = engine.store_port
+        store = engine.store
         value = danaus.inspect(torch.arange(4.0) * 2)
         assert "danaus-tensor-send" in _engine_threads()
     assert torch.equal(value, torch.arange(4.0) * 2)
@@ -52,20 +51,20 @@ def _cycle() -> int:
     assert engine.closed
     with pytest.raises(RuntimeError, match="stopped"):
         engine.send(pm._shape)
-    return port
+    return store
 
 
 @pytest.mark.timeout(180)
 def test_stopping_the_mesh_ends_the_sender_thread_and_the_rendezvous_store() -> None:
     _BEFORE.update(threading.enumerate())
-    port = _cycle()
+    store = _cycle()
     assert _engine_threads() == []
-    assert _refused(port), f"the rendezvous store still listens on port {port}"
+    assert _stopped(store), "the rendezvous store actor still answers"
     after_one = threading.active_count()
     for _ in range(2):
-        port = _cycle()
+        store = _cycle()
         assert _engine_threads() == []
-        assert _refused(port)
+        assert _stopped(store)
     wait_until(  # threads that are ending have ended
         threading.active_count,
         REPLY_TIMEOUT,

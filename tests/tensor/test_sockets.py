@@ -51,11 +51,3 @@ def test_gloo_listens_only_on_the_loopback_interface_of_a_one_host_mesh(
     for _, (iface, addresses) in reports.items():
         assert iface == "lo"  # told to gloo before its first group
         assert set(addresses) <= LOOPBACK, addresses
-
-
-def test_the_rendezvous_store_listens_on_loopback_only(mesh: ProcMesh) -> None:
-    with mesh.activate():
-        danaus.inspect(base(mesh))  # the engine (and its TCPStore, in this process) is up
-    addresses = _listening_addresses()
-    assert addresses, "the store listens"
-    assert set(addresses) <= LOOPBACK, addresses  # given only a host, it took every interface

@@ -54,10 +54,11 @@ def add_debug_command(sub: Any) -> None:
 
 def find_clients() -> list[dict[str, Any]]:
     """The running clients of this user whose debugger is up: ``{"pid", "argv", "socket"}``."""
-    from .._transport.address import socket_base
+    from .._transport.address import socket_bases
 
     found = []
-    for path in sorted(glob.glob(os.path.join(socket_base(), "*", "debug.json"))):
+    paths = (glob.glob(os.path.join(base, "*", "debug.json")) for base in socket_bases())
+    for path in sorted(p for some in paths for p in some):
         try:
             with open(path) as f:
                 info = json.load(f)

@@ -21,7 +21,6 @@ import glob
 import json
 import os
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -144,10 +143,11 @@ def find_dashboard() -> str:
     """The URL of the one dashboard served on this machine by this user's clients."""
     # Here, not at the top: `danaus worker` must not load the actor core before its set-up.
     from .._observe.dashboard import DISCOVERY_FILE
+    from .._transport.address import socket_bases
 
-    base = config.get("socket_dir") or os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
     found = []
-    for path in sorted(glob.glob(os.path.join(base, "*", DISCOVERY_FILE))):
+    paths = (glob.glob(os.path.join(base, "*", DISCOVERY_FILE)) for base in socket_bases())
+    for path in sorted(p for some in paths for p in some):
         try:
             with open(path) as f:
                 info = json.load(f)

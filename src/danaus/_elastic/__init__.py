@@ -11,6 +11,8 @@ over ``RDMABuffer``. ``ElasticMesh`` (mesh.py) is the client's handle.
 
 torch is imported only inside functions: importing this layer never loads it.
 
-Imports: ``_errors``, ``_actor``, ``_rdma``, ``_job`` (the network environment of
-``danaus.spmd``).
+Imports: ``_errors``, ``_actor``, ``_rdma``, ``_tensor.rendezvous`` (the
+rendezvous store the memberships' process groups meet through, an actor; it
+imports torch only when a member makes its side of the store), ``_job`` (the
+network environment of ``danaus.spmd``).
 """

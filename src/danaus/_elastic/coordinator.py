@@ -31,9 +31,9 @@ from typing import Any
 from .._actor.api.actor import Actor
 from .._actor.api.endpoint import concurrent_endpoint
 from .._actor.api.hosts import this_host
+from .._actor.api.procs import this_proc
 from .._errors import SupervisionError
-from .._job.spmd import _reachable_address
-from .replica import _torch_distributed
+from .._tensor.rendezvous import RendezvousStore
 
 __all__ = ["ElasticCoordinator", "ElasticStats"]
 
@@ -100,8 +100,7 @@ class ElasticCoordinator(Actor):
         self.next_id = 0
         self.epoch = -1
         self.dirty = True  # the members changed since the last membership was formed
-        self.store: Any = None
-        self.store_addr: tuple[str, int] = ("", 0)
+        self.store: Any = None  # the RendezvousStore the memberships' groups meet through
         self.stats = ElasticStats()
         self.committed: collections.Counter[int] = collections.Counter()
         self.spawning: set[asyncio.Task[None]] = set()
@@ -248,7 +247,7 @@ class ElasticCoordinator(Actor):
             world = len(self.members)
             calls = {
                 m.id: m.actor.elastic_join.call_one(
-                    self.epoch, rank, world, m.id, self.store_addr, self.timeout
+                    self.epoch, rank, world, m.id, self.store, self.timeout
                 )
                 for rank, m in enumerate(self.members)
             }
@@ -263,10 +262,10 @@ class ElasticCoordinator(Actor):
     @concurrent_endpoint
     async def start(self) -> list[int]:
         """Spawn the replicas and spares, form the first membership; the members' pids."""
-        dist = _torch_distributed()
-        host = _reachable_address()
-        self.store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
-        self.store_addr = (host, int(self.store.port))
+        # An actor of this proc, reached by the replicas' calls only: no port a stranger
+        # could list, set or block keys through (issue 40, N1).
+        self.store = this_proc().spawn("elastic_store", RendezvousStore)
+        await self.store.initialized
         spawned = await self._spawn(self.target + self.spare_count)
         self.members, self.spares = spawned[: self.target], spawned[self.target :]
         await self._boundary()

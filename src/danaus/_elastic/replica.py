@@ -4,8 +4,9 @@ A replica keeps its model and optimizer in memory for the whole run. The
 coordinator drives it with four calls per step and membership:
 
 - ``elastic_join(epoch, rank, world, ...)``: build the gloo process group of
-  membership ``epoch`` (a fresh key prefix of the coordinator's store, so no
-  key of an older group is ever read), then ``on_membership(membership)``;
+  membership ``epoch`` (a fresh key prefix of the coordinator's rendezvous
+  store, an actor reached by calls, so no key of an older group is ever read),
+  then ``on_membership(membership)``;
 - ``elastic_step(epoch, step, args)``: the user's ``train_step`` (gradients and
   ``all_reduce``, no update), on a worker thread so that the actor's loop stays
   free for ``elastic_abort``;
@@ -38,6 +39,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import concurrent_endpoint, endpoint
 from .._job.spmd import _network_env
 from .._rdma.buffer import RDMABuffer
+from .._tensor.rendezvous import actor_store
 
 __all__ = ["ElasticReplica", "Membership", "MembershipChanged"]
 
@@ -115,7 +117,6 @@ class _State:
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="elastic-step")
         self.epoch: _Epoch | None = None
         self.epochs: dict[int, _Epoch] = {}
-        self.stores: dict[tuple[str, int], Any] = {}
         self.retired: list[Any] = []  # every process group ever built (see the module doc)
         self.snapshot: tuple[RDMABuffer, Any] | None = None
 
@@ -232,7 +233,7 @@ class ElasticReplica(Actor):
         rank: int,
         world: int,
         replica: int,
-        store: tuple[str, int],
+        store: Any,
         timeout: float,
     ) -> None:
         st = self._elastic()
@@ -240,18 +241,13 @@ class ElasticReplica(Actor):
             st.epoch.abort(f"membership {epoch} is forming")
         ep = st.epochs.setdefault(epoch, _Epoch(Membership(epoch, rank, world, replica)))
         st.epoch = ep
-        await self._on_thread(self._join, st, ep, store, timeout)
+        member = actor_store(store, timeout)  # here: its calls go out as this replica
+        st.retired.append(member)  # torch holds only its C++ side: kept alive with the groups
+        await self._on_thread(self._join, st, ep, member, timeout)
 
-    def _join(self, st: _State, ep: _Epoch, addr: tuple[str, int], timeout: float) -> None:
+    def _join(self, st: _State, ep: _Epoch, store: Any, timeout: float) -> None:
         dist = _torch_distributed()
-
-        os.environ.update(_network_env())
-        store = st.stores.get(addr)
-        if store is None:
-            store = dist.TCPStore(
-                addr[0], addr[1], is_master=False, timeout=datetime.timedelta(seconds=timeout)
-            )
-            st.stores[addr] = store
+        os.environ.update(_network_env())  # gloo's own connections: the reachable interface
         m = ep.membership
         prefixed = dist.PrefixStore(f"danaus-elastic/{m.epoch}/", store)
         built: dict[str, Any] = {}

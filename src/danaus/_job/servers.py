@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._actor.api.code_sync import Workspace
+from .._transport.owned import private_dir
 
 __all__ = [
     "DEFAULT_REMOTE_ALLOCATOR_PORT",
@@ -231,6 +232,7 @@ def home(*subdirs: str) -> pathlib.Path:
     700) if missing. Monarch's default is ``~/.monarch``."""
     chosen = os.environ.get("DANAUS_HOME") or os.environ.get("MONARCH_HOME")
     root = pathlib.Path(chosen) if chosen else pathlib.Path.home() / ".danaus"
+    private_dir(str(root), "danaus's per-user directory")
     path = root.joinpath(*subdirs)
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dir(str(path), "danaus's per-user directory")
     return path

@@ -28,9 +28,11 @@ calls made inside spans run in child spans exported as they end, is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import secrets
 import time
 from types import TracebackType
 from typing import Any
@@ -140,10 +142,7 @@ class Trace:
                 missing.append(f"{p.name}: {data}")
         doc = chrome_trace(parts, self._t0, self._wall0)
         doc["otherData"]["procs_missing"] = missing
-        tmp = f"{self.path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, self.path)
+        _write_new(self.path, json.dumps(doc).encode())
         self.summary = {
             "path": self.path,
             "procs": len(parts),
@@ -166,6 +165,26 @@ def trace(path: str | os.PathLike[str], *, otel: bool = False) -> Trace:
     collection. Raises ``RuntimeError`` if a trace is already running.
     """
     return Trace(path, otel=otel)
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Replace ``path`` by a file holding ``data``, through a temporary file beside it that
+    is created afresh (``O_EXCL | O_NOFOLLOW``, an unguessable name): a file or symbolic
+    link someone planted there is never written through (issue 40, N4). The rename
+    replaces a link at ``path`` itself, never what it points to."""
+    tmp = os.path.join(
+        os.path.dirname(path) or ".", f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp"
+    )
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any file the user writes
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _live_procs() -> list[ProcId]:

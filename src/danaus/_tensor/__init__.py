@@ -15,6 +15,7 @@ Modules, each importing only those before it (``tests/test_layers.py``
 checks that no import, deferred ones included, closes a cycle): ``messages``
 (commands), ``function`` (what ``remote`` sends: ``function_resolvers``),
 ``opaque_ref`` (``OpaqueRef``), ``simulator`` (``set_meta``), ``errors``,
+``rendezvous`` (the store process groups meet through: an actor, no port),
 ``client`` (the client's tensor-engine state, one part of its node, and the
 active mesh), ``worker_streams``, ``backends`` (the process group a worker's
 collective runs on), ``stream`` (``Stream`` and borrows),

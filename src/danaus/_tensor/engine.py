@@ -6,8 +6,9 @@ the mesh's procs, so a worker's global rank is its proc's index in the mesh,
 the same numbering every slice's ``Shape`` uses. Commands go out at once, in
 the order they are issued, with ``broadcast`` (per-sender FIFO keeps them in
 order with each other and with later fetches); the client never waits for
-a worker. The engine also starts the ``TCPStore`` the workers' process
-groups meet through.
+a worker. The engine also spawns the ``RendezvousStore`` actor the workers'
+process groups meet through (``rendezvous``: no port of its own; only the job
+reaches it, over danaus's authenticated connections).
 
     client ── run([cmds]) ──▶ worker r  (one per proc; refs: id -> tensor | Failure)
            ◀─ fetch(ids) ───
@@ -22,7 +23,6 @@ import logging
 import os
 import pickle
 import secrets
-import socket
 import threading
 import time
 import weakref
@@ -30,7 +30,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 
 from .. import _config as config
 from .._actor.api.actor import Actor
@@ -42,6 +41,7 @@ from .._mesh import Shape, Slice
 from .._runtime.hosting import host
 from . import client
 from .messages import CallOp, Delete, Reduce, ReduceMany
+from .rendezvous import RendezvousStore
 from .stream import get_active_stream
 from .worker import TensorWorker
 
@@ -102,25 +102,12 @@ class Engine:
     def __init__(self, mesh: ProcMesh) -> None:
         procs = mesh._procs
         n = len(procs)
-        # The store that process groups rendezvous through; workers connect as clients.
-        # Its listener is made here, on loopback: given only a host, TCPStore listens
-        # on every interface, and it authenticates nobody (docs/security.md).
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(128)
-        port = listener.getsockname()[1]
-        self.store: Any = dist.TCPStore(  # type: ignore[attr-defined]
-            "127.0.0.1",
-            port,
-            is_master=True,
-            wait_for_workers=False,
-            use_libuv=True,
-            master_listen_fd=listener.detach(),  # the store owns (and closes) it now
-        )
-        self.store_port: int = self.store.port
         self.device = _device()
         flat = ProcMesh(procs, Shape(["rank"], Slice.new_row_major([n])), mesh._state, None)
         token = secrets.token_hex(4)
+        # The keys process groups rendezvous through, in an actor of the client: reached by
+        # actor calls only, never by a listening port (issue 40, N1).
+        self.store: Any = this_proc().spawn(f"tensor_engine_store_{token}", RendezvousStore)
         _engines()[token] = self
         self.broken: SupervisionError | None = None
         self._sender: Context | None = None  # the owner's identity, set by spawn_workers
@@ -129,7 +116,7 @@ class Engine:
         timeout = config.get("tensor_collective_timeout")
         hosts = len(mesh._host_mesh) if mesh._host_mesh is not None else 1
         threads = config.get("tensor_threads") or max(1, (os.cpu_count() or 1) * hosts // n)
-        args = ("127.0.0.1", self.store_port, timeout, self.device.type, threads)
+        args = (self.store, timeout, self.device.type, threads)
         spawn: Any = self._owner.spawn_workers
         self.workers = spawn.call_one(flat, args).get(timeout=config.get("tensor_spawn_timeout"))
         self.size = n
@@ -239,11 +226,11 @@ class Engine:
             self._sender_thread.join(timeout=5.0)
         self._dead.clear()
         self._targets.clear()
-        self.store = None  # the last reference: the store's server thread and port close
-        try:
-            self._owner.stop("the tensor engine's mesh stopped")
-        except Exception:  # the client's runtime is already shutting down
-            log.debug("stopping the tensor engine's owner actor failed", exc_info=True)
+        for actor in (self.store, self._owner):
+            try:
+                actor.stop("the tensor engine's mesh stopped")
+            except Exception:  # the client's runtime is already shutting down
+                log.debug("stopping the tensor engine's %s failed", actor, exc_info=True)
 
     def watch(self, cf: concurrent.futures.Future[Any]) -> None:
         """Fail ``cf`` with ``SupervisionError`` if a worker dies before it completes."""

@@ -17,7 +17,6 @@ import logging
 import os
 import pickle
 import sys
-import threading
 import traceback
 from typing import Any
 
@@ -49,6 +48,7 @@ from .messages import (
     Wait,
 )
 from .opaque_ref import OpaqueRef, mark_worker
+from .rendezvous import actor_store
 from .worker_streams import Streams, current_stream
 
 __all__ = ["TensorWorker", "register_group_ranks", "resolve_op", "unregister_group_ranks"]
@@ -130,8 +130,7 @@ class TensorWorker(Actor):
 
     def __init__(
         self,
-        store_host: str,
-        store_port: int,
+        store: Any,
         timeout_s: float,
         device: str = "cpu",
         threads: int = 0,
@@ -145,13 +144,12 @@ class TensorWorker(Actor):
         self.groups: dict[tuple[str, tuple[int, ...]], Any] = {}
         # the same groups as torch.distributed.ProcessGroups, for remote functions' arguments
         self.process_groups: dict[tuple[str, tuple[int, ...]], Any] = {}
-        # Guards _store, made by the first stream that needs a group (each stream makes
-        # its own groups, so a key of groups is only written by that stream's thread).
-        self._groups_lock = threading.Lock()
-        self.store_host = store_host
-        self.store_port = store_port
+        # (Each stream makes its own groups, so a key of groups is only written by that
+        # stream's thread.)
         self.timeout = datetime.timedelta(seconds=timeout_s)
-        self._store: Any = None
+        # The member's side of the engine's RendezvousStore, made here so that its calls
+        # go out as this actor (torch makes them from the stream threads).
+        self._store: Any = actor_store(store, timeout_s)
         self.device = _pick_device(device, self.rank)
         self.streams = Streams(self._one, self.device)
 
@@ -508,14 +506,8 @@ class TensorWorker(Actor):
         key = (current_stream(), ranks)
         pg = self.groups.get(key)
         if pg is None:
-            with self._groups_lock:
-                if self._store is None:
-                    self._store = dist.TCPStore(  # type: ignore[attr-defined]
-                        self.store_host, self.store_port, is_master=False, timeout=self.timeout
-                    )
-                store = self._store
             prefix = f"pg/{key[0]}/" + "_".join(map(str, ranks)) + "/"
-            store = dist.PrefixStore(prefix, store)  # type: ignore[attr-defined]
+            store = dist.PrefixStore(prefix, self._store)  # type: ignore[attr-defined]
             pg = new_group(store, ranks.index(self.rank), len(ranks), self.device, self.timeout)
             self.groups[key] = pg
         return pg

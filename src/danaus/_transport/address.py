@@ -18,16 +18,22 @@ wants: ``danaus._runtime.messaging.relay``).
 from __future__ import annotations
 
 import errno
+import glob
+import logging
 import os
 import secrets
 import socket
 import stat
 import tempfile
+import threading
 
 from .. import _config as config
 from . import inproc
 
+log = logging.getLogger("danaus.transport")
+
 __all__ = [
+    "base_env",
     "choose",
     "connect_socket",
     "host_token",
@@ -35,7 +41,9 @@ __all__ = [
     "listen",
     "make_job_dir",
     "parse",
+    "private_base",
     "socket_base",
+    "socket_bases",
     "split_tcp",
 ]
 
@@ -106,18 +114,119 @@ def _private_dir(path: str) -> str:
     return path
 
 
-def socket_base() -> str:
-    """The per-user directory that holds every job directory of this user (not created)."""
-    return str(
-        config.get("socket_dir") or os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
+def _base_problem(path: str) -> str:
+    """Why ``path`` cannot be this user's private base directory ("" if it can: created
+    mode 700 if missing; this user's own one that no one else may write is made 700)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        return f"the directory {path!r} cannot be made ({e.strerror})"
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path!r} is not a directory (a link or a file)"
+    if st.st_uid != os.getuid():
+        return (
+            f"the directory {path!r} belongs to uid {st.st_uid}, not to this user (uid "
+            f"{os.getuid()}): another user made it first"
+        )
+    if st.st_mode & 0o022:
+        return f"the directory {path!r} may be written by others (mode {oct(st.st_mode & 0o777)})"
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)  # ours, and nobody else could change it: make it private
+    return ""
+
+
+class _Chosen:
+    """The base directory this process settled on, per default path (chosen once, so that
+    one process warns once and keeps every job directory in one place)."""
+
+    lock = threading.Lock()
+    by_default: dict[str, str] = {}
+
+
+def _default_base() -> str:
+    return os.path.join(tempfile.gettempdir(), f"danaus-{os.getuid()}")
+
+
+def private_base() -> str:
+    """This user's private directory for job directories (sockets) and logs, created.
+
+    ``socket_dir`` when configured (which must be a directory of this user, mode
+    700: ``RuntimeError`` otherwise); else ``/tmp/danaus-<uid>``. If that one is not
+    this user's private directory (another user made it before this user's first
+    job), it is never used: a fresh private one is, ``$XDG_RUNTIME_DIR/danaus`` or a
+    new ``/tmp/danaus-<uid>-XXXXXXXX``, and one warning says so (issue 40, N8).
+    """
+    configured = config.get("socket_dir")
+    if configured:
+        return _private_dir(configured)
+    default = _default_base()
+    with _Chosen.lock:
+        chosen = _Chosen.by_default.get(default)
+        if chosen is None:
+            chosen = _Chosen.by_default[default] = _choose_base(default)
+        return chosen
+
+
+def _choose_base(default: str) -> str:
+    problem = _base_problem(default)
+    if not problem:
+        return default
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    fallback = os.path.join(runtime, "danaus") if os.path.isabs(runtime) else ""
+    if not fallback or _base_problem(fallback):
+        fallback = tempfile.mkdtemp(prefix=f"danaus-{os.getuid()}-")  # 0700, ours, new
+    log.warning(
+        "not using %s: %s. Using the private directory %s instead (set DANAUS_SOCKET_DIR "
+        "to choose one; `danaus debug` and `danaus top` find clients there too)",
+        default,
+        problem,
+        fallback,
     )
+    return fallback
+
+
+def socket_base() -> str:
+    """The per-user directory that holds every job directory of this user (created)."""
+    return private_base()
+
+
+def base_env() -> dict[str, str]:
+    """What the environment of a process danaus starts on this host needs so that it uses
+    the same base directory (empty unless this process fell back from the default)."""
+    if config.get("socket_dir"):
+        return {}
+    chosen = private_base()
+    return {} if chosen == _default_base() else {"DANAUS_SOCKET_DIR": chosen}
+
+
+def socket_bases() -> list[str]:
+    """Every private base directory of this user a client of this host may use, for the
+    tools that look for running clients (``danaus debug``, ``danaus top``): only
+    directories of this user that no one else may write; nothing is created."""
+    configured = config.get("socket_dir")
+    candidates = [configured] if configured else [_default_base()]
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if not configured and os.path.isabs(runtime):
+        candidates.append(os.path.join(runtime, "danaus"))
+    if not configured:
+        candidates += sorted(glob.glob(f"{_default_base()}-*"))
+    found = []
+    for path in candidates:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022:
+            found.append(path)
+    return found
 
 
 def make_job_dir() -> str:
     """Create a fresh directory, readable by this user only, for one job's sockets."""
-    base = socket_base()
-    _private_dir(base)
-    return _private_dir(os.path.join(base, secrets.token_hex(4)))
+    return _private_dir(os.path.join(private_base(), secrets.token_hex(4)))
 
 
 def listen(entry: str) -> socket.socket:

@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
+import logging
 import os
 import select
 import selectors
@@ -65,9 +66,11 @@ from typing import Any
 from .. import _config as config
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
 from .._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
-from .auth import TAG, Handshake, Session
+from .auth import TAG, AuthError, Handshake, Session
 
 __all__ = ["Batching", "ConnStats", "Connection", "DirectReader", "FrameReader", "WriteBatcher"]
+
+log = logging.getLogger("danaus.transport")
 
 _MAX_IOV = 512
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -1185,7 +1188,19 @@ class Connection:
     def _fail(self, exc: BaseException, cause: BaseException | None) -> None:
         if cause is not None:
             exc.__cause__ = cause
+        if isinstance(exc, (FrameError, AuthError)) and self._hs is None and not self.closed:
+            # An authenticated peer sent a frame we refuse (malformed, too deep, a bad
+            # tag): one line, and only this connection closes.
+            log.warning("closing the connection from %s: %s", self._label(), exc)
         self._close(exc)
+
+    def _label(self) -> str:
+        if self.peer is not None:
+            return str(self.peer)
+        try:
+            return str(self.sock.getpeername()) or "a local peer"
+        except OSError:
+            return "a peer"
 
     def fail_now(self, why: str) -> None:
         """Close as if the peer broke (I/O thread): everything waiting on it is told."""

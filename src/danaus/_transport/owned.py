@@ -25,7 +25,7 @@ import os
 import secrets
 import stat
 
-__all__ = ["ensure_private_dir", "read_owned", "write_private"]
+__all__ = ["ensure_private_dir", "make_dirs", "private_dir", "read_owned", "write_private"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -109,12 +109,55 @@ def read_owned(path: str, what: str, *, private_dir: bool = False) -> bytes:
         return f.read()
 
 
+def make_dirs(path: str, mode: int = 0o700) -> None:
+    """Create ``path`` and every missing parent, each with exactly ``mode`` whatever the
+    umask (``os.makedirs`` gives the parents the umask's mode: ``~/.danaus`` came out
+    775 under umask 002). Existing directories are left as they are."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.lexists(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, mode)
+        except FileExistsError:  # made meanwhile by someone else: the caller checks it
+            continue
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
+            os.chmod(d, mode)  # the umask took bits the mode asks for
+
+
+def private_dir(path: str, what: str) -> str:
+    """``path``, a directory only this user may use: created mode 700 (parents too, see
+    ``make_dirs``) if missing; an existing one must be a directory (not a link) of this
+    user, and loses any access of group and others (it is danaus's own, private by
+    contract: a ``~/.danaus`` made 775 by an older danaus becomes 700). Anything else
+    is a ``ValueError`` naming the fix. Returns ``path``."""
+    make_dirs(path)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(
+            f"{what} {path!r} is not a directory (a symbolic link or a file): remove it, "
+            "and danaus makes a private directory there"
+        )
+    if st.st_uid != os.getuid():
+        raise ValueError(
+            f"{what} {path!r} belongs to uid {st.st_uid}, not to this user (uid "
+            f"{os.getuid()}): its owner decides what is in it. Remove it, or choose another "
+            "directory"
+        )
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
 def ensure_private_dir(directory: str, what: str) -> None:
     """Create ``directory`` (and its parents) mode 700 if missing; else check that
     only this user (or root) can write it (``ValueError`` naming the fix otherwise).
 
     An existing directory keeps its mode: it may be the user's project folder."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    make_dirs(directory)
     os.close(_open_dir(directory, directory, what))
 
 
@@ -127,7 +170,7 @@ def write_private(path: str, data: bytes, what: str) -> None:
     """
     path = os.path.abspath(path)
     directory, name = os.path.split(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    make_dirs(directory)
     dfd = _open_dir(directory, path, what)
     try:
         tmp = f".{name}.{secrets.token_hex(8)}.tmp"

@@ -51,6 +51,9 @@ _FIXED = _PREFIX.size - 8  # bytes counted in `total` before the buffer lengths
 
 MAX_BUFFERS = 4096
 MAX_HEADER = 1 << 20
+# The deepest nesting of containers a header may have (danaus's own reach 5); deeper
+# ones are refused where decoding starts, before any code walks them recursively.
+MAX_HEADER_DEPTH = 32
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
 
 
@@ -161,16 +164,72 @@ def _parse(frame: memoryview) -> Frame:
 
 
 def _header(raw: memoryview) -> tuple[Any, ...]:
-    """The header tuple, through the restricted unpickler; ``FrameError`` if it is not one."""
+    """The header tuple, through the restricted unpickler; ``FrameError`` if it is not one
+    (a header nesting deeper than ``MAX_HEADER_DEPTH`` included)."""
+    data = bytes(raw)
     try:
-        header = _HeaderUnpickler(io.BytesIO(raw)).load()
+        header = _HeaderUnpickler(io.BytesIO(data)).load()
     except BaseException as e:  # SystemExit, RecursionError ...: this connection only
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise FrameError(f"undecodable frame header: {e!r}") from e
+        raise FrameError(f"undecodable frame header: {e!r:.200}") from e
     if type(header) is not tuple or not header:
-        raise FrameError(f"frame header is not a non-empty tuple: {header!r:.100}")
+        raise FrameError(f"frame header is not a non-empty tuple: {_short(header)}")
+    # Each container a pickle builds takes at least one of these opcodes, so a header
+    # with fewer holds fewer containers, and nests no deeper, than that (no walk: the
+    # common case). Only a mutable container could contain itself, which ``repr`` and
+    # the decoders below take without recursing.
+    if len(data) - len(data.translate(None, _CONTAINER_OPS)) > MAX_HEADER_DEPTH:
+        problem = _depth_problem(header, MAX_HEADER_DEPTH)
+        if problem:
+            raise FrameError(f"frame header refused: {problem}")
     return header
+
+
+# EMPTY_TUPLE, MARK, EMPTY_LIST, EMPTY_DICT, TUPLE1-3, EMPTY_SET: one per container built.
+_CONTAINER_OPS = b")(]}\x85\x86\x87\x8f"
+_CONTAINERS = (tuple, list, dict, set, frozenset)
+
+
+def _children(o: Any) -> Iterable[Any]:
+    return (*o, *o.values()) if type(o) is dict else o
+
+
+def _depth_problem(obj: Any, limit: int) -> str:
+    """Why ``obj`` may not be a header ("" if it may): nesting deeper than ``limit``, or a
+    container inside itself. Walks without recursion, each container once (a shared one
+    is not walked again, so sharing cannot make the walk long)."""
+    heights: dict[int, int] = {}
+    path: set[int] = set()  # the containers entered and not finished: the current path
+    stack: list[tuple[Any, bool]] = [(obj, False)]
+    while stack:
+        o, finished = stack.pop()
+        key = id(o)
+        if finished:
+            path.discard(key)
+            h = 1 + max((heights.get(id(c), 0) for c in _children(o)), default=0)
+            if h > limit:
+                return f"it nests containers deeper than {limit} levels"
+            heights[key] = h
+            continue
+        if key in heights:
+            continue
+        if key in path:
+            return "a container holds itself"
+        if len(path) >= limit:
+            return f"it nests containers deeper than {limit} levels"
+        path.add(key)
+        stack.append((o, True))
+        stack.extend((c, False) for c in _children(o) if type(c) in _CONTAINERS)
+    return ""
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 100 characters, or its type where even that fails."""
+    try:
+        return f"{value!r:.100}"
+    except Exception:
+        return f"a {type(value).__name__}"
 
 
 _tn = tuple.__new__  # a NamedTuple's own __new__ is Python code: this is C

@@ -849,15 +849,18 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
     kind = raw[0]
     rebuild = _REBUILD.get(kind) if type(kind) is int else None
     if rebuild is None:
-        raise ProtocolError(f"frame of unknown kind {kind!r}")
+        what = repr(kind) if type(kind) is int else f"a {type(kind).__name__}, not an int"
+        raise ProtocolError(f"frame of unknown kind {what}")
     if len(raw) - 1 != _ARITY[kind]:
         raise ProtocolError(
             f"{_HEADERS[kind].__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
         )
     try:
         return _KINDS[kind], rebuild(raw)
-    except (TypeError, ValueError, IndexError, AttributeError) as e:
-        raise ProtocolError(f"{_HEADERS[kind].__name__} header with a malformed id: {e}") from e
+    except Exception as e:  # whatever a malformed field raises (RecursionError too)
+        raise ProtocolError(
+            f"{_HEADERS[kind].__name__} header with a malformed id: {type(e).__name__}: {e}"
+        ) from e
 
 
 def decode(frame: Frame) -> Message:

@@ -26,8 +26,9 @@ installed its own) with the exporters the standard variables name:
 every other ``OTEL_*`` variable the SDK and its exporters read (endpoint, headers,
 timeout, batch sizes, export interval, ``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``). Procs spawned while telemetry is on get the
-spawner's ``OTEL_*`` variables and turn it on at boot, so each proc exports its own
-spans and metrics.
+spawner's ``OTEL_*`` variables (but the headers and other credentials, which no
+spawn frame carries: ``env_for_procs``) and turn it on at boot, so each proc
+exports its own spans and metrics.
 
 This module imports no OpenTelemetry at import time: the actor core loads without it.
 """
@@ -447,13 +448,23 @@ def sync_with_config() -> None:
         enable()
 
 
+def _credential(name: str) -> bool:
+    """Whether the ``OTEL_*`` variable ``name`` may carry a credential (the exporters'
+    headers hold ``Authorization=...``): it never goes into a spawn frame."""
+    return name.endswith("_HEADERS") or any(w in name for w in ("SECRET", "TOKEN", "PASSWORD"))
+
+
 def env_for_procs() -> dict[str, str]:
     """What a proc spawned from here needs in its environment to turn telemetry on as
-    this process did: ``DANAUS_TELEMETRY=1`` and the ``OTEL_*`` variables. Empty
-    while telemetry is off."""
+    this process did: ``DANAUS_TELEMETRY=1`` and the ``OTEL_*`` variables, except those
+    that may carry credentials (``OTEL_EXPORTER_OTLP_*HEADERS``...). Spawn frames cross
+    the network (authenticated, readable without TLS) and reach every proc; a proc on
+    this host inherits them from the host agent's environment instead, and one on
+    another host takes them from its own worker's environment (issue 40). Empty while
+    telemetry is off."""
     if not ON:
         return {}
-    out = {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+    out = {k: v for k, v in os.environ.items() if k.startswith("OTEL_") and not _credential(k)}
     out["DANAUS_TELEMETRY"] = "1"
     return out
 

@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from ... import _config as config
-from ..._transport.address import make_job_dir
+from ..._transport.address import base_env, make_job_dir
 from ..._transport.secret_env import environ_without_secret
 from ..._wire.ids import ProcId
 from ..._wire.protocol import KillProcs, SpawnProcs
@@ -127,6 +127,7 @@ def agent() -> ProcId:
             env={
                 **environ_without_secret(),  # the secret goes on the lifeline, below
                 **config.env_for_children(),  # configure() values reach the procs
+                **base_env(),  # the private base directory this client chose (issue 40, N8)
                 "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                 "DANAUS_HOST_TOKEN": rt.host,
             },

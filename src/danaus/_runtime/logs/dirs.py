@@ -19,12 +19,13 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ... import _config as config
+from ..._transport.address import private_base
+from ..._transport.owned import private_dir
 
 __all__ = [
     "ProcLog",
@@ -39,15 +40,13 @@ __all__ = [
 
 
 def base_dir() -> str:
-    """The directory holding every job's log directory on this host."""
-    return config.get("log_dir") or os.path.join(
-        tempfile.gettempdir(), f"danaus-{os.getuid()}", "logs"
-    )
+    """The directory holding every job's log directory on this host (``logs/`` in this
+    user's private base directory unless ``log_dir`` says otherwise)."""
+    return config.get("log_dir") or os.path.join(private_base(), "logs")
 
 
 def _private(path: str) -> str:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
+    return private_dir(path, "the log directory")
 
 
 def job_dir(job: str) -> str:

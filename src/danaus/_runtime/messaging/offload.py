@@ -50,7 +50,6 @@ from ..._wire.protocol import (
     Message,
     Offload,
     OffloadOk,
-    ProtocolError,
     Release,
     Reply,
     Return,
@@ -504,7 +503,7 @@ class Offloader:
         log.error("a message from %s could not be received: %s", conn.peer, reason)
         try:
             kind, header = decode_header(inner)
-        except ProtocolError:
+        except Exception:  # not a header we can answer: the error above is all there is
             return
         if kind == Kind.CALL and header.port is not None:
             self.rt.undeliverable(header.port, header.slot, reason)

@@ -51,7 +51,6 @@ from ..._wire.protocol import (
     Kind,
     Message,
     Open,
-    ProtocolError,
     Refused,
     Shut,
     decode,
@@ -287,7 +286,8 @@ class Relay:
             return
         try:
             msg = decode(frame)
-        except ProtocolError as e:
+        except Exception as e:  # ProtocolError, or whatever else a bad header raises
+            log.error("closing a connection to relay port %s: %s", side.listener, e)
             conn.fail_now(f"protocol error: {e}")
             return
         if msg.kind is not Kind.ROUTE:

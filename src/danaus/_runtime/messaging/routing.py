@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from ... import _config as config
 from ..._wire.frame import Frame
 from ..._wire.ids import PortId, ProcId
-from ..._wire.protocol import Kind, Message, ProtocolError, Reply, decode
+from ..._wire.protocol import Kind, Message, Reply, decode
 
 if TYPE_CHECKING:
     from ..._transport.conn import Connection
@@ -148,8 +148,8 @@ class Router:
             return False
         try:
             msg = decode(frame)
-        except ProtocolError:
-            return False  # the I/O thread reports it
+        except Exception:
+            return False  # the I/O thread reports it (and closes the connection)
         kind = msg.kind
         if kind is Kind.PING:
             return True  # handed on, it would keep the next direct reads waiting for the loop

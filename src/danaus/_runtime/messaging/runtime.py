@@ -65,7 +65,6 @@ from ..._wire.protocol import (
     Kind,
     Message,
     Ping,
-    ProtocolError,
     Refused,
     Reply,
     Route,
@@ -736,8 +735,8 @@ class Runtime(PeerTable):
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
         try:
             msg = decode(frame)
-        except ProtocolError as e:
-            # A peer that authenticated but does not speak our protocol: drop it.
+        except Exception as e:  # ProtocolError, or whatever else a bad header raises
+            # A peer that authenticated but does not speak our protocol: drop it, and only it.
             log.error("closing the connection from %s: %s", conn.peer, e)
             conn.fail_now(f"protocol error: {e}")
             return
