@@ -11,7 +11,8 @@ warm-up, in GB/s (10^9 bytes per second, counting the bytes moved once):
   this GPU (``read_into(...).get()`` timed in the reader: CUDA IPC, device to device).
 - ``staged``: a proc reads another proc's *CPU* buffer into its CUDA tensor (the data
   plane's staged path: process_vm into pinned chunks, pipelined with the uploads).
-- ``nixl``: as ``ipc`` with the NIXL backend, where ``nixl`` imports and danaus has one.
+- ``nixl``: as ``ipc`` with the owner's buffer registered with NIXL (``rdma_backend="nixl"``),
+  where ``nixl`` imports.
 - ``weight_sync``: a trainer proc's model (256 MiB of float32 parameters in all) read by a
   generator proc into its own model with one RDMAAction, against the floor for 256 MiB.
 
@@ -34,6 +35,7 @@ import time
 from typing import Any
 
 from danaus.actor import Actor, endpoint, this_host
+from danaus.config import configure
 from danaus.rdma import RDMAAction, RDMABuffer
 
 MiB = 1 << 20
@@ -94,9 +96,10 @@ class Owner(Actor):
         self.keep: dict[str, Any] = {}
 
     @endpoint
-    def make(self, name: str, size: int, device: str) -> RDMABuffer:
+    def make(self, name: str, size: int, device: str, backend: str = "builtin") -> RDMABuffer:
         import torch
 
+        configure(rdma_backend=backend)  # what moves the buffers registered from here on
         t = torch.empty(size, dtype=torch.uint8, device=device).random_()
         if device == "cuda":
             torch.cuda.synchronize()
@@ -105,10 +108,13 @@ class Owner(Actor):
         return buf
 
     @endpoint
-    def model(self, total: int, layers: int, device: str) -> list[RDMABuffer]:
+    def model(
+        self, total: int, layers: int, device: str, backend: str = "builtin"
+    ) -> list[RDMABuffer]:
         """A trainer's model: ``layers`` square linear layers, ``total`` bytes of float32."""
         import torch
 
+        configure(rdma_backend=backend)
         side = int((total // 4 // layers) ** 0.5)
         net = torch.nn.Sequential(
             *[torch.nn.Linear(side, side, bias=False) for _ in range(layers)]
@@ -183,6 +189,11 @@ def mesh_figures(
             cpu_buf = owner.make.call_one(f"c{size}", size, "cpu").get()
             r = reader.read.call_one(cpu_buf, device, repeat).get()
             row["staged"] = _gbps(size, r["seconds"])
+            if with_nixl:  # the same read, the owner's buffer registered with NIXL
+                nixl_buf = owner.make.call_one(f"n{size}", size, device, "nixl").get()
+                r = reader.read.call_one(nixl_buf, device, repeat).get()
+                row["nixl"] = _gbps(size, r["seconds"])
+                row["nixl_backend"] = r["backend"]
             owner.drop_all.call_one().get()
             out[str(size // MiB)] = row
         layers = 16
@@ -190,10 +201,13 @@ def mesh_figures(
         r = reader.sync.call_one(bufs, repeat, device).get()
         out["weight_sync"] = {"bytes": r["bytes"], "gbps": _gbps(r["bytes"], r["seconds"])}
         out["weight_sync"]["seconds"] = round(r["seconds"], 6)
+        if with_nixl:
+            owner.drop_all.call_one().get()
+            bufs = owner.model.call_one(model, layers, device, "nixl").get()
+            r = reader.sync.call_one(bufs, repeat, device).get()
+            out["weight_sync_nixl"] = {"bytes": r["bytes"], "gbps": _gbps(r["bytes"], r["seconds"])}
     finally:
         procs.stop().get()
-    if with_nixl:  # the NIXL backend (issue 38 part 2) lands on its own branch
-        out["nixl"] = {"skipped": "nixl imports; this bench does not select a NIXL backend yet"}
     return out
 
 
@@ -212,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"bench": "gpu_bench", "sizes_mib": [s // MiB for s in sizes]}
     if args.cpu_smoke:
         result.update(cuda=False, smoke=True)
-        result["figures"] = mesh_figures(sizes, 1, False, device="cpu", model=4 * MiB)
+        nixl = importlib.util.find_spec("nixl") is not None
+        result["figures"] = mesh_figures(sizes, 1, nixl, device="cpu", model=4 * MiB)
         return _finish(result, args.json)
     try:
         import torch
@@ -253,6 +268,9 @@ def goals(figures: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
     if "staged" in row:
         ratio = round(row["staged"] / row["pinned_h2d"], 3)
         out["staged_vs_h2d"] = {"ratio": ratio, "goal": GOAL_STAGED, "met": ratio >= GOAL_STAGED}
+    if "nixl" in row:
+        ratio = round(row["nixl"] / row["floor_d2d"], 3)
+        out["nixl_vs_d2d"] = {"ratio": ratio, "goal": GOAL_IPC, "met": ratio >= GOAL_IPC}
     sync = figures.get("weight_sync")
     floor = figures.get("256", {}).get("floor_d2d")
     if isinstance(sync, dict) and "gbps" in sync and floor:

@@ -652,6 +652,16 @@ SETTINGS: tuple[Setting, ...] = (
         10.0,
         "Bound on connecting to another host's RDMA data server.",
     ),
+    Setting(
+        "rdma_backend",
+        "str",
+        "builtin",
+        "Which backend moves a new RDMABuffer's bytes: 'builtin' (process_vm on one host, "
+        "TCP data connections across hosts, CUDA IPC or staging for GPU memory; needs "
+        "nothing installed), 'nixl' (NVIDIA NIXL over UCX, danaus[nixl]) or 'auto' (NIXL "
+        "for CUDA memory where it is installed, builtin for CPU memory). A NIXL that cannot "
+        "start falls back to builtin with one log line naming why.",
+    ),
     # -- observing -----------------------------------------------------------
     Setting(
         "metrics",
@@ -1066,7 +1076,10 @@ _TRACING = (
     "Monarch's tracing sinks are not danaus's: its OpenTelemetry is the setting telemetry "
     "(JobTrait.enable_telemetry, OTEL_* variables); see also danaus.trace()."
 )
-_IBVERBS = "danaus does not use ibverbs: cross-host RDMA always runs over TCP (rdma_streams)."
+_IBVERBS = (
+    "danaus does not drive ibverbs itself: cross-host RDMA runs over TCP (rdma_streams), "
+    "or over NIXL/UCX, which uses the RDMA NIC, with rdma_backend='nixl'."
+)
 _HYPERACTOR = "a knob of hyperactor's channel layer, which danaus does not have."
 
 #: Monarch's option names, in the order of docs/config.md's second table.

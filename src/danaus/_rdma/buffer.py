@@ -21,7 +21,8 @@ from .._runtime.hosting import proc as _proc
 from .._runtime.hosting.host import ensure_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
-from . import cuda, net, vm
+from . import backend as _backend
+from . import cuda, net, plane, vm
 from .memory import LocalMemory, local_memory, overlaps
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
@@ -107,8 +108,18 @@ class RDMABuffer:
     """
 
     __slots__ = (
-        "_addr", "_cuda", "_host", "_id", "_owner", "_owner_proc", "_pid", "_readonly", "_size",
-    )  # fmt: skip
+        "_addr",
+        "_backend",
+        "_cuda",
+        "_desc",
+        "_host",
+        "_id",
+        "_owner",
+        "_owner_proc",
+        "_pid",
+        "_readonly",
+        "_size",
+    )
 
     _owner_proc: ProcId
     _pid: int
@@ -118,6 +129,8 @@ class RDMABuffer:
     _id: int
     _owner: str
     _readonly: bool
+    _backend: str  # the backend that moves it: "builtin" or "nixl" (backend.py)
+    _desc: Any  # that backend's descriptor (None for the built-in plane)
     _cuda: cuda.CudaInfo | None  # the GPU and its IPC handle (None: host memory)
 
     def __init__(self, data: Any) -> None:
@@ -138,8 +151,17 @@ class RDMABuffer:
         self._addr = mem.addr
         self._size = mem.nbytes
         self._readonly = mem.readonly
-        self._cuda = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
-        self._id = node.part(BufferRegistry).register(mem)
+        chosen = plane.choose(mem, node)
+        if chosen is None:
+            self._backend, self._desc = _backend.BUILTIN, None
+            self._cuda = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
+            self._id = node.part(BufferRegistry).register(mem)
+        else:  # NIXL moves it, CUDA memory too: no CUDA IPC export of our own
+            desc = chosen.register(mem)
+            self._backend, self._desc, self._cuda = chosen.name, desc, None
+            self._id = node.part(BufferRegistry).register(
+                mem, on_free=lambda: chosen.unregister(desc)
+            )
 
     # -- what it is --
 
@@ -154,12 +176,17 @@ class RDMABuffer:
 
     @property
     def backend(self) -> str:
-        """How the bytes move from here: ``"process_vm"`` on the owner's host, else ``"tcp"``.
+        """Which backend moves the bytes between here and the owner.
 
-        A CUDA buffer: ``"cuda_ipc"`` where this process can open its CUDA IPC handle
+        ``"nixl"`` for a buffer its owner registered with NIXL (setting
+        ``rdma_backend``); else the built-in plane's path from this process:
+        ``"process_vm"`` on the owner's host, else ``"tcp"``. A CUDA buffer on the
+        built-in plane: ``"cuda_ipc"`` where this process can open its CUDA IPC handle
         (the owner's host, a GPU this process sees), else ``"tcp"`` (staged through
         pinned host memory by the owner's data server).
         """
+        if self._backend != _backend.BUILTIN:
+            return self._backend
         rt = _proc.current()
         if self._cuda is not None:
             local = rt is None or same_host(self, rt)
@@ -280,6 +307,8 @@ class RDMABuffer:
                 self._owner,
                 self._readonly,
                 self._cuda,
+                self._backend,
+                self._desc,
             ),
         )
 
@@ -320,6 +349,8 @@ def _rebuild(
     owner: str,
     readonly: bool,
     cuda_info: cuda.CudaInfo | None = None,
+    backend: str = _backend.BUILTIN,
+    desc: Any = None,
 ) -> RDMABuffer:
     buf = object.__new__(RDMABuffer)
     buf._owner_proc = owner_proc
@@ -331,6 +362,8 @@ def _rebuild(
     buf._owner = owner
     buf._readonly = readonly
     buf._cuda = cuda_info
+    buf._backend = backend
+    buf._desc = desc
     return buf
 
 

@@ -44,15 +44,27 @@ log = logging.getLogger("danaus.rdma")
 class Registration:
     """Registered memory: where it is, the object that keeps it alive, and its pins."""
 
-    __slots__ = ("addr", "leases", "memory", "nbytes", "readonly", "waiters")
+    __slots__ = ("addr", "leases", "memory", "nbytes", "on_free", "readonly", "waiters")
 
-    def __init__(self, memory: LocalMemory) -> None:
+    def __init__(self, memory: LocalMemory, on_free: Callable[[], None] | None = None) -> None:
         self.memory = memory
         self.addr = memory.addr
         self.nbytes = memory.nbytes
         self.readonly = memory.readonly
         self.leases = 0  # transfers under way with this memory (each pins it)
         self.waiters: list[Callable[[], None]] = []  # drops waiting for the pins to go
+        # Called once, when the memory is no longer held (dropped and unpinned): ends
+        # its registration with the backend that moves it (NIXL deregisters it).
+        self.on_free = on_free
+
+    def free(self) -> None:
+        """The memory is no longer held: end its backend registration (once)."""
+        fn, self.on_free = self.on_free, None
+        if fn is not None:
+            try:
+                fn()
+            except Exception as e:  # the backend failed: the memory is released anyway
+                log.warning("ending the backend registration of a dropped buffer failed: %s", e)
 
 
 class _Lease:
@@ -81,13 +93,19 @@ class BufferRegistry:
         self._next_lease = 1
         self._ended = False
 
-    def register(self, memory: LocalMemory) -> int:
-        """Keep ``memory`` alive and reachable under a new id; returns the id."""
+    def register(self, memory: LocalMemory, on_free: Callable[[], None] | None = None) -> int:
+        """Keep ``memory`` alive and reachable under a new id; returns the id.
+
+        ``on_free()`` is called once the memory is no longer held (see :class:`Registration`).
+        """
         with self._lock:
             buffer_id = self._next_id
             self._next_id += 1
             if not self._ended:
-                self._registered[buffer_id] = Registration(memory)
+                self._registered[buffer_id] = Registration(memory, on_free)
+                on_free = None
+        if on_free is not None:  # the node ended: nothing holds the memory
+            on_free()
         return buffer_id
 
     def check(self, buffer_id: int, addr: int, nbytes: int) -> str | None:
@@ -166,12 +184,15 @@ class BufferRegistry:
         """
         done: concurrent.futures.Future[None] = concurrent.futures.Future()
         lock = self._lock
+        freed = []
         with lock:
             pinned = []
             for buffer_id in buffer_ids:
                 reg = self._registered.pop(buffer_id, None)
                 if reg is not None and reg.leases:
                     pinned.append(reg)
+                elif reg is not None:
+                    freed.append(reg)
             left = [len(pinned)]
 
             def one_gone() -> None:
@@ -182,7 +203,9 @@ class BufferRegistry:
                     done.set_result(None)
 
             for reg in pinned:
-                reg.waiters.append(one_gone)
+                reg.waiters += [reg.free, one_gone]
+        for reg in freed:
+            reg.free()
         if not pinned:
             done.set_result(None)
         return done
@@ -203,12 +226,14 @@ class BufferRegistry:
         ready: list[Callable[[], None]] = []
         with self._lock:
             self._ended = True
+            registered = list(self._registered.values())
             self._registered.clear()
             held, self._leases = list(self._leases.values()), {}
             for reg in {id(r): r for lease in held for r in lease.regs}.values():
                 reg.leases = 0
                 ready += reg.waiters
                 reg.waiters = []
+            ready += [reg.free for reg in registered]
         # Their expiry timers die with the node's loop (a timer that still fires finds
         # no lease); cancelling them here would touch the loop from another thread.
         for cb in ready:
@@ -231,7 +256,10 @@ class BufferRegistry:
         holder = conn.peer.name if conn.peer is not None else None
         answers, lease_id, _ = self.lease(entries, holder)
         if lease_id is not None:
-            delay = max(0.0, float(deadline) - time.monotonic()) + config.get("rdma_lease_grace")
+            # A deadline below zero is minus the seconds left: sent by a holder on another
+            # host (the NIXL backend), whose monotonic clock is not ours.
+            left = -float(deadline) if deadline < 0 else float(deadline) - time.monotonic()
+            delay = max(0.0, left) + config.get("rdma_lease_grace")
             timer = rt.loop.call_later(delay, self._expire, lease_id)
             with self._lock:
                 held = self._leases.get(lease_id)

@@ -44,7 +44,8 @@ from .._runtime.node import Node
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
-from . import cuda, net, vm
+from . import backend as _backend
+from . import cuda, net, plane, vm
 from .cuda import CudaHandles
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
 from .memory import LocalMemory
@@ -166,9 +167,10 @@ class Transfer:
         node = self._node = ensure_node()
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
-        groups: dict[tuple[str, int], list[Op]] = {}
+        groups: dict[tuple[str, int, str], list[Op]] = {}
         for op in self.ops:
-            groups.setdefault((op.buf._owner_proc.name, op.buf._pid), []).append(op)
+            group = (op.buf._owner_proc.name, op.buf._pid, op.buf._backend)
+            groups.setdefault(group, []).append(op)
         self._left = len(groups)
         if not groups:
             self.cf.set_result(None)
@@ -177,8 +179,11 @@ class Transfer:
         self.cf.add_done_callback(lambda _: self._disarm_soon())
         self.cf.add_done_callback(lambda _: self._shut_sockets())
         me = (rt.proc_id.name, os.getpid())
-        for key, ops in groups.items():
-            if key == me:
+        for (name, pid, backend), ops in groups.items():
+            key = (name, pid)
+            if backend != _backend.BUILTIN:  # another backend moves these bytes (NIXL)
+                self._start_backend(backend, key == me, ops)
+            elif key == me:
                 memory = node.part(BufferRegistry)
                 answers, lease_id, regs = memory.lease([_entry(op) for op in ops])
                 # ``regs`` keeps the memory alive until the copies are done, even if the
@@ -189,6 +194,30 @@ class Transfer:
                 self._check_remote(rt, ops)
             else:
                 self._start_net(rt, key, ops)
+
+    def _start_backend(self, name: str, own: bool, ops: list[Op]) -> None:
+        """Hand the ops on one owner's buffers to the backend that moves them (backend.py)."""
+        assert self._node is not None
+        try:
+            backend = plane.for_name(name, self._node)
+        except RuntimeError as e:
+            op = ops[0]
+            self._fail(RDMAError(f"{self._label(op)} failed: {e}", buffer=str(op.buf),
+                                 owner=op.buf.owner))  # fmt: skip
+            return
+        group = _backend.Group(
+            ops=ops,
+            owner_is_me=own,
+            deadline=self._deadline,
+            over=self.cf.done,
+            fail=self._fail,
+            finish=self._part_done,
+            on_end=lambda fn: self.cf.add_done_callback(lambda _: fn()),
+            label=self._label,
+            unusable=self._unusable,
+            owner_lost=lambda op, why, cause: _owner_lost(self._label(op), op.buf, why, cause),
+        )
+        backend.run(group, self._node)
 
     # -- deadline (I/O thread) --
 

@@ -11,11 +11,15 @@ through host memory: correct everywhere, slower than NCCL.
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from .._runtime.hosting import proc as _proc
+from .._transport.ifaces import mesh_interface
 
 __all__ = ["StagedGroup", "new_group"]
 
@@ -36,6 +40,7 @@ def new_group(
     round, at the group's creation): NCCL when all differ, a :class:`StagedGroup`
     otherwise.
     """
+    _bind_sockets()
     if device.type != "cuda":
         return dist.ProcessGroupGloo(store, index, size, timeout)
     mine = _device_id(device)
@@ -44,6 +49,21 @@ def new_group(
     if len(set(ids)) == size:
         return dist.ProcessGroupNCCL(store, index, size)  # type: ignore[call-arg]
     return StagedGroup(dist.ProcessGroupGloo(store, index, size, timeout))
+
+
+def _bind_sockets() -> None:
+    """Keep gloo's and NCCL's own sockets on the interface this proc's mesh uses.
+
+    Left alone, gloo listens on the address the hostname resolves to and NCCL on the
+    first interface it likes, often one the mesh never uses (reachable from the
+    network for a job that runs on one host). An explicit ``GLOO_SOCKET_IFNAME`` /
+    ``NCCL_SOCKET_IFNAME`` wins.
+    """
+    rt = _proc.current()
+    iface = mesh_interface(rt.tcp_advertise if rt is not None else None)
+    if iface is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", iface)
 
 
 class _CopyBack:

@@ -415,7 +415,9 @@ class RdmaCheck(NamedTuple):
     entries: tuple[tuple[int, int, int], ...]  # (buffer id, offset, length)
     port: PortId
     slot: int
-    deadline: float  # the transfer's deadline (time.monotonic() of this host)
+    # the transfer's deadline (time.monotonic() of this host), or, below zero, minus the
+    # seconds it has left (a holder on another host, whose clock is not ours)
+    deadline: float
 
 
 class RdmaRelease(NamedTuple):
