@@ -24,7 +24,7 @@ from typing import Any
 from danaus.elastic import ElasticReplica
 
 ATTACK = r"""
-import datetime, json, os, sys, threading
+import datetime, json, os, sys, threading, time
 import torch.distributed as dist
 
 out = {}
@@ -43,8 +43,9 @@ targets = json.loads(sys.argv[1])
 threads = [threading.Thread(target=one, args=tuple(t), daemon=True) for t in targets]
 for t in threads:
     t.start()
+deadline = time.monotonic() + 20  # one deadline for all: the targets are tried at once
 for t in threads:
-    t.join(20)
+    t.join(max(0.0, deadline - time.monotonic()))
 for host, port in targets:
     out.setdefault(f"{host}:{port}", "kept out: no answer within 20 s")
 print(json.dumps(out), flush=True)
