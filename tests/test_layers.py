@@ -23,6 +23,7 @@ LAYERS = [
     "_supervision",
     "_rdma",
     "_tensor",
+    "_sim",
     "_job",
     "_elastic",
     "_observe",
