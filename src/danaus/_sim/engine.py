@@ -131,7 +131,9 @@ class SimEngine:
         self.workers = _Workers(shape)
         self.size = len(shape.ranks())
         self.gpus_per_host = gpus_per_host
+        # never set: a closed engine would make engine_for() spawn real workers for the mesh
         self.closed = False
+        self.exited = False  # after mesh.exit(): every use raises
         self.broken = None
         self.messages_sent = 0
         self._ids = itertools.count(1)
@@ -163,11 +165,11 @@ class SimEngine:
             self.release(*entry)
 
     def release(self, ref: int, stream: str = "main") -> None:
-        if not self.closed:
+        if not self.exited:
             self._pending.append((ref, stream))  # simulated before the next command
 
     def check(self) -> None:
-        if self.closed:
+        if self.exited:
             raise RuntimeError(
                 "this simulated mesh has exited (mesh.exit()); make a new danaus.Simulator"
             )
@@ -192,7 +194,7 @@ class SimEngine:
 
     def close(self) -> None:
         self.flush()
-        self.closed = True
+        self.exited = True
 
     def send(self, shape: Shape, *cmds: Any, stream: str | None = None) -> None:
         """Simulate ``cmds`` for the ranks of ``shape`` on ``stream``, in order, now."""
