@@ -107,13 +107,15 @@ def compress_workers_range(workers: Iterable[int]) -> str:
 
 @dataclass
 class Event:
-    """A task as the trace shows it: ``start`` and ``dur`` in ns, ``name``, its command."""
+    """A task as the trace shows it: ``start`` and ``dur`` in ns, ``name``, its command;
+    ``cost``: the ns of work in it (``dur`` less any wait for other streams or ranks)."""
 
     start: int
     dur: int
     name: str
     command_id: int
     meta: tuple[Any, ...] = ()
+    cost: int = 0
 
     @property
     def end(self) -> int:
@@ -125,9 +127,10 @@ class _Stream:
     name: str
     free: int = 0  # when its last task ends
     events: list[Event] = field(default_factory=list)
+    busy: int = 0  # ns of work (not waiting) so far
 
     def copy(self) -> _Stream:
-        return _Stream(self.name, self.free, list(self.events))
+        return _Stream(self.name, self.free, list(self.events), self.busy)
 
 
 class WorkerGroup:
@@ -288,9 +291,12 @@ class Simulator:
             self.events.append(Event(self.now, 0, name, self.command_id))
         return self.command_id
 
-    def _record(self, s: _Stream, start: int, end: int, name: str, meta: tuple[Any, ...]) -> None:
+    def _record(
+        self, s: _Stream, start: int, end: int, name: str, meta: tuple[Any, ...], cost: int = 0
+    ) -> None:
+        s.busy += cost
         if self.trace_mode.stream_enabled:
-            s.events.append(Event(start, end - start, name, self.command_id, meta))
+            s.events.append(Event(start, end - start, name, self.command_id, meta, cost))
 
     def task(
         self,
@@ -310,7 +316,9 @@ class Simulator:
             end = start + cost
             s.free = end
             if traced:
-                self._record(s, start, end, name, meta)
+                self._record(s, start, end, name, meta, cost)
+            else:
+                s.busy += cost
             out.append((g, start, end))
         return out
 
@@ -333,7 +341,7 @@ class Simulator:
                 s = g.stream(stream)
                 s.free = end
                 label = names.get(id(g), name) if names else name
-                self._record(s, r, end, label, meta)
+                self._record(s, r, end, label, meta, cost)
                 out.append((g, r, end))
         return out
 

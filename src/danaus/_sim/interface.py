@@ -20,8 +20,9 @@ __all__ = ["GroupReport", "SimulationReport", "Simulator", "SimulatorInterface"]
 
 @dataclass
 class GroupReport:
-    """One group of ranks that behaved alike: ``ranks``; per stream, busy and end time
-    (seconds); peak GPU and host memory (bytes); the GPU memory timeline
+    """One group of ranks that behaved alike: ``ranks``; per stream, ``busy`` (seconds of
+    work, not counting waits for other streams or ranks) and ``end`` (when its last task
+    ends); peak GPU and host memory (bytes); the GPU memory timeline
     (``(seconds, bytes)`` after each change)."""
 
     ranks: list[int]
@@ -144,8 +145,7 @@ class SimulatorInterface:
 def _group_report(sim: _Core, g: WorkerGroup) -> GroupReport:
     streams = {}
     for name, s in g.streams.items():
-        busy = sum(e.dur for e in s.events if not e.name.startswith("waiting"))
-        streams[name] = {"busy": busy / 1e9, "end": s.free / 1e9}
+        streams[name] = {"busy": s.busy / 1e9, "end": s.free / 1e9}
     mem = [(ts / 1e9, b) for ts, b in sim.memory_timeline(g, "cuda")]
     return GroupReport(
         [int(r) for r in g.workers], streams, g.peak["cuda"], g.peak["cpu"], mem
