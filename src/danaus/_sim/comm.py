@@ -94,7 +94,10 @@ class NetworkConfig:
     between, 8 GPUs a host); calibrate them with ``danaus.simulator.calibrate``
     for the machine you plan on. ``pcie_bandwidth_gbs`` prices copies between
     a GPU and its host's memory. ``algorithm``: ``"ring"``, ``"tree"`` or
-    ``"auto"`` (whichever is faster for each all-reduce).
+    ``"auto"`` (whichever is faster for each all-reduce). ``host_cores``: where
+    the host's CPUs move the data (gloo, CPU tensors), the cores its ranks
+    share: with more ranks on a host than cores, each rank's transfers run at
+    ``cores / ranks`` of the link's bandwidth (``None``: GPUs move it, no sharing).
     """
 
     intra_node_bandwidth_gbs: float = 450.0
@@ -105,6 +108,7 @@ class NetworkConfig:
     contention_factor: float = 0.5
     pcie_bandwidth_gbs: float = 25.0
     algorithm: str = "auto"
+    host_cores: int | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ring", "tree", "auto"):
@@ -129,9 +133,17 @@ class NetworkConfig:
         raise ValueError(f"unknown link class {cls!r}; use 'intra' or 'inter'")
 
     def link_for(self, ranks: Sequence[int]) -> LinkClass:
-        """The link class a group of global ranks uses: ``inter`` if they span hosts."""
-        hosts = {int(r) // self.gpus_per_node for r in ranks}
-        return self.link("intra" if len(hosts) <= 1 else "inter")
+        """The link class a group of global ranks uses: ``inter`` if they span hosts,
+        its bandwidth shared out when the ranks on a host outnumber ``host_cores``."""
+        per_host: dict[int, int] = {}
+        for r in ranks:
+            h = int(r) // self.gpus_per_node
+            per_host[h] = per_host.get(h, 0) + 1
+        link = self.link("intra" if len(per_host) <= 1 else "inter")
+        crowd = max(per_host.values(), default=1)
+        if self.host_cores is not None and crowd > self.host_cores:
+            return LinkClass(link.bandwidth * self.host_cores / crowd, link.latency)
+        return link
 
 
 def ring_all_reduce_s(nbytes: int, n: int, link: LinkClass) -> float:

@@ -4,7 +4,7 @@
 (the default, so Monarch's programs and tests get Monarch's numbers).
 ``MeasuredCosts`` times each op on this machine's device the first time it
 sees it (real tensors of the recorded sizes and dtypes, a warm-up then the
-median of ``reps`` runs) and keeps the figure in a JSON file keyed by op,
+fastest of ``reps`` runs) and keeps the figure in a JSON file keyed by op,
 argument shapes, dtypes and device, so the next simulation of the same
 program measures nothing. Collectives and copies go through the
 communication model (``comm``) in both.
@@ -16,7 +16,6 @@ import json
 import logging
 import math
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -183,7 +182,7 @@ class MeasuredCosts(CostModel):
             return type(x).__name__
 
         leaves, spec = pytree.tree_flatten((args, kwargs))
-        body = json.dumps([enc(x) for x in leaves]) + str(spec).replace(" ", "")
+        body = json.dumps([enc(x) for x in leaves]) + "".join(str(spec).split())
         return f"{name}|{body}|{self.device.type}"
 
     def _materialise(self, x: Any) -> Any:
@@ -209,9 +208,9 @@ class MeasuredCosts(CostModel):
             fn()
             sync()
             times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        return min(times)  # the least disturbed run: others' load only ever adds time
 
-    def _measure(self, key: str, run: Callable[[], Any]) -> float:
+    def _measure(self, key: str, prepare: Callable[[], Callable[[], Any]]) -> float:
         with self._lock:
             hit = self.table.get(key)
         if hit is not None:
@@ -219,7 +218,7 @@ class MeasuredCosts(CostModel):
         try:
             # the program's mesh may be active on this thread: these ops are local
             with _disable_current_modes(), torch.no_grad():
-                cost = self._time(run)
+                cost = self._time(prepare())
         except Exception as e:  # made-up values it cannot take: a guess, said so once
             log.debug("simulator: could not time %s (%s); using %s s", key, e, self.fallback)
             cost = -self.fallback  # negative: a fallback, not a measurement
@@ -232,13 +231,14 @@ class MeasuredCosts(CostModel):
     def op(self, name: str, args: Any, kwargs: Any, device: str) -> float:
         key = self._key(name, args, kwargs)
 
-        def run() -> Any:
+        def prepare() -> Callable[[], Any]:
             a, k = pytree.tree_map(self._materialise, (args, kwargs))
             if "device" in k:
                 k = {**k, "device": self.device}
-            return _resolve_op(name)(*a, **k)
+            op = _resolve_op(name)
+            return lambda: op(*a, **k)  # inputs made once, outside the timed runs
 
-        cost = abs(self._measure(key, run))
+        cost = abs(self._measure(key, prepare))
         return cost / self.speedup if device == "cuda" else cost
 
     def remote(self, name: str, args: Any, kwargs: Any, fn: Any = None) -> float:
@@ -248,11 +248,11 @@ class MeasuredCosts(CostModel):
             return self.fallback
         key = self._key("remote:" + name, args, kwargs)
 
-        def run() -> Any:
+        def prepare() -> Callable[[], Any]:
             a, k = pytree.tree_map(self._materialise, (args, kwargs))
-            return fn(*a, **k)
+            return lambda: fn(*a, **k)
 
-        return abs(self._measure(key, run))
+        return abs(self._measure(key, prepare))
 
     def collective(self, kind: str, nbytes: int, ranks: Sequence[int]) -> float:
         net = self.network
