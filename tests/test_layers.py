@@ -364,6 +364,7 @@ FACADES = {
         "RemoteTensorError",
         "Selection",
         "Shape",
+        "Simulator",
         "Slice",
         "Stream",
         "Tensor",

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from .costs import FixedCosts
+
 __all__ = [
     "Event",
     "Simulator",
@@ -213,8 +215,6 @@ class Simulator:
                 "(the number of simulated ranks, > 0)"
             )
         if costs is None:
-            from .costs import FixedCosts
-
             costs = FixedCosts()
         self.costs = costs
         self.world_size = world_size

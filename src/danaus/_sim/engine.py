@@ -29,8 +29,11 @@ from torch.utils._python_dispatch import _disable_current_modes
 from .._actor.api.procs import ProcMesh, _ProcState
 from .._actor.core.future import Future
 from .._mesh import Shape, Slice
+from .._mesh.value_mesh import ValueMesh
+from .._tensor import client
 from .._tensor import simulator as _meta_labels
 from .._tensor.function import resolve_function, target_name
+from .._tensor.stream import get_active_stream
 from .._tensor.messages import (
     BorrowCreate,
     BorrowDrop,
@@ -102,8 +105,6 @@ class _RemoteEndpoint:
         return Future._resolved(values[0], "a simulated remote function")
 
     def call(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> Future[Any]:
-        from .._mesh.value_mesh import ValueMesh
-
         values = self._run(fn, args, kwargs, groups)
         ext = self.shape.extent
         vm = ValueMesh(Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes))), values)
@@ -200,8 +201,6 @@ class SimEngine:
         """Simulate ``cmds`` for the ranks of ``shape`` on ``stream``, in order, now."""
         self.check()
         if stream is None:
-            from .._tensor.stream import get_active_stream
-
             stream = get_active_stream().name
         held = _client_holding()
         if held is not None:  # a coalescing block holds them until it ends
@@ -632,8 +631,6 @@ def _resolve(fn: Any) -> Any:
 
 
 def _client_holding() -> dict[Any, list[Any]] | None:
-    from .._tensor import client
-
     state = client.current()
     return None if state is None else state.holding()
 
