@@ -66,8 +66,12 @@ def scale(steps: int) -> dict[str, Any]:
         warm.mesh.exit()
         for group in (True, False):
             sim = danaus.Simulator(
-                512, 8, group_workers=group, trace_path=os.path.join(d, "t.json"),
-                simulate_mode="simulate_with_report_only", costs=FixedCosts(),
+                512,
+                8,
+                group_workers=group,
+                trace_path=os.path.join(d, "t.json"),
+                simulate_mode="simulate_with_report_only",
+                costs=FixedCosts(),
             )
             t0 = time.perf_counter()
             training_program(sim.mesh, steps)
@@ -75,9 +79,7 @@ def scale(steps: int) -> dict[str, Any]:
             sim.mesh.exit()
             wall = time.perf_counter() - t0
             key = "grouped" if group else "per_rank"
-            behaviours = {
-                json.dumps(g.streams, sort_keys=True) for g in report.groups
-            }
+            behaviours = {json.dumps(g.streams, sort_keys=True) for g in report.groups}
             out[key] = {
                 "wall_s": round(wall, 3),
                 "groups": len(report.groups),
@@ -98,7 +100,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _allreduce_worker(rank: int, world: int, port: int, sizes: list[int], reps: int, q: Any) -> None:
+def _allreduce_worker(
+    rank: int, world: int, port: int, sizes: list[int], reps: int, q: Any
+) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
@@ -122,7 +126,8 @@ def _allreduce_worker(rank: int, world: int, port: int, sizes: list[int], reps: 
 
 
 def measure_allreduce(world: int, sizes: list[int], reps: int = 7) -> dict[int, float]:
-    """Fastest seconds (of ``reps``) of a gloo all-reduce of each size over ``world`` local processes."""
+    """Fastest seconds (of ``reps``) of a gloo all-reduce of each size over ``world``
+    local processes."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -192,7 +197,10 @@ def measure_pipeline(layers: list[int], dim: int, batch: int) -> float:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_pipeline_worker, args=(r, port, layers, dim, batch, q)) for r in range(2)]
+    procs = [
+        ctx.Process(target=_pipeline_worker, args=(r, port, layers, dim, batch, q))
+        for r in range(2)
+    ]
     for p in procs:
         p.start()
     res = q.get(timeout=600)
@@ -204,7 +212,10 @@ def measure_pipeline(layers: list[int], dim: int, batch: int) -> float:
 def simulate_pipeline(costs: MeasuredCosts, layers: list[int], dim: int, batch: int) -> float:
     with tempfile.TemporaryDirectory() as d:
         sim = danaus.Simulator(
-            1, 2, trace_path=os.path.join(d, "t.json"), costs=costs,
+            1,
+            2,
+            trace_path=os.path.join(d, "t.json"),
+            costs=costs,
             simulate_mode="simulate_with_report_only",
         )
         mesh = sim.mesh
@@ -232,7 +243,10 @@ def simulate_allreduce(net: NetworkConfig, nbytes: int) -> float:
     with tempfile.TemporaryDirectory() as d:
         costs = MeasuredCosts(os.path.join(d, "ops.json"), network=net)
         sim = danaus.Simulator(
-            1, 4, trace_path=os.path.join(d, "t.json"), costs=costs,
+            1,
+            4,
+            trace_path=os.path.join(d, "t.json"),
+            costs=costs,
             simulate_mode="simulate_with_report_only",
         )
         with sim.mesh.activate():
@@ -252,8 +266,10 @@ def validate(rounds: int = 3) -> dict[str, Any]:
     cal: dict[int, float] = {}
     measured: dict[int, float] = {}
     for r in range(rounds):
-        print(f"round {r + 1}/{rounds}: 2-rank (calibration) and 4-rank (held out) gloo "
-              "all-reduces", flush=True)
+        print(
+            f"round {r + 1}/{rounds}: 2-rank (calibration) and 4-rank (held out) gloo all-reduces",
+            flush=True,
+        )
         for k, v in measure_allreduce(2, sizes_cal).items():
             cal[k] = min(v, cal.get(k, v))
         for k, v in measure_allreduce(4, held).items():
@@ -262,8 +278,11 @@ def validate(rounds: int = 3) -> dict[str, Any]:
     print(f"  fitted link: {bw / 1e9:.3f} GB/s, {lat * 1e6:.1f} us", flush=True)
     # one host; its ranks share its cores (a machine fact, not fitted)
     net = NetworkConfig(
-        intra_node_bandwidth_gbs=bw / 1e9, intra_node_latency_us=lat * 1e6,
-        gpus_per_node=64, algorithm="ring", host_cores=os.cpu_count(),
+        intra_node_bandwidth_gbs=bw / 1e9,
+        intra_node_latency_us=lat * 1e6,
+        gpus_per_node=64,
+        algorithm="ring",
+        host_cores=os.cpu_count(),
     )
     results: dict[str, Any] = {
         "calibration": {"bandwidth_GBps": bw / 1e9, "latency_us": lat * 1e6},
@@ -274,8 +293,14 @@ def validate(rounds: int = 3) -> dict[str, Any]:
     for nbytes in held:
         pred = simulate_allreduce(net, nbytes)
         err = (pred - measured[nbytes]) / measured[nbytes]
-        rows.append({"MiB": nbytes >> 20, "measured_s": measured[nbytes], "predicted_s": pred, "error": err})
-        print(f"  {nbytes >> 20} MiB: measured {measured[nbytes]:.4f}s predicted {pred:.4f}s ({err:+.0%})", flush=True)
+        rows.append(
+            {"MiB": nbytes >> 20, "measured_s": measured[nbytes], "predicted_s": pred, "error": err}
+        )
+        print(
+            f"  {nbytes >> 20} MiB: measured {measured[nbytes]:.4f}s "
+            f"predicted {pred:.4f}s ({err:+.0%})",
+            flush=True,
+        )
     results["allreduce_4"] = rows
     # the pipeline: op costs measured on 1 thread here (the workers' setting), the link
     # from the 2-rank fit (a send is one latency plus bytes / bandwidth)
@@ -287,13 +312,21 @@ def validate(rounds: int = 3) -> dict[str, Any]:
     meas = min(measure_pipeline(layers, dim, batch) for _ in range(rounds))
     err = (pred - meas) / meas
     print(f"pipeline {layers}: measured {meas:.4f}s predicted {pred:.4f}s ({err:+.0%})", flush=True)
-    results["pipeline"] = {"layers": layers, "dim": dim, "batch": batch, "measured_s": meas,
-                           "predicted_s": pred, "error": err}
+    results["pipeline"] = {
+        "layers": layers,
+        "dim": dim,
+        "batch": batch,
+        "measured_s": meas,
+        "predicted_s": pred,
+        "error": err,
+    }
     return results
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("what", choices=["scale", "validate"])
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)

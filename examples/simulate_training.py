@@ -60,6 +60,8 @@ def simulate(trace_dir: str) -> Any:
     report = sim.report()
     sim.mesh.exit()  # writes trace_0.json: open it in https://ui.perfetto.dev
     return report
+
+
 # --8<-- [end:program]
 
 
@@ -89,12 +91,16 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         report = simulate(args.trace or tmp)
-    print(f"simulated step: {report.time * 1e3:.3f} ms, peak GPU memory "
-          f"{report.peak_memory / 1e6:.1f} MB, {len(report.groups)} group(s) of ranks")
+    print(
+        f"simulated step: {report.time * 1e3:.3f} ms, peak GPU memory "
+        f"{report.peak_memory / 1e6:.1f} MB, {len(report.groups)} group(s) of ranks"
+    )
     for g in report.groups:
         for name, s in g.streams.items():
-            print(f"  ranks {g.ranks[0]}-{g.ranks[-1]} {name}: busy {s['busy'] * 1e3:.3f} ms, "
-                  f"ends at {s['end'] * 1e3:.3f} ms")
+            print(
+                f"  ranks {g.ranks[0]}-{g.ranks[-1]} {name}: busy {s['busy'] * 1e3:.3f} ms, "
+                f"ends at {s['end'] * 1e3:.3f} ms"
+            )
     if args.plot:
         plot(report, args.plot)
         print(f"plot: {args.plot}")

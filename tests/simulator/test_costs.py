@@ -52,12 +52,20 @@ def test_ops_are_timed_once_cached_by_shape_and_reused(tmp_path: Path) -> None:
     assert first.measured == len(table)
     # the trace's durations are the cached measurements
     key = next(k for k in mm if "T(64,32;float32)" in k)
-    durs = [e["dur"] for e in trace if e.get("cat") == "compute" and e["pid"] == 1 and e["name"] == "aten.mm"]
+    durs = [
+        e["dur"]
+        for e in trace
+        if e.get("cat") == "compute" and e["pid"] == 1 and e["name"] == "aten.mm"
+    ]
     assert durs[0] == pytest.approx(table[key] * 1e6, abs=1e-3)
     assert durs[0] == durs[1]
     second, trace2 = _run(tmp_path, cache, "second")
     assert second.measured == 0  # everything came from the file
-    durs2 = [e["dur"] for e in trace2 if e.get("cat") == "compute" and e["pid"] == 1 and e["name"] == "aten.mm"]
+    durs2 = [
+        e["dur"]
+        for e in trace2
+        if e.get("cat") == "compute" and e["pid"] == 1 and e["name"] == "aten.mm"
+    ]
     assert durs2 == durs
 
 
@@ -111,7 +119,9 @@ def test_measured_collectives_use_the_network_model(tmp_path: Path) -> None:
         t.reduce_("gpu")  # within a host: the intra link
         t.reduce_("host")  # across hosts: the inter link
     sim.mesh.exit()
-    trace = json.loads(Path(file_path_with_iter(str(tmp_path / "t.json"), 0)).read_text())["traceEvents"]
+    trace = json.loads(Path(file_path_with_iter(str(tmp_path / "t.json"), 0)).read_text())[
+        "traceEvents"
+    ]
     durs = [e["dur"] for e in trace if e.get("name") == "reduce_scatter" and e["pid"] == 1]
     nbytes = 1 << 18
     intra = ring_all_reduce_s(nbytes, 2, net.link("intra")) * 1e6

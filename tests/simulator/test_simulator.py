@@ -40,7 +40,9 @@ def _trace(tmp_path: Path, it: int = 0) -> list[dict[str, Any]]:
 
 
 def _threads(trace: list[dict[str, Any]], pid: int) -> dict[str, list[tuple[str, float, float]]]:
-    names = {e["tid"]: e["args"]["name"] for e in trace if e["name"] == "thread_name" and e["pid"] == pid}
+    names = {
+        e["tid"]: e["args"]["name"] for e in trace if e["name"] == "thread_name" and e["pid"] == pid
+    }
     out: dict[str, list[tuple[str, float, float]]] = {n: [] for n in names.values()}
     for e in trace:
         if e["pid"] == pid and e.get("cat") == "compute":
@@ -97,10 +99,18 @@ def test_a_collective_starts_when_the_slowest_member_reaches_it(tmp_path: Path) 
     report = sim.report()
     mesh.exit()
     ends = {tuple(g.ranks): g.streams["main"]["end"] for g in report.groups}
-    assert ends == {(0,): pytest.approx(4 * C + K), (1,): pytest.approx(4 * C + K),
-                    (2,): pytest.approx(4 * C + K), (3,): pytest.approx(4 * C + K)}
+    assert ends == {
+        (0,): pytest.approx(4 * C + K),
+        (1,): pytest.approx(4 * C + K),
+        (2,): pytest.approx(4 * C + K),
+        (3,): pytest.approx(4 * C + K),
+    }
     threads = _threads(_trace(tmp_path), 3 + 2)  # rank 2: pids 1 (tid 2) and 3 (tid 4) before
-    assert threads["main"][-1] == ("reduce_scatter", pytest.approx(C * US), pytest.approx((4 * C + K) * US))
+    assert threads["main"][-1] == (
+        "reduce_scatter",
+        pytest.approx(C * US),
+        pytest.approx((4 * C + K) * US),
+    )
     assert a is not None
 
 
@@ -130,7 +140,9 @@ def test_grouped_workers_simulate_the_same_times_as_one_per_rank(tmp_path: Path)
         _program(sim.mesh)
         reports.append(sim.report())
         sim.mesh.exit()
-    per_rank = [{r: (g.streams, g.peak_memory) for g in rep.groups for r in g.ranks} for rep in reports]
+    per_rank = [
+        {r: (g.streams, g.peak_memory) for g in rep.groups for r in g.ranks} for rep in reports
+    ]
     assert per_rank[0] == per_rank[1]
     assert len(reports[0].groups) == 8
     assert len(reports[1].groups) == 3  # hosts 0-1, host 2, host 3
@@ -164,7 +176,12 @@ def test_fetch_shard_returns_zeros_and_the_controller_waits_for_it(tmp_path: Pat
     mesh.exit()
     assert torch.equal(got, torch.zeros(3, 4))
     threads = _threads(_trace(tmp_path), 3)  # rank 1
-    assert [n for n, _, _ in threads["main"]] == ["aten.ones", "aten.add.Tensor", "fetch_shard", "aten.ones"]
+    assert [n for n, _, _ in threads["main"]] == [
+        "aten.ones",
+        "aten.add.Tensor",
+        "fetch_shard",
+        "aten.ones",
+    ]
     fetch_end = threads["main"][2][2]
     rank0 = _threads(_trace(tmp_path), 1)["main"]
     assert rank0[-1][1] == pytest.approx(fetch_end)  # rank 0 was idle since 2C

@@ -161,7 +161,11 @@ def tree_all_reduce_s(nbytes: int, n: int, link: LinkClass) -> float:
 
 
 def collective_time_s(
-    kind: str, nbytes: int, n: int, link: LinkClass, algorithm: str = "auto",
+    kind: str,
+    nbytes: int,
+    n: int,
+    link: LinkClass,
+    algorithm: str = "auto",
     contention_factor: float = 0.5,
 ) -> float:
     """Seconds of collective ``kind`` (all_reduce, reduce_scatter, all_gather,

@@ -385,7 +385,7 @@ class Simulator:
         """``(ts ns, bytes in use)`` after each change of ``g``'s ``device`` memory."""
         cur = 0
         out = []
-        for ts, _seq_, dev, delta, _s in sorted(g.mem_events):
+        for ts, _n, dev, delta, _s in sorted(g.mem_events):
             if dev == device:
                 cur += delta
                 out.append((ts, cur))
@@ -413,9 +413,12 @@ class Simulator:
             for s in g.streams.values():
                 exec_ns = max(exec_ns, _dump_thread(trace, s.events, pid, next(ids), s.name))
                 exec_ns = max(exec_ns, s.free)
-            for dev, counter, cat in (("cuda", "memory", "memory"), ("cpu", "host memory", "host_memory")):
+            for dev, counter, cat in (
+                ("cuda", "memory", "memory"),
+                ("cpu", "host memory", "host_memory"),
+            ):
                 cur = 0
-                for ts, _seq_, d, delta, _s in sorted(g.mem_events):
+                for ts, _n, d, delta, _s in sorted(g.mem_events):
                     if d != dev:
                         continue
                     cur += delta

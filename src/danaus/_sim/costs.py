@@ -59,7 +59,8 @@ class CostModel:
     def op(self, name: str, args: Any, kwargs: Any, device: str) -> float:
         raise NotImplementedError
 
-    def remote(self, name: str, args: Any, kwargs: Any) -> float:
+    def remote(self, name: str, args: Any, kwargs: Any, fn: Any = None) -> float:
+        """A remote function ``name`` (``fn`` itself where it can run here)."""
         raise NotImplementedError
 
     def collective(self, kind: str, nbytes: int, ranks: Sequence[int]) -> float:
@@ -95,7 +96,7 @@ class FixedCosts(CostModel):
     def op(self, name: str, args: Any, kwargs: Any, device: str) -> float:
         return self.compute
 
-    def remote(self, name: str, args: Any, kwargs: Any) -> float:
+    def remote(self, name: str, args: Any, kwargs: Any, fn: Any = None) -> float:
         return self.compute
 
     def collective(self, kind: str, nbytes: int, ranks: Sequence[int]) -> float:
@@ -167,7 +168,9 @@ class MeasuredCosts(CostModel):
                 data = json.loads(self.path.read_text())
                 self.table = {str(k): float(v) for k, v in data.get("ops", {}).items()}
             except (OSError, ValueError, AttributeError) as e:
-                log.warning("simulator: ignoring the unreadable op-cost cache %s (%s)", self.path, e)
+                log.warning(
+                    "simulator: ignoring the unreadable op-cost cache %s (%s)", self.path, e
+                )
 
     # -- keys and measurement ---------------------------------------------------------
 
@@ -199,7 +202,9 @@ class MeasuredCosts(CostModel):
         return x
 
     def _time(self, fn: Callable[[], Any]) -> float:
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        sync: Callable[[], Any] = (
+            torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        )
         fn()  # warm-up: allocator, kernels' first launch
         sync()
         times = []

@@ -33,7 +33,6 @@ from .._mesh.value_mesh import ValueMesh
 from .._tensor import client
 from .._tensor import simulator as _meta_labels
 from .._tensor.function import resolve_function, target_name
-from .._tensor.stream import get_active_stream
 from .._tensor.messages import (
     BorrowCreate,
     BorrowDrop,
@@ -50,8 +49,9 @@ from .._tensor.messages import (
     Signal,
     Wait,
 )
-from .costs import CostModel, TensorSpec
+from .._tensor.stream import get_active_stream
 from .core import Simulator, WorkerGroup
+from .costs import CostModel, TensorSpec
 
 __all__ = ["SimEngine", "SimulatedMesh"]
 
@@ -287,7 +287,11 @@ class SimEngine:
             return spec.nbytes if spec is not None else 0
         if h.numel() == 0:
             return 0
-        span = h.storage_offset() + sum((s - 1) * st for s, st in zip(h.shape, h.stride())) + 1
+        span = (
+            h.storage_offset()
+            + sum((s - 1) * st for s, st in zip(h.shape, h.stride(), strict=True))
+            + 1
+        )
         return int(span * h.element_size())
 
     def _device(self, ref: int) -> str:
@@ -296,9 +300,11 @@ class SimEngine:
 
     def _specs(self, tree: Any) -> Any:
         return pytree.tree_map(
-            lambda x: self._spec.get(x.id, TensorSpec((), torch.float32, "cuda"))
-            if isinstance(x, Ref)
-            else x,
+            lambda x: (
+                self._spec.get(x.id, TensorSpec((), torch.float32, "cuda"))
+                if isinstance(x, Ref)
+                else x
+            ),
             tree,
             is_leaf=_is_ref,
         )
@@ -307,7 +313,10 @@ class SimEngine:
         return [x.id for x in pytree.tree_leaves(tree, is_leaf=_is_ref) if isinstance(x, Ref)]
 
     def _allocate(
-        self, groups: list[tuple[WorkerGroup, int, int]], outs: Any, stream: str,
+        self,
+        groups: list[tuple[WorkerGroup, int, int]],
+        outs: Any,
+        stream: str,
         alias_of: int | None = None,
     ) -> None:
         for ref in outs:
@@ -480,10 +489,7 @@ class SimEngine:
         sim = self.sim
         sim.next_command("SendTensor")
         spec = self._spec.get(cmd.src) if cmd.src is not None else None
-        nbytes = (
-            spec.nbytes if spec is not None
-            else math.prod(cmd.shape) * cmd.dtype.itemsize
-        )
+        nbytes = spec.nbytes if spec is not None else math.prod(cmd.shape) * cmd.dtype.itemsize
         local = [(d, s) for d, s in cmd.pairs if d == s]
         remote = [(d, s) for d, s in cmd.pairs if d != s]
         placed: list[tuple[WorkerGroup, int, int]] = []
@@ -527,11 +533,7 @@ class SimEngine:
         args, kwargs = self._specs(cmd.args), self._specs(cmd.kwargs)
         pgs = self._group_args((cmd.args, cmd.kwargs)) if cmd.groups else []
         fn = None if pgs else _resolve(cmd.fn)
-        remote_cost = getattr(self.costs, "remote")
-        try:
-            cost = remote_cost(name, args, kwargs, fn)
-        except TypeError:  # a cost model without the fn argument
-            cost = remote_cost(name, args, kwargs)
+        cost = self.costs.remote(name, args, kwargs, fn)
         outs = [r for r in cmd.outs if r is not None]
         if pgs:
             # a function given a process group runs its collectives with the group: its
@@ -581,6 +583,7 @@ class SimEngine:
                 self.sim.now = max(self.sim.now, max(end for _g, _s, end in placed))
         value: Any = None
         if not groups:
+
             def zero(x: Any) -> Any:
                 return self._zeros(x.id) if isinstance(x, Ref) else x
 
@@ -654,7 +657,7 @@ class SimulatedMesh(ProcMesh):
 
     def __call__(self, **coords: Any) -> SimulatedMesh:
         """``mesh(host=0)``: the slice at those coordinates (Monarch's device mesh call)."""
-        return self.slice(**coords)  # type: ignore[no-any-return]
+        return self.slice(**coords)
 
     def spawn(self, name: str, Class: Any, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(

@@ -10,9 +10,9 @@ from typing import Any
 from .._actor.api.procs import _ProcState
 from .._mesh import Shape, Slice
 from .._tensor import simulator as _meta_labels
-from .costs import CostModel, FixedCosts, MeasuredCosts
 from .core import Simulator as _Core
 from .core import SimulatorBackendMode, SimulatorTraceMode, WorkerGroup
+from .costs import CostModel, FixedCosts, MeasuredCosts
 from .engine import SimEngine, SimulatedMesh, allow_simulated_cuda
 
 __all__ = ["GroupReport", "SimulationReport", "Simulator", "SimulatorInterface"]
@@ -147,9 +147,7 @@ def _group_report(sim: _Core, g: WorkerGroup) -> GroupReport:
     for name, s in g.streams.items():
         streams[name] = {"busy": s.busy / 1e9, "end": s.free / 1e9}
     mem = [(ts / 1e9, b) for ts, b in sim.memory_timeline(g, "cuda")]
-    return GroupReport(
-        [int(r) for r in g.workers], streams, g.peak["cuda"], g.peak["cpu"], mem
-    )
+    return GroupReport([int(r) for r in g.workers], streams, g.peak["cuda"], g.peak["cpu"], mem)
 
 
 def Simulator(
@@ -184,13 +182,19 @@ def Simulator(
     for what, v in (("hosts", hosts), ("gpus", gpus)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"Simulator: {what} must be an int >= 1, got {v!r}")
-    if isinstance(simulate_mode, str):
-        simulate_mode = _enum(SimulatorBackendMode, simulate_mode, "simulate_mode")
-    if isinstance(trace_mode, str):
-        trace_mode = _enum(SimulatorTraceMode, trace_mode, "trace_mode")
-    if simulate_mode.command_history_enabled:
+    mode: SimulatorBackendMode = (
+        _enum(SimulatorBackendMode, simulate_mode, "simulate_mode")
+        if isinstance(simulate_mode, str)
+        else simulate_mode
+    )
+    tmode: SimulatorTraceMode = (
+        _enum(SimulatorTraceMode, trace_mode, "trace_mode")
+        if isinstance(trace_mode, str)
+        else trace_mode
+    )
+    if mode.command_history_enabled:
         raise NotImplementedError(
-            f"simulate_mode={simulate_mode.name}: danaus records no command history; use "
+            f"simulate_mode={mode.name}: danaus records no command history; use "
             "SIMULATE or SIMULATE_WITH_REPORT_ONLY"
         )
     if build_ir:
@@ -202,12 +206,14 @@ def Simulator(
     elif isinstance(costs, CostModel):
         model = costs
     else:
-        raise ValueError(f"Simulator: costs must be 'fixed', 'measured' or a CostModel, got {costs!r}")
+        raise ValueError(
+            f"Simulator: costs must be 'fixed', 'measured' or a CostModel, got {costs!r}"
+        )
     return SimulatorInterface(
         hosts,
         gpus,
-        simulate_mode=simulate_mode,
-        trace_mode=trace_mode,
+        simulate_mode=mode,
+        trace_mode=tmode,
         trace_path=trace_path,
         group_workers=group_workers,
         costs=model,

@@ -27,6 +27,8 @@ def simulating(on: bool) -> None:
     """A simulated mesh started (``True``) or exited (``False``): ``set_meta`` has an effect."""
     with _warn_lock:
         _simulations[0] = max(0, _simulations[0] + (1 if on else -1))
+
+
 _warned = [False]
 _warn_lock = threading.Lock()
 
