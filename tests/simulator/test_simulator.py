@@ -268,3 +268,45 @@ def test_bad_arguments_and_uses_say_what_is_wrong(tmp_path: Path) -> None:
     sim.mesh.exit()
     with pytest.raises(RuntimeError, match="has exited"), sim.mesh.activate():
         torch.ones(2, device="cuda")
+
+
+def test_4096_ranks_in_three_behaviours_are_simulated_as_three_groups(tmp_path: Path) -> None:
+    sim = _sim(tmp_path, hosts=512, gpus=8, group_workers=True)
+    mesh = sim.mesh
+    layers = {(0, 128): 2, (128, 320): 4, (320, 512): 6}
+    with mesh.activate():
+        loss = torch.zeros(1, device="cuda")
+    for (a, b), n in layers.items():
+        with mesh.slice(host=slice(a, b)).activate():
+            w = torch.ones(64, 64, device="cuda")
+            for _ in range(n):
+                w = w @ w
+            w.reduce_("gpu")
+    with mesh.activate():
+        loss.reduce_(("host", "gpu"))
+    report = sim.report()
+    mesh.exit()
+    assert [(g.ranks[0], len(g.ranks)) for g in report.groups] == [
+        (0, 1024),
+        (1024, 1536),
+        (2560, 1536),
+    ]
+    # each stage's work: zeros (1 op), then ones + n matmuls, one collective, the loss's
+    busy = [g.streams["main"]["busy"] for g in report.groups]
+    assert busy == [pytest.approx((2 + n) * C + 2 * K) for n in layers.values()]
+    # the global all-reduce waits for the slowest stage, so every rank ends together
+    ends = [g.streams["main"]["end"] for g in report.groups]
+    assert ends == [pytest.approx(report.time)] * 3
+    assert report.time == pytest.approx(8 * C + 2 * K)  # the 6-layer stage, then the loss
+
+
+def test_set_meta_labels_the_tasks_in_the_trace(tmp_path: Path) -> None:
+    sim = _sim(tmp_path)
+    with sim.mesh.activate():
+        with danaus.set_meta("forward"):
+            x = torch.ones(4, device="cuda")
+        y = x + 1
+    sim.mesh.exit()
+    names = [n for n, _, _ in _threads(_trace(tmp_path), 1)["main"]]
+    assert names == ["aten.ones forward", "aten.add.Tensor"]
+    assert y is not None
