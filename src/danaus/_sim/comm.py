@@ -98,6 +98,7 @@ class NetworkConfig:
     the host's CPUs move the data (gloo, CPU tensors), the cores its ranks
     share: with more ranks on a host than cores, each rank's transfers run at
     ``cores / ranks`` of the link's bandwidth (``None``: GPUs move it, no sharing).
+    ``single_hop_latency_us`` (Monarch's name), when given, is both classes' latency.
     """
 
     intra_node_bandwidth_gbs: float = 450.0
@@ -109,6 +110,7 @@ class NetworkConfig:
     pcie_bandwidth_gbs: float = 25.0
     algorithm: str = "auto"
     host_cores: int | None = None
+    single_hop_latency_us: float | None = None  # Monarch's one latency for both classes
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ring", "tree", "auto"):
@@ -126,10 +128,13 @@ class NetworkConfig:
 
     def link(self, cls: str) -> LinkClass:
         """The ``"intra"`` or ``"inter"`` link class."""
+        hop = self.single_hop_latency_us
         if cls == "intra":
-            return LinkClass(self.intra_node_bandwidth_gbs * 1e9, self.intra_node_latency_us * 1e-6)
+            lat = self.intra_node_latency_us if hop is None else hop
+            return LinkClass(self.intra_node_bandwidth_gbs * 1e9, lat * 1e-6)
         if cls == "inter":
-            return LinkClass(self.inter_node_bandwidth_gbs * 1e9, self.inter_node_latency_us * 1e-6)
+            lat = self.inter_node_latency_us if hop is None else hop
+            return LinkClass(self.inter_node_bandwidth_gbs * 1e9, lat * 1e-6)
         raise ValueError(f"unknown link class {cls!r}; use 'intra' or 'inter'")
 
     def link_for(self, ranks: Sequence[int]) -> LinkClass:
@@ -191,30 +196,42 @@ def send_time_s(nbytes: int, link: LinkClass) -> float:
 
 
 def estimate_collective_time_us(
-    op: str,
-    shape: Sequence[int],
-    dtype: Any,
+    reduce_type: str,
+    tensor_shape: Sequence[int],
+    dtype_str: Any,
     num_devices: int,
     config: NetworkConfig | None = None,
-) -> float:
-    """Microseconds of collective ``op`` of a ``shape``/``dtype`` tensor over
-    ``num_devices`` ranks, the first of which sit on one host (``gpus_per_node``)."""
+) -> int:
+    """Microseconds (rounded up, at least 1) of collective ``reduce_type`` of a
+    ``tensor_shape``/``dtype_str`` tensor over ``num_devices`` ranks, the first of which
+    share a host (``gpus_per_node``); 0 for one rank or an empty shape."""
     config = config or NetworkConfig()
-    if num_devices <= 1 or not shape:
+    if num_devices <= 1 or not tensor_shape:
+        return 0
+    nbytes = tensor_size_bytes(tensor_shape, dtype_str)
+    if nbytes == 0:
         return 0
     link = config.link("intra" if num_devices <= config.gpus_per_node else "inter")
-    nbytes = tensor_size_bytes(shape, dtype)
-    return 1e6 * collective_time_s(
-        op, nbytes, num_devices, link, config.algorithm, config.contention_factor
+    t = collective_time_s(
+        reduce_type, nbytes, num_devices, link, config.algorithm, config.contention_factor
     )
+    return max(1, math.ceil(t * 1e6))
 
 
 def estimate_send_time_us(
-    shape: Sequence[int], dtype: Any, config: NetworkConfig | None = None, inter_node: bool = False
-) -> float:
-    """Microseconds of a point-to-point copy of a ``shape``/``dtype`` tensor."""
+    tensor_shape: Sequence[int],
+    dtype_str: Any,
+    config: NetworkConfig | None = None,
+    inter_node: bool = True,
+) -> int:
+    """Microseconds (rounded up, at least 1) of a point-to-point copy of a
+    ``tensor_shape``/``dtype_str`` tensor; between hosts unless ``inter_node=False``
+    (the conservative guess where the ranks are not known); 0 for an empty shape."""
     config = config or NetworkConfig()
-    if not shape:
+    if not tensor_shape:
+        return 0
+    nbytes = tensor_size_bytes(tensor_shape, dtype_str)
+    if nbytes == 0:
         return 0
     link = config.link("inter" if inter_node else "intra")
-    return 1e6 * send_time_s(tensor_size_bytes(shape, dtype), link)
+    return max(1, math.ceil(send_time_s(nbytes, link) * 1e6))

@@ -133,6 +133,7 @@ class MeasuredCosts(CostModel):
     running them on real tensors here when they take no process group, and
     cost ``fallback`` seconds otherwise. Ops that cannot run on made-up values
     (an index out of range, say) also cost ``fallback``; the cache says so.
+    ``persist=False`` keeps the measurements in memory only.
     """
 
     def __init__(
@@ -145,6 +146,7 @@ class MeasuredCosts(CostModel):
         speedup: float = 1.0,
         fallback: float = 10e-6,
         remote_costs: dict[str, float] | None = None,
+        persist: bool = True,
     ) -> None:
         if reps < 1:
             raise ValueError(f"reps must be >= 1, got {reps}")
@@ -163,7 +165,8 @@ class MeasuredCosts(CostModel):
         self._lock = threading.Lock()
         self._dirty = False
         self.table: dict[str, float] = {}
-        if self.path.exists():
+        self.persist = persist
+        if persist and self.path.exists():
             try:
                 data = json.loads(self.path.read_text())
                 self.table = {str(k): float(v) for k, v in data.get("ops", {}).items()}
@@ -274,7 +277,7 @@ class MeasuredCosts(CostModel):
     def save(self) -> None:
         """Write the table to ``cache_path`` (atomically: a crash leaves the old file)."""
         with self._lock:
-            if not self._dirty:
+            if not self._dirty or not self.persist:
                 return
             table = dict(self.table)
             self._dirty = False
