@@ -310,3 +310,21 @@ def test_set_meta_labels_the_tasks_in_the_trace(tmp_path: Path) -> None:
     names = [n for n, _, _ in _threads(_trace(tmp_path), 1)["main"]]
     assert names == ["aten.ones forward", "aten.add.Tensor"]
     assert y is not None
+
+
+def test_a_backward_pass_and_coalescing_are_simulated(tmp_path: Path) -> None:
+    sim = _sim(tmp_path)
+    act = sim.mesh.activate()  # Monarch's style: activate, then deactivate
+    w = torch.randn(4, 4, device="cuda", requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward()
+    with danaus.coalescing():
+        g = w.grad * 2
+    shape = fetch_shard(g).result().shape
+    sim.mesh.deactivate()
+    sim.mesh.exit()
+    assert shape == (4, 4)
+    names = [n for n, _, _ in _threads(_trace(tmp_path), 1)["main"]]
+    assert names[:3] == ["aten.randn", "aten.mul.Tensor", "aten.sum"]
+    assert "aten.mul.Tensor" in names[3:] and names[-1] == "fetch_shard"  # the backward's
+    assert sim._activations == [] and act is not None

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -128,7 +129,9 @@ class SimEngine:
     def __init__(self, sim: Simulator, shape: Shape, gpus_per_host: int) -> None:
         self.sim = sim
         self.costs: CostModel = sim.costs
-        self.device = torch.device("cuda", 0)  # what the simulated workers hold tensors on
+        # what a simulated GPU's tensors are on the client: "cuda" where torch has CUDA;
+        # else "meta" (torch's autograd engine aborts on a CUDA tensor without CUDA)
+        self.device = torch.device("cuda", 0) if torch.cuda.is_available() else _META
         self.workers = _Workers(shape)
         self.size = len(shape.ranks())
         self.gpus_per_host = gpus_per_host
@@ -156,7 +159,10 @@ class SimEngine:
         return next(self._ids)
 
     def track(self, handle: Any, ref: int, stream: str) -> None:
-        self._spec[ref] = TensorSpec(tuple(handle.shape), handle.dtype, handle.device.type)
+        kind = handle.device.type
+        self._spec[ref] = TensorSpec(
+            tuple(handle.shape), handle.dtype, "cuda" if kind in ("cuda", "meta") else kind
+        )
         self._handles[ref] = weakref.ref(handle)
         self._live[weakref.ref(handle, self._collected)] = (ref, stream)
 
@@ -596,6 +602,59 @@ class SimEngine:
         return [value] * len(shape.ranks())
 
 
+_META = torch.device("meta")
+
+
+def _as_meta(x: Any) -> Any:
+    if isinstance(x, torch.device) and x.type == "cuda":
+        return _META
+    if isinstance(x, str) and (x == "cuda" or x.startswith("cuda:")):
+        return "meta"
+    return x
+
+
+class _CudaAsMeta(TorchFunctionMode):
+    """While a simulated mesh is active on a machine without CUDA: ``"cuda"`` names
+    its simulated GPUs, whose tensors are on ``meta`` on the client."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0].to(_META)
+        args = tuple(_as_meta(a) for a in args)
+        kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+class SimActivation:
+    """A simulated mesh's activation: the tensor engine's, plus ``_CudaAsMeta`` where
+    torch has no CUDA. Already in effect; ``with`` or ``close()`` ends it."""
+
+    def __init__(self, act: Any, registry: list[Any]) -> None:
+        self._act = act
+        self.mesh = act.mesh
+        self._registry = registry  # the open activations of the simulation
+        registry.append(self)
+        self._mode: _CudaAsMeta | None = None
+        if not torch.cuda.is_available():
+            self._mode = _CudaAsMeta()
+            self._mode.__enter__()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        if self in self._registry:
+            self._registry.remove(self)
+        self._act.close()
+
+
 def _is_ref(x: Any) -> bool:
     return isinstance(x, (Ref, GroupArg))
 
@@ -654,6 +713,17 @@ class SimulatedMesh(ProcMesh):
 
     def _new_with_shape(self, shape: Shape) -> SimulatedMesh:
         return SimulatedMesh(shape, self._state, self._sim_interface, len(self._procs))
+
+    def activate(self) -> SimActivation:
+        """Make this mesh the one torch ops run on (see ``ProcMesh.activate``)."""
+        return SimActivation(super().activate(), self._sim_interface._activations)
+
+    def deactivate(self) -> None:
+        """End this mesh's latest ``activate()``."""
+        for act in reversed(self._sim_interface._activations):
+            if act.mesh is self or act.mesh._shape == self._shape:
+                act.close()
+                return
 
     def __call__(self, **coords: Any) -> SimulatedMesh:
         """``mesh(host=0)``: the slice at those coordinates (Monarch's device mesh call)."""

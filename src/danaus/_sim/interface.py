@@ -87,6 +87,7 @@ class SimulatorInterface:
         self.mesh = SimulatedMesh(shape, state, self, n)
         self.iter = 0
         self.exited = False
+        self._activations: list[Any] = []  # what mesh.deactivate() ends
         _meta_labels.simulating(True)
 
     @property
