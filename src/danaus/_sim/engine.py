@@ -148,6 +148,7 @@ class SimEngine:
         self._key_of: dict[int, int] = {}  # id -> storage key
         self._key_refs: dict[int, int] = {}  # storage key -> ids naming it
         self._storage_key: dict[int, tuple[Any, int]] = {}  # id(Storage) -> (it, key)
+        self._key_sid: dict[int, int] = {}  # storage key -> id(Storage)
         self._keys = itertools.count(1)
         self._ranks: dict[Shape, np.ndarray] = {}
         self._sub: dict[Any, np.ndarray] = {}
@@ -262,10 +263,9 @@ class SimEngine:
             n = self._key_refs[key] = self._key_refs[key] - 1
             if n == 0:
                 del self._key_refs[key]
-                for sid, (_obj, k) in list(self._storage_key.items()):
-                    if k == key:
-                        del self._storage_key[sid]
-                        break
+                sid = self._key_sid.pop(key, None)
+                if sid is not None:
+                    del self._storage_key[sid]
 
     def _storage(self, ref: int, alias_of: int | None = None) -> tuple[int, int]:
         """(storage key, bytes) of the new tensor ``ref``: its base's for a view or alias."""
@@ -281,6 +281,7 @@ class SimEngine:
                 key = next(self._keys)
                 if storage is not None:
                     self._storage_key[id(storage)] = (storage, key)
+                    self._key_sid[key] = id(storage)
         self._key_of[ref] = key
         self._key_refs[key] = self._key_refs.get(key, 0) + 1
         return key, self._nbytes(ref)
