@@ -130,3 +130,18 @@ def test_measured_collectives_use_the_network_model(tmp_path: Path) -> None:
     assert durs[0] == pytest.approx(intra, abs=1e-3)  # to the nanosecond
     assert durs[1] == pytest.approx(inter, abs=1e-3)
     assert math.isfinite(durs[0])
+
+
+def test_ranks_beyond_a_hosts_cores_share_its_bandwidth() -> None:
+    net = NetworkConfig(
+        intra_node_bandwidth_gbs=2.0, intra_node_latency_us=0, gpus_per_node=64, host_cores=2
+    )
+    two, four = net.link_for(range(2)), net.link_for(range(4))
+    assert two.bandwidth == 2e9  # one core each
+    assert four.bandwidth == 1e9  # four ranks on two cores: half each
+    # so a 4-rank ring all-reduce takes (2*3/4) / (2*1/2) * 2 = 3x the 2-rank one
+    nbytes = 32 << 20
+    assert ring_all_reduce_s(nbytes, 4, four) == pytest.approx(
+        3 * ring_all_reduce_s(nbytes, 2, two)
+    )
+    assert NetworkConfig(single_hop_latency_us=3.0).link("inter").latency == pytest.approx(3e-6)
