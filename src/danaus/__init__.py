@@ -81,6 +81,7 @@ _TENSOR_EXTRAS = {
     "builtins": ("danaus.builtins", ""),
     "function_resolvers": ("danaus._tensor.function", "resolvers"),
     "set_meta": ("danaus._tensor.simulator", "set_meta"),
+    "Simulator": ("danaus._sim.interface", "Simulator"),
 }
 
 # Monarch's names for the actor future, loaded from the actor core on first access:
@@ -97,6 +98,7 @@ __all__ = [
     "Point",
     "Selection",
     "Shape",
+    "Simulator",
     "Slice",
     "builtins",
     "clear_runtime_config",

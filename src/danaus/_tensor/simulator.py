@@ -1,10 +1,10 @@
 """``set_meta``: Monarch's label for the simulator's tasks, kept on a stack here.
 
-Monarch's simulator records each task the client issues, tagged with the
-innermost ``set_meta`` value. danaus has no simulator: ``with set_meta(v):``
-still pushes ``v`` for the block (``meta_stack()`` reads this thread's stack,
-outermost first), and the first use in a process says, with a
-``NoEffectWarning``, that it changes nothing.
+The simulator (``danaus.simulator``) tags each task the client issues with
+the innermost ``set_meta`` value (``meta_stack()[-1]``; it shows in the
+trace). Outside a simulation ``with set_meta(v):`` still pushes ``v`` for the
+block, and the first such use in a process says, with a ``NoEffectWarning``,
+that it changes nothing there.
 """
 
 from __future__ import annotations
@@ -17,9 +17,18 @@ from typing import Any
 
 from .._config import NoEffectWarning
 
-__all__ = ["meta_stack", "set_meta"]
+__all__ = ["meta_stack", "set_meta", "simulating"]
 
 _local = threading.local()
+_simulations = [0]  # simulated meshes alive (danaus._sim sets it: this layer cannot see it)
+
+
+def simulating(on: bool) -> None:
+    """A simulated mesh started (``True``) or exited (``False``): ``set_meta`` has an effect."""
+    with _warn_lock:
+        _simulations[0] = max(0, _simulations[0] + (1 if on else -1))
+
+
 _warned = [False]
 _warn_lock = threading.Lock()
 
@@ -40,16 +49,19 @@ def meta_stack() -> tuple[Any, ...]:
 def set_meta(new_value: Any) -> Iterator[None]:
     """Label what the block issues with ``new_value`` (Monarch's simulator metadata).
 
-    Blocks nest; the innermost value is ``meta_stack()[-1]``. danaus has no
-    simulator, so the label has no effect; the first use in a process warns
-    so with ``danaus.config.NoEffectWarning``. Never blocks.
+    Blocks nest; the innermost value is ``meta_stack()[-1]``, which a simulated
+    mesh's tasks carry into the trace. With no simulation running the label
+    has no effect; the first such use in a process warns so with
+    ``danaus.config.NoEffectWarning``. Never blocks.
     """
     with _warn_lock:
-        first, _warned[0] = not _warned[0], True
+        first = not _warned[0] and not _simulations[0]
+        if first:
+            _warned[0] = True
     if first:
         warnings.warn(
-            "set_meta() labels the tasks of Monarch's simulator, which danaus does not have: "
-            "it has no effect (the values are kept on a stack, nothing reads them)",
+            "set_meta() labels the tasks of the simulator (danaus.Simulator), and none is "
+            "running: it has no effect here",
             NoEffectWarning,
             stacklevel=3,
         )

@@ -1,0 +1,7 @@
+"""The tensor-engine simulator (``danaus.simulator`` is its public face).
+
+Modules: ``comm`` (the communication model), ``costs`` (fixed or measured op
+costs), ``core`` (simulated workers, streams, memory, trace), ``engine``
+(the tensor engine seam and the simulated mesh), ``interface``
+(``danaus.Simulator``). Sits above ``_tensor``; needs torch and numpy.
+"""

@@ -1,0 +1,750 @@
+"""The seam: a tensor engine whose workers are simulated, and the mesh that uses it.
+
+``danaus._tensor`` turns every torch op on a mesh into commands and hands
+them to the mesh's engine (``Engine.send``); a real engine queues them for
+the worker actors. ``SimEngine`` has the same interface and feeds each
+command, as it is sent, to a ``core.Simulator``: no procs, no devices, no
+values. ``SimulatedMesh`` is a ``ProcMesh`` whose engine is a ``SimEngine``,
+so ``with mesh.activate():`` and every tensor-engine call work on it
+unchanged. ``fetch_shard`` returns zeros of the right sizes, at the
+simulated time the value would be ready (the controller waits for it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import itertools
+import math
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .._actor.api.procs import ProcMesh, _ProcState
+from .._actor.core.future import Future
+from .._mesh import Shape, Slice
+from .._mesh.value_mesh import ValueMesh
+from .._tensor import client
+from .._tensor import simulator as _meta_labels
+from .._tensor.function import resolve_function, target_name
+from .._tensor.messages import (
+    BorrowCreate,
+    BorrowDrop,
+    CallOp,
+    Delete,
+    GroupArg,
+    HandOff,
+    MeshRank,
+    Reduce,
+    ReduceMany,
+    Ref,
+    RunRemote,
+    SendTo,
+    Signal,
+    Wait,
+)
+from .._tensor.stream import get_active_stream
+from .core import Simulator, WorkerGroup
+from .costs import CostModel, TensorSpec
+
+__all__ = ["SimEngine", "SimulatedMesh"]
+
+_NS = 1_000_000_000
+_DEBUG = False
+
+# Ops that only re-describe a tensor's storage (one view as the result): free, untraced.
+_VIEW_ONLY = object()
+
+
+def _ns(seconds: float) -> int:
+    return max(0, round(seconds * _NS))
+
+
+class _Targets:
+    """What ``engine.targets(shape)`` gives the tensor layer: the workers' endpoints."""
+
+    def __init__(self, engine: SimEngine, shape: Shape) -> None:
+        self.fetch = _FetchEndpoint(engine, shape)
+        self.call_remote = _RemoteEndpoint(engine, shape)
+        self._shape = shape
+
+
+class _Reply:
+    """A reply as the tensor layer reads it (``reply._cf``)."""
+
+    def __init__(self, value: Any) -> None:
+        self._cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._cf.set_result(value)
+
+
+class _FetchEndpoint:
+    def __init__(self, engine: SimEngine, shape: Shape) -> None:
+        self.engine = engine
+        self.shape = shape
+
+    def call_one(self, ids: list[int]) -> _Reply:
+        return _Reply(self.engine.fetch(self.shape, ids))
+
+
+class _RemoteEndpoint:
+    def __init__(self, engine: SimEngine, shape: Shape) -> None:
+        self.engine = engine
+        self.shape = shape
+
+    def _run(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> list[Any]:
+        return self.engine.call_and_fetch(self.shape, fn, args, kwargs, groups)
+
+    def call_one(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> Future[Any]:
+        values = self._run(fn, args, kwargs, groups)
+        return Future._resolved(values[0], "a simulated remote function")
+
+    def call(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> Future[Any]:
+        values = self._run(fn, args, kwargs, groups)
+        ext = self.shape.extent
+        vm = ValueMesh(Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes))), values)
+        return Future._resolved(vm, "a simulated remote function")
+
+    def _send_to_port(self, a: Any, kw: Any, port: Any, selection: str) -> None:
+        raise NotImplementedError(
+            "send(remote_fn, ..., port=...) is not simulated: call the function with "
+            "fn.call(...) or fn(...) on a simulated mesh"
+        )
+
+
+class _Workers:
+    def __init__(self, shape: Shape) -> None:
+        self._shape = shape
+
+
+class SimEngine:
+    """A tensor engine whose workers are a ``core.Simulator`` (see the module docstring)."""
+
+    def __init__(self, sim: Simulator, shape: Shape, gpus_per_host: int) -> None:
+        self.sim = sim
+        self.costs: CostModel = sim.costs
+        # what a simulated GPU's tensors are on the client: "cuda" where torch has CUDA;
+        # else "meta" (torch's autograd engine aborts on a CUDA tensor without CUDA)
+        self.device = torch.device("cuda", 0) if torch.cuda.is_available() else _META
+        self.workers = _Workers(shape)
+        self.size = len(shape.ranks())
+        self.gpus_per_host = gpus_per_host
+        # never set: a closed engine would make engine_for() spawn real workers for the mesh
+        self.closed = False
+        self.exited = False  # after mesh.exit(): every use raises
+        self.broken = None
+        self.messages_sent = 0
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()
+        self._pending: list[tuple[int, str]] = []  # releases not yet simulated
+        self._handles: dict[int, Any] = {}  # id -> weakref to its client handle
+        self._spec: dict[int, TensorSpec] = {}
+        self._key_of: dict[int, int] = {}  # id -> storage key
+        self._key_refs: dict[int, int] = {}  # storage key -> ids naming it
+        self._storage_key: dict[int, tuple[Any, int]] = {}  # id(Storage) -> (it, key)
+        self._key_sid: dict[int, int] = {}  # storage key -> id(Storage)
+        self._keys = itertools.count(1)
+        self._ranks: dict[Shape, np.ndarray] = {}
+        self._sub: dict[Any, np.ndarray] = {}
+        self._live: dict[Any, tuple[int, str]] = {}
+
+    # -- the engine interface the tensor layer uses ---------------------------------------
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def track(self, handle: Any, ref: int, stream: str) -> None:
+        kind = handle.device.type
+        self._spec[ref] = TensorSpec(
+            tuple(handle.shape), handle.dtype, "cuda" if kind in ("cuda", "meta") else kind
+        )
+        self._handles[ref] = weakref.ref(handle)
+        self._live[weakref.ref(handle, self._collected)] = (ref, stream)
+
+    def _collected(self, wr: Any) -> None:
+        entry = self._live.pop(wr, None)
+        if entry is not None:
+            self.release(*entry)
+
+    def release(self, ref: int, stream: str = "main") -> None:
+        if not self.exited:
+            self._pending.append((ref, stream))  # simulated before the next command
+
+    def check(self) -> None:
+        if self.exited:
+            raise RuntimeError(
+                "this simulated mesh has exited (mesh.exit()); make a new danaus.Simulator"
+            )
+
+    def watch(self, cf: concurrent.futures.Future[Any]) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def as_owner(self) -> Iterator[None]:
+        yield
+
+    def targets(self, shape: Shape) -> _Targets:
+        return _Targets(self, shape)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._drain()
+
+    def send_held(self, ops: list[tuple[Shape, str, Any]]) -> None:
+        for shape, stream, cmd in ops:
+            self.send(shape, cmd, stream=stream)
+
+    def close(self) -> None:
+        self.flush()
+        self.exited = True
+
+    def send(self, shape: Shape, *cmds: Any, stream: str | None = None) -> None:
+        """Simulate ``cmds`` for the ranks of ``shape`` on ``stream``, in order, now."""
+        self.check()
+        if stream is None:
+            stream = get_active_stream().name
+        held = _client_holding()
+        if held is not None:  # a coalescing block holds them until it ends
+            ops = held.setdefault(self, [])
+            ops.extend((shape, stream, c) for c in cmds)
+            return
+        with self._lock:
+            self._drain()
+            for cmd in cmds:
+                if _DEBUG:
+                    print("SIM", stream, cmd)
+                self.messages_sent += 1
+                self._simulate(shape, stream, cmd)
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def ranks(self, shape: Shape) -> np.ndarray:
+        r = self._ranks.get(shape)
+        if r is None:
+            r = self._ranks[shape] = np.array(sorted(shape.ranks()), dtype=np.int64)
+        return r
+
+    def _groups(self, shape: Shape) -> list[WorkerGroup]:
+        return self.sim.groups_for(self.ranks(shape), key=shape)
+
+    def _drain(self) -> None:
+        """Simulate the deletions of the handles collected since the last command."""
+        while self._pending:
+            pending, self._pending = self._pending, []
+            by_stream: dict[str, list[int]] = {}
+            for ref, stream in pending:
+                by_stream.setdefault(stream, []).append(ref)
+            for stream, refs in by_stream.items():
+                self._delete(refs, stream)
+
+    def _delete(self, refs: list[int], stream: str) -> None:
+        self.sim.next_command("DeleteRefs")
+        for g in self.sim.workers:
+            live = g.live
+            if not any(r in live for r in refs):
+                continue
+            ts = max(g.stream(stream).free, self.sim.now)
+            for r in refs:
+                self.sim.free(g, r, ts, stream)
+        for r in refs:
+            self._forget(r)
+
+    def _forget(self, ref: int) -> None:
+        self._spec.pop(ref, None)
+        self._handles.pop(ref, None)
+        key = self._key_of.pop(ref, None)
+        if key is not None:
+            n = self._key_refs[key] = self._key_refs[key] - 1
+            if n == 0:
+                del self._key_refs[key]
+                sid = self._key_sid.pop(key, None)
+                if sid is not None:
+                    del self._storage_key[sid]
+
+    def _storage(self, ref: int, alias_of: int | None = None) -> tuple[int, int]:
+        """(storage key, bytes) of the new tensor ``ref``: its base's for a view or alias."""
+        if alias_of is not None and alias_of in self._key_of:
+            key = self._key_of[alias_of]
+        else:
+            wr = self._handles.get(ref)
+            handle = wr() if wr is not None else None
+            storage = getattr(handle, "_storage", None)
+            if storage is not None and id(storage) in self._storage_key:
+                key = self._storage_key[id(storage)][1]
+            else:
+                key = next(self._keys)
+                if storage is not None:
+                    self._storage_key[id(storage)] = (storage, key)
+                    self._key_sid[key] = id(storage)
+        self._key_of[ref] = key
+        self._key_refs[key] = self._key_refs.get(key, 0) + 1
+        return key, self._nbytes(ref)
+
+    def _nbytes(self, ref: int) -> int:
+        wr = self._handles.get(ref)
+        h = wr() if wr is not None else None
+        spec = self._spec.get(ref)
+        if h is None:
+            return spec.nbytes if spec is not None else 0
+        if h.numel() == 0:
+            return 0
+        span = (
+            h.storage_offset()
+            + sum((s - 1) * st for s, st in zip(h.shape, h.stride(), strict=True))
+            + 1
+        )
+        return int(span * h.element_size())
+
+    def _device(self, ref: int) -> str:
+        spec = self._spec.get(ref)
+        return spec.device if spec is not None else "cuda"
+
+    def _specs(self, tree: Any) -> Any:
+        return pytree.tree_map(
+            lambda x: (
+                self._spec.get(x.id, TensorSpec((), torch.float32, "cuda"))
+                if isinstance(x, Ref)
+                else x
+            ),
+            tree,
+            is_leaf=_is_ref,
+        )
+
+    def _ref_ids(self, tree: Any) -> list[int]:
+        return [x.id for x in pytree.tree_leaves(tree, is_leaf=_is_ref) if isinstance(x, Ref)]
+
+    def _allocate(
+        self,
+        groups: list[tuple[WorkerGroup, int, int]],
+        outs: Any,
+        stream: str,
+        alias_of: int | None = None,
+    ) -> None:
+        for ref in outs:
+            if ref is None:
+                continue
+            key, nbytes = self._storage(ref, alias_of)
+            dev = self._device(ref)
+            for g, start, _end in groups:
+                self.sim.alloc(g, ref, key, nbytes, dev, start, stream)
+
+    def _meta(self) -> tuple[Any, ...]:
+        return _meta_labels.meta_stack()[-1:]
+
+    # -- the commands ----------------------------------------------------------------------
+
+    def _simulate(self, shape: Shape, stream: str, cmd: Any) -> None:
+        sim = self.sim
+        kind = type(cmd)
+        if kind is CallOp:
+            self._call_op(shape, stream, cmd)
+        elif kind is Delete:
+            self._delete(list(cmd.ids), stream)
+        elif kind is Reduce:
+            self._reduce(shape, stream, cmd, (cmd.src,), [cmd.out] if not cmd.inplace else [])
+        elif kind is ReduceMany:
+            self._reduce(shape, stream, cmd, cmd.srcs, [] if cmd.inplace else list(cmd.outs))
+        elif kind is Signal:
+            sim.next_command("Signal")
+            for g in self._groups(shape):
+                g.signals[cmd.key] = (max(g.stream(stream).free, sim.now), stream)
+        elif kind is Wait:
+            sim.next_command("Wait")
+            self._wait(shape, stream, cmd.key)
+        elif kind is BorrowCreate:
+            sim.next_command("BorrowCreate")
+            placed = self._wait(shape, stream, cmd.key)
+            self._allocate(placed, [cmd.out], stream, alias_of=cmd.src)
+        elif kind is BorrowDrop:
+            sim.next_command("BorrowDrop")
+            for g in self._groups(shape):
+                s = g.stream(stream)
+                ts = max(s.free, sim.now)
+                sim.free(g, cmd.alias, ts, stream)
+                g.signals[cmd.key] = (ts, stream)
+            self._forget(cmd.alias)
+        elif kind is MeshRank:
+            sim.next_command("MeshRank")
+            placed = sim.task(self._groups(shape), stream, "mesh_rank", 0, traced=False)
+            self._allocate(placed, [cmd.out], stream)
+        elif kind is SendTo:
+            self._send_to(stream, cmd)
+        elif kind is RunRemote:
+            self._remote(shape, stream, cmd)
+        elif kind is HandOff:
+            raise NotImplementedError(
+                "passing mesh tensors to actor endpoints is not simulated: a simulated mesh "
+                "has no procs to run actors on"
+            )
+        else:
+            raise NotImplementedError(f"the simulator does not know the command {cmd!r}")
+
+    def _wait(self, shape: Shape, stream: str, key: int) -> list[tuple[WorkerGroup, int, int]]:
+        sim = self.sim
+        out = []
+        for g in self._groups(shape):
+            s = g.stream(stream)
+            start = max(s.free, sim.now)
+            when, other = g.signals.pop(key, (start, stream))
+            end = max(start, when)
+            s.free = end
+            sim._record(s, start, end, f"waiting for {other}", ())
+            out.append((g, start, end))
+        return out
+
+    def _call_op(self, shape: Shape, stream: str, cmd: CallOp) -> None:
+        sim = self.sim
+        name = cmd.op.replace("::", ".")
+        sim.next_command(name)
+        groups = self._groups(shape)
+        outs = [r for r in cmd.outs if r is not None]
+        inputs = self._ref_ids(cmd.args) + self._ref_ids(cmd.kwargs)
+        # a view's result is described on the client; the worker only names it
+        view_only = (
+            len(cmd.outs) == 1
+            and outs
+            and inputs
+            and not cmd.mutates
+            and self._shares_storage(outs[0], inputs[0])
+        )
+        if view_only:
+            placed = sim.task(groups, stream, name, 0, traced=False)
+            self._allocate(placed, outs, stream)
+            return
+        devices = {self._device(r) for r in outs + inputs}
+        device = "cuda" if "cuda" in devices else "cpu"
+        if name in ("aten._to_copy", "aten.copy_", "aten.to") and len(devices) > 1:
+            nbytes = sum(self._spec[r].nbytes for r in inputs if r in self._spec)
+            cost = self.costs.host_copy(nbytes)
+        else:
+            cost = self.costs.op(cmd.op, self._specs(cmd.args), self._specs(cmd.kwargs), device)
+        placed = sim.task(groups, stream, name, _ns(cost), self._meta())
+        self._allocate(placed, outs, stream)
+
+    def _shares_storage(self, out: int, inp: int) -> bool:
+        wo, wi = self._handles.get(out), self._handles.get(inp)
+        ho = wo() if wo is not None else None
+        hi = wi() if wi is not None else None
+        return ho is not None and hi is not None and ho._storage is hi._storage
+
+    def _subgroups(self, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+        key = id(groups)
+        hit = self._sub.get(key)
+        if hit is not None and hit[0] is groups:
+            return hit[1]  # type: ignore[no-any-return]
+        arr = np.array(groups, dtype=np.int64)
+        self._sub[key] = (groups, arr)  # type: ignore[assignment]
+        return arr
+
+    def _components(self, sub: np.ndarray) -> list[list[WorkerGroup]]:
+        """The worker groups that exchange data in a collective over the rows of ``sub``."""
+        sim = self.sim
+        mapping = sim._worker_group_mapping
+        gids = mapping[sub]  # rows: subgroups; values: group index
+        first = np.repeat(gids[:, :1], gids.shape[1], axis=1)
+        pairs = np.unique(np.stack([first.ravel(), gids.ravel()], axis=1), axis=0)
+        parent: dict[int, int] = {}
+
+        def find(a: int) -> int:
+            while parent.setdefault(a, a) != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        for a, b in pairs.tolist():
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[ra] = rb
+        comps: dict[int, list[WorkerGroup]] = {}
+        for gid in sorted(parent):
+            comps.setdefault(find(gid), []).append(sim.workers[gid])
+        return list(comps.values())
+
+    def _reduce(self, shape: Shape, stream: str, cmd: Any, srcs: Any, outs: list[int]) -> None:
+        sim = self.sim
+        if cmd.reduction == "stack":
+            label = "all_to_all" if cmd.scatter else "all_gather"
+            kind = label
+        else:
+            # Monarch's trace names a plain all-reduce "reduce_scatter" and a scattering one
+            # "all_reduce"; the cost is that of what runs.
+            label = "all_reduce" if cmd.scatter else "reduce_scatter"
+            kind = "reduce_scatter" if cmd.scatter else "all_reduce"
+        sim.next_command(label)
+        self._groups(shape)  # split groups the collective treats differently
+        sub = self._subgroups(cmd.groups)
+        nbytes = sum(self._spec[s].nbytes for s in srcs if s in self._spec)
+        cost = self._collective_cost(kind, nbytes, sub)
+        placed = sim.synchronised(self._components(sub), stream, label, _ns(cost), self._meta())
+        self._allocate(placed, outs, stream)
+
+    def _collective_cost(self, kind: str, nbytes: int, sub: np.ndarray) -> float:
+        if sub.shape[1] <= 1:
+            return 0.0
+        hosts = sub // self.gpus_per_host
+        spans = bool((hosts.max(axis=1) != hosts.min(axis=1)).any())
+        rep = sub[int(np.argmax(hosts.max(axis=1) != hosts.min(axis=1)))] if spans else sub[0]
+        return self.costs.collective(kind, nbytes, [int(r) for r in rep])
+
+    def _send_to(self, stream: str, cmd: SendTo) -> None:
+        sim = self.sim
+        sim.next_command("SendTensor")
+        spec = self._spec.get(cmd.src) if cmd.src is not None else None
+        nbytes = spec.nbytes if spec is not None else math.prod(cmd.shape) * cmd.dtype.itemsize
+        local = [(d, s) for d, s in cmd.pairs if d == s]
+        remote = [(d, s) for d, s in cmd.pairs if d != s]
+        placed: list[tuple[WorkerGroup, int, int]] = []
+        if local:
+            ranks = np.unique(np.array([d for d, _ in local], dtype=np.int64))
+            cost = self.costs.op("aten::clone", (spec,), {}, "cuda") if spec else 0.0
+            placed += sim.task(sim.groups_for(ranks), stream, "SendTensor", _ns(cost), self._meta())
+        if remote:
+            srcs = np.unique(np.array([s for _, s in remote], dtype=np.int64))
+            dsts = np.unique(np.array([d for d, _ in remote], dtype=np.int64))
+            src_groups = sim.groups_for(srcs)
+            dst_groups = sim.groups_for(dsts)
+            src_groups = sim.groups_for(srcs)  # a split for dsts may have renumbered them
+            d, s = remote[0]
+            cost = self.costs.send(nbytes, int(s), int(d))
+            names = {id(g): "SendTensor" for g in src_groups}
+            names.update({id(g): "RecvTensor" for g in dst_groups if id(g) not in names})
+            comp = list({id(g): g for g in src_groups + dst_groups}.values())
+            done = sim.synchronised([comp], stream, "SendTensor", _ns(cost), self._meta(), names)
+            dst_ids = {id(g) for g in sim.groups_for(dsts)}
+            placed += [p for p in done if id(p[0]) in dst_ids]
+        if cmd.out is not None:
+            self._allocate(placed, [cmd.out], stream)
+
+    def _group_args(self, tree: Any) -> list[GroupArg]:
+        found: list[GroupArg] = []
+
+        def visit(x: Any) -> Any:
+            if isinstance(x, GroupArg):
+                found.append(x)
+            return x
+
+        pytree.tree_map(visit, tree, is_leaf=_is_ref)
+        return found
+
+    def _remote(self, shape: Shape, stream: str, cmd: RunRemote) -> None:
+        sim = self.sim
+        name = target_name(cmd.fn)
+        sim.next_command(name)
+        groups = self._groups(shape)
+        args, kwargs = self._specs(cmd.args), self._specs(cmd.kwargs)
+        pgs = self._group_args((cmd.args, cmd.kwargs)) if cmd.groups else []
+        fn = None if pgs else _resolve(cmd.fn)
+        cost = self.costs.remote(name, args, kwargs, fn)
+        outs = [r for r in cmd.outs if r is not None]
+        if pgs:
+            # a function given a process group runs its collectives with the group: its
+            # members start together, and it moves its tensor arguments once around it
+            sub = self._subgroups(pgs[0].groups)
+            leaves = pytree.tree_leaves(args, is_leaf=_is_ref)
+            nbytes = sum(s.nbytes for s in leaves if isinstance(s, TensorSpec))
+            cost += self._collective_cost("all_reduce", nbytes, sub)
+            placed = sim.synchronised(self._components(sub), stream, name, _ns(cost), self._meta())
+        else:
+            placed = sim.task(groups, stream, name, _ns(cost), self._meta())
+        self._allocate(placed, outs, stream)
+
+    # -- values back to the controller -----------------------------------------------------
+
+    def fetch(self, shape: Shape, ids: list[int]) -> list[Any]:
+        """Zeros shaped like ``ids``; the controller's clock moves to when they arrive."""
+        with self._lock:
+            self._drain()
+            sim = self.sim
+            sim.next_command("FetchShard")
+            nbytes = sum(self._spec[r].nbytes for r in ids if r in self._spec)
+            cost = self.costs.host_copy(nbytes)
+            placed = sim.task(self._groups(shape), "main", "fetch_shard", _ns(cost), self._meta())
+            if placed:
+                sim.now = max(sim.now, max(end for _g, _s, end in placed))
+            return [self._zeros(r) for r in ids]
+
+    def _zeros(self, ref: int) -> torch.Tensor:
+        spec = self._spec.get(ref)
+        with _disable_current_modes():
+            if spec is None:
+                return torch.zeros((), device="cpu")
+            return torch.zeros(spec.shape, dtype=spec.dtype, device="cpu")
+
+    def call_and_fetch(
+        self, shape: Shape, fn: Any, args: Any, kwargs: Any, groups: bool
+    ) -> list[Any]:
+        """``remote_fn.call(...)``: simulated on every rank of ``shape``, then the
+        controller waits for the results; their values come from running ``fn`` here on
+        zeros (``None`` where it cannot run without a process group)."""
+        with self._lock:
+            self._drain()
+            self._remote(shape, "main", RunRemote(fn, args, kwargs, (), (), groups))
+            placed = self.sim.task(self._groups(shape), "main", "fetch_result", 0, traced=False)
+            if placed:
+                self.sim.now = max(self.sim.now, max(end for _g, _s, end in placed))
+        value: Any = None
+        if not groups:
+
+            def zero(x: Any) -> Any:
+                return self._zeros(x.id) if isinstance(x, Ref) else x
+
+            real = pytree.tree_map(zero, args, is_leaf=_is_ref)
+            kw = pytree.tree_map(zero, kwargs, is_leaf=_is_ref)
+            try:
+                value = _resolve(fn)(*real, **kw)
+            except Exception:
+                value = None
+        return [value] * len(shape.ranks())
+
+
+_META = torch.device("meta")
+
+
+def _as_meta(x: Any) -> Any:
+    if isinstance(x, torch.device) and x.type == "cuda":
+        return _META
+    if isinstance(x, str) and (x == "cuda" or x.startswith("cuda:")):
+        return "meta"
+    return x
+
+
+class _CudaAsMeta(TorchFunctionMode):
+    """While a simulated mesh is active on a machine without CUDA: ``"cuda"`` names
+    its simulated GPUs, whose tensors are on ``meta`` on the client."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            return args[0].to(_META)
+        args = tuple(_as_meta(a) for a in args)
+        kwargs = {k: _as_meta(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+class SimActivation:
+    """A simulated mesh's activation: the tensor engine's, plus ``_CudaAsMeta`` where
+    torch has no CUDA. Already in effect; ``with`` or ``close()`` ends it."""
+
+    def __init__(self, act: Any, registry: list[Any]) -> None:
+        self._act = act
+        self.mesh = act.mesh
+        self._registry = registry  # the open activations of the simulation
+        registry.append(self)
+        self._mode: _CudaAsMeta | None = None
+        if not torch.cuda.is_available():
+            self._mode = _CudaAsMeta()
+            self._mode.__enter__()  # type: ignore[no-untyped-call]
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        if self in self._registry:
+            self._registry.remove(self)
+        self._act.close()
+
+
+def _is_ref(x: Any) -> bool:
+    return isinstance(x, (Ref, GroupArg))
+
+
+_cuda_names_ok = [False]
+
+
+def allow_simulated_cuda() -> None:
+    """Let ``device="cuda"`` name a simulated GPU on a machine without CUDA.
+
+    torch initialises CUDA before a factory with ``device="cuda"`` reaches the
+    mesh's dispatch (which never makes a CUDA tensor); without CUDA that
+    raises. Here torch's one-time CUDA initialisation is marked done, so the
+    name passes; a real CUDA tensor made afterwards still fails ("Could not
+    run ... from the 'CUDA' backend"). Does nothing where CUDA is available.
+    """
+    if _cuda_names_ok[0] or torch.cuda.is_available():
+        return
+    cuda: Any = torch.cuda
+    prev = cuda._initialized
+    cuda._initialized = True
+    try:
+        torch.empty(0, device="cuda")  # runs torch's C++ lazy init, which now passes
+    except Exception:
+        pass
+    finally:
+        cuda._initialized = prev
+    _cuda_names_ok[0] = True
+
+
+def _resolve(fn: Any) -> Any:
+    try:
+        return resolve_function(fn)
+    except Exception:
+        return None
+
+
+def _client_holding() -> dict[Any, list[Any]] | None:
+    state = client.current()
+    return None if state is None else state.holding()
+
+
+class SimulatedMesh(ProcMesh):
+    """A ``ProcMesh`` of simulated procs: tensors only (see ``danaus.Simulator``).
+
+    Slices (``mesh(host=0)``, ``mesh.slice(...)``) are simulated meshes too.
+    ``exit()`` ends the simulation and writes the trace. Spawning actors on it
+    raises ``NotImplementedError``: it has no processes.
+    """
+
+    _sim_interface: Any
+
+    def __init__(self, shape: Shape, state: _ProcState, interface: Any, n: int) -> None:
+        super().__init__(tuple(range(n)), shape, state, None)  # type: ignore[arg-type]
+        self._sim_interface = interface
+
+    def _new_with_shape(self, shape: Shape) -> SimulatedMesh:
+        return SimulatedMesh(shape, self._state, self._sim_interface, len(self._procs))
+
+    def activate(self) -> SimActivation:
+        """Make this mesh the one torch ops run on (see ``ProcMesh.activate``)."""
+        return SimActivation(super().activate(), self._sim_interface._activations)
+
+    def deactivate(self) -> None:
+        """End this mesh's latest ``activate()``."""
+        for act in reversed(self._sim_interface._activations):
+            if act.mesh is self or act.mesh._shape == self._shape:
+                act.close()
+                return
+
+    def __call__(self, **coords: Any) -> SimulatedMesh:
+        """``mesh(host=0)``: the slice at those coordinates (Monarch's device mesh call)."""
+        return self.slice(**coords)
+
+    def spawn(self, name: str, Class: Any, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "a simulated mesh has no procs to spawn actors on; it simulates tensor programs "
+            "(danaus._actor.tools.simulated simulates large actor meshes)"
+        )
+
+    def exit(self) -> None:
+        """End the simulation: write the trace (Monarch's ``mesh.exit()``). Idempotent."""
+        self._sim_interface._exit()
+
+    def stop(self, reason: str = "stopped by client") -> Future[None]:
+        self.exit()
+        self._state.stopped = True
+        return Future._resolved(None, "the simulated procs to stop")
+
+    def __repr__(self) -> str:
+        sizes = dict(zip(self._shape.labels, self._shape.extent.sizes, strict=True))
+        return f"<SimulatedMesh {sizes}>"
