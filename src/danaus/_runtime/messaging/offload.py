@@ -37,7 +37,7 @@ import os
 import queue
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import _config as config
 from ..._errors import SupervisionError
@@ -59,7 +59,7 @@ from ..._wire.protocol import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Iterable, Sequence, Sized
+    from collections.abc import Callable, Hashable, Iterable, Sequence, Sized
 
     from _typeshed import ReadableBuffer
 
@@ -83,6 +83,16 @@ def _size(copies: Iterable[Sized]) -> int:
 
 def _bucket(n: int) -> int:
     return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
+
+
+class _Held(NamedTuple):
+    """What a sender holds for an offloaded frame until the receiver releases it."""
+
+    peer: str
+    copies: list[Any]  # private snapshots (back to the pool on release)
+    size: int  # bytes the receiver reads
+    on_left: Callable[[], None] | None  # told once the receiver has read (or is lost)
+    lent: list[Any]  # the caller's own buffers, read in place (not copied)
 
 
 class _Slot:
@@ -141,7 +151,7 @@ class Offloader:
         self.min = config.get("offload_min")  # bytes; 0 disables
         self.enabled = self.min > 0 and vm.available()
         self.ok_peers: set[str] = set()  # peers that can read our memory
-        self._held: dict[int, tuple[str, list[Any], int]] = {}  # token -> peer, copies, bytes
+        self._held: dict[int, _Held] = {}  # token -> what it holds
         self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
         self._next = 0
         # Guards the snapshots held for peers and the pools of mappings and shared slots
@@ -197,17 +207,29 @@ class Offloader:
         self.ok_peers.add(msg.header.name)
 
     def wrap(
-        self, peer: str, header: tuple[Any, ...], buffers: Sequence[ReadableBuffer]
-    ) -> tuple[tuple[Any, ...], Sequence[ReadableBuffer]]:
+        self,
+        peer: str,
+        header: tuple[Any, ...],
+        buffers: Sequence[ReadableBuffer],
+        on_left: Callable[[], None] | None = None,
+        *,
+        lend: bool = False,
+    ) -> tuple[tuple[Any, ...], Sequence[ReadableBuffer], bool]:
         """Replace the big buffers of a frame to ``peer`` by descriptors, if worthwhile.
 
-        ``header`` is a wire tuple; so is the ``OFFLOAD`` header returned."""
+        ``header`` is a wire tuple; so is the ``OFFLOAD`` header returned. The
+        receiver reads a snapshot of each big buffer, or with ``lend`` the buffer
+        itself, in place: then the caller must leave it alone until ``on_left()``.
+        The last item returned says whether the frame was offloaded, in which case
+        ``on_left()`` is called once the receiver has read it (or is lost)."""
         if peer not in self.ok_peers:
-            return header, buffers
+            return header, buffers, False
         raws = [flat(b) for b in buffers]
         big = [i for i, r in enumerate(raws) if len(r) >= self.min]
         if not big:
-            return header, buffers
+            return header, buffers, False
+        if lend:
+            return self._lend(peer, header, raws, big, on_left)
         # The receiver reads later, and the caller may change its arrays as soon as
         # this returns: it reads a snapshot, one copy into a shared slot (which the
         # receiver maps) or else into a mapping of our own (which it copies).
@@ -243,16 +265,39 @@ class Offloader:
                 self._next += 1
                 token = self._next
                 size = _size(copies.values())
-                self._held[token] = (peer, [c for i, c in copies.items() if i not in slots], size)
+                mine = [c for i, c in copies.items() if i not in slots]
+                self._held[token] = _Held(peer, mine, size, on_left, [])
                 self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
         if lost:
             view = None  # no view of a slot left: it can be unmapped
             copies.clear()
             for slot in gone:
                 slot.close()
-            return header, buffers
+            return header, buffers, False
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
-        return wire(Offload(token, tuple(descs), header)), small
+        return wire(Offload(token, tuple(descs), header)), small, True
+
+    def _lend(
+        self,
+        peer: str,
+        header: tuple[Any, ...],
+        raws: list[bytes | memoryview],
+        big: list[int],
+        on_left: Callable[[], None] | None,
+    ) -> tuple[tuple[Any, ...], Sequence[ReadableBuffer], bool]:
+        """``wrap`` without a copy: the receiver reads the caller's buffers in place."""
+        descs = [(i, vm.address(memoryview(raws[i])), len(raws[i])) for i in big]
+        lent = [raws[i] for i in big]  # alive until released, whatever the caller does
+        with self._lock:
+            if peer not in self.ok_peers:  # lost meanwhile: send the bytes instead
+                return header, raws, False
+            self._next += 1
+            token = self._next
+            size = _size(lent)
+            self._held[token] = _Held(peer, [], size, on_left, lent)
+            self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
+        small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
+        return wire(Offload(token, tuple(descs), header)), small, True
 
     def _take_slot(self, peer: str, n: int) -> _Slot | None:
         """A free shared slot of at least ``n`` bytes, lent to ``peer`` (None if the pool
@@ -357,26 +402,30 @@ class Offloader:
         with self._lock:
             held = self._held.pop(msg.header.token, None)
             if held is not None:
-                peer, copies, size = held
-                left = self._held_bytes.get(peer, 0) - size
+                left = self._held_bytes.get(held.peer, 0) - held.size
                 if left > 0:
-                    self._held_bytes[peer] = left
+                    self._held_bytes[held.peer] = left
                 else:
-                    self._held_bytes.pop(peer, None)
-                self._recycle(copies)
+                    self._held_bytes.pop(held.peer, None)
+                self._recycle(held.copies)
         if held is not None:
+            if held.on_left is not None:
+                held.on_left()
             self.rt.notify_room()
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
             self.ok_peers.discard(name)
-            for token in [t for t, (p, _, _) in self._held.items() if p == name]:
-                del self._held[token]  # not reused: a lost reader might still be reading
+            # Not reused: a lost reader might still be reading.
+            gone = [self._held.pop(t) for t, h in list(self._held.items()) if h.peer == name]
             self._held_bytes.pop(name, None)
             for uid in [u for u, (p, _) in self._lent.items() if p == name]:
                 _, slot = self._lent.pop(uid)  # closed, not reused (as above)
                 self._slot_bytes -= slot.size
                 slot.close()
+        for held in gone:
+            if held.on_left is not None:
+                held.on_left()
 
     def _on_offload(self, conn: Connection, msg: Message) -> None:
         """Read the big buffers out of the sender, on the copier thread; the connection
