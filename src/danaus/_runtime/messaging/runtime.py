@@ -901,6 +901,12 @@ class Runtime(PeerTable):
                 log.debug("sending a frame to %s failed", proc.name, exc_info=True)
         self._send_slow(proc, parts, on_fail, None)
 
+    def outbound_bytes(self, name: str) -> int:
+        """Bytes of frames to proc ``name`` this process still holds (queued, in its
+        connection's backlog, offloaded and not yet read): a statistic."""
+        peer = self._peers.get(name)
+        return 0 if peer is None else self.backpressure.outbound(peer)
+
     def _send_buffers(
         self,
         proc: ProcId,
