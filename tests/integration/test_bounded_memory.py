@@ -266,9 +266,14 @@ def _extra(mesh: ActorMesh[Big], base: list[int]) -> list[int]:
     return [p - b for p, b in zip(peaks, base, strict=True)]
 
 
-def _concurrently(fns: list[Any]) -> list[Any]:
-    with concurrent.futures.ThreadPoolExecutor(len(fns)) as pool:
-        return list(pool.map(lambda f: f(), fns))
+def _send_each(mesh: ActorMesh[Big], values: list[Any]) -> list[Any]:
+    """``values[i]`` to the actor of rank ``i``, all at once (a thread each); the marks."""
+
+    def send(i: int) -> Any:
+        return mesh.slice(x=i).marks.call_one(values[i]).get(timeout=BIG_TIMEOUT)
+
+    with concurrent.futures.ThreadPoolExecutor(len(values)) as pool:
+        return list(pool.map(send, range(len(values))))
 
 
 @pytest.mark.timeout(300)
@@ -279,12 +284,7 @@ def test_several_1gib_arguments_at_once_cost_the_receivers_their_size_and_the_se
     values = [np.full(GiB, i + 1, dtype=np.uint8) for i in range(k)]
     mesh = local.slice(x=slice(0, k))
     me, base = _peaks(mesh)
-    got = _concurrently(
-        [
-            lambda i=i: local.slice(x=i).marks.call_one(values[i]).get(timeout=BIG_TIMEOUT)
-            for i in range(k)
-        ]
-    )
+    got = _send_each(local, values)
     assert got == [(GiB, i + 1, i + 1, i + 1) for i in range(k)]
     assert peak() - me <= bound(), "the sender copied what it sent"
     for extra in _extra(mesh, base):
@@ -352,12 +352,7 @@ def test_1gib_values_over_tcp_cost_their_size_on_both_sides(remote) -> None:
     k = 2
     values = [np.full(GiB, i + 1, dtype=np.uint8) for i in range(k)]
     me, base = _peaks(remote)
-    got = _concurrently(
-        [
-            lambda i=i: remote.slice(x=i).marks.call_one(values[i]).get(timeout=BIG_TIMEOUT)
-            for i in range(k)
-        ]
-    )
+    got = _send_each(remote, values)
     assert got == [(GiB, i + 1, i + 1, i + 1) for i in range(k)]
     assert peak() - me <= bound(), "the sender copied what it sent"
     for extra in _extra(remote, base):

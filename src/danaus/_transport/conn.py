@@ -60,7 +60,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from .. import _config as config
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
@@ -347,14 +347,17 @@ class WriteBatcher:
                 hold.clear()
                 self._batching.held.discard(self)
             sent = 0
-            if not self.backlog and not conn._tls_pending:
-                if not self._tls or _on_loop_thread(self._loop):
-                    try:
-                        sent = self._write(views) if len(views) <= _MAX_IOV else 0
-                    except _WOULD_BLOCK:
-                        sent = 0
-                    except OSError:
-                        sent = 0  # the reader will notice too; the bytes stay queued
+            if (
+                not self.backlog
+                and not conn._tls_pending
+                and (not self._tls or _on_loop_thread(self._loop))
+            ):
+                try:
+                    sent = self._write(views) if len(views) <= _MAX_IOV else 0
+                except _WOULD_BLOCK:
+                    sent = 0
+                except OSError:
+                    sent = 0  # the reader will notice too; the bytes stay queued
             rest = _skip(views, sent)
             if not rest:
                 done = True
@@ -1014,6 +1017,14 @@ class DirectReader:
             pass
 
 
+class _Send(Protocol):
+    """The signature of ``WriteBatcher.send`` (bound as ``Connection.send``)."""
+
+    def __call__(
+        self, parts: list[Any], on_left: Callable[[], None] | None = ..., *, copy: bool = ...
+    ) -> None: ...
+
+
 class Connection:
     """One end of a framed connection. Create on the I/O thread, use from anywhere.
 
@@ -1025,7 +1036,7 @@ class Connection:
     """
 
     # Bound in __init__ to the part that does the work (no extra call per frame).
-    send: Callable[[list[Any]], None]
+    send: _Send
     flush_held: Callable[[], None]
     want_drain: Callable[[int], None]
     pause: Callable[[Hashable], None]

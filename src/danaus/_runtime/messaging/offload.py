@@ -25,7 +25,10 @@ stops reading that connection, so the frames behind it wait their turn. The
 sender copies each big buffer once, at send time, into a mapping of its own
 that it holds until RELEASE (or until the receiver is lost): the receiver
 gets what was passed, even if the caller changes its array right after
-``call()`` returns.
+``call()`` returns. A large message (above ``send_snapshot_max``, or beyond
+the staging budget) is *lent* instead: the descriptors point at the caller's
+own buffers, and the sending thread waits for RELEASE (``wrap(lend=True)``),
+so the promise holds without the copy.
 """
 
 from __future__ import annotations

@@ -27,6 +27,14 @@ is the runtime's part ``rt.backpressure`` (``backpressure.py``); CALL and
 REPLY frames reach mailboxes and ports through ``rt.router`` (``routing.py``);
 the peer table is the base class ``PeerTable`` (``peers.py``).
 
+Large messages: a frame whose out-of-band buffers add up to 1 MiB or more
+draws a snapshot's worth from the process's staging budget (``staging_max``)
+before anything is copied; above ``send_snapshot_max``, or when the budget
+has no room, its buffers are lent instead (nothing copied) and the sending
+thread waits until they have left (``Backpressure.wait_sent``): read by the
+receiver (offload's RELEASE), or written to the kernel (the connection's
+mark). The I/O thread never waits: it copies, budget or not.
+
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
 exit. Everything waiting on a lost peer is told at once (ports watching it,
