@@ -652,8 +652,8 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
         "stop_errors",
         "client_errors_after_crash",
         "pss",
-        "client_extra_mib",
-        "proc_extra_mib",
+        "client_rise_mib",
+        "proc_rise_mib",
     )
     out: dict[str, Any] = {}
     for k in keep:
@@ -670,7 +670,7 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
             )
         elif k == "socket_mib_s":
             out[k] = sorted(vals)[len(vals) // 2]
-        elif k in ("client_extra_mib", "proc_extra_mib"):
+        elif k in ("client_rise_mib", "proc_rise_mib"):
             out[k] = max(vals)  # the worst run's peak
         elif k == "not_noticed":
             out[k] = sum(vals)
@@ -1047,10 +1047,10 @@ def render(doc: dict[str, Any]) -> str:
                     f"floor {wl}: raw socketpair transfer to another process (reference, not "
                     f"the floor column): {_num(ex['socket_mib_s'])} MiB/s"
                 )
-            if ex.get("client_extra_mib") is not None:
+            if ex.get("client_rise_mib") is not None:
                 notes.append(
-                    f"{s} {wl}: peak resident size beyond the value: client "
-                    f"{_num(ex['client_extra_mib'])} MiB, proc {_num(ex['proc_extra_mib'])} MiB"
+                    f"{s} {wl}: rise of the peak resident size: client "
+                    f"{_num(ex['client_rise_mib'])} MiB, proc {_num(ex['proc_rise_mib'])} MiB"
                 )
             if wl == "memory" and ex.get("torch_loaded"):
                 notes.append(f"{s}: torch was loaded in the idle proc")

@@ -185,7 +185,7 @@ for _mode, _title in LARGE_MODES.items():
                 full=Params(warmup=1, samples=_samples, budget_s=20, size=_n, timeout_s=300),
                 smoke=Params(warmup=1, samples=2, budget_s=3, size=256 * 1024, timeout_s=60),
                 rate_unit="MiB/s",
-                notes="extra: peak resident size of client and proc beyond the value",
+                notes="extra: how far the peak resident size of client and proc rose",
             )
         )
 LARGE = [w.name for w in WORKLOADS if w.name.startswith("large_")]

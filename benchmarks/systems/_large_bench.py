@@ -3,10 +3,12 @@
 Each sample moves one value of ``p.size`` bytes between the client and one
 proc of this host: as a call's argument (``arg``), as an endpoint's result
 (``result``), or with ``RDMABuffer.read_into`` (``rdma``). Besides the rate,
-``extra`` reports how much each side's peak resident size (``VmHWM``, reset
-before the timed samples) rose beyond what it held before, less the value
-itself where that side receives it: what moving the value cost in memory
-beyond the value (``client_extra_mib``, ``proc_extra_mib``).
+``extra`` reports how far each side's peak resident size (``VmHWM``, reset
+before the timed samples) rose above what it held before them
+(``client_rise_mib``, ``proc_rise_mib``): at most the value on the side that
+receives a new one each time (less when it lands in warm receive memory), and
+nothing where the memory exists already (the sender's; both sides of an RDMA
+copy). A rise beyond that is what moving the value cost in extra memory.
 
 The actor class must have, besides ``_mesh_bench``'s endpoints::
 
@@ -20,6 +22,7 @@ The actor class must have, besides ``_mesh_bench``'s endpoints::
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,8 +40,18 @@ def status(key: str) -> int:
 
 
 def reset_peak() -> int:
-    """Forget this process's peak resident size; its resident size now."""
+    """Forget this process's peak resident size; its resident size now.
+
+    Once it has settled: the kernel takes a while (~0.1 s) to unmap a GiB that was
+    just freed, and a peak reset meanwhile would count those pages as still held."""
     gc.collect()
+    before = status("VmRSS")
+    for _ in range(200):  # 2 s at most
+        time.sleep(0.01)
+        now = status("VmRSS")
+        if abs(now - before) < (1 << 20):
+            break
+        before = now
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return status("VmRSS")
@@ -79,11 +92,10 @@ def run(
         client0 = reset_peak()
         proc0 = a.reset_peak.call_one().get(timeout=CALL_TIMEOUT)
         out = measure(once, p, warmup=0)
-        client_extra = status("VmHWM") - client0 - (n if mode == "result" else 0)
-        proc_extra = a.peak.call_one().get(timeout=CALL_TIMEOUT) - proc0
-        proc_extra -= n if mode == "arg" else 0
-        extra["client_extra_mib"] = round(client_extra / MiB, 1)
-        extra["proc_extra_mib"] = round(proc_extra / MiB, 1)
+        client_rise = status("VmHWM") - client0
+        proc_rise = a.peak.call_one().get(timeout=CALL_TIMEOUT) - proc0
+        extra["client_rise_mib"] = round(client_rise / MiB, 1)
+        extra["proc_rise_mib"] = round(proc_rise / MiB, 1)
         extra["bytes"] = n
         return out, n / MiB
     finally:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,8 +48,18 @@ def _status(key: str) -> int:
 
 
 def reset_peak() -> int:
-    """Forget this process's peak resident size; its resident size now."""
+    """Forget this process's peak resident size; its resident size now.
+
+    Once it has settled: the kernel takes a while (~0.1 s) to unmap a GiB that was
+    just freed, and a peak reset meanwhile would count those pages as still held."""
     gc.collect()
+    before = _status("VmRSS")
+    for _ in range(200):  # 2 s at most
+        time.sleep(0.01)
+        now = _status("VmRSS")
+        if abs(now - before) < (1 << 20):
+            break
+        before = now
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     return _status("VmRSS")
