@@ -873,7 +873,9 @@ class Runtime(PeerTable):
         pickled: bytes | None = None,
     ) -> None:
         """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
-        from any thread; never blocks.
+        from any thread. Blocks (never on the I/O thread) only while this process
+        holds more than ``send_high_water`` for ``proc``, and for a large message
+        until its buffers have left this process's memory (``send_snapshot_max``).
 
         If it cannot be delivered (the peer is lost, now or while the frame
         waits for the peer to come up), ``on_fail(reason)`` is called, or
