@@ -52,6 +52,7 @@ from workloads import (  # noqa: E402
     GUARD_MARGIN,
     GUARD_TRIES,
     GUARDED,
+    LARGE,
     SYSTEMS,
     TARGETS,
     VARIANTS,
@@ -77,6 +78,7 @@ DISPLAY: dict[str, tuple[str, float]] = {
     "payload_1MiB": ("MiB/s", 1.0),
     "payload_16MiB": ("MiB/s", 1.0),
     "payload_128MiB": ("MiB/s", 1.0),
+    **{name: ("MiB/s", 1.0) for name in LARGE},
     "error": ("us", 1e6),
     "crash": ("ms", 1e3),
     "memory": ("MB", 1e-6),
@@ -650,6 +652,8 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
         "stop_errors",
         "client_errors_after_crash",
         "pss",
+        "client_rise_mib",
+        "proc_rise_mib",
     )
     out: dict[str, Any] = {}
     for k in keep:
@@ -666,6 +670,8 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
             )
         elif k == "socket_mib_s":
             out[k] = sorted(vals)[len(vals) // 2]
+        elif k in ("client_rise_mib", "proc_rise_mib"):
+            out[k] = max(vals)  # the worst run's peak
         elif k == "not_noticed":
             out[k] = sum(vals)
         elif k in ("errors_seen", "error_types", "stop_errors", "client_errors_after_crash"):
@@ -1040,6 +1046,11 @@ def render(doc: dict[str, Any]) -> str:
                 notes.append(
                     f"floor {wl}: raw socketpair transfer to another process (reference, not "
                     f"the floor column): {_num(ex['socket_mib_s'])} MiB/s"
+                )
+            if ex.get("client_rise_mib") is not None:
+                notes.append(
+                    f"{s} {wl}: rise of the peak resident size: client "
+                    f"{_num(ex['client_rise_mib'])} MiB, proc {_num(ex['proc_rise_mib'])} MiB"
                 )
             if wl == "memory" and ex.get("torch_loaded"):
                 notes.append(f"{s}: torch was loaded in the idle proc")

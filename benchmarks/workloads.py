@@ -164,6 +164,32 @@ WORKLOADS: list[Workload] = [
     ),
 ]
 
+# Large values (issue 38): bandwidth and peak resident size beyond the value itself,
+# as a call's argument, as a result, and through RDMABuffer between two procs of this
+# host; the floor is a memcpy of the same size in one process.
+GiB = 1 << 30
+LARGE_SIZES = {"16MiB": 16 * MiB, "256MiB": 256 * MiB, "2GiB": 2 * GiB}
+LARGE_MODES = {
+    "arg": "a {} numpy array as a call's argument (the actor returns len)",
+    "result": "a {} numpy array the actor returns",
+    "rdma": "RDMABuffer.read_into of a {} buffer of another proc of this host",
+}
+for _mode, _title in LARGE_MODES.items():
+    for _label, _n in LARGE_SIZES.items():
+        _samples = 3 if _n >= GiB else 6
+        WORKLOADS.append(
+            Workload(
+                f"large_{_mode}_{_label}",
+                "rate",
+                _title.format(_label),
+                full=Params(warmup=1, samples=_samples, budget_s=20, size=_n, timeout_s=300),
+                smoke=Params(warmup=1, samples=2, budget_s=3, size=256 * 1024, timeout_s=60),
+                rate_unit="MiB/s",
+                notes="extra: how far the peak resident size of client and proc rose",
+            )
+        )
+LARGE = [w.name for w in WORKLOADS if w.name.startswith("large_")]
+
 BY_NAME: dict[str, Workload] = {w.name: w for w in WORKLOADS}
 
 # Systems in their default order; "floor" is the physical floor (raw sockets, raw copies).
@@ -181,7 +207,12 @@ VARIANT_WORKLOADS = {"call_one", "throughput"}
 
 # Workloads a system does not run: 64 Ray worker processes (80 MB and a few
 # seconds each) do not fit the 2-core development machine, and no target reads them.
-EXCLUDED: dict[str, set[str]] = {"ray": {"gather64", "spawn64"}}
+# The large-value workloads read danaus's procs' memory and use its RDMABuffer: danaus
+# against the floor only.
+EXCLUDED: dict[str, set[str]] = {
+    "ray": {"gather64", "spawn64", *LARGE},
+    "monarch": set(LARGE),
+}
 
 
 def system_runs(system: str, workload: str) -> bool:

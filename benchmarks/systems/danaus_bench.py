@@ -8,12 +8,15 @@ replaces the hook with one that drops the fault, as ``monarch_bench`` does.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
+import _large_bench
 import _torch_first  # noqa: F401  (first: torch before danaus, for the workloads that ask)
 from _common import run_worker
 from _mesh_bench import MeshSystem
+from workloads import LARGE
 
 import danaus.actor
 from danaus.actor import Actor, endpoint, shutdown_context, this_host
@@ -54,6 +57,36 @@ class Bench(Actor):
     def info(self):
         return os.getpid(), "torch" in sys.modules
 
+    # -- the large-value workloads (_large_bench) --
+
+    @endpoint
+    def reset_peak(self) -> int:
+        return _large_bench.reset_peak()
+
+    @endpoint
+    def peak(self) -> int:
+        return _large_bench.status("VmHWM")
+
+    @endpoint
+    def keep(self, n: int) -> None:
+        import numpy as np
+
+        self.kept = np.full(n, 7, dtype=np.uint8)
+
+    @endpoint
+    def get(self):
+        return self.kept
+
+    @endpoint
+    def register(self, n: int):
+        import numpy as np
+
+        from danaus.rdma import RDMABuffer
+
+        self.kept = np.full(n, 7, dtype=np.uint8)
+        self.buf = RDMABuffer(self.kept)
+        return self.buf
+
 
 def _teardown() -> None:
     shutdown_context()
@@ -78,7 +111,10 @@ def _traced(impls: dict) -> dict:
 
 
 if __name__ == "__main__":
-    impls = MeshSystem("danaus", this_host, Bench).impls()
+    system = MeshSystem("danaus", this_host, Bench)
+    impls = system.impls()
+    for name in LARGE:
+        impls[name] = functools.partial(_large_bench.run, system.procs, Bench)
     # run.py's variants: danaus_nometrics sets DANAUS_METRICS=0, danaus_traced this.
     if os.environ.get("DANAUS_BENCH_TRACE") == "1":
         impls = _traced(impls)

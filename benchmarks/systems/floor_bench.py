@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from _common import MiB, Params, Workload, measure, measure_each, proc_memory, run_worker
+from workloads import LARGE
 
 MSG = b"12345678"
 _children: list[int] = []
@@ -274,6 +275,19 @@ def memory(wl: Workload, p: Params, extra: dict[str, Any]) -> tuple[list[float],
     return [float(m["VmRSS"]) for m in mems], None
 
 
+def large(wl: Workload, p: Params, extra: dict[str, Any]) -> tuple[list[float], float]:
+    """The floor of the large-value workloads: a memcpy of the same size in one process
+    (``np.copyto`` between two resident arrays)."""
+    import numpy as np
+
+    src = np.full(p.size, 7, dtype=np.uint8)
+    dst = np.full(p.size, 1, dtype=np.uint8)
+    out = measure(lambda: np.copyto(dst, src), p)
+    extra["what"] = "np.copyto between two resident arrays of the same size"
+    extra["bytes"] = p.size
+    return out, p.size / MiB
+
+
 IMPLS = {
     "spawn": spawn,
     "call_one": call_one,
@@ -289,6 +303,7 @@ IMPLS = {
     "error": error,
     "crash": crash,
     "memory": memory,
+    **{name: large for name in LARGE},
 }
 
 if __name__ == "__main__":

@@ -178,6 +178,27 @@ SETTINGS: tuple[Setting, ...] = (
         "peer are down to this.",
     ),
     Setting(
+        "send_snapshot_max",
+        "size",
+        64 * _MiB,
+        "A message (call arguments or a result) whose out-of-band buffers (arrays, "
+        "tensors) add up to more than this is not copied: the sending thread waits until "
+        "its bytes have left this process's memory (read by the receiver on this host, "
+        "or handed to the kernel's socket), so the receiver still gets what was passed. "
+        "Smaller ones are copied (a snapshot) when they cannot leave at once, and the "
+        "send returns at once. 64 MiB: a copy that size takes ~10 ms, and a sender "
+        "holding that much for a peer waits anyway (send_high_water).",
+    ),
+    Setting(
+        "staging_max",
+        "size",
+        256 * _MiB,
+        "Bytes of snapshots of large messages (1 MiB and up) this process holds at once, "
+        "for every peer together: a message whose snapshot would not fit is sent as one "
+        "above send_snapshot_max is (its sender waits until its bytes have left). The "
+        "I/O thread, which never waits, may go beyond it.",
+    ),
+    Setting(
         "inbox_high_water",
         "size",
         64 * _MiB,

@@ -190,14 +190,14 @@ def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
 
     monkeypatch.setattr(offload.vm, "address", address_then_lose)
     data = np.arange(N, dtype=np.uint8)
-    header, bufs = off.wrap("peer", (0,), [data])
+    header, bufs, _ = off.wrap("peer", (0,), [data])
     assert header == (0,) and bufs[0] is data  # the bytes go as they are
     assert off.slots_made == 1
     assert not any(off._slots.values()), "a slot the loss took was put back among the free"
     assert off.slots_lent("peer") == 0 and off.slot_bytes == 0
     monkeypatch.setattr(offload.vm, "address", address)
     off.ok_peers.add("peer")  # a new peer of that name: a fresh slot
-    header, _ = off.wrap("peer", (0,), [data])
+    header, _, _ = off.wrap("peer", (0,), [data])
     assert header != (0,) and off.slots_made == 2
 
 

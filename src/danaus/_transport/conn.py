@@ -61,7 +61,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from .. import _config as config
 from .._errors import ConnectionClosedError, PeerBrokenError, TransportError
@@ -154,7 +154,10 @@ class WriteBatcher:
         "_hold",
         "_hold_epoch",
         "_hold_timer",
+        "_in",
         "_loop",
+        "_marks",
+        "_out",
         "_sealing",
         "_sel_op",
         "_session",
@@ -195,7 +198,14 @@ class WriteBatcher:
         self.queued = 0  # bytes in backlog and _unsealed: what waits to be written
         self._sealing = sealing  # the handshake is not done: frames wait in _unsealed
         self._session: Session | None = None
-        self._unsealed: list[list[Any]] = []  # frames sent before the session key exists
+        # frames sent before the session key exists, and who to tell once each is out
+        self._unsealed: list[tuple[list[Any], Callable[[], None] | None]] = []
+        # Frames whose sender is told when their last byte leaves the backlog: (the
+        # backlog's byte count `_in` after the frame, whom to tell); `_out` counts the
+        # bytes written out of the backlog.
+        self._marks: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
+        self._in = 0
+        self._out = 0
         self.drain_below = -1  # on_drained() once queued <= this (-1: nobody asked)
         self.on_drained: Callable[[], None] | None = None
         self._writer_armed = False
@@ -216,21 +226,29 @@ class WriteBatcher:
         with self.lock:
             self._sealing = False
             self._session = session
-            for parts in self._unsealed:
-                self.backlog.extend(_views(self._sealed(parts)))
+            for parts, on_left in self._unsealed:
+                views = _views(self._sealed(parts))
+                self.backlog.extend(views)
+                self._in += _nbytes(views)
+                if on_left is not None:
+                    self._marks.append((self._in, on_left))
                 if session is not None:
                     self.queued += TAG
             self._unsealed = []
             if self.backlog:
                 self._arm_writer_locked()
 
-    def drop_locked(self) -> None:
-        """The connection closes (lock held): forget everything not yet written."""
+    def drop_locked(self) -> list[Callable[[], None]]:
+        """The connection closes (lock held): forget everything not yet written. Returns
+        whom to tell that their frames are gone (to be called without the lock)."""
         self.backlog.clear()
         self._hold.clear()
         self._batching.held.discard(self)
+        told = [f for _, f in self._marks] + [f for _, f in self._unsealed if f is not None]
+        self._marks.clear()
         self._unsealed = []
         self.queued = 0
+        return told
 
     def _sealed(self, parts: list[Any]) -> list[Any]:
         """``parts`` followed by their tag, if this connection authenticates frames."""
@@ -238,11 +256,24 @@ class WriteBatcher:
             return parts
         return [*parts, self._session.seal(parts)]
 
-    def send(self, parts: list[Any]) -> None:
+    def send(
+        self, parts: list[Any], on_left: Callable[[], None] | None = None, *, copy: bool = False
+    ) -> None:
         """Queue ``parts`` (one encoded frame) for sending, in order. Never blocks.
 
-        Raises :class:`TransportError` if the connection is already closed.
+        Without ``on_left``, what cannot be written at once is copied (a snapshot:
+        the caller may change its arrays as soon as this returns). With it,
+        ``on_left()`` is called (on this thread or the I/O thread) once the last
+        byte of the frame has been handed to the kernel, or the connection closed;
+        nothing is copied unless ``copy``, and without ``copy`` the caller must
+        leave the memory of ``parts`` alone until then.
+
+        Raises :class:`TransportError` if the connection is already closed (then
+        ``on_left`` is not called).
         """
+        if on_left is not None:
+            self._send_large(parts, on_left, copy)
+            return
         with self.lock:
             conn = self._conn
             if conn.closed:
@@ -258,7 +289,7 @@ class WriteBatcher:
                 # Sealed once the handshake gives the key; a snapshot, since the caller
                 # may change its arrays as soon as we return.
                 owned = _owned(_views(parts))
-                self._unsealed.append(owned)
+                self._unsealed.append((owned, None))
                 self.queued += _nbytes(owned)
                 return
             if self._session is not None:
@@ -291,6 +322,55 @@ class WriteBatcher:
                 self._arm_writer_locked()
                 return
             self._write_now_locked(parts)
+
+    def _send_large(self, parts: list[Any], on_left: Callable[[], None], copy: bool) -> None:
+        """``send`` of a frame whose sender hears when it has left: what is not written
+        at once is queued as views (or, with ``copy``, a snapshot), ``on_left`` at its end."""
+        with self.lock:
+            conn = self._conn
+            if conn.closed:
+                raise (
+                    conn.close_exc
+                    if isinstance(conn.close_exc, TransportError)
+                    else ConnectionClosedError("connection is closed")
+                )
+            self._stats.frames_sent += 1
+            self.last_send = self._loop.time()
+            if self._sealing:
+                kept = _owned(_views(parts)) if copy else parts
+                self._unsealed.append((kept, on_left))
+                self.queued += _total(kept)
+                return
+            if self._session is not None:
+                parts = self._sealed(parts)
+            views = _views(parts)
+            hold = self._hold
+            if hold:  # what is held goes first
+                views = _views(hold) + views
+                hold.clear()
+                self._batching.held.discard(self)
+            sent = 0
+            if (
+                not self.backlog
+                and not conn._tls_pending
+                and (not self._tls or _on_loop_thread(self._loop))
+            ):
+                try:
+                    sent = self._write(views) if len(views) <= _MAX_IOV else 0
+                except _WOULD_BLOCK:
+                    sent = 0
+                except OSError:
+                    sent = 0  # the reader will notice too; the bytes stay queued
+            rest = _skip(views, sent)
+            if not rest:
+                done = True
+            else:
+                done = False
+                self._queue_locked(_owned(rest) if copy else rest)
+                self._marks.append((self._in, on_left))
+                self._arm_writer_locked()
+        if done:
+            on_left()
 
     def _hold_frame(self, parts: list[Any], hold: list[bytes]) -> bool:
         """Hold a small frame for a batched write (lock held); False if it cannot be."""
@@ -358,7 +438,9 @@ class WriteBatcher:
 
     def _queue_locked(self, views: list[memoryview]) -> None:
         self.backlog.extend(views)
-        self.queued += _nbytes(views)
+        n = _nbytes(views)
+        self.queued += n
+        self._in += n
 
     def want_drain(self, below: int) -> None:
         """Call ``on_drained()`` (I/O thread) once the backlog is at most ``below`` bytes."""
@@ -382,6 +464,7 @@ class WriteBatcher:
     def _on_writable(self) -> None:
         err: BaseException | None = None
         backlog = self.backlog
+        left: list[Callable[[], None]] = []
         with self.lock:
             while backlog:
                 batch = list(_take(backlog, _MAX_IOV))
@@ -397,14 +480,20 @@ class WriteBatcher:
                     backlog.popleft()
                 backlog.extendleft(reversed(rest))
                 self.queued -= sent
+                self._out += sent
                 if rest:
                     break
             else:
                 self._writer_armed = False
                 self._sel_op(self._loop.remove_writer, self._fd)
+            marks = self._marks
+            while marks and marks[0][0] <= self._out:
+                left.append(marks.popleft()[1])
             drained = err is None and self.drain_below >= 0 and self.queued <= self.drain_below
             if drained:
                 self.drain_below = -1
+        for fn in left:
+            fn()
         if err is not None:
             self._conn._fail(PeerBrokenError(f"write failed: {err}"), cause=err)
         elif drained and self.on_drained is not None:
@@ -931,6 +1020,14 @@ class DirectReader:
             pass
 
 
+class _Send(Protocol):
+    """The signature of ``WriteBatcher.send`` (bound as ``Connection.send``)."""
+
+    def __call__(
+        self, parts: list[Any], on_left: Callable[[], None] | None = ..., *, copy: bool = ...
+    ) -> None: ...
+
+
 class Connection:
     """One end of a framed connection. Create on the I/O thread, use from anywhere.
 
@@ -942,7 +1039,7 @@ class Connection:
     """
 
     # Bound in __init__ to the part that does the work (no extra call per frame).
-    send: Callable[[list[Any]], None]
+    send: _Send
     flush_held: Callable[[], None]
     want_drain: Callable[[int], None]
     pause: Callable[[Hashable], None]
@@ -1273,7 +1370,7 @@ class Connection:
                 return
             self.closed = True
             self.close_exc = exc if exc is not None else ConnectionClosedError("closed by us")
-            self.writer.drop_locked()
+            told = self.writer.drop_locked()
             reader.paused_by.clear()
             reader.held_frames.clear()
         with direct.mu:
@@ -1295,6 +1392,8 @@ class Connection:
                     pass
         if not reading:
             self._release_socket()
+        for fn in told:  # senders waiting for their frames to leave: they never will
+            fn()
         self._on_close(self, exc)
 
 

@@ -148,8 +148,12 @@ class InprocConnection:
         """Set what happens to frames and to the close (the accepting side, at accept)."""
         self._on_frame, self._on_close = on_frame, on_close
 
-    def send(self, parts: list[Any]) -> None:
+    def send(
+        self, parts: list[Any], on_left: Callable[[], None] | None = None, *, copy: bool = False
+    ) -> None:
         """Send one encoded frame (``encode_frame``'s parts); never blocks.
+        ``on_left()``, if given, is called once ``parts`` are no longer needed (here:
+        at once, since they are copied).
 
         Raises ``ConnectionClosedError`` once this end is closed.
         """
@@ -160,6 +164,8 @@ class InprocConnection:
         self.last_send = self.loop.time()
         assert self.other is not None
         _hand_over(self.other.loop, self.other._receive, frame)
+        if on_left is not None:
+            on_left()
 
     def send_message(
         self, header: tuple[Any, ...], body: ReadableBuffer, buffers: Iterable[ReadableBuffer]

@@ -18,9 +18,13 @@ import errno
 import functools
 import mmap
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["anonymous", "populate", "shared", "supported"]
+from .. import _config as config
+
+__all__ = ["Budget", "anonymous", "populate", "shared", "staging", "supported"]
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 _MADV_POPULATE_WRITE = 23  # linux/mman.h, since 5.14
@@ -92,3 +96,40 @@ def shared(fd: int, n: int) -> mmap.mmap:
     mapping = mmap.mmap(fd, n, flags=mmap.MAP_SHARED)
     populate(mapping)
     return mapping
+
+
+class Budget:
+    """Bytes of staging memory (snapshots of large messages) held at once, within a
+    limit read on each ``try_take``. Thread-safe; never blocks: a sender that finds no
+    room sends without a snapshot and waits until its bytes have left instead.
+    """
+
+    def __init__(self, limit: Callable[[], int]) -> None:
+        self._limit = limit
+        self._lock = threading.Lock()  # guards used and peak
+        self.used = 0
+        self.peak = 0  # the most ever held at once (a statistic, for tests)
+
+    def try_take(self, n: int) -> bool:
+        """Take ``n`` bytes if they fit within the limit; whether they were taken."""
+        with self._lock:
+            if self.used + n > self._limit():
+                return False
+            self.used += n
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def take(self, n: int) -> None:
+        """Take ``n`` bytes even beyond the limit (a thread that must not wait)."""
+        with self._lock:
+            self.used += n
+            self.peak = max(self.peak, self.used)
+
+    def give(self, n: int) -> None:
+        """Give back ``n`` bytes taken before."""
+        with self._lock:
+            self.used -= n
+
+
+#: This process's staging memory: snapshots of large messages not yet sent or read.
+staging = Budget(lambda: int(config.get("staging_max")))

@@ -95,6 +95,22 @@ class Backpressure:
         finally:
             self.end_wait(blocked=True)
 
+    def wait_sent(self, name: str, sent: threading.Event) -> None:
+        """Block until ``sent`` is set (a lent frame to proc ``name`` has left this
+        process's memory), ``name`` is lost, or we close; a waiting thread, as for
+        ``wait_for_room``, so that nothing it waits for stays paused behind it."""
+        if sent.is_set():
+            return
+        rt = self.rt
+        self.begin_wait(blocked=True)
+        try:
+            # Woken by the frame's end; the timeout only re-checks the peer and the runtime.
+            while not sent.wait(0.5):
+                if rt.closed or rt.is_lost(name) is not None:
+                    return
+        finally:
+            self.end_wait(blocked=True)
+
     def notify_room(self) -> None:
         """Wake senders waiting for a backlog to drain (any thread)."""
         if self.room_waiters:

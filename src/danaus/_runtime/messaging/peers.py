@@ -63,7 +63,10 @@ class _Peer:
         self.dialing: Connection | None = None
         self.waiting: Connection | None = None
         self.pending = pending  # waiting for READY before connecting
-        self.queue: list[tuple[list[Any], Callable[[str], None] | None]] = []
+        # frames waiting for the connection: (parts, on_fail, on_left: see Connection.send)
+        self.queue: list[
+            tuple[list[Any], Callable[[str], None] | None, Callable[[], None] | None]
+        ] = []
         self.queued_bytes = 0  # the bytes in queue (bounded: senders block above a mark)
         self.lost: str | None = None
         self.stopping = False
@@ -300,7 +303,8 @@ class PeerTable:
         self.notify_room()  # senders held back by this peer's backlog give up
         # Every waiter is told, even if telling one of them fails.
         calls: list[Callable[[], Any]] = []
-        calls += [functools.partial(f, reason) for _, f in queued if f is not None]
+        calls += [left for _, _, left in queued if left is not None]  # never sent
+        calls += [functools.partial(f, reason) for _, f, _ in queued if f is not None]
         calls += [functools.partial(cb, reason) for cb in cbs]
         for port in watchers:
             handler = self.ports.get(port)

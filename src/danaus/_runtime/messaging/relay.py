@@ -37,7 +37,7 @@ import functools
 import itertools
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import ConnectionClosedError, PeerBrokenError
@@ -109,12 +109,17 @@ class RelayedConnection(InprocConnection):
     def want_drain(self, low: int) -> None:
         self._side.ctl.want_drain(low)
 
-    def send(self, parts: list[Any]) -> None:
-        """Send one encoded frame (HELLO, WELCOME, frames queued before the connection)."""
+    def send(
+        self, parts: list[Any], on_left: Callable[[], None] | None = None, *, copy: bool = False
+    ) -> None:
+        """Send one encoded frame (HELLO, WELCOME, frames queued before the connection);
+        ``on_left()`` once ``parts`` are no longer needed (at once: they are copied)."""
         if self.closed:
             raise ConnectionClosedError("closed by us") from self.close_exc
         frame = decode_frame(b"".join(parts))
         self._forward(frame.header, frame.body, frame.buffers)
+        if on_left is not None:
+            on_left()
 
     def send_message(
         self, header: tuple[Any, ...], body: ReadableBuffer, buffers: Iterable[ReadableBuffer]

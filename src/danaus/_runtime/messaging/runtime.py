@@ -27,6 +27,14 @@ is the runtime's part ``rt.backpressure`` (``backpressure.py``); CALL and
 REPLY frames reach mailboxes and ports through ``rt.router`` (``routing.py``);
 the peer table is the base class ``PeerTable`` (``peers.py``).
 
+Large messages: a frame whose out-of-band buffers add up to 1 MiB or more
+draws a snapshot's worth from the process's staging budget (``staging_max``)
+before anything is copied; above ``send_snapshot_max``, or when the budget
+has no room, its buffers are lent instead (nothing copied) and the sending
+thread waits until they have left (``Backpressure.wait_sent``): read by the
+receiver (offload's RELEASE), or written to the kernel (the connection's
+mark). The I/O thread never waits: it copies, budget or not.
+
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
 exit. Everything waiting on a lost peer is told at once (ports watching it,
@@ -119,6 +127,34 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     if _uvloop is not None:
         return _uvloop.new_event_loop()  # type: ignore[no-any-return]
     return asyncio.new_event_loop()
+
+
+# A message whose out-of-band buffers add up to at least this much is large: lent or
+# copied within the staging budget (``memory.staging``); smaller ones are copied freely
+# (each peer's share is bounded by send_high_water).
+_LARGE = 1 << 20
+
+
+def _large(buffers: Sequence[ReadableBuffer]) -> int:
+    """The bytes of ``buffers`` if they make a large message, else 0."""
+    n = 0
+    for b in buffers:
+        n += len(b) if type(b) is bytes else memoryview(b).nbytes
+    return n if n >= _LARGE else 0
+
+
+class _Give:
+    """Gives ``n`` bytes back to the staging budget, once."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self) -> None:
+        n, self.n = self.n, 0
+        if n:
+            memory.staging.give(n)
 
 
 def _has_large(parts: list[Any]) -> bool:
@@ -714,9 +750,9 @@ class Runtime(PeerTable):
                 return
             # Flush under the lock, before publishing the connection: a sender on
             # another thread must not overtake the frames queued before it.
-            for parts, _ in peer.queue:
+            for parts, _, on_left in peer.queue:
                 try:
-                    conn.send(parts)
+                    conn.send(parts, on_left)
                 except Exception:
                     break  # closed: its close handler reports the loss to the queue's owners
             else:
@@ -836,7 +872,9 @@ class Runtime(PeerTable):
         pickled: bytes | None = None,
     ) -> None:
         """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
-        from any thread; never blocks.
+        from any thread. Blocks (never on the I/O thread) only while this process
+        holds more than ``send_high_water`` for ``proc``, and for a large message
+        until its buffers have left this process's memory (``send_snapshot_max``).
 
         If it cannot be delivered (the peer is lost, now or while the frame
         waits for the peer to come up), ``on_fail(reason)`` is called, or
@@ -859,21 +897,88 @@ class Runtime(PeerTable):
                 log.debug("handing a frame to %s failed", proc.name, exc_info=True)
         if pickled is not None and not buffers:
             parts = encode_pickled(pickled, body)
+        elif not buffers:
+            parts = encode_frame(wire(header), body)
         else:
-            raw = wire(header)
-            if buffers and self.offload.ok_peers:
-                raw, buffers = self.offload.wrap(proc.name, raw, buffers)
-            parts = encode_frame(raw, body, buffers)
+            self._send_buffers(proc, header, body, buffers, on_fail)
+            return
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
                 peer.conn.send(parts)
                 return
             except Exception:  # lost: fall through to the slow path, which reports it
                 log.debug("sending a frame to %s failed", proc.name, exc_info=True)
+        self._send_slow(proc, parts, on_fail, None)
+
+    def outbound_bytes(self, name: str) -> int:
+        """Bytes of frames to proc ``name`` this process still holds (queued, in its
+        connection's backlog, offloaded and not yet read): a statistic."""
+        peer = self._peers.get(name)
+        return 0 if peer is None else self.backpressure.outbound(peer)
+
+    def _send_buffers(
+        self,
+        proc: ProcId,
+        header: tuple[Any, ...],
+        body: bytes | memoryview,
+        buffers: Sequence[ReadableBuffer],
+        on_fail: Callable[[str], None] | None,
+    ) -> None:
+        """``send`` of a frame with out-of-band buffers: those of a large message are
+        lent (no copy; this thread waits until they have left) or copied within the
+        ``staging_max`` budget (see ``send_snapshot_max``)."""
+        raw = wire(header)
+        large = _large(buffers)
+        on_left: Callable[[], None] | None = None
+        sent: threading.Event | None = None
+        if large:
+            if not self.on_io_thread() and (
+                large > config.get("send_snapshot_max") or not memory.staging.try_take(large)
+            ):
+                sent = threading.Event()
+                on_left = sent.set
+            else:
+                if self.on_io_thread():  # never waits: copies, within the budget or not
+                    memory.staging.take(large)
+                on_left = _Give(large)
+        offloaded = False
+        if self.offload.ok_peers:
+            raw, buffers, offloaded = self.offload.wrap(
+                proc.name, raw, buffers, on_left, lend=sent is not None
+            )
+        parts = encode_frame(raw, body, buffers)
+        conn_left = None if offloaded else on_left
+        try:
+            peer = self._peers.get(proc.name)
+            if peer is not None and peer.conn is not None and not peer.conn.closed:
+                try:
+                    # Lent: the caller waits; else what is not written at once is a
+                    # snapshot, its budget given back once it is written.
+                    peer.conn.send(parts, conn_left, copy=sent is None)
+                    return
+                except Exception:  # lost: fall through to the slow path, which reports it
+                    log.debug("sending a frame to %s failed", proc.name, exc_info=True)
+            self._send_slow(proc, parts, on_fail, conn_left, lend=sent is not None)
+        finally:
+            if sent is not None:
+                self.backpressure.wait_sent(proc.name, sent)
+
+    def _send_slow(
+        self,
+        proc: ProcId,
+        parts: list[Any],
+        on_fail: Callable[[str], None] | None,
+        on_left: Callable[[], None] | None,
+        *,
+        lend: bool = False,
+    ) -> None:
+        """``send`` to a peer not connected yet (queued), lost, or whose connection
+        broke. ``on_left`` as for ``Connection.send``; with ``lend`` the parts are
+        queued as they are (the caller waits for ``on_left``), else copied."""
         # Sent later, if the peer is not connected yet: keep a snapshot (the caller may
         # change its arrays now). A large one is made outside the lock, which the I/O
         # thread takes, and the peer looked at again after.
-        owned: list[Any] | None = None
+        owned: list[Any] | None = parts if lend else None
         while True:
             with self._lock:
                 peer = self._peers.get(proc.name)
@@ -883,7 +988,9 @@ class Runtime(PeerTable):
                 if later and (owned is not None or not _has_large(parts)):
                     if owned is None:
                         owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-                    peer.queue.append((owned, on_fail))
+                    # A snapshot keeps its budget until it is written (on_left, which
+                    # the connection calls, as it does for a lent frame).
+                    peer.queue.append((owned, on_fail, on_left))
                     peer.queued_bytes += sum(len(p) for p in owned)
                     if not peer.pending and len(peer.queue) == 1:
                         self.call_soon(self._connect, peer)
@@ -895,10 +1002,12 @@ class Runtime(PeerTable):
         if lost is None:
             assert peer.conn is not None
             try:
-                peer.conn.send(parts)
+                peer.conn.send(parts, on_left, copy=not lend)
                 return
             except Exception as e:
                 lost = f"sending to proc {proc.name} failed: {e}"
+        if on_left is not None:
+            on_left()
         if on_fail is not None:
             on_fail(lost)
         else:
