@@ -12,6 +12,7 @@ nothing cannot pass.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -81,6 +82,18 @@ class GpuHolder(Actor):
     @endpoint
     def pid(self) -> int:
         return os.getpid()
+
+    @endpoint
+    def allocated(self) -> int:
+        """The bytes torch's allocator holds for tensors here, once garbage is collected."""
+        return _allocated()
+
+
+def _allocated() -> int:
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.ipc_collect()
+    return int(torch.cuda.memory_allocated())
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +189,32 @@ def test_a_float_cuda_tensor_is_its_raw_bytes() -> None:
     buf.read_into(out).get(timeout=REPLY_TIMEOUT)
     assert torch.equal(out.view(torch.float32), t)
     buf.drop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_a_dropped_cuda_buffer_gives_its_memory_back_with_its_tensor() -> None:
+    """The export's reference (``_share_cuda_``) is returned at the drop: torch frees the
+    memory with the tensor instead of keeping it in its IPC limbo for the process's life."""
+    before = _allocated()
+    t = torch.ones(8 * MiB, dtype=torch.uint8, device="cuda")
+    buf = RDMABuffer(t)
+    buf.drop().get(timeout=REPLY_TIMEOUT)
+    del t, buf
+    assert _allocated() == before
+
+
+def test_a_dropped_cuda_buffer_that_two_peers_opened_gives_its_memory_back(
+    holders: ActorMesh[GpuHolder],
+) -> None:
+    a, b = _pair(holders)
+    before = a.allocated.call_one().get(timeout=REPLY_TIMEOUT)
+    buf = a.make.call_one("freed", 8 * MiB, "cuda", 6).get(timeout=REPLY_TIMEOUT)
+    want = a.contents.call_one("freed").get(timeout=REPLY_TIMEOUT)
+    assert b.read.call_one(buf, "cuda").get(timeout=REPLY_TIMEOUT) == want  # b opens it
+    dst = torch.zeros(buf.size(), dtype=torch.uint8, device="cuda")
+    buf.read_into(dst).get(timeout=REPLY_TIMEOUT)  # and so does the client
+    assert _bytes(dst) == want
+    a.drop.call_one("freed").get(timeout=REPLY_TIMEOUT)
+    assert a.allocated.call_one().get(timeout=REPLY_TIMEOUT) == before
 
 
 # -- stream order ----------------------------------------------------------------------

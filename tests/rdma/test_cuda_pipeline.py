@@ -357,3 +357,70 @@ def test_the_owner_serves_a_store_into_its_gpu_memory_and_stops_at_a_bad_chunk(
     assert bytes(dev[:2000].numpy()) == data[:2000]  # the chunks before it landed
     assert not dev[2000:].any()
     assert made[-1].finished
+
+
+# -- the export's reference count (torch's CUDA IPC "limbo") ------------------------------
+
+
+class FakeTorch:
+    """The few torch entry points the IPC reference handling calls, recording each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        fake = self
+
+        class UntypedStorage:
+            @staticmethod
+            def _new_shared_cuda(*args: Any) -> str:
+                fake.calls.append(("open", *args))
+                return f"storage{len(fake.calls)}"
+
+            @staticmethod
+            def _release_ipc_counter_cuda(*args: Any) -> None:
+                fake.calls.append(("release", *args))
+
+        class _Cuda:
+            @staticmethod
+            def device(index: int) -> Any:
+                import contextlib
+
+                return contextlib.nullcontext()
+
+            @staticmethod
+            def ipc_collect() -> None:
+                fake.calls.append(("collect",))
+
+        self.UntypedStorage = UntypedStorage
+        self.cuda = _Cuda
+
+
+IPC = (1, b"mem-handle", 4096, 512, b"/torch_counter", 7, b"event-handle", True)
+
+
+def test_a_peer_opens_the_handle_on_its_own_index_without_the_owners_counter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeTorch()
+    monkeypatch.setattr(cuda, "_torch", lambda: fake)
+    monkeypatch.setattr(cuda, "local_index", lambda uuid: 3)
+    handles = cuda.CudaHandles()
+    info = _info(ipc=IPC)
+    first = handles.storage(("p", 1, 2), info)
+    assert handles.storage(("p", 1, 2), info) == first  # opened once
+    # torch counts one reference per export for exactly one opener; any number of peers
+    # open a buffer's one export, so none of them may decrement the owner's counter.
+    assert fake.calls == [
+        ("open", 3, b"mem-handle", 4096, 512, cuda.NO_COUNTER, 0, b"event-handle", True)
+    ]
+
+
+def test_the_owner_returns_the_exports_reference_when_the_buffer_is_freed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeTorch()
+    monkeypatch.setattr(cuda, "_torch", lambda: fake)
+    cuda.release(_info(ipc=IPC))
+    assert fake.calls == [("release", b"/torch_counter", 7), ("collect",)]
+    fake.calls.clear()
+    cuda.release(_info(ipc=None, why_no_ipc="no export"))  # nothing was taken
+    assert fake.calls == []

@@ -11,6 +11,7 @@ host, or over a data connection of their own across hosts (``net.py``).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 from typing import Any
 
@@ -154,8 +155,11 @@ class RDMABuffer:
         chosen = plane.choose(mem, node)
         if chosen is None:
             self._backend, self._desc = _backend.BUILTIN, None
-            self._cuda = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
-            self._id = node.part(BufferRegistry).register(mem)
+            info = None if mem.host else cuda.export(mem)  # type: ignore[arg-type]
+            self._cuda = info
+            # The export holds a reference on the GPU memory until the buffer is dropped.
+            on_free = None if info is None else functools.partial(cuda.release, info)
+            self._id = node.part(BufferRegistry).register(mem, on_free=on_free)
         else:  # NIXL moves it, CUDA memory too: no CUDA IPC export of our own
             desc = chosen.register(mem)
             self._backend, self._desc, self._cuda = chosen.name, desc, None

@@ -55,6 +55,7 @@ __all__ = [
     "host_view",
     "owner_bytes",
     "reachable",
+    "release",
     "serve_fetch",
     "serve_store",
     "staged_copy",
@@ -66,6 +67,10 @@ log = logging.getLogger("danaus.rdma")
 
 SLOTS = 2  # pinned chunks per pipeline: one moving while the other is on the device
 OPEN_MAX = 64  # opened IPC handles kept per process (least recently used goes first)
+# What a peer passes to ``_new_shared_cuda`` instead of the owner's reference counter: a
+# shared memory name nothing creates, so closing the handle decrements no counter (torch's
+# deleter ignores a counter it cannot open). See :func:`release`.
+NO_COUNTER = b"/danaus-no-cuda-ipc-counter"
 
 
 def _torch() -> Any:
@@ -156,6 +161,21 @@ def export(mem: CudaMemory) -> CudaInfo:
     return CudaInfo(mem.uuid, mem.device, mem.kind, ipc, start, why)
 
 
+def release(info: CudaInfo) -> None:
+    """The owner's buffer is dropped and no transfer pins it: return the reference that its
+    export (``_share_cuda_()``) took on the memory, so that torch frees it once the tensor
+    goes (else the memory stays in torch's IPC "limbo" for the process's life).
+
+    Peers may keep the handle open after that (they never read it again: the owner refuses
+    a dropped buffer's transfers); they do not count (see ``CudaHandles.storage``).
+    """
+    if info.ipc is None:
+        return
+    torch = _torch()
+    torch.UntypedStorage._release_ipc_counter_cuda(info.ipc[4], info.ipc[5])
+    torch.cuda.ipc_collect()  # frees the memory now if the tensor already went
+
+
 def reachable(info: CudaInfo, same_host: bool) -> str | None:
     """None if this process can open ``info``'s IPC handle, else why not (in words)."""
     if not same_host:
@@ -201,7 +221,13 @@ class CudaHandles:
                 return found
         index = local_index(info.uuid)
         assert info.ipc is not None and index is not None  # checked by reachable()
-        args = (index, *info.ipc[1:])
+        # ``_share_cuda_()``'s answer: (device, handle, size, offset, counter handle, counter
+        # offset, event handle, event sync required). torch counts one reference per export
+        # and expects exactly one opener to return it; a buffer's one export is opened by any
+        # number of peers (or none), so the owner returns it itself when the buffer is
+        # dropped (:func:`release`) and no peer touches the counter.
+        _, handle, size, offset, _, _, event, sync = info.ipc
+        args = (index, handle, size, offset, NO_COUNTER, 0, event, sync)
         torch = _torch()
         try:
             with torch.cuda.device(index):

@@ -546,7 +546,10 @@ class Transfer:
             handles = self._node.part(CudaHandles)
             handles.watch(self._rt)
             key = (buf._owner_proc.name, buf._pid, buf._id)
-            remote, device = cuda.owner_bytes(buf._cuda, key, buf._addr, buf._size, local, handles)
+            # This process's own memory even when another proc of it (a simulated one)
+            # registered it: CUDA refuses to open an IPC handle in the process that made it.
+            own = local or buf._pid == os.getpid()
+            remote, device = cuda.owner_bytes(buf._cuda, key, buf._addr, buf._size, own, handles)
             cuda.direct_copy(op.write, op.local, remote, off, n, device)
             return True
         assert isinstance(op.local, cuda.CudaMemory)
