@@ -9,7 +9,10 @@ memory. Snapshots of all peers together stay within ``staging_max``.
 Peak memory is each process's ``VmHWM`` (``/proc/<pid>/status``), reset before
 each measurement (``clear_refs``): what a transfer costs beyond the values
 themselves must stay within ``staging_max``. The procs live on this host (the
-one-sided offload path) and on a worker on loopback (the TCP path).
+one-sided offload path) and on a worker on loopback (the TCP path). In
+``tests/transport``, after ``tests/multihost``: a loopback worker attached
+first would make this client advertise 127.0.0.1, which the lab's hosts
+cannot reach.
 """
 
 from __future__ import annotations
@@ -30,9 +33,7 @@ from danaus._wire import memory
 from danaus.actor import Actor, ActorMesh, HostMesh, endpoint, this_host
 from danaus.config import configured
 from danaus.rdma import RDMABuffer
-from loopback_worker import loopback_worker
-
-from .conftest import REPLY_TIMEOUT
+from loopback_worker import REPLY_TIMEOUT, loopback_worker
 
 MiB = 1 << 20
 GiB = 1 << 30
