@@ -10,6 +10,7 @@ and train a linear model whose losses a one-process run gives.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import queue
 import re
@@ -19,7 +20,6 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -185,10 +185,14 @@ class Fragile(ElasticReplica):
         import torch
 
         if init_failures:
-            left = int(Path(init_failures).read_text())
-            if left > 0:
-                Path(init_failures).write_text(str(left - 1))
-                raise RuntimeError(f"__init__ failing on purpose ({left} left)")
+            with open(init_failures, "r+") as f:  # replacements start together: one at a time
+                fcntl.flock(f, fcntl.LOCK_EX)
+                left = int(f.read())
+                if left > 0:
+                    f.seek(0)
+                    f.truncate()
+                    f.write(str(left - 1))
+                    raise RuntimeError(f"__init__ failing on purpose ({left} left)")
         self.plan = set(plan)
         self.w = torch.zeros(4, 1, requires_grad=True)
 
@@ -329,7 +333,7 @@ def test_each_loss_is_reported_and_replacements_restore_full_size_and_a_spare(
     assert stats.recovered and stats.recovery_s is not None and stats.recovery_s > 0, stats
     assert stats.restarts == 2, stats  # the spare and one replacement joined
     # The other replacement (the one whose first spawn failed, or not) is the next spare.
-    wait_until(lambda: mesh.stats().spares, REPLACE_TIMEOUT, "a spare again", until=bool)
+    wait_until(mesh.stats, REPLACE_TIMEOUT, "a spare again", until=lambda s: s.spares)
     assert failures.read_text() == "0"  # a failed __init__ was tried again
 
     # The next loss finds that spare: full size at once.

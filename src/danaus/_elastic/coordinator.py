@@ -127,14 +127,19 @@ class ElasticCoordinator(Actor):
         self.procs.append(procs)
         try:
             mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
-            await mesh.initialized
-            infos = [await mesh.slice(procs=i).elastic_info.call_one() for i in range(n)]
+            # Bounded: a spawn that never ends must not keep a replacement from being
+            # tried again (the client waits as long for the first replicas).
+            await asyncio.wait_for(mesh.initialized, 4 * self.timeout)
+            infos = [
+                await asyncio.wait_for(mesh.slice(procs=i).elastic_info.call_one(), self.timeout)
+                for i in range(n)
+            ]
         except BaseException:  # nothing of a failed spawn is left behind
-            self.procs.remove(procs)
             try:
-                await procs.stop()
-            except Exception as e:
-                log.debug("stopping the procs of a failed spawn: %s", e)
+                await asyncio.wait_for(procs.stop(), self.timeout)
+                self.procs.remove(procs)
+            except BaseException as e:  # kept in self.procs: shutdown stops them again
+                log.warning("stopping the procs of a failed spawn: %r", e)
             raise
         out = []
         for i, (pid, _) in enumerate(infos):
