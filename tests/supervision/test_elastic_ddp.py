@@ -250,7 +250,9 @@ def elastic() -> Any:
     made: list[ElasticMesh] = []
 
     def make(**kw: Any) -> ElasticMesh:
-        mesh = ElasticMesh(Fragile, timeout=60.0, **kw)
+        # A tiny model: 20 s bounds every call and collective with room to spare, and a
+        # replacement's spawn that stalls is given up and tried again after 4x that.
+        mesh = ElasticMesh(Fragile, timeout=20.0, **kw)
         made.append(mesh)
         return mesh
 
