@@ -395,7 +395,7 @@ class ElasticCoordinator(Actor):
     async def shutdown(self) -> None:
         for t in list(self.spawning):
             t.cancel()
-        for procs in self.procs:
+        for procs in list(self.procs):  # a cancelled spawn removes its own meanwhile
             try:
                 await procs.stop()
             except Exception as e:  # a proc already lost
