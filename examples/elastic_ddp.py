@@ -21,9 +21,11 @@ training goes on at world size 4. No step is redone from a checkpoint.
 
 It prints ``PIDS`` (the replicas' processes) once, ``STEP <k> world=<n>
 loss=<x>`` after every step, ``REPLICAS_EQUAL`` (parameters compared across
-the replicas) and last ``DONE steps=<N> restarts=<r> lost_steps=<l>
-recovery_s=<t>`` (``recovery_s``: from the coordinator seeing the loss to the
-next step committed at full size; 0 without a loss).
+the replicas) and last ``DONE steps=<N> lost=<n> restarts=<r> lost_steps=<l>
+recovery_s=<t>`` (``lost``: replicas lost; ``restarts``: spares and
+replacements that joined; ``recovery_s``: from the coordinator seeing the last
+loss to the next step committed at full size, ``none`` without a loss and
+``not-recovered`` when the run ended below full size).
 """
 
 from __future__ import annotations
@@ -108,10 +110,15 @@ def main(argv: Any = None) -> None:
     finally:
         mesh.stop()
     print(f"REPLICAS_EQUAL {len(set(digests)) == 1}", flush=True)
-    recovery = stats.recovery_s if stats.recovery_s is not None else 0.0
+    if not stats.lost:
+        recovery = "none"
+    elif stats.recovery_s is None:  # never back at full size since the last loss
+        recovery = "not-recovered"
+    else:
+        recovery = f"{stats.recovery_s:.3f}"
     print(
-        f"DONE steps={stats.steps} restarts={stats.restarts} lost_steps={stats.lost_steps} "
-        f"recovery_s={recovery:.3f}",
+        f"DONE steps={stats.steps} lost={stats.lost} restarts={stats.restarts} "
+        f"lost_steps={stats.lost_steps} recovery_s={recovery}",
         flush=True,
     )
 

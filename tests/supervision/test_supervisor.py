@@ -156,6 +156,57 @@ def test_rest_for_one_restarts_the_failed_child_and_those_spawned_after_it(
         assert all(x != y for x, y in zip(old, new, strict=True)), (old, new)
 
 
+# Which ranks get a fresh actor, per strategy, when the failed child is the only child
+# or the last one (issue 44: a shortcut restarted only the failed rank in both cases,
+# for every strategy). "all": every rank of that child.
+ONLY_CHILD = {"one_for_one": {2}, "one_for_all": "all", "rest_for_one": "all"}
+LAST_CHILD = {  # (first child, last child) when rank 1 of the last fails
+    "one_for_one": (set(), {1}),
+    "one_for_all": ("all", "all"),
+    "rest_for_one": (set(), "all"),
+}
+
+
+def fresh_ranks(before: list[str], after: list[str]) -> set[int] | str:
+    """The ranks whose actor is new ("all" when every one is)."""
+    new = {r for r, (x, y) in enumerate(zip(before, after, strict=True)) if x != y}
+    return "all" if new == set(range(len(before))) else new
+
+
+@pytest.mark.parametrize("strategy", sorted(ONLY_CHILD))
+def test_a_failure_in_the_only_child_restarts_what_the_strategy_says(
+    spawn_procs, sups, strategy
+) -> None:
+    procs = spawn_procs(gpus=3)
+    sup = sups(strategy=strategy)
+    only = sup.spawn(procs, "only", Worker)
+    before = only.who.call().get(timeout=TIMEOUT)
+    only.slice(gpus=2).boom.broadcast()
+    (rec,) = restarted(sup, 1)
+    assert (rec.child, rec.ranks) == ("only", (2,))
+    after = only.who.call().get(timeout=TIMEOUT)
+    toks = lambda vm: [t for t, _, _ in vm.values()]  # noqa: E731
+    assert fresh_ranks(toks(before), toks(after)) == ONLY_CHILD[strategy]
+    # Every proc was alive: each restarted rank came back in its own proc.
+    assert [p for _, p, _ in after.values()] == [p for _, p, _ in before.values()]
+
+
+@pytest.mark.parametrize("strategy", sorted(LAST_CHILD))
+def test_a_failure_in_the_last_child_restarts_what_the_strategy_says(
+    spawn_procs, sups, strategy
+) -> None:
+    procs = spawn_procs(gpus=2)
+    sup = sups(strategy=strategy)
+    first, last = (sup.spawn(procs, n, Worker) for n in ("first", "last"))
+    before = [tokens(first), tokens(last)]
+    last.slice(gpus=1).boom.broadcast()
+    (rec,) = restarted(sup, 1)
+    assert (rec.child, rec.ranks) == ("last", (1,))
+    after = [tokens(first), tokens(last)]
+    fresh = tuple(fresh_ranks(b, a) for b, a in zip(before, after, strict=True))
+    assert fresh == LAST_CHILD[strategy]
+
+
 def test_restart_intensity_exceeded_gives_up_and_tells_the_owner(spawn_procs, faults) -> None:
     procs = spawn_procs(gpus=2)
     sup = Supervisor(max_restarts=2, period=3600, name="tight")

@@ -39,6 +39,9 @@ __all__ = ["ElasticCoordinator", "ElasticStats"]
 
 log = logging.getLogger("danaus.elastic")
 
+#: Seconds before trying again to spawn a replacement that failed: first, at most.
+REPLACE_BACKOFF = (0.5, 30.0)
+
 
 @dataclass
 class ElasticStats:
@@ -48,9 +51,10 @@ class ElasticStats:
     replacements that joined; ``aborted_steps``: step attempts abandoned because
     the membership changed (each retried at once, from the same state);
     ``lost_steps``: committed steps that had to be done again (none: state is
-    never rolled back); ``recoveries``: ``(lost_at, full_at)`` wall-clock times
-    (``time.time()``) of each loss seen by the coordinator and of the next step
-    committed at full size (``None`` while not back to full size).
+    never rolled back); ``recoveries``: one ``(lost_at, full_at)`` per lost
+    member, wall-clock times (``time.time()``) of the coordinator seeing the loss
+    and of the next step committed at full size (``None`` while not back to full
+    size); ``spares``: replicas ready to take a lost one's place now.
     """
 
     steps: int = 0
@@ -59,10 +63,17 @@ class ElasticStats:
     aborted_steps: int = 0
     lost_steps: int = 0
     recoveries: list[tuple[float, float | None]] = field(default_factory=list)
+    spares: int = 0
+
+    @property
+    def recovered(self) -> bool:
+        """True when every loss so far was followed by a step at full size."""
+        return all(full_at is not None for _, full_at in self.recoveries)
 
     @property
     def recovery_s(self) -> float | None:
-        """Seconds from the last loss to full size again (None: no loss, or not yet)."""
+        """Seconds from the last loss to full size again (None: no loss, or not back to
+        full size since it)."""
         if not self.recoveries:
             return None
         lost_at, full_at = self.recoveries[-1]
@@ -114,23 +125,46 @@ class ElasticCoordinator(Actor):
         name = f"replicas{self.generation}"
         procs = this_host().spawn_procs(per_host={"procs": n})
         self.procs.append(procs)
-        mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
-        await mesh.initialized
+        try:
+            mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
+            # Bounded: a spawn that never ends must not keep a replacement from being
+            # tried again (the client waits as long for the first replicas).
+            await asyncio.wait_for(mesh.initialized, 4 * self.timeout)
+            infos = [
+                await asyncio.wait_for(mesh.slice(procs=i).elastic_info.call_one(), self.timeout)
+                for i in range(n)
+            ]
+        except BaseException:  # nothing of a failed spawn is left behind
+            try:
+                await asyncio.wait_for(procs.stop(), self.timeout)
+                self.procs.remove(procs)
+            except BaseException as e:  # kept in self.procs: shutdown stops them again
+                log.warning("stopping the procs of a failed spawn: %r", e)
+            raise
         out = []
-        for i in range(n):
-            actor = mesh.slice(procs=i)
-            pid, _ = await actor.elastic_info.call_one()
-            member = _Member(self.next_id, actor, pid, (name, i))
+        for i, (pid, _) in enumerate(infos):
+            member = _Member(self.next_id, mesh.slice(procs=i), pid, (name, i))
             self.next_id += 1
             self.by_key[member.mesh_key] = member
             out.append(member)
         return out
 
     async def _replace(self) -> None:
-        try:
-            self.spares.extend(await self._spawn(1))
-        except Exception as e:  # the next loss tries again; the members keep training
-            log.warning("spawning a replacement replica failed: %s", e)
+        """Spawn one spare, trying again (with backoff) until one is up: a spawn that
+        failed (no room on the host yet, an ``__init__`` that raised) must not leave
+        the mesh short of a spare for good. Cancelled by ``shutdown``."""
+        delay = REPLACE_BACKOFF[0]
+        while True:
+            try:
+                self.spares.extend(await self._spawn(1))
+                return
+            except Exception as e:  # the members keep training meanwhile
+                log.warning(
+                    "spawning a replacement replica failed (%s); trying again in %.1f s",
+                    e, delay,
+                )  # fmt: skip
+            await asyncio.sleep(delay)
+            delay = min(REPLACE_BACKOFF[1], 2 * delay)
 
     def _lose(self, ids: set[int], why: str) -> None:
         """Drop members and spares ``ids``; start a replacement for each lost member."""
@@ -144,8 +178,8 @@ class ElasticCoordinator(Actor):
         if lost_members:
             self.dirty = True
             self.stats.lost += len(lost_members)
-            if not self.stats.recoveries or self.stats.recoveries[-1][1] is not None:
-                self.stats.recoveries.append((time.time(), None))
+            now = time.time()
+            self.stats.recoveries.extend((now, None) for _ in lost_members)
             log.warning("lost replicas %s (%s)", sorted(m.id for m in lost_members), why)
         for _ in fresh:
             task = asyncio.get_running_loop().create_task(self._replace())
@@ -226,14 +260,35 @@ class ElasticCoordinator(Actor):
             try:
                 buf, sizes = await source.actor.elastic_state.call_one()
                 await spare.actor.elastic_load.call_one(buf, sizes, self.timeout)
-            except SupervisionError:
-                gone = {m.id for m in (spare, source) if m.id in self.lost}
-                self._lose(gone or {spare.id}, "lost while copying state")
+            except Exception as e:
+                # The source lost while the spare read its snapshot fails the spare's
+                # read (an ActorError), not a call to the source: ask who is gone.
+                gone = await self._which_lost([spare, source])
+                if not gone:
+                    raise _UserError() from e  # both alive: the copy itself failed
+                self._lose(gone, "lost while copying state")
                 continue
             self.spares.pop(0)
             self.members.append(spare)
             self.stats.restarts += 1
             self.dirty = True
+
+    async def _which_lost(self, members: list[_Member]) -> set[int]:
+        """The ids of ``members`` that are lost (a call to each settles it)."""
+
+        async def gone(m: _Member) -> bool:
+            if m.id in self.lost:
+                return True
+            try:
+                await asyncio.wait_for(m.actor.elastic_info.call_one(), self.timeout)
+            except SupervisionError:
+                return True
+            except TimeoutError:
+                return True  # alive but not answering: no use as a member
+            return False
+
+        found = await asyncio.gather(*(gone(m) for m in members))
+        return {m.id for m, g in zip(members, found, strict=True) if g}
 
     async def _boundary(self) -> None:
         while True:
@@ -251,10 +306,12 @@ class ElasticCoordinator(Actor):
                 )
                 for rank, m in enumerate(self.members)
             }
+            # A member lost while the group forms (its join fails; the others' joins
+            # answer "aborted"): form the next membership without it, at once.
             _, lost, aborted = await self._gather(self.epoch, calls)
             if lost:
                 self._lose(lost, "lost while forming a membership")
-            elif aborted:
+            if lost or aborted:
                 self.dirty = True
 
     # -- endpoints --------------------------------------------------------------
@@ -268,21 +325,27 @@ class ElasticCoordinator(Actor):
         await self.store.initialized
         spawned = await self._spawn(self.target + self.spare_count)
         self.members, self.spares = spawned[: self.target], spawned[self.target :]
-        await self._boundary()
+        try:
+            await self._boundary()
+        except _UserError as e:
+            raise e.__cause__ from None  # type: ignore[misc]
         return [m.pid for m in self.members]
 
     @concurrent_endpoint
     async def step(self, step: int, args: tuple[Any, ...]) -> tuple[int, list[Any]]:
         """Run ``step`` to commit on the current members: (how many committed it, the
         ``train_step`` values of the members that computed it, in rank order)."""
+        try:
+            return await self._step(step, args)
+        except _UserError as e:  # the user's exception, as raised in the replica
+            raise e.__cause__ from None  # type: ignore[misc]
+
+    async def _step(self, step: int, args: tuple[Any, ...]) -> tuple[int, list[Any]]:
         while True:
             await self._boundary()
             epoch, members = self.epoch, list(self.members)
             calls = {m.id: m.actor.elastic_step.call_one(epoch, step, args) for m in members}
-            try:
-                values, lost, aborted = await self._gather(epoch, calls)
-            except _UserError as e:
-                raise e.__cause__ from None  # type: ignore[misc]
+            values, lost, aborted = await self._gather(epoch, calls)
             if lost:
                 self._lose(lost, f"lost during step {step}")
             if lost or aborted:
@@ -290,19 +353,17 @@ class ElasticCoordinator(Actor):
                 self.dirty = True
                 continue
             commits = {m.id: m.actor.elastic_commit.call_one(epoch, step) for m in members}
-            try:
-                _, lost, _ = await self._gather(epoch, commits, abort_others=False)
-            except _UserError as e:
-                raise e.__cause__ from None  # type: ignore[misc]
+            _, lost, _ = await self._gather(epoch, commits, abort_others=False)
             if lost:  # the others committed: the step is done, at the smaller size
                 self._lose(lost, f"lost while committing step {step}")
             self.committed[step] += 1
             self.stats.steps += 1
             self.stats.lost_steps = sum(n - 1 for n in self.committed.values())
             world = len(self.members)
-            rec = self.stats.recoveries
-            if rec and rec[-1][1] is None and world == self.target and not lost:
-                rec[-1] = (rec[-1][0], time.time())
+            if world == self.target and not lost:
+                now = time.time()
+                rec = self.stats.recoveries
+                rec[:] = [(t, now if full is None else full) for t, full in rec]
             # The world of the step: the members that committed it; the values: of every
             # member whose gradients went into it (one lost while committing included).
             return len(members) - len(lost), [values[m.id][1] for m in members]
@@ -310,7 +371,10 @@ class ElasticCoordinator(Actor):
     @concurrent_endpoint
     async def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """``method`` on every current member, in rank order."""
-        await self._boundary()
+        try:
+            await self._boundary()
+        except _UserError as e:
+            raise e.__cause__ from None  # type: ignore[misc]
         return list(
             await asyncio.gather(
                 *(m.actor.elastic_call.call_one(method, args, kwargs) for m in self.members)
@@ -319,6 +383,7 @@ class ElasticCoordinator(Actor):
 
     @concurrent_endpoint
     async def get_stats(self) -> ElasticStats:
+        self.stats.spares = len(self.spares)
         return self.stats
 
     @concurrent_endpoint
@@ -330,7 +395,7 @@ class ElasticCoordinator(Actor):
     async def shutdown(self) -> None:
         for t in list(self.spawning):
             t.cancel()
-        for procs in self.procs:
+        for procs in list(self.procs):  # a cancelled spawn removes its own meanwhile
             try:
                 await procs.stop()
             except Exception as e:  # a proc already lost

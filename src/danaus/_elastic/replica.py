@@ -6,7 +6,9 @@ coordinator drives it with four calls per step and membership:
 - ``elastic_join(epoch, rank, world, ...)``: build the gloo process group of
   membership ``epoch`` (a fresh key prefix of the coordinator's rendezvous
   store, an actor reached by calls, so no key of an older group is ever read),
-  then ``on_membership(membership)``;
+  then ``on_membership(membership)``; ``("aborted", why)`` when that
+  membership ends before it formed (a member lost meanwhile: the coordinator
+  forms the next one at the smaller size);
 - ``elastic_step(epoch, step, args)``: the user's ``train_step`` (gradients and
   ``all_reduce``, no update), on a worker thread so that the actor's loop stays
   free for ``elastic_abort``;
@@ -119,6 +121,7 @@ class _State:
         self.epochs: dict[int, _Epoch] = {}
         self.retired: list[Any] = []  # every process group ever built (see the module doc)
         self.snapshot: tuple[RDMABuffer, Any] | None = None
+        self.aborted: dict[int, str] = {}  # epoch -> why, for every abort received
 
 
 class ElasticReplica(Actor):
@@ -235,15 +238,25 @@ class ElasticReplica(Actor):
         replica: int,
         store: Any,
         timeout: float,
-    ) -> None:
+    ) -> tuple[str, Any]:
+        """``("ok", None)``, or ``("aborted", why)`` when membership ``epoch`` ended before
+        it formed (a member lost meanwhile: the coordinator forms the next one)."""
         st = self._elastic()
         if st.epoch is not None:
             st.epoch.abort(f"membership {epoch} is forming")
         ep = st.epochs.setdefault(epoch, _Epoch(Membership(epoch, rank, world, replica)))
+        if epoch in st.aborted:  # its abort came first
+            ep.abort(st.aborted[epoch])
         st.epoch = ep
+        # A store of its own per membership: the build of an aborted one may still
+        # wait in its store (for a key of its lost member) until its timeout.
         member = actor_store(store, timeout)  # here: its calls go out as this replica
         st.retired.append(member)  # torch holds only its C++ side: kept alive with the groups
-        await self._on_thread(self._join, st, ep, member, timeout)
+        try:
+            await self._on_thread(self._join, st, ep, member, timeout)
+        except MembershipChanged as e:
+            return "aborted", str(e)
+        return "ok", None
 
     def _join(self, st: _State, ep: _Epoch, store: Any, timeout: float) -> None:
         dist = _torch_distributed()
@@ -288,7 +301,9 @@ class ElasticReplica(Actor):
 
     @concurrent_endpoint
     async def elastic_abort(self, epoch: int, why: str) -> None:
-        ep = self._elastic().epochs.get(epoch)
+        st = self._elastic()
+        st.aborted[epoch] = why  # an abort that overtakes its join still ends that epoch
+        ep = st.epochs.get(epoch)
         if ep is not None:
             ep.abort(why)
 

@@ -606,9 +606,12 @@ class Supervisor:
     def _affected(self, child: Any, ranks: set[int]) -> dict[_MeshChild, set[int]]:
         """The mesh children and ranks this supervisor's strategy restarts for a failure
         of ``ranks`` of ``child`` (a nested supervisor restarts as a whole)."""
-        picked = self._picked(child)
-        if picked == [child] and isinstance(child, _MeshChild):
+        # Only one_for_one restarts the failed ranks alone. The others restart every
+        # rank of what they pick, even when that is just the failed child (one_for_all
+        # with one child, rest_for_one when the last child fails).
+        if self.strategy == "one_for_one" and isinstance(child, _MeshChild):
             return {child: set(ranks)}
+        picked = self._picked(child)
         out: dict[_MeshChild, set[int]] = {}
         for c in picked:
             for m in c.mesh_children():
