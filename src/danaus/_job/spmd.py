@@ -9,12 +9,10 @@ host), so an unmodified ``torch.distributed`` script runs on a mesh.
 
 from __future__ import annotations
 
-import fcntl
 import math
 import os
 import runpy
 import socket
-import struct
 import sys
 from typing import Any
 
@@ -23,6 +21,7 @@ from .._actor.api.endpoint import endpoint
 from .._actor.api.procs import ProcMesh
 from .._actor.core.context import current_rank, current_size
 from .._runtime.hosting import proc as _proc
+from .._transport.ifaces import interface_of
 
 __all__ = ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async", "torch_env"]
 
@@ -62,24 +61,6 @@ def _reachable_address() -> str:
     return advertised or "127.0.0.1"
 
 
-def _interface_of(ip: str) -> str | None:
-    """The name of the network interface holding IPv4 address ``ip`` (Linux), else None."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return None
-    for name in names:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:
-                req = struct.pack("256s", name.encode()[:15])
-                packed = fcntl.ioctl(s.fileno(), 0x8915, req)  # SIOCGIFADDR
-            except OSError:
-                continue
-        if socket.inet_ntoa(packed[20:24]) == ip:
-            return name
-    return None
-
-
 def _network_env() -> dict[str, str]:
     """Point gloo at the interface danaus reaches this proc through.
 
@@ -90,7 +71,7 @@ def _network_env() -> dict[str, str]:
     addr = _reachable_address()
     if "GLOO_SOCKET_IFNAME" in os.environ or addr.startswith("127.") or ":" in addr:
         return {}
-    iface = _interface_of(addr)
+    iface = interface_of(addr)
     return {"GLOO_SOCKET_IFNAME": iface} if iface else {}
 
 
