@@ -1,12 +1,17 @@
-"""The sockets gloo opens for the tensor engine stay on the interface the mesh uses."""
+"""The sockets gloo opens for the tensor engine stay on the interface the mesh uses: loopback
+for procs reached only on this host, else the interface of the address they advertise (as
+in the whole suite, after tests/multihost made this client reachable from other hosts)."""
 
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
 import danaus
+from danaus._runtime.hosting import proc as _proc
+from danaus._transport.ifaces import mesh_interface
 from danaus.actor import Actor, ProcMesh, endpoint
 
 from .conftest import REPLY_TIMEOUT, base
@@ -37,17 +42,33 @@ def _listening_addresses() -> list[str]:
 
 class Sockets(Actor):
     @endpoint
-    def report(self) -> tuple[str | None, list[str]]:
-        return os.environ.get("GLOO_SOCKET_IFNAME"), _listening_addresses()
+    def report(self) -> tuple[str | None, str | None, str | None, list[str]]:
+        """gloo's interface, the one this proc's mesh uses, the address it advertises,
+        and the addresses it listens on."""
+        rt = _proc.current()
+        advertised = rt.tcp_advertise if rt is not None else None
+        return (
+            os.environ.get("GLOO_SOCKET_IFNAME"),
+            mesh_interface(advertised),
+            advertised,
+            _listening_addresses(),
+        )
 
 
-def test_gloo_listens_only_on_the_loopback_interface_of_a_one_host_mesh(
-    mesh: ProcMesh,
-) -> None:
+def _hex(ip: str) -> str:
+    """An IPv4 address as /proc/net/tcp writes it (little-endian hex)."""
+    return socket.inet_aton(ip)[::-1].hex().upper()
+
+
+def test_gloo_listens_only_on_the_interface_its_mesh_uses(mesh: ProcMesh) -> None:
     with mesh.activate():
         total = base(mesh).reduce(("host", "gpu"), "sum")  # gloo groups come up
         danaus.inspect(total)
     reports = mesh.spawn("sockets", Sockets).report.call().get(timeout=REPLY_TIMEOUT)
-    for _, (iface, addresses) in reports.items():
-        assert iface == "lo"  # told to gloo before its first group
-        assert set(addresses) <= LOOPBACK, addresses
+    for _, (iface, used, advertised, addresses) in reports.items():
+        assert iface == used  # told to gloo before its first group
+        if advertised is None or advertised.startswith("127."):
+            assert iface == "lo"
+            assert set(addresses) <= LOOPBACK, addresses
+        else:  # reachable from other hosts: that address, and loopback, never all of them
+            assert set(addresses) <= LOOPBACK | {_hex(advertised)}, addresses

@@ -81,13 +81,17 @@ class Desc(NamedTuple):
 def ucx_devices(advertised: str | None) -> str | None:
     """The ``UCX_NET_DEVICES`` value that keeps UCX's TCP on the mesh's interface.
 
-    The interface of ``advertised`` (loopback when None) and every InfiniBand/RoCE
-    port of this host (``mlx5_0:1``): restricting UCX to one IP interface must not
-    take the RDMA fabric away from it. None when the interface is unknown.
+    The interface of ``advertised`` (loopback when None), loopback too (UCX needs a
+    TCP device for its active messages between processes of one host, and it refuses
+    some interfaces, bridges among them: without one it cannot start at all), and
+    every InfiniBand/RoCE port of this host (``mlx5_0:1``): restricting UCX to one IP
+    interface must not take the RDMA fabric away from it. None when the interface is
+    unknown.
     """
     iface = mesh_interface(advertised)
     if iface is None:
         return None
+    devices = [iface] if iface == "lo" else [iface, "lo"]
     ports = []
     root = Path("/sys/class/infiniband")
     try:
@@ -96,7 +100,7 @@ def ucx_devices(advertised: str | None) -> str | None:
                 ports.append(f"{dev.name}:{port.name}")
     except OSError:
         pass
-    return ",".join([iface, *ports])
+    return ",".join([*devices, *ports])
 
 
 def _import_api() -> Any:
