@@ -120,6 +120,15 @@ SETTINGS: tuple[Setting, ...] = (
         "After a spawned proc's connection closes, how long to wait for the host "
         "agent's report of how it exited before declaring it lost anyway.",
     ),
+    Setting(
+        "tcp_keepalive_idle",
+        "duration",
+        60.0,
+        "Idle time after which the kernel sends its first TCP keepalive probe on the TCP "
+        "message connections a process opens (whole seconds, at least 1): it lets a "
+        "firewall or NAT keep an idle connection open, and the kernel see a peer host gone; "
+        "a silent peer is judged sooner by heartbeat_timeout.",
+    ),
     # -- messages ------------------------------------------------------------
     Setting(
         "codec_max_frame_length",
@@ -804,6 +813,13 @@ SETTINGS: tuple[Setting, ...] = (
         "How long a stack dump (dashboard button, `danaus stack`) may take per proc.",
     ),
     Setting(
+        "pyspy_bin",
+        "str",
+        "",
+        "Path of the py-spy executable stack dumps run, tried first; if it is empty or not "
+        "an executable, py-spy beside the Python executable, then on PATH.",
+    ),
+    Setting(
         "trace_max_events",
         "int",
         2_000_000,
@@ -1176,6 +1192,33 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "string, danaus's value is seconds.",
         setting="flush_timeout",
     ),
+    _m(
+        "mesh_admin_pyspy_timeout",
+        "duration",
+        "10s",
+        _HM + "ADMIN_PYSPY_TIMEOUT",
+        "how long one py-spy dump of a proc may run; Monarch's duration string, danaus's "
+        "value is seconds (danaus's default is 20s).",
+        setting="stack_timeout",
+    ),
+    _m(
+        "pyspy_bin",
+        "str",
+        "",
+        "PYSPY_BIN",
+        "the same path, tried before the usual lookup (set it through configure() or "
+        "DANAUS_PYSPY_BIN; Monarch's variable PYSPY_BIN is not read).",
+        setting="pyspy_bin",
+    ),
+    _m(
+        "channel_tcp_keepalive_idle",
+        "duration",
+        "1m",
+        _H + "CHANNEL_TCP_KEEPALIVE_IDLE",
+        "the kernel's keepalive idle time (TCP_KEEPIDLE) on TCP message connections; "
+        "Monarch's duration string, danaus's value is seconds.",
+        setting="tcp_keepalive_idle",
+    ),
     # -- accepted, kept, with no effect -----------------------------------------
     _m(
         "default_transport",
@@ -1218,7 +1261,9 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "int",
         100,
         _H + "READ_LOG_BUFFER",
-        "danaus batches forwarded output by bytes (log_frame_bytes).",
+        "danaus's host agent does not pause its reader after a number of lines: it forwards "
+        "output in frames of at most log_frame_bytes, with log_forward_window bytes in "
+        "flight to the client.",
         unit="lines",
     ),
     _m(
@@ -1226,8 +1271,10 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "30s",
         _H + "MESSAGE_DELIVERY_TIMEOUT",
-        "danaus has no delivery timeout: a message to a lost proc fails when supervision "
-        "declares it lost (heartbeat_timeout).",
+        "danaus does not acknowledge messages one by one, so it has no deadline by which an "
+        "unacknowledged message is returned as undeliverable: a message to a lost proc is "
+        "returned when supervision declares the proc lost (heartbeat_timeout); to bound one "
+        "call, pass a timeout to its future's get().",
     ),
     _m("host_spawn_ready_timeout", "duration", "30s", _H + "HOST_SPAWN_READY_TIMEOUT", _SPAWN_IDLE),
     _m("mesh_proc_spawn_max_idle", "duration", "30s", _HM + "PROC_SPAWN_MAX_IDLE", _SPAWN_IDLE),
@@ -1242,30 +1289,35 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "2m",
         _HM + "SUPERVISION_WATCHDOG_TIMEOUT",
-        "danaus supervises by heartbeats between the procs (heartbeat_timeout), not by a "
-        "watchdog on a controller's stream.",
+        "danaus has no controller whose supervision stream could fall silent: procs are "
+        "judged by heartbeats (heartbeat_interval, heartbeat_timeout); set those.",
     ),
     _m(
         "process_exit_timeout",
         "duration",
         "10s",
         _H + "PROCESS_EXIT_TIMEOUT",
-        "a stopping proc waits stop_proc_timeout (stop_actor_timeout) for its actors.",
+        "danaus's host does not wait on a stopping proc with a deadline of its own: the proc "
+        "exits by itself once its actors stopped or stop_proc_timeout passed; set "
+        "stop_actor_timeout (stop_proc_timeout).",
     ),
     _m(
         "cleanup_timeout",
         "duration",
         "3s",
         _H + "CLEANUP_TIMEOUT",
-        "an actor's cleanup is bounded by stop_proc_timeout (stop_actor_timeout).",
+        "danaus gives __cleanup__ no deadline of its own: a stopping proc waits up to "
+        "stop_proc_timeout (stop_actor_timeout) for its actors, cleanup included, then exits; "
+        "set that.",
     ),
     _m(
         "mesh_terminate_timeout",
         "duration",
         "10s",
         _HM + "TERMINATE_TIMEOUT",
-        "danaus stops a proc by a message and waits stop_proc_timeout for its actors; "
-        "it has no SIGTERM grace window.",
+        "danaus does not stop a proc with SIGTERM then SIGKILL: it asks it by a message and "
+        "the proc exits by itself within stop_proc_timeout (stop_actor_timeout); a proc that "
+        "is wedged is SIGKILLed by job.kill() after job_stop_timeout.",
     ),
     _m(
         "mesh_terminate_concurrency",
@@ -1356,13 +1408,6 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "reconnect deadline.",
     ),
     _m(
-        "channel_tcp_keepalive_idle",
-        "duration",
-        "1m",
-        _H + "CHANNEL_TCP_KEEPALIVE_IDLE",
-        "danaus pings quiet connections itself (heartbeat_interval).",
-    ),
-    _m(
         "channel_tcp_congestion",
         "str",
         "",
@@ -1374,7 +1419,8 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "1s",
         _H + "SERVER_HEARTBEAT_INTERVAL",
-        "a health metric of hyperactor's servers; danaus's pings are heartbeat_interval.",
+        "a health metric hyperactor's channel servers emit; danaus emits none (its "
+        "connections' liveness pings are heartbeat_interval; mesh.stats() shows the procs).",
     ),
     _m(
         "message_latency_sampling_rate",
@@ -1455,7 +1501,8 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         "duration",
         "10s",
         "HYPERACTOR_REMOTE_STOP_GRACE_PERIOD",
-        "a stopping proc waits stop_proc_timeout (stop_actor_timeout) for its actors.",
+        "danaus has no remote spawner that force-kills a proc after a grace period: the "
+        "proc exits by itself within stop_proc_timeout (stop_actor_timeout); set that.",
     ),
     _m(
         "process_memory_metric_interval",
@@ -1502,13 +1549,6 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         _ADMIN,
     ),
     _m(
-        "mesh_admin_pyspy_timeout",
-        "duration",
-        "10s",
-        _HM + "ADMIN_PYSPY_TIMEOUT",
-        "danaus's stack dumps are bounded by stack_timeout.",
-    ),
-    _m(
         "mesh_admin_query_child_timeout",
         "duration",
         "100ms",
@@ -1530,13 +1570,6 @@ MONARCH_OPTIONS: tuple[MonarchOption, ...] = (
         _ADMIN,
     ),
     _m("mesh_admin_tree_timeout", "duration", "10s", _HM + "ADMIN_TREE_TIMEOUT", _ADMIN),
-    _m(
-        "pyspy_bin",
-        "str",
-        "",
-        "PYSPY_BIN",
-        "danaus looks for py-spy beside the Python executable, then on PATH.",
-    ),
     _m("enable_otel_metrics", "bool", True, "ENABLE_OTEL_METRICS", _TRACING),
     _m("enable_otel_tracing", "bool", True, "ENABLE_OTEL_TRACING", _TRACING),
     _m("enable_recorder_tracing", "bool", True, "ENABLE_RECORDER_TRACING", _TRACING),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import glob
 import logging
+import math
 import os
 import secrets
 import socket
@@ -262,6 +263,9 @@ def connect_socket(entry: str) -> socket.socket:
         s = socket.socket(family, socket.SOCK_STREAM)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; Monarch's channel_tcp_keepalive_idle
+            idle = min(32767, max(1, math.ceil(config.get("tcp_keepalive_idle"))))  # Linux bounds
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
         s.setblocking(False)
         err = s.connect_ex((host, port))
         if err not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):

@@ -193,6 +193,11 @@ def _on_stack(rt: Runtime, msg: Message) -> None:
 
 
 def _py_spy() -> str | None:
+    """The py-spy to run: the pyspy_bin setting (Monarch's ``pyspy_bin``) if it names an
+    executable, else the one beside the Python executable, else the one on PATH."""
+    configured = config.get("pyspy_bin")
+    if configured and os.path.isfile(configured) and os.access(configured, os.X_OK):
+        return str(configured)
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
     return here if os.access(here, os.X_OK) else shutil.which("py-spy")
 
