@@ -48,6 +48,7 @@ from typing import Any, TypeVar, overload
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._runtime.messaging.metrics import BOUNDS
 from ..._runtime.node import Node
 from .context import _current, _thread_ctx
 
@@ -468,8 +469,6 @@ _ep_attrs: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.W
 def _endpoint_instruments() -> tuple[Any, Any, Any]:
     global _instruments
     if _instruments is None:
-        from ..._runtime.messaging.metrics import BOUNDS
-
         meter = get_meter()
         calls = meter.create_counter(
             "danaus.endpoint.calls", unit="{call}", description="Calls an endpoint handled."
