@@ -144,9 +144,7 @@ def test_endpoint_series_carry_the_actor_class_and_the_proc_mesh(named_procs: Pr
     for _ in range(3):
         mesh.ping.call_one(None).get(timeout=REPLY_TIMEOUT)
     fams = _families(prom.exposition())
-    calls = [
-        s for s in fams["danaus_endpoint_calls"].samples if s.labels.get("mesh") == "labelled"
-    ]
+    calls = [s for s in fams["danaus_endpoint_calls"].samples if s.labels.get("mesh") == "labelled"]
     assert [(s.labels, s.value) for s in calls] == [
         (
             {"mesh": "labelled", "class": "Worker", "proc_mesh": "trainers", "endpoint": "ping",

@@ -162,8 +162,8 @@ class _MeshCollector:
                     cur[2] += raw["total_s"]
                     for i, c in raw["buckets"].items():
                         cur[3][int(i)] = cur[3].get(int(i), 0) + c
-        for key, (n, err, total, buckets) in sorted(eps.items()):
-            labels = list(key)
+        for ep_key, (n, err, total, buckets) in sorted(eps.items()):
+            labels = list(ep_key)
             calls.add_metric(labels, n)
             errors.add_metric(labels, err)
             latency.add_metric(labels, _cumulative(buckets, n), sum_value=total)

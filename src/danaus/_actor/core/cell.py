@@ -700,9 +700,7 @@ class ActorCell(Failing, DeadlockCheck):
             args = {"actor": self._label(), "ok": ok}
             tracer.span(f"{self.display_name}.{name}", "execute", t0, args, flow_in=flow)
 
-    def _keep_span(
-        self, recent: Any, name: str, t0: int, t1: int, ok: bool, active: Any
-    ) -> None:
+    def _keep_span(self, recent: Any, name: str, t0: int, t1: int, ok: bool, active: Any) -> None:
         """Keep the span of one handled call in the spans table (``rt.recent``), with
         its OpenTelemetry ids when the call was traced."""
         trace_id = span_id = parent_id = None

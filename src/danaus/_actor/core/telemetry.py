@@ -504,9 +504,9 @@ def endpoint_measured(cell: Any, endpoint: str, seconds: float, ok: bool) -> Non
         if attrs is None:
             inst = cell.ctx_instance
             base = actor_attributes_of(inst) if inst is not None else {}
-            attrs = per[endpoint] = {
-                k: v for k, v in base.items() if k != "danaus.actor"
-            } | {"danaus.endpoint": endpoint}
+            attrs = per[endpoint] = {k: v for k, v in base.items() if k != "danaus.actor"} | {
+                "danaus.endpoint": endpoint
+            }
         calls, errors, latency = _endpoint_instruments()
         calls.add(1, attrs)
         if not ok:
