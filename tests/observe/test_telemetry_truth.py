@@ -249,6 +249,7 @@ def test_endpoint_metrics_are_opentelemetry_instruments() -> None:
         "danaus.endpoint.calls/ping": 5,
         "danaus.endpoint.calls/boom": 1,
         "danaus.endpoint.errors/boom": 1,
+        "danaus.endpoint.errors/ping": 0,
         "danaus.endpoint.latency/ping": [5, "W", len(BOUNDS)],
         "danaus.endpoint.latency/boom": [1, "W", len(BOUNDS)],
     }

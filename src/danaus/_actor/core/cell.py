@@ -692,8 +692,8 @@ class ActorCell(Failing, DeadlockCheck):
                         recent.messages.append(row)
                 if recent is not None:
                     self._keep_span(recent, name, t0, t1, ok, active)
-            if telemetry.ON:  # the same over OTLP, as OpenTelemetry instruments
-                telemetry.endpoint_measured(self, name, seconds, ok)
+                if telemetry.ON:  # the same over OTLP, as OpenTelemetry instruments
+                    telemetry.endpoint_measured(self, name, seconds)
         tracer = self.rt.tracer
         if tracer is not None:
             flow = f"c:{port.proc.name}:{port.port}:{index}" if port is not None else None

@@ -459,59 +459,93 @@ def get_meter() -> Any:
     return metrics.get_meter("danaus")
 
 
-# The built-in endpoint metrics as OpenTelemetry instruments (calls, errors, latency),
-# made at the first call measured while telemetry is on; each actor's attributes per
-# endpoint are made once (cell -> endpoint -> attributes).
-_instruments: tuple[Any, Any, Any] | None = None
+# The built-in endpoint metrics as OpenTelemetry instruments, made at the first call
+# measured while telemetry is on. Calls and errors are observable counters read from
+# the cells' own counters when the SDK collects (nothing on the hot path: the SDK's
+# add() and record() cost ~18 us a call together); the latency histogram is recorded
+# for the calls sampled for the messages table (and traced ones) only, so its cost is
+# bounded by query_messages_per_s. Each actor's attributes per endpoint are made once.
+_instruments: Any = None  # the latency histogram, once made
+_runtimes: weakref.WeakSet[Any] = weakref.WeakSet()  # the runtimes whose cells are read
 _ep_attrs: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
-def _endpoint_instruments() -> tuple[Any, Any, Any]:
+def _endpoint_attributes(cell: Any, endpoint: str) -> dict[str, Any]:
+    per = _ep_attrs.get(cell)
+    if per is None:
+        per = _ep_attrs[cell] = {}
+    attrs = per.get(endpoint)
+    if attrs is None:
+        inst = cell.ctx_instance
+        base = actor_attributes_of(inst) if inst is not None else {}
+        attrs = per[endpoint] = {k: v for k, v in base.items() if k != "danaus.actor"} | {
+            "danaus.endpoint": endpoint
+        }
+    return attrs
+
+
+def _observe(field: str) -> Callable[[Any], list[Any]]:
+    """A callback observing ``field`` (calls, errors) of every endpoint of every cell."""
+
+    def callback(options: Any) -> list[Any]:
+        from opentelemetry.metrics import Observation
+
+        out = []
+        for rt in list(_runtimes):
+            for mb in list(rt.mailboxes.values()):
+                stats = getattr(mb, "stats", None)
+                if not stats or getattr(mb, "ctx_instance", None) is None:
+                    continue
+                for endpoint, st in list(stats.items()):
+                    out.append(Observation(getattr(st, field), _endpoint_attributes(mb, endpoint)))
+        return out
+
+    return callback
+
+
+def _endpoint_instruments() -> Any:
     global _instruments
     if _instruments is None:
         meter = get_meter()
-        calls = meter.create_counter(
-            "danaus.endpoint.calls", unit="{call}", description="Calls an endpoint handled."
+        meter.create_observable_counter(
+            "danaus.endpoint.calls",
+            callbacks=[_observe("calls")],
+            unit="{call}",
+            description="Calls an endpoint handled.",
         )
-        errors = meter.create_counter(
-            "danaus.endpoint.errors", unit="{call}", description="Calls an endpoint raised on."
+        meter.create_observable_counter(
+            "danaus.endpoint.errors",
+            callbacks=[_observe("errors")],
+            unit="{call}",
+            description="Calls an endpoint raised on.",
         )
         try:  # the same buckets as Prometheus's (the advisory came in OpenTelemetry 1.23)
-            latency = meter.create_histogram(
+            _instruments = meter.create_histogram(
                 "danaus.endpoint.latency",
                 unit="s",
-                description="Seconds an endpoint ran per call.",
+                description="Seconds an endpoint ran per call (the sampled calls).",
                 explicit_bucket_boundaries_advisory=list(BOUNDS),
             )
         except TypeError:
-            latency = meter.create_histogram(
-                "danaus.endpoint.latency", unit="s", description="Seconds an endpoint ran per call."
+            _instruments = meter.create_histogram(
+                "danaus.endpoint.latency",
+                unit="s",
+                description="Seconds an endpoint ran per call (the sampled calls).",
             )
-        _instruments = (calls, errors, latency)
     return _instruments
 
 
-def endpoint_measured(cell: Any, endpoint: str, seconds: float, ok: bool) -> None:
-    """Count one call of ``endpoint`` of ``cell``'s actor in the OpenTelemetry
-    instruments ``danaus.endpoint.calls``, ``.errors`` and ``.latency`` (telemetry
-    on; the actor's thread). Attributes: ``danaus.mesh``, ``danaus.actor.class``,
-    ``danaus.endpoint``, ``danaus.rank``, ``danaus.proc``."""
+def endpoint_measured(cell: Any, endpoint: str, seconds: float) -> None:
+    """One call of ``endpoint`` of ``cell``'s actor that was sampled for the messages
+    table or traced, while telemetry is on (the actor's thread): its latency goes to
+    the histogram ``danaus.endpoint.latency``, and the proc's calls and errors are
+    observed by ``danaus.endpoint.calls`` and ``.errors`` from then on. Attributes:
+    ``danaus.mesh``, ``danaus.actor.class``, ``danaus.endpoint``, ``danaus.rank``,
+    ``danaus.proc``."""
     try:
-        per = _ep_attrs.get(cell)
-        if per is None:
-            per = _ep_attrs[cell] = {}
-        attrs = per.get(endpoint)
-        if attrs is None:
-            inst = cell.ctx_instance
-            base = actor_attributes_of(inst) if inst is not None else {}
-            attrs = per[endpoint] = {k: v for k, v in base.items() if k != "danaus.actor"} | {
-                "danaus.endpoint": endpoint
-            }
-        calls, errors, latency = _endpoint_instruments()
-        calls.add(1, attrs)
-        if not ok:
-            errors.add(1, attrs)
-        latency.record(seconds, attrs)
+        if cell.rt not in _runtimes:
+            _runtimes.add(cell.rt)
+        _endpoint_instruments().record(seconds, _endpoint_attributes(cell, endpoint))
     except Exception as e:  # never fail the call because a metric did
         _tracing_failed(e)
 
