@@ -23,7 +23,7 @@ from ._supervision import monitor
 __all__ = ["INSTALLERS", "PRELOAD", "install"]
 
 
-# The imports inside the three functions below are the deliberate ones: each loads a
+# The imports inside the functions below are the deliberate ones: each loads a
 # layer on its first use only. The tensor engine imports torch, an optional
 # dependency, so `import danaus` and a node's start must not; the dashboard (its
 # HTTP server, ~30 ms of imports) loads when DANAUS_DASHBOARD=1 asks for it; the
@@ -43,6 +43,19 @@ def _serve_dashboard() -> None:
     dashboard.serve_from_environment()
 
 
+def _dashboard_url() -> str | None:
+    from ._observe import dashboard
+
+    dash = dashboard.serve_from_environment()
+    return dash.url if dash is not None else None
+
+
+def _query_engine_client() -> Any:
+    from ._observe import sql
+
+    return sql.QueryEngineClient()
+
+
 def _install_debugger(node: Node, boot: dict[str, Any]) -> None:
     """Route actors' ``breakpoint()`` to the client (spawned procs only)."""
     if not boot:
@@ -57,6 +70,8 @@ def _install_extensions(node: Node, boot: dict[str, Any]) -> None:
     ext = node.part(Extensions)
     ext.tensor_engine = _tensor_engine
     ext.serve_dashboard = _serve_dashboard
+    ext.dashboard_url = _dashboard_url
+    ext.query_engine_client = _query_engine_client
 
 
 #: Each subsystem's installer, in the order they run: ``installer(node, boot)``.

@@ -760,6 +760,15 @@ SETTINGS: tuple[Setting, ...] = (
         "the last collection get that collection again instead of asking every proc.",
     ),
     Setting(
+        "metrics_max_series",
+        "int",
+        1000,
+        "Endpoint label sets (mesh, class, proc mesh, endpoint, rank) a Prometheus "
+        "exposition holds at most (each is 221 series: calls, errors and a histogram "
+        "of 219); beyond it further ones are dropped, counted in "
+        "danaus_metrics_dropped_series, and one warning is logged (0: no bound).",
+    ),
+    Setting(
         "query_max_rows",
         "int",
         100_000,

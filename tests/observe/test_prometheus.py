@@ -22,6 +22,7 @@ import danaus.dashboard
 from danaus import telemetry
 from danaus._actor.api.procs import owned_proc_meshes
 from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.messaging.metrics import BOUNDS
 from danaus.actor import ActorError, ProcMesh
 from danaus.testing import wait_until
 
@@ -199,7 +200,7 @@ def test_prometheus_scrapes_calls_errors_and_latencies_per_mesh_endpoint_and_ran
     # Every ping fell into some bucket at or below the largest finite bound.
     finite = prometheus.query(
         'danaus_endpoint_latency_seconds_bucket{job="danaus",mesh="scraped",endpoint="ping",'
-        'rank="1",le="100"}'
+        f'rank="1",le="{BOUNDS[-1]:.6g}"}}'
     )
     assert [float(r["value"][1]) for r in finite] == [7.0]
 

@@ -142,7 +142,9 @@ class JobState:
 
     Made as Monarch makes it: ``JobState({"trainers": mesh, ...})``; the optional
     telemetry, dashboard and admin addresses are kept as given (``None`` unless a
-    job sets them).
+    job sets them). After ``enable_telemetry``, ``state()`` sets
+    ``query_engine_client`` (Monarch's ``query(sql)``) and, with
+    ``include_dashboard``, ``dashboard_url``.
     """
 
     def __init__(
@@ -325,8 +327,10 @@ class JobTrait:
                 )
             running._job_state = got
         tcfg = getattr(self, "_telemetry_config", None)
-        if tcfg is not None and _telemetry.active_config() is not tcfg:
-            _telemetry.start(tcfg)
+        if tcfg is not None:
+            if _telemetry.active_config() is not tcfg:
+                _telemetry.start(tcfg)
+            _telemetry.fill_state(running._job_state, tcfg)
         return running._job_state
 
     def remote_mount(self, source: str, mntpoint: str | None = None, **kwargs: Any) -> None:

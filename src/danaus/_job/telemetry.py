@@ -10,8 +10,13 @@ What starts (see ``danaus._actor.core.telemetry``): OpenTelemetry in the client
 and in every proc spawned from then on (calls made inside a span carry its
 context, their endpoints run in child spans, each process exports over OTLP as
 the ``OTEL_*`` variables say), and, with ``include_dashboard``, danaus's web
-dashboard on ``dashboard_port`` when the first procs are spawned (its address is
-printed, as Monarch prints its dashboard's).
+dashboard on ``dashboard_port`` at once (its address is printed, as Monarch prints
+its dashboard's). The job's state then carries, as Monarch's does,
+``query_engine_client`` (``query(sql)`` over the telemetry tables, answering
+``{"columns", "rows"}``) and, with ``include_dashboard``, ``dashboard_url`` (the
+running dashboard's address, with its token). ``retention_secs`` and
+``snapshot_interval_secs`` are checked and kept but do nothing yet: the tables are
+the procs' live rings, bounded by ``query_ring_size``, not a store with history.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _config as config
+from .._actor.api.extensions import Extensions
 from .._actor.core import telemetry
 from .._runtime.hosting import host
 
-__all__ = ["MeshAdminConfig", "TelemetryConfig", "active_config", "start"]
+__all__ = ["MeshAdminConfig", "TelemetryConfig", "active_config", "fill_state", "start"]
 
 log = logging.getLogger("danaus.telemetry")
 
@@ -75,6 +81,27 @@ class TelemetryConfig:
             raise ValueError(
                 "TelemetryConfig.snapshot_interval_secs must be >= 0, got "
                 f"{self.snapshot_interval_secs}"
+            )
+
+
+def fill_state(state: Any, cfg: TelemetryConfig) -> None:
+    """Give a job's ``state`` (a ``JobState``) what telemetry started for ``cfg``:
+    ``query_engine_client``, and ``dashboard_url`` with ``include_dashboard``
+    (starting the dashboard now if it is not running yet). Leaves what the job's own
+    ``_state()`` set; does nothing when telemetry did not start for ``cfg``."""
+    if active_config() is not cfg:
+        return
+    ext = host.ensure_node().part(Extensions)
+    if state.query_engine_client is None and ext.query_engine_client is not None:
+        state.query_engine_client = ext.query_engine_client()
+    if cfg.include_dashboard and state.dashboard_url is None and ext.dashboard_url is not None:
+        try:
+            state.dashboard_url = ext.dashboard_url()
+        except (ImportError, OSError, ValueError) as e:  # best effort, as start()
+            warnings.warn(
+                f"the dashboard could not start; the job runs without it: {e}",
+                RuntimeWarning,
+                stacklevel=3,
             )
 
 

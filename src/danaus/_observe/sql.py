@@ -28,7 +28,7 @@ from typing import Any
 from .. import _config as config
 from .tables import COLUMNS, TABLES, collect
 
-__all__ = ["QueryError", "query"]
+__all__ = ["QueryEngineClient", "QueryError", "query"]
 
 
 class QueryError(ValueError):
@@ -63,6 +63,12 @@ def query(sql: str) -> list[dict[str, Any]]:
     statement, for an answer over ``query_max_rows`` rows and for a query running
     over ``query_timeout``.
     """
+    names, rows = _run(sql)
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """``query``'s work: the answer's column names and its rows (tuples)."""
     if not isinstance(sql, str):
         raise TypeError(f"query() takes the SQL as a str, got {type(sql).__name__}")
     if not sql.strip():
@@ -105,9 +111,25 @@ def query(sql: str) -> list[dict[str, Any]]:
                 f"the query answers more than query_max_rows ({max_rows}) rows; add a LIMIT, "
                 "aggregate (GROUP BY), or raise DANAUS_QUERY_MAX_ROWS"
             )
-        return [dict(zip(names, row, strict=True)) for row in rows]
+        return names, rows
     finally:
         con.close()
+
+
+class QueryEngineClient:
+    """Monarch's ``state.query_engine_client`` (``JobTrait.enable_telemetry`` then
+    ``job.state()``): ``query(sql)`` answers ``{"columns": [...], "rows": [[...],
+    ...]}`` as Monarch's does, from the same tables as ``danaus.telemetry.query``
+    (actors, messages, spans, metrics), in this process rather than through an HTTP
+    sidecar. Errors are :func:`query`'s (``QueryError`` says what was wrong)."""
+
+    def query(self, sql: str) -> dict[str, Any]:
+        """Run one SELECT over the telemetry tables: its column names and rows."""
+        names, rows = _run(sql)
+        return {"columns": names, "rows": [list(r) for r in rows]}
+
+    def __repr__(self) -> str:
+        return "QueryEngineClient(tables=" + ", ".join(TABLES) + ")"
 
 
 # Statements that only read: anything else (COPY, ATTACH, INSTALL, LOAD, SET, EXPORT,

@@ -278,6 +278,7 @@ def _proc_entries() -> list[dict[str, Any]]:
                 {
                     "id": p,
                     "mesh": n,
+                    "proc_mesh": pm._state.log_label,  # its name (as spawned), if any
                     "coords": _coords(i, labels, sizes),
                     "parent": None,
                     "spawner": None,
@@ -341,6 +342,7 @@ def _children_of(parent: dict[str, Any], snap: dict[str, Any] | None) -> list[di
                 {
                     "id": ProcId(c["proc"], c["addr"]),
                     "mesh": f"{name}/{m['index']}",
+                    "proc_mesh": m.get("name"),
                     "coords": _coords(i, m["labels"], m["sizes"]),
                     "parent": name,
                     "spawner": m["spawner"],

@@ -42,6 +42,11 @@ class Extensions:
         self.tensor_engine: Callable[[], TensorEngine] | None = None
         # Starts the dashboard once; called before a spawn when the setting is on.
         self.serve_dashboard: Callable[[], None] | None = None
+        # For a job's telemetry (``_job/telemetry.py``): the running dashboard's URL
+        # (started now if the setting is on; None when it is off), and a client with
+        # Monarch's ``query(sql)`` over the telemetry tables.
+        self.dashboard_url: Callable[[], str | None] | None = None
+        self.query_engine_client: Callable[[], Any] | None = None
 
 
 def tensor_engine() -> TensorEngine:

@@ -134,7 +134,7 @@ class EndpointMetrics:
     """Calls, errors and latency percentiles of an endpoint (over the actors asked).
 
     Latencies are the endpoint's execution time in the actor, in seconds,
-    estimated from a fixed-bucket histogram (within about 33 %); None when
+    estimated from a fixed-bucket histogram (within about 9 %); None when
     there were no calls.
     """
 

@@ -633,7 +633,7 @@ class ActorCell(Failing, DeadlockCheck):
         if wrapped is not None:
             wrapped.finish(result if wrapped.returns else None)
         self._debug_finish(None)
-        self._measured(prop.name, t0, True, port, index, row)
+        self._measured(prop.name, t0, True, port, index, row, active)
         if port is not None and not prop.explicit_response_port:
             n = self.rt.reply(port, index, STATUS_OK, result)
             if row is not None:
@@ -657,7 +657,7 @@ class ActorCell(Failing, DeadlockCheck):
         if wrapped is not None:
             wrapped.finish(error=e)
         self._debug_finish(e)
-        self._measured(prop.name, t0, False, port, index, row)
+        self._measured(prop.name, t0, False, port, index, row, active)
         if wrapped is not None and wrapped.returns and isinstance(e, Exception):
             return  # the producers record it (rref): the actor does not fail
         self._raised(e, prop, port, index)
@@ -670,26 +670,53 @@ class ActorCell(Failing, DeadlockCheck):
         port: PortId | None,
         index: int,
         row: list[Any] | None = None,
+        active: Any = None,
     ) -> None:
         """Count one execution of endpoint ``name`` (metrics), and trace it (when tracing);
-        ``row``: the call's row for the messages table, when it was sampled."""
+        ``row``: the call's row for the messages table, when it was sampled; ``active``:
+        its OpenTelemetry span, when the call carried a trace context. A sampled or
+        traced call is kept as a span of the spans table too (issue 41: it was empty)."""
         self.running = None
         if self.rt.metrics:
             t1 = time.perf_counter_ns()
             st = self.stats.get(name)
             if st is None:
                 st = self.stats[name] = EndpointStats()
-            st.record((t1 - t0) * 1e-9, ok)
-            if row is not None:
-                row[1], row[2], row[9] = t0, t1, ok
+            seconds = (t1 - t0) * 1e-9
+            st.record(seconds, ok)
+            if row is not None or active is not None:
                 recent = self.rt.recent
+                if row is not None:
+                    row[1], row[2], row[9] = t0, t1, ok
+                    if recent is not None:
+                        recent.messages.append(row)
                 if recent is not None:
-                    recent.messages.append(row)
+                    self._keep_span(recent, name, t0, t1, ok, active)
+                if telemetry.ON:  # the same over OTLP, as OpenTelemetry instruments
+                    telemetry.endpoint_measured(self, name, seconds)
         tracer = self.rt.tracer
         if tracer is not None:
             flow = f"c:{port.proc.name}:{port.port}:{index}" if port is not None else None
             args = {"actor": self._label(), "ok": ok}
             tracer.span(f"{self.display_name}.{name}", "execute", t0, args, flow_in=flow)
+
+    def _keep_span(self, recent: Any, name: str, t0: int, t1: int, ok: bool, active: Any) -> None:
+        """Keep the span of one handled call in the spans table (``rt.recent``), with
+        its OpenTelemetry ids when the call was traced."""
+        trace_id = span_id = parent_id = None
+        if active is not None and active[0] is not None:
+            trace_id, span_id, parent_id = telemetry.ids_of(active[0])
+        cls = type(self.instance).__name__
+        recent.span(
+            f"{cls}.{name}",
+            t0,
+            t1,
+            f"{self.display_name}[{self.rank}]",
+            trace_id,
+            span_id,
+            parent_id,
+            {"endpoint": name, "class": cls, "ok": ok, "kind": "endpoint"},
+        )
 
     async def _cancel_tasks(self) -> None:
         """Cancel the bodies of concurrent endpoints still running (before __cleanup__).

@@ -48,6 +48,7 @@ from typing import Any, TypeVar, overload
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._runtime.messaging.metrics import BOUNDS
 from ..._runtime.node import Node
 from .context import _current, _thread_ctx
 
@@ -57,9 +58,11 @@ __all__ = [
     "Span",
     "enable",
     "end_endpoint_span",
+    "endpoint_measured",
     "endpoint_span",
     "env_for_procs",
     "get_meter",
+    "ids_of",
     "install",
     "outgoing",
     "span",
@@ -170,7 +173,9 @@ class Span:
             s = self._span = tracer.start_span(self.name, attributes=attrs or None)
             self._token = _context.attach(_otel().set_span_in_context(s))
         rt = _runtime()
-        self._t0 = time.perf_counter_ns() if rt is not None and rt.tracer is not None else -1
+        # Timed when a trace runs or the spans table keeps spans (metrics on: rt.recent).
+        on = rt is not None and (rt.tracer is not None or rt.recent is not None)
+        self._t0 = time.perf_counter_ns() if on else -1
         return self
 
     def set_attribute(self, key: str, value: Any) -> None:
@@ -197,10 +202,46 @@ class Span:
             _end(s, exc)
         if t0 > 0:
             rt = _runtime()
-            tracer = rt.tracer if rt is not None else None
+            if rt is None:
+                return
+            args = {k.removeprefix("danaus."): v for k, v in actor_attributes().items()}
+            tracer = rt.tracer
             if tracer is not None:
-                args = {k.removeprefix("danaus."): v for k, v in actor_attributes().items()}
                 tracer.span(self.name, "span", t0, args or None)
+            recent = rt.recent
+            if recent is not None:  # the spans table (danaus.telemetry.query)
+                trace_id, span_id, parent_id = ids_of(s) if s is not None else (None,) * 3
+                actor = f"{args['mesh']}[{args['rank']}]" if "mesh" in args else None
+                if exc is not None:
+                    args["error"] = f"{type(exc).__name__}: {exc}"
+                recent.span(
+                    self.name,
+                    t0,
+                    time.perf_counter_ns(),
+                    actor,
+                    trace_id,
+                    span_id,
+                    parent_id,
+                    {**args, "kind": "user"},
+                )
+
+
+def ids_of(s: Any) -> tuple[str | None, str | None, str | None]:
+    """An OpenTelemetry span's trace id, span id and parent span id, in hex (the
+    spans table's ``trace_id``, ``span_id``, ``parent_id``); Nones for a span
+    without a valid context."""
+    try:
+        sc = s.get_span_context()
+        if not sc.is_valid:
+            return None, None, None
+        parent = getattr(s, "parent", None)
+        return (
+            format(sc.trace_id, "032x"),
+            format(sc.span_id, "016x"),
+            format(parent.span_id, "016x") if parent is not None else None,
+        )
+    except Exception:  # a span of some other provider: keep the row without ids
+        return None, None, None
 
 
 def _runtime() -> Any:
@@ -416,6 +457,97 @@ def get_meter() -> Any:
     except ImportError:
         return _NOOP_METER
     return metrics.get_meter("danaus")
+
+
+# The built-in endpoint metrics as OpenTelemetry instruments, made at the first call
+# measured while telemetry is on. Calls and errors are observable counters read from
+# the cells' own counters when the SDK collects (nothing on the hot path: the SDK's
+# add() and record() cost ~18 us a call together); the latency histogram is recorded
+# (~7 us each) for the calls sampled for the messages table (and traced ones) only, so
+# its cost is bounded by query_messages_per_s. Each actor's attributes per endpoint are made once.
+_instruments: Any = None  # the latency histogram, once made
+_runtimes: weakref.WeakSet[Any] = weakref.WeakSet()  # the runtimes whose cells are read
+_ep_attrs: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+
+
+def _endpoint_attributes(cell: Any, endpoint: str) -> dict[str, Any]:
+    per = _ep_attrs.get(cell)
+    if per is None:
+        per = _ep_attrs[cell] = {}
+    attrs = per.get(endpoint)
+    if attrs is None:
+        inst = cell.ctx_instance
+        base = actor_attributes_of(inst) if inst is not None else {}
+        attrs = per[endpoint] = {k: v for k, v in base.items() if k != "danaus.actor"} | {
+            "danaus.endpoint": endpoint
+        }
+    return attrs
+
+
+def _observe(field: str) -> Callable[[Any], list[Any]]:
+    """A callback observing ``field`` (calls, errors) of every endpoint of every cell."""
+
+    def callback(options: Any) -> list[Any]:
+        from opentelemetry.metrics import Observation
+
+        out = []
+        for rt in list(_runtimes):
+            for mb in list(rt.mailboxes.values()):
+                stats = getattr(mb, "stats", None)
+                if not stats or getattr(mb, "ctx_instance", None) is None:
+                    continue
+                for endpoint, st in list(stats.items()):
+                    out.append(Observation(getattr(st, field), _endpoint_attributes(mb, endpoint)))
+        return out
+
+    return callback
+
+
+def _endpoint_instruments() -> Any:
+    global _instruments
+    if _instruments is None:
+        meter = get_meter()
+        meter.create_observable_counter(
+            "danaus.endpoint.calls",
+            callbacks=[_observe("calls")],
+            unit="{call}",
+            description="Calls an endpoint handled.",
+        )
+        meter.create_observable_counter(
+            "danaus.endpoint.errors",
+            callbacks=[_observe("errors")],
+            unit="{call}",
+            description="Calls an endpoint raised on.",
+        )
+        try:  # the same buckets as Prometheus's (the advisory came in OpenTelemetry 1.23)
+            _instruments = meter.create_histogram(
+                "danaus.endpoint.latency",
+                unit="s",
+                description="Seconds an endpoint ran per call (the sampled calls).",
+                explicit_bucket_boundaries_advisory=list(BOUNDS),
+            )
+        except TypeError:
+            _instruments = meter.create_histogram(
+                "danaus.endpoint.latency",
+                unit="s",
+                description="Seconds an endpoint ran per call (the sampled calls).",
+            )
+    return _instruments
+
+
+def endpoint_measured(cell: Any, endpoint: str, seconds: float) -> None:
+    """One call of ``endpoint`` of ``cell``'s actor that was sampled for the messages
+    table or traced, while telemetry is on (the actor's thread): its latency goes to
+    the histogram ``danaus.endpoint.latency``, and the proc's calls and errors are
+    observed by ``danaus.endpoint.calls`` and ``.errors`` from then on. Attributes:
+    ``danaus.mesh``, ``danaus.actor.class``, ``danaus.endpoint``, ``danaus.rank``,
+    ``danaus.proc``."""
+    try:
+        if cell.rt not in _runtimes:
+            _runtimes.add(cell.rt)
+        _endpoint_instruments().record(seconds, _endpoint_attributes(cell, endpoint))
+    except Exception as e:  # never fail the call because a metric did
+        _tracing_failed(e)
 
 
 # -- turning telemetry on -------------------------------------------------------------
