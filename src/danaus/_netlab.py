@@ -790,6 +790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(128 + signum)  # through the teardown below
 
     signal.signal(signal.SIGTERM, terminated)
+    signal.signal(signal.SIGINT, terminated)
     with lab(args.n, link, secret=secret) as (net, workers):
         env = dict(os.environ)
         env.update(
@@ -806,9 +807,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         proc = subprocess.Popen(command, env=env)
         try:
             return proc.wait()
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
-            return proc.wait()
+        finally:  # stopped by a signal: CMD ends before its hosts do
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ settings on the same hosts, never against a wall-clock threshold.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,7 +20,7 @@ import pytest
 
 from danaus import _netlab
 
-from .conftest import Host, Network, _ip, client_env
+from .conftest import TIMEOUT, Host, Network, _ip, client_env, wait_pids_gone
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,7 +144,6 @@ def _lab_left(tag: str) -> list[str]:
     return left
 
 
-@pytest.mark.slow
 def test_netlab_run_serves_a_client_and_leaves_nothing(network: Network) -> None:
     env = client_env()
     out = subprocess.run(
@@ -162,6 +162,62 @@ def test_netlab_run_serves_a_client_and_leaves_nothing(network: Network) -> None
     assert f"netlab {tag}: 2 hosts" in out.stderr
     assert _lab_left(tag) == []
     assert not [p for p in os.listdir("/tmp") if p.startswith(f"dn-{tag}-")]
+
+
+def _start_run(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
+    """``netlab run 1 -- cmd``, once its host and worker are up; returns it and its tag."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "danaus._netlab", "run", "1", "--", *cmd],
+        env=client_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert line.startswith("netlab "), line + proc.stderr.read()
+    return proc, line.split()[1].rstrip(":")
+
+
+_SLEEPER = [sys.executable, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"]
+
+
+def test_netlab_run_stopped_by_sigterm_tears_down_and_stops_its_command(
+    network: Network,
+) -> None:
+    proc, tag = _start_run(_SLEEPER)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    worker_pids = [int(p) for p in _ip("netns", "pids", f"dn-{tag}-0").stdout.split()]
+    assert worker_pids and _lab_left(tag)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
+    assert _lab_left(tag) == []
+    assert wait_pids_gone([child, *worker_pids], timeout=TIMEOUT) == []
+
+
+def test_netlab_run_killed_leaves_what_the_next_lab_sweeps(network: Network) -> None:
+    proc, tag = _start_run(_SLEEPER)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    worker_pids = [int(p) for p in _ip("netns", "pids", f"dn-{tag}-0").stdout.split()]
+    try:
+        proc.kill()
+        proc.wait(timeout=30)
+        assert (
+            wait_pids_gone(worker_pids, timeout=TIMEOUT) == []
+        )  # pdeathsig: the workers die with it
+        assert _lab_left(tag)  # no teardown ran ...
+        _netlab.sweep_stale_networks()  # ... what every new lab does first removes it
+        assert _lab_left(tag) == []
+    finally:
+        os.kill(child, signal.SIGKILL)  # CMD is not tied to the lab's life
+        proc.stdout.close()
+        assert proc.stderr is not None
+        proc.stderr.close()
 
 
 def test_netlab_up_status_down(network: Network) -> None:
