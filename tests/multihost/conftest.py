@@ -90,6 +90,11 @@ def start_worker(host: Host, secret: str) -> Worker:
     return _netlab.start_worker(host, secret, WORKER_SETTINGS)
 
 
+def _worker_env(secret: str, socket_dir: str) -> dict[str, str]:
+    """A worker's environment here (``tests/jobs`` starts workers of its own with it)."""
+    return _netlab.worker_env(secret, socket_dir, WORKER_SETTINGS)
+
+
 _reap = _netlab.reap
 
 
