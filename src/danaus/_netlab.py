@@ -200,17 +200,19 @@ def _nft_loss(host: Host, loss_pct: float) -> None:
     On the ingress hook of each end (netdev tables), so a dropped packet is lost on
     the wire, as netem would lose it: the sender sees no error.
     """
+    if not os.path.exists(NFT):
+        if not loss_pct:
+            return  # nothing to set, nor any rule of ours to remove
+        raise NetemUnavailable(
+            "this kernel has no sch_netem and `nft` is not installed: loss cannot be "
+            "emulated (install the Debian package nftables, or use a kernel with netem)"
+        )
     table = _nft_table(host.veth)
     sides = [([NFT], host.veth), ([IP, "netns", "exec", host.netns, NFT], host.peer)]
     for nft, _ in sides:
         _run([*nft, "delete", "table", "netdev", table], check=False)
     if not loss_pct:
         return
-    if not os.path.exists(NFT):
-        raise NetemUnavailable(
-            "this kernel has no sch_netem and `nft` is not installed: loss cannot be "
-            "emulated (install the Debian package nftables, or use a kernel with netem)"
-        )
     rule = f"numgen random mod 1000000 < {round(loss_pct * 10_000)} drop"
     for nft, dev in sides:
         ruleset = (
@@ -275,6 +277,8 @@ class Host:
                 "sch_netem (CONFIG_NET_SCH_NETEM is not set, and no module can be loaded); "
                 "rate (tbf) and loss (nftables) still work"
             )
+        if not netem_available() and new.loss_pct and not os.path.exists(NFT):
+            _nft_loss(self, new.loss_pct)  # raises, naming what to install; nothing changed
         _shape(self.veth, None, new)
         _shape(self.peer, self.netns, new)
         if not netem_available():
@@ -351,7 +355,8 @@ class Network:
         return host
 
     def remove_host(self, host: Host) -> None:
-        _run([NFT, "delete", "table", "netdev", _nft_table(host.veth)], check=False)
+        if os.path.exists(NFT):  # its loss rule on the root-side end, if any
+            _run([NFT, "delete", "table", "netdev", _nft_table(host.veth)], check=False)
         ip("link", "del", host.veth, check=False)  # deletes both ends
         ip("netns", "del", host.netns, check=False)
         if host in self.hosts:
