@@ -245,3 +245,18 @@ def test_netlab_up_status_down(network: Network) -> None:
         netlab("down")
     assert _lab_left(tag) == []
     assert not [t for t in _netlab._run([_netlab.NFT, "list", "tables"]).stdout.split() if tag in t]
+
+
+def test_without_netem_or_nft_hosts_come_up_and_loss_is_refused_by_name(
+    network: Network, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if _netlab.netem_available():
+        pytest.skip("this kernel has sch_netem: loss is netem's, nft is not used")
+    monkeypatch.setattr(_netlab, "NFT", "/nonexistent/nft")
+    host = network.add_host()
+    try:
+        with pytest.raises(_netlab.NetemUnavailable, match="nftables"):
+            host.set_link(loss_pct=5)
+        assert host.link == _netlab.Link(delay_us=0.0)  # unchanged
+    finally:
+        network.remove_host(host)
