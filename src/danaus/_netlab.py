@@ -406,8 +406,7 @@ def remove_lab(tag: str) -> None:
             if name.startswith(f"dnnl_dn{tag}v"):
                 _run([NFT, "delete", "table", "netdev", name], check=False)
     for path in glob.glob(f"/tmp/dn-{tag}-*-sock"):
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def sweep_stale_networks() -> None:
@@ -519,8 +518,10 @@ def reap(worker: Worker) -> None:
     finally:
         if worker.proc.stdout is not None:
             worker.proc.stdout.close()
-        with contextlib.suppress(OSError):
-            os.rmdir(worker.socket_dir)  # its tmpfs is only mounted in the worker's namespace
+        # Its tmpfs is only mounted in the worker's mount namespace: what is here is
+        # what processes of this namespace put under it (a test hiding a file from
+        # the worker, say), which goes too.
+        shutil.rmtree(worker.socket_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
