@@ -14,8 +14,8 @@ Four tables, then all rows in one with the ratio to the raw copy:
   has a host token of its own, so the bytes go over its authenticated data
   connection.
 - ``netns``: a ``danaus worker`` in a network namespace of its own, joined to
-  this one by a veth pair and a bridge (``examples/two_hosts.py``); needs root
-  and ``ip``, skipped otherwise. The namespace is always removed.
+  this one by a veth pair and a bridge (``danaus._netlab``, the host lab);
+  needs root and ``ip``, skipped otherwise. The namespace is always removed.
 - ``monarch``: PyTorch Monarch 0.7's ``RDMABuffer`` (``systems/monarch_rdma_bench.py``
   under ``benchmarks/.envs/monarch/bin/python``), with its TCP fallback where
   there is no ibverbs hardware; skipped when that interpreter is missing.
@@ -157,20 +157,19 @@ def run_netns(sizes: list[int], repeat: int, deadline: float, budget: float) -> 
     """The owner on a worker in a network namespace of its own; the client stays here.
 
     Returns the rows, or why it could not run. The namespace, its veth and the
-    bridge are removed whatever happens (``examples/two_hosts.py``'s helper).
+    bridge are removed whatever happens (the project's host lab, ``danaus._netlab``,
+    which the multi-host tests and ``scripts/netlab`` use too; datacenter links).
     """
     if sys.platform != "linux" or os.geteuid() != 0:
         return "skipped: creating network namespaces needs root on Linux"
     if shutil.which("ip") is None:
         return "skipped: no `ip` (iproute2) on PATH"
-    sys.path.insert(0, str(REPO / "examples"))
-    try:
-        from two_hosts import local_workers
-    finally:
-        sys.path.pop(0)
+    from danaus import _netlab
+
     secret = os.environ["DANAUS_SECRET"]  # the one main() set: a client has one secret
     try:
-        with local_workers(1, secret) as workers:
+        with _netlab.lab(1, secret=secret) as (_, started):
+            workers = [w.address for w in started]
             hosts = attach_to_workers(workers=workers, secret=secret)
             try:
                 return run_on(hosts, "tcp", sizes, repeat, deadline, budget)
