@@ -104,3 +104,41 @@ def test_a_worker_killed_mid_computation_gives_supervision_errors_not_hangs() ->
                 x + 1
     finally:
         pm.stop().get(timeout=REPLY_TIMEOUT)
+
+
+def test_a_failed_fetch_from_a_dead_worker_breaks_the_engine_before_its_supervision_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The owner's supervision event and the failed fetch travel apart; on a loaded machine
+    # the event can come second. Hold it back: what the caller does after seeing the failed
+    # fetch must already find the engine broken, not the surviving rank's old values.
+    import threading
+
+    from danaus._tensor.engine import Engine, engine_for
+
+    released = threading.Event()
+    on_failure = Engine.on_failure
+
+    def held_back(self: Engine, failure: object) -> None:
+        released.wait(REPLY_TIMEOUT)
+        on_failure(self, failure)
+
+    monkeypatch.setattr(Engine, "on_failure", held_back)
+    pm = this_host().spawn_procs(per_host={"gpu": 2})
+    try:
+        with pm.activate():
+            x = torch.ones(4) + pm.rank("gpu")
+            engine = engine_for(pm)
+            pids = [
+                v["pid"] for v in engine.workers.info.call().get(timeout=REPLY_TIMEOUT).values()
+            ]
+            os.kill(pids[1], signal.SIGKILL)
+            with pytest.raises(SupervisionError):
+                danaus.inspect(x, gpu=1)
+            with pytest.raises(SupervisionError, match="rank"):
+                danaus.inspect(x, gpu=0)
+            with pytest.raises(SupervisionError, match="lost"):
+                x + 1
+    finally:
+        released.set()
+        pm.stop().get(timeout=REPLY_TIMEOUT)

@@ -181,14 +181,28 @@ class Engine:
 
     def on_failure(self, failure: Any) -> None:
         """A worker died: fail what waits on this engine and refuse what comes next."""
+        self._break(failure.crashed_ranks, failure.reason, failure.mesh_name)
+
+    def worker_lost(self, rank: int, exc: SupervisionError) -> None:
+        """A call to the worker at ``rank`` failed with ``exc``: its proc is gone.
+
+        Breaks the engine at once, as ``on_failure`` will when the supervision
+        event reaches the owner: that event travels on its own and can come
+        after the caller has already seen the failed call and moved on.
+        """
+        self._break([rank], exc.reason or str(exc), exc.actor)
+
+    def _break(self, ranks: Any, reason: str, actor: str) -> None:
         err = SupervisionError(
-            f"tensor engine worker(s) at rank(s) {failure.crashed_ranks} failed: "
-            f"{failure.reason}. The tensors of this mesh are lost; spawn new procs to go on.",
-            actor=failure.mesh_name,
-            reason=failure.reason,
+            f"tensor engine worker(s) at rank(s) {ranks} failed: "
+            f"{reason}. The tensors of this mesh are lost; spawn new procs to go on.",
+            actor=actor,
+            reason=reason,
             during="call",
         )
         with self._lock:
+            if self.broken is not None:  # the first report stands
+                return
             self.broken = err
             pending, self._pending = self._pending, set()
         for cf in list(pending):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils import _pytree as pytree
 
 from .._actor.core.future import Deferred, Future, resolve
+from .._errors import SupervisionError
 from .coalescing import check_not_coalescing
 from .engine import engine_for
 from .errors import Failure, RemoteTensorError
@@ -88,6 +89,8 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
             return
         exc = inner._cf.exception()
         if exc is not None:
+            if isinstance(exc, SupervisionError):
+                engine.worker_lost(rank, exc)  # before the caller can see the failure
             _settle(cf, False, exc)
             return
         reply = inner._cf.result()
