@@ -131,3 +131,69 @@ def test_code_metrics_text(tmp_path: pathlib.Path) -> None:
     ).stdout
     assert "== module globals holding process state: 2" in out
     assert "== import cycles: 1 strongly connected components" in out
+
+
+FIGURE_TREE = {
+    "src/danaus/__init__.py": "",
+    "src/danaus/_runtime/__init__.py": "",
+    "src/danaus/_runtime/messaging/__init__.py": "",
+    "src/danaus/_runtime/messaging/runtime.py": """
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from danaus._actor.api.adverbs import Endpoint
+
+
+        class Runtime:
+            def __init__(self):
+                self.a = 1
+                self.b = 2
+
+
+        def current():
+            return ensure_runtime()
+
+
+        def ensure_runtime():
+            return Runtime()
+    """,
+    "src/danaus/_actor/__init__.py": "",
+    "src/danaus/_actor/api/__init__.py": "",
+    "src/danaus/_actor/api/adverbs.py": """
+        from danaus._runtime.messaging.runtime import ensure_runtime
+
+
+        class Endpoint:
+            def call(self, mesh):
+                ensure_runtime()
+                return mesh._procs, self._name, mesh._shape
+
+            def parts(self):
+                return 1, 2, 3, 4
+    """,
+    "tests/integration/test_one.py": "",
+    "tests/unit/wire/test_codec.py": "",
+}
+
+
+def test_code_figures_of_a_synthetic_tree(tmp_path: pathlib.Path) -> None:
+    for rel, text in FIGURE_TREE.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import code_figures
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    f = code_figures.measure(tmp_path)
+    assert f["Runtime: attributes"] == 2
+    assert f["call sites of ensure_runtime"] == 2
+    assert f["functions named current()"] == 1
+    assert f["Endpoint: reads of another object's private field"] == 2  # self._name is its own
+    assert f["returns of a tuple of 4 or more values"] == 1
+    # the TYPE_CHECKING import closes a cycle that the runtime graph of code-metrics ignores
+    assert f["import cycles, TYPE_CHECKING included"] == 1
+    assert f["largest import cycle (modules)"] == 2
+    assert f["tests/integration files"] == 1
+    assert f["layers with tests/unit/<layer>"] == 1
