@@ -100,12 +100,21 @@ def test_context_names_that_could_escape_their_directory_are_refused(name: Any) 
         paths.context_state_path(name)
 
 
-def test_torchrun_variables_number_ranks_row_major_with_the_last_dimension_local() -> None:
-    sizes = {"hosts": 2, "gpus": 4}
-    envs = [torch_env({"hosts": h, "gpus": g}, sizes) for h in range(2) for g in range(4)]
-    assert [e["RANK"] for e in envs] == [str(r) for r in range(8)]
-    e = torch_env({"hosts": 1, "gpus": 2}, sizes)
-    assert (e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) == ("2", "8", "4")
-    assert (e["GROUP_RANK"], e["GROUP_WORLD_SIZE"]) == ("1", "2")
-    with pytest.raises(ValueError, match="needs at least one dimension"):
+def test_torch_env_numbers_ranks_row_major_with_the_last_dimension_local() -> None:
+    sizes = {"hosts": 2, "gpus": 3}
+    env = torch_env({"hosts": 1, "gpus": 2}, sizes)
+    assert env == {
+        "RANK": "5",
+        "LOCAL_RANK": "2",
+        "WORLD_SIZE": "6",
+        "LOCAL_WORLD_SIZE": "3",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "ROLE_RANK": "5",
+        "ROLE_WORLD_SIZE": "6",
+        "ROLE_NAME": "default",
+    }
+    three = torch_env({"dc": 1, "hosts": 0, "gpus": 1}, {"dc": 2, "hosts": 2, "gpus": 2})
+    assert (three["RANK"], three["GROUP_RANK"], three["GROUP_WORLD_SIZE"]) == ("5", "2", "4")
+    with pytest.raises(ValueError, match="at least one dimension"):
         torch_env({}, {})
