@@ -5,15 +5,19 @@ and a lost proc's answer is told apart from an answer."""
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 from typing import Any
 
 import pytest
 
+import danaus.dashboard
 from danaus._observe import prom, state, tables
 from danaus._observe.tables import COLUMNS, Snapshot
 from danaus._wire.ids import ProcId
 
 NS = 1_000_000_000
+DOCS = pathlib.Path(__file__).resolve().parents[3] / "docs" / "observing.md"
 
 
 def _ring(host: str, now_ns: int, now_s: float, **kw: Any) -> dict[str, Any]:
@@ -135,3 +139,17 @@ def test_prometheus_buckets_are_cumulative_and_end_with_the_total() -> None:
     counts = [c for _, c in out]
     assert counts == sorted(counts)  # cumulative: never decreasing
     assert counts[0] == 2 and counts[3] == 7 and counts[-2] == 7 and counts[-1] == 8
+
+
+def test_every_column_is_documented() -> None:
+    text = DOCS.read_text()
+    for table, cols in COLUMNS.items():
+        m = re.search(rf"^#### `{table}`\n(.*?)(?=^#|\Z)", text, re.M | re.S)
+        assert m, f"docs/observing.md has no '#### `{table}`' section"
+        documented = re.findall(r"^\| `(\w+)` \|", m.group(1), re.M)
+        assert documented == [c for c, _, _ in cols], f"docs/observing.md: table {table}"
+
+
+def test_serve_checks_its_port() -> None:
+    with pytest.raises(ValueError, match="port must be an int"):
+        danaus.dashboard.serve(port=-1)
