@@ -9,6 +9,7 @@ import asyncio
 import multiprocessing
 import os
 import pathlib
+import re
 import subprocess
 import threading
 import time
@@ -114,6 +115,28 @@ def test_a_unit_test_of_a_layer_imports_no_higher_layer() -> None:
             if higher:
                 wrong[str(path.relative_to(TESTS))] = sorted(higher)
     assert not wrong, f"unit tests importing a higher layer than their own: {wrong}"
+
+
+def test_the_default_run_collects_the_unit_tests() -> None:
+    """``./scripts/test`` (pytest with pyproject's settings) reaches tests/unit: a test
+    path above it, and no ``--ignore``/``norecursedirs`` that leaves it out."""
+    text = (TESTS.parent / "pyproject.toml").read_text()
+    section = text.split("[tool.pytest.ini_options]", 1)[1].split("\n[", 1)[0]
+    m = re.search(r"^testpaths\s*=\s*\[(.*?)\]", section, re.M | re.S)
+    assert m, "pyproject.toml's [tool.pytest.ini_options] names no testpaths"
+    paths = [pathlib.Path(p) for p in re.findall(r'"([^"]+)"', m.group(1))]
+    unit = UNIT.relative_to(TESTS.parent)
+    assert any(unit == p or p in unit.parents for p in paths), paths
+    m = re.search(r'^addopts\s*=\s*"(.*)"', section, re.M)
+    opts = m.group(1).split() if m else []
+    leaving_out = [
+        f"{a} {b}"
+        for a, b in zip(opts, [*opts[1:], ""], strict=True)
+        if a.split("=")[0] in ("--ignore", "--ignore-glob", "--deselect") and "unit" in (a + b)
+    ]
+    assert not leaving_out, f"pyproject.toml's addopts leave tests/unit out: {leaving_out}"
+    m = re.search(r"^norecursedirs\s*=\s*(.*)$", section, re.M)
+    assert not (m and "unit" in m.group(1)), "norecursedirs leaves tests/unit out"
 
 
 # -- the guard ------------------------------------------------------------------------
