@@ -10,7 +10,9 @@ a thread it started) starts a process (``subprocess``, ``multiprocessing``,
 ``os.fork``/``posix_spawn``/``exec*``/``system``) or sleeps (``time.sleep`` or
 ``asyncio.sleep`` of more than 0 s): a unit test waits for events, never for time.
 Threads that were running before the test (a node left by another suite in the same
-run) are not the test's and are let through.
+run) are not the test's and are let through. Fixtures of a wider scope (module,
+class, session) that a unit test uses are held to the same rule while they are set
+up (:func:`pytest_fixture_setup`).
 """
 
 from __future__ import annotations
@@ -95,6 +97,24 @@ def install(guard: Guard, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.setattr(asyncio, "sleep", async_sleep)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any], request: Any) -> Any:
+    """A module-, class- or session-scoped fixture a unit test uses may not start a
+    process or sleep either (function-scoped ones run under the autouse fixture)."""
+    if fixturedef.scope == "function":
+        return (yield)
+    guard = Guard()
+    patch = pytest.MonkeyPatch()
+    install(guard, patch)
+    try:
+        result = yield
+    finally:
+        patch.undo()
+    if guard.seen:
+        pytest.fail(f"fixture {fixturedef.argname!r}: " + "\n".join(guard.seen), pytrace=False)
+    return result
 
 
 @pytest.fixture(autouse=True)

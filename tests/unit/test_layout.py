@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -205,3 +206,22 @@ def test_threads_that_ran_before_the_test_are_not_the_tests(_in_this_process_onl
     assert done.wait(30)
     t.join()
     assert slept == [True] and guard.seen == []
+
+
+def test_a_wider_scoped_fixture_that_starts_a_process_fails_what_uses_it(
+    _in_this_process_only: Guard,
+) -> None:
+    from . import conftest
+
+    setup = conftest.pytest_fixture_setup(SimpleNamespace(scope="module", argname="procs"), None)
+    next(setup)  # the fixture's function runs now
+    with pytest.raises(NotAUnitTest, match="Popen"):
+        subprocess.run(["true"])
+    with pytest.raises(pytest.fail.Exception, match=r"fixture 'procs': Popen\._execute_child"):
+        setup.send("the fixture's value")
+    assert _in_this_process_only.seen == []  # the fixture's guard saw it, not the test's
+    plain = conftest.pytest_fixture_setup(SimpleNamespace(scope="session", argname="ok"), None)
+    next(plain)
+    with pytest.raises(StopIteration) as done:
+        plain.send(42)
+    assert done.value.value == 42  # a fixture that keeps to the rule gives its value
