@@ -174,18 +174,3 @@ def test_deprecated_proc_mesh_functions_warn_and_spawn_working_procs(make, sizes
 def test_proc_mesh_refuses_env_as_monarch_does() -> None:
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"env=.*bootstrap"):
         proc_mesh(gpus=1, env={"A": "1"})
-
-
-def test_rdma_names_of_older_programs_exist() -> None:
-    import warnings
-
-    from danaus.rdma import (
-        RDMAReadTransferWarning,
-        RDMAWriteTransferWarning,
-        gpu_direct_rdma_supported,
-    )
-
-    assert gpu_direct_rdma_supported() is False
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=RDMAReadTransferWarning)
-        warnings.filterwarnings("ignore", category=RDMAWriteTransferWarning)

@@ -1,4 +1,5 @@
-"""``hosts_from_config``: the allocation's workers from Slurm's environment, else local ones."""
+"""``hosts_from_config``: the allocation's workers from Slurm's environment, else local ones
+(Slurm's host lists are expanded in tests/unit/job/test_config.py)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,9 @@ import sys
 
 import pytest
 
-from danaus._job.config import expand_hostlist
 from danaus.testing import client_env, wait_pids_gone
 
 from .conftest import LocalWorker, Scripts, Slurm, free_port, wait_until
-
-
-def test_slurm_host_lists_expand_like_scontrol_show_hostnames() -> None:
-    assert expand_hostlist("n[01-03,07],gpu5") == ["n01", "n02", "n03", "n07", "gpu5"]
-    assert expand_hostlist("a[8-10]-ib") == ["a8-ib", "a9-ib", "a10-ib"]
-    assert expand_hostlist("single") == ["single"]
-    for bad in ("n[1-", "n[3-1]", "n[a-b]", "a,,b"):
-        with pytest.raises(ValueError, match="malformed Slurm host list"):
-            expand_hostlist(bad)
-
 
 IN_ALLOCATION = """
     import json, os

@@ -10,32 +10,11 @@ from typing import Any
 
 import pytest
 
-from danaus._job.spmd import torch_env
 from danaus.testing import client_env
 
 from .conftest import Scripts, Slurm, free_port
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def test_torch_env_numbers_ranks_row_major_with_the_last_dimension_local() -> None:
-    sizes = {"hosts": 2, "gpus": 3}
-    env = torch_env({"hosts": 1, "gpus": 2}, sizes)
-    assert env == {
-        "RANK": "5",
-        "LOCAL_RANK": "2",
-        "WORLD_SIZE": "6",
-        "LOCAL_WORLD_SIZE": "3",
-        "GROUP_RANK": "1",
-        "GROUP_WORLD_SIZE": "2",
-        "ROLE_RANK": "5",
-        "ROLE_WORLD_SIZE": "6",
-        "ROLE_NAME": "default",
-    }
-    three = torch_env({"dc": 1, "hosts": 0, "gpus": 1}, {"dc": 2, "hosts": 2, "gpus": 2})
-    assert (three["RANK"], three["GROUP_RANK"], three["GROUP_WORLD_SIZE"]) == ("5", "2", "4")
-    with pytest.raises(ValueError, match="at least one dimension"):
-        torch_env({}, {})
 
 
 @pytest.fixture(scope="module")

@@ -236,11 +236,6 @@ def test_a_bad_stack_request_says_what_was_wrong(dashboard: danaus.dashboard.Das
         assert words in json.loads(info.value.read())["error"]
 
 
-def test_serve_checks_its_port() -> None:
-    with pytest.raises(ValueError, match="port must be an int"):
-        danaus.dashboard.serve(port=-1)
-
-
 def test_the_environment_switch_serves_the_dashboard_at_the_first_spawn() -> None:
     code = (
         "import json, sys, urllib.request\n"

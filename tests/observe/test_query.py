@@ -4,8 +4,6 @@ compared with what each test did; and ``danaus query`` on the command line."""
 from __future__ import annotations
 
 import itertools
-import pathlib
-import re
 import subprocess
 import sys
 import time
@@ -14,15 +12,12 @@ import pytest
 
 import danaus.dashboard
 from danaus import telemetry
-from danaus._observe.tables import COLUMNS
 from danaus._runtime.hosting.host import ensure_runtime
 from danaus._runtime.messaging.metrics import Recent
 from danaus.actor import Actor, ActorError, ProcMesh, endpoint
 from danaus.testing import FaultRecorder, client_env, wait_until
 
 from .conftest import REPLY_TIMEOUT, Worker, proc_names
-
-DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "observing.md"
 
 
 class Spanner(Actor):
@@ -166,15 +161,6 @@ def test_busy_procs_sample_messages_and_say_at_what_rate() -> None:
     assert len(ring.messages) == 50  # the ring is bounded
     with pytest.raises(ValueError, match="at least 1"):
         Recent(size=0, per_s=10)
-
-
-def test_every_column_is_documented() -> None:
-    text = DOCS.read_text()
-    for table, cols in COLUMNS.items():
-        m = re.search(rf"^#### `{table}`\n(.*?)(?=^#|\Z)", text, re.M | re.S)
-        assert m, f"docs/observing.md has no '#### `{table}`' section"
-        documented = re.findall(r"^\| `(\w+)` \|", m.group(1), re.M)
-        assert documented == [c for c, _, _ in cols], f"docs/observing.md: table {table}"
 
 
 def test_danaus_query_prints_a_table(

@@ -1,80 +1,14 @@
-"""Who may talk to a proc: the private socket directory, the handshake, the worker's refusal."""
+"""The worker's refusal to listen beyond loopback without a secret (a ``danaus worker``
+process each); the handshake and the socket directory are unit tests
+(tests/unit/transport/test_auth.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
-import stat
 import subprocess
 import sys
 
 import pytest
-
-import danaus.config
-from danaus._transport.address import make_job_dir
-from danaus._transport.auth import AuthError, Handshake, load_secret
-
-SECRET = b"s" * 32
-
-
-def _run(client: Handshake, server: Handshake) -> None:
-    """Drive both ends of a handshake to completion (or an AuthError)."""
-    to_client = server.start()
-    to_server = client.feed(to_client)
-    to_client = server.feed(to_server)
-    client.feed(to_client)
-
-
-def test_a_handshake_with_the_same_secret_authenticates_both_ends() -> None:
-    client, server = Handshake(SECRET, "client"), Handshake(SECRET, "server")
-    _run(client, server)
-    assert client.done and server.done
-
-
-def test_a_client_without_the_secret_is_refused_by_the_server() -> None:
-    client, server = Handshake(b"x" * 32, "client"), Handshake(SECRET, "server")
-    with pytest.raises(AuthError, match="does not know the job secret"):
-        _run(client, server)
-    assert not server.done
-
-
-def test_a_server_without_the_secret_is_refused_by_the_client() -> None:
-    client, impostor = Handshake(SECRET, "client"), Handshake(b"y" * 32, "server")
-    to_server = client.feed(impostor.start())
-    # The impostor cannot check the client's answer; it confirms with its own secret.
-    client_nonce = to_server[32:]
-    forged = hmac.new(b"y" * 32, b"s" + client_nonce, hashlib.sha256).digest()
-    with pytest.raises(AuthError, match="does not know the job secret"):
-        client.feed(forged)
-    assert not client.done
-
-
-def test_a_peer_that_is_not_danaus_is_refused_by_its_magic() -> None:
-    with pytest.raises(AuthError, match="magic"):
-        Handshake(SECRET, "client").feed(b"HTTP" + b"\0" * 32)
-
-
-def test_a_short_secret_is_refused_with_advice() -> None:
-    with pytest.raises(ValueError, match="at least 16 bytes"):
-        load_secret("short")
-
-
-def test_job_directories_are_private_to_the_user(tmp_path) -> None:
-    base = tmp_path / "sockets"
-    with danaus.config.configured(socket_dir=str(base)):
-        d = make_job_dir()
-    for path in (base, d):
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-        assert mode == 0o700, oct(mode)
-
-
-def test_a_socket_directory_others_can_open_is_refused(tmp_path) -> None:
-    base = tmp_path / "open"
-    base.mkdir(mode=0o777)
-    os.chmod(base, 0o777)
-    with danaus.config.configured(socket_dir=str(base)), pytest.raises(RuntimeError, match="0700"):
-        make_job_dir()
 
 
 @pytest.mark.timeout(60)

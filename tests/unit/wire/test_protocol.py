@@ -132,20 +132,6 @@ def test_hello_carries_the_protocol_version() -> None:
     assert decode_header(wire(hello)) == (Kind.HELLO, hello)
 
 
-def test_a_second_handler_for_a_kind_is_refused(tmp_path) -> None:
-    from danaus._runtime.messaging.runtime import Runtime
-
-    rt = Runtime("t", str(tmp_path))
-    try:
-        with pytest.raises(RuntimeError, match="frame kind CALL already has a handler"):
-            rt.register(Kind.CALL, lambda conn, msg: None)
-        rt.register(Kind.RDMA_DATA, lambda conn, msg: None)
-        with pytest.raises(RuntimeError, match="RDMA_DATA already has a handler"):
-            rt.register(Kind.RDMA_DATA, lambda conn, msg: None)
-    finally:
-        rt.loop.close()
-
-
 # -- the CALL header's template (adverbs' cached header pickles) -----------------------
 
 
