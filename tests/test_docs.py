@@ -228,7 +228,7 @@ def test_the_design_names_the_handler_of_every_frame_kind() -> None:
     documented: dict[str, set[str]] = {}
     for row in _table(MESSAGES_PAGE, "Frames and routing", ["module", "frame kinds it handles"]):
         m = re.match(r"`(_\w+(?:/\w+)*\.py)`", row[0])
-        assert m, f"{MESSAGES_PAGE.name}: a routing row starts with `_layer/module.py`, not {row[0]}"
+        assert m, f"{MESSAGES_PAGE.name}: a routing row starts with `_layer/module.py`: {row[0]}"
         for kind in re.findall(r"`([A-Z][A-Z_]*)`", row[1]):
             documented.setdefault(kind, set()).add(m.group(1))
     code = _frame_handlers_in_code()
