@@ -159,3 +159,46 @@ procs.stop().get(timeout=30)
     survivor.stdin.close()
     assert survivor.wait(timeout=TIMEOUT) == 0
     assert wait_pids_gone(survivor_pids) == []
+
+
+def test_a_main_thread_asleep_in_a_system_call_unwinds_well_within_the_grace(
+    client_script,
+) -> None:
+    # time.sleep blocks in the kernel, where the SystemExit set for the main thread is not
+    # seen; the grace is long here, so only the wake-up signal lets the finally run before
+    # the run's timeout (without it the process is forced out at the grace's end).
+    result = client_script.run(
+        ACTOR
+        + """
+danaus.config.configure(main_exit_grace=600)
+atexit.register(lambda: print("AT-EXIT HANDLER RAN", flush=True))
+procs, workers = spawn("sleeper")
+workers.slice(gpus=1).boom.broadcast()
+try:
+    time.sleep(3600)
+finally:
+    print("MAIN UNWOUND", flush=True)
+""",
+        timeout=TIMEOUT * 3,
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert "MAIN UNWOUND" in lines, result.stdout
+    assert lines.index("MAIN UNWOUND") < lines.index("AT-EXIT HANDLER RAN")
+
+
+def test_a_program_that_handles_sigurg_itself_keeps_its_handler(client_script) -> None:
+    result = client_script.run(
+        ACTOR
+        + """
+import signal
+mine = lambda signum, frame: None
+signal.signal(signal.SIGURG, mine)
+procs, workers = spawn("polite")
+assert workers.slice(gpus=0).square.call_one(3).get(timeout=30) == 9
+print("HANDLER KEPT", signal.getsignal(signal.SIGURG) is mine, flush=True)
+procs.stop().get(timeout=30)
+"""
+    )
+    assert result.returncode == 0, result.stderr
+    assert "HANDLER KEPT True" in result.stdout

@@ -21,6 +21,7 @@ import ctypes
 import logging
 import os
 import queue
+import signal
 import sys
 import threading
 import traceback
@@ -82,10 +83,40 @@ def exit_program(code: int = 1) -> None:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
             ctypes.c_ulong(main.ident), ctypes.py_object(FaultExit)
         )
+        if _wake_armed:  # wake a main thread blocked in a system call (time.sleep, a read)
+            signal.pthread_kill(main.ident, _WAKE_SIGNAL)
         main.join(config.get("main_exit_grace"))
         if not main.is_alive():
             return  # the main thread unwound: the interpreter exits with code 1 by itself
     force_exit_code()
+
+
+# A main thread blocked in a system call (time.sleep, a read, select) sees the
+# SystemExit set above only when it runs Python code again. A signal with a Python
+# handler makes it do so at once: the call returns EINTR, the handler runs, and the
+# pending exception is raised in it. SIGURG is ignored by default and not used by
+# Python programs; it is taken only when nothing else handles it.
+_WAKE_SIGNAL = signal.SIGURG
+_wake_armed = False
+
+
+def _wake(signum: int, frame: Any) -> None:
+    """Runs in the main thread: the pending SystemExit is raised as it runs."""
+
+
+def arm_wake_signal() -> None:
+    """Install the wake-up handler (main thread only; only where SIGURG has no handler)."""
+    global _wake_armed
+    if _wake_armed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(_WAKE_SIGNAL) not in (signal.SIG_DFL, None):
+            return  # the program handles SIGURG itself: leave it alone
+        signal.signal(_WAKE_SIGNAL, _wake)
+        signal.siginterrupt(_WAKE_SIGNAL, True)
+    except (ValueError, OSError):  # not the main interpreter, or signals unavailable
+        return
+    _wake_armed = True
 
 
 def _flush() -> None:

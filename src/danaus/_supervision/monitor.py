@@ -35,6 +35,8 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
     rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
     undeliverable.set_client_handler(node, _client_undeliverable)
+    if node.client:
+        hook.arm_wake_signal()  # a client's node is made on its main thread, in most programs
 
 
 def _display(rt: Runtime, owner: ActorId | None, om: owned.OwnedMesh, rank: int) -> str:
