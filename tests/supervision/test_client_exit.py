@@ -202,3 +202,30 @@ procs.stop().get(timeout=30)
     )
     assert result.returncode == 0, result.stderr
     assert "HANDLER KEPT True" in result.stdout
+
+
+def test_a_supervisors_restart_is_told_once_on_the_terminal(client_script) -> None:
+    # The program goes on after a restart, so nothing else would tell the user: the
+    # warning reaches stderr once, although log_stderr_level (ERROR) is above it.
+    result = client_script.run(
+        ACTOR
+        + """
+from danaus.supervisor import Supervisor
+sup = Supervisor(strategy="one_for_one", name="sup1")
+procs = this_host().spawn_procs(per_host={"gpus": 2})
+workers = sup.spawn(procs, "told", Worker)
+workers.initialized.get(timeout=30)
+workers.slice(gpus=1).boom.broadcast()
+deadline = time.monotonic() + 30
+while not sup.restarts and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert workers.square.call(4).get(timeout=30).item(gpus=1) == 16
+print("RESTARTS", len(sup.restarts), flush=True)
+sup.stop()
+"""
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESTARTS 1" in result.stdout
+    told = [ln for ln in result.stderr.splitlines() if "restarted told" in ln]
+    assert len(told) == 1, result.stderr
+    assert "WARNING" in told[0] and "boom" in told[0]

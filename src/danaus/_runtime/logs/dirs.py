@@ -28,6 +28,7 @@ from ..._transport.address import private_base
 from ..._transport.owned import private_dir
 
 __all__ = [
+    "NOTICE",
     "ProcLog",
     "base_dir",
     "configure_danaus_logging",
@@ -194,6 +195,26 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
 
+# ``log.warning(..., extra=NOTICE)``: an event the user must hear of even though the
+# program goes on (a supervisor restarted actors, a proc was replaced, a message was
+# dropped). It reaches the terminal once whatever ``log_stderr_level`` says: the
+# client prints it; a proc or host agent writes it to its stderr, which is forwarded
+# to the client's terminal like the rest of its output.
+NOTICE = {"danaus_notice": True}
+
+
+class _ToTerminal(logging.Filter):
+    """Passes records from ``level`` up, and notices from WARNING up."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= self.level:
+            return True
+        return record.levelno >= logging.WARNING and bool(getattr(record, "danaus_notice", False))
+
 
 def _level(name: str, setting: str) -> int:
     value = logging.getLevelName(str(name).upper())
@@ -209,7 +230,8 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
     """Send the ``danaus`` loggers to ``danaus.log`` in ``directory``, not the user's terminal.
 
     With ``to_stderr`` (the client), records from ``log_stderr_level`` up are
-    also printed to stderr: errors the user needs to see. Does nothing if the
+    also printed to stderr: errors the user needs to see. Notices (``extra=NOTICE``)
+    go to stderr in every process. Does nothing if the
     user has given the ``danaus`` logger handlers of their own.
     """
     logger = logging.getLogger("danaus")
@@ -226,10 +248,12 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
         handlers.append(fh)
     except OSError:
         pass
-    if to_stderr:
-        sh = _StderrHandler()
-        sh.setLevel(_level(config.get("log_stderr_level"), "log_stderr_level"))
-        handlers.append(sh)
+    # The client prints from log_stderr_level up; a proc or agent only its notices.
+    level = _level(config.get("log_stderr_level"), "log_stderr_level") if to_stderr else 100
+    sh = _StderrHandler()
+    sh.addFilter(_ToTerminal(level))
+    sh.setLevel(min(level, logging.WARNING))
+    handlers.append(sh)
     for h in handlers:
         h.setFormatter(logging.Formatter(_FORMAT))
         h._danaus = True  # type: ignore[attr-defined]
