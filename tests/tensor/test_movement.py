@@ -75,3 +75,15 @@ def test_to_mesh_copies_a_local_tensor_into_every_proc(mesh: ProcMesh) -> None:
         u = t + mesh.rank("gpu")
     for h, g in COORDS:
         assert torch.equal(danaus.inspect(u, host=h, gpu=g), local + g)
+
+
+def test_to_mesh_onto_the_tensors_own_mesh_is_a_copy_not_the_same_tensor(mesh) -> None:
+    # As Monarch's to_mesh (a SendTensor even when source and destination are one mesh):
+    # the result is a tensor of its own, so writing to it leaves the source as it was.
+    with mesh.activate():
+        x = torch.ones(3)
+        y = x.to_mesh(mesh)
+        assert y is not x
+        y.add_(1)
+    assert torch.equal(danaus.inspect(x), torch.ones(3))
+    assert torch.equal(danaus.inspect(y), torch.full((3,), 2.0))

@@ -231,3 +231,17 @@ def test_a_command_that_raises_does_not_skip_the_rest_of_its_batch() -> None:
     runner.stop()
     runner.thread.join(30)
     assert ran == ["first", "hand-off"]
+
+
+def test_a_gradient_bucket_is_reduced_in_place_through_an_immutable_borrow(mesh) -> None:
+    # Monarch's idiom for overlapping the all-reduce with compute: borrow the flat
+    # gradients to a comms stream (immutably), reduce_ them there, drop the borrow.
+    comms = danaus.Stream("reducer")
+    with mesh.activate():
+        flat = torch.ones(6) * (mesh.rank("gpu") + 1)
+        lent, borrow = comms.borrow(flat)
+        with comms.activate():
+            lent.reduce_("gpu", reduction="avg")
+        borrow.drop()
+        after = flat + 0
+    assert torch.equal(danaus.inspect(after, host=0, gpu=1), torch.full((6,), 1.5))

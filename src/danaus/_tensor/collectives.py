@@ -91,7 +91,10 @@ def _validate(
             f"reduce: the tensor is on mesh {tm!r} but the active mesh is {active!r}; "
             "use `with mesh.activate():` for the tensor's mesh"
         )
-    check_use(f"reduce({reduction!r})", [t], [t] if inplace else [])
+    # As Monarch's reduce_: the tensor may be reduced in place through an immutable
+    # borrow (its idiom for overlapping gradient all-reduce on a comms stream: borrow,
+    # reduce_, drop); only an ``out`` tensor is checked for write access.
+    check_use(f"reduce({reduction!r})", [t])
     if t.requires_grad:
         raise ValueError(
             "reduce does not work with autograd: the tensor requires grad. Reduce a detached "

@@ -100,8 +100,8 @@ def _between(t: Tensor, src: Any, dst: Any) -> Tensor:
             "supported: both must be slices of one ProcMesh. Fetch the value with "
             "danaus.inspect(t) and move the local tensor instead"
         )
-    if src._shape == dst._shape and t._mesh._shape == dst._shape:
-        return t
+    # Onto its own mesh too, the result is a new tensor (Monarch's SendTensor): writing
+    # to it must not change ``t``; each proc's pair is then a local copy.
     check_use("to_mesh", [t])
     pairs = _pairs(src, dst)
     engine = engine_for(dst)
