@@ -44,6 +44,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r'^```(\w*)(?:\s+title="([^"]+)")?\s*$')
 SKIP = re.compile(r"^\*\*Not runnable here\*\* \(`([\w.-]+)`\): (.{10,})$")
+LAYOUT = re.compile(r"^\s*</?div\b")
 SHELL = {"sh", "bash", "shell", "console"}
 SENTINEL = "~~docs-block-end~~"
 MAX_SKIPPED = 0.05
@@ -83,7 +84,8 @@ def parse(page: pathlib.Path) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         if end is None:
             raise ValueError(f"{page}:{i + 1}: a code block that is never closed")
-        before = [ln.strip() for ln in lines[:i] if ln.strip()]
+        # Layout lines (a side-by-side grid's <div>s) do not separate a marker from its block.
+        before = [ln.strip() for ln in lines[:i] if ln.strip() and not LAYOUT.match(ln)]
         prev = before[-1] if before else ""
         block = Block(page, i + 1, m.group(1), "\n".join(lines[i + 1 : end]) + "\n", m.group(2))
         if (s := SKIP.match(prev)) is not None:
@@ -220,7 +222,7 @@ def run_page(page: pathlib.Path, timeout: float = PAGE_TIMEOUT) -> Result:
                 chunks.append([])
             else:
                 chunks[-1].append(line)
-        everything = r.stdout.splitlines()
+        everything = r.stdout.splitlines() + r.stderr.splitlines()  # procs' stderr too
         if r.returncode != 0:
             done = len(chunks) - 1
             runnable = [b for b in steps if not b.title]
