@@ -17,7 +17,8 @@ Conventions, visible on the page:
 
 Expected output is matched line by line, with ``...`` standing for any text
 within a line and a line of just ``...`` for any number of lines. Lines a proc
-forwarded (they start with ``[``) arrive asynchronously: they are matched by
+forwarded (they start with ``[``, or ``...[`` on the page where a count of similar
+lines may stand before them) arrive asynchronously: they are matched by
 content anywhere in the page's output, not by position.
 
 Why our own runner rather than ``mktestdocs`` or ``pytest-markdown-docs``: both
@@ -149,7 +150,9 @@ def _match(expected: list[str], actual: list[str]) -> bool:
 
 
 def _forwarded(line: str) -> bool:
-    return line.startswith("[")
+    """A line a proc printed (``[mesh {coords}] ...``, or ``[N similar lines] ...``); in the
+    page's output, ``...[mesh ...`` also (the count of similar lines elided)."""
+    return line.startswith("[") or line.startswith("...[")
 
 
 def check_output(block: Block, own: list[str], everything: list[str]) -> str | None:
@@ -257,9 +260,7 @@ def summary(results: list[Result]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [pathlib.Path(a).resolve() for a in argv] or [
-        p for p in pages() if python_blocks(p)
-    ]
+    chosen = [pathlib.Path(a).resolve() for a in argv] or [p for p in pages() if python_blocks(p)]
     results = []
     for page in chosen:
         r = run_page(page)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+
 from docrunner import MAX_SKIPPED, ROOT, Result, pages, parse, python_blocks, run_page
 
 PAGES = [p for p in pages() if python_blocks(p)]
