@@ -159,3 +159,32 @@ procs.stop().get(timeout=30)
     survivor.stdin.close()
     assert survivor.wait(timeout=TIMEOUT) == 0
     assert wait_pids_gone(survivor_pids) == []
+
+
+def test_a_main_thread_blocked_in_c_gets_main_exit_grace_then_danaus_exits_for_it(
+    client_script,
+) -> None:
+    """Blocked in C code (a long ``time.sleep``), the main thread cannot unwind: after
+    ``main_exit_grace`` danaus runs the at-exit handlers and exits with code 1 itself,
+    without waiting for the sleep (its ``finally`` block never runs), as
+    ``docs/troubleshooting.md`` says."""
+    result = client_script.run(
+        ACTOR
+        + """
+danaus.config.configure(main_exit_grace=0.5)
+atexit.register(lambda: print("AT-EXIT HANDLER RAN", flush=True))
+procs, workers = spawn("doomed")
+workers.slice(gpus=1).boom.broadcast()
+try:
+    time.sleep(3600)  # in C: the SystemExit cannot be delivered until it returns
+finally:
+    print("MAIN UNWOUND", flush=True)
+""",
+        timeout=TIMEOUT * 3,  # far less than the sleep: danaus did not wait for it
+    )
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines.count("AT-EXIT HANDLER RAN") == 1, result.stdout
+    assert "MAIN UNWOUND" not in lines
+    assert "nobody handles this boom" in result.stderr
+    assert wait_pids_gone(pids_in(result.stdout)) == []

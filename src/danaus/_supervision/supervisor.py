@@ -53,6 +53,7 @@ from .._actor.core.future import Future
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime.hosting import host
+from .._runtime.logs.dirs import NOTIFY
 from .._runtime.logs.process import LogControl
 from .._wire import codec
 from .._wire.ids import ProcId
@@ -726,9 +727,11 @@ class Supervisor:
 
     def _announce(self, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
         moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
-        log.warning(
-            "supervisor %r restarted %s (%s) after: %s", self.name, rec.child, moved, rec.reason
-        )
+        log.warning(  # to the terminal too: a restart is news the user must hear of
+            "supervisor %r restarted %s (%s) after: %s",
+            self.name, rec.child, moved, rec.reason,
+            extra={NOTIFY: True},
+        )  # fmt: skip
         rt = host.ensure_runtime()
         tracer = rt.tracer
         if tracer is not None:

@@ -177,11 +177,26 @@ def find_job(job: str | None) -> str:
     return matches[0].path
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it)."""
+#: A record logged with ``extra={NOTIFY: True}`` needs the user (a restart, say): it is
+#: printed to stderr whatever ``log_stderr_level`` says, by the client and by a proc (whose
+#: stderr reaches the client's terminal, prefixed), as well as written to ``danaus.log``.
+NOTIFY = "danaus_notify"
 
-    def __init__(self) -> None:
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it):
+    records from ``threshold`` up, and every ``NOTIFY`` record (``threshold`` None: only
+    those)."""
+
+    def __init__(self, threshold: int | None = None) -> None:
         super().__init__()
+        self.threshold = threshold
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        wanted = getattr(record, NOTIFY, False) or (
+            self.threshold is not None and record.levelno >= self.threshold
+        )
+        return bool(wanted) and bool(super().filter(record))
 
     @property
     def stream(self) -> Any:
@@ -209,8 +224,10 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
     """Send the ``danaus`` loggers to ``danaus.log`` in ``directory``, not the user's terminal.
 
     With ``to_stderr`` (the client), records from ``log_stderr_level`` up are
-    also printed to stderr: errors the user needs to see. Does nothing if the
-    user has given the ``danaus`` logger handlers of their own.
+    also printed to stderr: errors the user needs to see. Records marked ``NOTIFY``
+    (events the user must hear of, such as a restart) are printed to stderr in every
+    process, once each: a proc's stderr is forwarded to the client's terminal. Does
+    nothing if the user has given the ``danaus`` logger handlers of their own.
     """
     logger = logging.getLogger("danaus")
     if any(not getattr(h, "_danaus", False) for h in logger.handlers):
@@ -226,10 +243,10 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
         handlers.append(fh)
     except OSError:
         pass
-    if to_stderr:
-        sh = _StderrHandler()
-        sh.setLevel(_level(config.get("log_stderr_level"), "log_stderr_level"))
-        handlers.append(sh)
+    threshold = _level(config.get("log_stderr_level"), "log_stderr_level") if to_stderr else None
+    sh = _StderrHandler(threshold)
+    sh.setLevel(min(threshold or logging.WARNING, logging.WARNING))  # NOTIFY ones are warnings
+    handlers.append(sh)
     for h in handlers:
         h.setFormatter(logging.Formatter(_FORMAT))
         h._danaus = True  # type: ignore[attr-defined]
