@@ -295,3 +295,21 @@ def test_the_command_line_reference_is_generated_from_the_parser_for_every_comma
     worker = sections[1 + commands.index("worker")]
     for option in ("--listen", "--secret-file", "--insecure", "--tls-cert"):
         assert option in worker
+
+
+def test_docstring_markup_is_rendered_and_what_is_left_is_found() -> None:
+    """The reference shows Sphinx roles as code (linked when the path is documented) and
+    ``Example::`` as ``Example:``; ``scripts/docs`` fails on any that the built site still
+    shows, with ``literal_markup``."""
+    hooks = _hooks()
+    raw = (
+        "<p>Returns a :class:<code>ValueMesh</code> (see :meth:<code>~danaus.actor.Future.get</code>"
+        " and :func:<code>danaus.actor.this_host</code>). Example::</p>"
+    )
+    assert len(hooks.literal_markup(raw)) == 4
+    out = hooks.render_docstring_markup(raw)
+    assert hooks.literal_markup(out) == []
+    assert "<code>ValueMesh</code>" in out
+    assert '<autoref identifier="danaus.actor.Future.get" optional><code>get</code></autoref>' in out
+    assert '<autoref identifier="danaus.actor.this_host" optional>' in out
+    assert out.endswith("Example:</p>")
