@@ -195,7 +195,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 # ``Example::`` into ``Example:`` (the indented block after it is already code).
 # ``scripts/docs`` then fails if the built site still shows any (``literal_markup``).
 
-ROLE_HTML = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj|py:\w+):<code>~?\.?([^<]+)</code>")
+ROLE_HTML = re.compile(
+    r":(?:class|func|meth|attr|mod|data|exc|obj|py:\w+):<code>~?\.?([^<]+)</code>"
+)
 LITERAL_INTRO = re.compile(r"(\w)::(</p>)")
 LITERAL_MARKUP = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?:<code>|`)|\w::</p>")
 

@@ -303,13 +303,15 @@ def test_docstring_markup_is_rendered_and_what_is_left_is_found() -> None:
     shows, with ``literal_markup``."""
     hooks = _hooks()
     raw = (
-        "<p>Returns a :class:<code>ValueMesh</code> (see :meth:<code>~danaus.actor.Future.get</code>"
+        "<p>Returns a :class:<code>ValueMesh</code> (see "
+        ":meth:<code>~danaus.actor.Future.get</code>"
         " and :func:<code>danaus.actor.this_host</code>). Example::</p>"
     )
     assert len(hooks.literal_markup(raw)) == 4
     out = hooks.render_docstring_markup(raw)
     assert hooks.literal_markup(out) == []
     assert "<code>ValueMesh</code>" in out
-    assert '<autoref identifier="danaus.actor.Future.get" optional><code>get</code></autoref>' in out
+    link = '<autoref identifier="danaus.actor.Future.get" optional><code>get</code></autoref>'
+    assert link in out
     assert '<autoref identifier="danaus.actor.this_host" optional>' in out
     assert out.endswith("Example:</p>")

@@ -245,7 +245,8 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
         pass
     threshold = _level(config.get("log_stderr_level"), "log_stderr_level") if to_stderr else None
     sh = _StderrHandler(threshold)
-    sh.setLevel(min(threshold or logging.WARNING, logging.WARNING))  # NOTIFY ones are warnings
+    # NOTIFY records are warnings: the handler sees them whatever the threshold.
+    sh.setLevel(logging.WARNING if threshold is None else min(threshold, logging.WARNING))
     handlers.append(sh)
     for h in handlers:
         h.setFormatter(logging.Formatter(_FORMAT))
