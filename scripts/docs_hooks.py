@@ -202,10 +202,35 @@ LITERAL_INTRO = re.compile(r"(\w)::(</p>)")
 LITERAL_MARKUP = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?:<code>|`)|\w::</p>")
 
 
+FACADES = (
+    "danaus.actor", "danaus.rdma", "danaus.job", "danaus.supervisor", "danaus.elastic",
+    "danaus.simulator", "danaus.spmd", "danaus.config", "danaus.telemetry", "danaus.testing",
+    "danaus",
+)  # fmt: skip
+_public: dict[str, str] = {}
+
+
+def public_names() -> dict[str, str]:
+    """Each public name -> its identifier in the reference (``ValueMesh`` ->
+    ``danaus.actor.ValueMesh``): the first facade of ``FACADES`` exporting it."""
+    if not _public:
+        import importlib
+
+        if str(ROOT / "src") not in sys.path:
+            sys.path.insert(0, str(ROOT / "src"))
+        for facade in FACADES:
+            for name in getattr(importlib.import_module(facade), "__all__", []):
+                _public.setdefault(name, f"{facade}.{name}")
+    return _public
+
+
 def _role(m: re.Match[str]) -> str:
     target = m.group(1).removesuffix("()")
     shown = target.rsplit(".", 1)[-1] if m.group(0).split("<code>")[1].startswith("~") else target
-    if "." in target:  # a dotted path: link it if the reference documents it
+    head, _, rest = target.partition(".")
+    if head != "danaus" and head in public_names():  # ValueMesh.values: a public name's
+        target = public_names()[head] + (f".{rest}" if rest else "")
+    if target.startswith("danaus."):  # linked where the reference documents it, else code
         return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
     return f"<code>{shown}</code>"
 

@@ -310,7 +310,7 @@ def test_docstring_markup_is_rendered_and_what_is_left_is_found() -> None:
     assert len(hooks.literal_markup(raw)) == 4
     out = hooks.render_docstring_markup(raw)
     assert hooks.literal_markup(out) == []
-    assert "<code>ValueMesh</code>" in out
+    assert '<autoref identifier="danaus.actor.ValueMesh" optional><code>ValueMesh</code>' in out
     link = '<autoref identifier="danaus.actor.Future.get" optional><code>get</code></autoref>'
     assert link in out
     assert '<autoref identifier="danaus.actor.this_host" optional>' in out
