@@ -115,7 +115,6 @@ class Supervisor(Actor):
     async def failure_log(self) -> list[str]:
         return self.failures
 
-    # --8<-- [start:supervise]
     async def __supervise__(self, failure: Any) -> bool:
         assert self.recovered is not None
         for crashed in failure.crashed_ranks:
@@ -130,7 +129,6 @@ class Supervisor(Actor):
             self.generation += 1
             self.recovered.notify_all()
         return True  # handled: the client never hears of it
-        # --8<-- [end:supervise]
 
 
 def main() -> None:

@@ -37,7 +37,6 @@ FAIL_AFTER = 6  # after this many steps, one trainer fails
 TIMEOUT = 60.0
 
 
-# --8<-- [start:trainer]
 class Trainer(Actor):
     """One data-parallel replica: a model, an optimizer, and its share of the data."""
 
@@ -111,15 +110,10 @@ class Trainer(Actor):
             dist.destroy_process_group()
 
 
-# --8<-- [end:trainer]
-
-
 def get_hosts(where: str) -> tuple[Any, ProcessJob | None]:
     """The hosts to train on: this machine, or a ProcessJob's worker."""
     if where == "local":
-        # --8<-- [start:hosts]
         hosts = this_host()
-        # --8<-- [end:hosts]
         return hosts, None
     if where == "process":
         job = ProcessJob({"hosts": 1})
@@ -132,15 +126,12 @@ def main(where: str = "local") -> list[float]:
     tmp = tempfile.TemporaryDirectory()
     checkpoint = os.path.join(tmp.name, "checkpoint.pt")
     try:
-        # --8<-- [start:spawn]
         procs = hosts.spawn_procs(per_host={"gpus": 2})  # a dimension: binds no device
         setup_torch_elastic_env(procs)  # RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT
         sup = Supervisor(strategy="one_for_one", max_restarts=3)
         trainers = sup.spawn(procs, "trainers", Trainer, 0.05)
         trainers.join.call(checkpoint).get(timeout=TIMEOUT)
-        # --8<-- [end:spawn]
 
-        # --8<-- [start:train]
         losses = []
         step = 0
         while step < STEPS:
@@ -151,8 +142,6 @@ def main(where: str = "local") -> list[float]:
             print(f"step {step}: loss {loss:.4f}")
             if step % CHECKPOINT_EVERY == 0:
                 trainers.save.call(checkpoint).get(timeout=TIMEOUT)
-            # --8<-- [end:train]
-            # --8<-- [start:recover]
             if step == FAIL_AFTER and not sup.restarts:
                 trainers.slice(gpus=1).fail.broadcast()  # no caller to raise to: it fails
                 wait_until(lambda: sup.restarts, timeout=TIMEOUT, what="a restart")
@@ -161,7 +150,6 @@ def main(where: str = "local") -> list[float]:
                 resumed = trainers.join.call(checkpoint).get(timeout=TIMEOUT)
                 step = min(resumed.values())  # every rank resumed at the same step
                 print(f"resumed from the checkpoint of step {step}")
-            # --8<-- [end:recover]
         procs.stop().get(timeout=TIMEOUT)
         return losses
     finally:

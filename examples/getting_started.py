@@ -42,7 +42,6 @@ TIMEOUT = 60.0
 # -- 1. Actors and endpoints ------------------------------------------------------------
 
 
-# --8<-- [start:actors]
 class Counter(Actor):
     """State lives in the actor; endpoints are the only way in, one message at a time."""
 
@@ -69,13 +68,11 @@ def actors_and_endpoints() -> None:
     assert local.get.call_one().get(timeout=TIMEOUT) == 15
     print("1. a local actor counted to", local.get.call_one().get(timeout=TIMEOUT))
     local.stop().get(timeout=TIMEOUT)
-    # --8<-- [end:actors]
 
 
 # -- 2. Futures ---------------------------------------------------------------------------
 
 
-# --8<-- [start:futures]
 def futures(counters: Any) -> None:
     fut = counters.slice(gpus=0).get.call_one()  # returns at once
     value = fut.get(timeout=TIMEOUT)  # blocks this thread
@@ -90,13 +87,11 @@ def futures(counters: Any) -> None:
         assert isinstance(e.exception, ZeroDivisionError)
         print("2. a remote ZeroDivisionError came back as ActorError; the actor lives on")
     assert counters.slice(gpus=0).get.call_one().get(timeout=TIMEOUT) == 0
-    # --8<-- [end:futures]
 
 
 # -- 3. Proc meshes and host meshes ----------------------------------------------------------
 
 
-# --8<-- [start:meshes]
 def meshes(procs: ProcMesh, counters: Any) -> None:
     host = this_host()  # the 0-dimensional mesh of this machine
     assert host.sizes == {}
@@ -106,13 +101,11 @@ def meshes(procs: ProcMesh, counters: Any) -> None:
     values = counters.get.call().get(timeout=TIMEOUT)  # a ValueMesh, one value per actor
     assert list(values.values()) == [11, 11, 1, 1]
     print("3. after a broadcast and a sliced broadcast:", values.values())
-    # --8<-- [end:meshes]
 
 
 # -- 4. Context and ranks -------------------------------------------------------------------
 
 
-# --8<-- [start:context]
 class Trainer(Actor):
     @endpoint
     def where(self) -> dict[str, Any]:
@@ -134,13 +127,11 @@ def context_and_ranks(procs: ProcMesh) -> None:
     assert len({i["pid"] for i in infos}) == 2  # one OS process per proc
     print("4. a slice's actors know both ranks:", [(i["rank"], i["message_rank"]) for i in infos])
     trainers.stop().get(timeout=TIMEOUT)
-    # --8<-- [end:context]
 
 
 # -- 5. Supervision with MeshFailure ----------------------------------------------------------
 
 
-# --8<-- [start:supervision]
 class Fragile(Actor):
     @endpoint
     def crash(self) -> None:
@@ -174,13 +165,11 @@ def supervision(procs: ProcMesh) -> None:
     assert failed == "fragile"
     print("5. the owner handled the failure of mesh", failed)
     supervisor.stop().get(timeout=TIMEOUT)
-    # --8<-- [end:supervision]
 
 
 # -- 6. RDMA buffers ----------------------------------------------------------------------------
 
 
-# --8<-- [start:rdma]
 class Weights(Actor):
     def __init__(self) -> None:
         self.data = bytearray(b"w" * 1024)
@@ -205,13 +194,11 @@ def rdma(procs: ProcMesh) -> None:
     assert weights.first.call_one().get(timeout=TIMEOUT) == b"new!"
     print("6. read and wrote 1 KiB of another process's memory through an RDMABuffer")
     weights.stop().get(timeout=TIMEOUT)
-    # --8<-- [end:rdma]
 
 
 # -- 7. Channels and ports; 8. send ---------------------------------------------------------------
 
 
-# --8<-- [start:channels]
 class Producer(Actor):
     @endpoint
     def produce(self, port: Port[int], n: int) -> None:
@@ -234,13 +221,11 @@ def channels_and_send(procs: ProcMesh, counters: Any) -> None:
     assert replies == [1, 1, 11, 11]
     print("8. send() to the whole mesh; replies on our port:", replies)
     producers.stop().get(timeout=TIMEOUT)
-    # --8<-- [end:channels]
 
 
 # -- 9. Threads and actors ------------------------------------------------------------------------
 
 
-# --8<-- [start:threads]
 def threads_and_actors(counters: Any) -> None:
     # Any thread may call actors; each actor still handles one message at a time.
     def work() -> None:
@@ -255,13 +240,11 @@ def threads_and_actors(counters: Any) -> None:
     values = list(counters.get.call().get(timeout=TIMEOUT).values())
     assert values == [111, 111, 101, 101]  # 100 increments each, none lost
     print("9. 4 threads x 25 calls: every increment arrived:", values)
-    # --8<-- [end:threads]
 
 
 # -- 10. Distributed tensors ---------------------------------------------------------------------
 
 
-# --8<-- [start:tensors]
 class Scaler(Actor):
     """Section 10: ``rref`` turns what an endpoint returns into a distributed tensor."""
 
@@ -299,15 +282,12 @@ def distributed_tensors(procs: ProcMesh) -> None:
         "; rref: shard 3 of relu(2t - 5) holds",
         shard3[0, 0].item(),
     )
-    # --8<-- [end:tensors]
 
 
 def main() -> None:
     actors_and_endpoints()
-    # --8<-- [start:spawn]
     procs = this_host().spawn_procs(per_host={"gpus": 4})
     counters = procs.spawn("counters", Counter, 0)
-    # --8<-- [end:spawn]
     futures(counters)
     meshes(procs, counters)
     context_and_ranks(procs)

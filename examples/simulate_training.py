@@ -23,7 +23,6 @@ import danaus
 from danaus import Stream
 
 
-# --8<-- [start:program]
 def train_step(mesh: Any, batch: int = 512, dim: int = 2048) -> None:
     comms = Stream("comms")
     with mesh.activate():
@@ -60,9 +59,6 @@ def simulate(trace_dir: str) -> Any:
     report = sim.report()
     sim.mesh.exit()  # writes trace_0.json: open it in https://ui.perfetto.dev
     return report
-
-
-# --8<-- [end:program]
 
 
 def plot(report: Any, path: str) -> None:

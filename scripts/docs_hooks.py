@@ -183,3 +183,67 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if PLACEHOLDER in markdown:
         markdown = markdown.replace(PLACEHOLDER, "```text\n" + latest_block() + "\n```")
     return markdown
+
+
+# -- docstrings: Sphinx markup, rendered -------------------------------------------------
+#
+# The docstrings use Sphinx's cross-reference roles (``:class:`ValueMesh```) and
+# ``Example::`` before an indented example; mkdocstrings reads them as Markdown
+# (``docstring_style: null``), which would show both literally. ``on_page_content``
+# turns a role into the name as code, linked to its entry in the reference where
+# one exists (an ``autoref`` that mkdocs-autorefs resolves, or leaves as code), and
+# ``Example::`` into ``Example:`` (the indented block after it is already code).
+# ``scripts/docs`` then fails if the built site still shows any (``literal_markup``).
+
+ROLE_HTML = re.compile(
+    r":(?:class|func|meth|attr|mod|data|exc|obj|py:\w+):<code>~?\.?([^<]+)</code>"
+)
+LITERAL_INTRO = re.compile(r"(\w)::(</p>)")
+LITERAL_MARKUP = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?:<code>|`)|\w::</p>")
+
+
+FACADES = (
+    "danaus.actor", "danaus.rdma", "danaus.job", "danaus.supervisor", "danaus.elastic",
+    "danaus.simulator", "danaus.spmd", "danaus.config", "danaus.telemetry", "danaus.testing",
+    "danaus",
+)  # fmt: skip
+_public: dict[str, str] = {}
+
+
+def public_names() -> dict[str, str]:
+    """Each public name -> its identifier in the reference (``ValueMesh`` ->
+    ``danaus.actor.ValueMesh``): the first facade of ``FACADES`` exporting it."""
+    if not _public:
+        import importlib
+
+        if str(ROOT / "src") not in sys.path:
+            sys.path.insert(0, str(ROOT / "src"))
+        for facade in FACADES:
+            for name in getattr(importlib.import_module(facade), "__all__", []):
+                _public.setdefault(name, f"{facade}.{name}")
+    return _public
+
+
+def _role(m: re.Match[str]) -> str:
+    target = m.group(1).removesuffix("()")
+    shown = target.rsplit(".", 1)[-1] if m.group(0).split("<code>")[1].startswith("~") else target
+    head, _, rest = target.partition(".")
+    if head != "danaus" and head in public_names():  # ValueMesh.values: a public name's
+        target = public_names()[head] + (f".{rest}" if rest else "")
+    if target.startswith("danaus."):  # linked where the reference documents it, else code
+        return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
+    return f"<code>{shown}</code>"
+
+
+def render_docstring_markup(html: str) -> str:
+    """Sphinx roles and ``Example::`` in rendered HTML, as Markdown would have them."""
+    return LITERAL_INTRO.sub(r"\1:\2", ROLE_HTML.sub(_role, html))
+
+
+def literal_markup(html: str) -> list[str]:
+    """The Sphinx markup left in a built page (a few characters around each)."""
+    return [html[max(0, m.start() - 30) : m.end() + 30] for m in LITERAL_MARKUP.finditer(html)]
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return render_docstring_markup(html)

@@ -86,3 +86,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "tls_key": str(d / "node.key"),
         "tls_ca": str(d / "ca.pem"),
     }
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many of the docs' Python blocks ran and which were skipped (and why)."""
+    import sys
+
+    module = sys.modules.get("test_doc_blocks")
+    if module is not None and module.RESULTS:
+        from docrunner import summary
+
+        terminalreporter.write_line(summary(module.RESULTS))

@@ -23,7 +23,7 @@ def _section() -> str:
 
 
 def _blocks(section: str, lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", section, re.S)
+    return re.findall(rf"```{lang}[^\n]*\n(.*?)```", section, re.S)
 
 
 @pytest.mark.timeout(180)

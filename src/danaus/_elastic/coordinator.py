@@ -33,7 +33,7 @@ from .._actor.api.endpoint import concurrent_endpoint
 from .._actor.api.hosts import this_host
 from .._actor.api.procs import this_proc
 from .._errors import SupervisionError
-from .._runtime.logs.dirs import NOTICE
+from .._runtime.logs.dirs import NOTIFY
 from .._tensor.rendezvous import RendezvousStore
 
 __all__ = ["ElasticCoordinator", "ElasticStats"]
@@ -181,9 +181,10 @@ class ElasticCoordinator(Actor):
             self.stats.lost += len(lost_members)
             now = time.time()
             self.stats.recoveries.extend((now, None) for _ in lost_members)
-            log.warning(
-                "lost replicas %s (%s)", sorted(m.id for m in lost_members), why, extra=NOTICE
-            )
+            log.warning(  # the user's terminal too (forwarded from this proc): news for them
+                "lost replicas %s (%s)", sorted(m.id for m in lost_members), why,
+                extra={NOTIFY: True},
+            )  # fmt: skip
         for _ in fresh:
             task = asyncio.get_running_loop().create_task(self._replace())
             self.spawning.add(task)

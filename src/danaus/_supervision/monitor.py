@@ -11,6 +11,7 @@ from .._actor.core import owned, undeliverable
 from .._actor.core.cell import ActorCell
 from .._actor.core.context import display_name
 from .._mesh import Extent, Point
+from .._runtime.logs.dirs import NOTIFY
 from .._runtime.logs.process import LogControl
 from .._runtime.messaging.runtime import Runtime
 from .._runtime.node import Node
@@ -126,7 +127,10 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
     if isinstance(cell, ActorCell) and not cell.stopped:
         cell.supervise(failure)
     else:
-        log.error("the owner %s of a failed mesh is gone; dropping %s", owner, failure.report())
+        log.error(  # in a proc too, this reaches the terminal: a failure nobody will hear of
+            "the owner %s of a failed mesh is gone; dropping %s", owner, failure.report(),
+            extra={NOTIFY: True},
+        )  # fmt: skip
 
 
 def _client_undeliverable(env: Undeliverable) -> None:

@@ -53,7 +53,7 @@ from .._actor.core.future import Future
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime.hosting import host
-from .._runtime.logs.dirs import NOTICE
+from .._runtime.logs.dirs import NOTIFY
 from .._runtime.logs.process import LogControl
 from .._wire import codec
 from .._wire.ids import ProcId
@@ -301,7 +301,7 @@ class _SupervisedEndpoint(Endpoint[Any, Any]):
                 for cf in cfs:
                     set_future(cf, False, e)
                 if not cfs:
-                    log.warning("a held %s could not be sent: %r", self._what, e, extra=NOTICE)
+                    log.warning("a held %s could not be sent: %r", self._what, e)
                 return
             futs = [got] if n == 1 else (list(got) if n else [])
             for inner, cf in zip(futs, cfs, strict=True):
@@ -727,14 +727,11 @@ class Supervisor:
 
     def _announce(self, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
         moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
-        log.warning(
+        log.warning(  # to the terminal too: a restart is news the user must hear of
             "supervisor %r restarted %s (%s) after: %s",
-            self.name,
-            rec.child,
-            moved,
-            rec.reason,
-            extra=NOTICE,  # the user hears of it in the terminal, not only the log file
-        )
+            self.name, rec.child, moved, rec.reason,
+            extra={NOTIFY: True},
+        )  # fmt: skip
         rt = host.ensure_runtime()
         tracer = rt.tracer
         if tracer is not None:

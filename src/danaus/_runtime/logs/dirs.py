@@ -28,7 +28,6 @@ from ..._transport.address import private_base
 from ..._transport.owned import private_dir
 
 __all__ = [
-    "NOTICE",
     "ProcLog",
     "base_dir",
     "configure_danaus_logging",
@@ -178,11 +177,26 @@ def find_job(job: str | None) -> str:
     return matches[0].path
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it)."""
+#: A record logged with ``extra={NOTIFY: True}`` needs the user (a restart, say): it is
+#: printed to stderr whatever ``log_stderr_level`` says, by the client and by a proc (whose
+#: stderr reaches the client's terminal, prefixed), as well as written to ``danaus.log``.
+NOTIFY = "danaus_notify"
 
-    def __init__(self) -> None:
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it):
+    records from ``threshold`` up, and every ``NOTIFY`` record (``threshold`` None: only
+    those)."""
+
+    def __init__(self, threshold: int | None = None) -> None:
         super().__init__()
+        self.threshold = threshold
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        wanted = getattr(record, NOTIFY, False) or (
+            self.threshold is not None and record.levelno >= self.threshold
+        )
+        return bool(wanted) and bool(super().filter(record))
 
     @property
     def stream(self) -> Any:
@@ -194,26 +208,6 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"
-
-# ``log.warning(..., extra=NOTICE)``: an event the user must hear of even though the
-# program goes on (a supervisor restarted actors, a proc was replaced, a message was
-# dropped). It reaches the terminal once whatever ``log_stderr_level`` says: the
-# client prints it; a proc or host agent writes it to its stderr, which is forwarded
-# to the client's terminal like the rest of its output.
-NOTICE = {"danaus_notice": True}
-
-
-class _ToTerminal(logging.Filter):
-    """Passes records from ``level`` up, and notices from WARNING up."""
-
-    def __init__(self, level: int) -> None:
-        super().__init__()
-        self.level = level
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= self.level:
-            return True
-        return record.levelno >= logging.WARNING and bool(getattr(record, "danaus_notice", False))
 
 
 def _level(name: str, setting: str) -> int:
@@ -230,9 +224,10 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
     """Send the ``danaus`` loggers to ``danaus.log`` in ``directory``, not the user's terminal.
 
     With ``to_stderr`` (the client), records from ``log_stderr_level`` up are
-    also printed to stderr: errors the user needs to see. Notices (``extra=NOTICE``)
-    go to stderr in every process. Does nothing if the
-    user has given the ``danaus`` logger handlers of their own.
+    also printed to stderr: errors the user needs to see. Records marked ``NOTIFY``
+    (events the user must hear of, such as a restart) are printed to stderr in every
+    process, once each: a proc's stderr is forwarded to the client's terminal. Does
+    nothing if the user has given the ``danaus`` logger handlers of their own.
     """
     logger = logging.getLogger("danaus")
     if any(not getattr(h, "_danaus", False) for h in logger.handlers):
@@ -248,11 +243,10 @@ def configure_danaus_logging(directory: str, *, to_stderr: bool) -> None:
         handlers.append(fh)
     except OSError:
         pass
-    # The client prints from log_stderr_level up; a proc or agent only its notices.
-    level = _level(config.get("log_stderr_level"), "log_stderr_level") if to_stderr else 100
-    sh = _StderrHandler()
-    sh.addFilter(_ToTerminal(level))
-    sh.setLevel(min(level, logging.WARNING))
+    threshold = _level(config.get("log_stderr_level"), "log_stderr_level") if to_stderr else None
+    sh = _StderrHandler(threshold)
+    # NOTIFY records are warnings: the handler sees them whatever the threshold.
+    sh.setLevel(logging.WARNING if threshold is None else min(threshold, logging.WARNING))
     handlers.append(sh)
     for h in handlers:
         h.setFormatter(logging.Formatter(_FORMAT))
