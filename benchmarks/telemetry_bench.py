@@ -17,15 +17,19 @@ Modes:
   client looks up the current span on each send);
 - ``in_span``: telemetry on and every call made inside a client span, so each
   one carries its context and the endpoint runs in a span of its own, which the
-  proc exports: the cost of tracing every call.
+  proc exports: the cost of tracing every call. Sampling is OpenTelemetry's
+  ``parentbased_traceidratio`` at ``--ratio`` (1.0 by default: every call gets a
+  span, which is in the spans table and exported).
 
 After each ``in_span`` block, every process exports what it still holds before
 the next block starts (untimed). ``--control`` adds ``off_again``, the ``off``
 mode measured twice: how far apart two identical modes come out is the noise
 of the run. For each mode: the median over blocks of the block's median
 ``call_one`` round trip, and of the block's throughput (``--burst`` calls issued without waiting,
-then awaited); then the ratios to ``off``. The goal (issue 29): ``on`` within
-1.10x of ``off`` on ``call_one`` and 0.90x on throughput.
+then awaited); then the ratios to ``off``. The goals: ``on`` within 1.10x of
+``off`` on ``call_one`` and 0.90x on throughput (issue 29); ``in_span`` within 1.5x
+on ``call_one`` and 0.85x on throughput (issue 41). The last line says how many
+endpoint spans the proc recorded, exported and dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ class Target(Actor):
     @endpoint
     def flush(self) -> None:
         _flush()
+
+    @endpoint
+    def exports(self) -> dict[str, object]:
+        e = telemetry._exports
+        return {"mode": e.mode, "exported": e.exported, "dropped": e.dropped, "failed": e.failed}
 
 
 def _flush() -> None:
@@ -86,6 +95,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=300, help="call_one round trips per block")
     ap.add_argument("--burst", type=int, default=1000, help="calls per throughput batch")
     ap.add_argument("--control", action="store_true", help="also measure off twice (noise)")
+    ap.add_argument("--ratio", type=float, default=1.0, help="the trace sampling ratio")
     a = ap.parse_args()
 
     receiver = subprocess.Popen(
@@ -95,6 +105,8 @@ def main() -> int:
     port = int(receiver.stdout.readline())
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
     os.environ["OTEL_SERVICE_NAME"] = "telemetry_bench"
+    os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+    os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(a.ratio)
 
     telemetry.enable()  # what state() does after job.enable_telemetry()
     try:
@@ -120,6 +132,7 @@ def main() -> int:
                     _flush()
                 lat[m].append(latency)
         telemetry.ON = True
+        exports = t.exports.call_one().get()
         procs.stop().get()
         from opentelemetry import trace
 
@@ -128,6 +141,7 @@ def main() -> int:
         receiver.kill()
         receiver.wait()
     print(f"{a.blocks} blocks per mode, {a.calls} call_one + {a.burst} in flight per block")
+    print(f"sampler parentbased_traceidratio {a.ratio}; the proc's endpoint spans: {exports}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     print(f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}")
     for m in modes:

@@ -280,6 +280,9 @@ def _spans(snap: Snapshot) -> list[tuple[Any, ...]]:
     for proc, ring in snap.rings.items():
         now_ns, now_s, hst = ring["now_ns"], ring["now_s"], ring["host"]
         for name, t0, t1, actor, trace_id, span_id, parent_id, attrs in ring["spans"]:
+            if type(trace_id) is int:  # danaus's endpoint spans keep their ids as ints
+                trace_id, span_id = format(trace_id, "032x"), format(span_id, "016x")
+                parent_id = format(parent_id, "016x") if parent_id else None
             start = now_s - (now_ns - t0) * 1e-9
             end = now_s - (now_ns - t1) * 1e-9
             rows.append(
