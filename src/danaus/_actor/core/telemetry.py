@@ -239,8 +239,8 @@ def ids_of(s: Any) -> tuple[str | None, str | None, str | None]:
     spans table's ``trace_id``, ``span_id``, ``parent_id``); Nones for a span
     without a valid context. Of danaus's own endpoint spans, the ids as ints (the
     table formats them when it is read: nothing formatted per call)."""
-    if type(s) is _EndpointSpan:  # ints, formatted when the spans table is read
-        return s.trace_id, s.span_id, s.parent_id  # type: ignore[return-value]
+    if type(s) is list:  # danaus's endpoint span: ints, formatted when the table is read
+        return s[_TRACE], s[_SPAN], s[_PARENT]
     try:
         sc = s.get_span_context()
         if not sc.is_valid:
@@ -358,27 +358,24 @@ _current_span: contextvars.ContextVar[tuple[int, int, int] | None] = contextvars
     "danaus_endpoint_span", default=None
 )
 _getrandbits = random.getrandbits
+_clock = time.perf_counter_ns
 
 
-class _EndpointSpan:
-    """One endpoint's span (or a transfer's), as recorded on the hot path."""
+# An endpoint's span (or a transfer's), as recorded on the hot path: a list (made and
+# filled faster than any object) of these fields.
+_TRACE, _SPAN, _PARENT, _FLAGS = 0, 1, 2, 3  # ids (ints) and trace flags
+_CELL = 4  # the actor's cell (its attributes are made from it), or a transfer's attributes
+_NAME = 5  # the span's name: the endpoint's (the method), or "rdma.transfer"
+_T0, _T1 = 6, 7  # start and end, time.perf_counter_ns()
+_ERROR = 8  # the exception that ended it, or None
+_KIND = 9  # OTLP's span kind: 2 (SERVER) for an endpoint, 1 (INTERNAL) for a transfer
+_EndpointSpan = list[Any]
 
-    __slots__ = ("cell", "endpoint", "error", "flags", "kind", "parent_id", "span_id",
-                 "t0", "t1", "trace_id")  # fmt: skip
 
-    def __init__(
-        self, trace_id: int, span_id: int, parent_id: int, flags: int, cell: Any, endpoint: str
-    ) -> None:
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.parent_id = parent_id
-        self.flags = flags
-        self.cell = cell  # the actor's cell (its attributes), or a transfer's attributes
-        self.endpoint = endpoint
-        self.kind = 2  # OTLP's SPAN_KIND_SERVER; 1 (INTERNAL) for a transfer
-        self.error: BaseException | None = None
-        self.t1 = 0
-        self.t0 = time.perf_counter_ns()
+def _new_span(
+    trace_id: int, span_id: int, parent_id: int, flags: int, cell: Any, name: str, kind: int = 2
+) -> list[Any]:
+    return [trace_id, span_id, parent_id, flags, cell, name, time.perf_counter_ns(), 0, None, kind]
 
 
 def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
@@ -396,6 +393,25 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     if _cannot_start:
         return None  # tried once and failed: every later traced call runs untraced at once
     try:
+        if ON and _sampler is None and type(carried) is tuple and len(carried) == 3:
+            # The common case, inline: a sampled context, well formed (_start_endpoint_span
+            # has the rest, and says what is wrong with a malformed one).
+            trace_id, parent_id, flags = carried
+            if (
+                type(trace_id) is int
+                and type(parent_id) is int
+                and type(flags) is int
+                and flags & 1
+                and 0 < trace_id < _TRACE_END
+                and 0 < parent_id < _SPAN_END
+                and flags < 256
+                and prop.instrument
+            ):
+                span_id = _getrandbits(64) or 1
+                return (
+                    [trace_id, span_id, parent_id, flags, cell, prop.name, _clock(), 0, None, 2],
+                    _current_span.set((trace_id, span_id, flags)),
+                )
         return _start_endpoint_span(cell, prop, carried)
     except Exception as e:  # never fail the call because tracing did: it runs untraced
         _tracing_failed(e)
@@ -436,7 +452,7 @@ def _start_endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     if not sampled:  # parent-based: not recorded, the trace goes on unsampled
         return None, _current_span.set((trace_id, span_id, flags & 0xFE))
     return (
-        _EndpointSpan(trace_id, span_id, parent_id, flags | 1, cell, prop.name),
+        [trace_id, span_id, parent_id, flags | 1, cell, prop.name, _clock(), 0, None, 2],
         _current_span.set((trace_id, span_id, flags | 1)),
     )
 
@@ -451,15 +467,16 @@ def end_endpoint_span(active: Any, exc: BaseException | None) -> None:
         s, token = active
         _current_span.reset(token)
         if s is not None:
-            s.t1 = time.perf_counter_ns()
-            s.error = exc
+            s[_T1] = _clock()
+            s[_ERROR] = exc
             ex = _exports
             if ex.fast and ex.active._span_processors is ex.seen:  # the common case, inline
                 q = ex.queue
                 if len(q) == q.maxlen:
                     ex.dropped += 1
                 q.append(s)
-                if len(q) >= ex.batch:
+                if len(q) >= ex.batch and not ex.woken:
+                    ex.woken = True  # once: the thread may take a while to get the GIL
                     ex.wake.set()
             else:
                 ex.add(s)
@@ -481,13 +498,12 @@ def transfer_started(done: Any, what: str, nbytes: int) -> None:
             return
         trace_id, parent_id, flags = carried
         attrs = {**actor_attributes(), "danaus.transfer": what, "danaus.transfer.bytes": nbytes}
-        s = _EndpointSpan(trace_id, _getrandbits(64) or 1, parent_id, flags, attrs, "rdma.transfer")
-        s.kind = 1
+        s = _new_span(trace_id, _getrandbits(64) or 1, parent_id, flags, attrs, "rdma.transfer", 1)
         rt = _runtime()
 
         def ended(f: Any) -> None:
-            s.t1 = time.perf_counter_ns()
-            s.error = f.exception()
+            s[_T1] = time.perf_counter_ns()
+            s[_ERROR] = error = f.exception()
             _exports.add(s)
             recent = rt.recent if rt is not None else None
             if recent is not None:
@@ -496,9 +512,9 @@ def transfer_started(done: Any, what: str, nbytes: int) -> None:
                     actor = f"{attrs['danaus.mesh']}[{attrs['danaus.rank']}]"
                 row = {k.removeprefix("danaus."): v for k, v in attrs.items()}
                 row["kind"] = "transfer"
-                if s.error is not None:
-                    row["error"] = f"{type(s.error).__name__}: {s.error}"
-                recent.span("rdma.transfer", s.t0, s.t1, actor, *ids_of(s), row)
+                if error is not None:
+                    row["error"] = f"{type(error).__name__}: {error}"
+                recent.span("rdma.transfer", s[_T0], s[_T1], actor, *ids_of(s), row)
 
         done.add_done_callback(ended)
     except Exception as e:  # never fail a transfer because tracing did
@@ -599,6 +615,7 @@ class _Exports:
         self.batch = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
         self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self.wake = threading.Event()
+        self.woken = False  # wake was set and the thread has not run since
         self.thread: threading.Thread | None = None
         self.dropped = 0
         self.exported = 0  # spans posted (or handed to the SDK's processors)
@@ -624,7 +641,8 @@ class _Exports:
             if len(q) == q.maxlen:
                 self.dropped += 1
             q.append(s)
-            if len(q) >= self.batch:
+            if len(q) >= self.batch and not self.woken:
+                self.woken = True
                 self.wake.set()
             if not self.fast:
                 self._start()
@@ -674,6 +692,7 @@ class _Exports:
         while True:
             self.wake.wait(self.delay)
             self.wake.clear()
+            self.woken = False
             self.flush()
 
     def flush(self) -> None:
@@ -720,21 +739,21 @@ class _Exports:
         pieces = self._pieces
         ids, times = _IDS.pack, _TIMES.pack
         for s in batch:
-            if isinstance(s.cell, dict):  # a transfer's: attributes of its own
+            tid, sid, pid, _, cell, name, t0, t1, error, _ = s
+            if type(cell) is dict:  # a transfer's: attributes of its own
                 lead, piece = self._encode_piece(s)
             else:
-                per = pieces.get(s.cell)
+                per = pieces.get(cell)
                 if per is None:
-                    per = pieces[s.cell] = {}
-                got = per.get(s.endpoint)
+                    per = pieces[cell] = {}
+                got = per.get(name)
                 if got is None:
-                    got = per[s.endpoint] = self._encode_piece(s)
+                    got = per[name] = self._encode_piece(s)
                 lead, piece = got
-            tid = s.trace_id
             fixed = ids(
-                b"\n\x10", tid >> 64, tid & _LOW64, b"\x12\x08", s.span_id, b'"\x08', s.parent_id
-            ) + times(b"9", s.t0 + offset, b"A", s.t1 + offset)
-            if s.error is None:
+                b"\n\x10", tid >> 64, tid & _LOW64, b"\x12\x08", sid, b'"\x08', pid
+            ) + times(b"9", t0 + offset, b"A", t1 + offset)
+            if error is None:
                 spans.append(lead + fixed + piece)
             else:
                 body = fixed + piece + self._encode_error(s, offset)
@@ -744,14 +763,15 @@ class _Exports:
         return b"\n" + _varint(len(rs)) + rs
 
     def _attributes(self, s: _EndpointSpan) -> dict[str, Any]:
-        if isinstance(s.cell, dict):  # a transfer's span carries its attributes
-            return s.cell
-        attrs = dict(_endpoint_attributes(s.cell, s.endpoint))
-        inst = s.cell.ctx_instance
+        cell, name = s[_CELL], s[_NAME]
+        if type(cell) is dict:  # a transfer's span carries its attributes
+            return cell
+        attrs = dict(_endpoint_attributes(cell, name))
+        inst = cell.ctx_instance
         attrs["danaus.actor"] = str(inst.actor_id)
         attrs["rpc.system"] = "danaus"
         attrs["rpc.service"] = inst.class_name
-        attrs["rpc.method"] = s.endpoint
+        attrs["rpc.method"] = name
         return attrs
 
     def _readable(self, s: _EndpointSpan, offset: int) -> Any:
@@ -759,30 +779,30 @@ class _Exports:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-        flags = TraceFlags(s.flags & 0xFF)
+        trace_id, span_id, parent_id, fl, _, name, t0, t1, e, kind = s
+        flags = TraceFlags(fl & 0xFF)
         status, events = Status(StatusCode.UNSET), ()
-        if s.error is not None:
-            e = s.error
+        if e is not None:
             status = Status(StatusCode.ERROR, f"{type(e).__name__}: {e}")
             events = (  # type: ignore[assignment]
                 Event(
                     "exception",
                     {"exception.type": type(e).__name__, "exception.message": str(e),
                      "exception.escaped": "False"},
-                    s.t1 + offset,
+                    t1 + offset,
                 ),
             )  # fmt: skip
         return ReadableSpan(
-            s.endpoint,
-            context=SpanContext(s.trace_id, s.span_id, is_remote=False, trace_flags=flags),
-            parent=SpanContext(s.trace_id, s.parent_id, is_remote=s.kind == 2, trace_flags=flags),
+            name,
+            context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
+            parent=SpanContext(trace_id, parent_id, is_remote=kind == 2, trace_flags=flags),
             resource=getattr(self.provider, "resource", None),
             attributes=self._attributes(s),
             events=events,
-            kind=SpanKind.SERVER if s.kind == 2 else SpanKind.INTERNAL,
+            kind=SpanKind.SERVER if kind == 2 else SpanKind.INTERNAL,
             status=status,
-            start_time=s.t0 + offset,
-            end_time=s.t1 + offset,
+            start_time=t0 + offset,
+            end_time=t1 + offset,
             instrumentation_scope=InstrumentationScope("danaus"),
         )
 
@@ -801,7 +821,7 @@ class _Exports:
         return encode_spans([self._readable(s, 0)]).resource_spans[0]
 
     def _encode_head(self) -> tuple[bytes, bytes]:
-        probe = _EndpointSpan(1, 1, 1, 1, {}, "probe")
+        probe = _new_span(1, 1, 1, 1, {}, "probe")
         rs = self._encode_one(probe)
         res = rs.resource.SerializeToString()
         scope = rs.scope_spans[0].scope.SerializeToString()
@@ -930,7 +950,7 @@ def get_meter() -> Any:
 # the cells' own counters when the SDK collects (nothing on the hot path: the SDK's
 # add() and record() cost ~18 us a call together); the latency histogram is recorded
 # (~7 us each) for the calls sampled for the messages table (and traced ones) only, so
-# its cost is bounded by query_messages_per_s. Each actor's attributes per endpoint are made once.
+# its cost is bounded by _LATENCY_PER_S. Each actor's attributes per endpoint are made once.
 _instruments: Any = None  # the latency histogram, once made
 _runtimes: weakref.WeakSet[Any] = weakref.WeakSet()  # the runtimes whose cells are read
 _ep_attrs: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
@@ -1001,8 +1021,10 @@ def _endpoint_instruments() -> Any:
     return _instruments
 
 
-# The latency histogram's own sampling (the process's): every call up to
-# query_messages_per_s a second, then 1 in _measured_stride, re-estimated every 128.
+# The latency histogram's own sampling (the process's): every call up to _LATENCY_PER_S a
+# second, then 1 in _measured_stride, re-estimated every 128 calls. A record costs the
+# SDK ~7 us; 200 a second keep the histogram's quantiles and cost ~0.1 % of a core.
+_LATENCY_PER_S = 200
 _measured_seen = 0
 _measured_stride = 1
 _measured_check = [128, time.perf_counter_ns(), 0]  # next check at, last check's time and count
@@ -1014,7 +1036,7 @@ def _measured_retune(seen: int) -> None:
     _, then, then_seen = _measured_check
     dt = now - then
     rate = (seen - then_seen) * 1e9 / dt if dt > 0 else float("inf")
-    per_s = config.get("query_messages_per_s")
+    per_s = _LATENCY_PER_S
     _measured_stride = 1 if per_s <= 0 or rate <= per_s else max(1, -int(-rate // per_s))
     _measured_check[:] = [seen + 128, now, seen]
 
@@ -1022,7 +1044,9 @@ def _measured_retune(seen: int) -> None:
 def endpoint_measured(cell: Any, endpoint: str, seconds: float) -> None:
     """One call of ``endpoint`` of ``cell``'s actor that was sampled for the messages
     table or traced, while telemetry is on (the actor's thread): its latency goes to
-    the histogram ``danaus.endpoint.latency``, and the proc's calls and errors are
+    the histogram ``danaus.endpoint.latency`` (every such call up to 200 a second per
+    process, then 1 in N: the quantiles hold, the count is the sample's), and the
+    proc's calls and errors are
     observed by ``danaus.endpoint.calls`` and ``.errors`` from then on. Attributes:
     ``danaus.mesh``, ``danaus.actor.class``, ``danaus.endpoint``, ``danaus.rank``,
     ``danaus.proc``."""
@@ -1032,7 +1056,7 @@ def endpoint_measured(cell: Any, endpoint: str, seconds: float) -> None:
     if seen >= _measured_check[0]:
         _measured_retune(seen)
     if _measured_stride > 1 and seen % _measured_stride:
-        return  # above query_messages_per_s a second: 1 in stride (every traced call comes here)
+        return  # above _LATENCY_PER_S a second: 1 in stride (every traced call comes here)
     try:
         if cell.rt not in _runtimes:
             _runtimes.add(cell.rt)
