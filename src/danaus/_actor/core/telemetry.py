@@ -833,6 +833,7 @@ class _Exports:
         full = self._encode_one(s).scope_spans[0].spans[0]
         pb = PbSpan(name=full.name, kind=full.kind, flags=full.flags)
         pb.attributes.extend(full.attributes)
+        pb.status.SetInParent()  # UNSET, as the SDK's encoder writes it (an error adds its own)
         piece = pb.SerializeToString()
         # the span's field tag and length, for a span without an error (fixed-size ids)
         return b"\x12" + _varint(_IDS.size + _TIMES.size + len(piece)), piece
