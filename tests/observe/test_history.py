@@ -7,16 +7,25 @@ SQL tables read from it (a stopped proc's rows stay queryable), and ``danaus que
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import danaus.dashboard
 from danaus._observe import history
+from danaus.actor import ProcMesh
+from danaus.testing import wait_until
+
+from .conftest import REPLY_TIMEOUT, Worker
 
 CLIENT = Path(__file__).with_name("history_client.py")
 SRC = Path(history.__file__).resolve().parents[2]
@@ -95,3 +104,47 @@ def test_a_job_without_kept_telemetry_says_so(tmp_path: Path) -> None:
     r = _cli("--job", "c0ffee", "SELECT 1", env={"DANAUS_LOG_DIR": str(tmp_path)})
     assert r.returncode == 2 and "kept no telemetry" in r.stderr
     assert "enable_telemetry" in r.stderr
+
+
+def test_the_dashboard_plots_start_with_the_kept_history(
+    procs: ProcMesh, dashboard: danaus.dashboard.Dashboard
+) -> None:
+    """``/api/history``: each endpoint's calls per second and mean latency between the
+    history's snapshots, which the page draws before its live samples."""
+    assert _get(dashboard, "/api/history") == {"kept": False, "series": []}
+    h = history.start(3600, 0.1)
+    try:
+        workers = procs.spawn("plotted", Worker)
+        for _ in range(3):
+            for _ in range(10):
+                workers.ping.call(None).get(timeout=REPLY_TIMEOUT)
+            snapped = h.snapshots
+            wait_until(lambda s=snapped: h.snapshots >= s + 2, timeout=30)  # type: ignore[misc]
+        got = _get(dashboard, "/api/history", seconds="600")
+        assert got["kept"] and got["path"] == h.path
+        [sr] = [s for s in got["series"] if s["mesh"] == "plotted"]
+        assert sr["endpoint"] == "ping"
+        points = sr["points"]
+        assert len(points) >= 2 and all(
+            t0 < t1 for (t0, *_), (t1, *_) in itertools.pairwise(points)
+        )
+        assert any(rate > 0 for _, rate, _ in points) and all(rate >= 0 for _, rate, _ in points)
+        assert all(mean is None or 0 < mean < 10 for _, _, mean in points)
+        assert _status_of(dashboard, "/api/history", seconds="-1") == 400
+    finally:
+        history.stop(h)
+    assert history.active() is None
+
+
+def _get(dash: danaus.dashboard.Dashboard, path: str, **params: Any) -> Any:
+    query = urllib.parse.urlencode({"token": dash.token, **params})
+    with urllib.request.urlopen(f"http://127.0.0.1:{dash.port}{path}?{query}", timeout=60) as r:
+        return json.load(r)
+
+
+def _status_of(dash: danaus.dashboard.Dashboard, path: str, **params: Any) -> int:
+    try:
+        _get(dash, path, **params)
+    except urllib.error.HTTPError as e:
+        return e.code
+    return 200

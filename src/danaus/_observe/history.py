@@ -202,6 +202,46 @@ class History:
 
     # -- reading --
 
+    def series(self, seconds: float) -> list[dict[str, Any]]:
+        """Each endpoint's calls per second and mean latency between consecutive
+        snapshots of the last ``seconds`` (the dashboard's plots, from before the page
+        was opened): ``[{"mesh_id", "mesh", "endpoint", "points": [[t, rate, mean_s],
+        ...]}]``, summed over the ranks, oldest first."""
+        cur = self.cursor()
+        try:
+            rows = cur.execute(
+                """
+                WITH per AS (
+                    SELECT mesh_id, any_value(mesh) AS mesh, endpoint, time,
+                           sum(value) FILTER (WHERE name = 'calls') AS calls,
+                           sum(value) FILTER (WHERE name = 'latency_sum_s') AS total_s
+                    FROM metrics
+                    WHERE endpoint IS NOT NULL AND time >= ?
+                    GROUP BY mesh_id, endpoint, time
+                ), steps AS (
+                    SELECT mesh_id, mesh, endpoint, time,
+                           calls - lag(calls) OVER w AS dc,
+                           total_s - lag(total_s) OVER w AS ds,
+                           time - lag(time) OVER w AS dt
+                    FROM per WINDOW w AS (PARTITION BY mesh_id, endpoint ORDER BY time)
+                )
+                SELECT mesh_id, mesh, endpoint, time, dc / dt, CASE WHEN dc > 0 THEN ds / dc END
+                FROM steps WHERE dt > 0 AND dc >= 0
+                ORDER BY mesh_id, endpoint, time
+                """,
+                [time.time() - seconds],
+            ).fetchall()
+        finally:
+            cur.close()
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for mesh_id, mesh, endpoint, t, rate, mean in rows:
+            sr = out.setdefault(
+                (mesh_id, endpoint),
+                {"mesh_id": mesh_id, "mesh": mesh, "endpoint": endpoint, "points": []},
+            )
+            sr["points"].append([t, rate, mean])
+        return list(out.values())
+
     def cursor(self) -> Any:
         """A connection of its own to the file, for one query (DuckDB's cursor)."""
         return self.con.cursor()
