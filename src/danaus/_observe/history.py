@@ -139,7 +139,8 @@ class History:
 
     def snapshot(self) -> None:
         """Ask every proc now and write what is new (see the module's docstring)."""
-        if host.current_node() is None or host.current_node().runtime is not self._runtime:
+        node = host.current_node()
+        if node is None or node.runtime is not self._runtime:
             return  # the session that started this history has ended
         snap = tables.gather(rings=True)
         with self.lock:

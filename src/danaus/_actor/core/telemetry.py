@@ -700,7 +700,7 @@ class _Exports:
         with self.lock:
             q = self.queue
             while q:
-                batch = []
+                batch: list[_EndpointSpan] = []
                 try:
                     while len(batch) < self.batch:
                         batch.append(q.popleft())
@@ -844,7 +844,8 @@ class _Exports:
         full = self._encode_one_at(s, offset)
         piece = PbSpan(status=full.status)
         piece.events.extend(full.events)
-        return piece.SerializeToString()
+        data: bytes = piece.SerializeToString()
+        return data
 
     def _encode_one_at(self, s: _EndpointSpan, offset: int) -> Any:
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
