@@ -170,3 +170,52 @@ def test_the_hand_made_encoding_is_otlp() -> None:
         strict=True,
     ):
         assert a == b
+
+
+class _Prop:
+    instrument = True
+    name = "step"
+
+
+def test_a_sampler_that_is_not_parent_based_decides_each_endpoint_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hot path follows the caller's flags only for the SDK's parent-based samplers;
+    any other sampler of the provider is asked, as the SDK would ask it."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import sampling
+
+    assert telemetry._find_sampler(None) is None
+
+    class Provider:
+        sampler: Any = sampling.ParentBased(sampling.TraceIdRatioBased(0.5))
+
+    assert telemetry._find_sampler(Provider()) is None  # the default kind: flags decide
+    Provider.sampler = sampling.ALWAYS_ON
+    assert telemetry._find_sampler(Provider()) is sampling.ALWAYS_ON
+    Provider.sampler = sampling.ParentBased(
+        sampling.ALWAYS_ON, remote_parent_not_sampled=sampling.ALWAYS_ON
+    )
+    assert telemetry._find_sampler(Provider()) is Provider.sampler
+
+    monkeypatch.setattr(telemetry, "ON", True)  # as enable() leaves it, without providers
+    telemetry._otel()
+    unsampled = (12345, 678, 0)  # the caller's flags: not sampled
+    sampled = (12345, 678, 1)
+    for sampler, ctx, recorded in (
+        (None, unsampled, False),
+        (None, sampled, True),
+        (sampling.ALWAYS_ON, unsampled, True),  # not parent-based: it decides
+        (sampling.ALWAYS_OFF, sampled, False),
+    ):
+        monkeypatch.setattr(telemetry, "_sampler", sampler)
+        active = telemetry.endpoint_span(object(), _Prop(), ctx)
+        s, _token = active
+        trace_id, span_id, flags = telemetry.outgoing() or (0, 0, 0)
+        assert trace_id == 12345 and span_id != 678  # the trace goes on below this span
+        assert flags & 1 == recorded
+        assert (s is not None) == recorded
+        if s is not None:
+            assert telemetry.ids_of(s) == (12345, span_id, 678)
+        telemetry._current_span.reset(_token)
+    assert telemetry.outgoing() is None
