@@ -26,7 +26,9 @@ the next block starts (untimed). ``--control`` adds ``off_again``, the ``off``
 mode measured twice: how far apart two identical modes come out is the noise
 of the run. For each mode: the median over blocks of the block's median
 ``call_one`` round trip, and of the block's throughput (``--burst`` calls issued without waiting,
-then awaited); then the ratios to ``off``. The goals: ``on`` within 1.10x of
+then awaited), and of the CPU time the client and the proc spent per call (their
+exports after the block included: a measure that load on a shared machine blurs
+less); then the ratios to ``off``. The goals: ``on`` within 1.10x of
 ``off`` on ``call_one`` and 0.90x on throughput (issue 29); ``in_span`` within 1.5x
 on ``call_one`` and 0.85x on throughput (issue 41). The last line says how many
 endpoint spans the proc recorded, exported and dropped.
@@ -39,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -57,6 +60,10 @@ class Target(Actor):
     @endpoint
     def flush(self) -> None:
         _flush()
+
+    @endpoint
+    def cpu(self) -> float:
+        return time.process_time()  # every thread of the proc: its batch export too
 
     @endpoint
     def exports(self) -> dict[str, object]:
@@ -118,11 +125,13 @@ def main() -> int:
         modes = ["off", "on", "in_span", *(["off_again"] if a.control else [])]
         lat: dict[str, list[float]] = {m: [] for m in modes}
         rate: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}  # CPU s per call, client + proc
         for b in range(a.blocks):
             k = b % len(modes)
             for m in modes[k:] + modes[:k]:  # rotate the order
                 telemetry.ON = m in ("on", "in_span")
                 block = span("block") if m == "in_span" else None
+                c0, p0 = time.process_time(), t.cpu.call_one().get()
                 if block is not None:
                     block.__enter__()
                 latency, calls_per_s = timed_block(t, a.calls, a.burst)
@@ -131,6 +140,8 @@ def main() -> int:
                     block.__exit__(None, None, None)
                     t.flush.call_one().get()  # not timed: the exports of this block
                     _flush()
+                p1, c1 = t.cpu.call_one().get(), time.process_time()  # the exports counted
+                cpu[m].append((c1 - c0 + p1 - p0) / (a.calls + a.burst + 2))
                 lat[m].append(latency)
         telemetry.ON = True
         exports = t.exports.call_one().get()
@@ -144,11 +155,17 @@ def main() -> int:
     print(f"{a.blocks} blocks per mode, {a.calls} call_one + {a.burst} in flight per block")
     print(f"sampler parentbased_traceidratio {a.ratio}; the proc's endpoint spans: {exports}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print(f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}")
+    print(
+        f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}"
+        f" {'cpu us/call':>12} {'x off':>7}"
+    )
     for m in modes:
-        l_m, r_m = statistics.median(lat[m]), statistics.median(rate[m])
-        l_off, r_off = statistics.median(lat["off"]), statistics.median(rate["off"])
-        print(f"{m:8} {l_m * 1e6:12.1f} {l_m / l_off:7.3f} {r_m:9.0f} {r_m / r_off:7.3f}")
+        l_m, r_m, c_m = (statistics.median(x[m]) for x in (lat, rate, cpu))
+        l_off, r_off, c_off = (statistics.median(x["off"]) for x in (lat, rate, cpu))
+        print(
+            f"{m:8} {l_m * 1e6:12.1f} {l_m / l_off:7.3f} {r_m:9.0f} {r_m / r_off:7.3f}"
+            f" {c_m * 1e6:12.1f} {c_m / c_off:7.3f}"
+        )
     return 0
 
 

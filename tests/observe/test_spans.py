@@ -219,3 +219,34 @@ def test_a_sampler_that_is_not_parent_based_decides_each_endpoint_span(
             assert telemetry.ids_of(s) == (12345, span_id, 678)
         telemetry._current_span.reset(_token)
     assert telemetry.outgoing() is None
+
+
+def test_a_collector_that_is_down_costs_one_failed_batch_not_one_per_batch() -> None:
+    """The exporter retries a batch as its settings say; after one that failed, the
+    spans still waiting are dropped and counted rather than each batch waiting out
+    the same timeout (at exit, a dead collector would hold the process that long)."""
+    pytest.importorskip("opentelemetry.sdk")
+    posted: list[bytes] = []
+
+    class Client:
+        def __init__(self, ok: bool) -> None:
+            self.ok = ok
+
+        def export(self, data: bytes) -> Any:
+            posted.append(data)
+            return type("Result", (), {"success": self.ok})()
+
+    class Exporter:
+        def __init__(self, ok: bool) -> None:
+            self._client = Client(ok)
+
+    for ok, posts, exported, failed in ((True, 3, 5, 0), (False, 1, 0, 5)):
+        posted.clear()
+        ex = telemetry._Exports()
+        ex.mode, ex.batch, ex.exporters = "otlp", 2, [Exporter(ok)]
+        for i in range(5):
+            s = telemetry._new_span(7, i + 1, 9, 1, {"danaus.rank": i}, "rdma.transfer", 1)
+            s[telemetry._T1] = s[telemetry._T0] + 1
+            ex.queue.append(s)
+        ex.flush()
+        assert (len(posted), ex.exported, ex.failed, len(ex.queue)) == (posts, exported, failed, 0)

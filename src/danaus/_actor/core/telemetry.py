@@ -612,7 +612,8 @@ class _Exports:
         self.queue: collections.deque[_EndpointSpan] = collections.deque(
             maxlen=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
         )
-        self.batch = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        # at most the queue's size, as the SDK's BatchSpanProcessor requires
+        self.batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), self.queue.maxlen or 1)
         self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self.wake = threading.Event()
         self.woken = False  # wake was set and the thread has not run since
@@ -696,7 +697,10 @@ class _Exports:
             self.flush()
 
     def flush(self) -> None:
-        """Export every span waiting now (any thread; the batch thread's work)."""
+        """Export every span waiting now (any thread; the batch thread's work). After
+        a batch that could not be exported (the exporter retried as its settings say),
+        the spans still waiting are dropped and counted, so that a collector that is
+        down costs one exporter timeout, not one per batch (at exit too)."""
         with self.lock:
             q = self.queue
             while q:
@@ -707,25 +711,30 @@ class _Exports:
                 except IndexError:
                     pass
                 try:
-                    self._post(batch)
+                    ok = self._post(batch)
                 except Exception as e:  # an exporter that failed: counted, logged once
-                    self.failed += len(batch)
-                    if self.failed == len(batch):
+                    ok = False
+                    if not self.failed:
                         log.warning("exporting endpoint spans failed: %s: %s", type(e).__name__, e)
+                if not ok:
+                    self.failed += len(batch) + len(q)
+                    q.clear()
 
-    def _post(self, batch: list[_EndpointSpan]) -> None:
+    def _post(self, batch: list[_EndpointSpan]) -> bool:
+        """Export ``batch``; False when an exporter could not."""
         if self.mode != "otlp":
             self._to_sdk(batch)
-            return
+            return True
         data = self.encode(batch)
+        ok = True
         for exp in self.exporters:
             client = getattr(exp, "_client", None)
             # opentelemetry-exporter-otlp-proto-http's client (1.40 on), else its _export
-            ok = client.export(data).success if client is not None else exp._export(data).ok
-            if ok:
-                self.exported += len(batch)
-            else:
-                self.failed += len(batch)
+            done = client.export(data).success if client is not None else exp._export(data).ok
+            ok = ok and bool(done)
+        if ok:
+            self.exported += len(batch)
+        return ok
 
     def encode(self, batch: list[_EndpointSpan]) -> bytes:
         """An OTLP ``ExportTraceServiceRequest`` of ``batch``, encoded by hand: each
