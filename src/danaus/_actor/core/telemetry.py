@@ -13,10 +13,14 @@ Telemetry is *on* in a process after :func:`enable` (the setting ``telemetry``,
 inside a span carries that span's context in its CALL (or CAST) header, inside the
 authenticated frame, and the endpoint it reaches runs in a span of its own whose
 parent is the caller's (named for the method, as Monarch's; kind SERVER; none for
-``@endpoint(instrument=False)``). Calls made outside any
-span carry ``None`` and their endpoints record nothing: a span costs ~20 µs of
-Python, too much to spend on every message. When telemetry is off the send path
-reads one module attribute (:data:`ON`) and the header holds ``None``.
+``@endpoint(instrument=False)``). Calls made outside any span carry ``None`` and
+their endpoints record nothing. Sampling is OpenTelemetry's parent-based: the root
+span's sampler decides (``OTEL_TRACES_SAMPLER``), every process follows the flags
+the call carries. An endpoint's span is a few values recorded on the hot path and
+exported by a batch thread (``_Exports``: see "endpoint spans" below), not an SDK
+span, which costs ~20 µs of Python to make and as much to encode. When telemetry
+is off the send path reads one module attribute (:data:`ON`) and the header holds
+``None``.
 
 :func:`enable` installs the SDK's tracer and meter providers (unless the program
 installed its own) with the exporters the standard variables name:
@@ -599,21 +603,24 @@ class _Exports:
     """Where ended endpoint spans go (the process's one instance, ``_exports``).
 
     ``add`` (the hot path) appends to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``,
-    2048: beyond it the oldest are dropped and counted) when this process exports
+    16384: beyond it the oldest are dropped and counted) when this process exports
     over OTLP/HTTP through danaus's own provider; a batch thread wakes every
     ``OTEL_BSP_SCHEDULE_DELAY`` ms (5000), or once ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``
-    (512) wait, and posts them. With other span processors on the provider (a
+    (4096) wait, and posts them, that many a request. With other span processors on the provider (a
     program's own exporter) each span is made an SDK ``ReadableSpan`` and given to
     them at once; with none, nothing is exported (the spans table still has it).
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()  # one export at a time
+        # Larger than the SDK's defaults (2048 and 512): a request costs the HTTP client
+        # ~1-3 ms of Python whatever it holds, which at 512 spans was most of what
+        # exporting a span cost; the variables, when set, are read as the SDK reads them.
         self.queue: collections.deque[_EndpointSpan] = collections.deque(
-            maxlen=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+            maxlen=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
         )
         # at most the queue's size, as the SDK's BatchSpanProcessor requires
-        self.batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), self.queue.maxlen or 1)
+        self.batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 4096), self.queue.maxlen or 1)
         self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         self.wake = threading.Event()
         self.woken = False  # wake was set and the thread has not run since
