@@ -130,6 +130,8 @@ class History:
                 if now >= next_sweep:
                     self.sweep()
                     next_sweep = time.monotonic() + sweep_interval(self.retention_s)
+            except _Stopped:
+                return
             except Exception as e:  # a proc in trouble, a full disk: said, then tried again
                 if self._stop.is_set():
                     return
@@ -142,7 +144,8 @@ class History:
         node = host.current_node()
         if node is None or node.runtime is not self._runtime:
             return  # the session that started this history has ended
-        snap = tables.gather(rings=True)
+        snap = tables.gather(rings=True, check=self._check)
+        self._check()  # _actors reads the session's own records
         with self.lock:
             self._only_new(snap)
             names = tables._mesh_names(snap)
@@ -171,6 +174,14 @@ class History:
                 con.execute("ROLLBACK")
                 raise
             self.snapshots += 1
+
+    def _check(self) -> None:
+        """Raise once the session has ended (or this history closed): a snapshot in
+        progress stops between rounds instead of asking for a node that is gone
+        (which would start a new one)."""
+        node = host.current_node()
+        if self._stop.is_set() or node is None or node.runtime is not self._runtime:
+            raise _Stopped()
 
     def _only_new(self, snap: tables.Snapshot) -> None:
         """Keep in ``snap``'s rings only the rows the previous snapshot did not see."""
@@ -268,6 +279,10 @@ class _Holder:
         if self.history is not None:
             stop(self.history)
             self.history = None
+
+
+class _Stopped(Exception):
+    """The session of a history ended while it was taking a snapshot."""
 
 
 def _message_key(r: Any) -> tuple[Any, ...]:

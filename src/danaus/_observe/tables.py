@@ -124,10 +124,15 @@ class Snapshot:
         self.rings = rings  # proc name -> introspect.recent()'s answer
 
 
-def gather(rings: bool = True) -> Snapshot:
-    """Ask every proc of this client's tree (and read the client's own proc)."""
+def gather(rings: bool = True, check: Callable[[], None] | None = None) -> Snapshot:
+    """Ask every proc of this client's tree (and read the client's own proc).
+
+    ``check`` is called before each round of questions (a background thread's way
+    to stop between them: it raises)."""
+    if check is not None:
+        check()
     rt = host.ensure_runtime()
-    entries = discover()
+    entries = discover(check=check)
     names = {e["id"].name for e in entries}
     if rt.proc_id.name not in names:
         entries.append(
@@ -143,6 +148,8 @@ def gather(rings: bool = True) -> Snapshot:
         )
     got: dict[str, dict[str, Any]] = {}
     if rings:
+        if check is not None:
+            check()
         remote = [e["id"] for e in entries if e["answer"][0] and e["id"] != rt.proc_id]
         for p, (ok, data) in zip(remote, api_stats.ask_recent(remote).result(), strict=True):
             if ok:
