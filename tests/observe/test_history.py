@@ -120,6 +120,15 @@ def test_the_dashboard_plots_start_with_the_kept_history(
                 workers.ping.call(None).get(timeout=REPLY_TIMEOUT)
             snapped = h.snapshots
             wait_until(lambda s=snapped: h.snapshots >= s + 2, timeout=30)  # type: ignore[misc]
+        # One time per snapshot, whichever proc answered when: a series groups by it.
+        cur = h.cursor()
+        try:
+            per_time = cur.execute(
+                "SELECT count(DISTINCT proc) FROM metrics WHERE mesh = 'plotted' GROUP BY time"
+            ).fetchall()
+        finally:
+            cur.close()
+        assert len(per_time) >= 2 and {n for (n,) in per_time} == {2}
         got = _get(dashboard, "/api/history", seconds="600")
         assert got["kept"] and got["path"] == h.path
         [sr] = [s for s in got["series"] if s["mesh"] == "plotted"]
@@ -129,6 +138,9 @@ def test_the_dashboard_plots_start_with_the_kept_history(
             t0 < t1 for (t0, *_), (t1, *_) in itertools.pairwise(points)
         )
         assert any(rate > 0 for _, rate, _ in points) and all(rate >= 0 for _, rate, _ in points)
+        # the calls the series counts between its first and last snapshot: at most the 60 made
+        counted = sum(rate * (t1 - t0) for (t0, *_), (t1, rate, _) in itertools.pairwise(points))
+        assert 0 < counted <= 60 + 1e-6
         assert all(mean is None or 0 < mean < 10 for _, _, mean in points)
         assert _status_of(dashboard, "/api/history", seconds="-1") == 400
     finally:

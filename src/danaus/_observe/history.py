@@ -8,7 +8,8 @@ log files), so a finished job's telemetry is there for ``danaus query --job JOB`
 
 - **Snapshots.** Every ``snapshot_interval_secs`` (and before each query) a thread
   asks every proc once, as a live query does (``tables.gather``), and writes: the
-  ``metrics`` rows of that moment (a time series: one row per metric per snapshot),
+  ``metrics`` rows of that moment (a time series: one row per metric per snapshot,
+  ``time`` the snapshot's, the same for every proc),
   each actor's latest state (``actors``, one row per actor, kept after it stopped
   and after its proc is gone), and the ``messages`` and ``spans`` rows the procs'
   rings gained since the previous snapshot. The rings hold ``query_ring_size`` rows
@@ -145,6 +146,7 @@ class History:
         if node is None or node.runtime is not self._runtime:
             return  # the session that started this history has ended
         snap = tables.gather(rings=True, check=self._check)
+        taken = time.time()
         self._check()  # _actors reads the session's own records
         with self.lock:
             self._only_new(snap)
@@ -153,7 +155,9 @@ class History:
                 "actors": tables._actors(snap),
                 "messages": tables._messages(snap, names),
                 "spans": tables._spans(snap),
-                "metrics": tables._metrics(snap),
+                # one time per snapshot (the procs' answers differ by milliseconds), so
+                # that a series groups by snapshot: GROUP BY time
+                "metrics": [(taken, *r[1:]) for r in tables._metrics(snap)],
             }
             con = self.con
             con.execute("BEGIN TRANSACTION")
@@ -224,21 +228,25 @@ class History:
             rows = cur.execute(
                 """
                 WITH per AS (
-                    SELECT mesh_id, any_value(mesh) AS mesh, endpoint, time,
-                           sum(value) FILTER (WHERE name = 'calls') AS calls,
-                           sum(value) FILTER (WHERE name = 'latency_sum_s') AS total_s
+                    SELECT mesh_id, mesh, proc, rank, endpoint, time,
+                           max(value) FILTER (WHERE name = 'calls') AS calls,
+                           max(value) FILTER (WHERE name = 'latency_sum_s') AS total_s
                     FROM metrics
                     WHERE endpoint IS NOT NULL AND time >= ?
-                    GROUP BY mesh_id, endpoint, time
-                ), steps AS (
+                    GROUP BY mesh_id, mesh, proc, rank, endpoint, time
+                ), steps AS (  -- each actor's own counters, from one snapshot to its next
                     SELECT mesh_id, mesh, endpoint, time,
                            calls - lag(calls) OVER w AS dc,
                            total_s - lag(total_s) OVER w AS ds,
                            time - lag(time) OVER w AS dt
-                    FROM per WINDOW w AS (PARTITION BY mesh_id, endpoint ORDER BY time)
+                    FROM per
+                    WINDOW w AS (PARTITION BY mesh_id, proc, rank, endpoint ORDER BY time)
                 )
-                SELECT mesh_id, mesh, endpoint, time, dc / dt, CASE WHEN dc > 0 THEN ds / dc END
-                FROM steps WHERE dt > 0 AND dc >= 0
+                SELECT mesh_id, any_value(mesh), endpoint, time, sum(dc / dt),
+                       CASE WHEN sum(dc) > 0 THEN sum(ds) / sum(dc) END
+                FROM steps
+                WHERE dt > 0 AND dc >= 0 AND ds >= 0  -- a restarted actor counts afresh
+                GROUP BY mesh_id, endpoint, time
                 ORDER BY mesh_id, endpoint, time
                 """,
                 [time.time() - seconds],
