@@ -17,15 +17,21 @@ Modes:
   client looks up the current span on each send);
 - ``in_span``: telemetry on and every call made inside a client span, so each
   one carries its context and the endpoint runs in a span of its own, which the
-  proc exports: the cost of tracing every call.
+  proc exports: the cost of tracing every call. Sampling is OpenTelemetry's
+  ``parentbased_traceidratio`` at ``--ratio`` (1.0 by default: every call gets a
+  span, which is in the spans table and exported).
 
 After each ``in_span`` block, every process exports what it still holds before
 the next block starts (untimed). ``--control`` adds ``off_again``, the ``off``
 mode measured twice: how far apart two identical modes come out is the noise
 of the run. For each mode: the median over blocks of the block's median
 ``call_one`` round trip, and of the block's throughput (``--burst`` calls issued without waiting,
-then awaited); then the ratios to ``off``. The goal (issue 29): ``on`` within
-1.10x of ``off`` on ``call_one`` and 0.90x on throughput.
+then awaited), and of the CPU time the client and the proc spent per call (their
+exports after the block included: a measure that load on a shared machine blurs
+less); then the ratios to ``off``. The goals: ``on`` within 1.10x of
+``off`` on ``call_one`` and 0.90x on throughput (issue 29); ``in_span`` within 1.5x
+on ``call_one`` and 0.85x on throughput (issue 41). The last line says how many
+endpoint spans the proc recorded, exported and dropped.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
@@ -54,6 +61,15 @@ class Target(Actor):
     def flush(self) -> None:
         _flush()
 
+    @endpoint
+    def cpu(self) -> float:
+        return time.process_time()  # every thread of the proc: its batch export too
+
+    @endpoint
+    def exports(self) -> dict[str, object]:
+        e = telemetry._exports
+        return {"mode": e.mode, "exported": e.exported, "dropped": e.dropped, "failed": e.failed}
+
 
 def _flush() -> None:
     """Export what this process's spans still wait for, so that a block's export
@@ -66,6 +82,7 @@ def _flush() -> None:
 _RECEIVER = """
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keeps connections open, as a collector does
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         self.send_response(200)
@@ -86,6 +103,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=300, help="call_one round trips per block")
     ap.add_argument("--burst", type=int, default=1000, help="calls per throughput batch")
     ap.add_argument("--control", action="store_true", help="also measure off twice (noise)")
+    ap.add_argument("--ratio", type=float, default=1.0, help="the trace sampling ratio")
     a = ap.parse_args()
 
     receiver = subprocess.Popen(
@@ -95,6 +113,8 @@ def main() -> int:
     port = int(receiver.stdout.readline())
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
     os.environ["OTEL_SERVICE_NAME"] = "telemetry_bench"
+    os.environ["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
+    os.environ["OTEL_TRACES_SAMPLER_ARG"] = str(a.ratio)
 
     telemetry.enable()  # what state() does after job.enable_telemetry()
     try:
@@ -105,11 +125,13 @@ def main() -> int:
         modes = ["off", "on", "in_span", *(["off_again"] if a.control else [])]
         lat: dict[str, list[float]] = {m: [] for m in modes}
         rate: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}  # CPU s per call, client + proc
         for b in range(a.blocks):
             k = b % len(modes)
             for m in modes[k:] + modes[:k]:  # rotate the order
                 telemetry.ON = m in ("on", "in_span")
                 block = span("block") if m == "in_span" else None
+                c0, p0 = time.process_time(), t.cpu.call_one().get()
                 if block is not None:
                     block.__enter__()
                 latency, calls_per_s = timed_block(t, a.calls, a.burst)
@@ -118,8 +140,11 @@ def main() -> int:
                     block.__exit__(None, None, None)
                     t.flush.call_one().get()  # not timed: the exports of this block
                     _flush()
+                p1, c1 = t.cpu.call_one().get(), time.process_time()  # the exports counted
+                cpu[m].append((c1 - c0 + p1 - p0) / (a.calls + a.burst + 2))
                 lat[m].append(latency)
         telemetry.ON = True
+        exports = t.exports.call_one().get()
         procs.stop().get()
         from opentelemetry import trace
 
@@ -128,12 +153,19 @@ def main() -> int:
         receiver.kill()
         receiver.wait()
     print(f"{a.blocks} blocks per mode, {a.calls} call_one + {a.burst} in flight per block")
+    print(f"sampler parentbased_traceidratio {a.ratio}; the proc's endpoint spans: {exports}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    print(f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}")
+    print(
+        f"{'mode':8} {'call_one us':>12} {'x off':>7} {'calls/s':>9} {'x off':>7}"
+        f" {'cpu us/call':>12} {'x off':>7}"
+    )
     for m in modes:
-        l_m, r_m = statistics.median(lat[m]), statistics.median(rate[m])
-        l_off, r_off = statistics.median(lat["off"]), statistics.median(rate["off"])
-        print(f"{m:8} {l_m * 1e6:12.1f} {l_m / l_off:7.3f} {r_m:9.0f} {r_m / r_off:7.3f}")
+        l_m, r_m, c_m = (statistics.median(x[m]) for x in (lat, rate, cpu))
+        l_off, r_off, c_off = (statistics.median(x["off"]) for x in (lat, rate, cpu))
+        print(
+            f"{m:8} {l_m * 1e6:12.1f} {l_m / l_off:7.3f} {r_m:9.0f} {r_m / r_off:7.3f}"
+            f" {c_m * 1e6:12.1f} {c_m / c_off:7.3f}"
+        )
     return 0
 
 

@@ -56,6 +56,12 @@ def _query_engine_client() -> Any:
     return sql.QueryEngineClient()
 
 
+def _start_history(retention_s: float, snapshot_s: float) -> Any:
+    from ._observe import history
+
+    return history.start(retention_s, snapshot_s)
+
+
 def _install_debugger(node: Node, boot: dict[str, Any]) -> None:
     """Route actors' ``breakpoint()`` to the client (spawned procs only)."""
     if not boot:
@@ -72,6 +78,7 @@ def _install_extensions(node: Node, boot: dict[str, Any]) -> None:
     ext.serve_dashboard = _serve_dashboard
     ext.dashboard_url = _dashboard_url
     ext.query_engine_client = _query_engine_client
+    ext.start_history = _start_history
 
 
 #: Each subsystem's installer, in the order they run: ``installer(node, boot)``.

@@ -78,11 +78,23 @@ def add_observe_commands(sub: Any) -> None:
     )
     query.add_argument("sql", help="the query")
     query.add_argument("--json", action="store_true", help="print the rows as JSON lines")
+    query.add_argument(
+        "--job",
+        nargs="?",
+        const="",
+        metavar="JOB",
+        help="read the telemetry a finished job kept on this host (its telemetry.duckdb: "
+        "a job started with enable_telemetry); JOB is its name, a unique prefix or its log "
+        "directory (none: the latest job). Needs no dashboard (a running client holds the "
+        "file: ask it without --job)",
+    )
     query.add_argument("--url", help=URL_HELP)
     query.add_argument("--token-file", help=TOKEN_FILE_HELP)
 
 
 def run_observe_command(args: argparse.Namespace) -> int:
+    if args.command == "query" and args.job is not None:
+        return _query_job(args)
     try:
         url = dashboard_url(args)
         if args.command == "top":
@@ -221,6 +233,37 @@ def _query(url: str, args: argparse.Namespace) -> int:
             print(json.dumps(dict(zip(columns, r, strict=True)), default=str))
         return 0
     print(text_table(columns, rows))
+    return 0
+
+
+def _query_job(args: argparse.Namespace) -> int:
+    """``danaus query --job``: the SQL over a job's kept telemetry, on this host."""
+    from .._observe import history, sql
+    from .._runtime.logs import dirs as logdir
+
+    try:
+        directory = logdir.find_job(args.job or None)
+    except FileNotFoundError as e:
+        print(f"danaus query: {e}", file=sys.stderr)
+        return 2
+    path = os.path.join(directory, history.FILE)
+    if not os.path.exists(path):
+        print(
+            f"danaus query: job {os.path.basename(directory)} kept no telemetry ({path} does "
+            "not exist): a job keeps it when started with job.enable_telemetry(...)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        columns, rows = sql.query_file(path, args.sql)
+    except (sql.QueryError, ImportError) as e:
+        print(f"danaus query: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        for r in rows:
+            print(json.dumps(dict(zip(columns, r, strict=True)), default=str))
+        return 0
+    print(text_table(columns, [list(r) for r in rows]))
     return 0
 
 

@@ -14,9 +14,10 @@ dashboard on ``dashboard_port`` at once (its address is printed, as Monarch prin
 its dashboard's). The job's state then carries, as Monarch's does,
 ``query_engine_client`` (``query(sql)`` over the telemetry tables, answering
 ``{"columns", "rows"}``) and, with ``include_dashboard``, ``dashboard_url`` (the
-running dashboard's address, with its token). ``retention_secs`` and
-``snapshot_interval_secs`` are checked and kept but do nothing yet: the tables are
-the procs' live rings, bounded by ``query_ring_size``, not a store with history.
+running dashboard's address, with its token). The tables are kept in an embedded
+DuckDB file in the client's job directory (``_observe/history.py``): a snapshot
+every ``snapshot_interval_secs``, rows older than ``retention_secs`` swept, as
+Monarch documents; ``danaus query --job JOB`` reads a finished job's.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ class TelemetryConfig:
     ``JobTrait.enable_telemetry`` (Monarch's fields and defaults).
 
     Args:
-        retention_secs: how long telemetry keeps message and span history, in
-            seconds (0: no limit beyond the size bounds).
+        retention_secs: how long the kept history holds messages, spans and
+            metrics, in seconds (0: no limit).
         include_dashboard: start danaus's web dashboard (its address is printed).
         dashboard_port: the dashboard's port (0: any free port).
-        snapshot_interval_secs: how often the mesh's topology is captured for
-            telemetry queries, in seconds (0: never).
+        snapshot_interval_secs: how often every proc's telemetry (actors,
+            metrics, new messages and spans) is written to the history, in seconds
+            (0: only when a query runs).
     """
 
     retention_secs: int = 3600
@@ -164,6 +166,16 @@ def start(cfg: TelemetryConfig) -> bool:
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
     part.config = cfg
+    keep = host.ensure_node().part(Extensions).start_history
+    if keep is not None:
+        try:
+            keep(cfg.retention_secs, cfg.snapshot_interval_secs)
+        except (ImportError, OSError) as e:  # best effort: the live tables still answer
+            warnings.warn(
+                f"telemetry history could not start; queries read the live procs only: {e}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     return True
 
 

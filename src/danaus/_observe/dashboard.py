@@ -9,6 +9,8 @@
         |                                 (server-sent events, one JSON document each)
         |  GET /api/stack?token=T&proc=P  a stack dump of proc P (or mesh=M&coords=C)
         |  GET /api/query?token=T&sql=Q   danaus.telemetry.query(Q): columns and rows
+        |  GET /api/history?token=T&seconds=S  the endpoints' rates and mean latencies
+        |                                 over the last S seconds, from the kept history
         |  GET /metrics (Bearer T)        the mesh's metrics in Prometheus's text format
         v
     HttpServer (on 127.0.0.1, on the process's one HTTP loop thread; see web.py)
@@ -47,6 +49,7 @@ from typing import Any
 from .. import _config as config
 from .._actor.api import stats
 from .._runtime.hosting import host
+from . import history
 from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
 from .sql import query as run_query
@@ -249,6 +252,20 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
         columns = list(rows[0]) if rows else []
         return as_json(200, {"columns": columns, "rows": [list(r.values()) for r in rows]})
 
+    async def kept(request: Any) -> Any:
+        raw = request.query.get("seconds", "3600")
+        try:
+            seconds = float(raw)
+            if not 0 < seconds <= 30 * 86400:
+                raise ValueError
+        except ValueError:
+            return as_json(400, {"error": f"seconds must be a number in (0, 2592000], got {raw!r}"})
+        h = history.active()
+        if h is None:  # no job's telemetry keeps history in this client
+            return as_json(200, {"kept": False, "series": []})
+        series = await blocking(h.series, seconds)
+        return as_json(200, {"kept": True, "path": h.path, "series": series})
+
     async def metrics(request: Any) -> Any:
         try:
             body = await cached_exposition()
@@ -304,6 +321,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
         "/api/events": events,
         "/api/stack": stack,
         "/api/query": query,
+        "/api/history": kept,
         "/metrics": metrics,
     }
 

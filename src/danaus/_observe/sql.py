@@ -26,9 +26,10 @@ import threading
 from typing import Any
 
 from .. import _config as config
+from . import history
 from .tables import COLUMNS, TABLES, collect
 
-__all__ = ["QueryEngineClient", "QueryError", "query"]
+__all__ = ["QueryEngineClient", "QueryError", "query", "query_file"]
 
 
 class QueryError(ValueError):
@@ -75,9 +76,15 @@ def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         raise QueryError("the query is empty; e.g. SELECT endpoint, count(*) FROM messages "
                          "GROUP BY endpoint")  # fmt: skip
     duckdb = _duckdb()
+    kept = history.active()
+    if kept is not None:  # a job's telemetry keeps history: the query reads the file
+        kept.snapshot()  # with what the procs hold now
+        con = kept.cursor()
+        try:
+            return _execute(con, duckdb, sql)
+        finally:
+            con.close()
     data = collect(tables_named(sql))
-    max_rows = config.get("query_max_rows")
-    timeout = config.get("query_timeout")
     con = duckdb.connect(
         ":memory:",
         config={
@@ -89,31 +96,57 @@ def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         for table, cols in COLUMNS.items():
             _load(con, table, cols, data.get(table, []))
         con.execute("SET lock_configuration = true")  # no SET undoes the settings above
-        _check_read_only(con, duckdb, sql)
-        timer = threading.Timer(timeout, con.interrupt)
-        timer.daemon = True
-        timer.start()
-        try:
-            cur = con.execute(sql)
-            names = [d[0] for d in cur.description] if cur.description is not None else []
-            rows = cur.fetchmany(max_rows + 1) if names else []
-        except duckdb.InterruptException:
-            raise QueryError(
-                f"the query ran longer than query_timeout ({timeout:g} s) and was stopped; "
-                "narrow it (WHERE, LIMIT) or raise DANAUS_QUERY_TIMEOUT"
-            ) from None
-        except duckdb.Error as e:
-            raise QueryError(f"{e}\n\n{describe()}") from None
-        finally:
-            timer.cancel()
-        if len(rows) > max_rows:
-            raise QueryError(
-                f"the query answers more than query_max_rows ({max_rows}) rows; add a LIMIT, "
-                "aggregate (GROUP BY), or raise DANAUS_QUERY_MAX_ROWS"
-            )
-        return names, rows
+        return _execute(con, duckdb, sql)
     finally:
         con.close()
+
+
+def query_file(path: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run ``sql`` over a history file (``telemetry.duckdb`` of a job, ``danaus query
+    --job``), read-only, with :func:`query`'s checks; its column names and rows."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise QueryError("the query is empty; e.g. SELECT count(*) FROM messages")
+    duckdb = _duckdb()
+    try:
+        con = history.open_file(path, read_only=True)
+    except duckdb.IOException as e:
+        raise QueryError(
+            f"cannot open the telemetry history {path}: {e}. A job still running holds it: "
+            "ask the running client instead (danaus query without --job)"
+        ) from None
+    try:
+        return _execute(con, duckdb, sql)
+    finally:
+        con.close()
+
+
+def _execute(con: Any, duckdb: Any, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run the one SELECT ``sql`` on ``con`` within the limits: its column names and rows."""
+    max_rows = config.get("query_max_rows")
+    timeout = config.get("query_timeout")
+    _check_read_only(con, duckdb, sql)
+    timer = threading.Timer(timeout, con.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        cur = con.execute(sql)
+        names = [d[0] for d in cur.description] if cur.description is not None else []
+        rows = cur.fetchmany(max_rows + 1) if names else []
+    except duckdb.InterruptException:
+        raise QueryError(
+            f"the query ran longer than query_timeout ({timeout:g} s) and was stopped; "
+            "narrow it (WHERE, LIMIT) or raise DANAUS_QUERY_TIMEOUT"
+        ) from None
+    except duckdb.Error as e:
+        raise QueryError(f"{e}\n\n{describe()}") from None
+    finally:
+        timer.cancel()
+    if len(rows) > max_rows:
+        raise QueryError(
+            f"the query answers more than query_max_rows ({max_rows}) rows; add a LIMIT, "
+            "aggregate (GROUP BY), or raise DANAUS_QUERY_MAX_ROWS"
+        )
+    return names, rows
 
 
 class QueryEngineClient:

@@ -16,6 +16,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._actor.api import stats
@@ -288,7 +289,9 @@ def _proc_entries() -> list[dict[str, Any]]:
     return out
 
 
-def discover(known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def discover(
+    known: dict[str, dict[str, Any]] | None = None, check: Callable[[], None] | None = None
+) -> list[dict[str, Any]]:
     """Every proc of this client's tree, with its statistics: its own procs, then
     (level by level) the procs that their actors spawned.
 
@@ -309,6 +312,8 @@ def discover(known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, A
             # The parent's word first: its host agent says how the process ended.
             e["lost"] = e["lost"] or rt.is_lost(e["id"].name)
         alive = [e for e in level if e["lost"] is None]
+        if check is not None:  # a background thread stopping between rounds: raises
+            check()
         answers = stats.ask_stats([e["id"] for e in alive]).result()
         for e in level:
             e["answer"] = (False, e["lost"])

@@ -124,10 +124,15 @@ class Snapshot:
         self.rings = rings  # proc name -> introspect.recent()'s answer
 
 
-def gather(rings: bool = True) -> Snapshot:
-    """Ask every proc of this client's tree (and read the client's own proc)."""
+def gather(rings: bool = True, check: Callable[[], None] | None = None) -> Snapshot:
+    """Ask every proc of this client's tree (and read the client's own proc).
+
+    ``check`` is called before each round of questions (a background thread's way
+    to stop between them: it raises)."""
+    if check is not None:
+        check()
     rt = host.ensure_runtime()
-    entries = discover()
+    entries = discover(check=check)
     names = {e["id"].name for e in entries}
     if rt.proc_id.name not in names:
         entries.append(
@@ -143,6 +148,8 @@ def gather(rings: bool = True) -> Snapshot:
         )
     got: dict[str, dict[str, Any]] = {}
     if rings:
+        if check is not None:
+            check()
         remote = [e["id"] for e in entries if e["answer"][0] and e["id"] != rt.proc_id]
         for p, (ok, data) in zip(remote, api_stats.ask_recent(remote).result(), strict=True):
             if ok:
@@ -280,6 +287,9 @@ def _spans(snap: Snapshot) -> list[tuple[Any, ...]]:
     for proc, ring in snap.rings.items():
         now_ns, now_s, hst = ring["now_ns"], ring["now_s"], ring["host"]
         for name, t0, t1, actor, trace_id, span_id, parent_id, attrs in ring["spans"]:
+            if type(trace_id) is int:  # danaus's endpoint spans keep their ids as ints
+                trace_id, span_id = format(trace_id, "032x"), format(span_id, "016x")
+                parent_id = format(parent_id, "016x") if parent_id else None
             start = now_s - (now_ns - t0) * 1e-9
             end = now_s - (now_ns - t1) * 1e-9
             rows.append(

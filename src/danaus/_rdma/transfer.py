@@ -35,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .._actor.core import telemetry
 from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
@@ -175,6 +176,7 @@ class Transfer:
         if not groups:
             self.cf.set_result(None)
             return
+        telemetry.transfer_started(self.cf, self.what, sum(op.nbytes for op in self.ops))
         rt.call_soon(self._arm)
         self.cf.add_done_callback(lambda _: self._disarm_soon())
         self.cf.add_done_callback(lambda _: self._shut_sockets())

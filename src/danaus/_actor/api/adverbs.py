@@ -108,8 +108,9 @@ class Endpoint(Generic[P, R]):
         self._prop = prop
         self._flags = flags | (FLAG_EXPLICIT if prop.explicit_response_port else 0)
         self._what = f"{mesh._ref.name}.{name}()"
-        # (rank, slot, sender, chain, our proc id) -> the CALL header's template
+        # (rank, slot, sender, chain, our proc id, trace context) -> the CALL header's template
         self._headers: dict[tuple[Any, ...], CallTemplate | None] = {}
+        self._trace: Any = None  # the trace context of the last traced call_one
         self._direct: bool | None = None  # not messaged through the cast tree
 
     def _targets(self) -> list[tuple[int, int, ProcId]]:
@@ -492,9 +493,11 @@ class Endpoint(Generic[P, R]):
         port = header.port
         if port is None or port.port >= CALL_TEMPLATE_PORT_LIMIT or port.proc != rt.proc_id:
             return None
-        if header.trace is not None:  # a new context each call: nothing to cache
+        trace = header.trace  # the span's context (issue 41): cached from its second call
+        if trace is not None and trace != self._trace:
+            self._trace = trace
             return None
-        key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id)
+        key = (header.rank, header.slot, header.sender, header.chain, rt.proc_id, trace)
         tmpl = self._headers.get(key, _UNKNOWN)  # one lookup: another thread may clear
         if tmpl is _UNKNOWN:
             try:

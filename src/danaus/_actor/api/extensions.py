@@ -47,6 +47,8 @@ class Extensions:
         # Monarch's ``query(sql)`` over the telemetry tables.
         self.dashboard_url: Callable[[], str | None] | None = None
         self.query_engine_client: Callable[[], Any] | None = None
+        # Keeps the telemetry tables in the job directory (retention_secs, snapshot_interval_secs).
+        self.start_history: Callable[[float, float], Any] | None = None
 
 
 def tensor_engine() -> TensorEngine:
