@@ -5,6 +5,8 @@ with only the imports changed, run through ``state.query_engine_client``'s class
 from __future__ import annotations
 
 import json
+import pathlib
+import re
 from collections import Counter
 from typing import Any
 
@@ -313,3 +315,15 @@ def test_views_work_on_a_history_file_as_on_live_rows(procs: ProcMesh, tmp_path:
 def test_bad_sql_lists_monarchs_tables() -> None:
     with pytest.raises(QueryError, match=r"(?s)nosuch.*meshes\(id, timestamp_us"):
         client.query("SELECT * FROM nosuch")
+
+
+def test_the_docs_list_every_monarch_table_and_column_as_mapped() -> None:
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "monarch-tables.md").read_text()
+    for table, cols in monarch_tables.COLUMNS.items():
+        m = re.search(rf"^### `{table}`\n(.*?)(?=^#|\Z)", text, re.M | re.S)
+        assert m, f"docs/monarch-tables.md has no '### `{table}`' section"
+        rows = re.findall(r"^\| `(\w+)` \| (\w+) \| (.*) \|$", m.group(1), re.M)
+        assert rows == cols, f"docs/monarch-tables.md: table {table}"
+    for tables in monarch_tables.NOT_MAPPED:
+        for t in tables.split(", "):
+            assert f"`{t}`" in text, t

@@ -226,7 +226,9 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
             name,
             typ,
             "NULL (no rows): danaus's tables keep latency percentiles (metric_gauges), "
-            "not bucket counts; the histograms go to OpenTelemetry and Prometheus",
+            "not bucket counts; the histograms go to OpenTelemetry and Prometheus"
+            if name == "name"
+            else "NULL (no rows): as name",
         )
         for name, typ in (
             ("name", "VARCHAR"),
