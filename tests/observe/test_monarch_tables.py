@@ -5,8 +5,11 @@ with only the imports changed, run through ``state.query_engine_client``'s class
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 from collections import Counter
 from typing import Any
 
@@ -327,3 +330,75 @@ def test_the_docs_list_every_monarch_table_and_column_as_mapped() -> None:
     for tables in monarch_tables.NOT_MAPPED:
         for t in tables.split(", "):
             assert f"`{t}`" in text, t
+
+
+_JOB = """
+import json
+from danaus.actor import Actor, endpoint
+from danaus.job import LocalJob, TelemetryConfig
+
+class WorkerActor(Actor):
+    @endpoint
+    def ping(self) -> None:
+        pass
+
+    @endpoint
+    def fail(self) -> None:
+        raise RuntimeError("telemetry failure")
+
+job = LocalJob().enable_telemetry(TelemetryConfig(retention_secs=3600))
+state = job.state(cached_path=None)
+client = state.query_engine_client
+
+def q(sql):
+    return client.query(sql)["rows"]
+
+procs = state.hosts.spawn_procs(per_host={"workers": 2})
+workers = procs.spawn("ep_test_worker", WorkerActor)
+for _ in range(3):
+    workers.ping.call().get(timeout=60)
+try:
+    workers.slice(workers=0).fail.call_one().get(timeout=60)
+except Exception:
+    pass
+out = {}
+out["endpoints"] = [r["endpoint"] for r in q(
+    "SELECT m.endpoint FROM messages m JOIN actors a ON m.to_actor_id = a.id "
+    "JOIN meshes mesh ON a.mesh_id = mesh.id "
+    "WHERE mesh.given_name = 'ep_test_worker' AND m.endpoint IS NOT NULL")]
+[failed] = q("SELECT msg.id FROM messages msg JOIN actors a ON msg.to_actor_id = a.id "
+             "JOIN meshes m ON a.mesh_id = m.id "
+             "WHERE m.given_name = 'ep_test_worker' AND msg.endpoint = 'fail'")
+out["failed_statuses"] = sorted(r["status"] for r in q(
+    f"SELECT status, timestamp_us FROM message_status_events WHERE message_id = {failed['id']}"))
+out["statuses"] = q("SELECT new_status, COUNT(*) AS count FROM actor_status_events "
+                    "GROUP BY new_status ORDER BY count DESC")
+# counters are cumulative: each series' latest (largest) point, summed
+out["calls"] = q("SELECT SUM(latest) AS calls FROM (SELECT attributes_json, "
+                 "max(sum_u64) AS latest FROM metric_sums WHERE name = 'danaus.endpoint.calls' "
+                 "AND json_extract_string(attributes_json, '$.\\"danaus.mesh\\"') = 'ep_test_worker' "
+                 "GROUP BY attributes_json)")
+print(json.dumps(out))
+procs.stop().get(timeout=60)
+job.kill()
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_job_with_telemetry_answers_monarchs_queries() -> None:
+    """Through ``enable_telemetry`` and ``job.state()``, as a Monarch notebook does: ids
+    read in one query find their rows in the next."""
+    r = subprocess.run(
+        [sys.executable, "-c", _JOB],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(monarch_tables.__file__).parents[2])},
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert Counter(got["endpoints"]) == {"ping": 6, "fail": 1}
+    assert got["failed_statuses"] == ["active", "failed", "queued"]
+    statuses = {s["new_status"]: s["count"] for s in got["statuses"]}
+    assert statuses["Created"] >= 2 and statuses["Idle"] >= 2
+    assert got["calls"] == [{"calls": 7}]
