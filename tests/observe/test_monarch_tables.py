@@ -376,7 +376,8 @@ out["statuses"] = q("SELECT new_status, COUNT(*) AS count FROM actor_status_even
 # counters are cumulative: each series' latest (largest) point, summed
 out["calls"] = q("SELECT SUM(latest) AS calls FROM (SELECT attributes_json, "
                  "max(sum_u64) AS latest FROM metric_sums WHERE name = 'danaus.endpoint.calls' "
-                 "AND json_extract_string(attributes_json, '$.\\"danaus.mesh\\"') = 'ep_test_worker' "
+                 "AND json_extract_string(attributes_json, '$.\\"danaus.mesh\\"') "
+                 "= 'ep_test_worker' "
                  "GROUP BY attributes_json)")
 print(json.dumps(out))
 procs.stop().get(timeout=60)
