@@ -282,11 +282,14 @@ def test_spans_and_their_events(procs: ProcMesh) -> None:
         ("my_span", "danaus.user", "traced[0]"),
     ]
     events = client.query(
-        "SELECT e.event_type, e.timestamp_us FROM span_events e JOIN spans s ON e.id = s.id "
+        "SELECT e.id, e.event_type, e.timestamp_us, s.timestamp_us AS span_us "
+        "FROM span_events e JOIN spans s ON e.id = s.id "
         "WHERE s.name = 'my_span' ORDER BY e.timestamp_us, e.event_type"
     )["rows"]
     assert [e["event_type"] for e in events] == ["enter", "close", "exit"]
-    assert events[0]["timestamp_us"] == spans[1]["timestamp_us"] <= events[1]["timestamp_us"]
+    assert {e["id"] for e in events} == {spans[1]["id"]}  # the same id in the next query
+    # times within one query are read against one reading of the proc's clocks
+    assert events[0]["timestamp_us"] == events[0]["span_us"] <= events[1]["timestamp_us"]
 
 
 def test_views_work_on_a_history_file_as_on_live_rows(procs: ProcMesh, tmp_path: Any) -> None:
