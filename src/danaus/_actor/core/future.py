@@ -11,17 +11,31 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..._runtime.hosting import proc as _proc
 from .context import _current
 
-if TYPE_CHECKING:
-    from ..._transport.conn import DirectReader
-
 R = TypeVar("R")
 
-__all__ = ["Deferred", "Future", "Pending", "resolve"]
+__all__ = ["Deferred", "Future", "Pending", "Reader", "Waits", "resolve"]
+
+
+class Waits(Protocol):
+    """What a thread tells before and after it blocks on a result (an actor's inbox,
+    or the runtime)."""
+
+    def begin_wait(self) -> None: ...
+
+    def end_wait(self) -> None: ...
+
+
+class Reader(Protocol):
+    """The connection a result will come on, which the waiting thread may read itself
+    while no other thread does (``Connection.read_directly``; ``bell``: an eventfd
+    whose ring ends the read)."""
+
+    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool: ...
 
 
 class Pending:
@@ -133,7 +147,7 @@ class Pending:
 
 
 def _read_own_reply(
-    reader: DirectReader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
+    reader: Reader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
 ) -> float | None:
     """Read the connection the result will come on, on this thread, while no other
     thread does (saves waking the I/O thread and then this one). Returns what is
@@ -408,13 +422,13 @@ class Future(Generic[R]):
 
     def _wait_raw(self, timeout: float | None) -> R:
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
-        asynchronous exit (an unhandled failure ends the program from another thread)."""
-        cell = _waiting_cell()
-        if cell is not None:
-            cell.begin_wait()
-        rt = _proc.current()
-        if rt is not None:
-            rt.begin_wait()  # backpressure lets go of what this thread may be waiting for
+        asynchronous exit (an unhandled failure ends the program from another thread).
+
+        It talks to two narrow interfaces: the :class:`Waits` of this thread (told
+        before and after it blocks) and the result's :class:`Reader`, if it has one."""
+        waits = _waits()
+        if waits is not None:
+            waits.begin_wait()
         try:
             reader = getattr(self._cf, "reader", None)
             if reader is not None and not self._cf.done():
@@ -436,10 +450,8 @@ class Future(Generic[R]):
                     if self._cf.done() or left <= _WAKE:
                         raise
         finally:
-            if rt is not None:
-                rt.end_wait()
-            if cell is not None:
-                cell.end_wait()
+            if waits is not None:
+                waits.end_wait()
 
     result = get  # the same method, so an error's traceback has one frame of ours either way
 
@@ -543,19 +555,14 @@ class Future(Generic[R]):
             if rt is not None:
                 rt.flush_held()  # a result was taken: what this thread sends next is not a burst
             return (yield from self.as_asyncio().__await__())
-        cell = _waiting_cell()
-        rt = _proc.current()
-        if cell is not None:
-            cell.begin_wait()
-        if rt is not None:
-            rt.begin_wait()
+        waits = _waits()
+        if waits is not None:
+            waits.begin_wait()
         try:
             return (yield from self.as_asyncio().__await__())
         finally:
-            if rt is not None:
-                rt.end_wait()
-            if cell is not None:
-                cell.end_wait()
+            if waits is not None:
+                waits.end_wait()
 
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"
@@ -594,19 +601,17 @@ def _clean(e: BaseException | None) -> BaseException:
 _running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
 
 
-def _waiting_cell() -> Any:
-    """The actor cell whose own thread is running this code, if any."""
+def _waits() -> Waits | None:
+    """What this thread tells before and after it blocks on a result: the inbox of the
+    actor whose serial path this is (which tells the runtime too: its backpressure
+    lets go of what this thread may be waiting for), else the runtime, if any."""
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
-    if cell is None or cell.thread is not threading.current_thread():
-        return None
-    if cell.serial_task is not None:  # an async actor: only the serial worker blocks it
-        try:
-            if asyncio.current_task() is not cell.serial_task:
-                return None
-        except RuntimeError:
-            pass
-    return cell
+    if cell is not None:
+        waits: Waits | None = cell.waits()
+        if waits is not None:
+            return waits
+    return _proc.current()
 
 
 def _check_not_io_thread() -> None:

@@ -1,0 +1,148 @@
+"""The invoke step: one decoded call runs an endpoint's body and yields an outcome.
+
+The cell takes a call from its inbox, decodes it into an :class:`Invocation` (the
+endpoint, where to reply, the arguments), runs it with :func:`invoke` (sync
+actors) or :func:`invoke_async` (async actors), and settles the
+:class:`Outcome`: it replies with the value, or answers or fails on the
+exception. The body's own frames are what a remote traceback shows: the frames
+of this module and of the cell above it are danaus's, which
+``frames.user_traceback`` leaves out.
+
+Unpickling a spawn or a call may import a module for the first time, so it is
+done under one process-wide lock (:func:`decode`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from typing import Any, NamedTuple
+
+from ..._mesh import Extent, Point
+from ..._runtime.messaging.metrics import MessageRow
+from ..._wire import codec
+from ..._wire.ids import PortId
+from ..._wire.protocol import Message
+from .endpoints import EndpointProperty
+from .handoff import Wrapped
+
+__all__ = [
+    "Invocation",
+    "Outcome",
+    "Points",
+    "decode",
+    "decode_body",
+    "invoke",
+    "invoke_async",
+    "run_awaitable",
+]
+
+
+class Invocation(NamedTuple):
+    """A call taken from the inbox, decoded, ready to run."""
+
+    prop: EndpointProperty  # the endpoint
+    port: PortId | None  # where its reply goes (None: a broadcast, no reply)
+    slot: int  # the reply's slot at that port (the rank it is for)
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    wrapped: Wrapped | None  # the handoff its arguments came in (``handoff.py``), if any
+    row: MessageRow | None  # its row of the messages table, when it was sampled
+    carried: Any  # the trace context it carries (telemetry on), if any
+
+
+class Outcome(NamedTuple):
+    """How a call's body ended: it returned ``value``, or raised ``error``
+    (a ``CancelledError`` when its actor's stop cancelled it)."""
+
+    value: Any
+    error: BaseException | None
+    t0: int  # ``time.perf_counter_ns()`` when the body started
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# Results that are certainly not awaitable (skips inspect's ABC check per call).
+_PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict})
+
+
+def invoke(instance: Any, call: Invocation) -> Outcome:
+    """Run ``call``'s body on the sync actor ``instance`` (the actor's thread); a body
+    that returns a coroutine is run to completion here."""
+    t0 = time.perf_counter_ns()
+    try:
+        result = call.prop.fn(instance, *call.args, **call.kwargs)
+        if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
+            result = run_awaitable(result)
+    except BaseException as e:
+        return Outcome(None, e, t0)
+    return Outcome(result, None, t0)
+
+
+async def invoke_async(instance: Any, call: Invocation) -> Outcome:
+    """Run ``call``'s body on the async actor ``instance`` (on the actor's loop)."""
+    t0 = time.perf_counter_ns()
+    try:
+        result = call.prop.fn(instance, *call.args, **call.kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+    except BaseException as e:
+        return Outcome(None, e, t0)
+    return Outcome(result, None, t0)
+
+
+def run_awaitable(aw: Any) -> Any:
+    """Await ``aw`` on a fresh event loop (from a sync actor's thread)."""
+    return asyncio.run(_await(aw))
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+_POINTS_KEPT = 256
+
+
+class Points:
+    """The ranks of the calls an actor received, built once per (index, extent) seen:
+    points are immutable, and most calls come from the same few meshes."""
+
+    __slots__ = ("_points",)
+
+    def __init__(self) -> None:
+        self._points: dict[tuple[Any, ...], Point] = {}
+
+    def get(self, index: int, labels: Any, sizes: Any) -> Point:
+        key = (index, labels, sizes)
+        point = self._points.get(key)
+        if point is None:
+            point = Point(index, Extent(list(labels), list(sizes)))
+            if len(self._points) >= _POINTS_KEPT:
+                self._points.clear()
+            self._points[key] = point
+        return point
+
+
+# Unpickling a spawn or a call may import a module for the first time. Python's
+# per-module import locks do not make that safe when several actor threads do
+# it at once: a thread importing ``pkg.sub`` while another is still running
+# ``pkg/__init__`` sees ``pkg`` half initialised ("partially initialized
+# module", as torch fails). The import system is process-wide state, so one
+# process-wide lock serialises decoding; an uncontended acquire costs ~0.1 us.
+_DECODE_LOCK = threading.RLock()
+
+
+def decode(frame: Message) -> Any:
+    """Unpickle a frame's body, one actor thread of this proc at a time."""
+    with _DECODE_LOCK:
+        return codec.loads(frame.body, frame.buffers)
+
+
+def decode_body(body: bytes, buffers: Any) -> Any:
+    """Unpickle a wrapped call's arguments (``handoff.Wrapped``) under the same lock."""
+    with _DECODE_LOCK:
+        return codec.loads(body, buffers)
