@@ -11,7 +11,7 @@ from danaus._actor.core.deadlock import closes_cycle, refuse_deadlock
 from danaus._actor.core.endpoints import EndpointProperty
 from danaus._actor.core.failing import Aborted, Fate, refuse_stopped
 from danaus._errors import SupervisionError
-from danaus._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC
+from danaus._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK
 from danaus._wire.ids import ActorId, PortId
 from danaus._wire.protocol import Failed
 
@@ -121,3 +121,18 @@ def test_a_call_closes_a_cycle_only_through_a_serial_endpoint_of_this_actor(
     assert status == STATUS_EXC and isinstance(err, RuntimeError)
     assert "deadlock" in str(err) and f"{ME.mesh}[0]" in str(err)
     assert PROC.name == "p0"
+
+
+def test_items_that_come_after_the_stop_are_answered_not_dropped(
+    host: FakeHost, fate: Fate
+) -> None:
+    from danaus._actor.core.inbox import Bounced, Stop, Supervise
+
+    fate.refuse(call_frame(slot=6))
+    fate.refuse(Stop(PORT, 2, "again"))
+    fate.refuse(Stop(None, 0, "no reply"))
+    fate.refuse(Supervise("late"))  # logged: no one to answer
+    fate.refuse(Bounced("late"))
+    ((*_, slot6, status6, err), (*_, slot2, status2, value)) = host.replies()
+    assert (slot6, status6) == (6, STATUS_ERROR) and "was stopped" in str(err)
+    assert (slot2, status2, value) == (2, STATUS_OK, None)

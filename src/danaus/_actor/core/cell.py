@@ -2,8 +2,9 @@
 
 Each actor runs on a thread of its own and handles one message at a time.
 Sync actors block their thread in each endpoint (so ``Future.get()`` inside
-an endpoint is fine); async actors run an event loop on that thread and
-await each endpoint to completion before taking the next message.
+an endpoint is fine); async actors (``async_cell.AsyncActorCell``) run an
+event loop on that thread and await each endpoint to completion before taking
+the next message.
 
 Messages arrive from the I/O thread through ``deliver`` in the order of the
 connection they came on, so each sender→actor pair is FIFO. The first item of
@@ -20,17 +21,18 @@ The cell is made of parts, each with one concern, that share no fields:
   the cell settles: it replies, or answers or fails on the exception;
 - its :class:`~danaus._actor.core.failing.Fate`: whether and why it failed,
   and telling its callers and its owner;
+- its :class:`~danaus._actor.core.hooks.Hooks`: the actor's
+  ``__supervise__``, ``_handle_undeliverable_message`` and ``__cleanup__``;
 - its :class:`~danaus._actor.core.measure.Meter`: endpoint metrics, the
   messages table's rows and spans.
 
-The cell itself holds the actor's identity and instance, runs the loops, and
+The cell itself holds the actor's identity and instance, runs the loop, and
 stops it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import threading
 import time
@@ -49,9 +51,9 @@ from . import owned, telemetry
 from .context import Context, Instance, _current, _thread_ctx, set_context
 from .deadlock import closes_cycle, refuse_deadlock
 from .endpoints import EndpointTable
-from .failing import Fate, exception_payload, refuse_stopped
-from .future import Waits
+from .failing import Fate, exception_payload
 from .handoff import Wrapped
+from .hooks import Hooks
 from .inbox import ANSWERED, Bounced, HookItem, Inbox, Item, Stop, Supervise
 from .invoke import (
     Invocation,
@@ -60,11 +62,10 @@ from .invoke import (
     decode,
     decode_body,
     invoke,
-    invoke_async,
-    run_awaitable,
 )
 from .measure import Meter
 from .ports import Port, _DroppingPort
+from .waiting import Waits
 
 if TYPE_CHECKING:
     from .ports import Undeliverable
@@ -96,7 +97,11 @@ def on_held_back(blocked: bool) -> None:
 
 
 class ActorCell:
-    """One actor living in this proc (the module doc lists its parts)."""
+    """One actor living in this proc (the module doc lists its parts): a sync actor's,
+    and the base of an async one's (``async_cell.AsyncActorCell``)."""
+
+    serial_task: Any = None  # an async actor's serial worker (only its waits block it)
+    stopping = False  # its stop has begun: cancelled bodies are not failures
 
     def __init__(
         self,
@@ -122,22 +127,19 @@ class ActorCell:
         # The pdb session breakpoint() opened, while one is open (the debugger's RemotePdb,
         # whose endpoint_done(cell, exc) ends it).
         self.debugging: Any = None
-        self.serial_task: Any = None  # an async actor's serial worker (only its waits block)
-        self.stopping = False  # its stop has begun: cancelled bodies are not failures
-        self._cleaned = False  # __cleanup__ ran (at a stop, or after a failure)
-        self._tasks: set[asyncio.Task[Any]] = set()  # concurrent endpoints' bodies running
         # Ports its open receivers hold: closed when it stops. No lock: disown_port runs
         # from garbage collection, on any thread; set.add/discard are atomic.
         self._ports: set[int] = set()
         self.fate = Fate(rt, mesh_id, rank, owner)
         self.meter = Meter(rt, mesh_id, rank, self)
+        self.hooks = Hooks(self.fate)
         self.points = Points()
         self.inbox = Inbox(
             rt,
-            loop=asyncio.new_event_loop() if mode == "async" else None,
+            loop=self._new_loop(),
             closes_cycle=self._closes_cycle,
             refuse_deadlock=self._refuse_deadlock,
-            refuse=self._refuse,
+            refuse=self.fate.refuse,
         )
         self.thread = threading.Thread(
             target=self._main, args=(spawn,), name=f"actor-{mesh_id}[{rank}]", daemon=True
@@ -226,21 +228,6 @@ class ActorCell:
     def _refuse_deadlock(self, frame: Message) -> None:
         refuse_deadlock(self.rt, self._label(), frame)
 
-    def _refuse(self, item: Item) -> None:
-        """Answer an item that arrived after the actor stopped."""
-        if type(item) is Message:
-            refuse_stopped(self.rt, self._label(), item.header)
-        elif type(item) is Supervise:
-            log.error("actor %s stopped before it could supervise: %s", self._label(), item.failure)
-        elif type(item) is Bounced:
-            log.warning(
-                "actor %s had stopped when a message it sent came back: %s",
-                self._label(),
-                item.envelope,
-            )
-        elif type(item) is Stop and item.port is not None:
-            self.rt.reply(item.port, item.slot, STATUS_OK, None)
-
     # -- the actor's thread -------------------------------------------------------------
 
     def _main(self, spawn: Message) -> None:
@@ -252,17 +239,12 @@ class ActorCell:
             self.inbox.close()
 
     def _run(self, spawn: Message) -> None:
-        loop = self.inbox.loop
         try:
             cls, args, kwargs, name, creator = decode(spawn)
         except BaseException as e:
             what = "its class or arguments could not be unpickled"
             self.fate.init_failed(e, what, self.init_port)
-            if loop is not None:
-                loop.run_until_complete(self._amain(None, (), {}))
-                self.inbox.close_loop()
-            else:
-                self._sync_loop()
+            self._serve(None, (), {})  # to answer what comes, and the stop
             self.on_exit(self)
             return
         self.display_name = name
@@ -279,14 +261,19 @@ class ActorCell:
         self.meter.named(name, cls.__name__)
         _thread_ctx.ctx = Context(inst, Point(self.rank, self.extent))
         self.endpoints = EndpointTable(cls)
-        if loop is not None:
-            asyncio.set_event_loop(loop)
-            loop.run_until_complete(self._amain(cls, args, kwargs))
-            self.inbox.close_loop()
-        else:
-            self._construct(cls, args, kwargs)
-            self._sync_loop()
+        self._serve(cls, args, kwargs)
         self.on_exit(self)
+
+    def _new_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the inbox hands items to (a sync actor has none)."""
+        return None
+
+    def _serve(self, cls: type | None, args: Any, kwargs: Any) -> None:
+        """Construct the actor (unless ``cls`` is None: it failed to decode) and run its
+        items until it stops."""
+        if cls is not None:
+            self._construct(cls, args, kwargs)
+        self._sync_loop()
 
     def _construct(self, cls: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -321,123 +308,15 @@ class ActorCell:
                     fate.internal_error(item, e)
             elif type(item) is Stop:
                 self._stop_children(item.reason)
-                self._finish(item, self._cleanup_sync)
+                self._finish(item, cleanup=True)
                 return
             else:
                 assert isinstance(item, HookItem)
-                self._hook_sync(item)
+                self.hooks.run_sync(self.instance, item)
             item = None  # drop the last message now: its buffers may be shared memory
-            if fate.failed is not None and not self._cleaned:
+            if fate.failed is not None and not self.hooks.cleaned:
                 fate.owned_stopped(config.get("stop_proc_timeout"))
-                self._cleanup_sync(fate.fail_exc)
-
-    async def _amain(self, cls: type | None, args: Any, kwargs: Any) -> None:
-        """Dispatch: concurrent endpoints start at once, everything else runs in order."""
-        if cls is not None:
-            self._construct(cls, args, kwargs)
-        loop = self.inbox.loop
-        assert loop is not None
-        serial: asyncio.Queue[Item] = asyncio.Queue()
-        worker = loop.create_task(self._serial(serial))
-        self.serial_task = worker  # only its waits block the actor (concurrent tasks' do not)
-        next_item = self.inbox.next_async
-        while True:
-            item = await next_item()
-            if type(item) is Message and self._is_concurrent(item):
-                try:
-                    call = self._prepare(item)
-                except BaseException as e:
-                    self.fate.internal_error(item, e)
-                    continue
-                if call is not None:
-                    task = loop.create_task(self._handle_async(call))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-                continue
-            serial.put_nowait(item)
-            if type(item) is Stop:
-                break
-        await worker
-
-    def _is_concurrent(self, frame: Message) -> bool:
-        prop = self.endpoints.get(frame.header.method)
-        return prop is not None and prop.concurrent and self.fate.failed is None
-
-    async def _serial(self, serial: asyncio.Queue[Item]) -> None:
-        """Run the non-concurrent items one at a time, each to completion."""
-        fate = self.fate
-        while True:
-            if serial.empty():
-                self.rt.flush_held()  # idle now: replies held for a batched write go out
-            item = await serial.get()
-            if type(item) is Message:
-                try:
-                    call = self._prepare(item)
-                    if call is not None:
-                        await self._handle_async(call)
-                except BaseException as e:  # a bug of ours: fail loudly, never die silently
-                    fate.internal_error(item, e)
-            elif type(item) is Stop:
-                await self._cancel_tasks()
-                # Waiting for the children must not block this actor's event loop. Only
-                # when there are any: at interpreter exit (an actor of the client stopped
-                # by the at-exit handler) the default executor can no longer start.
-                inst = self.ctx_instance
-                if inst is not None and any(owned.owned_by(inst.actor_id)):
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, self._stop_children, item.reason
-                    )
-                await self._cleanup_async(None if fate.failed is None else fate.fail_exc)
-                self._finish(item, None)
-                return
-            else:
-                assert isinstance(item, HookItem)
-                await self._hook_async(item)
-            if fate.failed is not None and not self._cleaned:
-                deadline = time.monotonic() + config.get("stop_proc_timeout")
-                stopping = fate.owned_stopping
-                while stopping is not None and stopping.is_alive() and time.monotonic() < deadline:
-                    await asyncio.sleep(0.01)  # the meshes it owned stop first
-                await self._cleanup_async(fate.fail_exc)
-
-    # -- hooks between messages -----------------------------------------------------------
-
-    def _hook(self, name: str) -> Any:
-        return getattr(self.instance, name, None) if self.instance is not None else None
-
-    def _hook_sync(self, item: HookItem) -> None:
-        """Run a hook item's hook (sync, or from a sync actor async) and settle it."""
-        fn = self._hook(item.hook)
-        handled, error = False, None
-        if fn is not None:
-            try:
-                r = fn(item.arg)
-                if inspect.isawaitable(r):
-                    r = run_awaitable(r)
-                handled = bool(r)
-            except Exception as e:
-                error = e
-        self._hook_done(item, handled, error)
-
-    async def _hook_async(self, item: HookItem) -> None:
-        fn = self._hook(item.hook)
-        handled, error = False, None
-        if fn is not None:
-            try:
-                r = fn(item.arg)
-                if inspect.isawaitable(r):
-                    r = await r
-                handled = bool(r)
-            except Exception as e:
-                error = e
-        self._hook_done(item, handled, error)
-
-    def _hook_done(self, item: HookItem, handled: bool, error: BaseException | None) -> None:
-        if isinstance(item, Supervise):
-            has_hook = self._hook(item.hook) is not None
-            self.fate.supervised(item.failure, handled, error, has_hook)
-        else:
-            self.fate.bounced(item.arg, handled, error)
+                self.hooks.cleanup_sync(self.instance, fate.fail_exc)
 
     # -- handling one call ----------------------------------------------------------------
 
@@ -493,11 +372,6 @@ class ActorCell:
         self.meter.running = call.prop.name
         self._settle(call, invoke(self.instance, call), active)
 
-    async def _handle_async(self, call: Invocation) -> None:
-        active = telemetry.endpoint_span(self, call.prop, call.carried) if call.carried else None
-        self.meter.running = call.prop.name
-        self._settle(call, await invoke_async(self.instance, call), active)
-
     def _settle(self, call: Invocation, outcome: Outcome, active: Any) -> None:
         """A call's body ended (sync and async actors alike): end its span (``active``, the
         one telemetry started, if any), its handoff and its debug session, measure it,
@@ -532,56 +406,16 @@ class ActorCell:
 
     # -- stopping -------------------------------------------------------------------------
 
-    async def _cancel_tasks(self) -> None:
-        """Cancel the bodies of concurrent endpoints still running (before __cleanup__).
-
-        Waits until every body has finished, its cancellation handlers included.
-        """
-        self.stopping = True
-        tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
-
     def _stop_children(self, reason: str) -> None:
         if self.ctx_instance is not None:
             owned.stop_owned(self.ctx_instance.actor_id, f"its owner stopped: {reason}")
 
-    def _cleanup_sync(self, exc: BaseException | None) -> None:
-        """``__cleanup__(exc)``, once: at a stop (``None``, or the failure's exception)
-        or right after the actor failed (its thread)."""
-        if self._cleaned:
-            return
-        self._cleaned = True
-        fn = self._hook("__cleanup__")
-        if fn is None:
-            return
-        try:
-            r = fn(exc)
-            if inspect.isawaitable(r):
-                run_awaitable(r)
-        except Exception:
-            log.exception("__cleanup__ of actor %s raised", self._label())
-
-    async def _cleanup_async(self, exc: BaseException | None) -> None:
-        if self._cleaned:
-            return
-        self._cleaned = True
-        fn = self._hook("__cleanup__")
-        if fn is None:
-            return
-        try:
-            r = fn(exc)
-            if inspect.isawaitable(r):
-                await r
-        except Exception:
-            log.exception("__cleanup__ of actor %s raised", self._label())
-
-    def _finish(self, item: Stop, cleanup: Callable[[BaseException | None], None] | None) -> None:
+    def _finish(self, item: Stop, cleanup: bool) -> None:
+        """The stop: ``__cleanup__`` (``cleanup``: here), answer what is left, close the
+        actor's ports, let go of what it holds and reply to the stop."""
         fate = self.fate
-        if cleanup is not None and self.instance is not None:
-            cleanup(None if fate.failed is None else fate.fail_exc)
+        if cleanup and self.instance is not None:
+            self.hooks.cleanup_sync(self.instance, None if fate.failed is None else fate.fail_exc)
         self.inbox.close()  # whatever arrived behind the stop is answered, never dropped
         ports, self._ports = self._ports, set()
         for no in ports:  # later sends to them come back to their senders

@@ -17,13 +17,14 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ..._errors import RemoteException, SupervisionError
-from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, Runtime
+from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._wire import codec
 from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
 from . import owned
 from .endpoints import EndpointProperty
 from .frames import user_traceback
+from .inbox import Bounced, Item, Stop, Supervise
 
 if TYPE_CHECKING:
     from .context import Instance
@@ -216,6 +217,21 @@ class Fate:
         stopping = self.owned_stopping
         if stopping is not None:
             stopping.join(timeout)
+
+    def refuse(self, item: Item) -> None:
+        """Answer an inbox item that arrived after the actor stopped."""
+        if type(item) is Message:
+            refuse_stopped(self.rt, self.label, item.header)
+        elif isinstance(item, Supervise):
+            log.error("actor %s stopped before it could supervise: %s", self.label, item.failure)
+        elif isinstance(item, Bounced):
+            log.warning(
+                "actor %s had stopped when a message it sent came back: %s",
+                self.label,
+                item.envelope,
+            )
+        elif isinstance(item, Stop) and item.port is not None:
+            self.rt.reply(item.port, item.slot, STATUS_OK, None)
 
     def reply_exc(self, port: PortId | None, index: int, e: BaseException) -> None:
         if port is not None:

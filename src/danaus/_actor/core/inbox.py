@@ -43,7 +43,7 @@ from ..._runtime.messaging.flow import Gate, GateHost, frame_bytes
 from ..._runtime.messaging.metrics import MessageRow, Recent
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Message
-from .future import Reader, Waits
+from .waiting import Reader, Waits
 
 __all__ = [
     "ANSWERED",
