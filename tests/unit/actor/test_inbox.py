@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import queue
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,14 @@ class Recorder:
         )
 
 
+def next_item(inbox: Inbox) -> Item:
+    """A sync actor's next item, as its loop takes it."""
+    try:
+        return inbox.poll()
+    except queue.Empty:
+        return inbox.wait_next()
+
+
 @pytest.fixture
 def cell() -> Recorder:
     return Recorder()
@@ -46,7 +55,7 @@ def test_items_come_out_in_the_order_they_went_in(host: FakeHost, cell: Recorder
     inbox.put(Supervise("a failure"))
     inbox.deliver(second, CALLER)
     inbox.put(Stop(None, 0, "done"))
-    got = [inbox.next_sync() for _ in range(4)]
+    got = [next_item(inbox) for _ in range(4)]
     assert got[0] is first and got[2] is second
     assert isinstance(got[1], Supervise) and got[1].failure == "a failure"
     assert got[1].hook == "__supervise__"
@@ -62,10 +71,10 @@ def test_an_idle_actor_lets_go_of_its_batched_writes_before_it_waits(
     inbox = cell.inbox(host)
     frame = call_frame()
     host.on_flush = lambda: inbox.deliver(frame, None)  # the call the flush brings back
-    assert inbox.next_sync() is frame
+    assert next_item(inbox) is frame
     assert host.events == [("flush_held",)]
     inbox.put(Stop(None, 0, "x"))
-    assert type(inbox.next_sync()) is Stop
+    assert type(next_item(inbox)) is Stop
     assert host.events == [("flush_held",)]  # not idle: no flush
 
 
@@ -84,7 +93,7 @@ def test_calls_above_high_water_pause_their_connection_until_taken_below_low_wat
     # A call read off the I/O thread that would cross the mark is left to the I/O thread.
     assert not inbox.direct_call(call_frame(body=b"y"), CALLER)
     for _f in frames:
-        inbox.next_sync()
+        next_item(inbox)
     inbox.take(frames[0])  # 20 left: above low water
     assert host.resumed == []
     inbox.take(frames[1])  # 10: read again
@@ -134,9 +143,9 @@ def test_a_call_that_cycles_back_while_the_actor_waits_is_refused_on_arrival(
     plain = call_frame(slot=2)
     inbox.deliver(plain, CALLER)
     assert cell.deadlocked == [cycling, late]
-    assert inbox.next_sync() is cycling
+    assert next_item(inbox) is cycling
     assert inbox.take(cycling) is ANSWERED
-    assert inbox.next_sync() is plain
+    assert next_item(inbox) is plain
     assert inbox.take(plain) is None
     assert inbox.received == 3
 
@@ -189,7 +198,7 @@ def test_an_idle_actor_reads_its_home_connection_until_an_item_comes(
     inbox.open_bell(direct=True)
     first = call_frame()
     inbox.deliver(first, CALLER)
-    assert inbox.next_sync() is first
+    assert next_item(inbox) is first
     reads: list[float] = []
     second = call_frame(slot=1)
 
@@ -203,7 +212,7 @@ def test_an_idle_actor_reads_its_home_connection_until_an_item_comes(
 
     host.reader = Conn()
     try:
-        assert inbox.next_sync() is second
+        assert next_item(inbox) is second
     finally:
         inbox.close_bell()
     assert len(reads) == 1

@@ -80,10 +80,13 @@ def test_an_async_body_cancelled_gives_the_cancellation() -> None:
 
 def test_points_are_built_once_per_rank_and_extent() -> None:
     points = Points()
-    p = points.get(3, ("gpus",), (4,))
+    p = points[3, ("gpus",), (4,)]
     assert p == Point(3, Extent(["gpus"], [4]))
-    assert points.get(3, ("gpus",), (4,)) is p
-    assert points.get(2, ("gpus",), (4,)) is not p
+    assert points[3, ("gpus",), (4,)] is p
+    assert points[2, ("gpus",), (4,)] is not p
+    for i in range(300):  # bounded: it starts again when full
+        points[i, ("gpus",), (300,)]
+    assert len(points) <= 256
 
 
 def test_the_endpoint_table_finds_endpoints_and_makes_adhoc_ones() -> None:

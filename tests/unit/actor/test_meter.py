@@ -39,7 +39,13 @@ def test_a_sampled_call_leaves_its_row_and_its_span() -> None:
     host = FakeHost(recent)
     m = meter(host)
     row = MessageRow(5, 1)
-    row.describe("counter.1", 2, "incr", "client", 10)
+    row.mesh_id, row.rank, row.endpoint, row.sender, row.request_bytes = (
+        "counter.1",
+        2,
+        "incr",
+        "client",
+        10,
+    )
     m.measured("incr", 6, True, PortId(CALLER, 1), 2, row, None)
     assert list(recent.messages) == [row]
     assert row.started_ns == 6 and row.ended_ns > 6 and row.ok
@@ -61,7 +67,7 @@ def test_a_running_trace_gets_a_span_per_execution() -> None:
 
 def test_a_message_row_iterates_as_the_plain_row_in_field_order() -> None:
     row = MessageRow(1, 3)
-    row.describe("m", 0, "e", None, 4)
+    row.mesh_id, row.endpoint, row.request_bytes = "m", "e", 4
     row.reply_bytes = 9
     assert list(row) == [1, 0, 0, "m", 0, "e", None, 4, 9, True, 3]
     assert len(list(row)) == len(MessageRow.FIELDS)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -62,6 +63,7 @@ from .invoke import (
     decode,
     decode_body,
     invoke,
+    record,
 )
 from .measure import Meter
 from .ports import Port, _DroppingPort
@@ -141,19 +143,17 @@ class ActorCell:
             refuse_deadlock=self._refuse_deadlock,
             refuse=self.fate.refuse,
         )
+        self.deliver: Callable[[Message, ProcId | None], None] = self.inbox.deliver
+        self.direct_call: Callable[[Message, ProcId | None], bool] = self.inbox.direct_call
         self.thread = threading.Thread(
             target=self._main, args=(spawn,), name=f"actor-{mesh_id}[{rank}]", daemon=True
         )
         self.thread.start()
 
     # -- the mailbox (I/O thread) and what others ask of the actor -----------------------
-
-    def deliver(self, frame: Message, sender: ProcId | None) -> None:
-        self.inbox.deliver(frame, sender)
-
-    def direct_call(self, frame: Message, sender: ProcId | None) -> bool:
-        """``Inbox.direct_call``: a call read by a thread other than the I/O thread."""
-        return self.inbox.direct_call(frame, sender)
+    #
+    # ``deliver`` (the runtime's ``Mailbox``) and ``direct_call`` are the inbox's own
+    # methods, set in __init__: no call of the cell's in between, per message.
 
     def undeliverable(self, envelope: Undeliverable) -> None:
         """Queue ``_handle_undeliverable_message(envelope)`` on the actor's thread."""
@@ -296,11 +296,14 @@ class ActorCell:
             inbox.close_bell()
 
     def _sync_items(self) -> None:
-        next_item = self.inbox.next_sync
+        poll, wait_next = self.inbox.poll, self.inbox.wait_next
         fate = self.fate
         item: Item | None
         while True:
-            item = next_item()
+            try:
+                item = poll()
+            except queue.Empty:
+                item = wait_next()
             if type(item) is Message:
                 try:
                     self._handle_sync(item)
@@ -353,15 +356,16 @@ class ActorCell:
             fate.reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
-        set_context(Context(self.ctx_instance, self.points.get(index, h.labels, h.sizes), h.chain))
+        set_context(Context(self.ctx_instance, self.points[index, h.labels, h.sizes], h.chain))
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
             args = (reply_to, *args)
         if row is not None:  # sampled for the messages table (on delivery)
             sender = h.sender
             who = str(sender) if sender is not None else (port.proc.name if port else None)
-            row.describe(self.mesh_id, self.rank, method, who, frame_bytes(frame))
-        return Invocation(prop, port, index, args, kwargs, wrapped, row, h.trace)
+            row.mesh_id, row.rank, row.endpoint = self.mesh_id, self.rank, method
+            row.sender, row.request_bytes = who, frame_bytes(frame)
+        return record(Invocation, (prop, port, index, args, kwargs, wrapped, row, h.trace))
 
     def _handle_sync(self, frame: Message) -> None:
         call = self._prepare(frame)

@@ -5,8 +5,9 @@ The I/O thread (and a thread that read a call directly) puts calls in with
 :meth:`Inbox.deliver`; anyone puts the other items (:class:`Stop`,
 :class:`Supervise`, :class:`Bounced`) in with :meth:`Inbox.put`; the actor's own
 thread takes them out, one at a time, in the order they were put in: each
-sender→actor pair is FIFO. A sync actor takes them with :meth:`next_sync`, an
-async one awaits :meth:`next_async` on its event loop.
+sender→actor pair is FIFO. A sync actor takes them with :attr:`Inbox.poll`
+and, when there is none, :meth:`Inbox.wait_next`; an async one awaits
+:meth:`Inbox.next_async` on its event loop.
 
 **Backpressure.** The bytes of the calls in the inbox are counted by a
 :class:`~danaus._runtime.messaging.flow.Gate`: above ``inbox_high_water`` the
@@ -164,6 +165,9 @@ class Inbox:
         self._recent = host.recent
         self._sampled: dict[int, MessageRow] = {}
         self._q: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        # A sync actor's next item, if there is one (else queue.Empty); then wait_next().
+        # The queue's own method: no Python-level call per message.
+        self.poll: Callable[[], Item] = self._q.get_nowait
         self.loop = loop  # an async actor's event loop: items go to _aq through it
         self._aq: asyncio.Queue[Item] | None = asyncio.Queue() if loop is not None else None
         # The bell (sync actors reading their connection when idle; see the module doc).
@@ -244,23 +248,16 @@ class Inbox:
                 return ANSWERED
         return row
 
-    def next_sync(self) -> Item:
-        """The next item of a sync actor, waiting for one when there is none (after
-        letting go of its batched writes: it is idle now)."""
-        try:
-            return self._q.get_nowait()
-        except queue.Empty:
-            pass
-        self._host.flush_held()
-        return self._idle_get()
-
     def next_async(self) -> Coroutine[Any, Any, Item]:
         """The next item of an async actor (await it on the actor's loop)."""
         assert self._aq is not None
         return self._aq.get()
 
-    def _idle_get(self) -> Item:
-        """The next item of a sync actor with nothing to do (module doc: reading directly)."""
+    def wait_next(self) -> Item:
+        """The next item of a sync actor that found none with :attr:`poll`: it is idle,
+        so it lets go of its batched writes, then waits for one (module doc: reading
+        directly)."""
+        self._host.flush_held()
         q = self._q
         home = self._home
         conn = self._host.reader_for(home) if home is not None and self._bell >= 0 else None

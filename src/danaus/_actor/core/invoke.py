@@ -36,6 +36,7 @@ __all__ = [
     "decode_body",
     "invoke",
     "invoke_async",
+    "record",
     "run_awaitable",
 ]
 
@@ -70,6 +71,11 @@ class Outcome(NamedTuple):
 _PLAIN_RESULTS = frozenset({type(None), bool, int, float, str, bytes, tuple, list, dict})
 
 
+# The records are made with ``tuple.__new__`` on the hot path: a NamedTuple's own
+# ``__new__`` is a Python function, one more call per message for the same tuple.
+record = tuple.__new__
+
+
 def invoke(instance: Any, call: Invocation) -> Outcome:
     """Run ``call``'s body on the sync actor ``instance`` (the actor's thread); a body
     that returns a coroutine is run to completion here."""
@@ -79,8 +85,8 @@ def invoke(instance: Any, call: Invocation) -> Outcome:
         if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
             result = run_awaitable(result)
     except BaseException as e:
-        return Outcome(None, e, t0)
-    return Outcome(result, None, t0)
+        return record(Outcome, (None, e, t0))
+    return record(Outcome, (result, None, t0))
 
 
 async def invoke_async(instance: Any, call: Invocation) -> Outcome:
@@ -91,8 +97,8 @@ async def invoke_async(instance: Any, call: Invocation) -> Outcome:
         if inspect.isawaitable(result):
             result = await result
     except BaseException as e:
-        return Outcome(None, e, t0)
-    return Outcome(result, None, t0)
+        return record(Outcome, (None, e, t0))
+    return record(Outcome, (result, None, t0))
 
 
 def run_awaitable(aw: Any) -> Any:
@@ -107,23 +113,19 @@ async def _await(aw: Any) -> Any:
 _POINTS_KEPT = 256
 
 
-class Points:
-    """The ranks of the calls an actor received, built once per (index, extent) seen:
-    points are immutable, and most calls come from the same few meshes."""
+class Points(dict[tuple[Any, ...], Point]):
+    """The ranks of the calls an actor received, by ``(index, labels, sizes)``, built
+    once per key seen (``points[key]``): points are immutable, and most calls come
+    from the same few meshes. A dict, so a hit costs what a dict's lookup does."""
 
-    __slots__ = ("_points",)
+    __slots__ = ()
 
-    def __init__(self) -> None:
-        self._points: dict[tuple[Any, ...], Point] = {}
-
-    def get(self, index: int, labels: Any, sizes: Any) -> Point:
-        key = (index, labels, sizes)
-        point = self._points.get(key)
-        if point is None:
-            point = Point(index, Extent(list(labels), list(sizes)))
-            if len(self._points) >= _POINTS_KEPT:
-                self._points.clear()
-            self._points[key] = point
+    def __missing__(self, key: tuple[Any, ...]) -> Point:
+        index, labels, sizes = key
+        point = Point(index, Extent(list(labels), list(sizes)))
+        if len(self) >= _POINTS_KEPT:
+            self.clear()
+        self[key] = point
         return point
 
 

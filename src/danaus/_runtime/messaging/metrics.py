@@ -72,9 +72,9 @@ class EndpointStats:
 class MessageRow:
     """One handled call sampled for the messages table (``Recent.messages``).
 
-    Made when the call is delivered (``arrived_ns``, ``stride``), described when
-    its actor takes it, timed when its body ends, and given ``reply_bytes`` once
-    the reply is written: all on the actor's thread but the first. It iterates as
+    Made when the call is delivered (``arrived_ns``, ``stride``); its actor fills
+    in the call when it takes it, the times when its body ends and
+    ``reply_bytes`` once the reply is written. It iterates as
     the plain row the ``TELEMETRY`` answer carries, in field order.
     """
 
@@ -105,16 +105,6 @@ class MessageRow:
         self.request_bytes = 0
         self.reply_bytes: int | None = None  # filled in after the reply is sent
         self.ok = True
-
-    def describe(
-        self, mesh_id: str, rank: int, endpoint: str, sender: str | None, request_bytes: int
-    ) -> None:
-        """The call this row is of (the actor's thread, when it takes the call)."""
-        self.mesh_id = mesh_id
-        self.rank = rank
-        self.endpoint = endpoint
-        self.sender = sender
-        self.request_bytes = request_bytes
 
     def __iter__(self) -> Iterator[Any]:
         return iter([getattr(self, f) for f in self.FIELDS])
