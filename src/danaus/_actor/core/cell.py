@@ -38,7 +38,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ... import _config as config
 from ..._mesh import Extent, Point
@@ -66,11 +66,8 @@ from .invoke import (
     record,
 )
 from .measure import Meter
-from .ports import Port, _DroppingPort
+from .ports import Port, Undeliverable, _DroppingPort
 from .waiting import Waits
-
-if TYPE_CHECKING:
-    from .ports import Undeliverable
 
 __all__ = ["ActorCell", "exception_payload"]
 

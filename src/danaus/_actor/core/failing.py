@@ -14,7 +14,7 @@ import asyncio
 import logging
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..._errors import RemoteException, SupervisionError
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
@@ -26,9 +26,23 @@ from .endpoints import EndpointProperty
 from .frames import user_traceback
 from .inbox import Bounced, Item, Stop, Supervise
 
-if TYPE_CHECKING:
-    from .context import Instance
-    from .ports import Undeliverable
+
+class Envelope(Protocol):
+    """A message that came back undeliverable (``ports.Undeliverable``), as a failure
+    report names it."""
+
+    def dest(self) -> str: ...
+
+    def error_msg(self) -> str: ...
+
+
+class Named(Protocol):
+    """The actor's ``Instance`` (``context.py``), as a failure names it: printed in the
+    errors its callers get, and the owner of the meshes stopped with it."""
+
+    @property
+    def actor_id(self) -> ActorId: ...
+
 
 __all__ = ["Aborted", "Fate", "exception_payload", "refuse_stopped", "reply_stopped"]
 
@@ -72,7 +86,7 @@ class Fate:
         self.rank = rank
         self.owner = owner
         self.label = f"{mesh_id}[{rank}]"
-        self.instance: Instance | None = None
+        self.instance: Named | None = None
         self.failed: str | None = None
         self.fail_exc: BaseException | None = None  # what __cleanup__ gets after a failure
         self.owned_stopping: threading.Thread | None = None  # stopping the meshes it owned
@@ -138,7 +152,7 @@ class Fate:
         if port is not None:
             self.reply_error(port, index, reason)
 
-    def bounced(self, env: Undeliverable, handled: bool, error: BaseException | None) -> None:
+    def bounced(self, env: Envelope, handled: bool, error: BaseException | None) -> None:
         """``_handle_undeliverable_message(env)`` ran: ``handled`` it, or raised ``error``."""
         if handled or self.failed is not None:
             return
