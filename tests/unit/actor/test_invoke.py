@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from danaus._actor.core.context import Instance
 from danaus._actor.core.endpoints import EndpointProperty, EndpointTable
-from danaus._actor.core.invoke import Invocation, Outcome, Points, invoke, invoke_async
+from danaus._actor.core.invoke import Contexts, Invocation, Outcome, invoke, invoke_async
 from danaus._mesh import Extent, Point
+
+from .conftest import ME
+
+INSTANCE = Instance(ME, "counter", Point(0, Extent(["gpus"], [1])), "Counter", None)
 
 
 class Counter:
@@ -78,15 +83,18 @@ def test_an_async_body_cancelled_gives_the_cancellation() -> None:
     assert isinstance(out.error, asyncio.CancelledError)
 
 
-def test_points_are_built_once_per_rank_and_extent() -> None:
-    points = Points()
-    p = points[3, ("gpus",), (4,)]
-    assert p == Point(3, Extent(["gpus"], [4]))
-    assert points[3, ("gpus",), (4,)] is p
-    assert points[2, ("gpus",), (4,)] is not p
+def test_contexts_are_built_once_per_rank_extent_and_chain() -> None:
+    contexts = Contexts()
+    contexts.instance = INSTANCE
+    ctx = contexts[3, ("gpus",), (4,), ()]
+    assert ctx.actor_instance is INSTANCE and ctx.message_rank == Point(3, Extent(["gpus"], [4]))
+    assert contexts[3, ("gpus",), (4,), ()] is ctx
+    assert contexts[2, ("gpus",), (4,), ()] is not ctx
+    chained = contexts[3, ("gpus",), (4,), (ME,)]
+    assert chained is not ctx and chained._chain == (ME,)
     for i in range(300):  # bounded: it starts again when full
-        points[i, ("gpus",), (300,)]
-    assert len(points) <= 256
+        contexts[i, ("gpus",), (300,), ()]
+    assert len(contexts) <= 256
 
 
 def test_the_endpoint_table_finds_endpoints_and_makes_adhoc_ones() -> None:

@@ -49,7 +49,7 @@ from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
 from . import logprefix as _logprefix  # noqa: F401  (installs the actor log prefix)
 from . import owned, telemetry
-from .context import Context, Instance, _current, _thread_ctx, set_context
+from .context import Context, Instance, _current, _thread_ctx
 from .deadlock import closes_cycle, refuse_deadlock
 from .endpoints import EndpointTable
 from .failing import Fate, exception_payload
@@ -57,9 +57,9 @@ from .handoff import Wrapped
 from .hooks import Hooks
 from .inbox import ANSWERED, Bounced, HookItem, Inbox, Item, Stop, Supervise
 from .invoke import (
+    Contexts,
     Invocation,
     Outcome,
-    Points,
     decode,
     decode_body,
     invoke,
@@ -132,7 +132,7 @@ class ActorCell:
         self.fate = Fate(rt, mesh_id, rank, owner)
         self.meter = Meter(rt, mesh_id, rank, self)
         self.hooks = Hooks(self.fate)
-        self.points = Points()
+        self.contexts = Contexts()  # its calls' contexts, once it is constructed
         self.inbox = Inbox(
             rt,
             loop=self._new_loop(),
@@ -254,7 +254,7 @@ class ActorCell:
             class_module=cls.__module__,
         )
         inst._cell = self
-        self.ctx_instance = self.fate.instance = inst
+        self.ctx_instance = self.fate.instance = self.contexts.instance = inst
         self.meter.named(name, cls.__name__)
         _thread_ctx.ctx = Context(inst, Point(self.rank, self.extent))
         self.endpoints = EndpointTable(cls)
@@ -322,19 +322,18 @@ class ActorCell:
 
     def _prepare(self, frame: Message) -> Invocation | None:
         """Take call ``frame`` and decode it; reply and return None if it cannot run."""
-        h = frame.header
+        # Its fields by name (protocol.Call), unpacked at once: one step, not eleven.
+        _, _, method, port, index, labels, sizes, sender, chain, flags, trace = frame.header
         row = self.inbox.take(frame)
         if row is ANSWERED:
             return None
-        port, index = h.port, h.slot
         fate = self.fate
         if fate.failed is not None:
             fate.reply_error(port, index, fate.failed)
             return None
-        method = h.method
         prop = self.endpoints.get(method)
-        if prop is None and h.flags & FLAG_AS_ENDPOINT:
-            prop = self.endpoints.adhoc(method, bool(h.flags & FLAG_EXPLICIT))
+        if prop is None and flags & FLAG_AS_ENDPOINT:
+            prop = self.endpoints.adhoc(method, bool(flags & FLAG_EXPLICIT))
         if prop is None:
             what = f"{type(self.instance).__qualname__} has no endpoint {method!r}"
             fate.reply_exc(port, index, AttributeError(what))
@@ -353,48 +352,48 @@ class ActorCell:
             fate.reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
-        set_context(Context(self.ctx_instance, self.points[index, h.labels, h.sizes], h.chain))
+        # context.set_context, without the call in between (one a message)
+        _current.set(self.contexts[index, labels, sizes, chain])
         if prop.explicit_response_port:  # the endpoint answers through the port itself
             reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
             args = (reply_to, *args)
         if row is not None:  # sampled for the messages table (on delivery)
-            sender = h.sender
             who = str(sender) if sender is not None else (port.proc.name if port else None)
             row.mesh_id, row.rank, row.endpoint = self.mesh_id, self.rank, method
             row.sender, row.request_bytes = who, frame_bytes(frame)
-        return record(Invocation, (prop, port, index, args, kwargs, wrapped, row, h.trace))
+        return record(Invocation, (prop, port, index, args, kwargs, wrapped, row, trace))
 
     def _handle_sync(self, frame: Message) -> None:
         call = self._prepare(frame)
         if call is None:
             return
+        prop, _, _, _, _, _, _, carried = call
         # A call made inside a span (telemetry on): the endpoint runs in a child span.
-        active = telemetry.endpoint_span(self, call.prop, call.carried) if call.carried else None
-        self.meter.running = call.prop.name
+        active = telemetry.endpoint_span(self, prop, carried) if carried is not None else None
+        self.meter.running = prop.name
         self._settle(call, invoke(self.instance, call), active)
 
     def _settle(self, call: Invocation, outcome: Outcome, active: Any) -> None:
         """A call's body ended (sync and async actors alike): end its span (``active``, the
         one telemetry started, if any), its handoff and its debug session, measure it,
         and reply with its value or answer (or fail on) its exception."""
-        e = outcome.error
+        value, e, t0 = outcome  # its fields, unpacked at once
+        prop, port, index, _, _, wrapped, row, _ = call
         if active is not None:
             telemetry.end_endpoint_span(active, e)
-        wrapped = call.wrapped
         if wrapped is not None:
             if e is None:
-                wrapped.finish(outcome.value if wrapped.returns else None)
+                wrapped.finish(value if wrapped.returns else None)
             else:
                 wrapped.finish(error=e)
         if self.debugging is not None:  # the common case costs one attribute read
             self.debugging.endpoint_done(self, e)
-        prop, port, index = call.prop, call.port, call.slot
-        self.meter.measured(prop.name, outcome.t0, e is None, port, index, call.row, active)
+        self.meter.measured(prop.name, t0, e is None, port, index, row, active)
         if e is None:
             if port is not None and not prop.explicit_response_port:
-                n = self.rt.reply(port, index, STATUS_OK, outcome.value)
-                if call.row is not None:
-                    call.row.reply_bytes = n
+                n = self.rt.reply(port, index, STATUS_OK, value)
+                if row is not None:
+                    row.reply_bytes = n
             return
         if wrapped is not None and wrapped.returns and isinstance(e, Exception):
             return  # the producers record it (rref): the actor does not fail

@@ -25,13 +25,14 @@ from ..._runtime.messaging.metrics import MessageRow
 from ..._wire import codec
 from ..._wire.ids import PortId
 from ..._wire.protocol import Message
+from .context import Context, Instance
 from .endpoints import EndpointProperty
 from .handoff import Wrapped
 
 __all__ = [
+    "Contexts",
     "Invocation",
     "Outcome",
-    "Points",
     "decode",
     "decode_body",
     "invoke",
@@ -79,9 +80,10 @@ record = tuple.__new__
 def invoke(instance: Any, call: Invocation) -> Outcome:
     """Run ``call``'s body on the sync actor ``instance`` (the actor's thread); a body
     that returns a coroutine is run to completion here."""
+    prop, _, _, args, kwargs, _, _, _ = call  # its fields, unpacked at once
     t0 = time.perf_counter_ns()
     try:
-        result = call.prop.fn(instance, *call.args, **call.kwargs)
+        result = prop.fn(instance, *args, **kwargs)
         if type(result) not in _PLAIN_RESULTS and inspect.isawaitable(result):
             result = run_awaitable(result)
     except BaseException as e:
@@ -91,9 +93,10 @@ def invoke(instance: Any, call: Invocation) -> Outcome:
 
 async def invoke_async(instance: Any, call: Invocation) -> Outcome:
     """Run ``call``'s body on the async actor ``instance`` (on the actor's loop)."""
+    prop, _, _, args, kwargs, _, _, _ = call
     t0 = time.perf_counter_ns()
     try:
-        result = call.prop.fn(instance, *call.args, **call.kwargs)
+        result = prop.fn(instance, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
     except BaseException as e:
@@ -110,23 +113,30 @@ async def _await(aw: Any) -> Any:
     return await aw
 
 
-_POINTS_KEPT = 256
+_CONTEXTS_KEPT = 256
 
 
-class Points(dict[tuple[Any, ...], Point]):
-    """The ranks of the calls an actor received, by ``(index, labels, sizes)``, built
-    once per key seen (``points[key]``): points are immutable, and most calls come
-    from the same few meshes. A dict, so a hit costs what a dict's lookup does."""
+class Contexts(dict[tuple[Any, ...], Context]):
+    """The contexts an actor's calls run in, by ``(index, labels, sizes, chain)``: built
+    once per key seen (``contexts[key]``), since a context is immutable and most calls
+    come from the same few meshes and chains. A dict, so a hit costs what a dict's
+    lookup does, and no ``Context`` nor ``Point`` is made per call. ``instance`` is
+    the actor's, set once it is constructed."""
 
-    __slots__ = ()
+    __slots__ = ("instance",)
 
-    def __missing__(self, key: tuple[Any, ...]) -> Point:
-        index, labels, sizes = key
-        point = Point(index, Extent(list(labels), list(sizes)))
-        if len(self) >= _POINTS_KEPT:
+    def __init__(self) -> None:
+        super().__init__()
+        self.instance: Instance | None = None
+
+    def __missing__(self, key: tuple[Any, ...]) -> Context:
+        index, labels, sizes, chain = key
+        assert self.instance is not None
+        ctx = Context(self.instance, Point(index, Extent(list(labels), list(sizes))), chain)
+        if len(self) >= _CONTEXTS_KEPT:
             self.clear()
-        self[key] = point
-        return point
+        self[key] = ctx
+        return ctx
 
 
 # Unpickling a spawn or a call may import a module for the first time. Python's
