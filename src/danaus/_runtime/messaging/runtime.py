@@ -45,10 +45,8 @@ never reused.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -56,8 +54,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
-from ..._transport import inproc, tls
-from ..._transport.address import choose, connect_socket, host_token, join, listen
+from ..._transport import tls
+from ..._transport.address import choose, connect_socket, host_token, join
 from ..._transport.auth import Handshake
 from ..._transport.conn import Connection
 from ..._transport.state import Transport
@@ -72,7 +70,6 @@ from ..._wire.protocol import (
     Hello,
     Kind,
     Message,
-    Ping,
     Refused,
     Reply,
     Route,
@@ -82,6 +79,7 @@ from ..._wire.protocol import (
 )
 from . import liveness
 from .backpressure import Backpressure
+from .listening import Listeners
 from .metrics import Recent, Tracer
 from .offload import Offloader, own
 from .peers import PeerTable, _Peer
@@ -241,14 +239,22 @@ class Runtime(PeerTable):
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
-        self._listener: socket.socket | None = None
-        self._tcp_listener: socket.socket | None = None
-        self._extra_tcp: dict[str, socket.socket] = {}  # more interfaces, same port
-        self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
-        self._accept_backoff = 0.0
-        self._advertised = ""
-        self.tcp_advertise: str | None = None  # the IP peers on other hosts reach us at
         self.closed = False
+        # Where this proc listens, and accepting connections (listening.py).
+        self.listeners = Listeners(
+            self.loop,
+            name,
+            self._unix,
+            self._network,
+            self._batching,
+            secret=lambda: self._secret,
+            insecure=lambda: self._insecure,
+            accepted=self._accepted_conn,
+            dispatch=self._dispatch,
+            on_closed=self._on_conn_closed,
+            call_on_loop=self._on_loop,
+            closed=lambda: self.closed,
+        )
         # how this proc was started (empty in the client); read it, never assign it
         self.boot: dict[str, Any] = boot if boot is not None else {}
         # _bounce(sender, dest, reason): return an undeliverable message (set_bounce_handler)
@@ -272,8 +278,10 @@ class Runtime(PeerTable):
         self.end_wait = self.backpressure.end_wait
         self.pause_delivering = self.backpressure.pause_delivering
         self.resume_reading = self.backpressure.resume_reading
-        # the heartbeat's judge of each watched connection (liveness.py)
-        self._judges: dict[Connection, Any] = {}
+        # Pings quiet connections, drops those whose peer is judged lost (liveness.py).
+        self.heartbeat = liveness.Heartbeat(
+            self.loop, self.all_connections, lambda: self.proc_id.name, lambda: self.closed
+        )
 
     # -- inputs and hooks: set through these methods, never by assignment from outside ---
 
@@ -349,13 +357,9 @@ class Runtime(PeerTable):
 
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
-        if self.inproc:
-            self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
-        else:
-            self._listener = listen(self._unix)
-            self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
+        self.listeners.listen(self.inproc)
         if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
-            self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
+            self.heartbeat.start()
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
@@ -369,42 +373,27 @@ class Runtime(PeerTable):
         (it changes ``proc_id``). Every connection must prove it knows the job
         secret; raises ``RuntimeError`` if there is none (unless ``insecure``).
         """
-        if self._tcp_listener is not None:
-            return f"tcp://{self._advertised}"
-        if self._secret is None and not self._insecure:
-            raise RuntimeError(
-                f"proc {self.proc_id.name} refuses to listen on TCP ({bind}) without a job "
-                "secret: anyone who reaches the port could run code in it. Set DANAUS_SECRET "
-                "(e.g. to the output of python -c 'import secrets; print(secrets.token_hex(32))') "
-                "or pass secret=..."
-            )
-        entry = f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}"
-        lsock = listen(entry)
-        tcp_port = lsock.getsockname()[1]
-        self._tcp_listener = lsock
-        self.tcp_advertise = advertise
-        adv = f"[{advertise}]" if ":" in advertise else advertise
-        self._advertised = f"{adv}:{tcp_port}"
-        self.proc_id = ProcId(
-            self.proc_id.name, join(self._unix, f"tcp://{self._advertised}", f"host:{self.host}")
-        )
+        entry, new = self.listeners.listen_tcp(bind, advertise, port)
+        if new:
+            self.proc_id = ProcId(self.proc_id.name, join(self._unix, entry, f"host:{self.host}"))
+        return entry
 
-        def add() -> None:
-            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
+    @property
+    def tcp_advertise(self) -> str | None:
+        """The IP peers on other hosts reach us at (None: not listening on TCP)."""
+        return self.listeners.tcp_advertise
 
-        if self.thread is not None and not self.on_io_thread():
-            self.loop.call_soon_threadsafe(add)
-        else:
-            add()
-        return f"tcp://{self._advertised}"
+    @property
+    def tcp_bind(self) -> str | None:
+        """The IP the TCP listener is bound to (None: not listening on TCP)."""
+        return self.listeners.tcp_bind
 
     def listen_inproc(self) -> None:
         """Also accept in-process connections (``inproc:NAME``), from runtimes of this
         process (a simulated mesh). Changes ``proc_id``: call before the address travels.
         """
-        if self.inproc or self._network.is_listening(self.proc_id.name):
+        if self.inproc or not self.listeners.listen_inproc():
             return
-        self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
         self.proc_id = ProcId(
             self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
         )
@@ -418,88 +407,14 @@ class Runtime(PeerTable):
         Raises ``RuntimeError`` before ``listen_tcp``, ``OSError`` if the port
         is taken on ``ip``.
         """
-        if self._tcp_listener is None:
-            raise RuntimeError("listen_tcp() first: listen_tcp_also() adds an interface to it")
-        bound, port = self._tcp_listener.getsockname()[:2]
-        if ip == bound or ip in self._extra_tcp or bound in ("0.0.0.0", "::"):
-            return
-        entry = f"tcp://{'[' + ip + ']' if ':' in ip else ip}:{port}"
-        lsock = listen(entry)
-        self._extra_tcp[ip] = lsock
+        self.listeners.listen_tcp_also(ip)
 
-        def add() -> None:
-            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
-
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread: now if this is it (or it has not started)."""
         if self.thread is not None and not self.on_io_thread():
-            self.loop.call_soon_threadsafe(add)
+            self.loop.call_soon_threadsafe(fn)
         else:
-            add()
-
-    def _heartbeat(self) -> None:
-        """Ping quiet connections; drop those whose peer is judged lost.
-
-        Unix connections too: a proc on this host that is stopped (SIGSTOP) or
-        deadlocked answers nothing, and its socket never closes. Whether a
-        silence means lost is for ``liveness`` to say: the kernel's view of a
-        proc on this host, a phi-accrual detector for one on another.
-        """
-        if self.closed:
-            return
-        now = self.loop.time()
-        interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
-        conns = self.all_connections()
-        ping = None
-        me = self.proc_id.name
-        judges = self._judges
-        for conn in conns:
-            if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
-                continue
-            if conn.paused or (conn.peer is not None and conn.peer.name == me):
-                judges.pop(conn, None)  # we stopped reading it, or it is us: our silence
-            else:
-                why = self._judge(conn, now - conn.last_recv, interval, timeout)
-                if why is not None:
-                    conn.fail_now(why)
-                    continue
-            if conn.authenticated and now - conn.last_send > interval:
-                ping = ping or encode_frame(wire(Ping()))
-                try:
-                    conn.send(ping)
-                except Exception:  # a closing connection: its silence is judged next time
-                    who = conn.peer.name if conn.peer is not None else "a peer"
-                    log.debug("a heartbeat to %s could not be sent", who, exc_info=True)
-        for conn in [c for c in judges if c.closed]:
-            del judges[conn]
-        self.loop.call_later(interval, self._heartbeat)
-
-    def _judge(
-        self, conn: Connection, silence: float, interval: float, timeout: float
-    ) -> str | None:
-        """Why ``conn``'s peer, silent for ``silence`` s, is lost; ``None`` if it is not."""
-        judge = self._judges.get(conn)
-        if judge is None:
-            if conn.tcp:
-                judge = liveness.PhiAccrual(conn.last_recv)
-            else:
-                pid = liveness.peer_pid(conn.sock)
-                judge = liveness.LocalProbe(pid) if pid is not None else _NO_PID
-            self._judges[conn] = judge
-        if isinstance(judge, liveness.PhiAccrual):
-            judge.observe(conn.last_recv)
-            if silence <= judge.deadline(interval, timeout) or _unread(conn):
-                return None
-            n, mean, spread = judge.statistics()
-            return (
-                f"no heartbeat for {silence:.1f} s: the host is unreachable (partitioned) "
-                f"or frozen (its last {n} gaps: mean {mean:.2f} s, spread {spread:.2f} s)"
-            )
-        if silence <= timeout or _unread(conn):
-            if isinstance(judge, liveness.LocalProbe):
-                judge.check(0.0, timeout)  # heard from: a later silence is judged afresh
-            return None
-        if isinstance(judge, liveness.LocalProbe):
-            return judge.check(silence, timeout)
-        return f"no heartbeat for {timeout:.1f} s: the process is frozen (stopped, or stuck)"
+            fn()
 
     def on_io_thread(self) -> bool:
         try:
@@ -519,18 +434,7 @@ class Runtime(PeerTable):
         if self.closed:
             return
         self.closed = True
-        self._network.unlisten(self.proc_id.name)
-        if self._listener is not None:
-            self.loop.remove_reader(self._listener.fileno())
-            self._listener.close()
-            try:
-                os.unlink(self._unix.partition(":")[2])
-            except OSError:
-                pass
-        for lsock in [self._tcp_listener, *self._extra_tcp.values()]:
-            if lsock is not None:
-                self.loop.remove_reader(lsock.fileno())
-                lsock.close()
+        self.listeners.close()
         self.relay.close()
         for conn in self.all_connections():
             conn.flush_and_close()
@@ -555,79 +459,10 @@ class Runtime(PeerTable):
 
     # -- accepting and hello ------------------------------------------------
 
-    def _on_accept(
-        self, lsock: socket.socket, tcp: bool, on_frame: Callable[..., None] | None = None
-    ) -> None:
-        """Accept what waits on ``lsock``; ``on_frame``: who reads the frames of these
-        connections (default: the runtime; a gateway's relay port: the relay)."""
-        for _ in range(256):  # then let the loop serve the others
-            try:
-                s, _ = lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._pause_accepting(lsock, tcp, e, on_frame)
-                    return
-                continue  # e.g. ECONNABORTED: that one connection is gone
-            self._accept_backoff = 0.0
-            if tcp:
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hs = Handshake(self._secret, "server") if tcp and self._secret is not None else None
-            try:
-                conn = Connection(
-                    s,
-                    self.loop,
-                    self._dispatch if on_frame is None else on_frame,
-                    self._on_conn_closed,
-                    on_authenticated=self._on_authenticated,
-                    handshake=hs,
-                    tls=tls.server_context() if tcp else None,
-                    server_side=True,
-                    batching=self._batching,
-                )
-            except Exception:
-                log.exception("could not set up an incoming connection")
-                s.close()
-                continue
-            if conn.closed:
-                continue  # the peer was gone before we even wrote (e.g. reset at once)
-            conn.tcp = tcp
-            self._allow_direct(conn)
-            self._accepted.add(conn)
-            if hs is not None:
-                self._handshaking[conn] = None
-                if len(self._handshaking) > config.get("max_pending_handshakes"):
-                    # Unauthenticated peers hold no more than this many connections: the
-                    # oldest goes (a legitimate handshake takes a round trip, not seconds).
-                    oldest = next(iter(self._handshaking))
-                    oldest.fail_now("too many connections in their handshake")
-
-    def _on_inproc_accept(self, conn: inproc.InprocConnection) -> None:
-        if self.closed:
-            conn.close()
-            return
-        conn.bind(self._dispatch, self._on_conn_closed)  # type: ignore[arg-type]
-        self._accepted.add(conn)  # type: ignore[arg-type]
-
-    def _on_authenticated(self, conn: Connection) -> None:
-        self._handshaking.pop(conn, None)
-
-    def _pause_accepting(
-        self, lsock: socket.socket, tcp: bool, e: OSError, on_frame: Callable[..., None] | None
-    ) -> None:
-        """Out of descriptors: stop accepting for a while instead of spinning on the error."""
-        self._accept_backoff = min(
-            ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF, 2 * self._accept_backoff)
-        )
-        log.warning("accept failed (%s): pausing for %.2f s", e, self._accept_backoff)
-        self.loop.remove_reader(lsock.fileno())
-
-        def resume() -> None:
-            if not self.closed and lsock.fileno() >= 0:
-                self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, tcp, on_frame)
-
-        self.loop.call_later(self._accept_backoff, resume)
+    def _accepted_conn(self, conn: Connection) -> None:
+        """A connection another proc dialled (or relayed to us): ours to read."""
+        self._allow_direct(conn)
+        self._accepted.add(conn)
 
     def _on_hello(self, conn: Connection, msg: Message) -> None:
         """A proc dialled us. We answer ``WELCOME`` and send to it on this connection
@@ -807,7 +642,7 @@ class Runtime(PeerTable):
         connection, so nothing it sent is still on its way."""
         self._accepted.discard(conn)
         self._dialled.discard(conn)
-        self._handshaking.pop(conn, None)
+        self.listeners.handshaking.pop(conn, None)
         alias = self._aliases.pop(conn, None)
         proc = conn.peer
         if proc is None:
@@ -1088,19 +923,11 @@ class Runtime(PeerTable):
         """Listen on another TCP port of the interface of ``listen_tcp`` whose
         connections' frames go to ``on_frame`` (a gateway's relay port; I/O thread).
         Returns the socket and its advertised ``tcp://`` address."""
-        if self._tcp_listener is None or self.tcp_advertise is None:
-            raise OSError("this proc does not listen on TCP")
-        bound = self._tcp_listener.getsockname()[0]
-        lsock = listen(f"tcp://{'[' + bound + ']' if ':' in bound else bound}:0")
-        self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True, on_frame)
-        adv = self.tcp_advertise
-        return lsock, f"tcp://{'[' + adv + ']' if ':' in adv else adv}:{lsock.getsockname()[1]}"
+        return self.listeners.open_relay_port(on_frame)
 
     def close_relay_port(self, lsock: socket.socket) -> None:
         """Stop listening on a relay port (I/O thread); its connections stay."""
-        if lsock.fileno() >= 0:
-            self.loop.remove_reader(lsock.fileno())
-            lsock.close()
+        self.listeners.close_relay_port(lsock)
 
     def _connect_inproc(self, peer: _Peer, name: str) -> None:
         conn: Any = self._network.connect(
@@ -1187,18 +1014,6 @@ class Runtime(PeerTable):
             return
         err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
         self.reply(port, index, STATUS_ERROR, err)
-
-
-_NO_PID = object()  # a Unix peer whose pid the kernel did not give: the plain timeout
-
-
-def _unread(conn: Connection) -> bool:
-    """True if bytes wait in ``conn``'s socket: the peer spoke, we did not listen (our
-    loop was held up, e.g. by a long callback), so it is no silent peer."""
-    try:
-        return bool(select.select([conn.fd], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
 
 
 def _ignore(reason: str) -> None:
