@@ -88,10 +88,12 @@ class Headers:
         chain: tuple[ActorId, ...],
     ) -> Call:
         """A ``CALL`` of ``method`` to actor ``rank``, its reply to ``port``'s ``slot``."""
-        return Call(
+        # tuple.__new__: every field given, so NamedTuple's own __new__ (a Python
+        # function, one call per message) has nothing to add.
+        return tuple.__new__(Call, (
             self.mesh_id, rank, method.name, port, slot, self.labels, self.sizes, sender,
             chain, method.flags, telemetry.outgoing() if telemetry.ON else None,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def cast(
         self,

@@ -59,8 +59,8 @@ from ..._transport.address import choose, connect_socket, host_token, join
 from ..._transport.auth import Handshake
 from ..._transport.conn import Connection
 from ..._transport.state import Transport
-from ..._wire import codec, memory
-from ..._wire.frame import Frame, encode_frame, encode_pickled
+from ..._wire import codec
+from ..._wire.frame import Frame, encode_frame
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import (
     PROTOCOL_VERSION,
@@ -81,16 +81,15 @@ from . import liveness
 from .backpressure import Backpressure
 from .listening import Listeners
 from .metrics import Recent, Tracer
-from .offload import Offloader, own
+from .offload import Offloader
 from .peers import PeerTable, _Peer
 from .relay import Relay
 from .routing import Mailbox, PortHandler, Router
+from .sending import Sender
 from .tree import TreeRouter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
-
-    from _typeshed import ReadableBuffer
+    from collections.abc import Iterable
 
     from ..._wire.ids import ActorId
 
@@ -125,39 +124,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     if _uvloop is not None:
         return _uvloop.new_event_loop()  # type: ignore[no-any-return]
     return asyncio.new_event_loop()
-
-
-# A message whose out-of-band buffers add up to at least this much is large: lent or
-# copied within the staging budget (``memory.staging``); smaller ones are copied freely
-# (each peer's share is bounded by send_high_water).
-_LARGE = 1 << 20
-
-
-def _large(buffers: Sequence[ReadableBuffer]) -> int:
-    """The bytes of ``buffers`` if they make a large message, else 0."""
-    n = 0
-    for b in buffers:
-        n += len(b) if type(b) is bytes else memoryview(b).nbytes
-    return n if n >= _LARGE else 0
-
-
-class _Give:
-    """Gives ``n`` bytes back to the staging budget, once."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __call__(self) -> None:
-        n, self.n = self.n, 0
-        if n:
-            memory.staging.give(n)
-
-
-def _has_large(parts: list[Any]) -> bool:
-    """Whether a frame part would take long to copy (``offload.own`` copies it in chunks)."""
-    return any(not isinstance(p, bytes) and memoryview(p).nbytes >= memory.SMALL for p in parts)
 
 
 class Runtime(PeerTable):
@@ -209,7 +175,7 @@ class Runtime(PeerTable):
         self.handlers: dict[Kind, Handler] = {}
         # Routing to mailboxes and ports (routing.py); the dicts are the router's,
         # named here too since every layer above reads them.
-        self.router = Router(self)
+        self.router = Router(self.loop, self.proc_id, self.bounce, self.undeliverable)
         self.mailboxes: dict[tuple[str, int], Mailbox] = self.router.mailboxes
         self.ports: dict[int, PortHandler] = self.router.ports
         self.open_port = self.router.open_port
@@ -278,6 +244,21 @@ class Runtime(PeerTable):
         self.end_wait = self.backpressure.end_wait
         self.pause_delivering = self.backpressure.pause_delivering
         self.resume_reading = self.backpressure.resume_reading
+        # Writes frames to peers from any thread (sending.py); ``send`` is its method.
+        self.sender = Sender(
+            self._peers,
+            self._lock,
+            offloading=self.offload.ok_peers,
+            offloaded=self.offload.held_of,
+            wrap=self.offload.wrap,
+            high=lambda: self.backpressure.send_high,
+            wait_for_room=self.backpressure.wait_for_room,
+            wait_sent=self.backpressure.wait_sent,
+            on_io_thread=self.on_io_thread,
+            call_soon=self.call_soon,
+            connect=self._connect,
+        )
+        self.send = self.sender.send
         # Pings quiet connections, drops those whose peer is judged lost (liveness.py).
         self.heartbeat = liveness.Heartbeat(
             self.loop, self.all_connections, lambda: self.proc_id.name, lambda: self.closed
@@ -338,6 +319,7 @@ class Runtime(PeerTable):
         """Record spans into ``tracer`` from now on (None: stop); returns the one
         that ran until now."""
         old, self.tracer = self.tracer, tracer
+        self.router.tracer = tracer
         return old
 
     def register(self, kind: Kind, handler: Handler) -> None:
@@ -375,7 +357,7 @@ class Runtime(PeerTable):
         """
         entry, new = self.listeners.listen_tcp(bind, advertise, port)
         if new:
-            self.proc_id = ProcId(self.proc_id.name, join(self._unix, entry, f"host:{self.host}"))
+            self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
         return entry
 
     @property
@@ -394,9 +376,12 @@ class Runtime(PeerTable):
         """
         if self.inproc or not self.listeners.listen_inproc():
             return
-        self.proc_id = ProcId(
-            self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
-        )
+        self._set_proc_id(join(f"inproc:{self.proc_id.name}", self.proc_id.addr))
+
+    def _set_proc_id(self, addr: str) -> None:
+        """This proc is reached at ``addr`` from now on (before the address travels)."""
+        self.proc_id = ProcId(self.proc_id.name, addr)
+        self.router.me = self.proc_id
 
     def listen_tcp_also(self, ip: str) -> None:
         """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
@@ -697,156 +682,11 @@ class Runtime(PeerTable):
 
     # -- sending ------------------------------------------------------------
 
-    def send(
-        self,
-        proc: ProcId,
-        header: tuple[Any, ...],
-        body: bytes | memoryview = b"",
-        buffers: Sequence[ReadableBuffer] = (),
-        on_fail: Callable[[str], None] | None = None,
-        pickled: bytes | None = None,
-    ) -> None:
-        """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
-        from any thread. Blocks (never on the I/O thread) only while this process
-        holds more than ``send_high_water`` for ``proc``, and for a large message
-        until its buffers have left this process's memory (``send_snapshot_max``).
-
-        If it cannot be delivered (the peer is lost, now or while the frame
-        waits for the peer to come up), ``on_fail(reason)`` is called, or
-        :class:`SupervisionError` raised if there is no ``on_fail``.
-        ``pickled``, when given, is the pickle of ``wire(header)`` (a caller
-        that caches header bytes); it is used when there are no buffers.
-        """
-        peer = self._peers.get(proc.name)
-        if peer is not None:
-            bp = self.backpressure
-            held = bp.outbound(peer)
-            if held and held > bp.send_high:
-                bp.wait_for_room(peer)
-        peer = self._peers.get(proc.name)
-        if peer is not None and peer.conn is not None and peer.conn.tcp is None:
-            try:  # a proc of this process (inproc): the frame is handed over, not encoded
-                peer.conn.send_message(wire(header), body, buffers)
-                return
-            except Exception:  # closed: the slow path below reports it
-                log.debug("handing a frame to %s failed", proc.name, exc_info=True)
-        if pickled is not None and not buffers:
-            parts = encode_pickled(pickled, body)
-        elif not buffers:
-            parts = encode_frame(wire(header), body)
-        else:
-            self._send_buffers(proc, header, body, buffers, on_fail)
-            return
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
-            try:
-                peer.conn.send(parts)
-                return
-            except Exception:  # lost: fall through to the slow path, which reports it
-                log.debug("sending a frame to %s failed", proc.name, exc_info=True)
-        self._send_slow(proc, parts, on_fail, None)
-
     def outbound_bytes(self, name: str) -> int:
         """Bytes of frames to proc ``name`` this process still holds (queued, in its
         connection's backlog, offloaded and not yet read): a statistic."""
         peer = self._peers.get(name)
         return 0 if peer is None else self.backpressure.outbound(peer)
-
-    def _send_buffers(
-        self,
-        proc: ProcId,
-        header: tuple[Any, ...],
-        body: bytes | memoryview,
-        buffers: Sequence[ReadableBuffer],
-        on_fail: Callable[[str], None] | None,
-    ) -> None:
-        """``send`` of a frame with out-of-band buffers: those of a large message are
-        lent (no copy; this thread waits until they have left) or copied within the
-        ``staging_max`` budget (see ``send_snapshot_max``)."""
-        raw = wire(header)
-        large = _large(buffers)
-        on_left: Callable[[], None] | None = None
-        sent: threading.Event | None = None
-        if large:
-            if not self.on_io_thread() and (
-                large > config.get("send_snapshot_max") or not memory.staging.try_take(large)
-            ):
-                sent = threading.Event()
-                on_left = sent.set
-            else:
-                if self.on_io_thread():  # never waits: copies, within the budget or not
-                    memory.staging.take(large)
-                on_left = _Give(large)
-        offloaded = False
-        if self.offload.ok_peers:
-            raw, buffers, offloaded = self.offload.wrap(
-                proc.name, raw, buffers, on_left, lend=sent is not None
-            )
-        parts = encode_frame(raw, body, buffers)
-        conn_left = None if offloaded else on_left
-        try:
-            peer = self._peers.get(proc.name)
-            if peer is not None and peer.conn is not None and not peer.conn.closed:
-                try:
-                    # Lent: the caller waits; else what is not written at once is a
-                    # snapshot, its budget given back once it is written.
-                    peer.conn.send(parts, conn_left, copy=sent is None)
-                    return
-                except Exception:  # lost: fall through to the slow path, which reports it
-                    log.debug("sending a frame to %s failed", proc.name, exc_info=True)
-            self._send_slow(proc, parts, on_fail, conn_left, lend=sent is not None)
-        finally:
-            if sent is not None:
-                self.backpressure.wait_sent(proc.name, sent)
-
-    def _send_slow(
-        self,
-        proc: ProcId,
-        parts: list[Any],
-        on_fail: Callable[[str], None] | None,
-        on_left: Callable[[], None] | None,
-        *,
-        lend: bool = False,
-    ) -> None:
-        """``send`` to a peer not connected yet (queued), lost, or whose connection
-        broke. ``on_left`` as for ``Connection.send``; with ``lend`` the parts are
-        queued as they are (the caller waits for ``on_left``), else copied."""
-        # Sent later, if the peer is not connected yet: keep a snapshot (the caller may
-        # change its arrays now). A large one is made outside the lock, which the I/O
-        # thread takes, and the peer looked at again after.
-        owned: list[Any] | None = parts if lend else None
-        while True:
-            with self._lock:
-                peer = self._peers.get(proc.name)
-                if peer is None:
-                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
-                later = peer.lost is None and (peer.pending or peer.conn is None)
-                if later and (owned is not None or not _has_large(parts)):
-                    if owned is None:
-                        owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-                    # A snapshot keeps its budget until it is written (on_left, which
-                    # the connection calls, as it does for a lent frame).
-                    peer.queue.append((owned, on_fail, on_left))
-                    peer.queued_bytes += sum(len(p) for p in owned)
-                    if not peer.pending and len(peer.queue) == 1:
-                        self.call_soon(self._connect, peer)
-                    return
-                lost = peer.lost
-            if not later:
-                break
-            owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-        if lost is None:
-            assert peer.conn is not None
-            try:
-                peer.conn.send(parts, on_left, copy=not lend)
-                return
-            except Exception as e:
-                lost = f"sending to proc {proc.name} failed: {e}"
-        if on_left is not None:
-            on_left()
-        if on_fail is not None:
-            on_fail(lost)
-        else:
-            raise SupervisionError(f"proc {proc.name} is unreachable: {lost}", reason=lost)
 
     def _connect(self, peer: _Peer) -> None:
         """Dial ``peer`` (I/O thread). Only ``HELLO`` goes on the connection until the
@@ -910,7 +750,7 @@ class Runtime(PeerTable):
         """Be reached through a gateway's relay port (``via:tcp://...``) instead of TCP:
         an attached client, and the procs it spawns on its host. Call before the
         address travels (it changes ``proc_id``)."""
-        self.proc_id = ProcId(self.proc_id.name, join(self._unix, entry, f"host:{self.host}"))
+        self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
 
     def accept_relayed(self, conn: Any) -> None:
         """A relayed connection a proc dialled to us through the gateway (I/O thread)."""
