@@ -83,7 +83,7 @@ def test_targets_are_the_slice_ranks_with_their_procs() -> None:
 
 
 def test_call_one_on_a_mesh_of_several_actors_says_to_slice_it() -> None:
-    with pytest.raises(ValueError, match="call_one requires exactly 1 actor.*has 4"):
+    with pytest.raises(ValueError, match=r"call_one requires exactly 1 actor.*has 4"):
         route().call_one(method(), (1,), {})
 
 

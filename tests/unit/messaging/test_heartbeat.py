@@ -81,9 +81,7 @@ def test_a_peer_on_another_host_silent_far_past_the_timeout_is_dropped(
     assert conn.sent == []  # a dropped connection is not pinged
 
 
-def test_a_paused_connection_and_our_own_are_not_judged(
-    sock: socket.socket, settings: Any
-) -> None:
+def test_a_paused_connection_and_our_own_are_not_judged(sock: socket.socket, settings: Any) -> None:
     settings(heartbeat_interval=1.0, heartbeat_timeout=10.0)
     loop = Loop(now=1000.0)
     paused = Conn(sock, last_recv=0.0, last_send=999.9)

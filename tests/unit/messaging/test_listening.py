@@ -39,7 +39,7 @@ def listeners(loop: Any, secret: bytes | None, on_loop: list[Any]) -> Listeners:
 
 def test_tcp_without_a_job_secret_is_refused_saying_how_to_set_one(loop: Any) -> None:
     ls = listeners(loop, None, [])
-    with pytest.raises(RuntimeError, match="without a job secret.*DANAUS_SECRET"):
+    with pytest.raises(RuntimeError, match=r"without a job secret.*DANAUS_SECRET"):
         ls.listen_tcp("127.0.0.1", "127.0.0.1")
     assert ls.tcp_bind is None and ls.tcp_advertise is None
 
