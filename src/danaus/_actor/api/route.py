@@ -362,8 +362,12 @@ class DirectRoute(Route):
         else:
             sender, chain = _sender()[0], ()
         port = collector.port if collector is not None else None
-        failed = [] if to_failed else [(i, r, self.failed_reason(r)) for i, r, _ in targets]
-        failed = [f for f in failed if f[2] is not None]
+        known = self.state.failed  # rank -> why, of the actors known to have failed
+        failed = (
+            [(i, r, known[r]) for i, r, _ in targets if r in known]
+            if known and not to_failed
+            else []
+        )
         if failed and collector is None:
             raise self._refuse_broadcast(m, failed[0][1], failed[0][2])
         skip = {i for i, _, _ in failed}
