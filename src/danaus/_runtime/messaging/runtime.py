@@ -11,7 +11,7 @@ headers are in ``danaus._wire.protocol``)::
     REPLY  -> a local port
     HELLO  -> names the proc that dialled us; we answer WELCOME and use the
               connection both ways, or REFUSED if it speaks another protocol
-              version (when both dialled at once, see ``_on_hello``)
+              version (when both dialled at once, see ``links.Links.on_hello``)
     WELCOME-> the proc we dialled took the connection: frames may go on it
     READY  -> a proc we are waiting for is up (or failed to boot)
     LOST   -> the host agent saw a proc exit
@@ -54,31 +54,24 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
-from ..._transport import tls
-from ..._transport.address import choose, connect_socket, host_token, join
-from ..._transport.auth import Handshake
+from ..._transport.address import host_token, join
 from ..._transport.conn import Connection
 from ..._transport.state import Transport
 from ..._wire import codec
-from ..._wire.frame import Frame, encode_frame
+from ..._wire.frame import Frame
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import (
-    PROTOCOL_VERSION,
     STATUS_ERROR,
     STATUS_EXC,
     STATUS_OK,
-    Hello,
     Kind,
     Message,
-    Refused,
     Reply,
-    Route,
-    Welcome,
     decode,
-    wire,
 )
 from . import liveness
 from .backpressure import Backpressure
+from .links import Links
 from .listening import Listeners
 from .metrics import Recent, Tracer
 from .offload import Offloader
@@ -183,9 +176,6 @@ class Runtime(PeerTable):
         self.mailbox_added = self.router.mailbox_added
         self.register(Kind.CALL, self.router.on_call)
         self.register(Kind.REPLY, self.router.on_reply)
-        self.register(Kind.HELLO, self._on_hello)
-        self.register(Kind.WELCOME, self._on_welcome)
-        self.register(Kind.REFUSED, self._on_refused)
         self.register(Kind.READY, self._on_ready)
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
@@ -193,10 +183,7 @@ class Runtime(PeerTable):
         self.relay = Relay(self)  # a gateway's relaying, or an attached client's (relay.py)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
-        self._dialled: set[Connection] = set()  # connections we dialled, open
-        self._accepted: set[Connection] = set()  # connections others dialled, open
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
-        self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
         # Guards the peer table (_peers and each _Peer's connections, queue and state),
         # _watchers, _spares, exited and the exit/loss waiters.
         self._lock = threading.RLock()
@@ -206,21 +193,6 @@ class Runtime(PeerTable):
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self.closed = False
-        # Where this proc listens, and accepting connections (listening.py).
-        self.listeners = Listeners(
-            self.loop,
-            name,
-            self._unix,
-            self._network,
-            self._batching,
-            secret=lambda: self._secret,
-            insecure=lambda: self._insecure,
-            accepted=self._accepted_conn,
-            dispatch=self._dispatch,
-            on_closed=self._on_conn_closed,
-            call_on_loop=self._on_loop,
-            closed=lambda: self.closed,
-        )
         # how this proc was started (empty in the client); read it, never assign it
         self.boot: dict[str, Any] = boot if boot is not None else {}
         # _bounce(sender, dest, reason): return an undeliverable message (set_bounce_handler)
@@ -244,6 +216,54 @@ class Runtime(PeerTable):
         self.end_wait = self.backpressure.end_wait
         self.pause_delivering = self.backpressure.pause_delivering
         self.resume_reading = self.backpressure.resume_reading
+        # One connection per peer, dialled or accepted, and its handshake (links.py).
+        self.links = Links(
+            self.loop,
+            self.host,
+            self._network,
+            self._batching,
+            self._peers,
+            self._lock,
+            self.exited,
+            spares=self._spares,
+            me=lambda: self.proc_id,
+            peer_lost=self.peer_lost,
+            offload_hello=lambda conn, extra: self.offload.on_hello(conn, extra),
+            hello_extra=lambda: self.offload.hello_extra(),
+            relay_via=lambda: self.relay.via,
+            relay_dial=lambda peer: self.relay.dial(peer),
+            relay_closed=lambda conn, exc: self.relay.closed(conn, exc),
+            dispatch=self._dispatch,
+            notify_room=self.notify_room,
+            secret=lambda: self._secret,
+            closed=lambda: self.closed,
+            forget_handshake=lambda conn: self.listeners.handshaking.pop(conn, None),
+            direct_frame=self.router.direct_frame,
+        )
+        self.register(Kind.HELLO, self.links.on_hello)
+        self.register(Kind.WELCOME, self.links.on_welcome)
+        self.register(Kind.REFUSED, self.links.on_refused)
+        self.all_connections = self.links.all_connections
+        self.connections = self.links.connections
+        self.dial = self.links.dial
+        self.accept_relayed = self.links.accept_relayed
+        self._dialing = self.links.dialing
+        self._on_conn_closed = self.links.on_closed
+        # Where this proc listens, and accepting connections (listening.py).
+        self.listeners = Listeners(
+            self.loop,
+            name,
+            self._unix,
+            self._network,
+            self._batching,
+            secret=lambda: self._secret,
+            insecure=lambda: self._insecure,
+            accepted=self.links.accepted,
+            dispatch=self._dispatch,
+            on_closed=self.links.on_closed,
+            call_on_loop=self._on_loop,
+            closed=lambda: self.closed,
+        )
         # Writes frames to peers from any thread (sending.py); ``send`` is its method.
         self.sender = Sender(
             self._peers,
@@ -256,7 +276,7 @@ class Runtime(PeerTable):
             wait_sent=self.backpressure.wait_sent,
             on_io_thread=self.on_io_thread,
             call_soon=self.call_soon,
-            connect=self._connect,
+            connect=self.links.connect,
         )
         self.send = self.sender.send
         # Pings quiet connections, drops those whose peer is judged lost (liveness.py).
@@ -426,167 +446,20 @@ class Runtime(PeerTable):
         if self._owns_transport:
             self.transport.close()  # what is held went out in flush_and_close
 
-    def all_connections(self) -> list[Connection]:
-        """Every open connection: dialled, accepted, established or not (a snapshot)."""
-        return [c for c in [*self._dialled, *self._accepted] if not c.closed]
-
-    def connections(self) -> list[tuple[str, str, Connection]]:
-        """``(peer proc name, "out" | "in", connection)`` for every open connection
-        whose peer said who it is; "out" when we dialled it. Both directions of
-        the traffic with that peer go on it."""
-        out = [(c.peer.name, "out", c) for c in list(self._dialled) if c.peer is not None]
-        out += [(c.peer.name, "in", c) for c in list(self._accepted) if c.peer is not None]
-        return [(name, d, c) for name, d, c in out if not c.closed]
+    # -- the peer table's hooks into the links ------------------------------------
 
     def flushed(self) -> bool:
         """True once every connection is closed (after ``close()``)."""
-        return not self.all_connections()
+        return not self.links.all_connections()
 
-    # -- accepting and hello ------------------------------------------------
-
-    def _accepted_conn(self, conn: Connection) -> None:
-        """A connection another proc dialled (or relayed to us): ours to read."""
-        self._allow_direct(conn)
-        self._accepted.add(conn)
-
-    def _on_hello(self, conn: Connection, msg: Message) -> None:
-        """A proc dialled us. We answer ``WELCOME`` and send to it on this connection
-        from now on, unless one of these holds:
-
-        - it speaks another protocol version: ``REFUSED``, and it is lost;
-        - we share a connection with it already, or hold it lost: welcomed, and its
-          frames are read, but we keep sending on the connection we have (none for a
-          lost proc; ``forget_peer`` takes this one up if it comes back);
-        - our own dial to it is in flight too (both dialled at once): the dial of
-          the proc with the smaller name wins. If that is ours, this connection
-          stays unanswered (the other side closes it once ours reaches it; if ours
-          fails, we welcome this one instead); if it is theirs, we welcome this one
-          and close our dial, on which nothing but ``HELLO`` went.
-        """
-        hello: Hello = msg.header
-        if hello.version != PROTOCOL_VERSION:
-            reason = (
-                f"proc {self.proc_id.name} speaks danaus protocol version {PROTOCOL_VERSION} "
-                f"but proc {hello.proc.name} speaks version {hello.version}: run the same "
-                "danaus release on every host"
-            )
-            log.error("refusing a connection: %s", reason)
-            conn.send(encode_frame(wire(Refused(reason))))
-            conn.flush_and_close()
-            self.peer_lost(hello.proc.name, reason)  # whatever waits on it hears why, now
-            return
-        conn.peer = hello.proc
-        name = hello.proc.name
-        if name == self.proc_id.name:
-            # We dialled ourselves (an actor sending to one of this proc's actors):
-            # our dialled end sends, this end only reads.
-            self._welcome(conn)
-            return
-        with self._lock:
-            peer = self._peers.get(name)
-            if peer is None:
-                peer = self._peers[name] = _Peer(hello.proc, pending=False)
-            if peer.lost is not None or peer.link is not None:
-                action = "spare"
-                if peer.lost is not None:
-                    self._spares[name] = conn
-            elif peer.dialing is not None and self.proc_id.name < name:
-                action = "wait"
-                peer.waiting = conn
-            else:
-                action = "adopt"
-        self.offload.on_hello(conn, hello.offload)
-        if action == "spare":
-            self._welcome(conn)
-        elif action == "adopt":
-            self._adopt(peer, conn)
-
-    def _welcome(self, conn: Connection) -> bool:
-        try:
-            conn.send(encode_frame(wire(Welcome(self.proc_id, self.offload.hello_extra()))))
-            return True
-        except Exception:
-            return False  # closed meanwhile: its close handler tells whoever waits
-
-    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
-        """Welcome ``conn``, dialled by ``peer``, and make it our connection to it."""
-        with self._lock:
-            loser, peer.dialing = peer.dialing, None
-            peer.waiting = None
-        if loser is not None:
-            self._dialled.discard(loser)
-            loser.close()  # nothing but HELLO went on it
-        if not welcome or self._welcome(conn):
-            self._establish(peer, conn)
-
-    def _on_welcome(self, conn: Connection, msg: Message) -> None:
-        """The proc we dialled took our connection for both directions."""
-        welcome: Welcome = msg.header
-        if conn.peer is None or conn not in self._dialled:
-            log.error("a WELCOME on a connection we did not dial, from %s", welcome.proc.name)
-            return
-        dialled = conn.peer.name
-        with self._lock:
-            peer = self._peers.get(dialled)
-            if peer is None or peer.dialing is not conn:
-                return  # a dial we gave up (theirs won, or the proc was lost)
-            peer.dialing = None
-            waiting, peer.waiting = peer.waiting, None
-            alias = None
-            if welcome.proc.name != dialled:
-                # Dialled by address under a provisional name (attaching to a worker):
-                # the connection serves the proc's real name too, unless that has one.
-                other = self._peers.get(welcome.proc.name)
-                if other is None:
-                    other = self._peers[welcome.proc.name] = _Peer(welcome.proc, pending=False)
-                if (
-                    other.link is None
-                    and other.dialing is None
-                    and other.lost is None
-                    and not other.pending
-                ):
-                    alias = other
-                    self._aliases[conn] = welcome.proc.name
-        if waiting is not None:
-            waiting.close()  # theirs lost to ours: they close it too
-        self._establish(peer, conn)
-        if alias is not None:
-            self._establish(alias, conn)
-        self.offload.on_hello(conn, welcome.offload)
-
-    def _establish(self, peer: _Peer, conn: Connection) -> None:
-        """``conn`` is our connection to ``peer``; frames go on it unless it is pending."""
-        with self._lock:
-            peer.link = conn
-        conn.on_drained = self.notify_room
-        if not peer.pending:
-            self._publish(peer)
+    def _connect(self, peer: _Peer) -> None:
+        self.links.connect(peer)
 
     def _publish(self, peer: _Peer) -> None:
-        """Let frames go on ``peer.link``: first those queued, then any sender's."""
-        with self._lock:
-            conn = peer.link
-            if conn is None or peer.conn is conn:
-                return
-            # Flush under the lock, before publishing the connection: a sender on
-            # another thread must not overtake the frames queued before it.
-            for parts, _, on_left in peer.queue:
-                try:
-                    conn.send(parts, on_left)
-                except Exception:
-                    break  # closed: its close handler reports the loss to the queue's owners
-            else:
-                peer.queue = []
-                peer.queued_bytes = 0
-            peer.conn = conn
-        self.notify_room()
+        self.links.publish(peer)
 
-    def _on_refused(self, conn: Connection, msg: Message) -> None:
-        """The peer refused our connection: it is lost, for the reason it gave."""
-        reason: str = msg.header.reason
-        conn.fail_now(reason)
-        if conn.peer is not None:
-            self.peer_lost(conn.peer.name, reason)
+    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
+        self.links.adopt(peer, conn, welcome)
 
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
         try:
@@ -611,74 +484,11 @@ class Runtime(PeerTable):
 
     # -- direct reads (a waiting thread reads its own reply) -------------------
 
-    def _allow_direct(self, conn: Connection) -> None:
-        if config.get("direct_read"):
-            conn.direct_frame = self.router.direct_frame
-
     def reader_for(self, proc: ProcId) -> Connection | None:
         """The connection to ``proc`` if a waiting thread may read it directly."""
         peer = self._peers.get(proc.name)
         conn = peer.conn if peer is not None else None
         return conn if getattr(conn, "direct_frame", None) is not None else None
-
-    def _on_conn_closed(self, conn: Connection, exc: BaseException | None) -> None:
-        """A connection closed (I/O thread). If it was our connection to a peer, the
-        peer is lost: everything it sent us came before this EOF, on this same
-        connection, so nothing it sent is still on its way."""
-        self._accepted.discard(conn)
-        self._dialled.discard(conn)
-        self.listeners.handshaking.pop(conn, None)
-        alias = self._aliases.pop(conn, None)
-        proc = conn.peer
-        if proc is None:
-            self.relay.closed(conn, exc)  # a gateway connection, or one relayed through it
-            return
-        if self.closed:
-            return
-        lost: list[str] = []
-        failed: list[str] = []
-        retry = None
-        with self._lock:
-            if self._spares.get(proc.name) is conn:
-                del self._spares[proc.name]
-            for name in [proc.name] if alias is None else [proc.name, alias]:
-                peer = self._peers.get(name)
-                if peer is None:
-                    continue
-                if peer.waiting is conn:
-                    peer.waiting = None
-                if peer.link is conn:
-                    lost.append(name)
-                elif peer.dialing is conn:
-                    peer.dialing = None
-                    if peer.waiting is not None and not peer.waiting.closed:
-                        retry = peer  # our dial failed, theirs waits: take theirs
-                    else:
-                        failed.append(name)
-        if retry is not None and retry.waiting is not None:
-            self._adopt(retry, retry.waiting)
-        for name in failed:  # refused, reset, or it failed our handshake (a wrong secret)
-            self._lose_soon(name, f"the connection to proc {name} broke: {exc}")
-        for name in lost:
-            peer = self._peers.get(name)
-            if peer is not None and peer.stopping:
-                reason = "it stopped"
-            elif exc is None or "EOF" in str(exc):
-                reason = "its process exited"
-            else:
-                reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
-            self._lose_soon(name, f"the connection to proc {name} closed: {reason}")
-
-    def _lose_soon(self, name: str, reason: str) -> None:
-        peer = self._peers.get(name)
-        if peer is not None and peer.spawned and not peer.stopping and name not in self.exited:
-            # Wait briefly for the host agent's report of how it exited (it usually
-            # comes within a millisecond) before declaring it lost on the strength
-            # of a closed connection alone.
-            grace = config.get("exit_report_grace")
-            self.loop.call_later(grace, self.peer_lost, name, reason)
-        else:
-            self.peer_lost(name, reason)
 
     # -- sending ------------------------------------------------------------
 
@@ -688,62 +498,6 @@ class Runtime(PeerTable):
         peer = self._peers.get(name)
         return 0 if peer is None else self.backpressure.outbound(peer)
 
-    def _connect(self, peer: _Peer) -> None:
-        """Dial ``peer`` (I/O thread). Only ``HELLO`` goes on the connection until the
-        peer answers ``WELCOME``; queued frames wait in ``peer.queue`` till then."""
-        if (
-            peer.conn is not None
-            or peer.link is not None
-            or peer.dialing is not None
-            or peer.lost is not None
-            or peer.pending
-        ):
-            return
-        try:
-            entry = choose(peer.proc.addr, self.host, self._network)
-            if entry.startswith("inproc:"):
-                self._connect_inproc(peer, entry[len("inproc:") :])
-                return
-            if self.relay.via is not None and not entry.startswith("unix:"):
-                self.relay.dial(peer)  # an attached client reaches other hosts through it
-                return
-            route = entry.startswith("via:")  # a peer reached through a gateway's relay port
-            conn = self.dial(entry[len("via:") :] if route else entry, self._dispatch)
-        except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
-            self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
-            return
-        self._allow_direct(conn)
-        if route:
-            try:  # before HELLO: whom the gateway is to relay this connection to
-                conn.send(encode_frame(wire(Route(peer.proc))))
-            except Exception:  # closed at once: the HELLO below reports it
-                log.debug("a ROUTE to %s could not be sent", peer.proc.name, exc_info=True)
-        self._dialing(peer, conn, self.offload.hello_extra())
-
-    def dial(self, entry: str, on_frame: Callable[[Connection, Frame], None]) -> Connection:
-        """A connection to address entry ``entry`` (``unix:`` or ``tcp://``; I/O thread)
-        whose frames go to ``on_frame``; authenticated with the job secret over TCP.
-        Raises ``OSError`` (refused, no route) or what TLS set-up raises."""
-        s = connect_socket(entry)
-        tcp = entry.startswith("tcp://")
-        hs = Handshake(self._secret, "client") if tcp and self._secret is not None else None
-        try:
-            conn = Connection(
-                s,
-                self.loop,
-                on_frame,
-                self._on_conn_closed,
-                handshake=hs,
-                tls=tls.client_context() if tcp else None,
-                batching=self._batching,
-            )
-        except BaseException:
-            s.close()
-            raise
-        conn.tcp = tcp
-        self._dialled.add(conn)
-        return conn
-
     # -- relaying (relay.py) ------------------------------------------------------
 
     def advertise_via(self, entry: str) -> None:
@@ -751,11 +505,6 @@ class Runtime(PeerTable):
         an attached client, and the procs it spawns on its host. Call before the
         address travels (it changes ``proc_id``)."""
         self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
-
-    def accept_relayed(self, conn: Any) -> None:
-        """A relayed connection a proc dialled to us through the gateway (I/O thread)."""
-        conn.bind(self._dispatch, self._on_conn_closed)
-        self._accepted.add(conn)
 
     def open_relay_port(
         self, on_frame: Callable[[Connection, Frame], None]
@@ -768,25 +517,6 @@ class Runtime(PeerTable):
     def close_relay_port(self, lsock: socket.socket) -> None:
         """Stop listening on a relay port (I/O thread); its connections stay."""
         self.listeners.close_relay_port(lsock)
-
-    def _connect_inproc(self, peer: _Peer, name: str) -> None:
-        conn: Any = self._network.connect(
-            name,
-            self.loop,
-            self._dispatch,  # type: ignore[arg-type]
-            self._on_conn_closed,  # type: ignore[arg-type]
-        )
-        self._dialing(peer, conn, ())
-
-    def _dialing(self, peer: _Peer, conn: Connection, offload: tuple[Any, ...]) -> None:
-        conn.peer = peer.proc
-        self._dialled.add(conn)
-        with self._lock:
-            peer.dialing = conn
-        try:
-            conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, offload))))
-        except Exception as e:  # it closed at once (before its close could name the peer)
-            self._on_conn_closed(conn, conn.close_exc or e)
 
     # -- ports ----------------------------------------------------------------
 
