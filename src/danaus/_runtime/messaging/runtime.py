@@ -18,22 +18,14 @@ headers are in ``danaus._wire.protocol``)::
     other  -> the one handler a higher layer registered for the kind
               (``register``; a second registration for a kind is refused)
 
-Backpressure: a thread other than the I/O thread that sends to a peer whose
-outbound bytes (queued for a proc still starting, in the connection's
-backlog, offloaded and not yet released) exceed ``send_high_water`` blocks
-until they fall to ``send_low_water`` or the peer is lost; consumers that
-fall behind pause the connections that feed them (``flow.Gate``). That state
-is the runtime's part ``rt.backpressure`` (``backpressure.py``); CALL and
-REPLY frames reach mailboxes and ports through ``rt.router`` (``routing.py``);
-the peer table is the base class ``PeerTable`` (``peers.py``).
-
-Large messages: a frame whose out-of-band buffers add up to 1 MiB or more
-draws a snapshot's worth from the process's staging budget (``staging_max``)
-before anything is copied; above ``send_snapshot_max``, or when the budget
-has no room, its buffers are lent instead (nothing copied) and the sending
-thread waits until they have left (``Backpressure.wait_sent``): read by the
-receiver (offload's RELEASE), or written to the kernel (the connection's
-mark). The I/O thread never waits: it copies, budget or not.
+A composition root: each concern is a part that the runtime builds and
+hands the callables it needs, never itself (so no part reaches through
+another): ``listeners`` (listening.py), ``links`` (links.py: one connection
+per peer and its handshake), ``sender`` (sending.py: ``send``, backpressure
+on the sending side, large messages lent or copied), ``router`` (routing.py:
+ports and mailboxes), ``backpressure`` (backpressure.py), ``heartbeat``
+(liveness.py), and the offloader, cast tree and relay. The peer table is
+the base class ``PeerTable`` (``peers.py``).
 
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
@@ -210,7 +202,15 @@ class Runtime(PeerTable):
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
         # Backpressure (backpressure.py): held-back senders, paused connections, waits.
-        self.backpressure = Backpressure(self)
+        self.backpressure = Backpressure(
+            self.loop,
+            on_io_thread=self.on_io_thread,
+            call_soon=self.call_soon,
+            closed=lambda: self.closed,
+            is_lost=self.is_lost,
+            offloaded=self.offload.held_of,
+            flush_held=self.flush_held,
+        )
         self.notify_room = self.backpressure.notify_room
         self.begin_wait = self.backpressure.begin_wait
         self.end_wait = self.backpressure.end_wait
