@@ -237,7 +237,7 @@ class SupervisedMesh(ActorMesh[A]):
         """Always direct, its targets read anew each time (a restart may move a rank)."""
         route: Route | None = self.__dict__.get("_route_")
         if route is None:
-            route = self.__dict__["_route_"] = _SupervisedRoute(self._child, self._shape)
+            route = self.__dict__["_route_"] = _SupervisedRoute(self._child, self._shape, self)
         return route
 
     def __getattr__(self, name: str) -> Any:
@@ -287,9 +287,10 @@ class _SupervisedRoute(DirectRoute):
     """A supervised mesh's route: direct (a cast tree's routes are fixed per mesh), to
     the child's current procs (a restart may move a rank)."""
 
-    def __init__(self, child: _MeshChild, shape: Shape) -> None:
+    def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
         self._child = child
-        super().__init__(host.ensure_runtime(), child.ref, shape, child.state, fixed=False)
+        rt = host.ensure_runtime()
+        super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
 
     @property
     def ref(self) -> MeshRef:

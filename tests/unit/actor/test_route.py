@@ -34,9 +34,9 @@ def shape(n: int) -> Shape:
     return Shape(["gpus"], Slice.new_row_major([n]))
 
 
-def route(cls: Any = DirectRoute, n: int = 4, state: _State | None = None) -> Any:
+def route(cls: Any = DirectRoute, n: int = 4, state: _State | None = None, mesh: Any = None) -> Any:
     ref = MeshRef("workers.1", "workers", Worker, PROCS[:n], None)
-    return cls(object(), ref, shape(n), state or _State())
+    return cls(object(), ref, shape(n), state or _State(), True, mesh)  # rt unused here
 
 
 def test_a_call_header_is_the_typed_record_a_receiver_decodes() -> None:
@@ -99,3 +99,18 @@ def test_a_failed_rank_is_known_by_its_reason() -> None:
     state.failed[2] = "it raised"
     r = route(state=state)
     assert (r.failed_reason(2), r.failed_reason(1)) == ("it raised", None)
+
+
+def test_an_endpoint_pickles_as_its_mesh_and_name_not_its_route() -> None:
+    from danaus._actor.api.adverbs import Endpoint, _rebuild
+
+    class Mesh:  # stands in for an ActorMesh: its endpoints are attributes
+        def __init__(self) -> None:
+            self.step: Endpoint[Any, Any] = Endpoint(
+                route(mesh=self), "step", EndpointProperty(Worker.step)
+            )
+
+    mesh = Mesh()
+    fn, args = mesh.step.__reduce__()
+    assert fn is _rebuild and args[0] is mesh and args[1] == "step"
+    assert fn(*args) is mesh.step  # rebuilt on the other side from its mesh

@@ -60,6 +60,7 @@ class Endpoint(Generic[P, R]):
         self._route = route
         self._name = name
         self._prop = prop
+        self._given = flags  # as made (as_endpoint's flag), for pickling
         flags |= FLAG_EXPLICIT if prop.explicit_response_port else 0
         self._method = Method(route.ref.name, name, prop, flags)
         self._what = self._method.what
@@ -141,6 +142,17 @@ class Endpoint(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._what}>"
+
+    def __reduce__(self) -> Any:
+        """Pickled as its mesh and name (the route, with its runtime, stays here)."""
+        return (_rebuild, (self._route.mesh, self._name, self._prop, self._given))
+
+
+def _rebuild(mesh: Any, name: str, prop: EndpointProperty, flags: int) -> Endpoint[Any, Any]:
+    got = getattr(mesh, name)  # the mesh's own endpoint, or its plain method (as_endpoint)
+    if not flags and isinstance(got, Endpoint):
+        return got
+    return Endpoint(got._route, name, prop, flags)
 
 
 def send(

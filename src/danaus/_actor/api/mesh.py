@@ -109,7 +109,7 @@ class ActorMesh(MeshTrait, Generic[A]):
             if tree is None:  # the runtime keeps the decision for every copy of the mesh
                 tree = state.tree = rt.tree.use_tree(self._ref.mesh_id, self._ref.procs)
         cls = TreeRoute if tree else DirectRoute
-        return cls(rt, self._ref, self._shape, state, fixed)
+        return cls(rt, self._ref, self._shape, state, fixed, self)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_ref", "_state", "_endpoints", "_proc_mesh"):

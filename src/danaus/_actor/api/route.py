@@ -103,8 +103,11 @@ class Route:
 
     tree = False
 
-    def __init__(self, rt: Runtime, ref: Any, shape: Shape, state: Any, fixed: bool = True) -> None:
+    def __init__(
+        self, rt: Runtime, ref: Any, shape: Shape, state: Any, fixed: bool = True, mesh: Any = None
+    ) -> None:
         self.rt = rt
+        self.mesh = mesh  # the mesh object that made it (an endpoint is pickled as mesh + name)
         self.ref = ref
         self.shape = shape
         self.state = state
