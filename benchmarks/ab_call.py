@@ -126,7 +126,9 @@ def main() -> None:
             out = subprocess.run(
                 [sys.executable, __file__, "--old", a.old, "--calls", str(a.calls), "--child",
                  trees[which]],
-                capture_output=True, text=True, timeout=900, env=dict(os.environ), check=True,
+                capture_output=True, text=True, timeout=900, check=True,
+                # PYTHONPATH: the host agent and procs it starts import that tree too
+                env={**os.environ, "PYTHONPATH": trees[which]},
             )  # fmt: skip
             got[which].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1} {which}: {got[which][-1]}", flush=True)
