@@ -10,6 +10,8 @@
         |  GET /api/stack?token=T&proc=P  a stack dump of proc P (or mesh=M&coords=C)
         |  GET /api/query?token=T&sql=Q   danaus.telemetry.query(Q): columns and rows
         |  GET /metrics (Bearer T)        the mesh's metrics in Prometheus's text format
+        |  GET /ui?token=T, /api/ui/...   the pages: jobs, meshes, actors, timeline,
+        |                                 logs, metrics (see ui/__init__.py)
         v
     HttpServer (on 127.0.0.1, on the process's one HTTP loop thread; see web.py)
         |  no token: 403 and closed; at most dashboard_max_connections tokened
@@ -224,6 +226,8 @@ def _page() -> bytes:
 
 
 def _routes(dash: Dashboard) -> dict[str, Route]:
+    from . import ui  # the pages (their own modules)
+
     web = aiohttp_web()
 
     def answer(code: int, body: bytes, ctype: str) -> Any:
@@ -298,6 +302,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
         return resp
 
     return {
+        **ui.routes(dash),  # the pages: jobs, meshes, actors, timeline, logs, metrics
         "/": page,
         "/index.html": page,
         "/api/state": state,
