@@ -140,18 +140,21 @@ def levels(lines: list[str]) -> list[str | None]:
     lines, a ``Traceback``, and the ``SomeError: ...`` line that ends it), or None."""
     out: list[str | None] = []
     current: str | None = None
+    in_traceback = False  # the current record has printed "Traceback ..."
     for line in lines:
         m = _RECORD.match(line)
         if m:
-            current = m.group(1)
-        elif current is not None and (line[:1].isspace() or line.startswith("Traceback")):
+            current, in_traceback = m.group(1), False
+        elif current is not None and line.startswith("Traceback"):
+            in_traceback = True
+        elif current is not None and line[:1].isspace():
             pass  # the record goes on
-        elif current is not None and _ends_traceback(line) and out and out[-1] is not None:
-            out.append(current)
-            current = None  # the exception's line ends the record
+        elif current is not None and in_traceback and _ends_traceback(line):
+            out.append(current)  # the exception's line ends the record
+            current, in_traceback = None, False
             continue
         else:
-            current = None  # print output
+            current, in_traceback = None, False  # print output
         out.append(current)
     return out
 

@@ -42,19 +42,21 @@ async function load(tl, p, g, summary) {
   for (const s of d.spans) events.push({kind: "span", name: s.name, track: s.track || "?", t0: s.started, t1: s.ended, row: s});
   for (const m of d.messages) events.push({kind: "message", name: m.endpoint, track: m.track || "?", t0: m.started, t1: m.ended, ok: m.ok, row: m});
   events.sort((a, b) => a.t0 - b.t0);
-  // Per track, each event on the first row where it fits (messages under spans).
+  // Per track, each event on the first row of its kind where it fits: the spans' rows
+  // (nested spans go one deeper), then the messages' rows.
   const tracks = new Map();
   for (const e of events) {
-    if (!tracks.has(e.track)) tracks.set(e.track, {name: e.track, rows: []});
-    const tr = tracks.get(e.track);
-    let r = tr.rows.findIndex(end => end <= e.t0);
-    if (r < 0) { r = Math.min(tr.rows.length, MAX_ROWS - 1); if (r === tr.rows.length) tr.rows.push(0); }
-    tr.rows[r] = Math.max(tr.rows[r], e.t1);
+    if (!tracks.has(e.track)) tracks.set(e.track, {name: e.track, span: [], message: []});
+    const rows = tracks.get(e.track)[e.kind];
+    let r = rows.findIndex(end => end <= e.t0);
+    if (r < 0) { r = Math.min(rows.length, MAX_ROWS - 1); if (r === rows.length) rows.push(0); }
+    rows[r] = Math.max(rows[r], e.t1);
     e.sub = r;
   }
   let y = AXIS_H;
   tl.lanes = [...tracks.values()].sort((a, b) => a.name.localeCompare(b.name, undefined, {numeric: true}));
-  for (const tr of tl.lanes) { tr.y = y; y += Math.max(1, tr.rows.length) * ROW_H + 6; }
+  for (const tr of tl.lanes) { tr.y = y; tr.rows = Math.max(1, tr.span.length + tr.message.length); y += tr.rows * ROW_H + 6; }
+  for (const e of events) if (e.kind === "message") e.sub += tracks.get(e.track).span.length;
   tl.height = y + 4;
   tl.events = events;
   const lo = events.length ? Math.min(...events.map(e => e.t0)) : d.since, hi = events.length ? Math.max(...events.map(e => e.t1)) : d.now;
@@ -74,7 +76,7 @@ function drawTimeline(tl) {
   const xf = t => LABEL_W + plotW * (t - v0) / (v1 - v0);
   const svg = sv("svg", {id: "tl-svg", width: W, height: H, "data-v0": v0, "data-v1": v1, "data-events": tl.events.length});
   const lanes = sv("g", {class: "lanes"}), grid = sv("g", {}), bars = sv("g", {class: "bars"}), labels = sv("g", {class: "labels"});
-  tl.lanes.forEach((tr, i) => lanes.append(sv("rect", {class: "lane" + (i % 2 ? " odd" : ""), x: 0, y: tr.y - 3, width: W, height: Math.max(1, tr.rows.length) * ROW_H + 6})));
+  tl.lanes.forEach((tr, i) => lanes.append(sv("rect", {class: "lane" + (i % 2 ? " odd" : ""), x: 0, y: tr.y - 3, width: W, height: tr.rows * ROW_H + 6})));
   const step = niceStep(v1 - v0, Math.max(2, Math.floor(plotW / 110)));
   for (let t = Math.ceil(v0 / step) * step; t <= v1; t += step) {
     const x = xf(t);
