@@ -109,7 +109,10 @@ def test_the_overview_has_the_job_its_meshes_and_the_failed_actor_s_traceback(
     assert "raise KeyError" in failed["traceback"] and "in fail" in failed["traceback"]
     mesh = next(m for m in doc["meshes"] if m["mesh"] == "ui_talkers")
     assert (mesh["class"], mesh["ranks"], mesh["failed"], mesh["state"]) == (
-        "Talker", 2, 1, "failed"
+        "Talker",
+        2,
+        1,
+        "failed",
     )
 
 

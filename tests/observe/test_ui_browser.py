@@ -198,7 +198,6 @@ def test_a_user_goes_from_a_failed_actor_to_its_traceback_logs_and_spans(
         browser.get(dash.url.replace("/?", "/ui?") + "#/timeline?seconds=60")
         _wait(browser, lambda d: {"ui_trainer[0]", "ui_trainer[1]"}
               <= {b[2] for b in d.execute_script(_BARS)})  # fmt: skip
-        _shot(browser, tmp_path, "dashboard-timeline.png")
         browser.get(dash.url.replace("/?", "/ui?") + "#/metrics?name=calls&seconds=60")
         chart = 'svg.metric-chart[data-key="ui_trainer.talk"]'
 
@@ -215,6 +214,17 @@ def test_a_user_goes_from_a_failed_actor_to_its_traceback_logs_and_spans(
         )
         assert "ui_trainer[0].talk" in keys and "ui_trainer[1].talk" in keys
         _shot(browser, tmp_path, "dashboard-metrics.png")
+
+        # The last seconds of rank 0's calls, zoomed in with the wheel near the right end.
+        browser.get(dash.url.replace("/?", "/ui?") + "#/timeline?seconds=5")
+        _wait(browser, lambda d: sum(b[2] == "ui_trainer[0]" for b in d.execute_script(_BARS)) > 40)
+        wrap = browser.find_element(By.ID, "tl-wrap")
+        for _ in range(4):
+            ActionChains(browser).scroll_from_origin(ScrollOrigin.from_element(wrap, 450, 0),
+                                                     0, -300).perform()  # fmt: skip
+        z0, z1 = browser.execute_script(_VIEW)
+        assert 0 < z1 - z0 < 2.5  # narrower than the 5 s asked for
+        _shot(browser, tmp_path, "dashboard-timeline.png")
     finally:
         stop.set()
         if pinger.is_alive():

@@ -2,7 +2,7 @@
 
 ::
 
-    GET /ui?token=T                   one page (app.html, with app.css, app.js and timeline.js inlined)
+    GET /ui?token=T                   one page (app.html; app.css, app.js, timeline.js inline)
         |  #/jobs  #/meshes  #/actors  #/actor/MESH/RANK  #/timeline  #/logs  #/metrics
         |  (the topology picture is the dashboard's first page, /)
         v

@@ -59,6 +59,13 @@ async function getJSON(path, params) {
   if (!r.ok) throw new Error(d.error || r.status + " " + r.statusText);
   return d;
 }
+// A <select> of windows [seconds, label], showing `value` even when it is not one of them.
+function windowSelect(id, pairs, value) {
+  if (!pairs.some(([v]) => v === value)) pairs = [[value, "last " + dur(Number(value))], ...pairs];
+  const s = el("select", {id}, ...pairs.map(([v, t]) => el("option", {value: v, text: t})));
+  s.value = value;
+  return s;
+}
 function table(headers, rows, attrs) {
   return el("table", attrs || {}, el("tr", {}, ...headers.map(h => el("th", {text: h}))), ...rows);
 }
@@ -205,8 +212,7 @@ function metricsPage(params) {
   const g = generation;
   const p = {name: params.name || "calls", seconds: params.seconds || "300", mesh: params.mesh || ""};
   const names = el("select", {id: "metric-name"});
-  const windows = el("select", {id: "metric-window"}, ...[["60", "last minute"], ["300", "last 5 minutes"], ["900", "last 15 minutes"], ["3600", "last hour"], ["21600", "last 6 hours"]].map(([v, t]) => el("option", {value: v, text: t})));
-  windows.value = p.seconds;
+  const windows = windowSelect("metric-window", [["60", "last minute"], ["300", "last 5 minutes"], ["900", "last 15 minutes"], ["3600", "last hour"], ["21600", "last 6 hours"]], p.seconds);
   const change = () => { location.hash = hashOf("metrics", {name: names.value, seconds: windows.value, mesh: p.mesh}); };
   names.addEventListener("change", change); windows.addEventListener("change", change);
   const note = el("span", {class: "muted", id: "metric-note"});

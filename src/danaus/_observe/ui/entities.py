@@ -81,8 +81,20 @@ def overview(state: dict[str, Any]) -> dict[str, Any]:
                 }
             )  # fmt: skip
     procs = [
-        {k: p[k] for k in ("proc", "mesh", "coords", "state", "reason", "pid", "host", "hostname",
-                           "parent")}  # fmt: skip
+        {
+            k: p[k]
+            for k in (
+                "proc",
+                "mesh",
+                "coords",
+                "state",
+                "reason",
+                "pid",
+                "host",
+                "hostname",
+                "parent",
+            )
+        }
         for h in state.get("hosts", [])
         for p in h["procs"]
     ]

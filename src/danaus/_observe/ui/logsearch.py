@@ -202,9 +202,17 @@ def search(
                 del matched[: len(matched) - limit]
         total += hits
         searched.append(
-            {"proc": src.proc, "mesh": src.label, "rank": src.rank, "coords": src.coords,
-             "host": src.host, "file": src.path, "lines": len(lines), "matches": hits,
-             "cut": cut}  # fmt: skip
+            {
+                "proc": src.proc,
+                "mesh": src.label,
+                "rank": src.rank,
+                "coords": src.coords,
+                "host": src.host,
+                "file": src.path,
+                "lines": len(lines),
+                "matches": hits,
+                "cut": cut,
+            }
         )
     return {
         "lines": matched[-limit:],
@@ -228,7 +236,7 @@ def _procs_of(mesh: str | None, rank: int | None, found: list[Source]) -> set[st
     except ImportError:
         rows = []  # without DuckDB: the proc meshes' labels alone
     for r in rows:
-        if (mesh is None or r["mesh"] == mesh) and (rank is None or r["rank"] == rank):
-            if r["proc"]:
-                out.add(r["proc"])
+        mine = (mesh is None or r["mesh"] == mesh) and (rank is None or r["rank"] == rank)
+        if mine and r["proc"]:
+            out.add(r["proc"])
     return out

@@ -87,6 +87,12 @@ def routes(dash: Any) -> dict[str, Route]:
     return {"/api/ui/metrics": json_route(get)}
 
 
+def _order(s: dict[str, Any]) -> tuple[Any, ...]:
+    """Actors' series by mesh, endpoint and rank, then the procs'."""
+    rank = s["rank"] if s["rank"] is not None else -1
+    return (s["mesh"] is None, str(s["mesh"]), str(s["endpoint"]), rank, str(s["proc"]))
+
+
 def series(recorder: Recorder, name: str, seconds: float, mesh: str | None) -> dict[str, Any]:
     """The answer (see the module's docstring)."""
     now = time.time()
@@ -122,8 +128,7 @@ def series(recorder: Recorder, name: str, seconds: float, mesh: str | None) -> d
                 "points": pts[::step] if step > 1 else pts,
             }
         )  # fmt: skip
-    out.sort(key=lambda s: (s["mesh"] is None, str(s["mesh"]), str(s["endpoint"]),
-                            s["rank"] if s["rank"] is not None else -1, str(s["proc"])))  # fmt: skip
+    out.sort(key=_order)
     return {
         "now": now,
         "since": since,

@@ -12,8 +12,7 @@ function niceStep(span, n) {
 function timelinePage(params) {
   const g = generation;
   const p = {seconds: params.seconds || "300", actor: params.actor || "", proc: params.proc || ""};
-  const windows = el("select", {id: "tl-window"}, ...[["10", "last 10 s"], ["60", "last minute"], ["300", "last 5 minutes"], ["900", "last 15 minutes"], ["3600", "last hour"]].map(([v, t]) => el("option", {value: v, text: t})));
-  windows.value = p.seconds;
+  const windows = windowSelect("tl-window", [["10", "last 10 s"], ["60", "last minute"], ["300", "last 5 minutes"], ["900", "last 15 minutes"], ["3600", "last hour"]], p.seconds);
   windows.addEventListener("change", () => { location.hash = hashOf("timeline", Object.assign({}, p, {seconds: windows.value})); });
   const tl = {view: null, whole: null, lanes: [], events: []};
   const wrap = el("div", {id: "tl-wrap"});
@@ -90,7 +89,7 @@ function drawTimeline(tl) {
     const tr = byTrack.get(e.track);
     const x0 = Math.max(LABEL_W, xf(e.t0)), x1 = Math.min(W, xf(e.t1));
     const r = sv("rect", {class: "ev " + e.kind + (e.kind === "message" && e.ok === false ? " bad" : "") + (tl.selected === e ? " selected" : ""),
-      x: x0, y: tr.y + e.sub * ROW_H, width: Math.max(1, x1 - x0), height: ROW_H - 2,
+      x: x0, y: tr.y + e.sub * ROW_H, width: Math.max(2, x1 - x0), height: ROW_H - 2,
       "data-kind": e.kind, "data-name": e.name, "data-track": e.track},
       sv("title", {text: e.name + " · " + e.track + " · " + dur(e.t1 - e.t0)}));
     if (e.kind === "span") r.setAttribute("fill", "hsl(" + hue(e.name) + ",65%,58%)");

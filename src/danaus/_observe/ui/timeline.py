@@ -92,7 +92,7 @@ def events(seconds: float, proc: str | None = None, actor: str | None = None) ->
 def chrome_trace(doc: dict[str, Any]) -> dict[str, Any]:
     """``events``'s answer in Chrome's trace event format (microseconds since the
     window's start; one pid per proc, one tid per track)."""
-    t0 = doc["since"]
+    t0 = float(doc["since"])
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
     out: list[dict[str, Any]] = []
