@@ -53,6 +53,7 @@ from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
 from .sql import query as run_query
 from .state import StateCollector, discover, find_procs
+from .ui import routes as ui_routes
 from .web import SECURITY_HEADERS, HttpServer, Route, aiohttp_web, blocking, url_host
 
 __all__ = ["Dashboard", "serve"]
@@ -226,8 +227,6 @@ def _page() -> bytes:
 
 
 def _routes(dash: Dashboard) -> dict[str, Route]:
-    from . import ui  # the pages (their own modules)
-
     web = aiohttp_web()
 
     def answer(code: int, body: bytes, ctype: str) -> Any:
@@ -302,7 +301,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
         return resp
 
     return {
-        **ui.routes(dash),  # the pages: jobs, meshes, actors, timeline, logs, metrics
+        **ui_routes(dash),  # the pages: jobs, meshes, actors, timeline, logs, metrics
         "/": page,
         "/index.html": page,
         "/api/state": state,

@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+from ..sql import QueryError
 from ..sql import query as run_query
 from ..web import SECURITY_HEADERS, aiohttp_web
 
@@ -69,7 +70,6 @@ def _finite(v: Any) -> Any:
 def json_route(fn: Any) -> Any:
     """An async route answering ``await fn(request)`` as JSON, and its errors as 400
     (a bad parameter, SQL the tables refuse) or 501 (DuckDB missing), with the reason."""
-    from ..sql import QueryError
 
     async def route(request: Any) -> Any:
         try:
