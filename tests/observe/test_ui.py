@@ -19,8 +19,9 @@ import pytest
 
 import danaus.dashboard
 from danaus._observe.ui import logsearch
+from danaus._runtime.logs import process as proc_logs
 from danaus.actor import Actor, ProcMesh, endpoint
-from danaus.testing import FaultRecorder, wait_until
+from danaus.testing import FaultRecorder
 
 from .conftest import REPLY_TIMEOUT, proc_names
 
@@ -74,7 +75,15 @@ def talkers(procs: ProcMesh, faults: FaultRecorder) -> Any:
             mesh.slice(gpus=rank).talk.call(rank, step).get(timeout=REPLY_TIMEOUT)
     mesh.slice(gpus=1).fail.broadcast()  # nobody to tell: the actor fails
     faults.crashed("ui_talkers", {1})
+    written(procs)
     return mesh
+
+
+def written(procs: ProcMesh) -> None:
+    """Wait until every line ``procs`` wrote so far reached this client: their host agent
+    wrote them to the log files before it forwarded them (stdout and stderr are
+    separate streams, so one line's arrival says nothing of the other's)."""
+    proc_logs.flush(list(procs._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT + 5)
 
 
 def test_the_pages_need_the_token(dashboard: danaus.dashboard.Dashboard) -> None:
@@ -146,8 +155,6 @@ def test_the_log_search_filters_by_mesh_rank_level_and_text(
     def lines(**params: Any) -> list[str]:
         return [x["text"] for x in _json(dashboard, "/api/ui/logs", **params)["lines"]]
 
-    # The host agent writes the files as the lines come: wait for the last one.
-    wait_until(lambda: any("rank 1 step 2" in t for t in lines(q="ui-test print")), 30)
     rank1 = lines(mesh="ui_talkers", rank=1, q="ui-test")
     assert rank1 and all("rank 1" in t for t in rank1)
     assert len(rank1) == 6  # 3 records and 3 prints of rank 1, none of rank 0

@@ -23,7 +23,7 @@ from danaus.testing import FaultRecorder
 
 from .conftest import REPLY_TIMEOUT, proc_names
 from .test_browser import browser  # noqa: F401  (the fixture: headless Chromium)
-from .test_ui import Talker
+from .test_ui import Talker, written
 
 DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 
@@ -89,6 +89,7 @@ def test_a_user_goes_from_a_failed_actor_to_its_traceback_logs_and_spans(
             trainer.slice(gpus=rank).talk.call(rank, step).get(timeout=REPLY_TIMEOUT)
     trainer.slice(gpus=1).fail.broadcast()  # nobody to tell: the actor fails
     faults.crashed("ui_trainer", {1})
+    written(pm)  # the log search finds every line
     names = proc_names(pm)
     job = host.ensure_runtime().proc_id.name
     dash = danaus.dashboard.serve()
@@ -187,11 +188,18 @@ def test_a_user_goes_from_a_failed_actor_to_its_traceback_logs_and_spans(
         assert browser.execute_script(_VIEW) == pytest.approx(whole, abs=1e-6)
         # A click on the failed call says what it was.
         bad = browser.find_element(By.CSS_SELECTOR, "#tl-svg rect.ev.message.bad")
-        browser.execute_script("arguments[0].dispatchEvent(new MouseEvent('click', "
-                               "{bubbles: true}))", bad)  # fmt: skip
+        ActionChains(browser).click(bad).perform()
         detail = _text(browser, "#tl-detail")
         assert "fail" in detail and "ui_trainer[1]" in detail and "false" in detail
         assert "logs of ui_trainer[1]" in detail
+        assert "selected" in bad.get_attribute("class")
+        # A double click on a bar shows the whole window too (zoomed in around that bar
+        # first: the wheel keeps the time under the pointer in place).
+        ActionChains(browser).scroll_from_origin(ScrollOrigin.from_element(bad), 0, -300).perform()
+        _wait(browser, lambda d: d.execute_script(_VIEW) != pytest.approx(whole, abs=1e-6))
+        bad = browser.find_element(By.CSS_SELECTOR, "#tl-svg rect.ev.message.bad")
+        ActionChains(browser).double_click(bad).perform()
+        assert browser.execute_script(_VIEW) == pytest.approx(whole, abs=1e-6)
 
         # Every actor's timeline and the metric plots, while rank 0 works.
         pinger.start()

@@ -93,7 +93,15 @@ function drawTimeline(tl) {
       "data-kind": e.kind, "data-name": e.name, "data-track": e.track},
       sv("title", {text: e.name + " · " + e.track + " · " + dur(e.t1 - e.t0)}));
     if (e.kind === "span") r.setAttribute("fill", "hsl(" + hue(e.name) + ",65%,58%)");
-    r.addEventListener("click", ev => { ev.stopPropagation(); tl.selected = e; showEvent(tl, e); drawTimeline(tl); });
+    // Only the classes change: a redraw would put a new element under the pointer, and a
+    // double click (two clicks on one element) on a bar would no longer show the window.
+    r.addEventListener("click", ev => {
+      ev.stopPropagation();
+      for (const old of tl.wrap.querySelectorAll("rect.ev.selected")) old.classList.remove("selected");
+      r.classList.add("selected");
+      tl.selected = e;
+      showEvent(tl, e);
+    });
     bars.append(r);
     if (x1 - x0 > 40) bars.append(sv("text", {x: x0 + 3, y: tr.y + e.sub * ROW_H + 11, "pointer-events": "none", text: short(e.name, Math.floor((x1 - x0) / 6.5))}));
     shown++;
