@@ -35,7 +35,7 @@ function dur(s) {
   const a = Math.abs(s);
   if (a < 1e-3) return (s * 1e6).toFixed(a < 1e-5 ? 1 : 0) + " µs";
   if (a < 1) return (s * 1e3).toFixed(a < 1e-2 ? 2 : 1) + " ms";
-  if (a < 120) return s.toFixed(2) + " s";
+  if (a < 120) return s.toFixed(a < 10 ? 2 : 0) + " s";
   return (s / 60).toFixed(1) + " min";
 }
 function when(t) { return t == null ? "–" : new Date(t * 1000).toLocaleTimeString(); }
@@ -61,7 +61,8 @@ async function getJSON(path, params) {
 }
 // A <select> of windows [seconds, label], showing `value` even when it is not one of them.
 function windowSelect(id, pairs, value) {
-  if (!pairs.some(([v]) => v === value)) pairs = [[value, "last " + dur(Number(value))], ...pairs];
+  const n = Number(value), label = n < 120 ? n + " s" : n < 7200 ? Math.round(n / 60) + " min" : Math.round(n / 3600) + " h";
+  if (!pairs.some(([v]) => v === value)) pairs = [[value, "last " + label], ...pairs];
   const s = el("select", {id}, ...pairs.map(([v, t]) => el("option", {value: v, text: t})));
   s.value = value;
   return s;
