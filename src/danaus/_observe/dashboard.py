@@ -12,6 +12,8 @@
         |  GET /api/history?token=T&seconds=S  the endpoints' rates and mean latencies
         |                                 over the last S seconds, from the kept history
         |  GET /metrics (Bearer T)        the mesh's metrics in Prometheus's text format
+        |  GET /ui?token=T, /api/ui/...   the pages: jobs, meshes, actors, timeline,
+        |                                 logs, metrics (see ui/__init__.py)
         v
     HttpServer (on 127.0.0.1, on the process's one HTTP loop thread; see web.py)
         |  no token: 403 and closed; at most dashboard_max_connections tokened
@@ -54,6 +56,7 @@ from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
 from .sql import query as run_query
 from .state import StateCollector, discover, find_procs
+from .ui import routes as ui_routes
 from .web import SECURITY_HEADERS, HttpServer, Route, aiohttp_web, blocking, url_host
 
 __all__ = ["Dashboard", "serve"]
@@ -315,6 +318,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
         return resp
 
     return {
+        **ui_routes(dash),  # the pages: jobs, meshes, actors, timeline, logs, metrics
         "/": page,
         "/index.html": page,
         "/api/state": state,
