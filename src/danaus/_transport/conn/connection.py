@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import errno
+import functools
 import logging
 import socket
 import ssl
@@ -13,15 +13,30 @@ from typing import Any, Protocol
 from ... import _config as config
 from ..._errors import ConnectionClosedError, PeerBrokenError
 from ..._wire.frame import Frame, FrameError
-from ..auth import TAG, AuthError, Handshake
+from ..auth import TAG, AuthError, Handshake, Session
 from .batching import Batching
-from .buffers import WOULD_BLOCK
 from .direct import DirectReader
+from .opening import Opening
 from .reader import FrameReader
 from .stats import ConnStats
 from .writer import WriteBatcher
 
 log = logging.getLogger("danaus.transport")
+
+
+class _Stat:
+    """One of ``ConnStats``' counters, read as an attribute of the connection
+    (``conn.frames_sent`` is ``conn.stats.frames_sent``)."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, conn: Any, owner: type | None = None) -> Any:
+        if conn is None:  # read on the class
+            return self
+        return getattr(conn.stats, self.name)
 
 
 class _Send(Protocol):
@@ -50,7 +65,6 @@ class Connection:
     resume: Callable[[Hashable], None]
     read_directly: Callable[..., bool]
     _on_readable: Callable[[], None]
-    _sel_op: Callable[..., None]
 
     def __init__(
         self,
@@ -68,18 +82,15 @@ class Connection:
         batching: Batching | None = None,
     ) -> None:
         sock.setblocking(False)
-        self._tls_pending = False
         if tls is not None:
             # TLS first (non-blocking, driven by the loop), then the secret's handshake
             # inside it. SSL sockets have no sendmsg: frames are written part by part.
             sock = tls.wrap_socket(sock, server_side=server_side, do_handshake_on_connect=False)
-            self._tls_pending = True
         self.tls = tls is not None
         self.sock = sock
         self.loop = loop
         self.fd = sock.fileno()
         self._on_close = on_close
-        self._on_authenticated = on_authenticated
         self._flush_deadline: float | None = None
         self.closed = False  # set under writer.lock
         self.close_exc: BaseException | None = None
@@ -87,9 +98,14 @@ class Connection:
         self.last_recv = loop.time()
         self.tcp = False  # set by the runtime: TCP (to another host) or Unix (this host)
         self.peer_pid: int | None = None  # the peer's pid, when it is on this host
-        # Until the handshake is done, nothing is decoded and nothing is sent but it.
-        self._hs = handshake
-        self._hs_buf = b""
+        # Until the handshakes are done, nothing is decoded and nothing is sent but them.
+        self.opening: Opening | None = Opening(
+            self,
+            handshake,
+            self._opened,
+            functools.partial(on_authenticated, self) if on_authenticated is not None else None,
+            tls_pending=tls is not None,
+        )
         self.stats = stats = ConnStats()
         self.direct = direct = DirectReader(self, stats)
         self.reader = reader = FrameReader(
@@ -102,6 +118,7 @@ class Connection:
             stats,
             direct.sel_op,
             sealing=handshake is not None,
+            opening=tls is not None,
         )
         self.send = writer.send
         self.flush_held = writer.flush_held
@@ -110,16 +127,12 @@ class Connection:
         self.resume = reader.resume
         self.read_directly = direct.read_directly
         self._on_readable = reader.on_readable
-        self._sel_op = direct.sel_op
         if handshake is not None:
             if handshake_timeout is None:
                 handshake_timeout = config.get("handshake_timeout")
-            loop.call_later(handshake_timeout, self._handshake_deadline, handshake_timeout)
+            loop.call_later(handshake_timeout, self.opening.deadline, handshake_timeout)
         loop.add_reader(self.fd, self._on_readable)
-        if self._tls_pending:
-            loop.call_soon(self._tls_step)
-        else:
-            self._start_handshake()
+        self.opening.begin()
 
     # -- what the parts hold, as the runtime and the metrics read it ---------------
 
@@ -155,128 +168,36 @@ class Connection:
     def paused(self) -> bool:
         return bool(self.reader.paused_by)
 
-    @property
-    def frames_sent(self) -> int:
-        return self.stats.frames_sent
-
-    @property
-    def bytes_sent(self) -> int:
-        return self.stats.bytes_sent
-
-    @property
-    def frames_recv(self) -> int:
-        return self.stats.frames_recv
-
-    @property
-    def bytes_recv(self) -> int:
-        return self.stats.bytes_recv
-
-    @property
-    def recv_off_loop(self) -> int:
-        return self.stats.recv_off_loop
-
-    @property
-    def frames_direct(self) -> int:
-        return self.stats.frames_direct
-
-    @property
-    def spins_hit(self) -> int:
-        return self.stats.spins_hit
-
-    @property
-    def spins_missed(self) -> int:
-        return self.stats.spins_missed
+    # the counters (``ConnStats``), read on the connection
+    frames_sent = _Stat()
+    bytes_sent = _Stat()
+    frames_recv = _Stat()
+    bytes_recv = _Stat()
+    recv_off_loop = _Stat()
+    frames_direct = _Stat()
+    spins_hit = _Stat()
+    spins_missed = _Stat()
 
     # -- TLS and the secret's handshake (I/O thread) --------------------------------
 
-    def _start_handshake(self) -> None:
-        if self._hs is not None:
-            first = self._hs.start()
-            if first:
-                self._raw_send(first)
-        else:
+    def _opened(self, session: Session | None, handshook: bool) -> None:
+        """The connection is open (I/O thread): TLS's handshake and the secret's, where
+        there are, are done. After the secret's, frames are decoded from now on, sealed
+        and checked with ``session`` when there is one (not with TLS)."""
+        self.opening = None
+        if not handshook:
             self.writer.start()
-
-    def _tls_step(self) -> None:
-        """Advance the TLS handshake (I/O thread)."""
-        if self.closed or not self._tls_pending:
             return
-        try:
-            self.sock.do_handshake()  # type: ignore[attr-defined]
-        except ssl.SSLWantReadError:
-            self._tls_writer(False)
-            return
-        except ssl.SSLWantWriteError:
-            self._tls_writer(True)
-            return
-        except OSError as e:
-            if e.errno in (errno.ENOTCONN, errno.EAGAIN):  # the TCP connect is in progress
-                self._tls_writer(True)
-                return
-            self._fail(PeerBrokenError(f"TLS handshake failed: {e}"), cause=e)
-            return
-        self._tls_pending = False
-        self._tls_writer(False)
-        self._start_handshake()
-
-    def _tls_writer(self, on: bool) -> None:
-        if on:
-            self.loop.add_writer(self.fd, self._tls_step)
+        reader = self.reader
+        if session is not None:
+            reader.decoder = reader.new_decoder(trailer=TAG, check=session.check)
         else:
-            self.loop.remove_writer(self.fd)
+            reader.decoder = reader.new_decoder()
+        self.writer.authenticated(session)
 
     @property
     def authenticated(self) -> bool:
-        return self._hs is None
-
-    def _raw_send(self, data: bytes) -> None:
-        try:
-            self.sock.send(data)  # a few dozen bytes into a fresh socket: fits the buffer
-        except OSError as e:
-            self._fail(PeerBrokenError(f"handshake write failed: {e}"), cause=e)
-
-    def _handshake_deadline(self, timeout: float) -> None:
-        if self._hs is not None and not self.closed:
-            self._fail(PeerBrokenError(f"no handshake within {timeout} s"), cause=None)
-
-    def _on_handshake_bytes(self) -> bool:
-        """Advance the handshake; True while it is still in progress."""
-        hs = self._hs
-        assert hs is not None
-        try:
-            chunk = self.sock.recv(hs.want() - len(self._hs_buf))
-        except WOULD_BLOCK:
-            return True
-        except OSError as e:
-            self._fail(PeerBrokenError(f"read failed during handshake: {e}"), cause=e)
-            return True
-        if not chunk:
-            self._fail(PeerBrokenError("connection closed during the handshake"), cause=None)
-            return True
-        self.last_recv = self.loop.time()
-        self._hs_buf += chunk
-        if len(self._hs_buf) < hs.want():
-            return True
-        data, self._hs_buf = self._hs_buf, b""
-        try:
-            out = hs.feed(data)
-        except PeerBrokenError as e:
-            self._fail(e, cause=None)
-            return True
-        if out:
-            self._raw_send(out)
-        if not hs.done:
-            return True
-        session = None if self.tls else hs.session()  # TLS protects every byte already
-        if session is not None:
-            self.reader.decoder = self.reader.new_decoder(trailer=TAG, check=session.check)
-        else:
-            self.reader.decoder = self.reader.new_decoder()
-        self.writer.authenticated(session)
-        self._hs = None
-        if self._on_authenticated is not None:
-            self._on_authenticated(self)
-        return False
+        return self.opening is None or self.opening.hs is None
 
     def _release_socket(self) -> None:
         try:
@@ -289,7 +210,7 @@ class Connection:
     def _fail(self, exc: BaseException, cause: BaseException | None) -> None:
         if cause is not None:
             exc.__cause__ = cause
-        if isinstance(exc, (FrameError, AuthError)) and self._hs is None and not self.closed:
+        if isinstance(exc, (FrameError, AuthError)) and self.authenticated and not self.closed:
             # An authenticated peer sent a frame we refuse (malformed, too deep, a bad
             # tag): one line, and only this connection closes.
             log.warning("closing the connection from %s: %s", self._label(), exc)
@@ -340,7 +261,7 @@ class Connection:
         (bounded by ``flush_timeout``).
         """
         try:
-            self._sel_op(self.loop.remove_reader, self.fd)
+            self.direct.sel_op(self.loop.remove_reader, self.fd)
             self.sock.shutdown(socket.SHUT_WR)
         except (OSError, ValueError, RuntimeError):
             self.close()

@@ -8,7 +8,13 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
-from ..auth import Handshake
+
+class OpeningStep(Protocol):
+    """The handshakes of a connection still opening (``opening.Opening``)."""
+
+    def on_readable(self) -> bool:
+        """Read what the handshakes wait for; True while the read was theirs."""
+        ...
 
 
 class ConnCore(Protocol):
@@ -23,13 +29,13 @@ class ConnCore(Protocol):
     closed: bool
     close_exc: BaseException | None
     last_recv: float
-    _tls_pending: bool
-    _hs: Handshake | None
+
+    @property
+    def opening(self) -> OpeningStep | None:
+        """The handshakes in progress; None once the connection is open."""
+        ...
+
     _on_readable: Callable[[], None]
-
-    def _tls_step(self) -> None: ...
-
-    def _on_handshake_bytes(self) -> bool: ...
 
     def _fail(self, exc: BaseException, cause: BaseException | None) -> None: ...
 

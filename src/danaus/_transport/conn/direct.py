@@ -231,7 +231,7 @@ class DirectReader:
                 or self.unwatched
                 or reader.paused_by
                 or reader.held_frames
-                or conn._hs is not None
+                or conn.opening is not None
                 or self.broken is not None
                 or self.eof
                 or reader.decoder is None

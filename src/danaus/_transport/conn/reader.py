@@ -119,10 +119,8 @@ class FrameReader:
         if broken is not None:
             conn._fail(PeerBrokenError(str(broken)), cause=None)
             return
-        if conn._tls_pending:
-            conn._tls_step()
-            return
-        if conn._hs is not None and conn._on_handshake_bytes():
+        opening = conn.opening
+        if opening is not None and opening.on_readable():
             return
         on_frame = self._on_frame
         held = self.held_frames

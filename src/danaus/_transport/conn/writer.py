@@ -46,6 +46,7 @@ class WriteBatcher:
         "_in",
         "_loop",
         "_marks",
+        "_opening",
         "_out",
         "_sealing",
         "_sel_op",
@@ -71,6 +72,7 @@ class WriteBatcher:
         sel_op: Callable[..., None],
         *,
         sealing: bool,
+        opening: bool,
     ) -> None:
         self._conn = conn
         self._sock = conn.sock
@@ -86,6 +88,7 @@ class WriteBatcher:
         self.backlog: collections.deque[memoryview] = collections.deque()
         self.queued = 0  # bytes in backlog and _unsealed: what waits to be written
         self._sealing = sealing  # the handshake is not done: frames wait in _unsealed
+        self._opening = opening  # TLS's handshake is not done: nothing is written yet
         self._session: Session | None = None
         # frames sent before the session key exists, and who to tell once each is out
         self._unsealed: list[tuple[list[Any], Callable[[], None] | None]] = []
@@ -105,15 +108,16 @@ class WriteBatcher:
 
     def start(self) -> None:
         """Writing may begin (I/O thread): what was queued meanwhile goes out."""
-        if self.backlog:
-            with self.lock:
+        with self.lock:
+            self._opening = False
+            if self.backlog:
                 self._arm_writer_locked()
 
     def authenticated(self, session: Session | None) -> None:
         """The handshake succeeded (I/O thread): seal with ``session`` from now on and
         queue, sealed, what was sent before."""
         with self.lock:
-            self._sealing = False
+            self._sealing = self._opening = False
             self._session = session
             for parts, on_left in self._unsealed:
                 views = as_views(self._sealed(parts))
@@ -183,7 +187,7 @@ class WriteBatcher:
                 return
             if self._session is not None:
                 parts = self._sealed(parts)
-            if self.backlog or conn._tls_pending:
+            if self.backlog or self._opening:
                 self._queue_locked(snapshot(parts))
                 return
             hold = self._hold
@@ -241,7 +245,7 @@ class WriteBatcher:
             sent = 0
             if (
                 not self.backlog
-                and not conn._tls_pending
+                and not self._opening
                 and (not self._tls or _on_loop_thread(self._loop))
             ):
                 try:
