@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
@@ -48,12 +48,9 @@ from . import backend as _backend
 from . import cuda, net, plane, vm
 from .cuda import CudaHandles
 from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
-from .memory import LocalMemory
 from .net import DataClient
+from .op import BufferRef, Op
 from .registry import BufferRegistry
-
-if TYPE_CHECKING:
-    from .buffer import RDMABuffer
 
 __all__ = ["CopyThreads", "Op", "Transfer", "check_timeout", "same_host"]
 
@@ -62,20 +59,7 @@ PART_MIN = 16 << 20  # ... into parts of at least this many bytes
 PAGE = 4096  # what staged chunks of a process_vm copy are rounded to
 
 
-class Op(NamedTuple):
-    """One transfer: ``nbytes`` between ``local`` and the start of ``buf``."""
-
-    write: bool  # True: local -> buf; False: buf -> local
-    buf: RDMABuffer
-    local: LocalMemory
-    nbytes: int
-
-    def describe(self) -> str:
-        verb = "write_from" if self.write else "read_into"
-        return f"{verb} of {self.nbytes} bytes {'to' if self.write else 'from'} {self.buf}"
-
-
-def same_host(buf: RDMABuffer, rt: Runtime) -> bool:
+def same_host(buf: BufferRef, rt: Runtime) -> bool:
     """True if ``process_vm`` can reach ``buf``'s owner from this process.
 
     The owner must run under this kernel and pid namespace *and* on this
@@ -687,7 +671,7 @@ def _entry(op: Op) -> tuple[int, int, int]:
 
 
 def _owner_lost(
-    label: str, buf: RDMABuffer, reason: str, cause: BaseException | None = None
+    label: str, buf: BufferRef, reason: str, cause: BaseException | None = None
 ) -> RDMAOwnerLostError:
     err = RDMAOwnerLostError(
         f"{label} failed: the owner {buf.owner} (proc {buf._owner_proc.name}, pid "
@@ -699,7 +683,7 @@ def _owner_lost(
     return err
 
 
-def _os_error(label: str, buf: RDMABuffer, e: OSError) -> RDMAError:
+def _os_error(label: str, buf: BufferRef, e: OSError) -> RDMAError:
     if e.errno == errno.ESRCH:
         return _owner_lost(label, buf, "its process exited during the transfer", e)
     if e.errno in (errno.EPERM, errno.EACCES):
