@@ -114,9 +114,9 @@ from .net_server import _server_address as _server_address
 
 __all__ = [
     "CHUNK",
-    "Closed",
     "FETCH",
     "STORE",
+    "Closed",
     "DataClient",
     "DataServer",
     "Refused",
