@@ -15,7 +15,8 @@ import os
 import re
 
 from .. import _config as config
-from .._actor.api.hosts import HostMesh, attach_to_workers
+from .._actor.api.hosts import HostMesh
+from .._actor.api.joining import attach_to_workers
 from .slurm import _bracket, node_addresses
 from .workers import ProcessJob
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _config as config
-from .._actor.api.hosts import HostMesh, attach_to_workers
+from .._actor.api.hosts import HostMesh
+from .._actor.api.joining import attach_to_workers
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.secret_env import environ_without_secret
