@@ -38,6 +38,13 @@ class Worker(Protocol):
     def _failure(self, op: str, e: BaseException) -> Failure: ...
 
 
+def _input_failed(name: str, origin: int) -> Failure:
+    """The failure of a collective whose input failed on member ``origin``."""
+    return Failure(
+        name, origin, "RemoteTensorError", f"the input of {name} failed on rank {origin}", ""
+    )
+
+
 def _exact_bits(dtype: Any) -> int:
     """Powers of two a float dtype sums exactly (its mantissa bits); 0 for other dtypes."""
     return {torch.float32: 24, torch.float64: 53}.get(dtype, 0)
@@ -98,13 +105,7 @@ def _finish_agreement(started: Any, failure: Failure | None, name: str) -> Any:
     work.wait()
     if failure is None and int(flag) > 0:
         origin = int(flag) - 1
-        failure = Failure(
-            name,
-            origin,
-            "RemoteTensorError",
-            f"the input of {name} failed on rank {origin}",
-            "",
-        )
+        failure = _input_failed(name, origin)
     return failure
 
 
@@ -145,13 +146,7 @@ def reduce_many(w: Worker, cmd: ReduceMany) -> None:
             bits = int(flat[-1].item())
             if failure is None and bits:
                 origin = group[(bits & -bits).bit_length() - 1]
-                failure = Failure(
-                    name,
-                    origin,
-                    "RemoteTensorError",
-                    f"the input of {name} failed on rank {origin}",
-                    "",
-                )
+                failure = _input_failed(name, origin)
             flat = flat[:-1]
         else:
             failure = _finish_agreement(agreement, failure, name)
