@@ -8,6 +8,8 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
+from .stats import ConnStats
+
 
 class OpeningStep(Protocol):
     """The handshakes of a connection still opening (``opening.Opening``)."""
@@ -40,3 +42,18 @@ class ConnCore(Protocol):
     def _fail(self, exc: BaseException, cause: BaseException | None) -> None: ...
 
     def _release_socket(self) -> None: ...
+
+
+class Part:
+    """What each part of a connection keeps of it, read on every frame: the connection,
+    its socket, loop, descriptor, whether it is TLS, and the counters."""
+
+    __slots__ = ("_conn", "_fd", "_loop", "_sock", "_stats", "_tls")
+
+    def __init__(self, conn: ConnCore, stats: ConnStats) -> None:
+        self._conn = conn
+        self._sock = conn.sock
+        self._loop = conn.loop
+        self._fd = conn.fd
+        self._tls = conn.tls
+        self._stats = stats

@@ -15,7 +15,7 @@ from ... import _config as config
 from ..._errors import PeerBrokenError
 from ..._wire.frame import Frame, FrameDecoder
 from .buffers import WOULD_BLOCK
-from .core import ConnCore
+from .core import ConnCore, Part
 from .loop import _epoll_of
 from .stats import ConnStats
 
@@ -34,7 +34,7 @@ class ReadState(Protocol):
     decoder: FrameDecoder | None
 
 
-class DirectReader:
+class DirectReader(Part):
     """A thread about to block for a frame on this connection reads it straight off
     the socket (``read_directly``). It owns the read role (held by the I/O thread
     while it reads, or by a waiting thread), the loop's read interest, muted while
@@ -42,17 +42,12 @@ class DirectReader:
     (a bad frame, EOF), the spin back-off and the waiting threads' poll objects."""
 
     __slots__ = (
-        "_conn",
-        "_fd",
-        "_loop",
         "_polls",
         "_reader",
         "_sel",
         "_sel_keys",
-        "_sock",
         "_spin_backoff",
         "_spin_skip",
-        "_stats",
         "active",
         "broken",
         "direct_frame",
@@ -63,11 +58,7 @@ class DirectReader:
     )
 
     def __init__(self, conn: ConnCore, stats: ConnStats) -> None:
-        self._conn = conn
-        self._sock = conn.sock
-        self._loop = conn.loop
-        self._fd = conn.fd
-        self._stats = stats
+        super().__init__(conn, stats)
         self._reader: ReadState  # set by the connection once the frame reader exists
         # The read role: held by whichever thread reads the socket now, the I/O thread
         # (FrameReader.on_readable) or a waiting one (read_directly).

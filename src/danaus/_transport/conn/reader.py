@@ -13,7 +13,7 @@ from ... import _config as config
 from ..._errors import PeerBrokenError
 from ..._wire.frame import Frame, FrameDecoder, FrameError, recv_pool
 from .buffers import WOULD_BLOCK
-from .core import ConnCore
+from .core import ConnCore, Part
 from .stats import ConnStats
 
 if TYPE_CHECKING:
@@ -24,22 +24,16 @@ _READER = "large frame"  # what pauses a connection while a thread receives a la
 _READER_POLL_MS = 200  # a reader thread waiting for bytes looks at `closed` this often
 
 
-class FrameReader:
+class FrameReader(Part):
     """The read side on the I/O thread: the decoder that parses incoming bytes into
     frames for ``on_frame``, the frames read and not yet delivered, who paused
     reading, and the thread that receives a large frame off the loop."""
 
     __slots__ = (
-        "_conn",
         "_direct",
-        "_fd",
-        "_loop",
         "_max_frame",
         "_on_frame",
         "_rlock",
-        "_sock",
-        "_stats",
-        "_tls",
         "decoder",
         "held_frames",
         "paused_by",
@@ -56,14 +50,9 @@ class FrameReader:
         *,
         decode: bool,
     ) -> None:
-        self._conn = conn
-        self._sock = conn.sock
-        self._loop = conn.loop
-        self._fd = conn.fd
-        self._tls = conn.tls
+        super().__init__(conn, stats)
         self._on_frame = on_frame
         self._max_frame = max_frame
-        self._stats = stats
         self._direct = direct
         self._rlock = direct.rlock  # the read role, taken per wake-up: cached here
         # An unauthenticated peer gets no decode buffer (256 KiB and up) of its own.

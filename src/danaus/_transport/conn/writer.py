@@ -22,14 +22,14 @@ from .buffers import (
     total_bytes,
     view_bytes,
 )
-from .core import ConnCore
+from .core import ConnCore, Part
 from .loop import _on_loop_thread
 from .stats import ConnStats
 
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 
 
-class WriteBatcher:
+class WriteBatcher(Part):
     """The write side of one connection (any thread). It owns the backlog that
     waits for the socket and its byte count, the frames sent before the session
     key exists, the session that seals frames, the small frames held for one
@@ -38,22 +38,16 @@ class WriteBatcher:
 
     __slots__ = (
         "_batching",
-        "_conn",
-        "_fd",
         "_hold",
         "_hold_epoch",
         "_hold_timer",
         "_in",
-        "_loop",
         "_marks",
         "_opening",
         "_out",
         "_sealing",
         "_sel_op",
         "_session",
-        "_sock",
-        "_stats",
-        "_tls",
         "_unsealed",
         "_writer_armed",
         "backlog",
@@ -74,12 +68,7 @@ class WriteBatcher:
         sealing: bool,
         opening: bool,
     ) -> None:
-        self._conn = conn
-        self._sock = conn.sock
-        self._loop = conn.loop
-        self._fd = conn.fd
-        self._tls = conn.tls
-        self._stats = stats
+        super().__init__(conn, stats)
         self._sel_op = sel_op
         self._batching = batching
         # Guards what this class owns (backlog, byte count, unsealed frames, session,
