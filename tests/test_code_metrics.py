@@ -118,6 +118,11 @@ def test_code_metrics(tmp_path: pathlib.Path) -> None:
     graph = m["import_graph"]
     assert graph["scc_count"] == 1
     assert graph["sccs"] == [{"size": 2, "members": ["pkg.a", "pkg.b"]}]
+    # With the TYPE_CHECKING import of c as an edge, b -> c -> a -> b closes one larger cycle.
+    with_tc = m["import_graph_with_type_checking"]
+    assert with_tc["scc_count"] == 1
+    assert with_tc["sccs"] == [{"size": 3, "members": ["pkg.a", "pkg.b", "pkg.c"]}]
+    assert with_tc["edges"] == graph["edges"] + 1
 
 
 def test_code_metrics_text(tmp_path: pathlib.Path) -> None:
@@ -131,6 +136,7 @@ def test_code_metrics_text(tmp_path: pathlib.Path) -> None:
     ).stdout
     assert "== module globals holding process state: 2" in out
     assert "== import cycles: 1 strongly connected components" in out
+    assert "== import cycles with TYPE_CHECKING imports: 1 strongly connected" in out
 
 
 FIGURE_TREE = {

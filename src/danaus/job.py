@@ -18,9 +18,6 @@ from ._job.execute import exec_command as exec_command
 from ._job.jobs import JobState as JobState
 from ._job.jobs import JobTrait as JobTrait
 from ._job.jobs import LocalJob as LocalJob
-from ._job.jobs import ProcessJob as ProcessJob
-from ._job.jobs import SSHJob as SSHJob
-from ._job.jobs import StartedWorker as StartedWorker
 from ._job.load import job_load as job_load
 from ._job.load import job_loads as job_loads
 from ._job.port_forward import PortForwarder as PortForwarder
@@ -29,6 +26,9 @@ from ._job.slurm import SlurmError as SlurmError
 from ._job.slurm import SlurmJob as SlurmJob
 from ._job.telemetry import MeshAdminConfig as MeshAdminConfig
 from ._job.telemetry import TelemetryConfig as TelemetryConfig
+from ._job.workers import ProcessJob as ProcessJob
+from ._job.workers import SSHJob as SSHJob
+from ._job.workers import StartedWorker as StartedWorker
 
 __all__ = [
     "DEFAULT_JOB_PATH",

@@ -16,6 +16,7 @@ import pytest
 import danaus.config
 from danaus import _config
 from danaus._config import MONARCH_OPTIONS, Config, Encoding, NoEffectWarning
+from danaus._config import store as config_store
 from danaus.config import parametrize_config, parametrize_config_pointwise
 from danaus.testing import ClientScript
 
@@ -116,7 +117,7 @@ def _sample(opt: _config.MonarchOption) -> Any:
 @pytest.fixture
 def fresh_reports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Forget which options this process has reported, and restore the settings after."""
-    monkeypatch.setattr(_config, "_reported", set())
+    monkeypatch.setattr(config_store, "_reported", set())
     saved = danaus.config.get_runtime_config()
     yield
     danaus.config.clear_runtime_config()
@@ -397,7 +398,7 @@ def test_a_child_reads_a_kept_option_from_monarchs_environment_variable() -> Non
     out = subprocess.run(
         [sys.executable, "-c", "import danaus.config as c; "
          "print(c.get_global_config()['rdma_disable_ibverbs'])"],
-        env={**env, "PYTHONPATH": str(Path(_config.__file__).parents[1])},
+        env={**env, "PYTHONPATH": str(Path(danaus.config.__file__).parents[1])},
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.strip() == "True"

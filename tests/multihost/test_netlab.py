@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from danaus import _netlab
+from danaus import _netlab, _netlab_measure
 
 from .conftest import TIMEOUT, Host, Network, _ip, client_env, wait_pids_gone
 
@@ -60,13 +60,13 @@ def test_a_configured_delay_raises_the_round_trip(pair: tuple[Host, Host]) -> No
             "load): a link delay cannot be emulated here; rate and loss are tested"
         )
     a, b = pair
-    base = _netlab.tcp_rtt(a, b)
+    base = _netlab_measure.tcp_rtt(a, b)
     a.set_link(delay_us=20_000)
     try:
-        slow = _netlab.tcp_rtt(a, b)
+        slow = _netlab_measure.tcp_rtt(a, b)
     finally:
         a.set_link(delay_us=_netlab.DATACENTER.delay_us)
-    back = _netlab.tcp_rtt(a, b)
+    back = _netlab_measure.tcp_rtt(a, b)
     # 20 ms each way on one of the two links: a round trip of at least 40 ms.
     assert slow >= 10 * base, (base, slow)
     assert slow >= 10 * back, (back, slow)
@@ -84,21 +84,21 @@ def test_a_delay_without_netem_is_refused_by_name(pair: tuple[Host, Host]) -> No
 def test_loss_can_be_set_and_removed(pair: tuple[Host, Host]) -> None:
     a, b = pair
     sent = 400
-    assert _netlab.udp_delivered(a, b, sent) == sent
+    assert _netlab_measure.udp_delivered(a, b, sent) == sent
     a.set_link(loss_pct=50)
     # Each datagram crosses a's link once: about half arrive.
-    lossy = _netlab.udp_delivered(a, b, sent)
+    lossy = _netlab_measure.udp_delivered(a, b, sent)
     assert 0.25 * sent < lossy < 0.75 * sent, lossy
     a.set_link(loss_pct=0)
-    assert _netlab.udp_delivered(a, b, sent) == sent
+    assert _netlab_measure.udp_delivered(a, b, sent) == sent
 
 
 def test_a_rate_limits_throughput(pair: tuple[Host, Host]) -> None:
     a, b = pair
-    fast = _netlab.tcp_throughput(a, b, 2 << 20)
+    fast = _netlab_measure.tcp_throughput(a, b, 2 << 20)
     a.set_link(rate="20mbit")
     try:
-        slow = _netlab.tcp_throughput(a, b, 2 << 20)
+        slow = _netlab_measure.tcp_throughput(a, b, 2 << 20)
     finally:
         a.set_link(rate=_netlab.DATACENTER.rate)
     assert slow <= 20e6 / 8 * 1.2, slow  # the limit holds (20 Mbit/s, with tbf's burst)

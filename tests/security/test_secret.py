@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from danaus._actor.api.hosts import _advertise_for
+from danaus._actor.api.joining import _advertise_for
 from danaus._runtime.hosting.proc import _safe_path_entry
 from danaus._runtime.messaging.runtime import Runtime
 from danaus._transport.address import make_job_dir

@@ -22,6 +22,7 @@ import pytest
 from danaus import config
 from danaus._errors import PeerBrokenError
 from danaus._transport import conn as conn_mod
+from danaus._transport.conn import direct as conn_direct
 from danaus._wire.frame import Frame, encode_frame
 from danaus.testing import wait_until
 
@@ -279,7 +280,7 @@ def test_a_direct_read_outliving_its_loop_ends_quietly(side: Side) -> None:
 @pytest.fixture
 def spinning(monkeypatch: pytest.MonkeyPatch) -> None:
     """Spinning allowed whatever this machine's CPU count (one CPU turns it off)."""
-    monkeypatch.setattr(conn_mod, "_SPIN_OK", True)
+    monkeypatch.setattr(conn_direct, "_SPIN_OK", True)
 
 
 def test_a_frame_that_comes_while_the_reader_spins_is_a_hit(side: Side, spinning: None) -> None:
@@ -363,7 +364,7 @@ def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:
 
 
 def test_one_cpu_never_spins(side: Side, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(conn_mod, "_SPIN_OK", False)
+    monkeypatch.setattr(conn_direct, "_SPIN_OK", False)
     with config.configured(spin_wait=60.0):
         for _ in range(5):
             assert side.conn.read_directly(lambda: False, 0.001)

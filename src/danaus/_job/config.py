@@ -15,9 +15,10 @@ import os
 import re
 
 from .. import _config as config
-from .._actor.api.hosts import HostMesh, attach_to_workers
-from .jobs import ProcessJob
+from .._actor.api.hosts import HostMesh
+from .._actor.api.joining import attach_to_workers
 from .slurm import _bracket, node_addresses
+from .workers import ProcessJob
 
 __all__ = ["expand_hostlist", "hosts_from_config"]
 

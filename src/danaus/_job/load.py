@@ -11,10 +11,15 @@ from __future__ import annotations
 from . import statefile
 from .jobs import JobTrait
 from .slurm import SlurmJob
+from .workers import ProcessJob, SSHJob
 
 __all__ = ["job_load", "job_loads"]
 
-BUILTIN = (SlurmJob,)  # imported for their kinds (LocalJob, ... live beside JobTrait)
+BUILTIN = (
+    ProcessJob,
+    SSHJob,
+    SlurmJob,
+)  # imported for their kinds (LocalJob lives beside JobTrait)
 
 
 def _job_classes(cls: type[JobTrait]) -> list[type[JobTrait]]:

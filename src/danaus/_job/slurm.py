@@ -24,10 +24,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import _config as config
-from .._actor.api.hosts import HostMesh, attach_to_workers
+from .._actor.api.hosts import HostMesh
+from .._actor.api.joining import attach_to_workers
 from .._transport.secret_env import environ_without_secret
-from .jobs import JobTrait, _check_mesh_name, _count, _job_secret, client_argv, worker_port
+from .jobs import JobTrait, _job_secret, client_argv, worker_port
 from .statefile import Fields
+from .workers import _check_mesh_name, _count
 
 __all__ = ["SlurmError", "SlurmJob", "node_addresses"]
 

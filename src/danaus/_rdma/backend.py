@@ -42,7 +42,7 @@ from .memory import LocalMemory
 
 if TYPE_CHECKING:
     from .errors import RDMAError, RDMAOwnerLostError
-    from .transfer import Op
+    from .op import Op
 
 __all__ = ["BACKENDS", "BUILTIN", "Backend", "Group", "device_of"]
 

@@ -65,564 +65,69 @@ closes the connection after the response).
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import logging
 import os
 import queue
 import random
 import socket
 import ssl
-import struct
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .. import _config as config
-from .._runtime import node as _node
-from .._runtime.messaging.runtime import STATUS_OK, Runtime
 from .._runtime.node import Node
 from .._transport import tls
-from .._transport.auth import TAG, AuthError, Handshake, Session
-from .._wire.protocol import Kind, Message
-from . import cuda, registry
-from .registry import BufferRegistry, Registration
+from .._transport.auth import Session
+from .._wire.protocol import Kind
+from . import registry
+from .net_frames import (
+    _OK,
+    _REQ,
+    _RESP,
+    _TAMPERED,
+    CHUNK,
+    FETCH,
+    MAX_MESSAGE,
+    POOL_MAX,
+    STORE,
+    Closed,
+    Refused,
+    Tampered,
+    Unserved,
+    _check,
+    _close,
+    _handshake,
+    _recv_exact,
+    _recv_payload,
+    _seal,
+    _send_all,
+    _send_payload,
+    _tune,
+    _view,
+    split,
+)
+from .net_server import DataServer, _on_data_address
+from .net_server import _Server as _Server
+from .net_server import _server_address as _server_address
 
 __all__ = [
     "CHUNK",
     "FETCH",
     "STORE",
+    "Closed",
     "DataClient",
     "DataServer",
     "Refused",
     "Tampered",
+    "Unserved",
     "connect",
     "install",
     "split",
 ]
 
 log = logging.getLogger("danaus.rdma")
-
-
-FETCH, STORE = 1, 2
-_OK, _REFUSED, _TAMPERED = 0, 1, 2
-_REQ = struct.Struct("<BQQQQQ")
-_RESP = struct.Struct("<BI")
-
-SPLIT_MIN = 8 << 20  # a copy at least this large is split across ``rdma_streams`` connections
-PART_MIN = 4 << 20  # ... into parts of at least this many bytes
-POOL_MAX = 16  # idle connections kept per owner
-MAX_MESSAGE = 64 << 10  # the longest refusal message a requester reads
-_DRAIN = 1 << 20
-_REFUSAL = bytes(32)  # in place of the server's MAC: fails the client's check
-CHUNK = 256 << 10  # payload bytes per tag: what a receiver stages before it copies
-ALTERED = "tag check failed: the data was altered on the way"
-_BATCH = 16  # chunks sealed, then sent in one system call
-
-
-class Refused(Exception):
-    """The owner refused a request (the buffer was dropped, ...); ``str`` says why."""
-
-
-class Closed(ConnectionError):
-    """The data connection ended in the middle of a request (EOF)."""
-
-
-class Tampered(AuthError):
-    """A tag check failed after the handshake: bytes were altered (or injected, dropped,
-    reordered) on the way between the two ends. ``str`` starts with :data:`ALTERED`.
-
-    Not a wrong secret (the handshake had succeeded), and not a lost owner.
-    ``at``: the offset in the payload of the chunk that failed (None: not a payload's).
-    """
-
-    at: int | None = None
-
-
-class Unserved(Closed):
-    """The owner closed a new data connection before its first byte: every data thread of
-    its server was busy (``rdma_max_data_threads``), or its process is going away."""
-
-
-def split(nbytes: int) -> list[tuple[int, int]]:
-    """``(offset, length)`` parts of a copy: one, or up to ``rdma_streams`` for a large copy."""
-    if nbytes < SPLIT_MIN:
-        return [(0, nbytes)] if nbytes else []
-    n = max(1, min(config.get("rdma_streams"), nbytes // PART_MIN))
-    step = -(-nbytes // n)
-    step = (step + 4095) & ~4095
-    return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
-
-
-def _view(addr: int, nbytes: int) -> memoryview:
-    """A writable byte view of ``nbytes`` of this process's memory at ``addr`` (no copy).
-
-    The caller keeps the object that owns the memory alive while it uses the view.
-    """
-    return memoryview((ctypes.c_char * nbytes).from_address(addr)).cast("B")
-
-
-def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
-        opt = getattr(socket, name, None)
-        if opt is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, opt, value)
-            except OSError:  # pragma: no cover - a platform without it
-                pass
-
-
-def _send_all(sock: socket.socket, parts: list[Any]) -> None:
-    """Send ``parts`` back to back, in as few system calls as the kernel allows."""
-    views = [memoryview(p).cast("B") for p in parts if len(p)]
-    if isinstance(sock, ssl.SSLSocket):  # no sendmsg on TLS
-        for v in views:
-            sock.sendall(v)
-        return
-    while views:
-        sent = sock.sendmsg(views)
-        while sent and views:
-            if sent >= len(views[0]):
-                sent -= len(views.pop(0))
-            else:
-                views[0] = views[0][sent:]
-                sent = 0
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    _recv_into(sock, memoryview(buf))
-    return bytes(buf)
-
-
-def _recv_into(sock: socket.socket, view: memoryview) -> None:
-    """Fill ``view`` from ``sock``; ``Closed`` on EOF before it is full."""
-    got, n = 0, len(view)
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise Closed(f"the peer closed the data connection ({got} of {n} bytes received)")
-        got += k
-
-
-def _handshake(
-    sock: socket.socket, secret: bytes | None, role: Any, deadline: float
-) -> Session | None:
-    """Run the job-secret handshake on a blocking socket (as the runtime's connections do),
-    all of it before ``deadline`` (``time.monotonic()``); returns the session, if any.
-
-    Raises ``TimeoutError`` past the deadline, :class:`AuthError` on a wrong answer.
-    """
-    if secret is None:
-        return None
-    hs = Handshake(secret, role)
-    first = hs.start()
-    if first:
-        sock.sendall(first)
-    heard = False  # anything from the peer yet
-    while not hs.done:
-        buf = bytearray(hs.want())
-        view, got = memoryview(buf), 0
-        while got < len(buf):  # a byte at a time must not stretch the deadline
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("the data connection's handshake took too long")
-            sock.settimeout(left)
-            k = sock.recv_into(view[got:])
-            if k == 0:
-                if role == "client" and not heard:
-                    raise Unserved("the owner's data server closed the connection unserved")
-                raise Closed("the peer closed the data connection during the handshake")
-            got += k
-            heard = True
-        try:
-            out = hs.feed(bytes(buf))
-        except AuthError:
-            if role == "server":
-                # Say so instead of just closing: to the client, a bare EOF means that
-                # the owner's process is gone, this means "wrong secret" (a bad MAC).
-                sock.sendall(_REFUSAL)
-            raise
-        if out:
-            sock.sendall(out)
-    return hs.session()
-
-
-def _seal(session: Session | None, parts: list[Any]) -> list[Any]:
-    return parts if session is None else [*parts, session.seal(parts)]
-
-
-def _verify(session: Session, head: Any, data: Any, tag: Any, what: str) -> None:
-    """Check the tag of the next frame received; :class:`Tampered` (naming ``what``) if not."""
-    try:
-        session.check(head, data, tag)
-    except AuthError as e:
-        raise Tampered(f"{ALTERED} ({what} did not match its tag)") from e
-
-
-def _check(
-    sock: socket.socket, session: Session | None, head: bytes, what: str = "a frame"
-) -> None:
-    """Read the tag that follows ``head`` and check it; :class:`Tampered` if it does not match."""
-    if session is not None:
-        _verify(session, head, b"", _recv_exact(sock, TAG), what)
-
-
-def _chunks(nbytes: int) -> int:
-    return -(-nbytes // CHUNK)
-
-
-def payload_size(nbytes: int, session: Session | None) -> int:
-    """Bytes on the wire for a payload of ``nbytes`` (its tags included)."""
-    return nbytes + (TAG * _chunks(nbytes) if session is not None else 0)
-
-
-def _send_payload(
-    sock: socket.socket, session: Session | None, head: list[Any], view: memoryview
-) -> None:
-    """Send ``head`` (sealed frames), then ``view`` as a payload: chunk by chunk, each with
-    its tag (bare without a session), ``_BATCH`` chunks per system call."""
-    if session is None:
-        _send_all(sock, [*head, view])
-        return
-    parts = head
-    for off in range(0, len(view), CHUNK):
-        chunk = view[off : off + CHUNK]
-        parts += [chunk, session.seal([chunk])]
-        if len(parts) >= 2 * _BATCH:
-            _send_all(sock, parts)
-            parts = []
-    _send_all(sock, parts)
-
-
-# A per-thread cache, not state: each thread's staging buffer (see _scratch_buffer).
-_scratch = threading.local()
-
-
-def _scratch_buffer() -> memoryview:
-    """This thread's staging buffer: one chunk and its tag (kept for the thread's life)."""
-    buf = getattr(_scratch, "buf", None)
-    if buf is None:
-        buf = _scratch.buf = memoryview(bytearray(CHUNK + TAG))
-    return buf
-
-
-def _recv_payload(sock: socket.socket, session: Session | None, view: memoryview) -> None:
-    """Receive a payload into ``view``; only verified bytes are ever written to it.
-
-    With a session, each chunk and its tag land in a scratch buffer first and
-    the chunk is copied into ``view`` once its tag matches; :class:`Tampered`
-    at the first chunk that does not (``.at``: its offset; the chunks before
-    it are in ``view``, it and those after are not). Without one (TLS, or no
-    secret), straight into ``view``.
-    """
-    if session is None:
-        _recv_into(sock, view)
-        return
-    scratch = _scratch_buffer()
-    n = len(view)
-    for off in range(0, n, CHUNK):
-        k = min(CHUNK, n - off)
-        staged = scratch[: k + TAG]
-        _recv_into(sock, staged)
-        try:
-            _verify(
-                session, b"", staged[:k], staged[k:],
-                f"payload bytes {off}..{off + k} of {n}, chunk {off // CHUNK}",
-            )  # fmt: skip
-        except Tampered as e:
-            e.at = off
-            raise
-        view[off : off + k] = staged[:k]
-
-
-# -- the owner's side: the data server --------------------------------------------------
-
-
-class _Server:
-    """A listener on the runtime's TCP interface and one daemon thread per connection."""
-
-    def __init__(self, rt: Runtime, memory: BufferRegistry) -> None:
-        # The same interface the runtime's authenticated TCP listener is bound to.
-        bind = rt.tcp_bind
-        if bind is None or rt.tcp_advertise is None:
-            raise RuntimeError(
-                f"proc {rt.proc_id.name} does not listen on TCP, so no other host can reach it"
-            )
-        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-        self.rt = rt
-        self.memory = memory  # the registered memory it serves
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((bind, 0))
-        self.sock.listen(128)
-        self.address = (rt.tcp_advertise, self.sock.getsockname()[1])
-        self.pid = os.getpid()
-        threading.Thread(target=self._accept, name="danaus-rdma-accept", daemon=True).start()
-
-    def close(self) -> None:
-        """Stop accepting (the accept thread ends); connections being served go on."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        except OSError:
-            pass
-        self.sock.close()
-
-    def _accept(self) -> None:
-        backoff = 0.0
-        slots = threading.BoundedSemaphore(config.get("rdma_max_data_threads"))
-        while True:
-            try:
-                s, _ = self.sock.accept()
-            except OSError as e:
-                if self.sock.fileno() < 0 or e.errno not in _OUT_OF_RESOURCES:
-                    return  # the listener is closed (or shut down)
-                backoff = _pause(backoff)  # out of descriptors: wait, do not spin
-                continue
-            if not slots.acquire(blocking=False):
-                _close(s)  # every thread is busy: refuse rather than grow without bound
-                continue
-            try:
-                threading.Thread(
-                    target=_serve,
-                    args=(s, self.rt.secret, slots, self.memory),
-                    name="danaus-rdma-data",
-                    daemon=True,
-                ).start()
-            except RuntimeError:  # "can't start new thread": shed this one, go on
-                slots.release()
-                _close(s)
-                backoff = _pause(backoff)
-                continue
-            backoff = 0.0
-
-
-_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-
-
-def _pause(backoff: float) -> float:
-    """Sleep a little longer each time (the accept thread only), up to a second."""
-    backoff = min(1.0, max(0.01, 2 * backoff))
-    time.sleep(backoff)
-    return backoff
-
-
-def _serve(
-    sock: socket.socket,
-    secret: bytes | None,
-    slots: threading.BoundedSemaphore,
-    memory: BufferRegistry,
-) -> None:
-    """Answer the requests of one data connection until it closes (a data thread)."""
-    try:
-        _tune(sock)
-        deadline = time.monotonic() + config.get("handshake_timeout")
-        ctx = tls.server_context()
-        if ctx is not None:
-            sock.settimeout(config.get("handshake_timeout"))
-            sock = ctx.wrap_socket(sock, server_side=True)
-        session = _handshake(sock, secret, "server", deadline)
-        if ctx is not None:
-            session = None  # TLS protects every byte
-        sock.settimeout(None)
-        head = bytearray(_REQ.size)
-        while True:
-            try:
-                _recv_into(sock, memoryview(head))
-            except Closed:
-                return
-            _check(sock, session, bytes(head), "a request")  # before anything is looked up
-            op, buffer_id, addr, size, offset, nbytes = _REQ.unpack(head)
-            if op not in (FETCH, STORE):
-                return  # not our protocol: close
-            # Pinned for this request: a drop() meanwhile waits until it is answered.
-            answers, lease_id, regs = memory.lease([(buffer_id, addr, size)])
-            why = answers[0]
-            reg = regs[0] if regs else None
-            try:
-                if not _answer(sock, session, op, reg, why, offset, nbytes):
-                    return
-            finally:
-                memory.release(lease_id)
-    except (OSError, AuthError):
-        pass  # the requester went away or failed the handshake: it hears from its side
-    finally:
-        slots.release()
-        try:
-            sock.close()
-        except OSError:  # pragma: no cover
-            pass
-
-
-def _answer(
-    sock: socket.socket,
-    session: Session | None,
-    op: int,
-    reg: Registration | None,
-    why: str | None,
-    offset: int,
-    nbytes: int,
-) -> bool:
-    """Serve one FETCH or STORE of a pinned registration (or refuse it, saying why).
-
-    False when the connection is to be closed (a STORE's payload was altered).
-    """
-    if reg is not None and offset + nbytes > reg.nbytes:
-        why = f"a request for bytes {offset}..{offset + nbytes} is out of range"
-    elif reg is not None and op == STORE and reg.readonly:
-        why = "it is read-only"
-    if why is not None or reg is None:
-        if op == STORE:
-            _drain(sock, payload_size(nbytes, session))
-            if session is not None:
-                for _ in range(_chunks(nbytes)):
-                    session.skip_recv()  # the payload's tags: its bytes are thrown away
-        msg = (why or "it is not registered").encode()[:MAX_MESSAGE]
-        _send_all(sock, _seal(session, [_RESP.pack(_REFUSED, len(msg)) + msg]))
-        return True
-    if not reg.memory.host:  # GPU memory: staged through pinned host memory (cuda.py)
-        return _answer_device(sock, session, op, reg, offset, nbytes)
-    # ``reg`` holds the memory alive while we use it, even if dropped meanwhile.
-    view = _view(reg.addr + offset, nbytes) if nbytes else memoryview(b"")
-    try:
-        if op == FETCH:
-            _send_payload(sock, session, _seal(session, [_RESP.pack(_OK, 0)]), view)
-            return True
-        # The request was authentic; each chunk's own tag catches bytes altered on
-        # the way, before the chunk is copied into the registered memory.
-        try:
-            _recv_payload(sock, session, view)
-        except Tampered as e:
-            # Read the rest (its length is authentic) so that the requester, still
-            # sending, hears why instead of a reset; then close: the path is hostile.
-            end = min(nbytes, (e.at or 0) + CHUNK)
-            _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
-            msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
-            _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
-            return False
-        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-        return True
-    finally:
-        del view, reg
-
-
-def _answer_device(
-    sock: socket.socket,
-    session: Session | None,
-    op: int,
-    reg: Registration,
-    offset: int,
-    nbytes: int,
-) -> bool:
-    """:func:`_answer` for a CUDA registration: the same bytes on the wire, the payload
-    staged chunk by chunk through pinned host memory (a whole number of ``CHUNK``s each,
-    so the tags fall where they would for host memory)."""
-    mem = reg.memory
-    assert isinstance(mem, cuda.CudaMemory)
-    try:
-        return _answer_device_staged(sock, session, op, mem, offset, nbytes)
-    except RuntimeError as e:  # CUDA failed here: close, so the requester fails at once
-        log.warning("serving %s bytes of %s failed in CUDA: %s", nbytes, mem.kind, e)
-        return False
-
-
-def _answer_device_staged(
-    sock: socket.socket,
-    session: Session | None,
-    op: int,
-    mem: cuda.CudaMemory,
-    offset: int,
-    nbytes: int,
-) -> bool:
-    if op == FETCH:
-        _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-        cuda.serve_fetch(
-            mem, offset, nbytes, lambda view: _send_payload(sock, session, [], view), CHUNK
-        )
-        return True
-
-    def recv(view: memoryview, at: int) -> None:
-        try:
-            _recv_payload(sock, session, view)
-        except Tampered as e:
-            e.at = at + (e.at or 0)
-            raise
-
-    try:
-        cuda.serve_store(mem, offset, nbytes, recv, CHUNK)
-    except Tampered as e:
-        end = min(nbytes, (e.at or 0) + CHUNK)
-        _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
-        msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
-        _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
-        return False
-    _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
-    return True
-
-
-def _drain(sock: socket.socket, nbytes: int) -> None:
-    scratch = memoryview(bytearray(min(nbytes, _DRAIN) or 1))
-    left = nbytes
-    while left:
-        k = sock.recv_into(scratch, min(left, len(scratch)))
-        if k == 0:
-            raise Closed("the requester closed the data connection")
-        left -= k
-
-
-class DataServer:
-    """The node's part for the data plane: its data server, started on first use.
-
-    Closed with the node (``shutdown_context()``), so a client that starts
-    again gets a new server and the old listener does not outlive its session.
-    """
-
-    def __init__(self) -> None:
-        self.server: _Server | None = None
-
-    def address(self, rt: Runtime, memory: BufferRegistry) -> tuple[str, int]:
-        """Where the server of ``memory`` (the node's registered memory) listens."""
-        if self.server is None or self.server.pid != os.getpid() or self.server.rt is not rt:
-            self.server = _Server(rt, memory)
-        return self.server.address
-
-    def on_node_end(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-
-
-def _server_address(rt: Runtime) -> tuple[str, int]:
-    """Start this process's data server on first use (I/O thread); its ``(host, port)``."""
-    node = _node.current()
-    if node is None or node.runtime is not rt:
-        raise RuntimeError(f"proc {rt.proc_id.name} has no running node to serve data from")
-    return node.part(DataServer).address(rt, node.part(BufferRegistry))
-
-
-def _on_data_address(rt: Runtime, frame: Message) -> None:
-    # answered with REPLY((host, port, None) | (None, None, why))
-    port, index = frame.header
-    try:
-        host, tcp_port = _server_address(rt)
-        answer: tuple[Any, ...] = (host, tcp_port, None)
-    except (OSError, RuntimeError) as e:
-        answer = (None, None, f"its data server could not start: {e}")
-    rt.reply(port, index, STATUS_OK, answer)
-
-
-def install(node: Node, boot: dict[str, Any] | None = None) -> None:
-    """The RDMA installer (idempotent): the registry's frame handlers, then ``RDMA_DATA``
-    on ``node``'s runtime, and pooled connections to the procs it loses forgotten."""
-    registry.install(node, boot)
-    rt = node.runtime
-    if rt.handlers.get(Kind.RDMA_DATA) is None:
-        client = node.part(DataClient)
-        rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
-        rt.lost_callbacks.append(lambda name, reason: client.forget(name))
 
 
 # -- the requester's side: pooled connections -------------------------------------------
@@ -836,13 +341,6 @@ class DataClient:
                 _close(sock)
 
 
-def _close(sock: socket.socket) -> None:
-    try:
-        sock.close()
-    except OSError:  # pragma: no cover
-        pass
-
-
 def connect(
     address: tuple[str, int],
     secret: bytes | None,
@@ -927,3 +425,14 @@ def _connect_once(
             raise Unserved(f"the owner's data server closed the connection unserved ({e})") from e
         raise
     return sock, session
+
+
+def install(node: Node, boot: dict[str, Any] | None = None) -> None:
+    """The RDMA installer (idempotent): the registry's frame handlers, then ``RDMA_DATA``
+    on ``node``'s runtime, and pooled connections to the procs it loses forgotten."""
+    registry.install(node, boot)
+    rt = node.runtime
+    if rt.handlers.get(Kind.RDMA_DATA) is None:
+        client = node.part(DataClient)
+        rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
+        rt.lost_callbacks.append(lambda name, reason: client.forget(name))

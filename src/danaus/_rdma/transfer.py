@@ -25,15 +25,13 @@ fails the future at once), and the deadline fails it with ``TimeoutError``.
 from __future__ import annotations
 
 import concurrent.futures
-import errno
 import functools
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from .._actor.core import telemetry
 from .._actor.core.collect import Collector, decode_reply, set_future
@@ -47,36 +45,18 @@ from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
 from . import backend as _backend
 from . import cuda, net, plane, vm
-from .cuda import CudaHandles
-from .errors import RDMAError, RDMAOwnerLostError, RDMATamperedError
-from .memory import LocalMemory
+from .copies import CopyThreads, copy_bytes, entry, served
+from .copies import parts as copy_parts
+from .errors import RDMAError, RDMATamperedError
+from .failures import cuda_error, os_error, owner_lost
 from .net import DataClient
+from .op import BufferRef, Op
 from .registry import BufferRegistry
-
-if TYPE_CHECKING:
-    from .buffer import RDMABuffer
 
 __all__ = ["CopyThreads", "Op", "Transfer", "check_timeout", "same_host"]
 
-SPLIT_MIN = 32 << 20  # a copy at least this large is split across worker threads
-PART_MIN = 16 << 20  # ... into parts of at least this many bytes
-PAGE = 4096  # what staged chunks of a process_vm copy are rounded to
 
-
-class Op(NamedTuple):
-    """One transfer: ``nbytes`` between ``local`` and the start of ``buf``."""
-
-    write: bool  # True: local -> buf; False: buf -> local
-    buf: RDMABuffer
-    local: LocalMemory
-    nbytes: int
-
-    def describe(self) -> str:
-        verb = "write_from" if self.write else "read_into"
-        return f"{verb} of {self.nbytes} bytes {'to' if self.write else 'from'} {self.buf}"
-
-
-def same_host(buf: RDMABuffer, rt: Runtime) -> bool:
+def same_host(buf: BufferRef, rt: Runtime) -> bool:
     """True if ``process_vm`` can reach ``buf``'s owner from this process.
 
     The owner must run under this kernel and pid namespace *and* on this
@@ -101,35 +81,6 @@ def check_timeout(timeout: Any) -> float:
 
 
 # -- worker threads ------------------------------------------------------------------
-
-
-class CopyThreads:
-    """The node's part for copies: the threads that run them (started as needed).
-
-    Ended with the node (``shutdown_context()``): the threads end once the copies
-    already handed to them are done, and a client that starts again gets new ones.
-    A forked proc starts a node of its own, so it never shares them with its parent.
-    """
-
-    def __init__(self) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="danaus-rdma")
-
-    def on_node_end(self) -> None:
-        self.pool.shutdown(wait=False)
-
-
-def _workers() -> int:
-    return max(4, min(16, 2 * (os.cpu_count() or 1)))
-
-
-def _split(nbytes: int) -> list[tuple[int, int]]:
-    """``(offset, length)`` parts of a copy: one, or one per core for a large copy."""
-    if nbytes < SPLIT_MIN:
-        return [(0, nbytes)] if nbytes else []
-    n = max(1, min(os.cpu_count() or 1, 8, nbytes // PART_MIN))
-    step = -(-nbytes // n)
-    step = (step + 4095) & ~4095  # page-aligned parts
-    return [(off, min(step, nbytes - off)) for off in range(0, nbytes, step)]
 
 
 # -- one transfer ---------------------------------------------------------------------
@@ -187,12 +138,12 @@ class Transfer:
                 self._start_backend(backend, key == me, ops)
             elif key == me:
                 memory = node.part(BufferRegistry)
-                answers, lease_id, regs = memory.lease([_entry(op) for op in ops])
+                answers, lease_id, regs = memory.lease([entry(op) for op in ops])
                 # ``regs`` keeps the memory alive until the copies are done, even if the
                 # node ends meanwhile and forgets the lease.
                 release = functools.partial(_release_local, memory, lease_id, regs)
                 self._checked(ops, answers, local=True, release=release)
-            elif same_host(ops[0].buf, rt) and not any(_served(op) for op in ops):
+            elif same_host(ops[0].buf, rt) and not any(served(op) for op in ops):
                 self._check_remote(rt, ops)
             else:
                 self._start_net(rt, key, ops)
@@ -217,7 +168,7 @@ class Transfer:
             on_end=lambda fn: self.cf.add_done_callback(lambda _: fn()),
             label=self._label,
             unusable=self._unusable,
-            owner_lost=lambda op, why, cause: _owner_lost(self._label(op), op.buf, why, cause),
+            owner_lost=lambda op, why, cause: owner_lost(self._label(op), op.buf, why, cause),
         )
         backend.run(group, self._node)
 
@@ -276,7 +227,7 @@ class Transfer:
                 self._checked(ops, list(answers), local=False, release=release)
             elif isinstance(value, SupervisionError):
                 reason = value.reason or str(value)
-                self._fail(_owner_lost(self._label(ops[0]), ops[0].buf, reason, value))
+                self._fail(owner_lost(self._label(ops[0]), ops[0].buf, reason, value))
             else:
                 self._fail(value)
 
@@ -284,7 +235,7 @@ class Transfer:
         coll.expect(0, owner)
         if self.cf.done():
             return
-        entries = tuple(_entry(op) for op in ops)
+        entries = tuple(entry(op) for op in ops)
         rt.send(
             owner,
             RdmaCheck(entries, coll.port, 0, self._deadline),
@@ -313,7 +264,7 @@ class Transfer:
         if self.cf.done():
             release()
             return
-        parts = [(op, off, n) for op in ops for off, n in _parts(op)]
+        parts = [(op, off, n) for op in ops for off, n in copy_parts(op)]
         if not parts:
             release()
         finished = _Countdown(len(parts), release)
@@ -403,7 +354,7 @@ class Transfer:
         def move(addr: int, o: int, k: int) -> bool:
             client.request(
                 key, rt.secret, self._deadline, self._track, self._untrack,
-                net.STORE if op.write else net.FETCH, _entry(op), o, addr, k,
+                net.STORE if op.write else net.FETCH, entry(op), o, addr, k,
             )  # fmt: skip
             return True
 
@@ -442,7 +393,7 @@ class Transfer:
         except (net.Closed, ConnectionResetError, BrokenPipeError, ConnectionRefusedError) as e:
             if not self.cf.done():  # else: we shut the connection down ourselves
                 why = f"its process exited during the transfer (the data connection broke: {e})"
-                self._fail(_owner_lost(self._label(op), op.buf, why, e))
+                self._fail(owner_lost(self._label(op), op.buf, why, e))
             return
         except OSError as e:  # includes a connect that timed out
             if self.cf.done():
@@ -460,7 +411,7 @@ class Transfer:
             self._fail(err)
             return
         except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(_cuda_error(self._label(op), op, e))
+            self._fail(cuda_error(self._label(op), op, e))
             return
         except Exception as e:  # pragma: no cover - a bug
             self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
@@ -511,59 +462,20 @@ class Transfer:
     def _copy_part(self, op: Op, off: int, n: int, local: bool) -> None:
         if self._stop():
             return
-        stop: Callable[[], bool] = self._stop
+        assert self._node is not None and self._rt is not None
         try:
-            if op.buf._cuda is not None or not op.local.host:  # GPU memory on either side
-                finished = self._copy_cuda(op, off, n, local, stop)
-            elif local:  # our own buffer: a plain memmove, no system call needed
-                if op.write:
-                    dst, src = op.buf._addr, op.local.addr
-                else:
-                    dst, src = op.local.addr, op.buf._addr
-                finished = vm.memmove(dst + off, src + off, n, stop=stop)
-            else:
-                finished = vm.copy(
-                    op.buf._pid, op.local.addr + off, op.buf._addr + off, n,
-                    write=op.write, stop=stop,
-                )  # fmt: skip
+            finished = copy_bytes(op, off, n, local, self._stop, self._node, self._rt)
         except OSError as e:
-            self._fail(_os_error(self._label(op), op.buf, e))
+            self._fail(os_error(self._label(op), op.buf, e))
             return
         except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(_cuda_error(self._label(op), op, e))
+            self._fail(cuda_error(self._label(op), op, e))
             return
         except Exception as e:  # pragma: no cover - a bug
             self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
             return
         if finished:
             self._part_done()
-
-    def _copy_cuda(self, op: Op, off: int, n: int, local: bool, stop: Callable[[], bool]) -> bool:
-        """A copy on this host with GPU memory on either side (``cuda.py``): direct where
-        the owner's GPU memory is reachable, staged through pinned host memory where the
-        owner's memory is host memory reached by process_vm."""
-        buf = op.buf
-        if buf._cuda is not None:  # the owner's GPU memory: its own, or its IPC handle
-            assert self._node is not None and self._rt is not None
-            handles = self._node.part(CudaHandles)
-            handles.watch(self._rt)
-            key = (buf._owner_proc.name, buf._pid, buf._id)
-            # This process's own memory even when another proc of it (a simulated one)
-            # registered it: CUDA refuses to open an IPC handle in the process that made it.
-            own = local or buf._pid == os.getpid()
-            remote, device = cuda.owner_bytes(buf._cuda, key, buf._addr, buf._size, own, handles)
-            cuda.direct_copy(op.write, op.local, remote, off, n, device)
-            return True
-        assert isinstance(op.local, cuda.CudaMemory)
-        if local:  # host memory of this process: one copy, no staging needed
-            remote = cuda.host_tensor(buf._addr, buf._size)
-            cuda.direct_copy(op.write, op.local, remote, off, n, None)
-            return True
-
-        def move(addr: int, o: int, k: int) -> bool:
-            return vm.copy(buf._pid, addr, buf._addr + o, k, write=op.write, stop=stop)
-
-        return cuda.staged_copy(op.write, op.local, off, n, move, stop, PAGE)
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
@@ -614,7 +526,7 @@ class _OwnerWatch:
 
     def peer_lost(self, proc: str, reason: str) -> None:
         t, op = self.transfer, self.ops[0]
-        t._fail(_owner_lost(t._label(op), op.buf, reason))
+        t._fail(owner_lost(t._label(op), op.buf, reason))
 
     def close(self) -> None:
         self.rt.close_port(self.port.port)
@@ -657,75 +569,3 @@ def _ignore(reason: str) -> None:
 
 def _release_local(memory: BufferRegistry, lease_id: int | None, regs: Any) -> None:
     memory.release(lease_id)
-
-
-def _served(op: Op) -> bool:
-    """True if ``op``'s buffer is GPU memory this process cannot open by CUDA IPC (a GPU
-    it does not see): its owner's data server stages it, as for another host."""
-    return op.buf._cuda is not None and cuda.reachable(op.buf._cuda, True) is not None
-
-
-def _parts(op: Op) -> list[tuple[int, int]]:
-    """A copy's parts for worker threads: one for a direct device copy (a single copy
-    engine transfer is fastest), as for host memory otherwise."""
-    if op.buf._cuda is not None:
-        return [(0, op.nbytes)] if op.nbytes else []
-    return _split(op.nbytes)
-
-
-def _cuda_error(label: str, op: Op, e: RuntimeError) -> RDMAError:
-    where = op.buf._cuda.kind if op.buf._cuda is not None else str(op.buf)
-    err = RDMAError(
-        f"{label} failed in CUDA ({where} <-> {op.local.kind}): {e}",
-        buffer=str(op.buf),
-        owner=op.buf.owner,
-    )
-    err.__cause__ = e
-    return err
-
-
-def _entry(op: Op) -> tuple[int, int, int]:
-    return (op.buf._id, op.buf._addr, op.buf._size)
-
-
-def _owner_lost(
-    label: str, buf: RDMABuffer, reason: str, cause: BaseException | None = None
-) -> RDMAOwnerLostError:
-    err = RDMAOwnerLostError(
-        f"{label} failed: the owner {buf.owner} (proc {buf._owner_proc.name}, pid "
-        f"{buf._pid}) is gone: {reason}",
-        buffer=str(buf),
-        owner=buf.owner,
-    )
-    err.__cause__ = cause
-    return err
-
-
-def _os_error(label: str, buf: RDMABuffer, e: OSError) -> RDMAError:
-    if e.errno == errno.ESRCH:
-        return _owner_lost(label, buf, "its process exited during the transfer", e)
-    if e.errno in (errno.EPERM, errno.EACCES):
-        scope = vm.ptrace_scope()
-        hint = (
-            f" Yama's kernel.yama.ptrace_scope is {scope}: at 2 or 3 only privileged "
-            "processes may do this; at 1 the owner must have declared us, which danaus does "
-            "for the procs of one job (set DANAUS_RDMA_PTRACER=any in the owner's environment "
-            "to allow any process of this user)."
-            if scope
-            else " Both processes must run as the same user, and the owner must be dumpable."
-        )
-        msg = (
-            f"{label} failed: the kernel refused this process (pid {os.getpid()}) "
-            f"access to the memory of the owner (pid {buf._pid}): {e.strerror}.{hint}"
-        )
-    elif e.errno == errno.EFAULT:
-        msg = (
-            f"{label} failed: part of the memory is not mapped ({e.strerror}): the "
-            "owner's data was probably freed while still registered, or the local memory "
-            "was released during the transfer"
-        )
-    else:
-        msg = f"{label} failed: {e.strerror} (errno {e.errno})"
-    err = RDMAError(msg, buffer=str(buf), owner=buf.owner)
-    err.__cause__ = e
-    return err

@@ -13,7 +13,8 @@ from .._tensor import simulator as _meta_labels
 from .core import Simulator as _Core
 from .core import SimulatorBackendMode, SimulatorTraceMode, WorkerGroup
 from .costs import CostModel, FixedCosts, MeasuredCosts
-from .engine import SimEngine, SimulatedMesh, allow_simulated_cuda
+from .engine import SimEngine
+from .mesh import SimulatedMesh, allow_simulated_cuda
 
 __all__ = ["GroupReport", "SimulationReport", "Simulator", "SimulatorInterface"]
 

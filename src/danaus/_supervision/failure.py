@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .._actor.api.mesh import ActorMesh
-    from .supervisor import Supervisor
+
+
+class GaveUp(Protocol):
+    """A supervisor that gave up (``supervisor.Supervisor``), as a failure names it."""
+
+    name: str
+
+    @property
+    def status(self) -> str: ...
+
 
 __all__ = ["MeshFailure"]
 
@@ -30,7 +39,7 @@ class MeshFailure:
         crashed_ranks: list[int],
         reason: str,
         traceback: str = "",
-        mesh: ActorMesh[Any] | Supervisor | None = None,
+        mesh: ActorMesh[Any] | GaveUp | None = None,
         log_tail: list[str] | tuple[str, ...] = (),
         actor: str = "",
     ) -> None:

@@ -33,383 +33,37 @@ import collections
 import concurrent.futures
 import functools
 import logging
-import math
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from .. import _config as config
 from .._actor.api.actor import actor_mode, validate_actor_class
-from .._actor.api.adverbs import Endpoint
-from .._actor.api.mesh import ActorMesh, MeshRef, _State
-from .._actor.api.procs import ProcMesh, spawn_on
-from .._actor.api.route import DirectRoute, Route
+from .._actor.api.mesh import MeshRef, _State
+from .._actor.api.procs import ProcMesh
 from .._actor.core import owned
-from .._actor.core.collect import Collector, Countdown, set_future
 from .._actor.core.context import Context, acting_as, context
 from .._actor.core.future import Future
-from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
-from .._runtime.logs.process import LogControl
 from .._wire import codec
 from .._wire.ids import ProcId
-from .._wire.protocol import Spawn, StopActor
 from . import monitor
+from .child import _MeshChild, spawn_ranks, stop_ranks
 from .failure import MeshFailure
+from .handle import SupervisedMesh
+from .placement import Placer
+from .policy import Backoff, Restart, checked
 from .supervised import supervised
+from .tree import _Tree
 
 __all__ = ["Backoff", "Restart", "Supervisor"]
 
 log = logging.getLogger("danaus.supervision")
 
 A = TypeVar("A")
-
-STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Wait before each restart: ``initial`` seconds, doubled for each restart already
-    made within the supervisor's period, at most ``cap``."""
-
-    initial: float
-    cap: float
-
-    def __post_init__(self) -> None:
-        for what, v in (("initial", self.initial), ("cap", self.cap)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise TypeError(f"Backoff {what} must be a number of seconds, got {v!r}")
-            if v < 0:
-                raise ValueError(f"Backoff {what} must be >= 0 seconds, got {v!r}")
-        if self.cap < self.initial:
-            raise ValueError(
-                f"Backoff cap ({self.cap!r} s) must be at least its initial delay "
-                f"({self.initial!r} s)"
-            )
-
-    def delay(self, earlier: int) -> float:
-        """The wait before a restart that follows ``earlier`` restarts within the period."""
-        return float(min(self.cap, self.initial * 2 ** min(earlier, 64)))
-
-
-@dataclass(frozen=True)
-class Restart:
-    """One restart a supervisor made: when (``time.time()``), which child (a mesh's or a
-    nested supervisor's name), which of its ranks, why; ``delay`` is the backoff it
-    waited and ``failed_at`` when it saw the failure (``time.time()``)."""
-
-    time: float
-    child: str
-    ranks: tuple[int, ...]
-    reason: str
-    delay: float = 0.0
-    failed_at: float = 0.0
-    supervisor: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "time": self.time,
-            "child": self.child,
-            "ranks": list(self.ranks),
-            "reason": self.reason,
-            "delay": self.delay,
-            "failed_at": self.failed_at,
-            "supervisor": self.supervisor,
-        }
-
-
-# -- the children -----------------------------------------------------------------------
-
-
-class _Thunk:
-    """A call held while ranks it targets restart: sent, in order, once they are up."""
-
-    __slots__ = ("ranks", "run")
-
-    def __init__(self, ranks: frozenset[int], run: Callable[[], None]) -> None:
-        self.ranks = ranks
-        self.run = run
-
-
-class _MeshChild:
-    """An actor mesh a supervisor spawned: how to spawn each rank again, and its calls."""
-
-    def __init__(self, sup: Supervisor, ref: MeshRef, state: _State, shape: Shape) -> None:
-        self.sup = sup
-        self.ref = ref
-        self.state = state
-        self.shape = shape
-        self.name = ref.name
-        self.body: Any = None  # the pickled (class, args, kwargs, name, creator)
-        self.mode = "sync"
-        self.incarnation = [0] * len(ref.procs)
-        self.lock = threading.Lock()  # guards held, blocked and pending
-        self.blocked: set[int] = set()  # ranks being restarted
-        self.held: frozenset[int] = frozenset()  # blocked + the ranks of pending calls
-        self.pending: collections.deque[_Thunk] = collections.deque()
-        self.stopped = False  # stopped by its user or for good: never restarted
-        self.handle: SupervisedMesh[Any] | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.ref.procs)
-
-    def mesh_children(self) -> list[_MeshChild]:
-        return [self]
-
-    # calls ---------------------------------------------------------------------------
-
-    def block(self, ranks: set[int]) -> None:
-        with self.lock:
-            self.blocked |= ranks
-            self.held = frozenset(self.held | ranks)
-
-    def hold(self, ranks: frozenset[int], run: Callable[[], None]) -> bool:
-        """Queue ``run`` if ``ranks`` must wait for a restart; False: send it now."""
-        with self.lock:
-            if self.held.isdisjoint(ranks):
-                return False
-            self.pending.append(_Thunk(ranks, run))
-            self.held = frozenset(self.held | ranks)
-            return True
-
-    def release(self, ranks: set[int] | None = None) -> None:
-        """``ranks`` (all when None) are up: send the held calls that no longer wait, in
-        the order they were made. They are sent without the lock (a send may wait for
-        the I/O thread, which blocks ranks under it); until then ``held`` still covers
-        their ranks, so a call made meanwhile queues behind them."""
-        with self.lock:
-            self.blocked = set() if ranks is None else self.blocked - ranks
-        while True:
-            with self.lock:
-                waiting = set(self.blocked)
-                kept: collections.deque[_Thunk] = collections.deque()
-                runnable = []
-                for t in self.pending:
-                    if waiting.isdisjoint(t.ranks):
-                        runnable.append(t)
-                    else:
-                        kept.append(t)
-                        waiting |= t.ranks
-                self.pending = kept
-                if not runnable:
-                    self.held = frozenset(waiting)
-                    return
-            for t in runnable:
-                try:
-                    t.run()
-                except Exception:  # each thunk completes its own future; never ours
-                    log.exception("a call held for a restart of %s failed", self.name)
-
-
-# -- the handle --------------------------------------------------------------------------
-
-
-class SupervisedMesh(ActorMesh[A]):
-    """The ``ActorMesh`` of a supervised child: valid across restarts.
-
-    It reads the child's current procs, holds calls to ranks being restarted
-    until their new actors are spawned, and is always messaged directly (not
-    through a cast tree, whose routes are fixed per mesh).
-    """
-
-    def __init__(self, child: _MeshChild, shape: Shape) -> None:
-        self._child = child
-        super().__init__(child.ref, shape, child.state, None)
-
-    @property
-    def _ref(self) -> MeshRef:
-        return self._child.ref
-
-    @_ref.setter
-    def _ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
-
-    def _new_with_shape(self, shape: Shape) -> SupervisedMesh[A]:
-        return SupervisedMesh(self._child, shape)
-
-    @property
-    def _route(self) -> Route:
-        """Always direct, its targets read anew each time (a restart may move a rank)."""
-        route: Route | None = self.__dict__.get("_route_")
-        if route is None:
-            route = self.__dict__["_route_"] = _SupervisedRoute(self._child, self._shape, self)
-        return route
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_child", "_state", "_endpoints", "_proc_mesh"):
-            raise AttributeError(name)
-        prop = self._endpoints.get(name)
-        if prop is not None:
-            ep = _SupervisedEndpoint(self._route, name, prop)
-            ep._child = self._child
-            ep._ranks = frozenset(self._shape.ranks())
-            object.__setattr__(self, name, ep)
-            return ep
-        return super().__getattr__(name)
-
-    @property
-    def initialized(self) -> Future[None]:
-        """Completes when every rank has an actor whose ``__init__`` ran (after restarts,
-        if a first one failed); raises ``SupervisionError`` if the supervisor gave up."""
-        return Future._create(self._child.sup._ready_future(self._child), f"{self.name} ready")
-
-    def stop(self, reason: str = "stopped by client") -> Future[None]:
-        """Stop these actors; the supervisor restarts them no more (a whole mesh)."""
-        child = self._child
-        ranks = self._shape.ranks()
-        whole = len(ranks) == child.size
-        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if child.state.stopped or not ranks:
-            cf.set_result(None)
-            return Future._create(cf, f"stopping {self.name!r}")
-        if whole:
-            child.sup._retire(child)
-        done = _stop_ranks(child.ref, ranks, reason)
-
-        def finished(_: Any) -> None:
-            if whole:
-                owned.forget(child.ref.mesh_id)
-            set_future(cf, True, None)
-
-        done.add_done_callback(finished)
-        return Future._create(cf, f"stopping actor mesh {self.name!r}")
-
-    def __repr__(self) -> str:
-        return f"<ActorMesh {self.name!r} of {self._ref.cls.__qualname__} {self.sizes} supervised>"
-
-
-class _SupervisedRoute(DirectRoute):
-    """A supervised mesh's route: direct (a cast tree's routes are fixed per mesh), to
-    the child's current procs (a restart may move a rank)."""
-
-    def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
-        self._child = child
-        rt = host.ensure_runtime()
-        super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
-
-    @property
-    def ref(self) -> MeshRef:
-        return self._child.ref
-
-    @ref.setter
-    def ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
-
-
-class _SupervisedEndpoint(Endpoint[Any, Any]):
-    """An endpoint of a supervised mesh: holds its call while a rank it targets restarts."""
-
-    _child: _MeshChild
-    _ranks: frozenset[int]  # the ranks of the whole mesh it targets
-
-    def _deferred(
-        self, method: Callable[..., Any], args: Any, kwargs: Any, n: int, check: Any = None
-    ) -> Any:
-        """None: send now. Else hold ``method(*args, **kwargs)`` until the ranks it targets
-        are restarted; ``n`` futures stand in for the ones it returns."""
-        child = self._child
-        if not child.held:  # the common case: one attribute read
-            return None
-        self._prop.bind(*(check or (args, kwargs)))  # a wrong call raises here, not later
-        cfs: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in range(n)]
-
-        def run() -> None:
-            try:
-                got = method(*args, **kwargs)
-            except BaseException as e:
-                for cf in cfs:
-                    set_future(cf, False, e)
-                if not cfs:
-                    log.warning("a held %s could not be sent: %r", self._what, e)
-                return
-            futs = [got] if n == 1 else (list(got) if n else [])
-            for inner, cf in zip(futs, cfs, strict=True):
-                inner._cf.add_done_callback(functools.partial(_copy, cf))
-
-        ctx = context()
-
-        def later() -> None:
-            with acting_as(ctx):
-                run()
-
-        if not child.hold(self._ranks, later):
-            return None
-        return [Future._create(cf, self._what) for cf in cfs]
-
-    def call(self, *args: Any, **kwargs: Any) -> Future[Any]:
-        held = self._deferred(super().call, args, kwargs, 1)
-        return held[0] if held is not None else super().call(*args, **kwargs)
-
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[Any]:
-        held = self._deferred(super().call_one, args, kwargs, 1)
-        return held[0] if held is not None else super().call_one(*args, **kwargs)
-
-    def choose(self, *args: Any, **kwargs: Any) -> Future[Any]:
-        held = self._deferred(super().choose, args, kwargs, 1)
-        return held[0] if held is not None else super().choose(*args, **kwargs)
-
-    def stream(self, *args: Any, **kwargs: Any) -> Any:
-        n = len(self._ranks)
-        held = self._deferred(super().stream, args, kwargs, n)
-        return iter(held) if held is not None else super().stream(*args, **kwargs)
-
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
-        if self._deferred(super().broadcast, args, kwargs, 0) is None:
-            super().broadcast(*args, **kwargs)
-
-    def _send_to_port(self, args: Any, kwargs: Any, port: Any, selection: str) -> None:
-        method = super()._send_to_port
-        send = lambda: method(args, kwargs, port, selection)  # noqa: E731
-        if self._deferred(send, (), {}, 0, (args, kwargs)) is None:
-            method(args, kwargs, port, selection)
-
-
-def _copy(cf: concurrent.futures.Future[Any], inner: Any) -> None:
-    exc = inner.exception()
-    set_future(cf, exc is None, inner.result() if exc is None else exc)
-
-
-def _stop_ranks(ref: MeshRef, ranks: list[int], reason: str) -> concurrent.futures.Future[Any]:
-    """Stop actors ``ranks`` of ``ref`` directly (a dead proc counts as stopped)."""
-    rt = host.ensure_runtime()
-    cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    if not ranks:
-        cf.set_result(None)
-        return cf
-    countdown = Countdown(len(ranks), lambda: set_future(cf, True, None))
-    collector = Collector(
-        rt, f"{ref.name}.stop()", len(ranks), lambda i, ok, v: countdown.tick(), lost_is_ok=True
-    )
-    for index, rank in enumerate(ranks):
-        collector.expect(index, ref.procs[rank])
-    for index, rank in enumerate(ranks):
-        rt.send(
-            ref.procs[rank],
-            StopActor(ref.mesh_id, rank, collector.port, index, reason),
-            on_fail=functools.partial(collector.fail, index),
-        )
-    return cf
-
-
-# -- the supervisor -----------------------------------------------------------------------
-
-
-class _Tree:
-    """What a tree of supervisors shares: one queue of failures and one thread."""
-
-    def __init__(self, name: str) -> None:
-        self.lock = threading.Lock()  # guards events and thread
-        self.wake = threading.Condition(self.lock)
-        self.events: collections.deque[tuple[Any, ...]] = collections.deque()
-        self.thread: threading.Thread | None = None
-        self.ended = threading.Event()
-        self.name = name
 
 
 class Supervisor:
@@ -435,29 +89,7 @@ class Supervisor:
         spare_hosts: Any = None,
         name: str = "supervisor",
     ) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(
-                f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"
-            )
-        if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-            raise ValueError(f"max_restarts must be an int >= 0, got {max_restarts!r}")
-        if (
-            isinstance(period, bool)
-            or not isinstance(period, (int, float))
-            or not math.isfinite(period)
-            or period <= 0
-        ):
-            raise ValueError(f"period must be a number of seconds > 0, got {period!r}")
-        if isinstance(backoff, tuple):
-            if len(backoff) != 2:
-                raise ValueError(f"backoff must be (initial, cap) in seconds, got {backoff!r}")
-            backoff = Backoff(*backoff)
-        if backoff is not None and not isinstance(backoff, Backoff):
-            raise TypeError(f"backoff must be a Backoff, (initial, cap) or None, got {backoff!r}")
-        if spare_hosts is not None and not hasattr(spare_hosts, "spawn_procs"):
-            raise TypeError(f"spare_hosts must be a HostMesh, got {spare_hosts!r}")
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        backoff = checked(strategy, max_restarts, period, backoff, spare_hosts, name)
         self.strategy = strategy
         self.max_restarts = max_restarts
         self.period = float(period)
@@ -476,9 +108,7 @@ class Supervisor:
         self._failures: collections.deque[tuple[float, str]] = collections.deque()
         self._generation = 0  # restarts of this supervisor by its parent
         self._status = "running"  # "gave up", "stopped"
-        self._ready: dict[int, tuple[concurrent.futures.Future[Any], set[int]]] = {}
-        self._spare_next = 0
-        self._procs: list[ProcMesh] = []  # the procs restarts spawned (stopped with us)
+        self._placer = Placer(name, spare_hosts)  # where restarted ranks go
         self._stop_event = threading.Event()
         reg = supervised()
         with reg.lock:
@@ -525,7 +155,7 @@ class Supervisor:
         shape = Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes)))
         mesh_id = f"{name}.{secrets.token_hex(3)}"
         ref = MeshRef(mesh_id, name, Class, tuple(procs._selected()), self._owner)
-        child = _MeshChild(self, ref, _State(initialized=concurrent.futures.Future()), shape)
+        child = _MeshChild(ref, _State(initialized=concurrent.futures.Future()), shape)
         child.body, child.mode = body, mode
         handle: SupervisedMesh[Any] = SupervisedMesh(child, shape)
         child.handle = handle
@@ -533,7 +163,7 @@ class Supervisor:
             self._children.append(child)
         supervised().watch(mesh_id, functools.partial(self._on_failure, child))
         owned.register_actor_mesh(handle)
-        self._spawn_ranks(child, {r: p for r, p in enumerate(ref.procs)})
+        self._spawn(child, {r: p for r, p in enumerate(ref.procs)})
         return handle  # type: ignore[return-value]
 
     def supervisor(
@@ -563,7 +193,7 @@ class Supervisor:
         """Stop every child and the procs restarts made; restart nothing more."""
         self._stop_children(reason, final=True, status="stopped")
         if self._parent is None:
-            self._end_thread()
+            self._tree.end()
         return Future._resolved(None, f"stopping supervisor {self.name!r}")
 
     def __repr__(self) -> str:
@@ -606,7 +236,7 @@ class Supervisor:
             for c, ranks in held.items():
                 c.block(ranks)
             tree.events.append((self, child, {rank: child.incarnation[rank]}, reason, now))
-            self._start_thread()
+            tree.start_locked()
             tree.wake.notify()
         return True
 
@@ -650,51 +280,18 @@ class Supervisor:
             children = list(self._children)
         return [m for c in children for m in c.mesh_children()]
 
-    # -- the thread -------------------------------------------------------------------------
+    # -- spawning, and what the tree's thread calls ----------------------------------------
 
-    def _start_thread(self) -> None:
-        tree = self._tree  # lock held
-        if tree.thread is None and not tree.ended.is_set():
-            tree.thread = threading.Thread(
-                target=self._run, name=f"danaus-supervisor-{tree.name}", daemon=True
-            )
-            tree.thread.start()
+    def _spawn(self, m: _MeshChild, placements: dict[int, ProcId]) -> None:
+        """Spawn ranks of ``m`` where ``placements`` says; one lost before it is up
+        fails as any failure does."""
+        spawn_ranks(
+            m, placements, self._owner, lambda m, r, why: self._on_failure(m, r, why, "", ())
+        )
 
-    def _run(self) -> None:
-        tree = self._tree
-        while True:
-            with tree.lock:
-                while not tree.events and not tree.ended.is_set():
-                    tree.wake.wait()
-                ended = tree.ended.is_set()
-                if ended:
-                    events = list(tree.events)
-                    tree.events.clear()
-                else:
-                    ev = tree.events.popleft()
-            if ended:
-                # Outside the lock: releasing sends the held calls, and a send may wait
-                # for the I/O thread, which takes the tree's lock to report failures.
-                for left in events:
-                    left[0]._release_all()
-                return
-            sup = ev[0]
-            try:
-                sup._handle(*ev[1:])
-            except Exception as e:  # a restart that cannot be made: the owner must hear
-                log.exception("supervisor %r failed to handle a failure", sup.name)
-                try:
-                    sup._give_up(
-                        [str(ev[3])],
-                        why=f"supervisor {sup.name!r} gave up: handling the failure "
-                        f"({ev[3]}) raised {type(e).__name__}: {e}",
-                    )
-                except Exception:
-                    log.exception("supervisor %r could not give up cleanly", sup.name)
-            with tree.lock:
-                idle = not tree.events
-            if idle:  # nothing more is coming: no rank should wait any longer
-                sup._root()._release_all()
+    def _release_root(self) -> None:
+        """The tree's thread is idle: no rank of the whole tree waits any longer."""
+        self._root()._release_all()
 
     def _root(self) -> Supervisor:
         s = self
@@ -745,29 +342,10 @@ class Supervisor:
             time.time(), child.name, tuple(sorted(ranks)) if ranks else (), reason,
             delay, failed_at, self.name,
         )  # fmt: skip
-        self._announce(rec, targets)  # before it is listed: whoever sees it can find the log
+        _announce(self.name, rec, targets)  # before it is listed: whoever sees it can find the log
         with self._lock:
             self._history.append(time.monotonic())
             self._restarts.append(rec)
-
-    def _announce(self, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
-        moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
-        log.warning(  # to the terminal too: a restart is news the user must hear of
-            "supervisor %r restarted %s (%s) after: %s",
-            self.name, rec.child, moved, rec.reason,
-            extra={NOTIFY: True},
-        )  # fmt: skip
-        rt = host.ensure_runtime()
-        tracer = rt.tracer
-        if tracer is not None:
-            t0 = tracer.now() - int((rec.time - rec.failed_at) * 1e9)
-            tracer.span(
-                f"restart {rec.child}",
-                "supervision",
-                t0,
-                {"supervisor": self.name, "ranks": list(rec.ranks), "reason": rec.reason,
-                 "delay_s": rec.delay, "restarted": moved},
-            )  # fmt: skip
 
     # -- restarting ------------------------------------------------------------------------
 
@@ -777,7 +355,7 @@ class Supervisor:
         stopping = []
         for m, ranks in targets.items():
             healthy = [r for r in sorted(ranks) if r not in m.state.failed]
-            stopping.append(_stop_ranks(m.ref, healthy, f"restarted by supervisor {self.name!r}"))
+            stopping.append(stop_ranks(m.ref, healthy, f"restarted by supervisor {self.name!r}"))
         for f in stopping:
             try:
                 f.result(timeout)
@@ -786,141 +364,17 @@ class Supervisor:
         for m, ranks in targets.items():
             if m.stopped:
                 continue
-            placements = self._place(m, ranks)
+            placements = self._placer.place(m, ranks, self._ctx)
             with m.state.lock:
                 for r in placements:
                     m.incarnation[r] += 1
                     m.state.failed.pop(r, None)
                     m.state.tracebacks.pop(r, None)
             m.state.stopped = False
-            self._spawn_ranks(m, placements)
+            self._spawn(m, placements)
             m.release(set(ranks))
 
-    def _place(self, m: _MeshChild, ranks: set[int]) -> dict[int, ProcId]:
-        """Where each rank goes: its proc if alive, else a new proc on its host, else a
-        spare host's. Updates the child's procs."""
-        rt = host.ensure_runtime()
-        node = host.ensure_node()
-        logs = node.part(LogControl)
-        procs = list(m.ref.procs)
-        by_agent: dict[ProcId | None, list[int]] = {}
-        for r in sorted(ranks):
-            p = procs[r]
-            if not rt.is_lost(p.name) and p.name not in rt.exited:
-                continue
-            agent = logs.agents.get(p.name)
-            lost_agent = agent is not None and (rt.is_lost(agent.name) or (agent.name in rt.exited))
-            by_agent.setdefault(None if lost_agent else (agent or host.agent()), []).append(r)
-        for agent, rs in by_agent.items():
-            new = self._new_procs(agent, len(rs), m.name) if agent is not None else None
-            if new is None:
-                new = self._spare_procs(len(rs), m.name)
-            if new is None:
-                log.error(
-                    "supervisor %r: no host to restart %s%s on; they stay failed",
-                    self.name, m.name, rs,
-                )  # fmt: skip
-                continue
-            for r, p in zip(rs, new, strict=True):
-                procs[r] = p
-        if tuple(procs) != m.ref.procs:
-            m.ref = replace(m.ref, procs=tuple(procs))
-            om = owned.get(m.ref.mesh_id)
-            if om is not None:
-                om.ref = m.ref
-        return {r: procs[r] for r in ranks}
-
-    def _new_procs(self, agent: ProcId | None, n: int, name: str) -> list[ProcId] | None:
-        try:
-            with acting_as(self._ctx):
-                pm = spawn_on([agent], {"procs": n}, Shape.unity(), None, name, None)
-            self._procs.append(pm)
-            pm.initialized.get(timeout=config.get("worker_start_timeout"))
-        except Exception as e:
-            log.warning("supervisor %r: no new proc on host agent %s: %r", self.name, agent, e)
-            return None
-        return list(pm._procs)
-
-    def _spare_procs(self, n: int, name: str) -> list[ProcId] | None:
-        spares = self.spare_hosts
-        if spares is None:
-            return None
-        flat = spares.flatten("spare_hosts")
-        size = len(flat)
-        for _ in range(size):
-            i = self._spare_next % size
-            self._spare_next += 1
-            try:
-                with acting_as(self._ctx):
-                    pm = flat.slice(spare_hosts=i).spawn_procs(per_host={"procs": n}, name=name)
-                self._procs.append(pm)
-                pm.initialized.get(timeout=config.get("worker_start_timeout"))
-            except Exception as e:
-                log.warning("supervisor %r: spare host %d refused procs: %r", self.name, i, e)
-                continue
-            return list(pm._procs)
-        return None
-
-    def _spawn_ranks(self, m: _MeshChild, placements: dict[int, ProcId]) -> None:
-        """Send SPAWN for each rank to its proc; calls sent after this queue behind it."""
-        if not placements:
-            return
-        rt = host.ensure_runtime()
-        labels = tuple(m.shape.extent.labels)
-        sizes = tuple(m.shape.extent.sizes)
-        body, bufs = m.body
-        ranks = sorted(placements)
-        gen = {r: m.incarnation[r] for r in ranks}
-
-        def on_value(rank: int, ok: bool, value: Any) -> None:
-            if m.incarnation[rank] != gen[rank]:
-                return
-            if ok:
-                self._initialized(m, rank)
-            elif rt.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
-                why = f"actor {m.name}[{rank}] could not be spawned: {value}"
-                new, _, _ = monitor._record(m.ref.mesh_id, rank, why)
-                if new:
-                    self._on_failure(m, rank, why, "", ())
-
-        collector = Collector(rt, f"{m.name}.__init__()", len(ranks), on_value)
-        for r in ranks:
-            collector.expect(r, placements[r])
-        for r in ranks:
-            header = Spawn(m.ref.mesh_id, r, collector.port, r, labels, sizes, self._owner, m.mode)
-            rt.send(placements[r], header, body, bufs, on_fail=functools.partial(collector.fail, r))
-
-    def _initialized(self, m: _MeshChild, rank: int) -> None:
-        with self._lock:
-            entry = self._ready.get(id(m))
-            if entry is None:
-                entry = self._ready[id(m)] = (concurrent.futures.Future(), set())
-            entry[1].add(rank)
-            done = len(entry[1]) == m.size
-        if done:
-            set_future(entry[0], True, None)
-            if m.state.initialized is not None:
-                set_future(m.state.initialized, True, None)
-
-    def _ready_future(self, m: _MeshChild) -> concurrent.futures.Future[Any]:
-        with self._lock:
-            entry = self._ready.get(id(m))
-            if entry is None:
-                entry = self._ready[id(m)] = (concurrent.futures.Future(), set())
-            return entry[0]
-
     # -- stopping and giving up --------------------------------------------------------------
-
-    def _retire(self, child: _MeshChild) -> None:
-        """A child was stopped by its user: never restart it, fail what waits for it."""
-        child.stopped = True
-        child.state.stopped = True
-        supervised().forget(child.ref.mesh_id)
-        child.release()  # held calls now hear that the mesh was stopped
-        err = SupervisionError(
-            f"actor mesh {child.name!r} was stopped", actor=child.name, reason="stopped"
-        )
-        set_future(self._ready_future(child), False, err)
 
     def _revive(self) -> None:
         """This (nested) supervisor is restarted by its parent: a fresh start."""
@@ -942,9 +396,7 @@ class Supervisor:
                 m.state.stopped = True
             else:
                 m.block(set(range(m.size)))
-        stopping = [
-            _stop_ranks(m.ref, list(range(m.size)), reason) for m in meshes if not m.stopped
-        ]
+        stopping = [stop_ranks(m.ref, list(range(m.size)), reason) for m in meshes if not m.stopped]
         for f in stopping:
             try:
                 f.result(config.get("shutdown_timeout"))
@@ -952,17 +404,12 @@ class Supervisor:
                 log.warning("supervisor %r: a child did not stop cleanly: %r", self.name, e)
         for m in meshes:
             if final:
-                self._retire(m)
+                m.retire()
                 owned.forget(m.ref.mesh_id)
         if final:
             for sub in self._children_supervisors():
                 sub._status = status
-            procs, self._procs = self._procs, []
-            for pm in procs:
-                try:
-                    pm.stop(reason).get(timeout=config.get("shutdown_timeout"))
-                except Exception as e:
-                    log.warning("supervisor %r: procs did not stop cleanly: %r", self.name, e)
+            self._placer.stop_procs(reason)
 
     def _children_supervisors(self) -> list[Supervisor]:
         with self._lock:
@@ -984,14 +431,32 @@ class Supervisor:
         failure = MeshFailure(self.name, [], reason, "", self)
         with acting_as(self._ctx):
             monitor.deliver(host.ensure_runtime(), self._owner, failure)
-        self._end_thread()
-
-    def _end_thread(self) -> None:
-        tree = self._tree
-        with tree.lock:
-            tree.ended.set()
-            tree.wake.notify_all()
+        self._tree.end()
 
     def _end_quietly(self) -> None:
         self._status = "stopped"
-        self._end_thread()
+        self._tree.end()
+
+
+def _announce(name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
+    """Log and trace one restart."""
+    moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
+    log.warning(
+        "supervisor %r restarted %s (%s) after: %s",
+        name,
+        rec.child,
+        moved,
+        rec.reason,
+        extra={NOTIFY: True},  # the user hears of it in the terminal, once
+    )
+    rt = host.ensure_runtime()
+    tracer = rt.tracer
+    if tracer is not None:
+        t0 = tracer.now() - int((rec.time - rec.failed_at) * 1e9)
+        tracer.span(
+            f"restart {rec.child}",
+            "supervision",
+            t0,
+            {"supervisor": name, "ranks": list(rec.ranks), "reason": rec.reason,
+             "delay_s": rec.delay, "restarted": moved},
+        )  # fmt: skip

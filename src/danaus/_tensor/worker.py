@@ -28,6 +28,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
+from . import worker_collectives as collectives
 from .backends import StagedGroup, new_group
 from .errors import Failure, RemoteTensorError
 from .function import resolve_function, target_name
@@ -85,29 +86,6 @@ def resolve_op(name: str) -> Any:
 class _Failed(Exception):
     def __init__(self, failure: Failure):
         self.failure = failure
-
-
-_REDUCE_OPS = {
-    "sum": "SUM",
-    "avg": "SUM",
-    "product": "PRODUCT",
-    "min": "MIN",
-    "max": "MAX",
-    "band": "BAND",
-    "bor": "BOR",
-    "bxor": "BXOR",
-}
-
-
-def _exact_bits(dtype: Any) -> int:
-    """Powers of two a float dtype sums exactly (its mantissa bits); 0 for other dtypes."""
-    return {torch.float32: 24, torch.float64: 53}.get(dtype, 0)
-
-
-def _allreduce_options(op: Any) -> Any:
-    opts = dist.AllreduceOptions()
-    opts.reduceOp = op
-    return opts
 
 
 def register_group_ranks(pg: Any, ranks: tuple[int, ...]) -> None:
@@ -256,9 +234,9 @@ class TensorWorker(Actor):
             for i in cmd.ids:
                 self.refs.pop(i, None)
         elif isinstance(cmd, Reduce):
-            self._reduce(cmd)
+            collectives.reduce(self, cmd)
         elif isinstance(cmd, ReduceMany):
-            self._reduce_many(cmd)
+            collectives.reduce_many(self, cmd)
         elif isinstance(cmd, SendTo):
             self._send_to(cmd)
         elif isinstance(cmd, MeshRank):
@@ -548,146 +526,3 @@ class TensorWorker(Actor):
             register_group_ranks(pg, ranks)
             self.process_groups[key] = pg
         return pg
-
-    def _reduce(self, cmd: Reduce) -> None:
-        name = f"reduce({cmd.reduction!r}, scatter={cmd.scatter})"
-        group = next(g for g in cmd.groups if self.rank in g)
-        n = len(group)
-        src = self.refs.get(cmd.src)
-        failure: Failure | None = None
-        if not isinstance(src, torch.Tensor):
-            failure = src if isinstance(src, Failure) else self._failure(name, KeyError(cmd.src))
-            src = torch.zeros(cmd.shape, dtype=cmd.dtype, device=self.device)
-        try:
-            pg = self._group(group) if n > 1 else None
-            # the flag goes alongside the data, not before it: one round trip, not two
-            agreement = self._start_agreement(pg, failure)
-            result = self._collective(cmd, src, pg, n, group.index(self.rank))
-            failure = self._finish_agreement(agreement, failure, name)
-        except Exception as e:
-            self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), self._failure(name, e))
-            return
-        if failure is not None:
-            self._fail((cmd.out, cmd.src) if cmd.inplace else (cmd.out,), failure)
-            return
-        if cmd.inplace:
-            if result is not src:
-                src.copy_(result)
-            result = src
-        self.refs[cmd.out] = result
-
-    def _start_agreement(self, pg: Any, failure: Failure | None) -> Any:
-        """Start telling every member whether this one's input failed (a MAX all-reduce).
-
-        Members whose input failed still join the data collective (with
-        zeros), so the group stays matched; all outputs then fail together.
-        """
-        if pg is None:
-            return None
-        flag = torch.tensor(
-            [0 if failure is None else 1 + self.rank], dtype=torch.long, device=self.device
-        )
-        return pg.allreduce([flag], _allreduce_options(dist.ReduceOp.MAX)), flag
-
-    def _finish_agreement(self, started: Any, failure: Failure | None, name: str) -> Any:
-        """Wait for :meth:`_start_agreement`; the failure of some member, or ``None``."""
-        if started is None:
-            return failure
-        work, flag = started
-        work.wait()
-        if failure is None and int(flag) > 0:
-            origin = int(flag) - 1
-            failure = Failure(
-                name,
-                origin,
-                "RemoteTensorError",
-                f"the input of {name} failed on rank {origin}",
-                "",
-            )
-        return failure
-
-    def _reduce_many(self, cmd: ReduceMany) -> None:
-        name = f"reduce({cmd.reduction!r}) of {len(cmd.srcs)} tensors"
-        group = next(g for g in cmd.groups if self.rank in g)
-        failure: Failure | None = None
-        tensors = []
-        for i, shape in zip(cmd.srcs, cmd.shapes, strict=True):
-            v = self.refs.get(i)
-            if not isinstance(v, torch.Tensor):
-                if failure is None:
-                    failure = v if isinstance(v, Failure) else self._failure(name, KeyError(i))
-                v = torch.zeros(shape, dtype=cmd.dtype, device=self.device)
-            tensors.append(v)
-        written = (*cmd.outs, *cmd.srcs) if cmd.inplace else cmd.outs
-        try:
-            pg = self._group(group) if len(group) > 1 else None
-            me = group.index(self.rank)
-            # a sum's flag rides in the bucket itself (one more element: member k adds 2**k
-            # when its input failed); other reductions all-reduce it alongside
-            inline = (
-                pg is not None
-                and cmd.reduction in ("sum", "avg")
-                and _exact_bits(cmd.dtype) > len(group)
-            )
-            agreement = None if inline else self._start_agreement(pg, failure)
-            pieces = [t.reshape(-1) for t in tensors]
-            if inline:
-                bit = float(2**me) if failure is not None else 0.0
-                pieces.append(torch.full((1,), bit, dtype=cmd.dtype, device=self.device))
-            flat = torch.cat(pieces)
-            if pg is not None:
-                op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
-                pg.allreduce([flat], _allreduce_options(op)).wait()
-            if inline:
-                bits = int(flat[-1].item())
-                if failure is None and bits:
-                    origin = group[(bits & -bits).bit_length() - 1]
-                    failure = Failure(
-                        name,
-                        origin,
-                        "RemoteTensorError",
-                        f"the input of {name} failed on rank {origin}",
-                        "",
-                    )
-                flat = flat[:-1]
-            else:
-                failure = self._finish_agreement(agreement, failure, name)
-            if cmd.reduction == "avg":
-                flat.div_(len(group))
-        except Exception as e:
-            self._fail(written, self._failure(name, e))
-            return
-        if failure is not None:
-            self._fail(written, failure)
-            return
-        offset = 0
-        for out, t in zip(cmd.outs, tensors, strict=True):
-            piece = flat[offset : offset + t.numel()].view(t.shape)
-            offset += t.numel()
-            if cmd.inplace:
-                t.copy_(piece)
-                piece = t
-            self.refs[out] = piece
-
-    def _collective(self, cmd: Reduce, src: torch.Tensor, pg: Any, n: int, me: int) -> Any:
-        if cmd.reduction == "stack":
-            if pg is None:
-                gathered = [src.clone()]
-            else:
-                gathered = [torch.empty_like(src) for _ in range(n)]
-                pg.allgather([gathered], [src.contiguous()]).wait()
-            if cmd.scatter:  # all-to-all: row ``me`` of every member's input
-                return torch.stack([g[me] for g in gathered])
-            return torch.stack(gathered)
-        if cmd.inplace and not cmd.scatter and src.is_contiguous():
-            out = src  # reduce straight into the shard: no copies
-        else:
-            out = src.detach().clone(memory_format=torch.contiguous_format)
-        if pg is not None:
-            op = getattr(dist.ReduceOp, _REDUCE_OPS[cmd.reduction])
-            pg.allreduce([out], _allreduce_options(op)).wait()
-        if cmd.reduction == "avg":
-            out.div_(n)
-        if cmd.scatter:
-            return out[me].clone()
-        return out

@@ -28,14 +28,8 @@ from .._actor.api.adverbs import Accumulator, Endpoint, as_endpoint, send
 from .._actor.api.bootcmd import BootstrapCommand, default_bootstrap_cmd
 from .._actor.api.controller import get_or_spawn_controller
 from .._actor.api.endpoint import concurrent_endpoint, endpoint
-from .._actor.api.hosts import (
-    ChannelTransport,
-    HostMesh,
-    attach,
-    attach_to_workers,
-    enable_transport,
-    this_host,
-)
+from .._actor.api.hosts import HostMesh, this_host
+from .._actor.api.joining import ChannelTransport, attach, attach_to_workers, enable_transport
 from .._actor.api.legacy import local_proc_mesh, proc_mesh, sim_proc_mesh
 from .._actor.api.lifecycle import shutdown_context
 from .._actor.api.mesh import ActorMesh

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from ... import _config as config
 from ..._errors import ActorError, RemoteException, SupervisionError
@@ -31,9 +31,6 @@ from . import stats as _stats
 from .actor import actor_mode, validate_actor_class
 from .extensions import Extensions, tensor_engine
 from .mesh import ActorMesh, MeshRef, _State
-
-if TYPE_CHECKING:
-    from .hosts import HostMesh
 
 __all__ = [
     "ProcMesh",
@@ -87,7 +84,7 @@ class ProcMesh(MeshTrait):
         procs: tuple[ProcId, ...],
         shape: Shape,
         state: _ProcState,
-        host_mesh: HostMesh | None = None,
+        host_mesh: MeshTrait | None = None,  # the HostMesh (hosts.py imports this module)
     ) -> None:
         self._procs = procs
         self.__shape = shape
@@ -350,7 +347,7 @@ def spawn_on(
     host_shape: Shape,
     bootstrap: Callable[[], Any] | None,
     name: str | None,
-    host_mesh: HostMesh | None,
+    host_mesh: MeshTrait | None,  # the HostMesh spawning them
     binds: list[dict[str, str]] | None = None,
     commands: list[dict[str, Any]] | None = None,
 ) -> ProcMesh:

@@ -1,0 +1,107 @@
+"""Where a supervisor's restarted ranks go: their own proc if it lives, else a new proc
+on their host, else a spare host's; and the procs it spawned for them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from .. import _config as config
+from .._actor.api.procs import ProcMesh, spawn_on
+from .._actor.core import owned
+from .._actor.core.context import Context, acting_as
+from .._mesh import Shape
+from .._runtime.hosting import host
+from .._runtime.logs.process import LogControl
+from .._wire.ids import ProcId
+from .child import _MeshChild
+
+log = logging.getLogger("danaus.supervision")
+
+
+class Placer:
+    """A supervisor's placement of ranks: the spare hosts it tries in turn and the procs
+    it spawned (stopped with it)."""
+
+    def __init__(self, name: str, spare_hosts: Any) -> None:
+        self.name = name
+        self.spare_hosts = spare_hosts
+        self._spare_next = 0
+        self.procs: list[ProcMesh] = []  # the procs restarts spawned (stopped with us)
+
+    def place(self, m: _MeshChild, ranks: set[int], ctx: Context) -> dict[int, ProcId]:
+        """Where each rank goes: its proc if alive, else a new proc on its host, else a
+        spare host's (spawned as ``ctx``). Updates the child's procs."""
+        rt = host.ensure_runtime()
+        node = host.ensure_node()
+        logs = node.part(LogControl)
+        procs = list(m.ref.procs)
+        by_agent: dict[ProcId | None, list[int]] = {}
+        for r in sorted(ranks):
+            p = procs[r]
+            if not rt.is_lost(p.name) and p.name not in rt.exited:
+                continue
+            agent = logs.agents.get(p.name)
+            lost_agent = agent is not None and (rt.is_lost(agent.name) or (agent.name in rt.exited))
+            by_agent.setdefault(None if lost_agent else (agent or host.agent()), []).append(r)
+        for agent, rs in by_agent.items():
+            new = self._new_procs(agent, len(rs), m.name, ctx) if agent is not None else None
+            if new is None:
+                new = self._spare_procs(len(rs), m.name, ctx)
+            if new is None:
+                log.error(
+                    "supervisor %r: no host to restart %s%s on; they stay failed",
+                    self.name, m.name, rs,
+                )  # fmt: skip
+                continue
+            for r, p in zip(rs, new, strict=True):
+                procs[r] = p
+        if tuple(procs) != m.ref.procs:
+            m.ref = replace(m.ref, procs=tuple(procs))
+            om = owned.get(m.ref.mesh_id)
+            if om is not None:
+                om.ref = m.ref
+        return {r: procs[r] for r in ranks}
+
+    def _new_procs(
+        self, agent: ProcId | None, n: int, name: str, ctx: Context
+    ) -> list[ProcId] | None:
+        try:
+            with acting_as(ctx):
+                pm = spawn_on([agent], {"procs": n}, Shape.unity(), None, name, None)
+            self.procs.append(pm)
+            pm.initialized.get(timeout=config.get("worker_start_timeout"))
+        except Exception as e:
+            log.warning("supervisor %r: no new proc on host agent %s: %r", self.name, agent, e)
+            return None
+        return list(pm._procs)
+
+    def _spare_procs(self, n: int, name: str, ctx: Context) -> list[ProcId] | None:
+        spares = self.spare_hosts
+        if spares is None:
+            return None
+        flat = spares.flatten("spare_hosts")
+        size = len(flat)
+        for _ in range(size):
+            i = self._spare_next % size
+            self._spare_next += 1
+            try:
+                with acting_as(ctx):
+                    pm = flat.slice(spare_hosts=i).spawn_procs(per_host={"procs": n}, name=name)
+                self.procs.append(pm)
+                pm.initialized.get(timeout=config.get("worker_start_timeout"))
+            except Exception as e:
+                log.warning("supervisor %r: spare host %d refused procs: %r", self.name, i, e)
+                continue
+            return list(pm._procs)
+        return None
+
+    def stop_procs(self, reason: str) -> None:
+        """Stop the procs restarts spawned, and forget them."""
+        procs, self.procs = self.procs, []
+        for pm in procs:
+            try:
+                pm.stop(reason).get(timeout=config.get("shutdown_timeout"))
+            except Exception as e:
+                log.warning("supervisor %r: procs did not stop cleanly: %r", self.name, e)
