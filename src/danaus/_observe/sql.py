@@ -54,7 +54,7 @@ def tables_named(sql: str) -> list[str]:
 
 
 def query(sql: str) -> list[dict[str, Any]]:
-    """Run ``sql`` over the tables actors, messages, spans and metrics of this client's
+    """Run ``sql`` over the tables actors, messages, spans, metrics and gpus of this client's
     procs, as they are now; the rows as dicts (column name to value), in order.
 
     Only reading is allowed: one ``SELECT`` statement (``WITH``, ``DESCRIBE`` too), no
@@ -153,7 +153,7 @@ class QueryEngineClient:
     """Monarch's ``state.query_engine_client`` (``JobTrait.enable_telemetry`` then
     ``job.state()``): ``query(sql)`` answers ``{"columns": [...], "rows": [[...],
     ...]}`` as Monarch's does, from the same tables as ``danaus.telemetry.query``
-    (actors, messages, spans, metrics), in this process rather than through an HTTP
+    (actors, messages, spans, metrics, gpus), in this process rather than through an HTTP
     sidecar. Errors are :func:`query`'s (``QueryError`` says what was wrong)."""
 
     def query(self, sql: str) -> dict[str, Any]:
