@@ -52,7 +52,7 @@ class FakeCuda:
         self.recorded: list[FakeEvent] = []
         self.clock_ms = 0.0
 
-    def Event(self, enable_timing: bool = False) -> FakeEvent:  # noqa: N802 - torch's name
+    def Event(self, enable_timing: bool = False) -> FakeEvent:  # torch's name
         return FakeEvent(self, enable_timing)
 
     def run(self, ms: float) -> None:
@@ -221,8 +221,9 @@ def test_the_tensor_engine_times_only_gpu_commands_on_a_cuda_worker(fake: FakeCu
 
 
 def _entry(name: str, section: Any) -> dict[str, Any]:
+    sections = {} if section is None else {"gpu": section}
     answer = {"host": "h1", "time": 5.0, "proc": name, "client": False, "actors": [],
-              "connections": [], "sections": {} if section is None else {"gpu": section}}  # fmt: skip
+              "connections": [], "sections": sections}  # fmt: skip
     return {"id": ProcId(name, "host:h1"), "answer": (True, answer), "lost": None}
 
 
