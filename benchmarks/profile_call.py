@@ -5,9 +5,13 @@
 
 Runs sequential ``call_one`` round trips and a 10,000-call pipelined batch to one
 actor in another process, and prints wall time and CPU time per call for both
-processes (from ``/proc/<pid>/stat``), plus the thread counts. ``--profile`` adds
-the client's cProfile top functions for the sequential calls. Not part of
-``run.py``; a diagnostic for the numbers in NOTES.md.
+processes (from ``/proc/<pid>/stat``), plus the thread counts, and the Python
+function calls the caller's thread makes for one warm ``call_one`` (counted
+with ``sys.setprofile``: the ``call_one(...)``, the ``get()`` of a reply
+already in, and the round trip; issue 39's goal; ``benchmarks/ab_call.py``
+prints them for two trees side by side). ``--profile`` adds the client's
+cProfile top functions for the sequential calls. Not part of ``run.py``; a
+diagnostic for the numbers in NOTES.md.
 """
 
 from __future__ import annotations
@@ -44,6 +48,20 @@ def threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+def python_calls(fn: object) -> int:
+    """Python functions called (``sys.setprofile``'s "call" events) while ``fn()`` runs."""
+    n = [0]
+
+    def prof(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            n[0] += 1
+
+    sys.setprofile(prof)
+    fn()  # type: ignore[operator]
+    sys.setprofile(None)
+    return n[0] - 1  # fn itself
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=5000)
@@ -54,6 +72,17 @@ def main() -> None:
     rpid = actor.pid.call_one().get(timeout=60)
     for _ in range(500):
         actor.echo.call_one(7).get(timeout=60)
+
+    ep = actor.echo
+    sent = min(python_calls(lambda: ep.call_one(7)) for _ in range(5))
+    futs = [ep.call_one(7) for _ in range(5)]
+    time.sleep(0.2)
+    got = min(python_calls(lambda f=f: f.get(timeout=60)) for f in futs)
+    trip = sorted(python_calls(lambda: ep.call_one(7).get(timeout=60)) for _ in range(21))[10]
+    print(
+        f"Python calls in the caller's thread: call_one(...) {sent}, get() of a reply "
+        f"already in {got}, round trip {trip} (median of 21)"
+    )
 
     n = a.calls
     c0, r0, t0 = time.process_time(), cpu_s(rpid), time.perf_counter()

@@ -167,7 +167,8 @@ class Home(Actor):
     def home(self) -> str | None:
         """The proc whose connection this actor reads when idle (None: none)."""
         cell = context().actor_instance._cell
-        return None if cell._home is None else cell._home.name
+        home = cell.inbox.home
+        return None if home is None else home.name
 
 
 def test_only_an_actor_called_alone_and_directly_reads_that_connection(

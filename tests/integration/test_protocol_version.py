@@ -82,8 +82,8 @@ def test_a_frame_of_an_unknown_kind_closes_only_its_connection(procs) -> None:
 def test_a_client_of_another_version_is_told_why_it_cannot_spawn(client_script) -> None:
     result = client_script.run(
         """
-        import danaus._runtime.messaging.runtime as runtime
-        runtime.PROTOCOL_VERSION = 99  # as if this client were another danaus release
+        import danaus._runtime.messaging.links as links  # the handshake's side
+        links.PROTOCOL_VERSION = 99  # as if this client were another danaus release
         from danaus.actor import SupervisionError, this_host
         try:
             this_host().spawn_procs(per_host={"x": 1}).initialized.get(timeout=30)

@@ -102,8 +102,8 @@ def listeners(procs, workers) -> dict[str, str]:
 
 def test_the_clients_listener_is_bound_to_the_address_the_workers_reach(listeners, net) -> None:
     rt = ensure_runtime()
-    assert rt._tcp_listener is not None
-    bound = rt._tcp_listener.getsockname()[0]
+    bound = rt.tcp_bind
+    assert bound is not None
     assert bound not in ("0.0.0.0", "::"), "the client listens on every interface"
     assert _split(listeners["client"])[0] == bound
     # The workers' subnet (the bridge's address), not loopback.

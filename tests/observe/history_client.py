@@ -67,8 +67,18 @@ def main(scenario: str) -> None:
     _wait(lambda: _count(h, "SELECT count(*) FROM messages WHERE endpoint = 'early'") == 6)
     out["snapshots"] = h.snapshots
     if scenario == "kept":
+        # one more periodic snapshot while the procs live: the metrics are a time series
+        seen = h.snapshots
+        _wait(lambda: h.snapshots > seen)
         procs.stop().get(timeout=TIMEOUT)
-        q = state.query_engine_client
+        from danaus.telemetry import query
+
+        class Q:  # danaus's own tables (state.query_engine_client answers Monarch's)
+            @staticmethod
+            def query(sql: str) -> dict[str, object]:
+                return {"rows": [list(row.values()) for row in query(sql)]}
+
+        q = Q()
         out["actors"] = q.query("SELECT rank, state FROM actors WHERE mesh = 'kept' ORDER BY rank")
         out["messages"] = q.query(
             "SELECT count(*) AS n FROM messages WHERE mesh = 'kept' AND endpoint = 'early'"

@@ -14,7 +14,6 @@ import pytest
 
 from danaus import telemetry
 from danaus._observe import prom
-from danaus._observe.sql import QueryEngineClient
 from danaus._observe.tables import COLUMNS
 from danaus.actor import Actor, ProcMesh, endpoint, this_host
 from danaus.rdma import RDMABuffer
@@ -38,8 +37,9 @@ def test_a_cpu_job_has_an_empty_gpus_table_and_counts_its_transfers(procs: ProcM
     assert readers.slice(gpus=1).read.call_one(buf).get(timeout=REPLY_TIMEOUT) == 2 * NBYTES
     names = proc_names(procs)
 
-    got = QueryEngineClient().query("SELECT * FROM gpus")
-    assert got == {"columns": [c for c, _, _ in COLUMNS["gpus"]], "rows": []}
+    described = telemetry.query("DESCRIBE gpus")
+    assert [r["column_name"] for r in described] == [c for c, _, _ in COLUMNS["gpus"]]
+    assert telemetry.query("SELECT count(*) AS n FROM gpus") == [{"n": 0}]
 
     rows = telemetry.query(
         "SELECT proc, name, value FROM metrics WHERE name LIKE 'transfer%' ORDER BY proc, name"

@@ -273,8 +273,9 @@ with urllib.request.urlopen(url, timeout=30) as r:
 procs = state.hosts.spawn_procs(per_host={"gpus": 2})
 m = procs.spawn("queried", W)
 m.ping.call().get(timeout=60)
-answer = state.query_engine_client.query(
-    "SELECT rank, class FROM actors WHERE mesh = 'queried' ORDER BY rank"
+answer = state.query_engine_client.query(  # Monarch's tables and answer
+    "SELECT a.rank, m.class FROM actors a JOIN meshes m ON a.mesh_id = m.id "
+    "WHERE m.given_name = 'queried' ORDER BY a.rank"
 )
 again = job.state(cached_path=None)
 print(json.dumps({"url": url, "status": status, "answer": answer,
@@ -290,5 +291,8 @@ def test_a_job_with_telemetry_has_monarchs_query_client_and_dashboard_url() -> N
     got = json.loads(_run(_JOB))
     assert got["url"].startswith("http://127.0.0.1:")
     assert got["status"] == 200
-    assert got["answer"] == {"columns": ["rank", "class"], "rows": [[0, "W"], [1, "W"]]}
+    assert got["answer"] == {
+        "columns": ["rank", "class"],
+        "rows": [{"rank": 0, "class": "Python<W>"}, {"rank": 1, "class": "Python<W>"}],
+    }
     assert got["same"] == [True, True]

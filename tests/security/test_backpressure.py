@@ -36,11 +36,11 @@ HIGH, LOW = 1 * MiB, 256 << 10
 
 
 def _pause_inbound(node: Node) -> None:
-    node.on_io(lambda: [c.pause("test") for c in node.rt._accepted])
+    node.on_io(lambda: [c.pause("test") for c in node.rt.links.incoming])
 
 
 def _resume_inbound(node: Node) -> None:
-    node.on_io(lambda: [c.resume("test") for c in node.rt._accepted])
+    node.on_io(lambda: [c.resume("test") for c in node.rt.links.incoming])
 
 
 def _outbound(node: Node, name: str) -> int:
@@ -99,7 +99,7 @@ def test_a_blocked_sender_gives_up_when_its_peer_is_lost(nodes) -> None:
         t = threading.Thread(target=flood)
         t.start()
         wait_until(lambda: a.rt.backpressure.room_waiters == 1, TIMEOUT, "the sender blocks")
-        b.on_io(lambda: [c.fail_now("the test cuts it") for c in list(b.rt._accepted)])
+        b.on_io(lambda: [c.fail_now("the test cuts it") for c in list(b.rt.links.incoming)])
         t.join(TIMEOUT)
         assert not t.is_alive()
         assert len(errors) == 1 and "unreachable" in str(errors[0]), errors

@@ -36,7 +36,7 @@ def _legit_frame_arrives(node: Node, client: Node, text: str) -> None:
 
 
 def _pending(node: Node) -> int:
-    return int(node.on_io(lambda: sum(not c.authenticated for c in node.rt._accepted)))
+    return int(node.on_io(lambda: sum(not c.authenticated for c in node.rt.links.incoming)))
 
 
 def test_slowloris_holds_at_most_the_cap_of_handshakes_and_legit_peers_get_in(nodes) -> None:
@@ -58,7 +58,7 @@ def test_slowloris_holds_at_most_the_cap_of_handshakes_and_legit_peers_get_in(no
         assert _pending(server) <= cap
         assert server.on_io(
             lambda: all(
-                c.reader.decoder is None for c in server.rt._accepted if not c.authenticated
+                c.reader.decoder is None for c in server.rt.links.incoming if not c.authenticated
             )
         )
         _legit_frame_arrives(server, client, "through the crowd")
@@ -74,9 +74,9 @@ def test_ten_thousand_connections_opened_and_dropped_leave_nothing_behind(nodes)
     _legit_frame_arrives(server, client, "after the storm")
     # Every dropped connection is gone from the server (checked on its I/O thread).
     for _ in range(100_000):
-        if server.on_io(lambda: len(server.rt._accepted)) <= 1:
+        if server.on_io(lambda: len(server.rt.links.incoming)) <= 1:
             break
-    assert server.on_io(lambda: len(server.rt._accepted)) <= 1
+    assert server.on_io(lambda: len(server.rt.links.incoming)) <= 1
 
 
 @pytest.mark.parametrize(

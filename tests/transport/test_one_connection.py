@@ -216,7 +216,7 @@ def test_a_peer_that_closes_is_lost_at_once_after_everything_it_sent(pair) -> No
     assert a.events[-1] is lost  # after every frame b sent, on the same connection
     assert lost[1] == b.rt.proc_id.name
     # Declared by the close itself, not by a timer that let another connection drain.
-    assert "_on_conn_closed" in lost[3]
+    assert "on_closed" in lost[3]  # Links.on_closed, the connection's close handler
 
 
 def test_the_inbound_drain_wait_is_gone() -> None:

@@ -199,8 +199,9 @@ def test_stop_follows_the_broadcasts_sent_before_it_on_every_path(
 def _gather_outcomes(endpoint: Any, *args: Any) -> dict[int, BaseException | Any]:
     """Run ``endpoint.call(*args)`` through the tree and return every rank's own outcome
     (``call()`` itself only shows the first error)."""
-    rt = host.ensure_runtime()
-    shape = endpoint._mesh._shape
+    route, method = endpoint._route, endpoint._method
+    rt = route.rt
+    shape = route.shape
     selection = Selection.of(shape.ndslice)
     out: dict[int, Any] = {}
     done = threading.Event()
@@ -215,14 +216,14 @@ def _gather_outcomes(endpoint: Any, *args: Any) -> dict[int, BaseException | Any
             on_value(slot, True, value)
 
     collector = GatherCollector(
-        rt, endpoint._what, endpoint._mesh._ref.name, len(shape), selection, on_value, on_values
+        rt, endpoint._what, route.ref.name, len(shape), selection, on_value, on_values
     )
-    header = endpoint._cast_header(True, None, selection)
+    header = route.headers.cast(method.name, method.flags, True, None, selection, None, ())
     rt.tree.cast(
-        endpoint._mesh._ref.procs,
+        route.ref.procs,
         selection,
         header,
-        *endpoint._encode(args, {}),
+        *route.encode(method, args, {}),
         root=collector.root,
     )
     assert done.wait(TIMEOUT), f"only {sorted(out)} answered"

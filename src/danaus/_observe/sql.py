@@ -26,7 +26,7 @@ import threading
 from typing import Any
 
 from .. import _config as config
-from . import history
+from . import history, monarch_tables
 from .tables import COLUMNS, TABLES, collect
 
 __all__ = ["QueryEngineClient", "QueryError", "query", "query_file"]
@@ -48,6 +48,8 @@ def _duckdb() -> Any:
 
 def tables_named(sql: str) -> list[str]:
     """The telemetry tables ``sql`` mentions (all of them when it names none)."""
+    if monarch_tables.asked():  # Monarch's tables are views over several of these
+        return list(TABLES)
     words = {w.lower() for w in re.findall(r"[A-Za-z_]+", sql)}
     named = [t for t in TABLES if t in words]
     return named or list(TABLES)
@@ -151,18 +153,20 @@ def _execute(con: Any, duckdb: Any, sql: str) -> tuple[list[str], list[tuple[Any
 
 class QueryEngineClient:
     """Monarch's ``state.query_engine_client`` (``JobTrait.enable_telemetry`` then
-    ``job.state()``): ``query(sql)`` answers ``{"columns": [...], "rows": [[...],
-    ...]}`` as Monarch's does, from the same tables as ``danaus.telemetry.query``
-    (actors, messages, spans, metrics, gpus), in this process rather than through an HTTP
+    ``job.state()``): ``query(sql)`` answers ``{"columns": [...], "rows": [{column:
+    value}, ...]}`` as Monarch's does, over Monarch's tables (actors, meshes,
+    messages, actor_status_events ...: ``monarch_tables``, views of the same data as
+    ``danaus.telemetry.query``'s), in this process rather than through an HTTP
     sidecar. Errors are :func:`query`'s (``QueryError`` says what was wrong)."""
 
     def query(self, sql: str) -> dict[str, Any]:
-        """Run one SELECT over the telemetry tables: its column names and rows."""
-        names, rows = _run(sql)
-        return {"columns": names, "rows": [list(r) for r in rows]}
+        """Run one SELECT over Monarch's telemetry tables: its column names and rows."""
+        with monarch_tables.monarch_schema():
+            names, rows = _run(sql)
+        return {"columns": names, "rows": [dict(zip(names, r, strict=True)) for r in rows]}
 
     def __repr__(self) -> str:
-        return "QueryEngineClient(tables=" + ", ".join(TABLES) + ")"
+        return "QueryEngineClient(tables=" + ", ".join(monarch_tables.TABLES) + ")"
 
 
 # Statements that only read: anything else (COPY, ATTACH, INSTALL, LOAD, SET, EXPORT,
@@ -172,6 +176,7 @@ _READING = ("SELECT",)
 
 
 def _check_read_only(con: Any, duckdb: Any, sql: str) -> None:
+    monarch_tables.install_if_asked(con)  # on the connection about to run sql
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as e:
@@ -198,6 +203,8 @@ def _load(con: Any, table: str, cols: list[tuple[str, str, str]], rows: list[Any
 
 def describe() -> str:
     """The tables and their columns, one line a table."""
+    if monarch_tables.asked():
+        return monarch_tables.describe()
     return "\n".join(
         f"{t}({', '.join(name for name, _, _ in cols)})" for t, cols in COLUMNS.items()
     )

@@ -347,12 +347,11 @@ class _Server:
 
     def __init__(self, rt: Runtime, memory: BufferRegistry) -> None:
         # The same interface the runtime's authenticated TCP listener is bound to.
-        listener = getattr(rt, "_tcp_listener", None)
-        if listener is None or rt.tcp_advertise is None:
+        bind = rt.tcp_bind
+        if bind is None or rt.tcp_advertise is None:
             raise RuntimeError(
                 f"proc {rt.proc_id.name} does not listen on TCP, so no other host can reach it"
             )
-        bind = listener.getsockname()[0]
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.rt = rt
         self.memory = memory  # the registered memory it serves

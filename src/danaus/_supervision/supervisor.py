@@ -46,6 +46,7 @@ from .._actor.api.actor import actor_mode, validate_actor_class
 from .._actor.api.adverbs import Endpoint
 from .._actor.api.mesh import ActorMesh, MeshRef, _State
 from .._actor.api.procs import ProcMesh, spawn_on
+from .._actor.api.route import DirectRoute, Route
 from .._actor.core import owned
 from .._actor.core.collect import Collector, Countdown, set_future
 from .._actor.core.context import Context, acting_as, context
@@ -232,12 +233,22 @@ class SupervisedMesh(ActorMesh[A]):
     def _new_with_shape(self, shape: Shape) -> SupervisedMesh[A]:
         return SupervisedMesh(self._child, shape)
 
+    @property
+    def _route(self) -> Route:
+        """Always direct, its targets read anew each time (a restart may move a rank)."""
+        route: Route | None = self.__dict__.get("_route_")
+        if route is None:
+            route = self.__dict__["_route_"] = _SupervisedRoute(self._child, self._shape, self)
+        return route
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_child", "_state", "_endpoints", "_proc_mesh"):
             raise AttributeError(name)
         prop = self._endpoints.get(name)
         if prop is not None:
-            ep = _SupervisedEndpoint(self, name, prop)
+            ep = _SupervisedEndpoint(self._route, name, prop)
+            ep._child = self._child
+            ep._ranks = frozenset(self._shape.ranks())
             object.__setattr__(self, name, ep)
             return ep
         return super().__getattr__(name)
@@ -273,22 +284,36 @@ class SupervisedMesh(ActorMesh[A]):
         return f"<ActorMesh {self.name!r} of {self._ref.cls.__qualname__} {self.sizes} supervised>"
 
 
+class _SupervisedRoute(DirectRoute):
+    """A supervised mesh's route: direct (a cast tree's routes are fixed per mesh), to
+    the child's current procs (a restart may move a rank)."""
+
+    def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
+        self._child = child
+        rt = host.ensure_runtime()
+        super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
+
+    @property
+    def ref(self) -> MeshRef:
+        return self._child.ref
+
+    @ref.setter
+    def ref(self, value: MeshRef) -> None:
+        pass  # the child's ref is the one
+
+
 class _SupervisedEndpoint(Endpoint[Any, Any]):
     """An endpoint of a supervised mesh: holds its call while a rank it targets restarts."""
 
-    def _tree_mode(self) -> bool:
-        return False
-
-    def _targets(self) -> list[tuple[int, int, ProcId]]:
-        procs = self._mesh._ref.procs  # not cached: a restart may move a rank
-        return [(i, r, procs[r]) for i, r in enumerate(self._mesh._shape.ranks())]
+    _child: _MeshChild
+    _ranks: frozenset[int]  # the ranks of the whole mesh it targets
 
     def _deferred(
         self, method: Callable[..., Any], args: Any, kwargs: Any, n: int, check: Any = None
     ) -> Any:
         """None: send now. Else hold ``method(*args, **kwargs)`` until the ranks it targets
         are restarted; ``n`` futures stand in for the ones it returns."""
-        child: _MeshChild = self._mesh._child
+        child = self._child
         if not child.held:  # the common case: one attribute read
             return None
         self._prop.bind(*(check or (args, kwargs)))  # a wrong call raises here, not later
@@ -313,7 +338,7 @@ class _SupervisedEndpoint(Endpoint[Any, Any]):
             with acting_as(ctx):
                 run()
 
-        if not child.hold(frozenset(self._mesh._shape.ranks()), later):
+        if not child.hold(self._ranks, later):
             return None
         return [Future._create(cf, self._what) for cf in cfs]
 
@@ -330,7 +355,7 @@ class _SupervisedEndpoint(Endpoint[Any, Any]):
         return held[0] if held is not None else super().choose(*args, **kwargs)
 
     def stream(self, *args: Any, **kwargs: Any) -> Any:
-        n = len(self._mesh._shape)
+        n = len(self._ranks)
         held = self._deferred(super().stream, args, kwargs, n)
         return iter(held) if held is not None else super().stream(*args, **kwargs)
 

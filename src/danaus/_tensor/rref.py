@@ -58,7 +58,7 @@ def actor_rref(endpoint: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     check_use(what, handles, (), stream)
     check_tensors(what, handles, mesh, stream)
     actors = tuple((r, p) for _, r, p in endpoint._targets())
-    ranks = worker_ranks(mesh, Recipients(endpoint._mesh._ref.mesh_id, what, actors))
+    ranks = worker_ranks(mesh, Recipients(endpoint._route.ref.mesh_id, what, actors))
     workers = sorted(g for g, _ in ranks)
     if workers != sorted(mesh._shape.ranks()):
         raise ValueError(

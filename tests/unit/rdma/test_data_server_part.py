@@ -15,7 +15,8 @@ from danaus._runtime import node as node_mod
 def _stub_runtime(tmp_path) -> types.SimpleNamespace:
     listener = socket.create_server(("127.0.0.1", 0))
     return types.SimpleNamespace(
-        _tcp_listener=listener,
+        listener=listener,  # the test's own, closed at its end
+        tcp_bind="127.0.0.1",
         tcp_advertise="127.0.0.1",
         secret=b"s" * 32,
         proc_id=types.SimpleNamespace(name="stub"),
@@ -36,7 +37,7 @@ def test_the_data_server_is_made_once_and_stops_listening_when_its_node_ends(tmp
     assert part.server is None
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(address, timeout=5)
-    rt._tcp_listener.close()
+    rt.listener.close()
 
 
 def test_a_node_that_is_not_current_serves_no_data_address(tmp_path) -> None:
@@ -45,4 +46,4 @@ def test_a_node_that_is_not_current_serves_no_data_address(tmp_path) -> None:
         with pytest.raises(RuntimeError, match="no running node"):
             net._server_address(rt)  # type: ignore[arg-type]
     finally:
-        rt._tcp_listener.close()
+        rt.listener.close()

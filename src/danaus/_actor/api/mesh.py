@@ -4,30 +4,23 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import functools
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ... import _config as config
-from ..._errors import SupervisionError
-from ..._mesh import Extent, MeshTrait, Point, Shape
-from ..._mesh.tree import Selection
+from ..._mesh import MeshTrait, Shape
 from ..._runtime.hosting import host
-from ..._runtime.messaging.tree import FLAG_STOP
 from ..._wire.ids import ActorId, ProcId
-from ..._wire.protocol import Cast, StopActor
 from ..core import owned
-from ..core.collect import Collector, Countdown, TreeCollector, set_future, wait_ready
-from ..core.context import display_name
+from ..core.collect import Countdown, set_future, wait_ready
 from ..core.endpoints import EndpointProperty, endpoints_of
 from ..core.future import Future
 from .adverbs import Endpoint, NotAnEndpoint
+from .envelope import stopped
+from .route import DirectRoute, Route, TreeRoute
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ..._runtime.messaging.runtime import Runtime
+    from ..._runtime.node import Node
     from .procs import ProcMesh
 
 __all__ = ["ActorMesh", "MeshRef"]
@@ -56,6 +49,8 @@ class _State:
     tracebacks: dict[int, str] = field(default_factory=dict)  # rank -> remote traceback
     lock: threading.Lock = field(default_factory=threading.Lock)
     booted: bool = False  # every proc of the mesh has booted (checked before a tree cast)
+    node: Node | None = None  # the node the mesh belongs to (None: this process's, on use)
+    tree: bool | None = None  # messaged through its cast tree (decided once, on first use)
 
 
 class ActorMesh(MeshTrait, Generic[A]):
@@ -95,16 +90,37 @@ class ActorMesh(MeshTrait, Generic[A]):
     def _new_with_shape(self, shape: Shape) -> ActorMesh[A]:
         return ActorMesh(self._ref, shape, self._state, self._proc_mesh)
 
+    @property
+    def _route(self) -> Route:
+        """How this mesh's messages travel: made on first use, then kept (slices share
+        the decision between direct and tree)."""
+        route: Route | None = self.__dict__.get("_route_")
+        if route is None:
+            route = self.__dict__["_route_"] = self._make_route(fixed=True)
+        return route
+
+    def _make_route(self, *, fixed: bool, tree: bool | None = None) -> Route:
+        state = self._state
+        if state.node is None:
+            state.node = host.ensure_node()
+        rt = state.node.runtime
+        if tree is None:
+            tree = state.tree
+            if tree is None:  # the runtime keeps the decision for every copy of the mesh
+                tree = state.tree = rt.tree.use_tree(self._ref.mesh_id, self._ref.procs)
+        cls = TreeRoute if tree else DirectRoute
+        return cls(rt, self._ref, self._shape, state, fixed, self)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_ref", "_state", "_endpoints", "_proc_mesh"):
             raise AttributeError(name)
         prop = self._endpoints.get(name)
         if prop is not None:
-            ep: Endpoint[Any, Any] = Endpoint(self, name, prop)
+            ep: Endpoint[Any, Any] = Endpoint(self._route, name, prop)
             object.__setattr__(self, name, ep)
             return ep
         if callable(getattr(self._ref.cls, name, None)):
-            return NotAnEndpoint(self, name)
+            return NotAnEndpoint(self._route, name)
         raise AttributeError(
             f"actor mesh {self._ref.name!r} of {self._ref.cls.__qualname__} has no endpoint "
             f"{name!r}; its endpoints are {sorted(self._endpoints)}"
@@ -128,24 +144,7 @@ class ActorMesh(MeshTrait, Generic[A]):
 
     def _check_usable(self) -> None:
         if self._state.stopped:
-            ref = self._ref
-            owner = ref.owner
-            root = owner is None or owner.mesh == "root"
-            creator = "<root>" if root else f"<{owner.mesh}[{owner.rank}]>"  # type: ignore[union-attr]
-            cls = ref.cls
-            nowhere = Point(0, Extent([], []))
-            who = display_name(creator, cls.__module__, cls.__qualname__, ref.name, nowhere)
-            raise SupervisionError(  # Monarch's sentence first: programs match on it
-                f"The actor {who} and all its descendants have failed:\n"
-                f"  actor mesh {ref.name!r} was stopped; spawn a new one to keep working",
-                actor=self._ref.name,
-                reason="stopped",
-                during="call",
-            )
-
-    def _failed_reason(self, rank: int) -> str | None:
-        """Why actor ``rank`` (of the whole mesh) is known to have failed, if it has."""
-        return self._state.failed.get(rank) if self._state.failed else None
+            raise stopped(self._ref)
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop these actors: each finishes what it is doing, runs ``__cleanup__``, and goes.
@@ -153,74 +152,25 @@ class ActorMesh(MeshTrait, Generic[A]):
         Does not block; the future completes when all have stopped (a dead proc
         counts as stopped). Later calls raise ``SupervisionError``.
         """
-        rt = host.ensure_runtime()
         ranks = self._shape.ranks()
         cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
         if self._state.stopped or not ranks:
             cf.set_result(None)
             return Future._create(cf, f"stopping {self._ref.name!r}")
+        route = self._route
         whole = len(ranks) == len(self._ref.procs)
         if whole:
             self._state.stopped = True
         mesh_id = self._ref.mesh_id
 
-        def stopped() -> None:
+        def done() -> None:
             if whole:  # its owner holds it no more (nothing it does can fail now)
                 owned.forget(mesh_id)
             set_future(cf, True, None)
 
-        countdown = Countdown(len(ranks), stopped)
-        what = f"{self._ref.name}.stop()"
-        if rt.tree.use_tree(self._ref.mesh_id, self._ref.procs):
-            self._stop_through_tree(rt, ranks, reason, countdown.tick, what)
-            return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
-        collector = Collector(rt, what, len(ranks), countdown.tick, lost_is_ok=True)
-        for index, rank in enumerate(ranks):
-            collector.expect(index, self._ref.procs[rank])
-        for index, rank in enumerate(ranks):
-            proc = self._ref.procs[rank]
-            rt.send(
-                proc,
-                StopActor(self._ref.mesh_id, rank, collector.port, index, reason),
-                on_fail=functools.partial(collector.fail, index),
-            )
+        countdown = Countdown(len(ranks), done)
+        route.stop(ranks, reason, countdown.tick, f"{self._ref.name}.stop()")
         return Future._create(cf, f"stopping actor mesh {self._ref.name!r}")
-
-    def _stop_through_tree(
-        self, rt: Runtime, ranks: list[int], reason: str, tick: Callable[..., None], what: str
-    ) -> None:
-        """Stop a mesh messaged through its cast tree: the stop follows, on every path,
-        whatever this proc sent to it before (a broadcast is handled, then the stop)."""
-        fanout = config.get("tree_fanout")
-        collector = TreeCollector(
-            rt,
-            what,
-            len(ranks),
-            tick,
-            mesh_size=len(self._ref.procs),
-            fanout=fanout,
-            lost_is_ok=True,
-        )
-        targets = [(i, r, self._ref.procs[r]) for i, r in enumerate(ranks)]
-        for index, _, proc in targets:
-            collector.expect(index, proc)
-        collector.expect_tree(targets, self._ref.procs, ancestors=len(ranks) < len(self._ref.procs))
-        selection = Selection.of(self._shape.ndslice)
-        labels = tuple(self._shape.extent.labels)
-        sizes = tuple(self._shape.extent.sizes)
-        header = Cast(
-            self._ref.mesh_id, self._ref.name, reason, collector.port, False,
-            selection.to_wire(), 0, len(self._ref.procs), fanout, None, labels, sizes,
-            None, (), FLAG_STOP, 0,
-        )  # fmt: skip
-        rt.tree.cast(
-            self._ref.procs,
-            selection,
-            header,
-            b"",
-            (),
-            on_fail=lambda s, r, why: collector.fail(s, why),
-        )
 
     async def __aenter__(self) -> ActorMesh[A]:
         return self
@@ -230,7 +180,7 @@ class ActorMesh(MeshTrait, Generic[A]):
 
     def __reduce__(self) -> Any:
         wait_ready(self._ref.procs)
-        rt = host.ensure_runtime()
+        rt = self._route.rt
         ref = dataclasses.replace(self._ref, procs=tuple(rt.resolve(p) for p in self._ref.procs))
         return (_rebuild, (ref, self._shape))
 

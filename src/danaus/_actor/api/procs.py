@@ -157,7 +157,8 @@ class ProcMesh(MeshTrait):
             self._state.log_label = name
             log_control(host.ensure_node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
-        state = _State(initialized=concurrent.futures.Future())
+        # The mesh belongs to this proc mesh's node (its route sends with its runtime).
+        state = _State(initialized=concurrent.futures.Future(), node=self._state.node)
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
         owned.register_actor_mesh(mesh)
         init_cf = state.initialized

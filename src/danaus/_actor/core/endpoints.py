@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Literal
 
-__all__ = ["EndpointProperty", "Propagator", "endpoints_of"]
+__all__ = ["EndpointProperty", "EndpointTable", "Propagator", "endpoints_of"]
 
 Propagator = Literal["cached", "inspect", "mocked"] | Callable[..., Any] | None
 
@@ -100,3 +100,28 @@ def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
             elif name in found:
                 del found[name]  # overridden by a plain attribute
     return found
+
+
+class EndpointTable(dict[str, EndpointProperty]):
+    """An actor's endpoints by name (:func:`endpoints_of` its class), and the plain
+    methods called through ``as_endpoint``, made endpoints on their first call
+    (:meth:`adhoc`). A dict, so a lookup by name costs what a dict's does."""
+
+    __slots__ = ("_adhoc", "_cls")
+
+    def __init__(self, cls: type | None = None) -> None:
+        super().__init__(endpoints_of(cls) if cls is not None else {})
+        self._cls = cls
+        self._adhoc: dict[tuple[str, bool], EndpointProperty] = {}
+
+    def adhoc(self, method: str, explicit: bool) -> EndpointProperty | None:
+        """Method ``method`` of the class as an endpoint (``explicit``: it answers through
+        a response port), or None if the class has no such method."""
+        key = (method, explicit)
+        prop = self._adhoc.get(key)
+        if prop is None:
+            fn = getattr(self._cls, method, None)
+            if not callable(fn):
+                return None
+            prop = self._adhoc[key] = EndpointProperty(fn, explicit_response_port=explicit)
+        return prop

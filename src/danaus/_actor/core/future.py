@@ -11,13 +11,12 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..._runtime.hosting import proc as _proc
 from .context import _current
-
-if TYPE_CHECKING:
-    from ..._transport.conn import DirectReader
+from .deferred import Deferred, resolve
+from .waiting import Reader, Waits
 
 R = TypeVar("R")
 
@@ -133,7 +132,7 @@ class Pending:
 
 
 def _read_own_reply(
-    reader: DirectReader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
+    reader: Reader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
 ) -> float | None:
     """Read the connection the result will come on, on this thread, while no other
     thread does (saves waking the I/O thread and then this one). Returns what is
@@ -151,90 +150,6 @@ def _read_own_reply(
 
 def _log_callback_error(fn: Any) -> None:
     logging.getLogger("concurrent.futures").exception("exception calling callback for %r", fn)
-
-
-# Deferred values elect the thread that computes each one under this lock (held only
-# for that), and threads that find one being computed wait on the condition. One
-# lock for all of them instead of one per value: a pipelined batch of calls makes
-# a Deferred per reply, and every object the garbage collector tracks per call
-# makes its collections more frequent. Per process by nature, like the values.
-_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
-_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
-_WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
-_TODO, _COMPUTING, _DONE = 0, 1, 2
-
-
-class Deferred:
-    """A result that its first reader computes, on the reader's thread.
-
-    The I/O thread completes futures with these instead of values, so that it
-    never runs user code (unpickling a reply may run any ``__reduce__``) nor
-    spends time on a large object: ``Future.get()``, ``await`` and the
-    adverbs built on them call :func:`resolve`, which computes it once and
-    returns the value or raises the call's exception. ``ok`` is False when
-    it is known, before computing, that it will raise.
-    """
-
-    __slots__ = ("_fn", "_ok", "_state", "_value")
-    ok = True
-
-    def __init__(self, fn: Callable[[], Any] | None) -> None:
-        self._fn = fn  # None where a subclass computes without it
-        self._state = _TODO
-        self._ok = False
-        self._value: Any = None
-
-    def _compute(self) -> Any:
-        """The value (or raise); runs once, on the first reader's thread."""
-        assert self._fn is not None
-        return self._fn()
-
-    def _release(self) -> None:
-        """Drop what computing needed (a frame's bytes), once computed."""
-        self._fn = None
-
-    def resolve(self) -> Any:
-        """The value (computed the first time), or raise the exception."""
-        if self._state != _DONE:
-            self._settle()
-        if self._ok:
-            return self._value
-        raise self._value
-
-    def _settle(self) -> None:
-        with _ELECT:
-            while self._state == _COMPUTING:  # another thread computes it
-                _WAITING[0] += 1
-                try:
-                    _COMPUTED.wait()
-                finally:
-                    _WAITING[0] -= 1
-            if self._state == _DONE:
-                return
-            self._state = _COMPUTING
-        try:
-            ok, value = True, self._compute()
-        except Exception as e:
-            ok, value = False, e
-        except BaseException:  # interrupted: the next reader computes it
-            with _ELECT:
-                self._state = _TODO
-                if _WAITING[0]:
-                    _COMPUTED.notify_all()
-            raise
-        with _ELECT:
-            self._ok, self._value = ok, value
-            self._state = _DONE
-            self._release()
-            if _WAITING[0]:
-                _COMPUTED.notify_all()
-
-
-def resolve(value: Any) -> Any:
-    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
-    if isinstance(value, Deferred):
-        return value.resolve()
-    return value
 
 
 class Future(Generic[R]):
@@ -408,13 +323,13 @@ class Future(Generic[R]):
 
     def _wait_raw(self, timeout: float | None) -> R:
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
-        asynchronous exit (an unhandled failure ends the program from another thread)."""
-        cell = _waiting_cell()
-        if cell is not None:
-            cell.begin_wait()
-        rt = _proc.current()
-        if rt is not None:
-            rt.begin_wait()  # backpressure lets go of what this thread may be waiting for
+        asynchronous exit (an unhandled failure ends the program from another thread).
+
+        It talks to two narrow interfaces: the :class:`Waits` of this thread (told
+        before and after it blocks) and the result's :class:`Reader`, if it has one."""
+        waits = _waits()
+        if waits is not None:
+            waits.begin_wait()
         try:
             reader = getattr(self._cf, "reader", None)
             if reader is not None and not self._cf.done():
@@ -436,10 +351,8 @@ class Future(Generic[R]):
                     if self._cf.done() or left <= _WAKE:
                         raise
         finally:
-            if rt is not None:
-                rt.end_wait()
-            if cell is not None:
-                cell.end_wait()
+            if waits is not None:
+                waits.end_wait()
 
     result = get  # the same method, so an error's traceback has one frame of ours either way
 
@@ -543,19 +456,14 @@ class Future(Generic[R]):
             if rt is not None:
                 rt.flush_held()  # a result was taken: what this thread sends next is not a burst
             return (yield from self.as_asyncio().__await__())
-        cell = _waiting_cell()
-        rt = _proc.current()
-        if cell is not None:
-            cell.begin_wait()
-        if rt is not None:
-            rt.begin_wait()
+        waits = _waits()
+        if waits is not None:
+            waits.begin_wait()
         try:
             return (yield from self.as_asyncio().__await__())
         finally:
-            if rt is not None:
-                rt.end_wait()
-            if cell is not None:
-                cell.end_wait()
+            if waits is not None:
+                waits.end_wait()
 
     def __repr__(self) -> str:
         state = "done" if self._cf.done() else "pending"
@@ -594,19 +502,17 @@ def _clean(e: BaseException | None) -> BaseException:
 _running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
 
 
-def _waiting_cell() -> Any:
-    """The actor cell whose own thread is running this code, if any."""
+def _waits() -> Waits | None:
+    """What this thread tells before and after it blocks on a result: the inbox of the
+    actor whose serial path this is (which tells the runtime too: its backpressure
+    lets go of what this thread may be waiting for), else the runtime, if any."""
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
-    if cell is None or cell.thread is not threading.current_thread():
-        return None
-    if cell.serial_task is not None:  # an async actor: only the serial worker blocks it
-        try:
-            if asyncio.current_task() is not cell.serial_task:
-                return None
-        except RuntimeError:
-            pass
-    return cell
+    if cell is not None:
+        waits: Waits | None = cell.waits()
+        if waits is not None:
+            return waits
+    return _proc.current()
 
 
 def _check_not_io_thread() -> None:

@@ -14,7 +14,7 @@ import collections
 import concurrent.futures
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..._errors import SupervisionError
 from ..._runtime.hosting import host
@@ -31,7 +31,6 @@ from .future import Deferred, Future, resolve
 
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
-    from .cell import ActorCell
 
 __all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
 
@@ -225,7 +224,16 @@ class _Ranked(Deferred):
         self.ok = value.ok
 
 
-def _close_port(rt: Runtime, port: int, cell: ActorCell | None, gate: Gate | None = None) -> None:
+class PortOwner(Protocol):
+    """The actor that opened a receiver (its cell): it closes the receiver's port when
+    it stops, unless told the port was closed already."""
+
+    def own_port(self, port: int) -> None: ...
+
+    def disown_port(self, port: int) -> None: ...
+
+
+def _close_port(rt: Runtime, port: int, cell: PortOwner | None, gate: Gate | None = None) -> None:
     """Close a receiver's port (closed, collected): later sends bounce to their senders."""
     rt.close_port(port)
     if gate is not None:
@@ -234,9 +242,10 @@ def _close_port(rt: Runtime, port: int, cell: ActorCell | None, gate: Gate | Non
         cell.disown_port(port)
 
 
-def _owning_cell() -> Any:
+def _owning_cell() -> PortOwner | None:
     """The actor cell on whose thread a receiver is being opened (None in the client)."""
-    return context().actor_instance._cell
+    cell: PortOwner | None = context().actor_instance._cell
+    return cell
 
 
 class PortReceiver(Generic[R]):

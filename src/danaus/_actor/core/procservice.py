@@ -23,6 +23,7 @@ from ..._runtime.messaging.runtime import STATUS_OK, Runtime
 from ..._runtime.node import Node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Kind, Message
+from .async_cell import new_cell
 from .cell import ActorCell, on_held_back
 from .failing import refuse_stopped
 
@@ -50,7 +51,7 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
         # A failed actor being replaced: its thread ends (nothing could reach it once its
         # key names the new actor); what it still holds queued is answered, not dropped.
         old.stop(None, 0, "replaced by a restart")
-    rt.mailboxes[(mesh_id, rank)] = ActorCell(rt, mesh_id, rank, frame, on_exit=_on_exit)
+    rt.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=_on_exit)
     rt.mailbox_added((mesh_id, rank))
 
 

@@ -87,8 +87,8 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
                 "started": mb.started,
                 "state": _state(mb),
                 "failure": mb.failed,
-                "received": mb.received,
-                "queued": len(mb._queued),
+                "received": mb.inbox.received,
+                "queued": mb.inbox.queued,
                 "endpoints": {m: st.snapshot() for m, st in list(mb.stats.items())},
             }
         )

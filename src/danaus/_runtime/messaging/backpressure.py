@@ -1,6 +1,7 @@
 """Backpressure in a runtime: senders held back, connections paused, threads waiting.
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.backpressure``).
+A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.backpressure``),
+handed the callables it needs (never the runtime).
 Sending side: a thread other than the I/O thread that sends to a peer whose
 outbound bytes (queued for a proc still starting, in the connection's backlog,
 offloaded and not yet released) exceed ``send_high_water`` blocks until they
@@ -19,19 +20,41 @@ from typing import TYPE_CHECKING
 from ... import _config as config
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..._transport.conn import Connection
     from .flow import Gate
     from .peers import _Peer
-    from .runtime import Runtime
 
 __all__ = ["Backpressure"]
 
 
 class Backpressure:
-    """One runtime's backpressure state: who waits for room, who is paused, who waits."""
+    """One runtime's backpressure state: who waits for room, who is paused, who waits.
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    ``loop``: the I/O loop; ``on_io_thread()`` and ``call_soon(fn, *args)``: the
+    runtime's; ``closed()``: the runtime has closed; ``is_lost(name)``: why proc
+    ``name`` is lost (None: it is not); ``offloaded(name, 0)``: bytes offloaded
+    to it and not yet released; ``flush_held()``: send the held write batches.
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        on_io_thread: Callable[[], bool],
+        call_soon: Callable[..., None],
+        closed: Callable[[], bool],
+        is_lost: Callable[[str], str | None],
+        offloaded: Callable[[str, int], int],
+        flush_held: Callable[[], None],
+    ) -> None:
+        self.loop = loop
+        self._on_io_thread = on_io_thread
+        self._call_soon = call_soon
+        self._closed = closed
+        self._is_lost = is_lost
+        self._offloaded = offloaded
         # Guards room_waiters; senders wait on it for a peer's backlog to drain.
         self._room = threading.Condition(threading.Lock())
         self.room_waiters = 0  # senders blocked in wait_for_room (read without the lock)
@@ -46,7 +69,7 @@ class Backpressure:
         # layer's blocked actor's inbox stops pausing connections meanwhile)
         self._block_hook: Callable[[bool], None] | None = None
         # A thread of this process starts to wait: held write batches go out now.
-        self._flush_held = rt.flush_held
+        self._flush_held = flush_held
 
     def set_block_hook(self, hook: Callable[[bool], None] | None) -> None:
         self._block_hook = hook
@@ -61,7 +84,7 @@ class Backpressure:
     def outbound(self, peer: _Peer) -> int:
         """Bytes on their way to ``peer`` that this process still holds."""
         conn = peer.conn
-        n = peer.queued_bytes + self.rt.offload.held_bytes(peer.proc.name)
+        n = peer.queued_bytes + self._offloaded(peer.proc.name, 0)
         if conn is not None:
             n += conn.backlog_bytes
         return n
@@ -69,8 +92,7 @@ class Backpressure:
     def wait_for_room(self, peer: _Peer) -> None:
         """Block until what we hold for ``peer`` falls to the low-water mark (not on the
         I/O thread, which never blocks), or ``peer`` is lost, or we close."""
-        rt = self.rt
-        if rt.on_io_thread() or not rt.loop.is_running():
+        if self._on_io_thread() or not self.loop.is_running():
             return  # the I/O thread never blocks (nor a thread before the loop runs)
         low: int = config.get("send_low_water")
         self.held_back += 1
@@ -79,7 +101,7 @@ class Backpressure:
             with self._room:
                 self.room_waiters += 1
                 try:
-                    while peer.lost is None and not rt.closed:
+                    while peer.lost is None and not self._closed():
                         conn = peer.conn
                         if self.outbound(peer) <= low:
                             return
@@ -101,12 +123,11 @@ class Backpressure:
         ``wait_for_room``, so that nothing it waits for stays paused behind it."""
         if sent.is_set():
             return
-        rt = self.rt
         self.begin_wait(blocked=True)
         try:
             # Woken by the frame's end; the timeout only re-checks the peer and the runtime.
             while not sent.wait(0.5):
-                if rt.closed or rt.is_lost(name) is not None:
+                if self._closed() or self._is_lost(name) is not None:
                     return
         finally:
             self.end_wait(blocked=True)
@@ -131,7 +152,7 @@ class Backpressure:
         if blocked and self._block_hook is not None:
             self._block_hook(True)
         if self._holding:
-            self.rt.call_soon(self._exemptions_changed)
+            self._call_soon(self._exemptions_changed)
 
     def end_wait(self, *, blocked: bool = False) -> None:
         if blocked and self._block_hook is not None:
@@ -151,7 +172,7 @@ class Backpressure:
         None on another thread (a direct read): ``delivering`` is the I/O
         thread's, and only the I/O thread may pause a connection."""
         conn = self.delivering
-        if conn is None or conn.closed or not self.rt.on_io_thread():
+        if conn is None or conn.closed or not self._on_io_thread():
             return None
         conn.pause(gate)
         self.pauses += 1
@@ -167,4 +188,4 @@ class Backpressure:
             for conn in conns:
                 conn.resume(gate)
 
-        self.rt.call_soon(resume)
+        self._call_soon(resume)

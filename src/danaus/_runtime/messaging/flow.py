@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import _config as config
 
 if TYPE_CHECKING:
     from ..._transport.conn import Connection
     from ..._wire.protocol import Message
-    from .runtime import Runtime
 
-__all__ = ["Gate", "frame_bytes"]
+__all__ = ["Gate", "GateHost", "frame_bytes"]
+
+
+class GateHost(Protocol):
+    """What a gate needs of its runtime: pausing and resuming connections
+    (``Backpressure.pause_delivering`` and ``resume_reading``)."""
+
+    def pause_delivering(self, gate: Gate) -> Any: ...
+
+    def resume_reading(self, conns: list[Any], gate: Gate) -> None: ...
 
 
 def frame_bytes(msg: Message) -> int:
@@ -50,7 +58,7 @@ class Gate:
 
     __slots__ = ("_exempt", "_lock", "_paused", "bytes", "high", "low", "rt")
 
-    def __init__(self, rt: Runtime, exempt: Callable[[], bool], *, high: str, low: str) -> None:
+    def __init__(self, rt: GateHost, exempt: Callable[[], bool], *, high: str, low: str) -> None:
         self.rt = rt
         self._exempt = exempt
         self.high: int = config.get(high)

@@ -26,16 +26,30 @@ frame: the frame path only stamps ``last_recv``, as before.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import select
 import socket
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ... import _config as config
+from ..._wire.frame import encode_frame
+from ..._wire.protocol import Ping, wire
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ..._transport.conn import Connection
 
 __all__ = [
     "MAX_STRETCH",
     "PHI_THRESHOLD",
+    "Heartbeat",
     "LocalProbe",
     "PhiAccrual",
     "ProcView",
@@ -245,3 +259,106 @@ class LocalProbe:
                 f"(pid {self.pid} neither answers nor runs: deadlocked?)"
             )
         return None
+
+
+log = logging.getLogger("danaus.runtime")
+
+_NO_PID = object()  # a Unix peer whose pid the kernel did not give: the plain timeout
+
+
+def _unread(conn: Connection) -> bool:
+    """True if bytes wait in ``conn``'s socket: the peer spoke, we did not listen (our
+    loop was held up, e.g. by a long callback), so it is no silent peer."""
+    try:
+        return bool(select.select([conn.fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+class Heartbeat:
+    """Pings quiet connections and drops those whose peer is judged lost (a part of
+    the runtime, on its I/O thread).
+
+    Unix connections too: a proc on this host that is stopped (SIGSTOP) or
+    deadlocked answers nothing, and its socket never closes. Whether a silence
+    means lost is for the judges above to say: the kernel's view of a proc on
+    this host, a phi-accrual detector for one on another.
+
+    ``connections()``: every open connection; ``me()``: this proc's name;
+    ``closed()``: whether the runtime has closed (the heartbeat stops).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        connections: Callable[[], list[Connection]],
+        me: Callable[[], str],
+        closed: Callable[[], bool],
+    ) -> None:
+        self.loop = loop
+        self._connections = connections
+        self._me = me
+        self._closed = closed
+        self.judges: dict[Connection, Any] = {}  # the judge of each watched connection
+
+    def start(self) -> None:
+        self.loop.call_later(config.get("heartbeat_interval"), self.tick)
+
+    def tick(self) -> None:
+        """One round: judge every watched connection, ping the quiet ones; again later."""
+        if self._closed():
+            return
+        now = self.loop.time()
+        interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
+        ping = None
+        me = self._me()
+        judges = self.judges
+        for conn in self._connections():
+            if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
+                continue
+            if conn.paused or (conn.peer is not None and conn.peer.name == me):
+                judges.pop(conn, None)  # we stopped reading it, or it is us: our silence
+            else:
+                why = self.judge(conn, now - conn.last_recv, interval, timeout)
+                if why is not None:
+                    conn.fail_now(why)
+                    continue
+            if conn.authenticated and now - conn.last_send > interval:
+                ping = ping or encode_frame(wire(Ping()))
+                try:
+                    conn.send(ping)
+                except Exception:  # a closing connection: its silence is judged next time
+                    who = conn.peer.name if conn.peer is not None else "a peer"
+                    log.debug("a heartbeat to %s could not be sent", who, exc_info=True)
+        for conn in [c for c in judges if c.closed]:
+            del judges[conn]
+        self.loop.call_later(interval, self.tick)
+
+    def judge(
+        self, conn: Connection, silence: float, interval: float, timeout: float
+    ) -> str | None:
+        """Why ``conn``'s peer, silent for ``silence`` s, is lost; ``None`` if it is not."""
+        judge = self.judges.get(conn)
+        if judge is None:
+            if conn.tcp:
+                judge = PhiAccrual(conn.last_recv)
+            else:
+                pid = peer_pid(conn.sock)
+                judge = LocalProbe(pid) if pid is not None else _NO_PID
+            self.judges[conn] = judge
+        if isinstance(judge, PhiAccrual):
+            judge.observe(conn.last_recv)
+            if silence <= judge.deadline(interval, timeout) or _unread(conn):
+                return None
+            n, mean, spread = judge.statistics()
+            return (
+                f"no heartbeat for {silence:.1f} s: the host is unreachable (partitioned) "
+                f"or frozen (its last {n} gaps: mean {mean:.2f} s, spread {spread:.2f} s)"
+            )
+        if silence <= timeout or _unread(conn):
+            if isinstance(judge, LocalProbe):
+                judge.check(0.0, timeout)  # heard from: a later silence is judged afresh
+            return None
+        if isinstance(judge, LocalProbe):
+            return judge.check(silence, timeout)
+        return f"no heartbeat for {timeout:.1f} s: the process is frozen (stopped, or stuck)"

@@ -19,10 +19,10 @@ import bisect
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["BOUNDS", "RATIO", "EndpointStats", "Recent", "Tracer", "percentile"]
+__all__ = ["BOUNDS", "RATIO", "EndpointStats", "MessageRow", "Recent", "Tracer", "percentile"]
 
 #: How much wider each latency bucket is than the one before: 2^(1/8), about 9 %, so a
 #: quantile interpolated anywhere within its bucket (as Prometheus's
@@ -67,6 +67,50 @@ class EndpointStats:
             "max_s": self.max,
             "buckets": {i: c for i, c in enumerate(counts) if c},
         }
+
+
+class MessageRow:
+    """One handled call sampled for the messages table (``Recent.messages``).
+
+    Made when the call is delivered (``arrived_ns``, ``stride``); its actor fills
+    in the call when it takes it, the times when its body ends and
+    ``reply_bytes`` once the reply is written. It iterates as
+    the plain row the ``TELEMETRY`` answer carries, in field order.
+    """
+
+    #: The fields, in the order of the plain row.
+    FIELDS = (
+        "arrived_ns",
+        "started_ns",
+        "ended_ns",
+        "mesh_id",
+        "rank",
+        "endpoint",
+        "sender",
+        "request_bytes",
+        "reply_bytes",
+        "ok",
+        "stride",
+    )
+    __slots__ = FIELDS
+
+    def __init__(self, arrived_ns: int, stride: int) -> None:
+        self.arrived_ns = arrived_ns
+        self.stride = stride  # recorded 1 in ``stride`` (``Recent.take``)
+        self.started_ns = self.ended_ns = 0
+        self.mesh_id: str | None = None
+        self.rank = 0
+        self.endpoint: str | None = None
+        self.sender: str | None = None
+        self.request_bytes = 0
+        self.reply_bytes: int | None = None  # filled in after the reply is sent
+        self.ok = True
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter([getattr(self, f) for f in self.FIELDS])
+
+    def __repr__(self) -> str:
+        return f"MessageRow({', '.join(f'{f}={getattr(self, f)!r}' for f in self.FIELDS)})"
 
 
 def percentile(buckets: dict[int, int], q: float) -> float | None:
@@ -160,12 +204,13 @@ class Recent:
     """What one proc keeps of its recent past for ``danaus.telemetry.query``: rings
     (bounded deques) of handled messages, spans and ended actors.
 
-    ``messages`` rows are lists ``[arrived_ns, started_ns, ended_ns, mesh_id,
-    rank, endpoint, sender, request_bytes, reply_bytes, ok, stride]`` (the
-    actor's thread appends them; ``reply_bytes`` is filled in after the reply
-    is sent). When messages come faster than ``per_s`` a second, only one in
-    ``stride`` is recorded (``take``); each row says the stride it was taken
-    under, so a count can be scaled back. ``spans`` rows are tuples
+    ``messages`` rows are :class:`MessageRow` records (the actor's thread
+    appends them; ``reply_bytes`` is filled in after the reply is sent), copied
+    out as lists ``[arrived_ns, started_ns, ended_ns, mesh_id, rank, endpoint,
+    sender, request_bytes, reply_bytes, ok, stride]``. When messages come
+    faster than ``per_s`` a second, only one in ``stride`` is recorded
+    (``take``); each row says the stride it was taken under, so a count can be
+    scaled back. ``spans`` rows are tuples
     ``(name, start_ns, end_ns, actor, trace_id, span_id, parent_id, attributes)``;
     ``ended`` holds the rows of actors that stopped or failed here (dicts).
     Every append is a ``deque.append`` (atomic, any thread, O(1)).
@@ -180,7 +225,7 @@ class Recent:
             raise ValueError(f"a telemetry ring holds at least 1 row, not {size}")
         self.size = size
         self.per_s = per_s
-        self.messages: collections.deque[list[Any]] = collections.deque(maxlen=size)
+        self.messages: collections.deque[MessageRow] = collections.deque(maxlen=size)
         self.spans: collections.deque[tuple[Any, ...]] = collections.deque(maxlen=size)
         self.ended: collections.deque[dict[str, Any]] = collections.deque(maxlen=size)
         self.stride = 1

@@ -160,6 +160,8 @@ class Offloader:
         self.ok_peers: set[str] = set()  # peers that can read our memory
         self._held: dict[int, _Held] = {}  # token -> what it holds
         self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
+        # held_of(peer, 0): those bytes, a C-level lookup for the sender's hot path
+        self.held_of: Callable[[str, int], int] = self._held_bytes.get
         self._next = 0
         # Guards the snapshots held for peers and the pools of mappings and shared slots
         # (_held, _held_bytes, _pool, _slots, _lent, _slot_bytes) and ok_peers' losses.

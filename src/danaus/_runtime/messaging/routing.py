@@ -1,6 +1,7 @@
 """Routing incoming frames to this proc's mailboxes (actors) and ports (replies).
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.router``): it holds
+A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.router``), handed
+the callables it needs (never the runtime): it holds
 the mailboxes by ``(mesh, rank)``, the ports by number, and the calls that came
 for an actor still spawning. Its methods run on the I/O thread, except
 ``direct_frame`` (a waiting thread that reads its own connection) and
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import _config as config
 from ..._wire.frame import Frame
@@ -19,8 +21,11 @@ from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply, decode
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..._transport.conn import Connection
-    from .runtime import Runtime
+    from ..._wire.ids import ActorId
+    from .metrics import Tracer
 
 __all__ = ["Mailbox", "PortHandler", "Router"]
 
@@ -47,10 +52,25 @@ class Router:
 
     No lock: the dicts are changed by single operations (atomic under the GIL),
     and ``_early`` only on the I/O thread.
+
+    ``me``: this proc's id and ``tracer``: the running trace (the runtime sets
+    both when they change); ``bounce(sender, dest, reason)`` returns a message
+    to its sender; ``undeliverable(port, slot, reason)`` answers a call that
+    cannot be delivered.
     """
 
-    def __init__(self, rt: Runtime) -> None:
-        self.rt = rt
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        me: ProcId,
+        bounce: Callable[[ActorId | None, str, str], None],
+        undeliverable: Callable[[PortId | None, int, str], Any],
+    ) -> None:
+        self.loop = loop
+        self.me = me
+        self.tracer: Tracer | None = None
+        self._bounce = bounce
+        self._undeliverable = undeliverable
         self.mailboxes: dict[tuple[str, int], Mailbox] = {}
         self.ports: dict[int, PortHandler] = {}
         self._port_ids = itertools.count(1)
@@ -62,7 +82,7 @@ class Router:
     def open_port(self, handler: PortHandler) -> PortId:
         no = next(self._port_ids)
         self.ports[no] = handler
-        return PortId(self.rt.proc_id, no)
+        return tuple.__new__(PortId, (self.me, no))  # PortId's __new__ is Python
 
     def close_port(self, no: int) -> None:
         self.ports.pop(no, None)
@@ -71,20 +91,20 @@ class Router:
         """A REPLY frame: to its port, or back to its sender if the port is closed."""
         reply: Reply = msg.header
         handler = self.ports.get(reply.port)
-        rt = self.rt
+        me = self.me.name
         if handler is not None:
-            tracer = rt.tracer
+            tracer = self.tracer
             if tracer is None:
                 handler.deliver(msg)
                 return
             t0 = tracer.now()
             handler.deliver(msg)
-            flow = f"r:{rt.proc_id.name}:{reply.port}:{reply.slot}"
+            flow = f"r:{me}:{reply.port}:{reply.slot}"
             tracer.span("reply received", "reply", t0, flow_in=flow)
             return
         if reply.sender is not None:
-            reason = f"port {reply.port} on proc {rt.proc_id.name} is closed"
-            rt.bounce(reply.sender, f"port {rt.proc_id.name}:{reply.port}", reason)
+            reason = f"port {reply.port} on proc {me} is closed"
+            self._bounce(reply.sender, f"port {me}:{reply.port}", reason)
 
     # -- mailboxes ----------------------------------------------------------
 
@@ -99,7 +119,7 @@ class Router:
         mesh, rank = msg.header.mesh, msg.header.rank
         mb = self.mailboxes.get((mesh, rank))
         if mb is not None:
-            tracer = self.rt.tracer
+            tracer = self.tracer
             if tracer is None:
                 mb.deliver(msg, via)
                 return
@@ -113,7 +133,7 @@ class Router:
         early.append((via, msg))
         if len(early) == 1:
             hold = config.get("early_call_hold")
-            self.rt.loop.call_later(hold, self._early_expired, (mesh, rank))
+            self.loop.call_later(hold, self._early_expired, (mesh, rank))
 
     def mailbox_added(self, key: tuple[str, int]) -> None:
         """A mailbox was registered (I/O thread): deliver the calls that came first."""
@@ -127,12 +147,11 @@ class Router:
 
     def _no_such_actor(self, msg: Message) -> None:
         call = msg.header
-        rt = self.rt
-        reason = f"no actor {call.mesh}[{call.rank}] on proc {rt.proc_id.name}"
+        reason = f"no actor {call.mesh}[{call.rank}] on proc {self.me.name}"
         if call.port is None and call.sender is not None:
-            rt.bounce(call.sender, f"{call.mesh}[{call.rank}].{call.method}()", reason)
+            self._bounce(call.sender, f"{call.mesh}[{call.rank}].{call.method}()", reason)
         else:
-            rt.undeliverable(call.port, call.slot, reason)
+            self._undeliverable(call.port, call.slot, reason)
 
     # -- direct reads (a waiting thread reads its own reply) -------------------
 
@@ -144,7 +163,7 @@ class Router:
         a ping (reading it was all it asked). Anything else returns False and
         goes to the I/O thread, in order.
         """
-        if self.rt.tracer is not None or conn.peer is None:
+        if self.tracer is not None or conn.peer is None:
             return False
         try:
             msg = decode(frame)

@@ -11,29 +11,21 @@ headers are in ``danaus._wire.protocol``)::
     REPLY  -> a local port
     HELLO  -> names the proc that dialled us; we answer WELCOME and use the
               connection both ways, or REFUSED if it speaks another protocol
-              version (when both dialled at once, see ``_on_hello``)
+              version (when both dialled at once, see ``links.Links.on_hello``)
     WELCOME-> the proc we dialled took the connection: frames may go on it
     READY  -> a proc we are waiting for is up (or failed to boot)
     LOST   -> the host agent saw a proc exit
     other  -> the one handler a higher layer registered for the kind
               (``register``; a second registration for a kind is refused)
 
-Backpressure: a thread other than the I/O thread that sends to a peer whose
-outbound bytes (queued for a proc still starting, in the connection's
-backlog, offloaded and not yet released) exceed ``send_high_water`` blocks
-until they fall to ``send_low_water`` or the peer is lost; consumers that
-fall behind pause the connections that feed them (``flow.Gate``). That state
-is the runtime's part ``rt.backpressure`` (``backpressure.py``); CALL and
-REPLY frames reach mailboxes and ports through ``rt.router`` (``routing.py``);
-the peer table is the base class ``PeerTable`` (``peers.py``).
-
-Large messages: a frame whose out-of-band buffers add up to 1 MiB or more
-draws a snapshot's worth from the process's staging budget (``staging_max``)
-before anything is copied; above ``send_snapshot_max``, or when the budget
-has no room, its buffers are lent instead (nothing copied) and the sending
-thread waits until they have left (``Backpressure.wait_sent``): read by the
-receiver (offload's RELEASE), or written to the kernel (the connection's
-mark). The I/O thread never waits: it copies, budget or not.
+A composition root: each concern is a part that the runtime builds and
+hands the callables it needs, never itself (so no part reaches through
+another): ``listeners`` (listening.py), ``links`` (links.py: one connection
+per peer and its handshake), ``sender`` (sending.py: ``send``, backpressure
+on the sending side, large messages lent or copied), ``router`` (routing.py:
+ports and mailboxes), ``backpressure`` (backpressure.py), ``heartbeat``
+(liveness.py), and the offloader, cast tree and relay. The peer table is
+the base class ``PeerTable`` (``peers.py``).
 
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
@@ -45,10 +37,8 @@ never reused.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
-import select
 import socket
 import threading
 from collections.abc import Callable
@@ -56,43 +46,35 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
-from ..._transport import inproc, tls
-from ..._transport.address import choose, connect_socket, host_token, join, listen
-from ..._transport.auth import Handshake
+from ..._transport.address import host_token, join
 from ..._transport.conn import Connection
 from ..._transport.state import Transport
-from ..._wire import codec, memory
-from ..._wire.frame import Frame, encode_frame, encode_pickled
+from ..._wire import codec
+from ..._wire.frame import Frame
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import (
-    PROTOCOL_VERSION,
     STATUS_ERROR,
     STATUS_EXC,
     STATUS_OK,
-    Hello,
     Kind,
     Message,
-    Ping,
-    Refused,
     Reply,
-    Route,
-    Welcome,
     decode,
-    wire,
 )
 from . import liveness
 from .backpressure import Backpressure
+from .links import Links
+from .listening import Listeners
 from .metrics import Recent, Tracer
-from .offload import Offloader, own
+from .offload import Offloader
 from .peers import PeerTable, _Peer
 from .relay import Relay
 from .routing import Mailbox, PortHandler, Router
+from .sending import Sender
 from .tree import TreeRouter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
-
-    from _typeshed import ReadableBuffer
+    from collections.abc import Iterable
 
     from ..._wire.ids import ActorId
 
@@ -127,39 +109,6 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     if _uvloop is not None:
         return _uvloop.new_event_loop()  # type: ignore[no-any-return]
     return asyncio.new_event_loop()
-
-
-# A message whose out-of-band buffers add up to at least this much is large: lent or
-# copied within the staging budget (``memory.staging``); smaller ones are copied freely
-# (each peer's share is bounded by send_high_water).
-_LARGE = 1 << 20
-
-
-def _large(buffers: Sequence[ReadableBuffer]) -> int:
-    """The bytes of ``buffers`` if they make a large message, else 0."""
-    n = 0
-    for b in buffers:
-        n += len(b) if type(b) is bytes else memoryview(b).nbytes
-    return n if n >= _LARGE else 0
-
-
-class _Give:
-    """Gives ``n`` bytes back to the staging budget, once."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __call__(self) -> None:
-        n, self.n = self.n, 0
-        if n:
-            memory.staging.give(n)
-
-
-def _has_large(parts: list[Any]) -> bool:
-    """Whether a frame part would take long to copy (``offload.own`` copies it in chunks)."""
-    return any(not isinstance(p, bytes) and memoryview(p).nbytes >= memory.SMALL for p in parts)
 
 
 class Runtime(PeerTable):
@@ -211,7 +160,7 @@ class Runtime(PeerTable):
         self.handlers: dict[Kind, Handler] = {}
         # Routing to mailboxes and ports (routing.py); the dicts are the router's,
         # named here too since every layer above reads them.
-        self.router = Router(self)
+        self.router = Router(self.loop, self.proc_id, self.bounce, self.undeliverable)
         self.mailboxes: dict[tuple[str, int], Mailbox] = self.router.mailboxes
         self.ports: dict[int, PortHandler] = self.router.ports
         self.open_port = self.router.open_port
@@ -219,9 +168,6 @@ class Runtime(PeerTable):
         self.mailbox_added = self.router.mailbox_added
         self.register(Kind.CALL, self.router.on_call)
         self.register(Kind.REPLY, self.router.on_reply)
-        self.register(Kind.HELLO, self._on_hello)
-        self.register(Kind.WELCOME, self._on_welcome)
-        self.register(Kind.REFUSED, self._on_refused)
         self.register(Kind.READY, self._on_ready)
         self.register(Kind.LOST, self._on_lost_report)
         self.register(Kind.PING, _ignore_frame)
@@ -229,10 +175,7 @@ class Runtime(PeerTable):
         self.relay = Relay(self)  # a gateway's relaying, or an attached client's (relay.py)
         self._watchers: dict[str, set[int]] = {}
         self._peers: dict[str, _Peer] = {}
-        self._dialled: set[Connection] = set()  # connections we dialled, open
-        self._accepted: set[Connection] = set()  # connections others dialled, open
         self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
-        self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
         # Guards the peer table (_peers and each _Peer's connections, queue and state),
         # _watchers, _spares, exited and the exit/loss waiters.
         self._lock = threading.RLock()
@@ -241,13 +184,6 @@ class Runtime(PeerTable):
         self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
         self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
         self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
-        self._listener: socket.socket | None = None
-        self._tcp_listener: socket.socket | None = None
-        self._extra_tcp: dict[str, socket.socket] = {}  # more interfaces, same port
-        self._handshaking: dict[Connection, None] = {}  # accepted, not yet authenticated
-        self._accept_backoff = 0.0
-        self._advertised = ""
-        self.tcp_advertise: str | None = None  # the IP peers on other hosts reach us at
         self.closed = False
         # how this proc was started (empty in the client); read it, never assign it
         self.boot: dict[str, Any] = boot if boot is not None else {}
@@ -266,14 +202,87 @@ class Runtime(PeerTable):
         self.tracer: Tracer | None = None
         self.observers: dict[str, Callable[[], Any]] = {}
         # Backpressure (backpressure.py): held-back senders, paused connections, waits.
-        self.backpressure = Backpressure(self)
+        self.backpressure = Backpressure(
+            self.loop,
+            on_io_thread=self.on_io_thread,
+            call_soon=self.call_soon,
+            closed=lambda: self.closed,
+            is_lost=self.is_lost,
+            offloaded=self.offload.held_of,
+            flush_held=self.flush_held,
+        )
         self.notify_room = self.backpressure.notify_room
         self.begin_wait = self.backpressure.begin_wait
         self.end_wait = self.backpressure.end_wait
         self.pause_delivering = self.backpressure.pause_delivering
         self.resume_reading = self.backpressure.resume_reading
-        # the heartbeat's judge of each watched connection (liveness.py)
-        self._judges: dict[Connection, Any] = {}
+        # One connection per peer, dialled or accepted, and its handshake (links.py).
+        self.links = Links(
+            self.loop,
+            self.host,
+            self._network,
+            self._batching,
+            self._peers,
+            self._lock,
+            self.exited,
+            spares=self._spares,
+            me=lambda: self.proc_id,
+            peer_lost=self.peer_lost,
+            offload_hello=lambda conn, extra: self.offload.on_hello(conn, extra),
+            hello_extra=lambda: self.offload.hello_extra(),
+            relay_via=lambda: self.relay.via,
+            relay_dial=lambda peer: self.relay.dial(peer),
+            relay_closed=lambda conn, exc: self.relay.closed(conn, exc),
+            dispatch=self._dispatch,
+            notify_room=self.notify_room,
+            secret=lambda: self._secret,
+            closed=lambda: self.closed,
+            forget_handshake=lambda conn: self.listeners.handshaking.pop(conn, None),
+            direct_frame=self.router.direct_frame,
+        )
+        self.register(Kind.HELLO, self.links.on_hello)
+        self.register(Kind.WELCOME, self.links.on_welcome)
+        self.register(Kind.REFUSED, self.links.on_refused)
+        self.all_connections = self.links.all_connections
+        self.connections = self.links.connections
+        self.dial = self.links.dial
+        self.accept_relayed = self.links.accept_relayed
+        self._dialing = self.links.dialing
+        self._on_conn_closed = self.links.on_closed
+        # Where this proc listens, and accepting connections (listening.py).
+        self.listeners = Listeners(
+            self.loop,
+            name,
+            self._unix,
+            self._network,
+            self._batching,
+            secret=lambda: self._secret,
+            insecure=lambda: self._insecure,
+            accepted=self.links.accepted,
+            dispatch=self._dispatch,
+            on_closed=self.links.on_closed,
+            call_on_loop=self._on_loop,
+            closed=lambda: self.closed,
+        )
+        # Writes frames to peers from any thread (sending.py); ``send`` is its method.
+        self.sender = Sender(
+            self._peers,
+            self._lock,
+            offloading=self.offload.ok_peers,
+            offloaded=self.offload.held_of,
+            wrap=self.offload.wrap,
+            high=lambda: self.backpressure.send_high,
+            wait_for_room=self.backpressure.wait_for_room,
+            wait_sent=self.backpressure.wait_sent,
+            on_io_thread=self.on_io_thread,
+            call_soon=self.call_soon,
+            connect=self.links.connect,
+        )
+        self.send = self.sender.send
+        # Pings quiet connections, drops those whose peer is judged lost (liveness.py).
+        self.heartbeat = liveness.Heartbeat(
+            self.loop, self.all_connections, lambda: self.proc_id.name, lambda: self.closed
+        )
 
     # -- inputs and hooks: set through these methods, never by assignment from outside ---
 
@@ -330,6 +339,7 @@ class Runtime(PeerTable):
         """Record spans into ``tracer`` from now on (None: stop); returns the one
         that ran until now."""
         old, self.tracer = self.tracer, tracer
+        self.router.tracer = tracer
         return old
 
     def register(self, kind: Kind, handler: Handler) -> None:
@@ -349,13 +359,9 @@ class Runtime(PeerTable):
 
     def start(self, *, in_thread: bool) -> None:
         """Listen, and run the I/O loop in a daemon thread (client) or not yet (proc)."""
-        if self.inproc:
-            self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
-        else:
-            self._listener = listen(self._unix)
-            self.loop.add_reader(self._listener.fileno(), self._on_accept, self._listener, False)
+        self.listeners.listen(self.inproc)
         if not self.inproc:  # a proc in this process cannot freeze or vanish on its own
-            self.loop.call_later(config.get("heartbeat_interval"), self._heartbeat)
+            self.heartbeat.start()
         if in_thread:
             self.thread = threading.Thread(
                 target=self.loop.run_forever, name="danaus-io", daemon=True
@@ -369,45 +375,33 @@ class Runtime(PeerTable):
         (it changes ``proc_id``). Every connection must prove it knows the job
         secret; raises ``RuntimeError`` if there is none (unless ``insecure``).
         """
-        if self._tcp_listener is not None:
-            return f"tcp://{self._advertised}"
-        if self._secret is None and not self._insecure:
-            raise RuntimeError(
-                f"proc {self.proc_id.name} refuses to listen on TCP ({bind}) without a job "
-                "secret: anyone who reaches the port could run code in it. Set DANAUS_SECRET "
-                "(e.g. to the output of python -c 'import secrets; print(secrets.token_hex(32))') "
-                "or pass secret=..."
-            )
-        entry = f"tcp://{'[' + bind + ']' if ':' in bind else bind}:{port}"
-        lsock = listen(entry)
-        tcp_port = lsock.getsockname()[1]
-        self._tcp_listener = lsock
-        self.tcp_advertise = advertise
-        adv = f"[{advertise}]" if ":" in advertise else advertise
-        self._advertised = f"{adv}:{tcp_port}"
-        self.proc_id = ProcId(
-            self.proc_id.name, join(self._unix, f"tcp://{self._advertised}", f"host:{self.host}")
-        )
+        entry, new = self.listeners.listen_tcp(bind, advertise, port)
+        if new:
+            self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
+        return entry
 
-        def add() -> None:
-            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
+    @property
+    def tcp_advertise(self) -> str | None:
+        """The IP peers on other hosts reach us at (None: not listening on TCP)."""
+        return self.listeners.tcp_advertise
 
-        if self.thread is not None and not self.on_io_thread():
-            self.loop.call_soon_threadsafe(add)
-        else:
-            add()
-        return f"tcp://{self._advertised}"
+    @property
+    def tcp_bind(self) -> str | None:
+        """The IP the TCP listener is bound to (None: not listening on TCP)."""
+        return self.listeners.tcp_bind
 
     def listen_inproc(self) -> None:
         """Also accept in-process connections (``inproc:NAME``), from runtimes of this
         process (a simulated mesh). Changes ``proc_id``: call before the address travels.
         """
-        if self.inproc or self._network.is_listening(self.proc_id.name):
+        if self.inproc or not self.listeners.listen_inproc():
             return
-        self._network.listen(self.proc_id.name, self.loop, self._on_inproc_accept)
-        self.proc_id = ProcId(
-            self.proc_id.name, join(f"inproc:{self.proc_id.name}", self.proc_id.addr)
-        )
+        self._set_proc_id(join(f"inproc:{self.proc_id.name}", self.proc_id.addr))
+
+    def _set_proc_id(self, addr: str) -> None:
+        """This proc is reached at ``addr`` from now on (before the address travels)."""
+        self.proc_id = ProcId(self.proc_id.name, addr)
+        self.router.me = self.proc_id
 
     def listen_tcp_also(self, ip: str) -> None:
         """Also accept TCP connections on interface ``ip``, at the same port (I/O thread safe).
@@ -418,88 +412,14 @@ class Runtime(PeerTable):
         Raises ``RuntimeError`` before ``listen_tcp``, ``OSError`` if the port
         is taken on ``ip``.
         """
-        if self._tcp_listener is None:
-            raise RuntimeError("listen_tcp() first: listen_tcp_also() adds an interface to it")
-        bound, port = self._tcp_listener.getsockname()[:2]
-        if ip == bound or ip in self._extra_tcp or bound in ("0.0.0.0", "::"):
-            return
-        entry = f"tcp://{'[' + ip + ']' if ':' in ip else ip}:{port}"
-        lsock = listen(entry)
-        self._extra_tcp[ip] = lsock
+        self.listeners.listen_tcp_also(ip)
 
-        def add() -> None:
-            self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True)
-
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread: now if this is it (or it has not started)."""
         if self.thread is not None and not self.on_io_thread():
-            self.loop.call_soon_threadsafe(add)
+            self.loop.call_soon_threadsafe(fn)
         else:
-            add()
-
-    def _heartbeat(self) -> None:
-        """Ping quiet connections; drop those whose peer is judged lost.
-
-        Unix connections too: a proc on this host that is stopped (SIGSTOP) or
-        deadlocked answers nothing, and its socket never closes. Whether a
-        silence means lost is for ``liveness`` to say: the kernel's view of a
-        proc on this host, a phi-accrual detector for one on another.
-        """
-        if self.closed:
-            return
-        now = self.loop.time()
-        interval, timeout = config.get("heartbeat_interval"), config.get("heartbeat_timeout")
-        conns = self.all_connections()
-        ping = None
-        me = self.proc_id.name
-        judges = self._judges
-        for conn in conns:
-            if conn.closed or conn.tcp is None:  # tcp None: in-process, nothing to watch
-                continue
-            if conn.paused or (conn.peer is not None and conn.peer.name == me):
-                judges.pop(conn, None)  # we stopped reading it, or it is us: our silence
-            else:
-                why = self._judge(conn, now - conn.last_recv, interval, timeout)
-                if why is not None:
-                    conn.fail_now(why)
-                    continue
-            if conn.authenticated and now - conn.last_send > interval:
-                ping = ping or encode_frame(wire(Ping()))
-                try:
-                    conn.send(ping)
-                except Exception:  # a closing connection: its silence is judged next time
-                    who = conn.peer.name if conn.peer is not None else "a peer"
-                    log.debug("a heartbeat to %s could not be sent", who, exc_info=True)
-        for conn in [c for c in judges if c.closed]:
-            del judges[conn]
-        self.loop.call_later(interval, self._heartbeat)
-
-    def _judge(
-        self, conn: Connection, silence: float, interval: float, timeout: float
-    ) -> str | None:
-        """Why ``conn``'s peer, silent for ``silence`` s, is lost; ``None`` if it is not."""
-        judge = self._judges.get(conn)
-        if judge is None:
-            if conn.tcp:
-                judge = liveness.PhiAccrual(conn.last_recv)
-            else:
-                pid = liveness.peer_pid(conn.sock)
-                judge = liveness.LocalProbe(pid) if pid is not None else _NO_PID
-            self._judges[conn] = judge
-        if isinstance(judge, liveness.PhiAccrual):
-            judge.observe(conn.last_recv)
-            if silence <= judge.deadline(interval, timeout) or _unread(conn):
-                return None
-            n, mean, spread = judge.statistics()
-            return (
-                f"no heartbeat for {silence:.1f} s: the host is unreachable (partitioned) "
-                f"or frozen (its last {n} gaps: mean {mean:.2f} s, spread {spread:.2f} s)"
-            )
-        if silence <= timeout or _unread(conn):
-            if isinstance(judge, liveness.LocalProbe):
-                judge.check(0.0, timeout)  # heard from: a later silence is judged afresh
-            return None
-        if isinstance(judge, liveness.LocalProbe):
-            return judge.check(silence, timeout)
-        return f"no heartbeat for {timeout:.1f} s: the process is frozen (stopped, or stuck)"
+            fn()
 
     def on_io_thread(self) -> bool:
         try:
@@ -519,254 +439,27 @@ class Runtime(PeerTable):
         if self.closed:
             return
         self.closed = True
-        self._network.unlisten(self.proc_id.name)
-        if self._listener is not None:
-            self.loop.remove_reader(self._listener.fileno())
-            self._listener.close()
-            try:
-                os.unlink(self._unix.partition(":")[2])
-            except OSError:
-                pass
-        for lsock in [self._tcp_listener, *self._extra_tcp.values()]:
-            if lsock is not None:
-                self.loop.remove_reader(lsock.fileno())
-                lsock.close()
+        self.listeners.close()
         self.relay.close()
         for conn in self.all_connections():
             conn.flush_and_close()
         if self._owns_transport:
             self.transport.close()  # what is held went out in flush_and_close
 
-    def all_connections(self) -> list[Connection]:
-        """Every open connection: dialled, accepted, established or not (a snapshot)."""
-        return [c for c in [*self._dialled, *self._accepted] if not c.closed]
-
-    def connections(self) -> list[tuple[str, str, Connection]]:
-        """``(peer proc name, "out" | "in", connection)`` for every open connection
-        whose peer said who it is; "out" when we dialled it. Both directions of
-        the traffic with that peer go on it."""
-        out = [(c.peer.name, "out", c) for c in list(self._dialled) if c.peer is not None]
-        out += [(c.peer.name, "in", c) for c in list(self._accepted) if c.peer is not None]
-        return [(name, d, c) for name, d, c in out if not c.closed]
+    # -- the peer table's hooks into the links ------------------------------------
 
     def flushed(self) -> bool:
         """True once every connection is closed (after ``close()``)."""
-        return not self.all_connections()
+        return not self.links.all_connections()
 
-    # -- accepting and hello ------------------------------------------------
-
-    def _on_accept(
-        self, lsock: socket.socket, tcp: bool, on_frame: Callable[..., None] | None = None
-    ) -> None:
-        """Accept what waits on ``lsock``; ``on_frame``: who reads the frames of these
-        connections (default: the runtime; a gateway's relay port: the relay)."""
-        for _ in range(256):  # then let the loop serve the others
-            try:
-                s, _ = lsock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._pause_accepting(lsock, tcp, e, on_frame)
-                    return
-                continue  # e.g. ECONNABORTED: that one connection is gone
-            self._accept_backoff = 0.0
-            if tcp:
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hs = Handshake(self._secret, "server") if tcp and self._secret is not None else None
-            try:
-                conn = Connection(
-                    s,
-                    self.loop,
-                    self._dispatch if on_frame is None else on_frame,
-                    self._on_conn_closed,
-                    on_authenticated=self._on_authenticated,
-                    handshake=hs,
-                    tls=tls.server_context() if tcp else None,
-                    server_side=True,
-                    batching=self._batching,
-                )
-            except Exception:
-                log.exception("could not set up an incoming connection")
-                s.close()
-                continue
-            if conn.closed:
-                continue  # the peer was gone before we even wrote (e.g. reset at once)
-            conn.tcp = tcp
-            self._allow_direct(conn)
-            self._accepted.add(conn)
-            if hs is not None:
-                self._handshaking[conn] = None
-                if len(self._handshaking) > config.get("max_pending_handshakes"):
-                    # Unauthenticated peers hold no more than this many connections: the
-                    # oldest goes (a legitimate handshake takes a round trip, not seconds).
-                    oldest = next(iter(self._handshaking))
-                    oldest.fail_now("too many connections in their handshake")
-
-    def _on_inproc_accept(self, conn: inproc.InprocConnection) -> None:
-        if self.closed:
-            conn.close()
-            return
-        conn.bind(self._dispatch, self._on_conn_closed)  # type: ignore[arg-type]
-        self._accepted.add(conn)  # type: ignore[arg-type]
-
-    def _on_authenticated(self, conn: Connection) -> None:
-        self._handshaking.pop(conn, None)
-
-    def _pause_accepting(
-        self, lsock: socket.socket, tcp: bool, e: OSError, on_frame: Callable[..., None] | None
-    ) -> None:
-        """Out of descriptors: stop accepting for a while instead of spinning on the error."""
-        self._accept_backoff = min(
-            ACCEPT_BACKOFF_MAX, max(ACCEPT_BACKOFF, 2 * self._accept_backoff)
-        )
-        log.warning("accept failed (%s): pausing for %.2f s", e, self._accept_backoff)
-        self.loop.remove_reader(lsock.fileno())
-
-        def resume() -> None:
-            if not self.closed and lsock.fileno() >= 0:
-                self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, tcp, on_frame)
-
-        self.loop.call_later(self._accept_backoff, resume)
-
-    def _on_hello(self, conn: Connection, msg: Message) -> None:
-        """A proc dialled us. We answer ``WELCOME`` and send to it on this connection
-        from now on, unless one of these holds:
-
-        - it speaks another protocol version: ``REFUSED``, and it is lost;
-        - we share a connection with it already, or hold it lost: welcomed, and its
-          frames are read, but we keep sending on the connection we have (none for a
-          lost proc; ``forget_peer`` takes this one up if it comes back);
-        - our own dial to it is in flight too (both dialled at once): the dial of
-          the proc with the smaller name wins. If that is ours, this connection
-          stays unanswered (the other side closes it once ours reaches it; if ours
-          fails, we welcome this one instead); if it is theirs, we welcome this one
-          and close our dial, on which nothing but ``HELLO`` went.
-        """
-        hello: Hello = msg.header
-        if hello.version != PROTOCOL_VERSION:
-            reason = (
-                f"proc {self.proc_id.name} speaks danaus protocol version {PROTOCOL_VERSION} "
-                f"but proc {hello.proc.name} speaks version {hello.version}: run the same "
-                "danaus release on every host"
-            )
-            log.error("refusing a connection: %s", reason)
-            conn.send(encode_frame(wire(Refused(reason))))
-            conn.flush_and_close()
-            self.peer_lost(hello.proc.name, reason)  # whatever waits on it hears why, now
-            return
-        conn.peer = hello.proc
-        name = hello.proc.name
-        if name == self.proc_id.name:
-            # We dialled ourselves (an actor sending to one of this proc's actors):
-            # our dialled end sends, this end only reads.
-            self._welcome(conn)
-            return
-        with self._lock:
-            peer = self._peers.get(name)
-            if peer is None:
-                peer = self._peers[name] = _Peer(hello.proc, pending=False)
-            if peer.lost is not None or peer.link is not None:
-                action = "spare"
-                if peer.lost is not None:
-                    self._spares[name] = conn
-            elif peer.dialing is not None and self.proc_id.name < name:
-                action = "wait"
-                peer.waiting = conn
-            else:
-                action = "adopt"
-        self.offload.on_hello(conn, hello.offload)
-        if action == "spare":
-            self._welcome(conn)
-        elif action == "adopt":
-            self._adopt(peer, conn)
-
-    def _welcome(self, conn: Connection) -> bool:
-        try:
-            conn.send(encode_frame(wire(Welcome(self.proc_id, self.offload.hello_extra()))))
-            return True
-        except Exception:
-            return False  # closed meanwhile: its close handler tells whoever waits
-
-    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
-        """Welcome ``conn``, dialled by ``peer``, and make it our connection to it."""
-        with self._lock:
-            loser, peer.dialing = peer.dialing, None
-            peer.waiting = None
-        if loser is not None:
-            self._dialled.discard(loser)
-            loser.close()  # nothing but HELLO went on it
-        if not welcome or self._welcome(conn):
-            self._establish(peer, conn)
-
-    def _on_welcome(self, conn: Connection, msg: Message) -> None:
-        """The proc we dialled took our connection for both directions."""
-        welcome: Welcome = msg.header
-        if conn.peer is None or conn not in self._dialled:
-            log.error("a WELCOME on a connection we did not dial, from %s", welcome.proc.name)
-            return
-        dialled = conn.peer.name
-        with self._lock:
-            peer = self._peers.get(dialled)
-            if peer is None or peer.dialing is not conn:
-                return  # a dial we gave up (theirs won, or the proc was lost)
-            peer.dialing = None
-            waiting, peer.waiting = peer.waiting, None
-            alias = None
-            if welcome.proc.name != dialled:
-                # Dialled by address under a provisional name (attaching to a worker):
-                # the connection serves the proc's real name too, unless that has one.
-                other = self._peers.get(welcome.proc.name)
-                if other is None:
-                    other = self._peers[welcome.proc.name] = _Peer(welcome.proc, pending=False)
-                if (
-                    other.link is None
-                    and other.dialing is None
-                    and other.lost is None
-                    and not other.pending
-                ):
-                    alias = other
-                    self._aliases[conn] = welcome.proc.name
-        if waiting is not None:
-            waiting.close()  # theirs lost to ours: they close it too
-        self._establish(peer, conn)
-        if alias is not None:
-            self._establish(alias, conn)
-        self.offload.on_hello(conn, welcome.offload)
-
-    def _establish(self, peer: _Peer, conn: Connection) -> None:
-        """``conn`` is our connection to ``peer``; frames go on it unless it is pending."""
-        with self._lock:
-            peer.link = conn
-        conn.on_drained = self.notify_room
-        if not peer.pending:
-            self._publish(peer)
+    def _connect(self, peer: _Peer) -> None:
+        self.links.connect(peer)
 
     def _publish(self, peer: _Peer) -> None:
-        """Let frames go on ``peer.link``: first those queued, then any sender's."""
-        with self._lock:
-            conn = peer.link
-            if conn is None or peer.conn is conn:
-                return
-            # Flush under the lock, before publishing the connection: a sender on
-            # another thread must not overtake the frames queued before it.
-            for parts, _, on_left in peer.queue:
-                try:
-                    conn.send(parts, on_left)
-                except Exception:
-                    break  # closed: its close handler reports the loss to the queue's owners
-            else:
-                peer.queue = []
-                peer.queued_bytes = 0
-            peer.conn = conn
-        self.notify_room()
+        self.links.publish(peer)
 
-    def _on_refused(self, conn: Connection, msg: Message) -> None:
-        """The peer refused our connection: it is lost, for the reason it gave."""
-        reason: str = msg.header.reason
-        conn.fail_now(reason)
-        if conn.peer is not None:
-            self.peer_lost(conn.peer.name, reason)
+    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
+        self.links.adopt(peer, conn, welcome)
 
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
         try:
@@ -791,124 +484,13 @@ class Runtime(PeerTable):
 
     # -- direct reads (a waiting thread reads its own reply) -------------------
 
-    def _allow_direct(self, conn: Connection) -> None:
-        if config.get("direct_read"):
-            conn.direct_frame = self.router.direct_frame
-
     def reader_for(self, proc: ProcId) -> Connection | None:
         """The connection to ``proc`` if a waiting thread may read it directly."""
         peer = self._peers.get(proc.name)
         conn = peer.conn if peer is not None else None
         return conn if getattr(conn, "direct_frame", None) is not None else None
 
-    def _on_conn_closed(self, conn: Connection, exc: BaseException | None) -> None:
-        """A connection closed (I/O thread). If it was our connection to a peer, the
-        peer is lost: everything it sent us came before this EOF, on this same
-        connection, so nothing it sent is still on its way."""
-        self._accepted.discard(conn)
-        self._dialled.discard(conn)
-        self._handshaking.pop(conn, None)
-        alias = self._aliases.pop(conn, None)
-        proc = conn.peer
-        if proc is None:
-            self.relay.closed(conn, exc)  # a gateway connection, or one relayed through it
-            return
-        if self.closed:
-            return
-        lost: list[str] = []
-        failed: list[str] = []
-        retry = None
-        with self._lock:
-            if self._spares.get(proc.name) is conn:
-                del self._spares[proc.name]
-            for name in [proc.name] if alias is None else [proc.name, alias]:
-                peer = self._peers.get(name)
-                if peer is None:
-                    continue
-                if peer.waiting is conn:
-                    peer.waiting = None
-                if peer.link is conn:
-                    lost.append(name)
-                elif peer.dialing is conn:
-                    peer.dialing = None
-                    if peer.waiting is not None and not peer.waiting.closed:
-                        retry = peer  # our dial failed, theirs waits: take theirs
-                    else:
-                        failed.append(name)
-        if retry is not None and retry.waiting is not None:
-            self._adopt(retry, retry.waiting)
-        for name in failed:  # refused, reset, or it failed our handshake (a wrong secret)
-            self._lose_soon(name, f"the connection to proc {name} broke: {exc}")
-        for name in lost:
-            peer = self._peers.get(name)
-            if peer is not None and peer.stopping:
-                reason = "it stopped"
-            elif exc is None or "EOF" in str(exc):
-                reason = "its process exited"
-            else:
-                reason = str(exc)  # e.g. no heartbeat: partitioned or frozen, maybe still alive
-            self._lose_soon(name, f"the connection to proc {name} closed: {reason}")
-
-    def _lose_soon(self, name: str, reason: str) -> None:
-        peer = self._peers.get(name)
-        if peer is not None and peer.spawned and not peer.stopping and name not in self.exited:
-            # Wait briefly for the host agent's report of how it exited (it usually
-            # comes within a millisecond) before declaring it lost on the strength
-            # of a closed connection alone.
-            grace = config.get("exit_report_grace")
-            self.loop.call_later(grace, self.peer_lost, name, reason)
-        else:
-            self.peer_lost(name, reason)
-
     # -- sending ------------------------------------------------------------
-
-    def send(
-        self,
-        proc: ProcId,
-        header: tuple[Any, ...],
-        body: bytes | memoryview = b"",
-        buffers: Sequence[ReadableBuffer] = (),
-        on_fail: Callable[[str], None] | None = None,
-        pickled: bytes | None = None,
-    ) -> None:
-        """Send a frame with typed ``header`` (``danaus._wire.protocol``) to ``proc``,
-        from any thread. Blocks (never on the I/O thread) only while this process
-        holds more than ``send_high_water`` for ``proc``, and for a large message
-        until its buffers have left this process's memory (``send_snapshot_max``).
-
-        If it cannot be delivered (the peer is lost, now or while the frame
-        waits for the peer to come up), ``on_fail(reason)`` is called, or
-        :class:`SupervisionError` raised if there is no ``on_fail``.
-        ``pickled``, when given, is the pickle of ``wire(header)`` (a caller
-        that caches header bytes); it is used when there are no buffers.
-        """
-        peer = self._peers.get(proc.name)
-        if peer is not None:
-            bp = self.backpressure
-            held = bp.outbound(peer)
-            if held and held > bp.send_high:
-                bp.wait_for_room(peer)
-        peer = self._peers.get(proc.name)
-        if peer is not None and peer.conn is not None and peer.conn.tcp is None:
-            try:  # a proc of this process (inproc): the frame is handed over, not encoded
-                peer.conn.send_message(wire(header), body, buffers)
-                return
-            except Exception:  # closed: the slow path below reports it
-                log.debug("handing a frame to %s failed", proc.name, exc_info=True)
-        if pickled is not None and not buffers:
-            parts = encode_pickled(pickled, body)
-        elif not buffers:
-            parts = encode_frame(wire(header), body)
-        else:
-            self._send_buffers(proc, header, body, buffers, on_fail)
-            return
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
-            try:
-                peer.conn.send(parts)
-                return
-            except Exception:  # lost: fall through to the slow path, which reports it
-                log.debug("sending a frame to %s failed", proc.name, exc_info=True)
-        self._send_slow(proc, parts, on_fail, None)
 
     def outbound_bytes(self, name: str) -> int:
         """Bytes of frames to proc ``name`` this process still holds (queued, in its
@@ -916,171 +498,13 @@ class Runtime(PeerTable):
         peer = self._peers.get(name)
         return 0 if peer is None else self.backpressure.outbound(peer)
 
-    def _send_buffers(
-        self,
-        proc: ProcId,
-        header: tuple[Any, ...],
-        body: bytes | memoryview,
-        buffers: Sequence[ReadableBuffer],
-        on_fail: Callable[[str], None] | None,
-    ) -> None:
-        """``send`` of a frame with out-of-band buffers: those of a large message are
-        lent (no copy; this thread waits until they have left) or copied within the
-        ``staging_max`` budget (see ``send_snapshot_max``)."""
-        raw = wire(header)
-        large = _large(buffers)
-        on_left: Callable[[], None] | None = None
-        sent: threading.Event | None = None
-        if large:
-            if not self.on_io_thread() and (
-                large > config.get("send_snapshot_max") or not memory.staging.try_take(large)
-            ):
-                sent = threading.Event()
-                on_left = sent.set
-            else:
-                if self.on_io_thread():  # never waits: copies, within the budget or not
-                    memory.staging.take(large)
-                on_left = _Give(large)
-        offloaded = False
-        if self.offload.ok_peers:
-            raw, buffers, offloaded = self.offload.wrap(
-                proc.name, raw, buffers, on_left, lend=sent is not None
-            )
-        parts = encode_frame(raw, body, buffers)
-        conn_left = None if offloaded else on_left
-        try:
-            peer = self._peers.get(proc.name)
-            if peer is not None and peer.conn is not None and not peer.conn.closed:
-                try:
-                    # Lent: the caller waits; else what is not written at once is a
-                    # snapshot, its budget given back once it is written.
-                    peer.conn.send(parts, conn_left, copy=sent is None)
-                    return
-                except Exception:  # lost: fall through to the slow path, which reports it
-                    log.debug("sending a frame to %s failed", proc.name, exc_info=True)
-            self._send_slow(proc, parts, on_fail, conn_left, lend=sent is not None)
-        finally:
-            if sent is not None:
-                self.backpressure.wait_sent(proc.name, sent)
-
-    def _send_slow(
-        self,
-        proc: ProcId,
-        parts: list[Any],
-        on_fail: Callable[[str], None] | None,
-        on_left: Callable[[], None] | None,
-        *,
-        lend: bool = False,
-    ) -> None:
-        """``send`` to a peer not connected yet (queued), lost, or whose connection
-        broke. ``on_left`` as for ``Connection.send``; with ``lend`` the parts are
-        queued as they are (the caller waits for ``on_left``), else copied."""
-        # Sent later, if the peer is not connected yet: keep a snapshot (the caller may
-        # change its arrays now). A large one is made outside the lock, which the I/O
-        # thread takes, and the peer looked at again after.
-        owned: list[Any] | None = parts if lend else None
-        while True:
-            with self._lock:
-                peer = self._peers.get(proc.name)
-                if peer is None:
-                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
-                later = peer.lost is None and (peer.pending or peer.conn is None)
-                if later and (owned is not None or not _has_large(parts)):
-                    if owned is None:
-                        owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-                    # A snapshot keeps its budget until it is written (on_left, which
-                    # the connection calls, as it does for a lent frame).
-                    peer.queue.append((owned, on_fail, on_left))
-                    peer.queued_bytes += sum(len(p) for p in owned)
-                    if not peer.pending and len(peer.queue) == 1:
-                        self.call_soon(self._connect, peer)
-                    return
-                lost = peer.lost
-            if not later:
-                break
-            owned = [p if isinstance(p, bytes) else own(p) for p in parts]
-        if lost is None:
-            assert peer.conn is not None
-            try:
-                peer.conn.send(parts, on_left, copy=not lend)
-                return
-            except Exception as e:
-                lost = f"sending to proc {proc.name} failed: {e}"
-        if on_left is not None:
-            on_left()
-        if on_fail is not None:
-            on_fail(lost)
-        else:
-            raise SupervisionError(f"proc {proc.name} is unreachable: {lost}", reason=lost)
-
-    def _connect(self, peer: _Peer) -> None:
-        """Dial ``peer`` (I/O thread). Only ``HELLO`` goes on the connection until the
-        peer answers ``WELCOME``; queued frames wait in ``peer.queue`` till then."""
-        if (
-            peer.conn is not None
-            or peer.link is not None
-            or peer.dialing is not None
-            or peer.lost is not None
-            or peer.pending
-        ):
-            return
-        try:
-            entry = choose(peer.proc.addr, self.host, self._network)
-            if entry.startswith("inproc:"):
-                self._connect_inproc(peer, entry[len("inproc:") :])
-                return
-            if self.relay.via is not None and not entry.startswith("unix:"):
-                self.relay.dial(peer)  # an attached client reaches other hosts through it
-                return
-            route = entry.startswith("via:")  # a peer reached through a gateway's relay port
-            conn = self.dial(entry[len("via:") :] if route else entry, self._dispatch)
-        except Exception as e:  # refused, no route, bad TLS files ...: never strand the queue
-            self.peer_lost(peer.proc.name, f"cannot connect to proc {peer.proc.name}: {e}")
-            return
-        self._allow_direct(conn)
-        if route:
-            try:  # before HELLO: whom the gateway is to relay this connection to
-                conn.send(encode_frame(wire(Route(peer.proc))))
-            except Exception:  # closed at once: the HELLO below reports it
-                log.debug("a ROUTE to %s could not be sent", peer.proc.name, exc_info=True)
-        self._dialing(peer, conn, self.offload.hello_extra())
-
-    def dial(self, entry: str, on_frame: Callable[[Connection, Frame], None]) -> Connection:
-        """A connection to address entry ``entry`` (``unix:`` or ``tcp://``; I/O thread)
-        whose frames go to ``on_frame``; authenticated with the job secret over TCP.
-        Raises ``OSError`` (refused, no route) or what TLS set-up raises."""
-        s = connect_socket(entry)
-        tcp = entry.startswith("tcp://")
-        hs = Handshake(self._secret, "client") if tcp and self._secret is not None else None
-        try:
-            conn = Connection(
-                s,
-                self.loop,
-                on_frame,
-                self._on_conn_closed,
-                handshake=hs,
-                tls=tls.client_context() if tcp else None,
-                batching=self._batching,
-            )
-        except BaseException:
-            s.close()
-            raise
-        conn.tcp = tcp
-        self._dialled.add(conn)
-        return conn
-
     # -- relaying (relay.py) ------------------------------------------------------
 
     def advertise_via(self, entry: str) -> None:
         """Be reached through a gateway's relay port (``via:tcp://...``) instead of TCP:
         an attached client, and the procs it spawns on its host. Call before the
         address travels (it changes ``proc_id``)."""
-        self.proc_id = ProcId(self.proc_id.name, join(self._unix, entry, f"host:{self.host}"))
-
-    def accept_relayed(self, conn: Any) -> None:
-        """A relayed connection a proc dialled to us through the gateway (I/O thread)."""
-        conn.bind(self._dispatch, self._on_conn_closed)
-        self._accepted.add(conn)
+        self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
 
     def open_relay_port(
         self, on_frame: Callable[[Connection, Frame], None]
@@ -1088,38 +512,11 @@ class Runtime(PeerTable):
         """Listen on another TCP port of the interface of ``listen_tcp`` whose
         connections' frames go to ``on_frame`` (a gateway's relay port; I/O thread).
         Returns the socket and its advertised ``tcp://`` address."""
-        if self._tcp_listener is None or self.tcp_advertise is None:
-            raise OSError("this proc does not listen on TCP")
-        bound = self._tcp_listener.getsockname()[0]
-        lsock = listen(f"tcp://{'[' + bound + ']' if ':' in bound else bound}:0")
-        self.loop.add_reader(lsock.fileno(), self._on_accept, lsock, True, on_frame)
-        adv = self.tcp_advertise
-        return lsock, f"tcp://{'[' + adv + ']' if ':' in adv else adv}:{lsock.getsockname()[1]}"
+        return self.listeners.open_relay_port(on_frame)
 
     def close_relay_port(self, lsock: socket.socket) -> None:
         """Stop listening on a relay port (I/O thread); its connections stay."""
-        if lsock.fileno() >= 0:
-            self.loop.remove_reader(lsock.fileno())
-            lsock.close()
-
-    def _connect_inproc(self, peer: _Peer, name: str) -> None:
-        conn: Any = self._network.connect(
-            name,
-            self.loop,
-            self._dispatch,  # type: ignore[arg-type]
-            self._on_conn_closed,  # type: ignore[arg-type]
-        )
-        self._dialing(peer, conn, ())
-
-    def _dialing(self, peer: _Peer, conn: Connection, offload: tuple[Any, ...]) -> None:
-        conn.peer = peer.proc
-        self._dialled.add(conn)
-        with self._lock:
-            peer.dialing = conn
-        try:
-            conn.send(encode_frame(wire(Hello(self.proc_id, PROTOCOL_VERSION, offload))))
-        except Exception as e:  # it closed at once (before its close could name the peer)
-            self._on_conn_closed(conn, conn.close_exc or e)
+        self.listeners.close_relay_port(lsock)
 
     # -- ports ----------------------------------------------------------------
 
@@ -1187,18 +584,6 @@ class Runtime(PeerTable):
             return
         err = SupervisionError(f"message undeliverable: {reason}", reason=reason)
         self.reply(port, index, STATUS_ERROR, err)
-
-
-_NO_PID = object()  # a Unix peer whose pid the kernel did not give: the plain timeout
-
-
-def _unread(conn: Connection) -> bool:
-    """True if bytes wait in ``conn``'s socket: the peer spoke, we did not listen (our
-    loop was held up, e.g. by a long callback), so it is no silent peer."""
-    try:
-        return bool(select.select([conn.fd], [], [], 0)[0])
-    except (OSError, ValueError):
-        return False
 
 
 def _ignore(reason: str) -> None:

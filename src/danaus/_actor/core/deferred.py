@@ -1,0 +1,99 @@
+"""Deferred results: a reply as received, decoded by its first reader on the reader's thread.
+
+The I/O thread completes futures with :class:`Deferred` values instead of
+decoded ones, so that it never runs user code (unpickling a reply may run any
+``__reduce__``) nor spends time on a large object. ``Future.get()``, ``await``
+and the adverbs built on them call :func:`resolve`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Deferred", "resolve"]
+
+
+# Deferred values elect the thread that computes each one under this lock (held only
+# for that), and threads that find one being computed wait on the condition. One
+# lock for all of them instead of one per value: a pipelined batch of calls makes
+# a Deferred per reply, and every object the garbage collector tracks per call
+# makes its collections more frequent. Per process by nature, like the values.
+_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
+_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
+_WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
+_TODO, _COMPUTING, _DONE = 0, 1, 2
+
+
+class Deferred:
+    """A result that its first reader computes, on the reader's thread.
+
+    The I/O thread completes futures with these instead of values, so that it
+    never runs user code (unpickling a reply may run any ``__reduce__``) nor
+    spends time on a large object: ``Future.get()``, ``await`` and the
+    adverbs built on them call :func:`resolve`, which computes it once and
+    returns the value or raises the call's exception. ``ok`` is False when
+    it is known, before computing, that it will raise.
+    """
+
+    __slots__ = ("_fn", "_ok", "_state", "_value")
+    ok = True
+
+    def __init__(self, fn: Callable[[], Any] | None) -> None:
+        self._fn = fn  # None where a subclass computes without it
+        self._state = _TODO
+        self._ok = False
+        self._value: Any = None
+
+    def _compute(self) -> Any:
+        """The value (or raise); runs once, on the first reader's thread."""
+        assert self._fn is not None
+        return self._fn()
+
+    def _release(self) -> None:
+        """Drop what computing needed (a frame's bytes), once computed."""
+        self._fn = None
+
+    def resolve(self) -> Any:
+        """The value (computed the first time), or raise the exception."""
+        if self._state != _DONE:
+            self._settle()
+        if self._ok:
+            return self._value
+        raise self._value
+
+    def _settle(self) -> None:
+        with _ELECT:
+            while self._state == _COMPUTING:  # another thread computes it
+                _WAITING[0] += 1
+                try:
+                    _COMPUTED.wait()
+                finally:
+                    _WAITING[0] -= 1
+            if self._state == _DONE:
+                return
+            self._state = _COMPUTING
+        try:
+            ok, value = True, self._compute()
+        except Exception as e:
+            ok, value = False, e
+        except BaseException:  # interrupted: the next reader computes it
+            with _ELECT:
+                self._state = _TODO
+                if _WAITING[0]:
+                    _COMPUTED.notify_all()
+            raise
+        with _ELECT:
+            self._ok, self._value = ok, value
+            self._state = _DONE
+            self._release()
+            if _WAITING[0]:
+                _COMPUTED.notify_all()
+
+
+def resolve(value: Any) -> Any:
+    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
+    if isinstance(value, Deferred):
+        return value.resolve()
+    return value
