@@ -9,14 +9,14 @@ log files), so a finished job's telemetry is there for ``danaus query --job JOB`
 - **Snapshots.** Every ``snapshot_interval_secs`` (and before each query) a thread
   asks every proc once, as a live query does (``tables.gather``), and writes: the
   ``metrics`` rows of that moment (a time series: one row per metric per snapshot,
-  ``time`` the snapshot's, the same for every proc),
+  ``time`` the snapshot's, the same for every proc), and the ``gpus`` rows likewise,
   each actor's latest state (``actors``, one row per actor, kept after it stopped
   and after its proc is gone), and the ``messages`` and ``spans`` rows the procs'
   rings gained since the previous snapshot. The rings hold ``query_ring_size`` rows
   each: a proc that records more than that between two snapshots loses the oldest
   (``messages_seen`` in ``metrics`` counts every message). ``0``: no periodic
   snapshots, only those before queries.
-- **Retention.** Rows of ``messages``, ``spans`` and ``metrics`` older than
+- **Retention.** Rows of ``messages``, ``spans``, ``metrics`` and ``gpus`` older than
   ``retention_secs`` are deleted by a sweep that runs every tenth of the window,
   at least every 30 s and at most every 5 minutes, never less often than the window
   itself (Monarch's rule); queries do not sweep, so expired rows may show until the
@@ -48,8 +48,8 @@ log = logging.getLogger("danaus.telemetry")
 #: The file's name in the job directory.
 FILE = "telemetry.duckdb"
 
-_SWEPT = ("messages", "spans", "metrics")  # the tables retention applies to (by time)
-_TIME = {"messages": "ended", "spans": "ended", "metrics": "time"}
+_SWEPT = ("messages", "spans", "metrics", "gpus")  # the tables retention applies to (by time)
+_TIME = {"messages": "ended", "spans": "ended", "metrics": "time", "gpus": "time"}
 
 _lock = threading.Lock()
 _active: History | None = None  # the process's: the client's running history
@@ -158,6 +158,7 @@ class History:
                 # one time per snapshot (the procs' answers differ by milliseconds), so
                 # that a series groups by snapshot: GROUP BY time
                 "metrics": [(taken, *r[1:]) for r in tables._metrics(snap)],
+                "gpus": [(taken, *r[1:]) for r in tables._gpus(snap)],
             }
             con = self.con
             con.execute("BEGIN TRANSACTION")

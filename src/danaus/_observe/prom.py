@@ -27,6 +27,14 @@ label sets are exported: beyond it further ones are dropped (counted in
 - ``danaus_actor_queue_depth``, ``danaus_actor_received_messages_total`` (no ``endpoint``)
 - ``danaus_proc_sent_bytes_total``, ``danaus_proc_received_bytes_total``
   (labels ``proc``, ``host``)
+- ``danaus_proc_transfers_total``, ``danaus_proc_transfer_bytes_total``,
+  ``danaus_proc_transfer_seconds_total``, ``danaus_proc_transfer_errors_total``
+  (labels ``proc``, ``host``: data-plane transfers the proc started; 0 where none ran)
+- ``danaus_gpu_memory_allocated_bytes``, ``danaus_gpu_memory_reserved_bytes``,
+  ``danaus_gpu_memory_peak_bytes`` (gauges), ``danaus_gpu_kernels_total``,
+  ``danaus_gpu_kernel_seconds_total``, ``danaus_gpu_copies_total``,
+  ``danaus_gpu_copy_seconds_total`` (labels ``proc``, ``host``, ``device``; no series
+  where no proc used a GPU)
 - ``danaus_procs`` (label ``state``: alive, lost, not_answering)
 - ``danaus_supervisor_restarts_total`` (labels ``supervisor``, ``child``)
 """
@@ -48,7 +56,7 @@ from typing import Any
 from .. import _config as config
 from .._runtime.messaging.metrics import BOUNDS
 from .._supervision.supervised import supervised
-from .tables import gather
+from .tables import gather, gpu_of
 from .web import SECURITY_HEADERS, HttpServer, aiohttp_web, blocking, url_host
 
 __all__ = ["MetricsServer", "cached_exposition", "exposition", "serve_metrics"]
@@ -122,6 +130,87 @@ class _MeshCollector:
             labels=["supervisor", "child"],
         )
 
+        proc_labels = ["proc", "host"]
+        moved = [
+            CounterMetricFamily(
+                "danaus_proc_transfers", "Data-plane transfers a proc started.", labels=proc_labels
+            ),
+            CounterMetricFamily(
+                "danaus_proc_transfer_bytes",
+                "Bytes of the data-plane transfers a proc started.",
+                labels=proc_labels,
+                unit="bytes",
+            ),
+            CounterMetricFamily(
+                "danaus_proc_transfer_seconds",
+                "Seconds the data-plane transfers a proc started took, summed.",
+                labels=proc_labels,
+                unit="seconds",
+            ),
+            CounterMetricFamily(
+                "danaus_proc_transfer_errors",
+                "Data-plane transfers a proc started that failed.",
+                labels=proc_labels,
+            ),
+        ]
+        gpu_labels = ["proc", "host", "device"]
+        gpus: list[tuple[str, Any]] = [
+            (
+                "allocated",
+                GaugeMetricFamily(
+                    "danaus_gpu_memory_allocated_bytes",
+                    "Bytes of tensors a proc holds on a GPU.",
+                    labels=gpu_labels,
+                ),
+            ),
+            (
+                "reserved",
+                GaugeMetricFamily(
+                    "danaus_gpu_memory_reserved_bytes",
+                    "Bytes PyTorch's caching allocator of a proc holds on a GPU.",
+                    labels=gpu_labels,
+                ),
+            ),
+            (
+                "peak",
+                GaugeMetricFamily(
+                    "danaus_gpu_memory_peak_bytes",
+                    "The most bytes of tensors a proc held on a GPU at once.",
+                    labels=gpu_labels,
+                ),
+            ),
+            (
+                "kernels",
+                CounterMetricFamily(
+                    "danaus_gpu_kernels", "Tensor engine ops timed as kernels.", labels=gpu_labels
+                ),
+            ),
+            (
+                "kernel_s",
+                CounterMetricFamily(
+                    "danaus_gpu_kernel_seconds",
+                    "GPU seconds of the tensor engine's kernels (CUDA events).",
+                    labels=gpu_labels,
+                    unit="seconds",
+                ),
+            ),
+            (
+                "copies",
+                CounterMetricFamily(
+                    "danaus_gpu_copies", "Tensor engine ops timed as copies.", labels=gpu_labels
+                ),
+            ),
+            (
+                "copy_s",
+                CounterMetricFamily(
+                    "danaus_gpu_copy_seconds",
+                    "GPU seconds of the tensor engine's copies (CUDA events).",
+                    labels=gpu_labels,
+                    unit="seconds",
+                ),
+            ),
+        ]
+
         dropped = GaugeMetricFamily(
             "danaus_metrics_dropped_series",
             "Endpoint label sets left out of this scrape (metrics_max_series).",
@@ -143,6 +232,14 @@ class _MeshCollector:
             recv = sum(c["bytes_recv"] for c in s["connections"])
             sent_b.add_metric([s["proc"], s["host"] or ""], sent)
             recv_b.add_metric([s["proc"], s["host"] or ""], recv)
+            g = gpu_of(s)
+            if g["transfers"]:
+                t = g["transfers"]
+                for tfam, tkey in zip(moved, ("count", "bytes", "seconds", "errors"), strict=True):
+                    tfam.add_metric([s["proc"], s["host"] or ""], t[tkey])
+            for d in g["devices"]:
+                for gkey, gfam in gpus:
+                    gfam.add_metric([s["proc"], s["host"] or "", d["device"]], d[gkey])
             proc_mesh = e.get("proc_mesh") or ""
             for a in s["actors"]:
                 rank = str(a["rank"])
@@ -189,6 +286,8 @@ class _MeshCollector:
         for (sup_name, child), n in sorted(per.items()):
             restarts.add_metric([sup_name, child], n)
         yield from (calls, errors, latency, queue, received, sent_b, recv_b, procs, restarts)
+        yield from moved
+        yield from (fam for _, fam in gpus)
         yield dropped
 
 

@@ -56,7 +56,7 @@ def tables_named(sql: str) -> list[str]:
 
 
 def query(sql: str) -> list[dict[str, Any]]:
-    """Run ``sql`` over the tables actors, messages, spans and metrics of this client's
+    """Run ``sql`` over the tables actors, messages, spans, metrics and gpus of this client's
     procs, as they are now; the rows as dicts (column name to value), in order.
 
     Only reading is allowed: one ``SELECT`` statement (``WITH``, ``DESCRIBE`` too), no

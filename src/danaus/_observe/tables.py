@@ -1,4 +1,4 @@
-"""The telemetry tables (actors, messages, spans, metrics), gathered from a live mesh.
+"""The telemetry tables (actors, messages, spans, metrics, gpus), gathered from a live mesh.
 
 Nothing here measures: the rows come from what every proc already keeps. A
 ``STATS`` round (``state.discover``: the whole proc tree, nested procs
@@ -26,7 +26,7 @@ from .._actor.tools import introspect
 from .._runtime.hosting import host
 from .state import discover
 
-__all__ = ["COLUMNS", "TABLES", "Snapshot", "collect", "gather"]
+__all__ = ["COLUMNS", "TABLES", "Snapshot", "collect", "gather", "gpu_of"]
 
 #: Each table's columns: (name, DuckDB type, what it holds). docs/observing.md
 #: documents the same (a test compares them).
@@ -105,15 +105,31 @@ COLUMNS: dict[str, list[tuple[str, str, str]]] = {
             "VARCHAR",
             "the metric: calls, errors, latency_sum_s, latency_max_s, "
             "latency_p50_s, latency_p99_s (per endpoint); received, queued (per actor); "
-            "bytes_sent, bytes_received, frames_sent, frames_received, messages_seen (per proc)",
+            "bytes_sent, bytes_received, frames_sent, frames_received, messages_seen, "
+            "transfers, transfer_bytes, transfer_s, transfer_errors (per proc)",
         ),
         ("value", "DOUBLE", "its value (counters since the actor or proc started)"),
+    ],
+    "gpus": [
+        ("time", "DOUBLE", "when the proc answered (Unix seconds)"),
+        ("proc", "VARCHAR", "the proc measured"),
+        ("host", "VARCHAR", "that proc's host"),
+        ("device", "VARCHAR", "the CUDA device, cuda:INDEX as the proc sees it"),
+        ("device_name", "VARCHAR", "the GPU's model"),
+        ("memory_allocated_bytes", "BIGINT", "bytes of tensors the proc holds on it now"),
+        ("memory_reserved_bytes", "BIGINT", "bytes PyTorch's caching allocator holds on it now"),
+        ("memory_peak_bytes", "BIGINT", "the most bytes of tensors held at once"),
+        ("kernels", "BIGINT", "tensor engine ops timed there as kernels"),
+        ("kernel_s", "DOUBLE", "GPU seconds of those kernels (CUDA events)"),
+        ("copies", "BIGINT", "tensor engine ops timed there as copies"),
+        ("copy_s", "DOUBLE", "GPU seconds of those copies (CUDA events)"),
     ],
 }
 
 TABLES = tuple(COLUMNS)
 
 _RING_TABLES = {"messages", "spans", "actors"}  # what needs a TELEMETRY round
+_GPU_NONE: dict[str, Any] = {"devices": [], "transfers": {}}  # a proc that answers no "gpu"
 
 
 class Snapshot:
@@ -175,6 +191,8 @@ def collect(tables: Iterable[str] = TABLES) -> dict[str, list[tuple[Any, ...]]]:
         out["spans"] = _spans(snap)
     if "metrics" in wanted:
         out["metrics"] = _metrics(snap)
+    if "gpus" in wanted:
+        out["gpus"] = _gpus(snap)
     return out
 
 
@@ -346,4 +364,40 @@ def _metrics(snap: Snapshot) -> list[tuple[Any, ...]]:
         seen = s.get("messages_seen")
         if seen is not None:
             rows.append((t, proc, hst, None, None, None, None, "messages_seen", seen))
+        moved = gpu_of(s)["transfers"]
+        if moved:
+            for name, key in (
+                ("transfers", "count"),
+                ("transfer_bytes", "bytes"),
+                ("transfer_s", "seconds"),
+                ("transfer_errors", "errors"),
+            ):
+                rows.append((t, proc, hst, None, None, None, None, name, moved[key]))
+    return rows
+
+
+def gpu_of(s: dict[str, Any]) -> dict[str, Any]:
+    """A proc's ``"gpu"`` section (``danaus._actor.core.gpu.observe``): its devices and
+    transfers; empty ones for a proc that did not answer one (or whose failed)."""
+    g = s.get("sections", {}).get("gpu")
+    if not isinstance(g, dict) or "devices" not in g:
+        return _GPU_NONE
+    return g
+
+
+def _gpus(snap: Snapshot) -> list[tuple[Any, ...]]:
+    """One row per CUDA device per proc that used one (none on a CPU-only mesh)."""
+    rows: list[tuple[Any, ...]] = []
+    for e in snap.entries:
+        ok, s = e["answer"]
+        if not ok:
+            continue
+        for d in gpu_of(s)["devices"]:
+            rows.append(
+                (
+                    s["time"], e["id"].name, s["host"], d["device"], d["name"],
+                    d["allocated"], d["reserved"], d["peak"],
+                    d["kernels"], d["kernel_s"], d["copies"], d["copy_s"],
+                )
+            )  # fmt: skip
     return rows

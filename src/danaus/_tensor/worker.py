@@ -28,6 +28,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
 from .._actor.core.context import current_rank
+from . import gpu_timing
 from . import worker_collectives as collectives
 from .backends import StagedGroup, new_group
 from .errors import Failure, RemoteTensorError
@@ -129,7 +130,7 @@ class TensorWorker(Actor):
         # go out as this actor (torch makes them from the stream threads).
         self._store: Any = actor_store(store, timeout_s)
         self.device = _pick_device(device, self.rank)
-        self.streams = Streams(self._one, self.device)
+        self.streams = Streams(gpu_timing.timed(self._one, self.device), self.device)
 
     def __cleanup__(self, exc: Any = None) -> None:
         self.streams.close()

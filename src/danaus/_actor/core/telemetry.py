@@ -58,6 +58,7 @@ from ... import _config as config
 from ..._runtime.hosting import host
 from ..._runtime.messaging.metrics import BOUNDS
 from ..._runtime.node import Node
+from . import gpu as _gpu
 from .context import _current, _thread_ctx
 
 __all__ = [
@@ -493,7 +494,9 @@ def transfer_started(done: Any, what: str, nbytes: int) -> None:
     it runs inside a span (an endpoint's, or one the program opened), it gets a span of
     its own, kind INTERNAL, named ``rdma.transfer``, ended when ``done`` (a
     ``concurrent.futures.Future``) completes: in the spans table and exported. Costs one
-    attribute read while telemetry is off or no span is current."""
+    attribute read while telemetry is off or no span is current. Counted for the
+    ``transfers`` of the proc's metrics either way (``gpu.transfer_started``)."""
+    _gpu.transfer_started(done, nbytes)
     if not ON:
         return
     try:
@@ -1137,7 +1140,10 @@ def env_for_procs() -> dict[str, str]:
 
 def install(node: Node, boot: dict[str, Any]) -> None:
     """The node's installer: a proc turns telemetry on at boot when its setting says
-    so; one without OpenTelemetry logs why, once, and runs untraced."""
+    so; one without OpenTelemetry logs why, once, and runs untraced. Every node
+    (the client's too) answers its GPU activity and transfers under ``"gpu"`` in
+    ``STATS`` (``gpu.observe``)."""
+    node.runtime.observers.setdefault("gpu", _gpu.observe)
     if not boot:
         return
     try:
