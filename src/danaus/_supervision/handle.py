@@ -73,7 +73,7 @@ class SupervisedMesh(ActorMesh[A]):
     def initialized(self) -> Future[None]:
         """Completes when every rank has an actor whose ``__init__`` ran (after restarts,
         if a first one failed); raises ``SupervisionError`` if the supervisor gave up."""
-        return Future._create(self._child.sup._ready_future(self._child), f"{self.name} ready")
+        return Future._create(self._child.ready, f"{self.name} ready")
 
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop these actors; the supervisor restarts them no more (a whole mesh)."""
@@ -85,7 +85,7 @@ class SupervisedMesh(ActorMesh[A]):
             cf.set_result(None)
             return Future._create(cf, f"stopping {self.name!r}")
         if whole:
-            child.sup._retire(child)
+            child.retire()
         done = stop_ranks(child.ref, ranks, reason)
 
         def finished(_: Any) -> None:
