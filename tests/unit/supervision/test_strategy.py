@@ -58,7 +58,7 @@ def child(sup: Supervisor, name: str, size: int) -> _MeshChild:
     procs = tuple(ProcId(f"{name}-proc{r}", "unix:/tmp/p") for r in range(size))
     ref = MeshRef(f"{name}.000000", name, object, procs, None)
     shape = Shape(["procs"], Slice.new_row_major([size]))
-    c = _MeshChild(sup, ref, types.SimpleNamespace(failed={}), shape)
+    c = _MeshChild(ref, types.SimpleNamespace(failed={}), shape)
     sup._children.append(c)
     return c
 
@@ -119,7 +119,7 @@ def test_a_nested_supervisor_is_restarted_whole_whatever_the_strategy(clock: Clo
     rest._children = [first, sub, later]
     assert _names(rest._affected(sub, set())) == {"d": {0, 1}, "e": {0}, "later": {0, 1}}
     assert [m.name for m in top.mesh_children()] == ["first", "d", "e", "later"]
-    assert (d.sup, e.sup) == (sub, sub)
+    assert sub._children == [d, e]  # they belong to the nested supervisor
 
 
 def test_a_failure_holds_the_ranks_the_strategy_will_restart(clock: Clock) -> None:
@@ -261,7 +261,7 @@ def test_failures_reported_meanwhile_are_handled_by_the_trees_thread_in_order(
     assert sup._on_failure(a, 1, "crash", "", ()) is True
     assert done.wait(30)
     assert rec.restarts == [{"a": {1}}] and sent == ["held"]
-    sup._end_thread()
+    sup._tree.end()
     thread = sup._tree.thread
     assert thread is not None
     thread.join(30)
