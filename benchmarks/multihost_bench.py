@@ -342,7 +342,7 @@ def iperf3(a: _netlab.Host, b: _netlab.Host, seconds: float) -> dict[str, Any]:
         return {"error": "iperf3 is not installed (scripts/install-services, as root)"}
     port = "5201"
     server = subprocess.Popen(
-        [*_netlab.DIE_WITH_PARENT, *b.exec_argv(exe, "-s", "-1", "-B", b.ip, "-p", port)],
+        [*_netlab.DIE_WITH_PARENT, *b.exec_argv(exe, "-s", "-B", b.ip, "-p", port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -355,19 +355,22 @@ def iperf3(a: _netlab.Host, b: _netlab.Host, seconds: float) -> dict[str, Any]:
                 text=True,
                 timeout=seconds + 30,
             )
-            if r.returncode == 0 or time.monotonic() > deadline:
-                break
+            try:
+                doc = json.loads(r.stdout or "{}")
+            except ValueError:
+                doc = {"error": f"unreadable output: {r.stdout[-300:]!r}"}
+            end = doc.get("end") or {}
+            if "sum_received" in end:
+                return {
+                    "mib_s": end["sum_received"]["bits_per_second"] / 8 / MiB,
+                    "cpu_sender_pct": end["cpu_utilization_percent"]["host_total"],
+                    "cpu_receiver_pct": end["cpu_utilization_percent"]["remote_total"],
+                    "seconds": seconds,
+                }
+            if time.monotonic() > deadline or server.poll() is not None:
+                why = doc.get("error") or r.stderr.strip() or f"exit {r.returncode}"
+                return {"error": f"iperf3 {a.ip} -> {b.ip}: {why}"}
             time.sleep(0.2)  # the server was not listening yet
-        doc = json.loads(r.stdout or "{}")
-        if r.returncode != 0 or "end" not in doc:
-            return {"error": doc.get("error") or r.stderr.strip() or f"exit {r.returncode}"}
-        end = doc["end"]
-        return {
-            "mib_s": end["sum_received"]["bits_per_second"] / 8 / MiB,
-            "cpu_sender_pct": end["cpu_utilization_percent"]["host_total"],
-            "cpu_receiver_pct": end["cpu_utilization_percent"]["remote_total"],
-            "seconds": seconds,
-        }
     finally:
         if server.poll() is None:
             server.kill()
@@ -588,7 +591,11 @@ def main(argv: list[str] | None = None) -> int:
                 if res["note"]:
                     print(f"  {s}: {res['note'][:2000]}", file=sys.stderr)
             if "bulk" in workloads:
-                doc["iperf3"].append(iperf3(net.hosts[0], net.hosts[1], a.iperf_seconds))
+                try:
+                    got = iperf3(net.hosts[0], net.hosts[1], a.iperf_seconds)
+                except Exception as e:
+                    got = {"error": f"{type(e).__name__}: {e}"}
+                doc["iperf3"].append(got)
         if big:
             for s in [x for x in a.big_systems.split(",") if x in systems]:
                 print(f"correctness: {s} on {big[0]} hosts x {big[1]} procs", file=sys.stderr,
