@@ -529,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("multihost_bench needs root (network namespaces, cgroups)", file=sys.stderr)
         return 2
-    rounds = a.rounds or (1 if a.smoke else 2)
+    rounds = a.rounds if a.rounds is not None else (1 if a.smoke else 2)
     timeout = a.client_timeout or (180.0 if a.smoke else 600.0)
     wanted = [s for s in a.systems.split(",") if s]
     pythons = {"danaus": sys.executable, "monarch": a.monarch_python}
