@@ -442,7 +442,7 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
     head = f"{'workload':<11} {'unit':<9}"
     for s in systems:
         head += f" {s:>12} {'cores':>6} {'cpu ms/op':>9}"
-    head += f" {'machine':>7} {'ratio':>8}  target"
+    head += f" {'machine':>7} {'ratio':>8} {'cpu/op':>7}  target"
     lines += [head, "-" * len(head)]
     table: dict[str, dict[str, Any]] = {}
     for wl in ["attach", *MAIN_WORKLOADS]:
@@ -466,6 +466,10 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
         if d and m and "value" in d and "value" in m and m["value"]:
             ratio = d["value"] / m["value"]
         line += f" {(f'{ratio:.3g}x' if ratio is not None else '-'):>8}"
+        cpu_ratio = None  # danaus's CPU per operation / Monarch's
+        if d and m and d.get("cpu_ms_per_op") and m.get("cpu_ms_per_op"):
+            cpu_ratio = d["cpu_ms_per_op"] / m["cpu_ms_per_op"]
+        line += f" {(f'{cpu_ratio:.3g}x' if cpu_ratio is not None else '-'):>7}"
         if wl in TARGETS:
             op, limit = TARGETS[wl]
             ok = None if ratio is None else (ratio <= limit if op == "<=" else ratio >= limit)
@@ -518,6 +522,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--client-timeout", type=float, default=None, help="s (default 600, smoke 180)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--render", metavar="JSON", help="print the table of an earlier run's JSON")
     a = ap.parse_args(argv)
     if a.procs * a.hosts > 16 and not a.smoke:
         ap.error("timed runs stay at 16 procs or fewer on this 2-core machine (use --big)")
@@ -526,6 +531,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    if a.render:
+        lines, _ = summarize(json.loads(Path(a.render).read_text()))
+        print("\n".join(lines))
+        return 0
     if os.geteuid() != 0:
         print("multihost_bench needs root (network namespaces, cgroups)", file=sys.stderr)
         return 2
@@ -614,7 +623,8 @@ def main(argv: list[str] | None = None) -> int:
           f"loss {link.loss_pct:g}%; load {ld['load_before']['loadavg']} -> "
           f"{ld['load_after']['loadavg']}; {ld['seconds']:.0f} s")
     print("cores: CPU s of the system's processes (client, workers, procs) / wall s of the "
-          "workload; machine: busy cores of the whole machine meanwhile (max of the systems)")
+          "workload; machine: busy cores of the whole machine meanwhile (max of the systems); "
+          "ratio: danaus / monarch of the figures; cpu/op: of the CPU per operation")
     print("\n".join(lines))
     failed = []
     for res in doc["runs"]:
