@@ -218,7 +218,8 @@ class SystemRun:
         self.group = CpuGroup.make(label)
         self.danaus_workers: list[_netlab.Worker] = []
         self.monarch_workers: list[subprocess.Popen[Any]] = []
-        self.logs = tempfile.TemporaryFile("w+")
+        # The Monarch workers' output, kept for the run and closed by close().
+        self.logs = tempfile.TemporaryFile("w+")  # noqa: SIM115
 
     def _preexec(self) -> None:
         if self.group is not None:
@@ -251,7 +252,12 @@ class SystemRun:
         return addrs
 
     def run_client(
-        self, workers: list[str], gateway: str, procs: int, workloads: list[str], smoke: bool,
+        self,
+        workers: list[str],
+        gateway: str,
+        procs: int,
+        workloads: list[str],
+        smoke: bool,
         timeout: float,
     ) -> tuple[list[dict[str, Any]], str]:
         env = _clean_env()
@@ -306,8 +312,15 @@ class SystemRun:
 
 
 def run_system(
-    system: str, python: str, hosts: list[_netlab.Host], gateway: str, procs: int,
-    workloads: list[str], smoke: bool, timeout: float, label: str,
+    system: str,
+    python: str,
+    hosts: list[_netlab.Host],
+    gateway: str,
+    procs: int,
+    workloads: list[str],
+    smoke: bool,
+    timeout: float,
+    label: str,
 ) -> dict[str, Any]:
     run = SystemRun(system, python, hosts, label)
     rows: list[dict[str, Any]] = []
@@ -473,17 +486,21 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
         if wl in TARGETS:
             op, limit = TARGETS[wl]
             ok = None if ratio is None else (ratio <= limit if op == "<=" else ratio >= limit)
-            line += f"  {op} {limit:g}x vs monarch: {'-' if ok is None else 'ok' if ok else 'MISSED'}"
+            verdict = "-" if ok is None else "ok" if ok else "MISSED"
+            line += f"  {op} {limit:g}x vs monarch: {verdict}"
             checks.append({"workload": wl, "ratio": ratio, "target": f"{op} {limit}", "ok": ok})
         lines.append(line)
     # bulk beside iperf3 on the same link (pooled medians)
     ip = [r["mib_s"] for r in doc["iperf3"] if "mib_s" in r]
     if ip:
         ref = statistics.median(ip)
-        cpu = statistics.median(r["cpu_sender_pct"] + r["cpu_receiver_pct"] for r in doc["iperf3"]
-                                if "mib_s" in r)
-        lines.append(f"{'iperf3':<11} {'MiB/s':<9} {_fmt(ref):>12} {cpu / 100:>6.2f}  (one TCP "
-                     f"stream, host 0 -> host 1, {len(ip)} runs; cores = sender + receiver)")
+        cpu = statistics.median(
+            r["cpu_sender_pct"] + r["cpu_receiver_pct"] for r in doc["iperf3"] if "mib_s" in r
+        )
+        lines.append(
+            f"{'iperf3':<11} {'MiB/s':<9} {_fmt(ref):>12} {cpu / 100:>6.2f}  (one TCP "
+            f"stream, host 0 -> host 1, {len(ip)} runs; cores = sender + receiver)"
+        )
         for s in systems:
             c = table["bulk"].get(s)
             if c and "value" in c:
@@ -492,8 +509,14 @@ def summarize(doc: dict[str, Any]) -> tuple[list[str], list[dict[str, Any]]]:
                 if s == "danaus":
                     ok = frac >= BULK_VS_IPERF
                     tail = f"  >= {BULK_VS_IPERF:g} of iperf3: {'ok' if ok else 'MISSED'}"
-                    checks.append({"workload": "bulk_vs_iperf3", "ratio": frac,
-                                   "target": f">= {BULK_VS_IPERF}", "ok": ok})
+                    checks.append(
+                        {
+                            "workload": "bulk_vs_iperf3",
+                            "ratio": frac,
+                            "target": f">= {BULK_VS_IPERF}",
+                            "ok": ok,
+                        }
+                    )
                 lines.append(f"  bulk {s}/iperf3 = {frac:.3g}{tail}")
     else:
         lines.append(f"iperf3: {[r.get('error') for r in doc['iperf3']]}")
@@ -548,16 +571,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"unknown system {s!r} (danaus, monarch)", file=sys.stderr)
             return 2
         if not Path(pythons[s]).exists():
-            skipped[s] = (f"no {pythons[s]}: install it with "
-                          f"`bash benchmarks/setup_comparators.sh {s}`")
+            skipped[s] = (
+                f"no {pythons[s]}: install it with `bash benchmarks/setup_comparators.sh {s}`"
+            )
             print(f"{s} skipped: {skipped[s]}", file=sys.stderr)
         else:
             systems.append(s)
     big = tuple(int(x) for x in a.big.split("x")) if a.big else None
     workloads = [w for w in a.workloads.split(",") if w]
     need = max(a.hosts, 2, big[0] if big else 0)
-    delay = 0.0 if not _netlab.netem_available() else (
-        _netlab.DATACENTER.delay_us if a.delay_us is None else a.delay_us)
+    delay = (
+        0.0
+        if not _netlab.netem_available()
+        else (_netlab.DATACENTER.delay_us if a.delay_us is None else a.delay_us)
+    )
     link = _netlab.Link(delay_us=delay, rate=a.rate, loss_pct=a.loss)
     doc: dict[str, Any] = {
         "meta": {
@@ -567,8 +594,12 @@ def main(argv: list[str] | None = None) -> int:
             "hosts": a.hosts,
             "procs_per_host": a.procs,
             "rounds": rounds,
-            "link": {"delay_us": link.delay_us, "rate": link.rate, "loss_pct": link.loss_pct,
-                     "shaper": "netem" if _netlab.netem_available() else "tbf (no sch_netem)"},
+            "link": {
+                "delay_us": link.delay_us,
+                "rate": link.rate,
+                "loss_pct": link.loss_pct,
+                "shaper": "netem" if _netlab.netem_available() else "tbf (no sch_netem)",
+            },
             "cpus": os.cpu_count(),
             "cgroup": _cgroup_root() is not None,
             "load_before": machine_load(),
@@ -588,12 +619,24 @@ def main(argv: list[str] | None = None) -> int:
         doc["meta"]["hosts_ip"] = [h.ip for h in net.hosts]
         doc["meta"]["client_ip"] = net.gateway
         for r in range(rounds):
-            order = systems[r % len(systems):] + systems[: r % len(systems)] if systems else []
+            order = systems[r % len(systems) :] + systems[: r % len(systems)] if systems else []
             for s in order:
-                print(f"round {r + 1}/{rounds}: {s} on {len(hosts)} hosts x {a.procs} procs",
-                      file=sys.stderr, flush=True)
-                res = run_system(s, pythons[s], hosts, net.gateway, a.procs, workloads,
-                                 a.smoke, timeout, f"{s}-r{r}")
+                print(
+                    f"round {r + 1}/{rounds}: {s} on {len(hosts)} hosts x {a.procs} procs",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                res = run_system(
+                    s,
+                    pythons[s],
+                    hosts,
+                    net.gateway,
+                    a.procs,
+                    workloads,
+                    a.smoke,
+                    timeout,
+                    f"{s}-r{r}",
+                )
                 res["round"] = r
                 res["load_after"] = machine_load()
                 doc["runs"].append(res)
@@ -607,10 +650,22 @@ def main(argv: list[str] | None = None) -> int:
                 doc["iperf3"].append(got)
         if big:
             for s in [x for x in a.big_systems.split(",") if x in systems]:
-                print(f"correctness: {s} on {big[0]} hosts x {big[1]} procs", file=sys.stderr,
-                      flush=True)
-                res = run_system(s, pythons[s], net.hosts[: big[0]], net.gateway, big[1],
-                                 ["correct"], a.smoke, timeout, f"{s}-big")
+                print(
+                    f"correctness: {s} on {big[0]} hosts x {big[1]} procs",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                res = run_system(
+                    s,
+                    pythons[s],
+                    net.hosts[: big[0]],
+                    net.gateway,
+                    big[1],
+                    ["correct"],
+                    a.smoke,
+                    timeout,
+                    f"{s}-big",
+                )
                 doc["big"].append(res)
     doc["meta"]["load_after"] = machine_load()
     doc["meta"]["seconds"] = time.monotonic() - t0
@@ -618,33 +673,54 @@ def main(argv: list[str] | None = None) -> int:
     lines, checks = summarize(doc)
     doc["checks"] = checks
     ld = doc["meta"]
-    print(f"\nmultihost_bench ({ld['mode']}): {a.hosts} hosts x {a.procs} procs, {rounds} round(s), "
-          f"link {link.rate}, delay {link.delay_us:g} us ({ld['link']['shaper']}), "
-          f"loss {link.loss_pct:g}%; load {ld['load_before']['loadavg']} -> "
-          f"{ld['load_after']['loadavg']}; {ld['seconds']:.0f} s")
-    print("cores: CPU s of the system's processes (client, workers, procs) / wall s of the "
-          "workload; machine: busy cores of the whole machine meanwhile (max of the systems); "
-          "ratio: danaus / monarch of the figures; cpu/op: of the CPU per operation")
+    print(
+        f"\nmultihost_bench ({ld['mode']}): {a.hosts} hosts x {a.procs} procs, "
+        f"{rounds} round(s), "
+        f"link {link.rate}, delay {link.delay_us:g} us ({ld['link']['shaper']}), "
+        f"loss {link.loss_pct:g}%; load {ld['load_before']['loadavg']} -> "
+        f"{ld['load_after']['loadavg']}; {ld['seconds']:.0f} s"
+    )
+    print(
+        "cores: CPU s of the system's processes (client, workers, procs) / wall s of the "
+        "workload; machine: busy cores of the whole machine meanwhile (max of the systems); "
+        "ratio: danaus / monarch of the figures; cpu/op: of the CPU per operation"
+    )
     print("\n".join(lines))
     failed = []
     for res in doc["runs"]:
-        failed += [f"{res['system']}/{row['workload']}: {row['error'][:300]}"
-                   for row in res["rows"] if row.get("error")]
+        failed += [
+            f"{res['system']}/{row['workload']}: {row['error'][:300]}"
+            for row in res["rows"]
+            if row.get("error")
+        ]
         if res["note"]:
             failed.append(f"{res['system']}: {res['note'][:500]}")
     for res in doc["big"]:
         row = next((x for x in res["rows"] if x["workload"] == "correct"), None)
         ok = row is not None and not row.get("error")
         extra = (row or {}).get("extra", {})
-        print(f"correctness {res['system']} {res['hosts']} hosts x {res['procs_per_host']} procs: "
-              f"{'ok' if ok else 'FAILED'}" + (f", spawn {extra['spawn_s']:.2f} s, whole check "
-              f"{row['samples'][0]:.2f} s" if ok and row else "")
-              + f"; processes left after the workers stopped: "
-              f"{res['left_in_cgroup_after_workers_stopped']}")
+        print(
+            f"correctness {res['system']} {res['hosts']} hosts x {res['procs_per_host']} procs: "
+            f"{'ok' if ok else 'FAILED'}"
+            + (
+                f", spawn {extra['spawn_s']:.2f} s, whole check {row['samples'][0]:.2f} s"
+                if ok and row
+                else ""
+            )
+            + f"; processes left after the workers stopped: "
+            f"{res['left_in_cgroup_after_workers_stopped']}"
+        )
         if not ok:
             failed.append(f"{res['system']} correctness: {(row or {}).get('error') or res['note']}")
-    out = Path(a.json) if a.json else (HERE / "results" / (
-        "multihost-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + ".json"))
+    out = (
+        Path(a.json)
+        if a.json
+        else (
+            HERE
+            / "results"
+            / ("multihost-" + _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ") + ".json")
+        )
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1, default=str))
     print(f"json: {out}")

@@ -88,7 +88,7 @@ def machine_cpu() -> tuple[float, float]:
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     hz = os.sysconf("SC_CLK_TCK")
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
     return (user + nice + system + irq + softirq) / hz, steal / hz
 
 
@@ -439,7 +439,6 @@ class Bench(api.Actor):  # type: ignore[name-defined,misc]
         buf.read_into(memoryview(out), timeout=int(CALL_TIMEOUT)).get(timeout=CALL_TIMEOUT)
         dt = time.perf_counter() - t
         return dt, bool(np.array_equal(out, pattern(n)))
-
 
 
 def main() -> int:
