@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import danaus.config
+from danaus._runtime.hosting.host import ensure_runtime
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
 
 from .conftest import TIMEOUT, Facts, Probe, where_am_i
@@ -106,3 +108,27 @@ def test_this_host_inside_an_actor_is_the_host_it_runs_on(procs, net) -> None:
     assert [f.tcp.partition(":")[0] for f in inner] == ["tcp"] * 2, inner
     again = mesh.facts.call().get(timeout=TIMEOUT)
     assert [f.netns_inode for f in again.values()] == [net[1].netns_inode] * 2
+
+
+class TreeProbe(Probe):
+    @endpoint
+    def forwarded(self) -> int:
+        """Subtrees this actor's proc has sent a cast down to (the cast tree's hops)."""
+        return ensure_runtime().tree.stats.forwarded
+
+
+def test_a_cast_tree_across_hosts_reaches_every_proc_at_its_tcp_address(procs, net) -> None:
+    # Meshes of tree_min_ranks (64) procs or more are messaged through the cast tree,
+    # whose procs dial each other from the routes the caller sends. Those routes held
+    # the address each proc had before its READY (a Unix path on the caller's host), so
+    # on several hosts a forwarding proc could not reach its children (issue 44: 64
+    # procs on 8 hosts failed). A small tree here: the same path, every proc forwarding.
+    with danaus.config.configured(tree_min_ranks=2, tree_fanout=2):
+        probes = procs.spawn("tree_probes", TreeProbe)
+        facts = probes.facts.call().get(timeout=TIMEOUT)
+        assert ensure_runtime().tree.use_tree(probes._ref.mesh_id, probes._ref.procs)
+        for point, f in facts.items():
+            assert f.netns_inode == net[point["hosts"]].netns_inode, (point.rank, f)
+        assert sorted(f.rank for f in facts.values()) == list(range(2 * len(net)))
+        hops = probes.forwarded.call().get(timeout=TIMEOUT)
+        assert sum(hops.values()) > 0  # procs forwarded to procs (on other hosts)

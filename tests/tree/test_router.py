@@ -16,6 +16,7 @@ class FakeRuntime:
 
     def __init__(self, refuse: set[str]) -> None:
         self.refuse = refuse
+        self.fresh: dict[str, ProcId] = {}  # addresses READYs brought (resolve)
         self.handlers: dict[Any, Any] = {}
         self.sent: list[tuple[str, Cast, list[Any]]] = []
 
@@ -24,6 +25,9 @@ class FakeRuntime:
 
     def is_lost(self, name: str) -> str | None:
         return None
+
+    def resolve(self, proc: ProcId) -> ProcId:
+        return self.fresh.get(proc.name, proc)
 
     def send(self, proc: ProcId, header: Cast, body: Any, buffers: Any, on_fail: Any) -> None:
         if proc.name in self.refuse:
@@ -80,3 +84,24 @@ def test_a_subtree_whose_send_fails_fails_its_rank_and_its_children_get_it_with_
         # snapshot (the caller may have reused its arrays by the time a send fails)
         assert bufs == [b"payload"]
         assert (bufs[0] is buf) == (h.lo not in below)
+
+
+def test_routes_carry_each_procs_address_from_its_ready_not_the_meshs_first_one() -> None:
+    # A mesh holds the address its spawner first gave each proc (a Unix path on the
+    # spawner's host); a proc on another host says its TCP address in its READY. The
+    # procs that forward dial what the routes say: the address from the READY.
+    n, fanout = 40, 4
+    procs = [ProcId(f"p{r}", f"unix:/tmp/p{r}.sock") for r in range(n)]
+    rt = FakeRuntime(set())
+    rt.fresh = {p.name: ProcId(p.name, f"tcp://10.0.0.{r}:7000;host:h{r}") for r, p in
+                enumerate(procs)}  # fmt: skip
+    router = TreeRouter(rt)  # type: ignore[arg-type]
+    selection = Selection.of(Slice(0, [n], [1]))
+    header = Cast(
+        "m", "mesh", "f", None, False, selection.to_wire(), 0, 0, fanout, None, ("r",), (n,),
+        None, (), 0, 0,
+    )  # fmt: skip
+    router.cast(procs, selection, header, b"body", [])
+    assert len(rt.sent) == len(root_children(n, fanout))
+    for _, h, _ in rt.sent:
+        assert h.table == tuple(rt.fresh[p.name] for p in procs[h.lo : h.hi])

@@ -157,7 +157,11 @@ class ElasticCoordinator(Actor):
         delay = REPLACE_BACKOFF[0]
         while True:
             try:
-                self.spares.extend(await self._spawn(1))
+                # Spawned first, then added: ``self.spares.extend(await ...)`` would
+                # take the list before the await, and a loss meanwhile (``_lose``
+                # makes a new list) left the new spare in the old one, lost for good.
+                spawned = await self._spawn(1)
+                self.spares.extend(spawned)
                 return
             except Exception as e:  # the members keep training meanwhile
                 log.warning(

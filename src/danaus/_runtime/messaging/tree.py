@@ -231,6 +231,12 @@ class TreeRouter:
             self._route_around(tree, lo, hi, lost)
             return
         h = tree.header
+        routes = None
+        if install:
+            # Routes are dialled by other procs, which know only what they say: each
+            # proc's freshest address here (one on another host reports its TCP port in
+            # its READY; the mesh holds the address its spawner first gave it).
+            routes = tuple(self.rt.resolve(p) for p in tree.table[lo - base : hi - base])
         sub = Cast(
             h.mesh,
             h.name,
@@ -241,7 +247,7 @@ class TreeRouter:
             lo,
             hi,
             h.fanout,
-            tuple(tree.table[lo - base : hi - base]) if install else None,
+            routes,
             h.labels,
             h.sizes,
             h.sender,
