@@ -241,9 +241,9 @@ def measure(tree: pathlib.Path, *, calls: bool = False) -> dict[str, Any]:
     f["largest module (lines)"] = max(sizes.values())
     for pkg in (f"{PACKAGE}._config", f"{PACKAGE}._transport.conn"):
         parts = {k: v for k, v in sizes.items() if k == pkg or k.startswith(pkg + ".")}
-        f[f"{pkg.split('.', 1)[1]}: largest of {len(parts)} module(s) (lines)"] = max(
-            parts.values(), default=0
-        )
+        short = pkg.split(".", 1)[1]
+        f[f"{short}: modules"] = len(parts)
+        f[f"{short}: largest module (lines)"] = max(parts.values(), default=0)
 
     graph = {name: _imports(name, path, t, known) for name, path, t in mods}
     sccs = _sccs(graph)
