@@ -116,9 +116,7 @@ def _sockets(pid: int) -> int:
     return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
 
 
-def test_attaching_again_to_a_worker_opens_no_second_connection(
-    fresh_worker, attach_fresh
-) -> None:
+def test_attaching_again_to_a_worker_opens_no_second_connection(fresh_worker, attach_fresh) -> None:
     """A client that attaches to a worker it is attached to already (a host that came
     back, as the fault campaign does) reuses its connection: before, each attach left
     one more connection open, on both sides, for as long as both ran."""
