@@ -322,7 +322,7 @@ class Workload:
         self.spare = lab.attach([HOSTS])
         self.procs = self.hosts.spawn_procs(per_host={"gpus": PROCS_PER_HOST})
         self.sup = Supervisor(
-            "one_for_one", max_restarts=10_000, period=60.0, spare_hosts=self.spare,
+            "one_for_one", max_restarts=200, period=60.0, spare_hosts=self.spare,
             name="campaign",
         )  # fmt: skip
         self.calc: Any = self.sup.spawn(self.procs, "calc", Calc)
@@ -394,6 +394,7 @@ class Workload:
             done.get(timeout=bound)
         except SupervisionError:  # a rank lost while sending: what came is not checked
             self.c.calls_failed += 1
+            time.sleep(0.2)  # its restart is under way
             return
         got: dict[int, list[int]] = {}
         for _ in range(n * HOSTS * PROCS_PER_HOST):
@@ -782,12 +783,14 @@ def run(
     seed: int,
     save: Callable[[Report], None],
     each_kind: bool = False,
+    soak_kinds: list[str] | None = None,
 ) -> Report:
     """``schedule``: the faults, in order, each once full size is back (the campaign);
     ``None``: the kinds in turn, one every ``every`` s (and once full size is back) for
     ``minutes`` (the soak), and on until each kind ran once if ``each_kind``."""
     rng = random.Random(seed)
     report = Report(mode, asdict(timing))
+    kinds = list(soak_kinds or SOAK_FAULTS)
     with client(timing) as client_faults:
         lab = Lab(timing)
         try:
@@ -812,12 +815,12 @@ def run(
                 else:
 
                     def over(n: int = n) -> bool:
-                        more = each_kind and n < len(SOAK_FAULTS)
+                        more = each_kind and n < len(kinds)
                         return time.monotonic() - t0 >= minutes * 60 and not more
 
                     if over():
                         break
-                    kind = SOAK_FAULTS[n % len(SOAK_FAULTS)]
+                    kind = kinds[n % len(kinds)]
                     while time.monotonic() < last_fault + every:
                         if time.monotonic() >= next_sample:
                             report.samples.append(_sample(lab))
@@ -1018,6 +1021,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--minutes", type=float, default=30.0)
     s.add_argument("--every", type=float, default=30.0, help="seconds between faults")
     s.add_argument("--each-kind", action="store_true", help="go on until each kind ran once")
+    s.add_argument("--kinds", default=",".join(SOAK_FAULTS), help="the faults, in turn")
     for p in (c, s):
         p.add_argument("--short", action="store_true", help="the test suite's form")
         p.add_argument("--seed", type=int, default=44)
@@ -1029,17 +1033,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(asdict(report), indent=1))
 
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        parser.error(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
     if args.cmd == "campaign":
-        kinds = [k for k in args.kinds.split(",") if k]
-        unknown = [k for k in kinds if k not in KINDS]
-        if unknown:
-            parser.error(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
         schedule = [k for k in kinds for _ in range(args.reps)]
         report = run("campaign", timing, schedule, 0.0, 0.0, args.seed, save)
     else:
         report = run(
-            "soak", timing, None, args.minutes, args.every, args.seed, save, args.each_kind
-        )
+            "soak", timing, None, args.minutes, args.every, args.seed, save, args.each_kind,
+            kinds,
+        )  # fmt: skip
     print(table(report.faults))
     summary = {k: v for k, v in asdict(report).items() if k not in ("faults", "samples")}
     print(json.dumps(summary, indent=1))
