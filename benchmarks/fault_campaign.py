@@ -529,12 +529,29 @@ class Faults:
         self.hosts.append(h)
         self.victims += [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
 
+    def _busy_hosts(self) -> list[int]:
+        """The workload's hosts (not the spare) where both a rank and a replica run now,
+        so a fault there is a fault to both; all of them if none is."""
+        with contextlib.suppress(Exception):
+            pids = self.work.calc_pids(), [p for _, p in self.work.mesh.members()]
+            busy = [
+                h
+                for h in range(HOSTS)
+                if all(any(self._host_of(p) == h for p in group) for group in pids)
+            ]
+            if busy:
+                return busy
+        return list(range(HOSTS))
+
     def _host_of(self, pid: int) -> int:
-        inode = os.stat(f"/proc/{pid}/ns/net").st_ino
-        return next(i for i, h in enumerate(self.lab.hosts) if h.netns_inode == inode)
+        try:
+            inode = os.stat(f"/proc/{pid}/ns/net").st_ino
+        except OSError:
+            return -1
+        return next((i for i, h in enumerate(self.lab.hosts) if h.netns_inode == inode), -1)
 
     def _victim_host(self) -> int:
-        h = self.rng.randrange(HOSTS)
+        h = self.rng.choice(self._busy_hosts())
         self._hit(h)
         return h
 
@@ -564,7 +581,8 @@ class Faults:
         return f"killed host {h}'s worker and procs"
 
     def kill_two_hosts(self) -> str:
-        a, b = self.rng.sample(range(HOSTS), 2)
+        busy = self._busy_hosts()
+        a, b = self.rng.sample(busy if len(busy) >= 2 else list(range(HOSTS)), 2)
         self._hit(a)
         self._hit(b)
         self.lab.workers[a].kill()
@@ -642,6 +660,8 @@ class Faults:
 
 #: Kinds after which the client has lost the host: it is attached again when back.
 HOST_LOST = {"kill_host", "kill_two_hosts", "stop_long", "partition_long"}
+#: Kinds that lose procs of both workloads (a calc rank and a training replica at least).
+LOSES_PROCS = HOST_LOST | {"kill_proc", "kill_during_restart"}
 
 
 @dataclass
@@ -748,6 +768,13 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
         for h in faults.hosts:  # the host comes back as a spare, never with old actors
             with contextlib.suppress(Exception):
                 w.rejoin(h)
+    if kind in LOSES_PROCS:
+        # Full size counts once the loss was seen: before, it is still the old size.
+        def seen() -> bool:
+            return len(w.sup.restarts) > restarts0 and w.mesh.stats().lost > stats0.lost
+
+        if not wait_for(seen, 3 * lab.timing.limit + 10):
+            rec.notes.append("the loss was not seen by both the supervisor and the mesh")
     try:
         rec.full_size = bool(wait_for(w.at_full_size, lab.timing.settle, step=0.5))
     except Exception as e:
