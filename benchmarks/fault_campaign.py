@@ -327,7 +327,7 @@ class Workload:
         )  # fmt: skip
         self.calc: Any = self.sup.spawn(self.procs, "calc", Calc)
         self.calc.pid.call().get(timeout=120)
-        self.mesh = ElasticMesh(Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=30.0)
+        self.mesh = ElasticMesh(Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=60.0)
         self.mesh.add_hosts(self.spare)  # replacements may go to the spare host
         self.worlds: list[tuple[float, int]] = []
         self.lock = threading.Lock()
@@ -781,6 +781,14 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
         rec.notes.append(f"full size not reached: {e!r:.200}")
     if rec.full_size:
         rec.full_size_s = time.time() - injected_at
+    else:
+        with contextlib.suppress(Exception):
+            st = w.mesh.stats()
+            rec.notes.append(
+                f"at the settle deadline: training world {w.worlds[-1][1] if w.worlds else 0}, "
+                f"members {w.mesh.members()}, spares {st.spares}, lost {st.lost}, restarts "
+                f"{st.restarts}, recoveries {st.recoveries}"
+            )
     restarts = w.sup.restarts[restarts0:]
     rec.restarts = sum(len(r.ranks) for r in restarts)
     if restarts:
