@@ -172,7 +172,12 @@ class ElasticCoordinator(Actor):
         self.generation += 1
         name = f"replicas{self.generation}"
         on = this_host() if self.hosts is None else self.hosts[h]
-        procs = on.spawn_procs(per_host={"procs": n})
+        try:
+            procs = on.spawn_procs(per_host={"procs": n})  # raises at once for a lost host
+        except BaseException:
+            if self.hosts is not None:
+                self.suspect[h] = time.monotonic()  # try another host first next time
+            raise
         self.procs.append(procs)
         try:
             mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
