@@ -982,6 +982,44 @@ def table(records: list[FaultRecord]) -> str:
     return "\n".join(lines)
 
 
+def render(raw: dict[str, Any]) -> str:
+    """A saved report (``--json``) as markdown: the table, each fault, what was left."""
+    records = []
+    for f in raw["faults"]:
+        f = dict(f)
+        f["during"] = Counters(**f["during"])
+        records.append(FaultRecord(**f))
+    out = [table(records), ""]
+    for rec in records:
+        out.append(f"- `{rec.at_s:5.0f} s` **{rec.kind}**: {_brief(rec)}")
+    t = raw["totals"]
+    out += [
+        "",
+        f"Run: {raw['minutes']:.1f} min, {raw['steps']} training steps (lost {raw['steps_lost']}), "
+        f"{t['calls']} calls ({t['calls_failed']} failed with SupervisionError, {t['wrong']} "
+        f"wrong, {t['hanging']} hanging), {t['stream_msgs']} stream messages (lost "
+        f"{t['lost']}, duplicated {t['duplicated']}, reordered {t['reordered']}), {t['rdma']} "
+        f"RDMA reads ({t['rdma_bad']} bad), {t['spawns']} spawns ({t['spawn_refused']} "
+        f"refused), {t['errors']} other errors; training errors: {raw['train_errors'] or 'none'}.",
+        f"Left behind: {raw['left_procs']} procs, {raw['left_threads']} threads, "
+        f"{raw['left_fds']} fds {raw['left_detail']}; failures that reached the client: "
+        f"{len(raw['client_faults'])}.",
+    ]
+    if raw["samples"]:
+        out.append(
+            "Slopes per minute after minute 5: "
+            + ", ".join(f"{k} {v:+.2f}" for k, v in raw["slopes"].items())
+            + " (RSS in KiB)."
+        )
+        first, last = raw["samples"][0], raw["samples"][-1]
+        out.append(
+            "First and last sample: "
+            + ", ".join(f"{k} {first[k]} -> {last[k]}" for k in SAMPLED)
+            + f"; {len(raw['samples'])} samples."
+        )
+    return "\n".join(out)
+
+
 # -- sampling ------------------------------------------------------------------------
 
 SAMPLED = (
@@ -1061,7 +1099,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--short", action="store_true", help="the test suite's form")
         p.add_argument("--seed", type=int, default=44)
         p.add_argument("--json", help="write the raw results here")
+    r = sub.add_parser("render", help="the table and each fault of a --json file")
+    r.add_argument("file")
     args = parser.parse_args(argv)
+    if args.cmd == "render":
+        print(render(json.loads(Path(args.file).read_text())))
+        return 0
     timing = SHORT if args.short else FULL
 
     def save(report: Report) -> None:
