@@ -582,7 +582,13 @@ class Faults:
 
     def kill_two_hosts(self) -> str:
         busy = self._busy_hosts()
-        a, b = self.rng.sample(busy if len(busy) >= 2 else list(range(HOSTS)), 2)
+        pairs = [(a, b) for a in busy for b in busy if a < b]
+        # Two hosts that do not hold every replica: losing every copy of the model's
+        # state is a loss no elastic mesh survives (it needs a checkpoint).
+        with contextlib.suppress(Exception):
+            homes = [self._host_of(p) for _, p in self.work.mesh.members()]
+            pairs = [(a, b) for a, b in pairs if any(h not in (a, b) for h in homes)] or pairs
+        a, b = self.rng.choice(pairs) if pairs else self.rng.sample(range(HOSTS), 2)
         self._hit(a)
         self._hit(b)
         self.lab.workers[a].kill()
