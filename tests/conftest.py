@@ -49,8 +49,8 @@ def need_gpus() -> Callable[[int], int]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``gpu`` tests, saying why, without CUDA; leave ``slow`` tests out unless a
-    ``-m`` expression is given (``-m slow`` runs them)."""
+    """Skip ``gpu`` tests, saying why, without CUDA; leave ``slow`` and ``soak`` tests out
+    unless a ``-m`` expression is given (``-m slow``, ``-m soak`` runs them)."""
     gpu = [i for i in items if i.get_closest_marker("gpu")]
     why = cuda_missing() if gpu else None
     if why is not None:
@@ -58,10 +58,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=why))
     if config.getoption("markexpr"):
         return
-    slow = [i for i in items if i.get_closest_marker("slow")]
+    slow = [i for i in items if i.get_closest_marker("slow") or i.get_closest_marker("soak")]
     if slow:
         config.hook.pytest_deselected(items=slow)
-        items[:] = [i for i in items if i.get_closest_marker("slow") is None]
+        items[:] = [i for i in items if i not in slow]
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -457,23 +457,35 @@ def worker_env(secret: str, socket_dir: str, extra: Mapping[str, str] = {}) -> d
 
 
 # Inside the worker's own mount namespace: a private tmpfs for its Unix sockets.
+# ``DANAUS_NETLAB_TMPFS_SIZE`` (when set) caps it, so a test can fill the disk under it.
 _WORKER_SH = (
-    'mount -t tmpfs -o mode=0700 danaus "$DANAUS_SOCKET_DIR" && '
-    'exec "$0" -m danaus worker --listen "$1"'
+    'mount -t tmpfs -o "mode=0700${DANAUS_NETLAB_TMPFS_SIZE:+,size=$DANAUS_NETLAB_TMPFS_SIZE}" '
+    'danaus "$DANAUS_SOCKET_DIR" && exec "$0" -m danaus worker --listen "$1"'
 )
 
 
-def start_worker(host: Host, secret: str, env: Mapping[str, str] = {}) -> Worker:
+def start_worker(
+    host: Host, secret: str, env: Mapping[str, str] = {}, state_size: str | None = None
+) -> Worker:
     """Start ``danaus worker`` in ``host``'s namespace; returns once it listens.
 
     ``env``: settings for the worker on top of the lab's (heartbeats, for instance).
+    ``state_size`` (``"64m"``, as ``mount -o size=`` takes it): the worker's job state
+    and its logs (``log_dir``) share one tmpfs of that size, which a fault can fill
+    (:func:`fill_state`); default: its sockets on an uncapped tmpfs, logs where
+    ``log_dir`` says.
     """
     socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
     os.mkdir(socket_dir, 0o700)
     argv = host.exec_argv("sh", "-c", _WORKER_SH, sys.executable)
+    extra = dict(env)
+    if state_size is not None:
+        if not re.fullmatch(r"\d+[kmg]?", state_size):
+            raise ValueError(f"state_size {state_size!r} is not a tmpfs size: write e.g. '64m'")
+        extra.update(DANAUS_NETLAB_TMPFS_SIZE=state_size, DANAUS_LOG_DIR=f"{socket_dir}/logs")
     proc = subprocess.Popen(
         [*DIE_WITH_PARENT, *argv, f"tcp://{host.ip}:0"],
-        env=worker_env(secret, socket_dir, env),
+        env=worker_env(secret, socket_dir, extra),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,
@@ -508,6 +520,36 @@ def start_worker(host: Host, secret: str, env: Mapping[str, str] = {}) -> Worker
     worker = Worker(host, proc, address, socket_dir)
     host.worker = worker
     return worker
+
+
+_FILL_SH = 'cat /dev/zero > "$1/fill" 2>/dev/null; df -k "$1" | tail -1'
+
+
+def fill_state(worker: Worker) -> str:
+    """Fill the tmpfs under ``worker``'s job state and logs (started with ``state_size``)
+    to the last byte; returns ``df``'s line for it. :func:`free_state` undoes it."""
+    r = _run(["nsenter", "-t", str(worker.proc.pid), "-m", "sh", "-c", _FILL_SH, "sh",
+              worker.socket_dir])  # fmt: skip
+    return r.stdout.strip()
+
+
+def free_state(worker: Worker) -> None:
+    """Remove what :func:`fill_state` wrote (nothing if the worker is gone)."""
+    if worker.proc.poll() is None:
+        _run(["nsenter", "-t", str(worker.proc.pid), "-m", "rm", "-f",
+              f"{worker.socket_dir}/fill"], check=False)  # fmt: skip
+
+
+def host_pids(host: Host) -> list[int]:
+    """Every process in ``host``'s network namespace (its worker, zygote and procs)."""
+    inode = host.netns_inode
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}/ns/net").st_ino == inode:
+                    out.append(int(entry))
+    return out
 
 
 def reap(worker: Worker) -> None:

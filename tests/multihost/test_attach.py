@@ -7,6 +7,8 @@ namespace, and by the TCP address its proc advertises.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import danaus.config
@@ -132,3 +134,25 @@ def test_a_cast_tree_across_hosts_reaches_every_proc_at_its_tcp_address(procs, n
         assert sorted(f.rank for f in facts.values()) == list(range(2 * len(net)))
         hops = probes.forwarded.call().get(timeout=TIMEOUT)
         assert sum(hops.values()) > 0  # procs forwarded to procs (on other hosts)
+def _sockets(pid: int) -> int:
+    """How many sockets process ``pid`` holds open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.readlink(fd).startswith("socket:"))
+
+
+def test_attaching_again_to_a_worker_opens_no_second_connection(fresh_worker, attach_fresh) -> None:
+    """A client that attaches to a worker it is attached to already (a host that came
+    back, as the fault campaign does) reuses its connection: before, each attach left
+    one more connection open, on both sides, for as long as both ran."""
+    worker = fresh_worker()
+    first = attach_fresh([worker])
+    pm = first.spawn_procs(per_host={"gpus": 1})
+    assert pm.spawn("first", Probe).echo.call_one(1).get(timeout=TIMEOUT) == 1
+    pm.stop().get(timeout=TIMEOUT)
+    held = _sockets(worker.proc.pid)
+    for k in range(3):
+        again = attach_fresh([worker])
+        probe = again.spawn_procs(per_host={"gpus": 1}).spawn(f"again{k}", Probe)
+        assert probe.echo.call_one(k).get(timeout=TIMEOUT) == k
+        again.stop().get(timeout=TIMEOUT)
+        assert _sockets(worker.proc.pid) == held, f"attach {k + 2}"

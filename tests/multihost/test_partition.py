@@ -2,7 +2,10 @@
 
 A partition longer than the heartbeat timeout (2 s here) fails the cut-off
 host: calls to its ranks raise ``SupervisionError`` and its owner gets a
-``MeshFailure`` per rank, while other hosts keep answering. A shorter one is
+``MeshFailure`` per rank, while other hosts keep answering. On its side the
+worker, cut off from its client as long, kills the procs it ran for it
+(fenced): nothing of them acts when the link returns, and the host rejoins only
+as a fresh one (attached again, a spare for a supervisor). A shorter one is
 invisible: TCP retransmits once the link is back, and every message sent
 during the outage arrives, once and in order.
 
@@ -12,13 +15,18 @@ shared hosts stay healthy for the rest of the session.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from danaus.actor import SupervisionError
+from danaus.actor import Actor, SupervisionError, endpoint
+from danaus.supervisor import Supervisor
+from danaus.testing import wait_until
 
-from .conftest import HEARTBEAT_TIMEOUT, TIMEOUT, Probe
+from .conftest import HEARTBEAT_TIMEOUT, TIMEOUT, Probe, wait_pids_gone
 
 
 @pytest.fixture
@@ -115,3 +123,110 @@ def test_after_a_partition_heals_the_client_can_attach_to_that_worker_again(
     # Stop them now: the first host mesh's teardown shuts this worker down, which
     # (rightly) reads as a failure of any of this client's procs still running there.
     again.stop().get(timeout=TIMEOUT)
+
+
+# -- fencing: a cut-off worker stops its actors, so nothing acts twice --------------
+
+
+class Ticker(Actor):
+    """Acts on the world on its own: appends a line to ``path`` every 20 ms."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        n = 0
+        while True:
+            with open(self.path, "a") as f:
+                f.write(f"{os.getpid()} {n}\n")
+            n += 1
+            time.sleep(0.02)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def _facts_or_none(mesh):
+    """The rank's facts; ``None`` while the call fails (sent before a restart was seen)."""
+    try:
+        return mesh.facts.call_one().get(timeout=TIMEOUT)
+    except SupervisionError:
+        return None
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_a_worker_cut_off_longer_than_its_liveness_limit_stops_its_actors(
+    two_hosts, faults, tmp_path
+) -> None:
+    """The worker judges its client lost after its own ``heartbeat_timeout`` (2 s here,
+    up to twice that for a client whose frames came irregularly) and kills the procs
+    it ran for it while still cut off: when the link returns nothing of them acts."""
+    hm, cut = two_hosts
+    out = tmp_path / "ticks"
+    tickers = hm.slice(hosts=1).spawn_procs(per_host={"gpus": 2}).spawn("fenced", Ticker, str(out))
+    pids = list(tickers.pid.call().get(timeout=TIMEOUT).values())
+    wait_until(lambda: _lines(out), TIMEOUT, "the tickers to write")
+
+    cut.partition()
+    start = time.monotonic()
+    # Gone while the link is still down: fenced by their own worker, not by the client.
+    assert wait_pids_gone(pids, timeout=4 * HEARTBEAT_TIMEOUT) == []
+    fenced_after = time.monotonic() - start
+    assert fenced_after < 4 * HEARTBEAT_TIMEOUT, fenced_after
+    faults.crashed("fenced", {0, 1})
+    written = _lines(out)
+    cut.heal()
+    # Back on the network: the old actors do not resume (they are gone), their calls
+    # fail, and nothing more is written on their behalf.
+    with pytest.raises(SupervisionError):
+        tickers.pid.call().get(timeout=TIMEOUT)
+    time.sleep(0.2)  # several tick periods: a surviving ticker would have written
+    assert _lines(out) == written
+    assert all(int(line.split()[0]) in pids for line in out.read_text().splitlines())
+
+
+def test_a_host_back_from_a_partition_rejoins_as_a_spare_and_resumes_nothing(
+    net, fresh_worker, attach_fresh, faults, tmp_path
+) -> None:
+    """Its ranks move to the spare host while it is cut off; once back and attached
+    again it takes ranks as a spare host, as new actors (nothing of before)."""
+    steady, cut, spare = fresh_worker(net[0]), fresh_worker(), fresh_worker()
+    hosts = attach_fresh([steady, cut])
+    spares = attach_fresh([spare])
+    sup = Supervisor(strategy="one_for_one", max_restarts=5, spare_hosts=spares)
+    try:
+        probes = sup.spawn(hosts.spawn_procs(per_host={"gpus": 1}), "rejoin", Probe)
+        probes.slice(hosts=1).record.call(1).get(timeout=TIMEOUT)
+        old = probes.facts.call().get(timeout=TIMEOUT).item(hosts=1)
+
+        cut.host.partition()
+        assert wait_pids_gone([old.pid], timeout=4 * HEARTBEAT_TIMEOUT) == []  # fenced
+        moved = wait_until(
+            lambda: _facts_or_none(probes.slice(hosts=1)),
+            TIMEOUT,
+            "rank 1 restarted on the spare host",
+            until=lambda f: f is not None and f.netns_inode == spare.host.netns_inode,
+        )
+        assert moved.rank == 1 and moved.pid != old.pid
+        cut.host.heal()
+
+        # Back: attached again, handed to the supervisor as its spare host.
+        sup.spare_hosts = attach_fresh([cut], timeout=10.0)
+        spare.kill()
+        back = wait_until(
+            lambda: _facts_or_none(probes.slice(hosts=1)),
+            TIMEOUT,
+            "rank 1 restarted on the host that came back",
+            until=lambda f: f is not None and f.netns_inode == cut.host.netns_inode,
+        )
+        assert back.pid not in (old.pid, moved.pid)
+        # A new actor: what the old one recorded before the partition is not there.
+        assert probes.slice(hosts=1).recorded.call_one().get(timeout=TIMEOUT) == []
+        assert probes.slice(hosts=0).recorded.call_one().get(timeout=TIMEOUT) == []
+    finally:
+        sup.stop()

@@ -42,6 +42,8 @@ log = logging.getLogger("danaus.elastic")
 
 #: Seconds before trying again to spawn a replacement that failed: first, at most.
 REPLACE_BACKOFF = (0.5, 30.0)
+#: Seconds for which a host that lost a member is the last choice for new replicas.
+SUSPECT_S = 60.0
 
 
 @dataclass
@@ -81,12 +83,18 @@ class ElasticStats:
         return None if full_at is None else full_at - lost_at
 
 
+def _one_per_host(hosts: Any) -> list[Any]:
+    flat = hosts.flatten("elastic_hosts")
+    return [flat.slice(elastic_hosts=i) for i in range(len(flat))]
+
+
 @dataclass
 class _Member:
     id: int
     actor: Any  # an ActorMesh of one ElasticReplica
     pid: int
     mesh_key: tuple[str, int]  # (actor mesh name, rank in it): how failures name it
+    host: int = 0  # index of its host in the coordinator's hosts (0: its own host)
 
 
 class _UserError(Exception):
@@ -102,8 +110,12 @@ class ElasticCoordinator(Actor):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         timeout: float,
+        hosts: Any = None,
     ) -> None:
         self.cls, self.target, self.spare_count = replica, replicas, spares
+        # Where replicas go: one host mesh per host (None: this proc's host).
+        self.hosts: list[Any] | None = None if hosts is None else _one_per_host(hosts)
+        self.suspect: dict[int, float] = {}  # host index -> when a member there was lost
         self.args, self.kwargs, self.timeout = args, kwargs, timeout
         self.members: list[_Member] = []
         self.spares: list[_Member] = []
@@ -121,10 +133,52 @@ class ElasticCoordinator(Actor):
 
     # -- spawning ---------------------------------------------------------------
 
+    def _pick_hosts(self, n: int) -> list[int]:
+        """Host indices for ``n`` new replicas: the least loaded first, hosts that lost a
+        member in the last ``SUSPECT_S`` seconds last (they may be gone or cut off)."""
+        if self.hosts is None:
+            return [0] * n
+        load = collections.Counter(m.host for m in [*self.members, *self.spares])
+        now = time.monotonic()
+        picks: list[int] = []
+        for _ in range(n):
+            suspect = {h for h, t in self.suspect.items() if now - t < SUSPECT_S}
+            h = min(range(len(self.hosts)), key=lambda i: (i in suspect, load[i], i))
+            load[h] += 1
+            picks.append(h)
+        return picks
+
     async def _spawn(self, n: int) -> list[_Member]:
+        picks = self._pick_hosts(n)
+        groups: dict[int, list[_Member]] = {}
+        spawned: list[Any] = []
+        try:
+            for h, count in collections.Counter(picks).items():
+                groups[h] = await self._spawn_on(h, count, spawned)
+        except BaseException:  # nothing of a failed spawn is left behind
+            for members in groups.values():
+                for m in members:
+                    self.by_key.pop(m.mesh_key, None)
+            for procs in spawned:
+                try:
+                    await asyncio.wait_for(procs.stop(), self.timeout)
+                    self.procs.remove(procs)
+                except BaseException as e:  # kept in self.procs: shutdown stops them again
+                    log.warning("stopping the procs of a failed spawn: %r", e)
+            raise
+        # In the order picked: the first ``target`` are members, spread over the hosts.
+        return [groups[h].pop(0) for h in picks]
+
+    async def _spawn_on(self, h: int, n: int, spawned: list[Any]) -> list[_Member]:
         self.generation += 1
         name = f"replicas{self.generation}"
-        procs = this_host().spawn_procs(per_host={"procs": n})
+        on = this_host() if self.hosts is None else self.hosts[h]
+        try:
+            procs = on.spawn_procs(per_host={"procs": n})  # raises at once for a lost host
+        except BaseException:
+            if self.hosts is not None:
+                self.suspect[h] = time.monotonic()  # try another host first next time
+            raise
         self.procs.append(procs)
         try:
             mesh: Any = procs.spawn(name, self.cls, *self.args, **self.kwargs)
@@ -136,19 +190,31 @@ class ElasticCoordinator(Actor):
                 for i in range(n)
             ]
         except BaseException:  # nothing of a failed spawn is left behind
+            if self.hosts is not None:
+                self.suspect[h] = time.monotonic()  # try another host first next time
             try:
                 await asyncio.wait_for(procs.stop(), self.timeout)
                 self.procs.remove(procs)
             except BaseException as e:  # kept in self.procs: shutdown stops them again
                 log.warning("stopping the procs of a failed spawn: %r", e)
             raise
+        spawned.append(procs)
         out = []
         for i, (pid, _) in enumerate(infos):
-            member = _Member(self.next_id, mesh.slice(procs=i), pid, (name, i))
+            member = _Member(self.next_id, mesh.slice(procs=i), pid, (name, i), h)
             self.next_id += 1
             self.by_key[member.mesh_key] = member
             out.append(member)
         return out
+
+    @concurrent_endpoint
+    async def add_hosts(self, hosts: Any) -> int:
+        """Take ``hosts`` (a ``HostMesh``) for replacements and spares from now on; how
+        many hosts the mesh may use."""
+        if self.hosts is None:
+            self.hosts = [this_host()]
+        self.hosts.extend(_one_per_host(hosts))
+        return len(self.hosts)
 
     async def _replace(self) -> None:
         """Spawn one spare, trying again (with backoff) until one is up: a spawn that
@@ -180,6 +246,8 @@ class ElasticCoordinator(Actor):
         lost_members = [m for m in self.members if m.id in fresh]
         self.members = [m for m in self.members if m.id not in fresh]
         self.spares = [m for m in self.spares if m.id not in fresh]
+        for m in lost_members:
+            self.suspect[m.host] = time.monotonic()
         if lost_members:
             self.dirty = True
             self.stats.lost += len(lost_members)

@@ -24,6 +24,9 @@ class ElasticMesh:
     spawned for it) joins at a later step boundary with a healthy member's state.
     A coordinator actor in a proc of its own owns the replicas; the client sees
     no failure. ``timeout`` (seconds) bounds each call and each collective.
+    ``hosts``: a ``HostMesh`` to spread the replicas and spares over (the least
+    loaded host first; a host that just lost a member is the last choice for a
+    replacement); default: this host.
     """
 
     def __init__(
@@ -35,6 +38,7 @@ class ElasticMesh:
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
         timeout: float = 60.0,
+        hosts: Any = None,
     ) -> None:
         if not (isinstance(replica, type) and issubclass(replica, ElasticReplica)):
             raise TypeError(f"replica must be an ElasticReplica subclass, got {replica!r}")
@@ -43,11 +47,13 @@ class ElasticMesh:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if hosts is not None and not hasattr(hosts, "spawn_procs"):
+            raise TypeError(f"hosts must be a HostMesh (or None: this host), got {hosts!r}")
         self.timeout = float(timeout)
         self._procs = this_host().spawn_procs(per_host={"procs": 1})
         self._coord: Any = self._procs.spawn(
             "elastic", ElasticCoordinator, replica, replicas, spares, tuple(args),
-            dict(kwargs or {}), self.timeout,
+            dict(kwargs or {}), self.timeout, hosts,
         )  # fmt: skip
         self.pids: list[int] = self._coord.start.call_one().get(timeout=self._start_timeout)
 
@@ -68,6 +74,16 @@ class ElasticMesh:
             timeout=self._start_timeout
         )
         return values
+
+    def add_hosts(self, hosts: Any) -> int:
+        """Let replacements and spares go to ``hosts`` (a ``HostMesh``) too: a host that
+        was lost and came back (its worker attached again) rejoins this way, as a place
+        for new replicas; nothing of what ran there before resumes. Returns how many
+        hosts the mesh may now use."""
+        if not hasattr(hosts, "spawn_procs"):
+            raise TypeError(f"hosts must be a HostMesh, got {hosts!r}")
+        count: int = self._coord.add_hosts.call_one(hosts).get(timeout=self.timeout)
+        return count
 
     def stats(self) -> ElasticStats:
         """Steps, losses, restarts, recoveries so far (:class:`ElasticStats`)."""

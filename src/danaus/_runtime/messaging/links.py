@@ -217,6 +217,7 @@ class Links:
             peer.dialing = None
             waiting, peer.waiting = peer.waiting, None
             alias = None
+            reuse = None
             if welcome.proc.name != dialled:
                 # Dialled by address under a provisional name (attaching to a worker):
                 # the connection serves the proc's real name too, unless that has one.
@@ -231,8 +232,17 @@ class Links:
                 ):
                     alias = other
                     self._aliases[conn] = welcome.proc.name
+                elif other.lost is None and other.link is not None and not other.link.closed:
+                    # Attached again to a proc we share a connection with: the
+                    # provisional name uses that one, and this one goes (the proc only
+                    # reads it, and would keep it open, as we would, for nothing).
+                    reuse = other.link
         if waiting is not None:
             waiting.close()  # theirs lost to ours: they close it too
+        if reuse is not None:
+            self._establish(peer, reuse)
+            conn.close()
+            return
         self._establish(peer, conn)
         if alias is not None:
             self._establish(alias, conn)

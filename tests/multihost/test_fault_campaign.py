@@ -1,0 +1,164 @@
+"""Every fault kind of the fault campaign, in short form, against a live workload (issue 44).
+
+One run of ``benchmarks/fault_campaign.py soak --short --each-kind`` (a process of
+its own, with a lab of its own: 5 hosts, each a network namespace with a
+worker) is shared by the tests of this module: training (``ElasticMesh`` over 4
+hosts), calls with known answers to a supervised mesh, numbered streams through
+ports, RDMA transfers and spawns and stops of meshes run for at least 3 minutes
+while each fault kind is injected in turn, the next once everything is back at
+full size. Each test reads what its fault cost: a call that hung, a wrong
+answer, a lost, duplicated or reordered message, a proc of a lost host still
+running once the host was back, or a process, thread or descriptor left behind
+once the meshes are stopped, fails it.
+
+``test_soak_30_minutes`` (mark ``soak``, not in the default run: ``-m soak``)
+is the full soak: 30 minutes, a fault every 30 s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from danaus import _netlab
+
+from .conftest import client_env
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "fault_campaign.py"
+
+# The kinds the script injects (its SOAK_FAULTS), and what each must show.
+KINDS = (
+    "kill_proc",
+    "stop_short",
+    "partition_short",
+    "kill_host",
+    "loss_5pct",
+    "kill_during_restart",
+    "disk_full",
+    "stop_long",
+    "partition_long",
+    "kill_two_hosts",
+    "latency_200ms",
+)
+# Faults that lose procs: the supervisor and the elastic mesh must both see them.
+LOSES_PROCS = {
+    "kill_proc",
+    "kill_host",
+    "kill_during_restart",
+    "stop_long",
+    "partition_long",
+    "kill_two_hosts",
+}
+# Faults after which the client has lost a host: its old procs must be gone.
+LOSES_HOST = {"kill_host", "kill_two_hosts", "stop_long", "partition_long"}
+
+# Marked slow (out of the default run) until it fits CI: the short form takes about
+# 18 minutes on this 2-core machine, and under load a replacement elastic replica can
+# be declared lost while it imports torch, so training does not get back to full size
+# (issue 44 stays open on both; `./scripts/test -m slow tests/multihost/test_fault_campaign.py`).
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]
+
+
+def run_soak(out: Path, *args: str, timeout: float) -> dict[str, Any]:
+    json_path = out / "report.json"
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "soak", "--json", str(json_path), *args],
+        env=client_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    (out / "stdout.txt").write_text(r.stdout)
+    (out / "stderr.txt").write_text(r.stderr)
+    assert r.returncode == 0, f"the soak failed ({r.returncode}):\n{r.stderr[-4000:]}"
+    report: dict[str, Any] = json.loads(json_path.read_text())
+    return report
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    try:
+        _netlab.check_netns_allowed()
+    except PermissionError as e:
+        pytest.skip(str(e))  # as the lab's own fixture does: CI runs as root
+    out = tmp_path_factory.mktemp("fault_campaign")
+    return run_soak(out, "--short", "--minutes", "3", "--every", "0", "--each-kind", timeout=1400)
+
+
+def check_fault(rec: dict[str, Any]) -> None:
+    kind, d = rec["kind"], rec["during"]
+    what = f"{kind} at {rec['at_s']:.0f} s ({rec['detail']}; {rec['notes']})"
+    assert d["hanging"] == 0, f"a call hung during {what}"
+    assert d["wrong"] == 0, f"a wrong answer during {what}"
+    assert (d["lost"], d["duplicated"], d["reordered"]) == (0, 0, 0), f"stream broken: {what}"
+    assert d["rdma_bad"] == 0, f"an RDMA transfer read wrong bytes during {what}"
+    assert rec["steps_lost"] == 0, f"training redid steps after {what}"
+    assert rec["full_size"], f"not back at full size after {what}"
+    assert rec["victims_left"] == 0, f"procs of the lost host still run after {what}"
+    if kind in LOSES_PROCS:
+        assert rec["restarts"] >= 1, f"the supervisor restarted nothing after {what}"
+        assert rec["replicas_lost"] >= 1, f"the elastic mesh lost nothing after {what}"
+    if kind in LOSES_HOST:
+        assert rec["victims"] >= 1, f"nothing ran on the host hit by {what}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_fault_kind_hangs_nothing_answers_right_and_recovers(
+    report: dict[str, Any], kind: str
+) -> None:
+    recs = [r for r in report["faults"] if r["kind"] == kind]
+    assert recs, f"{kind} was never injected: {[r['kind'] for r in report['faults']]}"
+    for rec in recs:
+        if not rec["runnable"]:
+            # Only a delay needs netem; without it the run says so, naming why.
+            assert kind == "latency_200ms" and not _netlab.netem_available(), rec
+            assert "sch_netem" in rec["detail"], rec["detail"]
+            continue
+        check_fault(rec)
+
+
+def check_run(report: dict[str, Any]) -> None:
+    t = report["totals"]
+    assert report["train_errors"] == [], report["train_errors"]
+    assert report["client_faults"] == [], "failures reached the client's hook"
+    assert (t["wrong"], t["hanging"], t["rdma_bad"]) == (0, 0, 0), (t, report["notes"])
+    assert (t["lost"], t["duplicated"], t["reordered"]) == (0, 0, 0), (t, report["notes"])
+    # The traffic ran: every kind of it, many times.
+    assert min(t["calls"], t["stream_msgs"], t["rdma"], t["spawns"], report["steps"]) > 0, t
+    assert report["steps_lost"] == 0
+    # Once the meshes stop: no proc left on any host, the client's and the
+    # workers' threads and descriptors back where they were.
+    left = (report["left_procs"], report["left_threads"], report["left_fds"])
+    assert left == (0, 0, 0), report["left_detail"]
+
+
+def test_the_run_loses_nothing_and_leaves_nothing_behind(report: dict[str, Any]) -> None:
+    assert report["minutes"] >= 3
+    check_run(report)
+    # Sampled each minute, from the start.
+    assert len(report["samples"]) >= 3
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(3000)
+def test_soak_30_minutes(tmp_path: Path) -> None:
+    """The full soak: 30 minutes of mixed traffic with a fault every 30 s; RSS, threads
+    and descriptors do not grow after the first five minutes."""
+    report = run_soak(tmp_path, "--minutes", "30", timeout=2900)
+    check_run(report)
+    for rec in report["faults"]:
+        if rec["runnable"]:
+            check_fault(rec)
+    slopes = report["slopes"]
+    # Per minute, after minute 5: a thread or a descriptor a minute is a leak; RSS
+    # may wander by allocator noise, not by a MiB a minute.
+    for key in ("client_threads", "client_fds", "workers_threads", "workers_fds"):
+        assert slopes[key] < 0.5, (key, slopes)
+    for key in ("client_rss", "workers_rss"):
+        assert slopes[key] < 1024, (key, slopes)
