@@ -134,6 +134,8 @@ def test_a_cast_tree_across_hosts_reaches_every_proc_at_its_tcp_address(procs, n
         assert sorted(f.rank for f in facts.values()) == list(range(2 * len(net)))
         hops = probes.forwarded.call().get(timeout=TIMEOUT)
         assert sum(hops.values()) > 0  # procs forwarded to procs (on other hosts)
+
+
 def _sockets(pid: int) -> int:
     """How many sockets process ``pid`` holds open."""
     fds = Path(f"/proc/{pid}/fd")
