@@ -147,7 +147,7 @@ def _lab_left(tag: str) -> list[str]:
 def test_netlab_run_serves_a_client_and_leaves_nothing(network: Network) -> None:
     env = client_env()
     out = subprocess.run(
-        [sys.executable, "-m", "danaus._netlab", "run", "2", "--", sys.executable, "-c", _CLIENT],
+        [sys.executable, "-m", "danaus._netlab_cli", "run", "2", "--", sys.executable, "-c", _CLIENT],
         env=env,
         capture_output=True,
         text=True,
@@ -167,7 +167,7 @@ def test_netlab_run_serves_a_client_and_leaves_nothing(network: Network) -> None
 def _start_run(cmd: list[str]) -> tuple[subprocess.Popen[str], str]:
     """``netlab run 1 -- cmd``, once its host and worker are up; returns it and its tag."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "danaus._netlab", "run", "1", "--", *cmd],
+        [sys.executable, "-m", "danaus._netlab_cli", "run", "1", "--", *cmd],
         env=client_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -223,7 +223,7 @@ def test_netlab_run_killed_leaves_what_the_next_lab_sweeps(network: Network) -> 
 def test_netlab_up_status_down(network: Network) -> None:
     def netlab(*args: str) -> str:
         r = subprocess.run(
-            [sys.executable, "-m", "danaus._netlab", *args],
+            [sys.executable, "-m", "danaus._netlab_cli", *args],
             env=client_env(),
             capture_output=True,
             text=True,
