@@ -26,6 +26,7 @@ import pytest
 
 from danaus import _config as danaus_config
 from danaus._rdma import net as rdma_net
+from danaus._rdma.net_frames import _REFUSAL
 from danaus._runtime.hosting.host import ensure_runtime
 from danaus._transport.auth import MAGIC, Handshake, load_secret
 from danaus._wire.frame import encode_frame
@@ -121,7 +122,7 @@ def test_an_unauthenticated_pickle_runs_on_no_listener_of_the_job(listeners, tmp
             s.sendall(frame + pickle.dumps(bomb))
             rest, _ = recv_until_closed(s, timeout=TIMEOUT)
             # Nothing but, from a data server, its refusal marker (in place of a MAC).
-            allowed = {b"", rdma_net._REFUSAL} if "data server" in name else {b""}
+            allowed = {b"", _REFUSAL} if "data server" in name else {b""}
             assert rest in allowed, f"{name} answered an unauthenticated peer: {rest!r}"
         assert not target.exists(), f"a pickle sent to {name} ran"
     # Nothing ran anywhere, and every listener still lets its own in.
@@ -175,7 +176,7 @@ def test_a_slowloris_on_each_data_server_is_bounded(listeners, secret) -> None:
         for name, crowd in crowds.items():
             for s in crowd:
                 rest, _ = recv_until_closed(s, timeout=TIMEOUT)
-                assert rest in (b"", rdma_net._REFUSAL), name
+                assert rest in (b"", _REFUSAL), name
     finally:
         for crowd in crowds.values():
             for s in crowd:
