@@ -60,6 +60,7 @@ from ..._wire.protocol import (
     decode_header,
     wire,
 )
+from .faces import OffloadRuntime
 from .offload_memory import Held, Slot, bucket, copy_into, own, size_of
 
 if TYPE_CHECKING:
@@ -69,7 +70,6 @@ if TYPE_CHECKING:
 
     from ..._transport.conn import Connection
     from ..._wire.ids import ProcId
-    from .runtime import Runtime
 
 __all__ = ["Offloader", "own"]  # own: from offload_memory, named here for its callers
 
@@ -91,7 +91,7 @@ _SHARED = hasattr(os, "memfd_create") and hasattr(mmap, "MAP_SHARED")
 class Offloader:
     """The offload state of one runtime."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: OffloadRuntime) -> None:
         self.rt = rt
         self.min = config.get("offload_min")  # bytes; 0 disables
         self.enabled = self.min > 0 and vm.available()

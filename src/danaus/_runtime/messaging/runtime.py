@@ -114,6 +114,10 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Runtime(PeerTable):
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
+    # Declared here: the parts built before it (the tree router, the relay) are checked
+    # against their faces (faces.py), which reads it through ``tcp_advertise``.
+    listeners: Listeners
+
     def __init__(
         self,
         name: str,

@@ -51,6 +51,7 @@ from ..._mesh.tree import Selection, node_children, root_children
 from ..._wire.frame import flat
 from ..._wire.ids import ProcId
 from ..._wire.protocol import STATUS_ERROR, STATUS_OK, Call, Cast, Kind, Message, StopActor
+from .faces import TreeRuntime
 from .gather_body import decode_entries, encode_entries
 from .gathers import GatherBase, NodeGather, RootGather
 
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from ..._transport.conn import Connection
-    from .runtime import Runtime
 
 # RootGather, encode_entries and decode_entries live in gathers and gather_body; named
 # here too, where their callers found them.
@@ -136,7 +136,7 @@ class Subtree:
 class TreeRouter:
     """The cast tree side of one runtime: sends casts, forwards them, gathers replies."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: TreeRuntime) -> None:
         self.rt = rt
         self.stats = TreeStats()
         # (mesh, lo, hi) -> procs of ranks [lo, hi): this proc's subtrees (I/O thread)
