@@ -114,9 +114,7 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Runtime(PeerTable):
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
-    # Declared here: the parts built before it (the tree router, the relay) are checked
-    # against their faces (faces.py), which reads it through ``tcp_advertise``.
-    listeners: Listeners
+    listeners: Listeners  # declared: mypy checks the relay's face (faces.py) before it is set
 
     def __init__(
         self,
