@@ -114,7 +114,7 @@ def install_providers(exports: Exports) -> None:
             tp.add_span_processor(bsp)
             processors.add(bsp)
             if n == "otlp" and _protocol("TRACES") == "http/protobuf":
-                fast.append(_otlp("TRACES"))  # endpoint spans, encoded by _Exports
+                fast.append(_otlp("TRACES"))  # endpoint spans, encoded by span_export.Exports
             elif n == "otlp" or n == "console":
                 fast = []
                 processors.discard(bsp)  # needs SDK spans: endpoint spans go the SDK's way
