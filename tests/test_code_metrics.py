@@ -203,3 +203,22 @@ def test_code_figures_of_a_synthetic_tree(tmp_path: pathlib.Path) -> None:
     assert f["largest import cycle (modules)"] == 2
     assert f["tests/integration files"] == 1
     assert f["layers with tests/unit/<layer>"] == 1
+
+
+def test_the_package_has_no_import_cycle_even_with_type_checking_imports() -> None:
+    """Issue 39: the lower layer defines the Protocols it needs (``_runtime/messaging/
+    faces.py``, ``_actor/core/owned.py``), so not even an annotation-only import closes
+    a cycle. Names the modules of any cycle that comes back."""
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(SCRIPT.parents[1] / "src" / "danaus"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    m = json.loads(out)
+    assert m["import_graph"]["sccs"] == []
+    assert m["import_graph_with_type_checking"]["sccs"] == [], (
+        "an import cycle through TYPE_CHECKING imports: have the lower module define a "
+        "Protocol of what it uses instead of importing the higher one"
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from danaus._actor.core import telemetry
+from danaus._actor.core import span_export, telemetry
 from danaus.testing import wait_until
 
 from .test_telemetry import _Receiver
@@ -185,18 +185,18 @@ def test_a_sampler_that_is_not_parent_based_decides_each_endpoint_span(
     pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.sdk.trace import sampling
 
-    assert telemetry._find_sampler(None) is None
+    assert span_export.find_sampler(None) is None
 
     class Provider:
         sampler: Any = sampling.ParentBased(sampling.TraceIdRatioBased(0.5))
 
-    assert telemetry._find_sampler(Provider()) is None  # the default kind: flags decide
+    assert span_export.find_sampler(Provider()) is None  # the default kind: flags decide
     Provider.sampler = sampling.ALWAYS_ON
-    assert telemetry._find_sampler(Provider()) is sampling.ALWAYS_ON
+    assert span_export.find_sampler(Provider()) is sampling.ALWAYS_ON
     Provider.sampler = sampling.ParentBased(
         sampling.ALWAYS_ON, remote_parent_not_sampled=sampling.ALWAYS_ON
     )
-    assert telemetry._find_sampler(Provider()) is Provider.sampler
+    assert span_export.find_sampler(Provider()) is Provider.sampler
 
     monkeypatch.setattr(telemetry, "ON", True)  # as enable() leaves it, without providers
     telemetry._otel()

@@ -4,53 +4,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._mesh import MeshTrait, Shape
 from ..._runtime.hosting import host
-from ..._wire.ids import ActorId, ProcId
 from ..core import owned
 from ..core.collect import Countdown, set_future, wait_ready
 from ..core.endpoints import EndpointProperty, endpoints_of
 from ..core.future import Future
+from ..core.meshref import MeshRef, MeshState
 from .adverbs import Endpoint, NotAnEndpoint
 from .envelope import stopped
 from .route import DirectRoute, Route, TreeRoute
 
 if TYPE_CHECKING:
-    from ..._runtime.node import Node
-    from .procs import ProcMesh
+    pass
+
+_State = MeshState  # the name the API's other modules and supervision import
 
 __all__ = ["ActorMesh", "MeshRef"]
 
 A = TypeVar("A")
-
-
-@dataclass(frozen=True)
-class MeshRef:
-    """What identifies an actor mesh anywhere: it travels when the mesh is pickled."""
-
-    mesh_id: str
-    name: str
-    cls: type
-    procs: tuple[ProcId, ...]  # by rank in the whole mesh
-    owner: ActorId | None
-
-
-@dataclass
-class _State:
-    """Client-side state shared by a mesh and its slices (not pickled)."""
-
-    initialized: concurrent.futures.Future[Any] | None = None
-    stopped: bool = False
-    failed: dict[int, str] = field(default_factory=dict)  # rank -> why (owner's view)
-    tracebacks: dict[int, str] = field(default_factory=dict)  # rank -> remote traceback
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    booted: bool = False  # every proc of the mesh has booted (checked before a tree cast)
-    node: Node | None = None  # the node the mesh belongs to (None: this process's, on use)
-    tree: bool | None = None  # messaged through its cast tree (decided once, on first use)
 
 
 class ActorMesh(MeshTrait, Generic[A]):
@@ -67,7 +41,7 @@ class ActorMesh(MeshTrait, Generic[A]):
         ref: MeshRef,
         shape: Shape,
         state: _State | None = None,
-        proc_mesh: ProcMesh | None = None,
+        proc_mesh: object = None,  # the ProcMesh it was spawned on (procs imports this module)
     ) -> None:
         self._ref = ref
         self.__shape = shape

@@ -517,4 +517,5 @@ def this_proc() -> ProcMesh:
 
     Actors spawned on it run inside this process.
     """
-    return context().actor_instance.proc
+    proc: ProcMesh = context().actor_instance.proc  # typed Any in the core (context.py)
+    return proc

@@ -6,7 +6,7 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._mesh import Extent, Point
 from ..._runtime.hosting import host
@@ -14,8 +14,10 @@ from ..._wire.ids import ActorId, ProcId
 from . import owned
 from .failing import Aborted
 
-if TYPE_CHECKING:
-    from ..api.procs import ProcMesh
+# ``ProcMesh`` (``danaus._actor.api.procs``) is the actor API's, above this module: an
+# actor's proc is typed ``Any`` here, the whole public ProcMesh handed to the user (a
+# Protocol of a part of it would flag the rest of its methods in user code).
+_ProcMesh = Any
 
 __all__ = [
     "Context",
@@ -40,7 +42,7 @@ class Instance:
         rank: Point,
         class_name: str,
         creator: Instance | None,
-        proc_mesh: ProcMesh | None = None,
+        proc_mesh: _ProcMesh | None = None,
         class_module: str = "",
     ) -> None:
         self.actor_id = actor_id
@@ -59,7 +61,7 @@ class Instance:
         return self.actor_id.proc_id
 
     @property
-    def proc(self) -> ProcMesh:
+    def proc(self) -> _ProcMesh:
         """This actor's own proc, as a one-proc mesh you can spawn on."""
         make = host.ensure_node().part(ProcMeshOf).make
         if make is None:
@@ -67,7 +69,7 @@ class Instance:
         return make(self.actor_id.proc)
 
     @property
-    def proc_mesh(self) -> ProcMesh:
+    def proc_mesh(self) -> _ProcMesh:
         return self._proc_mesh if self._proc_mesh is not None else self.proc
 
     def __reduce__(self) -> Any:
@@ -180,7 +182,7 @@ class ProcMeshOf:
     """
 
     def __init__(self) -> None:
-        self.make: Callable[[ProcId], ProcMesh] | None = None
+        self.make: Callable[[ProcId], _ProcMesh] | None = None
 
 
 _current: contextvars.ContextVar[Context | None] = contextvars.ContextVar(

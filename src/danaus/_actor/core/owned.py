@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..._mesh import Extent, Shape
 from ..._runtime.hosting import host
 from ..._wire.ids import ActorId
-
-if TYPE_CHECKING:
-    from ..api.mesh import ActorMesh, MeshRef, _State
-    from ..api.procs import ProcMesh
+from .meshref import MeshRef, MeshState
 
 __all__ = [
     "OwnedMesh",
@@ -34,13 +32,48 @@ __all__ = [
 log = logging.getLogger("danaus.actor")
 
 
+# The actor API's meshes, as this registry (below the API) and its readers use them.
+
+
+class SpawnedActorMesh(Protocol):
+    """What the registry uses of an ``ActorMesh`` (``danaus._actor.api.mesh``)."""
+
+    @property
+    def _ref(self) -> MeshRef: ...
+
+    @property
+    def _state(self) -> MeshState: ...
+
+    @property
+    def _shape(self) -> Shape: ...
+
+    @property
+    def extent(self) -> Extent: ...
+
+    def stop(self, reason: str = ...) -> Any: ...
+
+
+class _Stopped(Protocol):
+    @property
+    def stopped(self) -> bool: ...
+
+
+class SpawnedProcMesh(Protocol):
+    """What the registry uses of a ``ProcMesh`` (``danaus._actor.api.procs``)."""
+
+    @property
+    def _state(self) -> _Stopped: ...
+
+    def stop(self, reason: str = ...) -> Any: ...
+
+
 class OwnedMesh:
     """An actor mesh spawned from this process, and what its owner knows about it."""
 
-    def __init__(self, mesh: ActorMesh[Any]) -> None:
+    def __init__(self, mesh: SpawnedActorMesh) -> None:
         self.mesh = mesh
         self.ref: MeshRef = mesh._ref
-        self.state: _State = mesh._state
+        self.state: MeshState = mesh._state
 
     @property
     def owner(self) -> ActorId | None:
@@ -60,19 +93,19 @@ def _registry() -> Registry:
     return host.ensure_node().part(Registry)
 
 
-def register_actor_mesh(mesh: ActorMesh[Any]) -> None:
+def register_actor_mesh(mesh: SpawnedActorMesh) -> None:
     r = _registry()
     with r.lock:
         r.actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
 
 
-def register_proc_mesh(owner: ActorId, pm: ProcMesh) -> None:
+def register_proc_mesh(owner: ActorId, pm: SpawnedProcMesh) -> None:
     r = _registry()
     with r.lock:
         r.proc_meshes.setdefault(owner, []).append(pm)
 
 
-def forget_proc_mesh(owner: ActorId | None, pm: ProcMesh) -> None:
+def forget_proc_mesh(owner: ActorId | None, pm: SpawnedProcMesh) -> None:
     """A proc mesh stopped: its owner no longer holds it."""
     r = _registry()
     with r.lock:

@@ -39,28 +39,30 @@ This module imports no OpenTelemetry at import time: the actor core loads withou
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import functools
 import inspect
 import logging
 import os
 import random
-import struct
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from ... import _config as config
 from ..._runtime.hosting import host
-from ..._runtime.messaging.metrics import BOUNDS
 from ..._runtime.node import Node
 from . import gpu as _gpu
+from . import meters as _meters
 from .context import _current, _thread_ctx
+from .meters import get_meter
+from .otel_setup import EXTRA, _credential, install_providers, missing
+from .span_export import Exports as _Exports
+from .span_record import _ERROR, _T0, _T1, _new_span, actor_attributes_of, ids_of
 
+# EXTRA, get_meter, ids_of: from otel_setup, meters and span_record, named here too.
 __all__ = [
     "EXTRA",
     "ON",
@@ -80,9 +82,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("danaus.telemetry")
-
-#: How to install what telemetry needs, for error messages.
-EXTRA = "pip install 'danaus[telemetry]'"
 
 # The process's, not a session's: OpenTelemetry's providers are process-global (set
 # once), and so is whether this process carries span contexts.
@@ -123,18 +122,7 @@ def _get_tracer() -> Any:
     return _tracer or None
 
 
-def missing(what: str) -> ImportError:
-    """The error for using ``what`` without the telemetry extra."""
-    return ImportError(
-        f"{what} needs OpenTelemetry's API and SDK, which danaus does not install by "
-        f"default: {EXTRA}"
-    )
-
-
-# -- the actor's attributes -----------------------------------------------------------
-
-# cache: each actor instance's attributes, made once
-_attrs_of: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+# -- the actor's attributes (``span_record`` keeps each actor's) ------------------------
 
 
 def actor_attributes() -> dict[str, Any]:
@@ -237,27 +225,6 @@ class Span:
                     parent_id,
                     {**args, "kind": "user"},
                 )
-
-
-def ids_of(s: Any) -> tuple[str | None, str | None, str | None]:
-    """An OpenTelemetry span's trace id, span id and parent span id, in hex (the
-    spans table's ``trace_id``, ``span_id``, ``parent_id``); Nones for a span
-    without a valid context. Of danaus's own endpoint spans, the ids as ints (the
-    table formats them when it is read: nothing formatted per call)."""
-    if type(s) is list:  # danaus's endpoint span: ints, formatted when the table is read
-        return s[_TRACE], s[_SPAN], s[_PARENT]
-    try:
-        sc = s.get_span_context()
-        if not sc.is_valid:
-            return None, None, None
-        parent = getattr(s, "parent", None)
-        return (
-            format(sc.trace_id, "032x"),
-            format(sc.span_id, "016x"),
-            format(parent.span_id, "016x") if parent is not None else None,
-        )
-    except Exception:  # a span of some other provider: keep the row without ids
-        return None, None, None
 
 
 def _runtime() -> Any:
@@ -364,23 +331,6 @@ _current_span: contextvars.ContextVar[tuple[int, int, int] | None] = contextvars
 )
 _getrandbits = random.getrandbits
 _clock = time.perf_counter_ns
-
-
-# An endpoint's span (or a transfer's), as recorded on the hot path: a list (made and
-# filled faster than any object) of these fields.
-_TRACE, _SPAN, _PARENT, _FLAGS = 0, 1, 2, 3  # ids (ints) and trace flags
-_CELL = 4  # the actor's cell (its attributes are made from it), or a transfer's attributes
-_NAME = 5  # the span's name: the endpoint's (the method), or "rdma.transfer"
-_T0, _T1 = 6, 7  # start and end, time.perf_counter_ns()
-_ERROR = 8  # the exception that ended it, or None
-_KIND = 9  # OTLP's span kind: 2 (SERVER) for an endpoint, 1 (INTERNAL) for a transfer
-_EndpointSpan = list[Any]
-
-
-def _new_span(
-    trace_id: int, span_id: int, parent_id: int, flags: int, cell: Any, name: str, kind: int = 2
-) -> list[Any]:
-    return [trace_id, span_id, parent_id, flags, cell, name, time.perf_counter_ns(), 0, None, kind]
 
 
 def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
@@ -528,21 +478,6 @@ def transfer_started(done: Any, what: str, nbytes: int) -> None:
         _tracing_failed(e)
 
 
-def actor_attributes_of(inst: Any) -> dict[str, Any]:
-    """The attributes of actor instance ``inst`` (as ``actor_attributes``, no endpoint)."""
-    base = _attrs_of.get(inst)
-    if base is None:
-        aid = inst.actor_id
-        base = _attrs_of[inst] = {
-            "danaus.actor": str(aid),
-            "danaus.actor.class": inst.class_name,
-            "danaus.mesh": inst.name,
-            "danaus.rank": aid.rank,
-            "danaus.proc": aid.proc.name,
-        }
-    return base
-
-
 def _parent_context(trace_id: int, span_id: int, flags: int) -> Any:
     """An OpenTelemetry context whose current span is (trace_id, span_id, flags)."""
     trace = _otel()
@@ -566,325 +501,12 @@ def _sample(cell: Any, endpoint: str, carried: tuple[int, int, int]) -> int:
     return 1 if result.decision.is_sampled() else 0
 
 
-def _find_sampler(provider: Any) -> Any:
-    """``provider``'s sampler unless it samples as the SDK's default parent-based ones
-    do for a remote parent (sampled: on; not sampled: off), which the hot path does
-    itself from the caller's flags."""
-    sampler = getattr(provider, "sampler", None)
-    if sampler is None:
-        return None
-    try:
-        from opentelemetry.sdk.trace import sampling
-    except ImportError:
-        return None
-    if (
-        isinstance(sampler, sampling.ParentBased)
-        and getattr(sampler, "_remote_parent_sampled", None) is sampling.ALWAYS_ON
-        and getattr(sampler, "_remote_parent_not_sampled", None) is sampling.ALWAYS_OFF
-    ):
-        return None
-    return sampler
+def _set_sampler(sampler: Any) -> None:
+    global _sampler
+    _sampler = sampler
 
 
-# An OTLP span's ids (trace_id, span_id, parent_span_id: fields 1, 2 and 4, bytes,
-# big-endian) and times (start and end: fields 7 and 8, fixed64, little-endian).
-_IDS = struct.Struct(">2sQQ2sQ2sQ")
-_TIMES = struct.Struct("<cQcQ")
-_LOW64 = (1 << 64) - 1
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-class _Exports:
-    """Where ended endpoint spans go (the process's one instance, ``_exports``).
-
-    ``add`` (the hot path) appends to a bounded queue (``OTEL_BSP_MAX_QUEUE_SIZE``,
-    16384: beyond it the oldest are dropped and counted) when this process exports
-    over OTLP/HTTP through danaus's own provider; a batch thread wakes every
-    ``OTEL_BSP_SCHEDULE_DELAY`` ms (5000), or once ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``
-    (4096) wait, and posts them, that many a request. With other span processors on the provider (a
-    program's own exporter) each span is made an SDK ``ReadableSpan`` and given to
-    them at once; with none, nothing is exported (the spans table still has it).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # one export at a time
-        # Larger than the SDK's defaults (2048 and 512): a request costs the HTTP client
-        # ~1-3 ms of Python whatever it holds, which at 512 spans was most of what
-        # exporting a span cost; the variables, when set, are read as the SDK reads them.
-        self.queue: collections.deque[_EndpointSpan] = collections.deque(
-            maxlen=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 16384)
-        )
-        # at most the queue's size, as the SDK's BatchSpanProcessor requires
-        self.batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 4096), self.queue.maxlen or 1)
-        self.delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-        self.wake = threading.Event()
-        self.woken = False  # wake was set and the thread has not run since
-        self.thread: threading.Thread | None = None
-        self.dropped = 0
-        self.exported = 0  # spans posted (or handed to the SDK's processors)
-        self.failed = 0  # spans whose export failed
-        self.mode = ""  # "" not decided yet, "otlp", "sdk" or "none"
-        self.seen: Any = None  # the provider's span processors the mode was decided for
-        self.active: Any = None  # the provider's multi-processor (holding them)
-        self.fast = False  # mode "otlp" and its batch thread running: add() may be inlined
-        self.provider: Any = None
-        self.exporters: list[Any] = []  # the OTLP exporters posting in "otlp" mode
-        # per actor (its cell) and endpoint: name, kind and attributes, encoded
-        self._pieces: weakref.WeakKeyDictionary[Any, dict[str, tuple[bytes, bytes]]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._head: tuple[bytes, bytes] | None = None  # the resource and scope, encoded
-
-    # -- the hot path --
-
-    def add(self, s: _EndpointSpan) -> None:
-        mode = self._mode()
-        if mode == "otlp":
-            q = self.queue
-            if len(q) == q.maxlen:
-                self.dropped += 1
-            q.append(s)
-            if len(q) >= self.batch and not self.woken:
-                self.woken = True
-                self.wake.set()
-            if not self.fast:
-                self._start()
-        elif mode == "sdk":
-            self._to_sdk([s])
-
-    def _mode(self) -> str:
-        provider = self.provider
-        active = getattr(provider, "_active_span_processor", None)
-        procs = getattr(active, "_span_processors", None)
-        if procs is not self.seen or not provider or _trace.get_tracer_provider() is not provider:
-            self._decide()
-        return self.mode
-
-    def _decide(self) -> None:
-        global _sampler
-        trace = _otel()
-        provider = trace.get_tracer_provider() if trace is not None else None
-        active = getattr(provider, "_active_span_processor", None)
-        procs = getattr(active, "_span_processors", None)
-        self.provider, self.seen, self.active = provider, procs, active
-        self.fast = False
-        self._head = None
-        self._pieces = weakref.WeakKeyDictionary()
-        _sampler = _find_sampler(provider)
-        if procs is None:
-            self.mode = "none"  # not the SDK's provider: nothing to hand spans to
-        elif provider is _ours.get("provider") and set(procs) <= _ours["processors"]:
-            self.exporters = list(_ours["fast"])
-            self.mode = "otlp" if self.exporters else ("sdk" if len(procs) > 1 else "none")
-        else:
-            self.mode = "sdk" if procs else "none"
-
-    def _start(self) -> None:
-        with self.lock:
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="danaus-span-export", daemon=True
-                )
-                self.thread.start()
-            # A provider's processors are swapped for a new tuple when one is added.
-            self.fast = self.mode == "otlp" and self.seen is not None
-
-    # -- the batch thread --
-
-    def _run(self) -> None:
-        while True:
-            self.wake.wait(self.delay)
-            self.wake.clear()
-            self.woken = False
-            self.flush()
-
-    def flush(self) -> None:
-        """Export every span waiting now (any thread; the batch thread's work). After
-        a batch that could not be exported (the exporter retried as its settings say),
-        the spans still waiting are dropped and counted, so that a collector that is
-        down costs one exporter timeout, not one per batch (at exit too)."""
-        with self.lock:
-            q = self.queue
-            while q:
-                batch: list[_EndpointSpan] = []
-                try:
-                    while len(batch) < self.batch:
-                        batch.append(q.popleft())
-                except IndexError:
-                    pass
-                try:
-                    ok = self._post(batch)
-                except Exception as e:  # an exporter that failed: counted, logged once
-                    ok = False
-                    if not self.failed:
-                        log.warning("exporting endpoint spans failed: %s: %s", type(e).__name__, e)
-                if not ok:
-                    self.failed += len(batch) + len(q)
-                    q.clear()
-
-    def _post(self, batch: list[_EndpointSpan]) -> bool:
-        """Export ``batch``; False when an exporter could not."""
-        if self.mode != "otlp":
-            self._to_sdk(batch)
-            return True
-        data = self.encode(batch)
-        ok = True
-        for exp in self.exporters:
-            client = getattr(exp, "_client", None)
-            # opentelemetry-exporter-otlp-proto-http's client (1.40 on), else its _export
-            done = client.export(data).success if client is not None else exp._export(data).ok
-            ok = ok and bool(done)
-        if ok:
-            self.exported += len(batch)
-        return ok
-
-    def encode(self, batch: list[_EndpointSpan]) -> bytes:
-        """An OTLP ``ExportTraceServiceRequest`` of ``batch``, encoded by hand: each
-        span's ids, times and status around its actor's pieces (name, kind,
-        attributes), encoded once by OpenTelemetry's own encoder."""
-        if self._head is None:
-            self._head = self._encode_head()
-        resource, scope = self._head
-        offset = time.time_ns() - time.perf_counter_ns()
-        spans = []
-        pieces = self._pieces
-        ids, times = _IDS.pack, _TIMES.pack
-        for s in batch:
-            tid, sid, pid, _, cell, name, t0, t1, error, _ = s
-            if type(cell) is dict:  # a transfer's: attributes of its own
-                lead, piece = self._encode_piece(s)
-            else:
-                per = pieces.get(cell)
-                if per is None:
-                    per = pieces[cell] = {}
-                got = per.get(name)
-                if got is None:
-                    got = per[name] = self._encode_piece(s)
-                lead, piece = got
-            fixed = ids(
-                b"\n\x10", tid >> 64, tid & _LOW64, b"\x12\x08", sid, b'"\x08', pid
-            ) + times(b"9", t0 + offset, b"A", t1 + offset)
-            if error is None:
-                spans.append(lead + fixed + piece)
-            else:
-                body = fixed + piece + self._encode_error(s, offset)
-                spans.append(b"\x12" + _varint(len(body)) + body)
-        scope_spans = scope + b"".join(spans)
-        rs = resource + b"\x12" + _varint(len(scope_spans)) + scope_spans
-        return b"\n" + _varint(len(rs)) + rs
-
-    def _attributes(self, s: _EndpointSpan) -> dict[str, Any]:
-        cell, name = s[_CELL], s[_NAME]
-        if type(cell) is dict:  # a transfer's span carries its attributes
-            return cell
-        attrs = dict(_endpoint_attributes(cell, name))
-        inst = cell.ctx_instance
-        attrs["danaus.actor"] = str(inst.actor_id)
-        attrs["rpc.system"] = "danaus"
-        attrs["rpc.service"] = inst.class_name
-        attrs["rpc.method"] = name
-        return attrs
-
-    def _readable(self, s: _EndpointSpan, offset: int) -> Any:
-        from opentelemetry.sdk.trace import Event, ReadableSpan
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-        trace_id, span_id, parent_id, fl, _, name, t0, t1, e, kind = s
-        flags = TraceFlags(fl & 0xFF)
-        status, events = Status(StatusCode.UNSET), ()
-        if e is not None:
-            status = Status(StatusCode.ERROR, f"{type(e).__name__}: {e}")
-            events = (  # type: ignore[assignment]
-                Event(
-                    "exception",
-                    {"exception.type": type(e).__name__, "exception.message": str(e),
-                     "exception.escaped": "False"},
-                    t1 + offset,
-                ),
-            )  # fmt: skip
-        return ReadableSpan(
-            name,
-            context=SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags),
-            parent=SpanContext(trace_id, parent_id, is_remote=kind == 2, trace_flags=flags),
-            resource=getattr(self.provider, "resource", None),
-            attributes=self._attributes(s),
-            events=events,
-            kind=SpanKind.SERVER if kind == 2 else SpanKind.INTERNAL,
-            status=status,
-            start_time=t0 + offset,
-            end_time=t1 + offset,
-            instrumentation_scope=InstrumentationScope("danaus"),
-        )
-
-    def _to_sdk(self, batch: list[_EndpointSpan]) -> None:
-        active = getattr(self.provider, "_active_span_processor", None)
-        if active is None:
-            return
-        offset = time.time_ns() - time.perf_counter_ns()
-        for s in batch:
-            active.on_end(self._readable(s, offset))
-            self.exported += 1
-
-    def _encode_one(self, s: _EndpointSpan) -> Any:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        return encode_spans([self._readable(s, 0)]).resource_spans[0]
-
-    def _encode_head(self) -> tuple[bytes, bytes]:
-        probe = _new_span(1, 1, 1, 1, {}, "probe")
-        rs = self._encode_one(probe)
-        res = rs.resource.SerializeToString()
-        scope = rs.scope_spans[0].scope.SerializeToString()
-        return b"\n" + _varint(len(res)) + res, b"\n" + _varint(len(scope)) + scope
-
-    def _encode_piece(self, s: _EndpointSpan) -> tuple[bytes, bytes]:
-        from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
-
-        full = self._encode_one(s).scope_spans[0].spans[0]
-        pb = PbSpan(name=full.name, kind=full.kind, flags=full.flags)
-        pb.attributes.extend(full.attributes)
-        pb.status.SetInParent()  # UNSET, as the SDK's encoder writes it (an error adds its own)
-        piece = pb.SerializeToString()
-        # the span's field tag and length, for a span without an error (fixed-size ids)
-        return b"\x12" + _varint(_IDS.size + _TIMES.size + len(piece)), piece
-
-    def _encode_error(self, s: _EndpointSpan, offset: int) -> bytes:
-        from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
-
-        full = self._encode_one_at(s, offset)
-        piece = PbSpan(status=full.status)
-        piece.events.extend(full.events)
-        data: bytes = piece.SerializeToString()
-        return data
-
-    def _encode_one_at(self, s: _EndpointSpan, offset: int) -> Any:
-        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-        return encode_spans([self._readable(s, offset)]).resource_spans[0].scope_spans[0].spans[0]
-
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        value = int(os.environ.get(name, "") or default)
-    except ValueError:
-        log.warning("%s=%r is not an integer; using %d", name, os.environ.get(name), default)
-        return default
-    return value if value > 0 else default
-
-
-_exports = _Exports()
-# What danaus installed (``_install_providers``): its tracer provider, the span
-# processors it added, and the OTLP/HTTP exporters the batch thread posts through.
-_ours: dict[str, Any] = {"provider": None, "processors": set(), "fast": []}
+_exports = _Exports(_set_sampler)
 
 
 def flush() -> None:
@@ -893,197 +515,11 @@ def flush() -> None:
     _exports.flush()
 
 
-class _Flusher:
-    """A span processor of danaus's provider that does nothing per span; the
-    provider's ``force_flush`` and ``shutdown`` (at exit) export the endpoint spans
-    waiting in ``_exports``."""
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        pass
-
-    def on_end(self, span: Any) -> None:
-        pass
-
-    def _on_ending(self, span: Any) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        _exports.flush()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        _exports.flush()
-        return True
-
-
-# -- metrics --------------------------------------------------------------------------
-
-
-class _NoOpInstrument:
-    """A counter, up-down counter, histogram or gauge that records nothing."""
-
-    def __init__(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.name = name
-
-    def add(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        pass
-
-    def record(self, amount: float, attributes: Any = None, context: Any = None) -> None:
-        pass
-
-    set = record
-
-
-class _NoOpMeter:
-    """``get_meter()`` without OpenTelemetry: every instrument records nothing."""
-
-    name = "danaus"
-
-    def create_counter(self, name: str, unit: str = "", description: str = "") -> Any:
-        return _NoOpInstrument(name)
-
-    create_up_down_counter = create_histogram = create_gauge = create_counter
-
-    def create_observable_counter(
-        self, name: str, callbacks: Any = None, unit: str = "", description: str = ""
-    ) -> Any:
-        return _NoOpInstrument(name)
-
-    create_observable_gauge = create_observable_up_down_counter = create_observable_counter
-
-
-_NOOP_METER = _NoOpMeter()
-
-
-def get_meter() -> Any:
-    """The process's ``"danaus"`` OpenTelemetry meter (Monarch's ``get_meter``): its
-    counters, histograms and gauges go to the global meter provider, which
-    :func:`enable` sets up to export. Without OpenTelemetry, a meter whose
-    instruments record nothing."""
-    try:
-        from opentelemetry import metrics
-    except ImportError:
-        return _NOOP_METER
-    return metrics.get_meter("danaus")
-
-
-# The built-in endpoint metrics as OpenTelemetry instruments, made at the first call
-# measured while telemetry is on. Calls and errors are observable counters read from
-# the cells' own counters when the SDK collects (nothing on the hot path: the SDK's
-# add() and record() cost ~18 us a call together); the latency histogram is recorded
-# (~7 us each) for the calls sampled for the messages table (and traced ones) only, so
-# its cost is bounded by _LATENCY_PER_S. Each actor's attributes per endpoint are made once.
-_instruments: Any = None  # the latency histogram, once made
-_runtimes: weakref.WeakSet[Any] = weakref.WeakSet()  # the runtimes whose cells are read
-_ep_attrs: weakref.WeakKeyDictionary[Any, dict[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
-
-
-def _endpoint_attributes(cell: Any, endpoint: str) -> dict[str, Any]:
-    per = _ep_attrs.get(cell)
-    if per is None:
-        per = _ep_attrs[cell] = {}
-    attrs = per.get(endpoint)
-    if attrs is None:
-        inst = cell.ctx_instance
-        base = actor_attributes_of(inst) if inst is not None else {}
-        attrs = per[endpoint] = {k: v for k, v in base.items() if k != "danaus.actor"} | {
-            "danaus.endpoint": endpoint
-        }
-    return attrs
-
-
-def _observe(field: str) -> Callable[[Any], list[Any]]:
-    """A callback observing ``field`` (calls, errors) of every endpoint of every cell."""
-
-    def callback(options: Any) -> list[Any]:
-        from opentelemetry.metrics import Observation
-
-        out = []
-        for rt in list(_runtimes):
-            for mb in list(rt.mailboxes.values()):
-                stats = getattr(mb, "stats", None)
-                if not stats or getattr(mb, "ctx_instance", None) is None:
-                    continue
-                for endpoint, st in list(stats.items()):
-                    out.append(Observation(getattr(st, field), _endpoint_attributes(mb, endpoint)))
-        return out
-
-    return callback
-
-
-def _endpoint_instruments() -> Any:
-    global _instruments
-    if _instruments is None:
-        meter = get_meter()
-        meter.create_observable_counter(
-            "danaus.endpoint.calls",
-            callbacks=[_observe("calls")],
-            unit="{call}",
-            description="Calls an endpoint handled.",
-        )
-        meter.create_observable_counter(
-            "danaus.endpoint.errors",
-            callbacks=[_observe("errors")],
-            unit="{call}",
-            description="Calls an endpoint raised on.",
-        )
-        try:  # the same buckets as Prometheus's (the advisory came in OpenTelemetry 1.23)
-            _instruments = meter.create_histogram(
-                "danaus.endpoint.latency",
-                unit="s",
-                description="Seconds an endpoint ran per call (the sampled calls).",
-                explicit_bucket_boundaries_advisory=list(BOUNDS),
-            )
-        except TypeError:
-            _instruments = meter.create_histogram(
-                "danaus.endpoint.latency",
-                unit="s",
-                description="Seconds an endpoint ran per call (the sampled calls).",
-            )
-    return _instruments
-
-
-# The latency histogram's own sampling (the process's): every call up to _LATENCY_PER_S a
-# second, then 1 in _measured_stride, re-estimated every 128 calls. A record costs the
-# SDK ~7 us; 200 a second keep the histogram's quantiles and cost ~0.1 % of a core.
-_LATENCY_PER_S = 200
-_measured_seen = 0
-_measured_stride = 1
-_measured_check = [128, time.perf_counter_ns(), 0]  # next check at, last check's time and count
-
-
-def _measured_retune(seen: int) -> None:
-    global _measured_stride
-    now = time.perf_counter_ns()
-    _, then, then_seen = _measured_check
-    dt = now - then
-    rate = (seen - then_seen) * 1e9 / dt if dt > 0 else float("inf")
-    per_s = _LATENCY_PER_S
-    _measured_stride = 1 if per_s <= 0 or rate <= per_s else max(1, -int(-rate // per_s))
-    _measured_check[:] = [seen + 128, now, seen]
-
-
 def endpoint_measured(cell: Any, endpoint: str, seconds: float) -> None:
-    """One call of ``endpoint`` of ``cell``'s actor that was sampled for the messages
-    table or traced, while telemetry is on (the actor's thread): its latency goes to
-    the histogram ``danaus.endpoint.latency`` (every such call up to 200 a second per
-    process, then 1 in N: the quantiles hold, the count is the sample's), and the
-    proc's calls and errors are
-    observed by ``danaus.endpoint.calls`` and ``.errors`` from then on. Attributes:
-    ``danaus.mesh``, ``danaus.actor.class``, ``danaus.endpoint``, ``danaus.rank``,
-    ``danaus.proc``."""
-    global _measured_seen, _measured_stride
-    _measured_seen += 1
-    seen = _measured_seen
-    if seen >= _measured_check[0]:
-        _measured_retune(seen)
-    if _measured_stride > 1 and seen % _measured_stride:
-        return  # above _LATENCY_PER_S a second: 1 in stride (every traced call comes here)
-    try:
-        if cell.rt not in _runtimes:
-            _runtimes.add(cell.rt)
-        _endpoint_instruments().record(seconds, _endpoint_attributes(cell, endpoint))
-    except Exception as e:  # never fail the call because a metric did
-        _tracing_failed(e)
+    """One call of ``endpoint`` of ``cell``'s actor sampled for the messages table or
+    traced, while telemetry is on: its latency to the endpoint metrics
+    (``meters.measured``); an error doing so is logged as a tracing error."""
+    _meters.measured(cell, endpoint, seconds, _tracing_failed)
 
 
 # -- turning telemetry on -------------------------------------------------------------
@@ -1104,7 +540,7 @@ def enable() -> None:
         if _otel() is None:
             raise missing("danaus telemetry")
         if not _installed:
-            _install_providers()
+            install_providers(_exports)
             _installed = True
         _exports._decide()  # the provider's sampler, and where endpoint spans go
         ON = True
@@ -1115,12 +551,6 @@ def sync_with_config() -> None:
     a proc boots)."""
     if not ON and config.get("telemetry"):
         enable()
-
-
-def _credential(name: str) -> bool:
-    """Whether the ``OTEL_*`` variable ``name`` may carry a credential (the exporters'
-    headers hold ``Authorization=...``): it never goes into a spawn frame."""
-    return name.endswith("_HEADERS") or any(w in name for w in ("SECRET", "TOKEN", "PASSWORD"))
 
 
 def env_for_procs() -> dict[str, str]:
@@ -1150,111 +580,3 @@ def install(node: Node, boot: dict[str, Any]) -> None:
         sync_with_config()
     except (ImportError, ValueError) as e:
         log.warning("telemetry stays off in proc %s: %s", node.runtime.proc_id.name, e)
-
-
-def _exporter_names(var: str, endpoint_vars: tuple[str, ...]) -> list[str]:
-    raw = os.environ.get(var)
-    if raw is None:  # the SDK's default is otlp: used when an endpoint says where
-        return ["otlp"] if any(os.environ.get(v) for v in endpoint_vars) else []
-    names = [n.strip().lower() for n in raw.split(",") if n.strip()]
-    for n in names:
-        if n not in ("otlp", "console", "none"):
-            raise ValueError(
-                f"{var}={raw!r}: danaus knows the exporters 'otlp', 'console' and 'none'"
-            )
-    return [n for n in names if n != "none"]
-
-
-def _protocol(signal: str) -> str:
-    proto = (
-        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    )
-    if proto not in ("http/protobuf", "grpc"):
-        raise ValueError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={proto!r}: danaus exports over 'http/protobuf' "
-            "(the default) or 'grpc'"
-        )
-    return proto
-
-
-def _otlp(signal: str) -> Any:
-    """The OTLP exporter class for ``signal`` (``TRACES``/``METRICS``), by protocol."""
-    kind = "trace_exporter" if signal == "TRACES" else "metric_exporter"
-    cls = "OTLPSpanExporter" if signal == "TRACES" else "OTLPMetricExporter"
-    if _protocol(signal) == "grpc":
-        module, package = f"opentelemetry.exporter.otlp.proto.grpc.{kind}", "grpc"
-    else:
-        module, package = f"opentelemetry.exporter.otlp.proto.http.{kind}", "http"
-    try:
-        mod = __import__(module, fromlist=[cls])
-    except ImportError as e:
-        raise ImportError(
-            f"exporting over OTLP needs opentelemetry-exporter-otlp-proto-{package} "
-            f"({EXTRA} brings the http one): {e}"
-        ) from e
-    return getattr(mod, cls)()
-
-
-def _install_providers() -> None:
-    """The SDK's tracer and meter providers, with the exporters of the ``OTEL_*``
-    variables, as the global ones (each only if the program has not set its own)."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return
-    from opentelemetry import metrics, trace
-
-    try:
-        from opentelemetry.sdk.resources import Resource
-    except ImportError as e:
-        raise missing("danaus telemetry") from e
-    attrs: dict[str, Any] = {"process.pid": os.getpid()}
-    if not os.environ.get("OTEL_SERVICE_NAME"):
-        attrs["service.name"] = "danaus"
-    node = host.current_node()
-    if node is not None:
-        attrs["danaus.proc"] = node.runtime.proc_id.name
-    resource = Resource.create(attrs)
-    endpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
-
-        tp = TracerProvider(resource=resource)
-        names = _exporter_names(
-            "OTEL_TRACES_EXPORTER", (endpoint, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        )
-        # First, so that at exit the endpoint spans go out before the exporters shut.
-        flusher = _Flusher()
-        tp.add_span_processor(flusher)  # type: ignore[arg-type]
-        processors: set[Any] = {flusher}
-        fast = []
-        for n in names:
-            exporter = _otlp("TRACES") if n == "otlp" else ConsoleSpanExporter()
-            bsp = BatchSpanProcessor(exporter)
-            tp.add_span_processor(bsp)
-            processors.add(bsp)
-            if n == "otlp" and _protocol("TRACES") == "http/protobuf":
-                fast.append(_otlp("TRACES"))  # endpoint spans, encoded by _Exports
-            elif n == "otlp" or n == "console":
-                fast = []
-                processors.discard(bsp)  # needs SDK spans: endpoint spans go the SDK's way
-        _ours.update(provider=tp, processors=processors, fast=fast)
-        trace.set_tracer_provider(tp)
-    if type(metrics.get_meter_provider()).__name__ == "_ProxyMeterProvider":
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import (
-            ConsoleMetricExporter,
-            PeriodicExportingMetricReader,
-        )
-
-        names = _exporter_names(
-            "OTEL_METRICS_EXPORTER", (endpoint, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-        )
-        readers = [
-            PeriodicExportingMetricReader(
-                _otlp("METRICS") if n == "otlp" else ConsoleMetricExporter()
-            )
-            for n in names
-        ]
-        metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))

@@ -41,12 +41,12 @@ import os
 import queue
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ... import _config as config
 from ..._errors import SupervisionError
 from ..._transport import vm
-from ..._wire import codec, memory
+from ..._wire import codec
 from ..._wire.frame import Frame, alloc, flat, recv_pool
 from ..._wire.protocol import (
     STATUS_ERROR,
@@ -60,17 +60,18 @@ from ..._wire.protocol import (
     decode_header,
     wire,
 )
+from .faces import OffloadRuntime
+from .offload_memory import Held, Slot, bucket, copy_into, own, size_of
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Sequence, Sized
+    from collections.abc import Callable, Hashable, Sequence
 
     from _typeshed import ReadableBuffer
 
     from ..._transport.conn import Connection
     from ..._wire.ids import ProcId
-    from .runtime import Runtime
 
-__all__ = ["Offloader", "own"]
+__all__ = ["Offloader", "own"]  # own: from offload_memory, named here for its callers
 
 log = logging.getLogger("danaus.runtime")
 
@@ -84,81 +85,18 @@ _SPLIT_MIN = 32 << 20  # a buffer at least this large is read in parts, on sever
 _READERS = 4  # ... at most this many at once
 
 
-def _size(copies: Iterable[Sized]) -> int:
-    return sum(len(c) for c in copies)
-
-
-def _bucket(n: int) -> int:
-    return 1 << max(20, (n - 1).bit_length())  # powers of two from 1 MiB
-
-
-class _Held(NamedTuple):
-    """What a sender holds for an offloaded frame until the receiver releases it."""
-
-    peer: str
-    copies: list[Any]  # private snapshots (back to the pool on release)
-    size: int  # bytes the receiver reads
-    on_left: Callable[[], None] | None  # told once the receiver has read (or is lost)
-    lent: list[Any]  # the caller's own buffers, read in place (not copied)
-
-
-class _Slot:
-    """A shared snapshot mapping (memfd) a receiver on this host can map."""
-
-    __slots__ = ("fd", "map", "size", "uid")
-
-    def __init__(self, fd: int, size: int, uid: int) -> None:
-        self.fd, self.size, self.uid = fd, size, uid
-        try:
-            self.map = memory.shared(fd, size)  # faulted in without holding the GIL
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def close(self) -> bool:
-        """Unmap and close it, once; False (nothing done yet) while a sender thread still
-        copies into it (a view of it is exported): that thread closes it after."""
-        if self.fd < 0:
-            return True
-        try:
-            self.map.close()
-        except BufferError:
-            return False
-        os.close(self.fd)
-        self.fd = -1  # closing twice would close whatever file reuses the number
-        return True
-
-
-def _copy(dst: memoryview, src: ReadableBuffer) -> None:
-    """``dst[:] = src`` for large buffers, in chunks with the GIL released: a sender
-    thread copying a GiB must not keep the I/O thread from answering heartbeats (it
-    did, for over 5 s on a loaded host, and the proc was declared frozen)."""
-    vm.memmove(vm.address(dst), vm.address(memoryview(src).cast("B")), len(dst))
-
-
-def own(part: ReadableBuffer) -> bytes | memoryview:
-    """A private copy of the byte-like ``part`` (a frame part kept to send later);
-    a large one is copied as ``_copy`` does, without holding the GIL throughout."""
-    view = flat(part)
-    if len(view) < memory.SMALL:
-        return bytes(view)
-    copy = memoryview(alloc(len(view)))
-    _copy(copy, view)
-    return copy
-
-
 _SHARED = hasattr(os, "memfd_create") and hasattr(mmap, "MAP_SHARED")
 
 
 class Offloader:
     """The offload state of one runtime."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: OffloadRuntime) -> None:
         self.rt = rt
         self.min = config.get("offload_min")  # bytes; 0 disables
         self.enabled = self.min > 0 and vm.available()
         self.ok_peers: set[str] = set()  # peers that can read our memory
-        self._held: dict[int, _Held] = {}  # token -> what it holds
+        self._held: dict[int, Held] = {}  # token -> what it holds
         self._held_bytes: dict[str, int] = {}  # peer -> bytes of its unreleased snapshots
         # held_of(peer, 0): those bytes, a C-level lookup for the sender's hot path
         self.held_of: Callable[[str, int], int] = self._held_bytes.get
@@ -170,8 +108,8 @@ class Offloader:
         self._pooled = 0
         # Shared slots (sender side): free ones by size, lent ones (mapped by a receiver
         # or in flight) by uid; all of them together within `snapshot_pool`.
-        self._slots: dict[int, list[_Slot]] = {}
-        self._lent: dict[int, tuple[str, _Slot]] = {}
+        self._slots: dict[int, list[Slot]] = {}
+        self._lent: dict[int, tuple[str, Slot]] = {}
         self._slot_bytes = 0
         self.shared = _SHARED
         self.slots_made = 0  # shared slots created (a statistic: reuse keeps it flat)
@@ -244,14 +182,14 @@ class Offloader:
         # this returns: it reads a snapshot, one copy into a shared slot (which the
         # receiver maps) or else into a mapping of our own (which it copies).
         copies: dict[int, Any] = {}
-        slots: dict[int, _Slot] = {}
+        slots: dict[int, Slot] = {}
         view = None
         for i in big:
             raw = raws[i]
             slot = self._take_slot(peer, len(raw)) if not isinstance(raw, bytes) else None
             if slot is not None:
                 view = memoryview(slot.map)[: len(raw)]
-                _copy(view, raw)
+                copy_into(view, raw)
                 copies[i], slots[i] = view, slot
             else:
                 copies[i] = raw if isinstance(raw, bytes) else self._snapshot(raw)
@@ -260,7 +198,7 @@ class Offloader:
             + ((slots[i].fd, slots[i].uid) if i in slots else ())
             for i in big
         ]
-        gone: list[_Slot] = []
+        gone: list[Slot] = []
         with self._lock:
             lost = peer not in self.ok_peers
             if lost:  # meanwhile: send the bytes instead
@@ -274,9 +212,9 @@ class Offloader:
             else:
                 self._next += 1
                 token = self._next
-                size = _size(copies.values())
+                size = size_of(copies.values())
                 mine = [c for i, c in copies.items() if i not in slots]
-                self._held[token] = _Held(peer, mine, size, on_left, [])
+                self._held[token] = Held(peer, mine, size, on_left, [])
                 self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
         if lost:
             view = None  # no view of a slot left: it can be unmapped
@@ -303,18 +241,18 @@ class Offloader:
                 return header, raws, False
             self._next += 1
             token = self._next
-            size = _size(lent)
-            self._held[token] = _Held(peer, [], size, on_left, lent)
+            size = size_of(lent)
+            self._held[token] = Held(peer, [], size, on_left, lent)
             self._held_bytes[peer] = self._held_bytes.get(peer, 0) + size
         small = [b"" if i in set(big) else r for i, r in enumerate(raws)]
         return wire(Offload(token, tuple(descs), header)), small, True
 
-    def _take_slot(self, peer: str, n: int) -> _Slot | None:
+    def _take_slot(self, peer: str, n: int) -> Slot | None:
         """A free shared slot of at least ``n`` bytes, lent to ``peer`` (None if the pool
         has no room for one: the caller falls back to a private snapshot)."""
         if not self.shared:
             return None
-        size = _bucket(n)
+        size = bucket(n)
         with self._lock:
             limit = config.get("snapshot_pool")
             if self._slot_bytes > limit:  # the setting was lowered: free slots go first
@@ -335,7 +273,7 @@ class Offloader:
         try:
             fd = os.memfd_create("danaus-snapshot", getattr(os, "MFD_CLOEXEC", 0))
             os.ftruncate(fd, size)
-            slot = _Slot(fd, size, uid)
+            slot = Slot(fd, size, uid)
             self.slots_made += 1
         except (OSError, ValueError) as e:
             log.debug("no shared snapshot slot of %d bytes: %s", size, e)
@@ -356,7 +294,7 @@ class Offloader:
                 want -= size
                 slot.close()
 
-    def _free_slot(self, slot: _Slot) -> None:
+    def _free_slot(self, slot: Slot) -> None:
         """A slot nobody reads any more goes back to the free slots (lock held)."""
         self._slots.setdefault(slot.size, []).append(slot)
 
@@ -371,7 +309,7 @@ class Offloader:
 
     def _snapshot(self, raw: bytes | memoryview) -> memoryview:
         """A private copy of ``raw``, in a mapping reused from the pool when one fits."""
-        size = _bucket(len(raw))
+        size = bucket(len(raw))
         with self._lock:
             free = self._pool.get(size)
             mapping = free.pop() if free else None
@@ -380,7 +318,7 @@ class Offloader:
         if mapping is None:
             mapping = alloc(size)
         view = memoryview(mapping)[: len(raw)]
-        _copy(view, raw)
+        copy_into(view, raw)
         return view
 
     def _recycle(self, copies: list[Any]) -> None:

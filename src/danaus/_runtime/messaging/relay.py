@@ -56,13 +56,13 @@ from ..._wire.protocol import (
     decode,
     wire,
 )
+from .faces import RelayRuntime
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from ..._transport.conn import Connection
     from .peers import _Peer
-    from .runtime import Runtime
 
 __all__ = ["Relay", "RelayedConnection"]
 
@@ -150,7 +150,7 @@ class RelayedConnection(InprocConnection):
 class Relay:
     """This runtime's gateway connections and the connections relayed through them."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: RelayRuntime) -> None:
         self.rt = rt
         self.sides: dict[Any, _Side] = {}  # gateway connection -> its side (either role)
         self.pipes: dict[Any, tuple[_Side, int]] = {}  # a real relayed connection -> where
@@ -242,7 +242,7 @@ class Relay:
             return
         chan = next(side.chans)
         conn = RelayedConnection(self, side, chan)
-        conn.bind(rt._dispatch, rt._on_conn_closed)  # type: ignore[arg-type]
+        conn.bind(rt._dispatch, rt._on_conn_closed)
         side.ends[chan] = conn
         try:
             side.ctl.send(encode_frame(wire(Open(chan, peer.proc))))
@@ -250,7 +250,7 @@ class Relay:
             side.ends.pop(chan, None)
             rt.peer_lost(name, f"cannot connect to proc {name}: the gateway is lost: {e}")
             return
-        rt._dialing(peer, conn, ())  # type: ignore[arg-type]
+        rt._dialing(peer, conn, ())
 
     # -- the gateway -------------------------------------------------------------
 

@@ -114,6 +114,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 class Runtime(PeerTable):
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
 
+    listeners: Listeners  # declared: mypy checks the relay's face (faces.py) before it is set
+
     def __init__(
         self,
         name: str,

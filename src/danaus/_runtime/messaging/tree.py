@@ -40,9 +40,7 @@ from __future__ import annotations
 
 import collections
 import functools
-import io
 import logging
-import pickle
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,17 +48,20 @@ from typing import TYPE_CHECKING, Any
 from ... import _config as config
 from ..._errors import SupervisionError
 from ..._mesh.tree import Selection, node_children, root_children
-from ..._wire import codec
-from ..._wire.frame import MAX_BUFFERS, flat
-from ..._wire.ids import PortId, ProcId
-from ..._wire.protocol import STATUS_ERROR, STATUS_OK, Call, Cast, Gather, Kind, Message, StopActor
+from ..._wire.frame import flat
+from ..._wire.ids import ProcId
+from ..._wire.protocol import STATUS_ERROR, STATUS_OK, Call, Cast, Kind, Message, StopActor
+from .faces import TreeRuntime
+from .gather_body import decode_entries, encode_entries
+from .gathers import GatherBase, NodeGather, RootGather
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from ..._transport.conn import Connection
-    from .runtime import Runtime
 
+# RootGather, encode_entries and decode_entries live in gathers and gather_body; named
+# here too, where their callers found them.
 __all__ = ["RootGather", "TreeRouter", "TreeStats", "decode_entries", "encode_entries"]
 
 log = logging.getLogger("danaus.runtime")
@@ -68,9 +69,6 @@ log = logging.getLogger("danaus.runtime")
 # A CAST flag: stop the actors (``method`` holds the reason) instead of calling them, so
 # a mesh's stop travels the same path as the messages sent to it before, and follows them.
 FLAG_STOP = 1 << 8
-_OOB_MIN = 64 << 10  # reply buffers at least this large travel out of band in a GATHER
-
-Entry = tuple[int, int, Any, Sequence[Any]]  # (slot, status, body, buffers)
 
 
 class TreeStats:
@@ -109,7 +107,7 @@ class Subtree:
         header: Cast,
         body: bytes | memoryview,
         buffers: Sequence[ReadableBuffer],
-        parent: _GatherBase | None,
+        parent: GatherBase | None,
         on_fail: Callable[[int, int, str], None] | None,
     ) -> None:
         self.table = table
@@ -138,7 +136,7 @@ class Subtree:
 class TreeRouter:
     """The cast tree side of one runtime: sends casts, forwards them, gathers replies."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: TreeRuntime) -> None:
         self.rt = rt
         self.stats = TreeStats()
         # (mesh, lo, hi) -> procs of ranks [lo, hi): this proc's subtrees (I/O thread)
@@ -360,9 +358,9 @@ class TreeRouter:
         local = below[1] > below[0]
         if not install:
             kids = tuple(k for i, k in enumerate(kids) if below[i + 2] > below[i + 1])
-        agg: _NodeGather | None = None
+        agg: NodeGather | None = None
         if h.gather and h.port is not None:
-            agg = _NodeGather(self, h, selection, int(local))
+            agg = NodeGather(self, h, selection, int(local))
         if table is None:
             if kids:
                 why = (
@@ -423,299 +421,3 @@ class TreeRouter:
             conn.fail_now(f"protocol error: malformed GATHER: {e}")
             return
         deliver(msg.header.child, entries, slots, values)
-
-
-# -- gathering ----------------------------------------------------------------
-
-
-class _GatherBase:
-    """A port that waits for a set of subtrees (one GATHER each) and maybe a local reply.
-
-    Subclasses say what to do with entries (``_take``) and when all are in
-    (``_finish``). Entries and losses may arrive on any thread.
-    """
-
-    def __init__(self, router: TreeRouter, selection: Selection, expected: int) -> None:
-        self.router = router
-        self.rt = router.rt
-        self.selection = selection
-        self.expected = expected  # answers still due: subtrees, plus the local reply
-        self._children: dict[int, tuple[int, str]] = {}  # child lo -> (hi, proc name)
-        self._names: dict[str, int] = {}  # proc name -> child lo
-        self._watched: list[str] = []
-        # Guards the gather's progress: the children due, expected, _armed, _done, and
-        # the entries, slots and values a node gather buffers.
-        self._lock = threading.Lock()
-        self._armed = False
-        self._done = False
-        self.port: PortId | None = self.rt.open_port(self)
-
-    def expect_child(self, lo: int, hi: int, proc: ProcId) -> str | None:
-        """Wait for subtree ``[lo, hi)`` of ``proc``; returns why if ``proc`` is lost already."""
-        assert self.port is not None
-        reason = self.rt.watch(proc, self.port.port)
-        if reason is not None:
-            return reason
-        with self._lock:
-            self._children[lo] = (hi, proc.name)
-            self._names[proc.name] = lo
-            self._watched.append(proc.name)
-            self.expected += 1
-        return None
-
-    def forget_child(self, lo: int) -> None:
-        """Subtree ``lo`` was not sent after all (it is routed around instead)."""
-        with self._lock:
-            entry = self._children.pop(lo, None)
-            if entry is not None:
-                self._names.pop(entry[1], None)
-        if entry is not None:
-            self._count_and_finish()
-
-    def fail_ranks(self, header: Cast, ranks: Sequence[tuple[int, int]], why: str) -> None:
-        """Answer ``ranks`` (slot, rank) with a ``SupervisionError``: they were not reached."""
-        entries: list[Entry] = [
-            (slot, STATUS_ERROR, _error_body(header, rank, why), ()) for slot, rank in ranks
-        ]
-        self._take(entries, (), (), final=False)
-
-    def deliver_gather(
-        self, child: int, entries: list[Entry], slots: Sequence[int], values: Sequence[Any]
-    ) -> None:
-        with self._lock:
-            entry = self._children.pop(child, None)
-            if entry is None:
-                return  # already failed (its proc was declared lost first)
-            self._names.pop(entry[1], None)
-        self._take(entries, slots, values, final=True)
-
-    def deliver(self, frame: Message) -> None:
-        """A plain REPLY to this port (e.g. an undeliverable call answered by a runtime)."""
-        h = frame.header
-        self._take([(h.slot, h.status, bytes(frame.body), list(frame.buffers))], (), (), final=True)
-
-    def local_reply(
-        self, slot: int, status: int, body: bytes | memoryview, buffers: Sequence[ReadableBuffer]
-    ) -> None:
-        """The reply of this proc's own actor (any thread; its arrays are copied)."""
-        if status == STATUS_OK and not buffers:
-            try:
-                value = codec.loads(body)
-            except Exception:  # the caller will say it cannot be unpickled
-                pass
-            else:
-                self._take([], (slot,), (value,), final=True)
-                return
-        self._take([(slot, status, body, [bytes(flat(b)) for b in buffers])], (), (), final=True)
-
-    def peer_lost(self, name: str, reason: str) -> None:
-        with self._lock:
-            lo = self._names.pop(name, None)
-            entry = self._children.pop(lo, None) if lo is not None else None
-        if entry is None or lo is None:
-            return
-        hi = entry[0]
-        why = (
-            f"proc {name}, which forwards this message to ranks {lo}..{hi - 1}, was lost "
-            f"before they answered: {reason}"
-        )
-        self._lost(lo, hi, why)
-
-    def armed(self) -> None:
-        """Everything expected has been sent: finish now if all answers are in already."""
-        with self._lock:
-            self._armed = True
-            last = self.expected <= 0 and not self._done
-            self._done = self._done or last
-        if last:
-            self._close()
-            self._finish()
-
-    def _count_and_finish(self) -> None:
-        if self._count(True):
-            self._finish()
-
-    def _count(self, final: bool) -> bool:
-        """Count one answer (if ``final``); True if that was the last one."""
-        with self._lock:
-            if final:
-                self.expected -= 1
-            last = self._armed and self.expected <= 0 and not self._done
-            self._done = self._done or last
-        if last:
-            self._close()
-        return last
-
-    def _close(self) -> None:
-        if self.port is not None:
-            self.rt.close_port(self.port.port)
-            self.rt.unwatch(self._watched, self.port.port)
-
-    def _lost(self, lo: int, hi: int, why: str) -> None:
-        raise NotImplementedError
-
-    def _take(
-        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
-    ) -> None:
-        raise NotImplementedError
-
-    def _finish(self) -> None:
-        raise NotImplementedError
-
-
-class _NodeGather(_GatherBase):
-    """A proc's gather port: collects its subtree's replies, sends one GATHER up."""
-
-    def __init__(self, router: TreeRouter, header: Cast, selection: Selection, expected: int):
-        super().__init__(router, selection, expected)
-        self.header = header
-        self.entries: list[Entry] = []
-        self.slots: list[int] = []
-        self.values: list[Any] = []
-
-    def _take(
-        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
-    ) -> None:
-        with self._lock:
-            self.entries.extend(entries)
-            self.slots.extend(slots)
-            self.values.extend(values)
-        if self._count(final):
-            self._finish()
-
-    def _lost(self, lo: int, hi: int, why: str) -> None:
-        h = self.header
-        entries: list[Entry] = [
-            (slot, STATUS_ERROR, _error_body(h, rank, why), ())
-            for slot, rank in self.selection.ranks_in(lo, hi)
-        ]
-        self._take(entries, (), (), final=True)
-
-    def _finish(self) -> None:
-        h = self.header
-        assert h.port is not None
-        with self._lock:
-            entries, self.entries = self.entries, []
-            slots, self.slots = self.slots, []
-            values, self.values = self.values, []
-        body, bufs = encode_entries(entries, slots, values)
-        self.router.stats.gathers_out += 1
-        count = len(entries) + len(slots)
-        # If the parent is gone, its own parent fails this subtree: nothing to do here.
-        self.rt.send(h.port.proc, Gather(h.port.port, h.lo, count), body, bufs, _ignore)
-
-
-class RootGather(_GatherBase):
-    """The caller's gather port for one gathered cast.
-
-    ``on_values(slots, values)`` runs for replies that arrive as plain values,
-    ``on_entry(slot, status, body, buffers)`` for each other reply (the body
-    is a pickled value as a REPLY carries it), ``on_lost(slot, rank, why)``
-    for each rank lost with a subtree. Any may run on the I/O thread or the
-    caller's.
-    """
-
-    def __init__(
-        self,
-        router: TreeRouter,
-        selection: Selection,
-        on_entry: Callable[[int, int, Any, Sequence[Any]], None],
-        on_lost: Callable[[int, int, str], None],
-        on_values: Callable[[Sequence[int], Sequence[Any]], None],
-    ) -> None:
-        super().__init__(router, selection, 0)
-        self.on_entry = on_entry
-        self.on_lost = on_lost
-        self.on_values = on_values
-
-    def fail_ranks(self, header: Cast, ranks: Sequence[tuple[int, int]], why: str) -> None:
-        for slot, rank in ranks:
-            self.on_lost(slot, rank, why)
-
-    def _take(
-        self, entries: list[Entry], slots: Sequence[int], values: Sequence[Any], final: bool
-    ) -> None:
-        if slots:
-            self.on_values(slots, values)
-        for slot, status, body, bufs in entries:
-            self.on_entry(slot, status, body, bufs)
-        if self._count(final):
-            self._finish()
-
-    def _lost(self, lo: int, hi: int, why: str) -> None:
-        for slot, rank in self.selection.ranks_in(lo, hi):
-            self.on_lost(slot, rank, why)
-        self._count_and_finish()
-
-    def _finish(self) -> None:
-        pass
-
-
-def _error_body(header: Cast, rank: int, why: str) -> bytes:
-    err = SupervisionError(
-        f"actor {header.name}[{rank}] was not reached: {why}",
-        actor=f"{header.name}[{rank}]",
-        reason=why,
-    )
-    body, _ = codec.dumps(err)
-    return bytes(flat(body))
-
-
-def _ignore(reason: str) -> None:
-    pass
-
-
-# -- the GATHER body --------------------------------------------------------------
-
-
-class _NoClasses(pickle.Unpickler):
-    """GATHER bodies hold only tuples, ints, bytes and buffers: refuse any class."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"a GATHER body may not name {module}.{name}")
-
-
-def encode_entries(
-    entries: Sequence[Entry], slots: Sequence[int] = (), values: Sequence[Any] = ()
-) -> tuple[bytes, list[Any]]:
-    """``(body, buffers)`` of a GATHER: ``entries`` as they came (large reply buffers out
-    of band), and the plain ``values`` of ``slots`` as one pickled list."""
-    vbody = b""
-    if slots:
-        vbody, vbufs = codec.dumps(list(values))
-        if vbufs:  # pickled anew, some value grew buffers: send each as it would come
-            entries = [*entries, *(_plain(s, v) for s, v in zip(slots, values, strict=True))]
-            slots, vbody = (), b""
-    oob: list[Any] = []
-    big = sum(1 for e in entries for b in e[3] if len(flat(b)) >= _OOB_MIN)
-    wrap = big <= MAX_BUFFERS - 1
-
-    def buf(b: ReadableBuffer) -> pickle.PickleBuffer | bytes:
-        raw = flat(b)
-        if wrap and len(raw) >= _OOB_MIN:
-            return pickle.PickleBuffer(raw)
-        return bytes(raw)
-
-    items = [
-        (s, st, bytes(flat(body)), tuple(buf(b) for b in bufs)) for s, st, body, bufs in entries
-    ]
-    body = pickle.dumps((items, tuple(slots), vbody), protocol=5, buffer_callback=oob.append)
-    return body, [b.raw() for b in oob]
-
-
-def _plain(slot: int, value: object) -> Entry:
-    body, bufs = codec.dumps(value)
-    return (slot, STATUS_OK, body, [bytes(flat(b)) for b in bufs])
-
-
-def decode_entries(
-    body: ReadableBuffer, buffers: Sequence[ReadableBuffer]
-) -> tuple[list[Entry], tuple[int, ...], list[Any]]:
-    """``(entries, slots, values)`` of a GATHER body; raises on anything else."""
-    items, slots, vbody = _NoClasses(io.BytesIO(body), buffers=buffers).load()
-    if not isinstance(items, list) or not isinstance(slots, tuple):
-        raise ValueError("a GATHER body is not (entries, slots, values)")
-    values = codec.loads(vbody) if slots else []
-    if len(values) != len(slots):
-        raise ValueError(f"a GATHER with {len(slots)} slots and {len(values)} values")
-    return items, slots, values
