@@ -147,7 +147,17 @@ def _lab_left(tag: str) -> list[str]:
 def test_netlab_run_serves_a_client_and_leaves_nothing(network: Network) -> None:
     env = client_env()
     out = subprocess.run(
-        [sys.executable, "-m", "danaus._netlab_cli", "run", "2", "--", sys.executable, "-c", _CLIENT],
+        [
+            sys.executable,
+            "-m",
+            "danaus._netlab_cli",
+            "run",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            _CLIENT,
+        ],
         env=env,
         capture_output=True,
         text=True,
