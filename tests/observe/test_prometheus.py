@@ -5,11 +5,14 @@ configuration of its own; ``scripts/install-services`` installs it)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
+import random
 import shutil
 import socket
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +26,7 @@ from danaus import telemetry
 from danaus._actor.api.procs import owned_proc_meshes
 from danaus._runtime.hosting.host import ensure_runtime
 from danaus._runtime.messaging.metrics import BOUNDS
-from danaus.actor import ActorError, ProcMesh
+from danaus.actor import Actor, ActorError, ProcMesh, endpoint, this_host
 from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT, Worker
@@ -232,3 +235,56 @@ def test_serve_metrics_refuses_bad_arguments() -> None:
         telemetry.serve_metrics(token="")
     with pytest.raises(ValueError, match="host"):
         telemetry.serve_metrics(host="")
+
+
+class Timed(Actor):
+    """Sleeps as told and says how long it slept, as measured in the actor."""
+
+    @endpoint
+    def hold(self, seconds: float) -> float:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        return time.perf_counter() - t0
+
+
+def _true_quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+@pytest.mark.timeout(240)
+def test_a_real_prometheus_reports_latency_quantiles_within_10_percent_of_the_actors(
+    prometheus: Prometheus,
+) -> None:
+    # 4 ranks, 320 calls of lognormal durations around 4 ms: the quantiles PromQL reads from
+    # the exported buckets are within 10% of the same quantiles of what the actors measured.
+    pm = this_host().spawn_procs(per_host={"gpus": 4})
+    try:
+        mesh = pm.spawn("quantiled", Timed)
+        rng = random.Random(41)
+        draws = [
+            min(0.05, max(0.0005, rng.lognormvariate(math.log(4e-3), 0.5))) for _ in range(320)
+        ]
+        ranks = [mesh.slice(gpus=g) for g in range(4)]
+        measured: list[float] = []
+        for start in range(0, len(draws), 4):  # one call per rank at a time
+            futs = [ranks[g].hold.call_one(d) for g, d in enumerate(draws[start : start + 4])]
+            measured += [f.get(timeout=REPLY_TIMEOUT) for f in futs]
+        count = 'sum(danaus_endpoint_latency_seconds_count{job="danaus",mesh="quantiled"})'
+        wait_until(
+            lambda: prometheus.value(count),
+            timeout=120,
+            what="Prometheus to scrape every call",
+            until=lambda n: n == len(draws),
+            interval=0.5,
+        )
+        buckets = (
+            'sum by (le) (danaus_endpoint_latency_seconds_bucket{job="danaus",mesh="quantiled",'
+            'endpoint="hold"})'
+        )
+        for q in (0.5, 0.9, 0.99):
+            got = prometheus.value(f"histogram_quantile({q}, {buckets})")
+            want = _true_quantile(measured, q)
+            assert got is not None and abs(got - want) / want < 0.10, (q, got, want)
+    finally:
+        pm.stop().get(timeout=REPLY_TIMEOUT)
