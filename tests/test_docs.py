@@ -419,3 +419,18 @@ def test_docstring_markup_is_rendered_and_what_is_left_is_found() -> None:
     assert link in out
     assert '<autoref identifier="danaus.actor.this_host" optional>' in out
     assert out.endswith("Example:</p>")
+
+
+def test_docstrings_use_one_style_markdown_not_sphinx_roles() -> None:
+    # The reference renders docstrings as Markdown: a cross-reference is
+    # [`Name`][danaus.module.Name], code is `code`; Sphinx roles (:class:`X`) and
+    # reST literal-block intros (Example::) would be shown as written.
+    role = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|exc|data|obj):`")
+    intro = re.compile(r"\w::$", re.M)
+    found = [
+        f"{path.relative_to(SRC)}:{text.count(chr(10), 0, m.start()) + 1}"
+        for path in sorted(SRC.rglob("*.py"))
+        for text in [path.read_text()]
+        for m in [*role.finditer(text), *intro.finditer(text)]
+    ]
+    assert not found, f"Sphinx markup in docstrings: {found[:20]}"

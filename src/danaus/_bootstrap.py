@@ -1,6 +1,6 @@
 """The one bootstrap: installs every subsystem on a new node, explicitly, in order.
 
-``danaus._runtime.node`` calls :func:`install` when a process's node starts
+``danaus._runtime.node`` calls `install()` when a process's node starts
 (the client's on first use, a proc's in ``proc_main``). Nothing in danaus
 installs itself on import: what a node serves does not depend on which
 modules happened to be imported first. The zygote preloads this module, so

@@ -61,7 +61,7 @@ class RemoteException(Exception):
 class ActorError(DanausError):
     """An endpoint raised while handling a call that had a reply.
 
-    ``exception`` is the original exception (or a :class:`RemoteException`
+    ``exception`` is the original exception (or a `RemoteException`
     when it could not travel); ``remote_traceback`` is the traceback text as
     formatted in the remote process, including chained causes. The actor that
     raised it keeps running.

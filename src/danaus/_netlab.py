@@ -1,7 +1,7 @@
 """A host lab on one machine: hosts are network namespaces joined by a bridge.
 
 The one lab the multi-host tests (``tests/multihost/conftest.py``), the benchmarks
-and ``scripts/netlab`` share. Topology::
+and ``scripts/netlab`` share. Topology:
 
     root namespace (the client)
       dn<tag>b  bridge, 10.231.R.1/24
@@ -19,17 +19,17 @@ this machine: the lab only ever talks to addresses it created.
 Each host's link (its veth pair) is shaped in both directions, on the egress of
 each end: ``tc netem`` gives it a one-way delay, a rate and a loss (defaults that
 look like a datacenter: 25 us one way, 10 Gbit/s, no loss), settable at run time
-with :meth:`Host.set_link`. Traffic between two hosts crosses two links. On a
+with `Host.set_link()`. Traffic between two hosts crosses two links. On a
 kernel without ``sch_netem`` (``CONFIG_NET_SCH_NETEM`` unset) the rate falls back
 to ``tbf`` and the loss to an ``nftables`` rule in the host's namespace; a delay
-cannot be emulated there and asking for one raises :class:`NetemUnavailable`.
+cannot be emulated there and asking for one raises `NetemUnavailable`.
 
-Each worker (:func:`start_worker`) runs in its host's namespace *and* its own
+Each worker (`start_worker()`) runs in its host's namespace *and* its own
 mount namespace (``ip netns exec`` makes one) with a private tmpfs as its socket
 directory, so traffic between hosts has to go over TCP, as between machines.
 
 Teardown even when the owner is killed: workers die with the process that
-started them (``setpriv --pdeathsig``), and :func:`sweep_stale_networks` (run
+started them (``setpriv --pdeathsig``), and `sweep_stale_networks()` (run
 by every new lab) removes the bridges, namespaces and socket directories of
 owners that are gone (the bridge's alias names the owning pid; a lab made by
 ``scripts/netlab up`` names pid 0 and stays until ``scripts/netlab down``).
@@ -262,7 +262,7 @@ class Host:
         """Change the link's delay (one way), rate or loss, in both directions, at once.
 
         What is not given keeps its value; returns the link's new settings.
-        Raises :class:`NetemUnavailable` for a delay other than the current one on a
+        Raises `NetemUnavailable` for a delay other than the current one on a
         kernel without ``sch_netem``.
         """
         new = Link(
@@ -472,7 +472,7 @@ def start_worker(
     ``env``: settings for the worker on top of the lab's (heartbeats, for instance).
     ``state_size`` (``"64m"``, as ``mount -o size=`` takes it): the worker's job state
     and its logs (``log_dir``) share one tmpfs of that size, which a fault can fill
-    (:func:`fill_state`); default: its sockets on an uncapped tmpfs, logs where
+    (`fill_state()`); default: its sockets on an uncapped tmpfs, logs where
     ``log_dir`` says.
     """
     socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
@@ -527,14 +527,14 @@ _FILL_SH = 'cat /dev/zero > "$1/fill" 2>/dev/null; df -k "$1" | tail -1'
 
 def fill_state(worker: Worker) -> str:
     """Fill the tmpfs under ``worker``'s job state and logs (started with ``state_size``)
-    to the last byte; returns ``df``'s line for it. :func:`free_state` undoes it."""
+    to the last byte; returns ``df``'s line for it. `free_state()` undoes it."""
     r = _run(["nsenter", "-t", str(worker.proc.pid), "-m", "sh", "-c", _FILL_SH, "sh",
               worker.socket_dir])  # fmt: skip
     return r.stdout.strip()
 
 
 def free_state(worker: Worker) -> None:
-    """Remove what :func:`fill_state` wrote (nothing if the worker is gone)."""
+    """Remove what `fill_state()` wrote (nothing if the worker is gone)."""
     if worker.proc.poll() is None:
         _run(["nsenter", "-t", str(worker.proc.pid), "-m", "rm", "-f",
               f"{worker.socket_dir}/fill"], check=False)  # fmt: skip

@@ -5,7 +5,7 @@ Precedence: defaults < ``DANAUS_*`` environment variables < ``configure()``.
 danaus setting with the same meaning, or kept (and returned by
 ``get_global_config()``) with a one-time warning that it has no effect here
 (a ``NoEffectWarning``, also what other Monarch names without effect warn with).
-``docs/config.md`` lists every setting and every Monarch name::
+``docs/config.md`` lists every setting and every Monarch name:
 
     from danaus.config import configure, configured, get_global_config
 

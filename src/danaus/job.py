@@ -1,6 +1,6 @@
 """``danaus.job``: how hosts are obtained — Monarch's ``monarch.job``.
 
-Example::
+Example:
 
     from danaus.job import ProcessJob
 

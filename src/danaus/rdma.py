@@ -8,7 +8,7 @@ owner taking part. On one host the kernel copies between the two processes
 hosts a separate authenticated data connection, served on the owner's own
 threads, moves the bytes straight from and into the registered memory.
 
-Example::
+Example:
 
     from danaus.actor import Actor, endpoint, this_host
     from danaus.rdma import RDMABuffer

@@ -1,6 +1,6 @@
 """``danaus.spmd``: torchrun-style SPMD scripts on a mesh — Monarch's ``monarch.spmd``.
 
-Example::
+Example:
 
     from danaus.job import ProcessJob
     from danaus.spmd import SPMDActor

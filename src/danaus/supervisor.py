@@ -1,6 +1,6 @@
 """``danaus.supervisor``: supervisors with Erlang/OTP's restart strategies.
 
-Example::
+Example:
 
     from danaus.actor import this_host
     from danaus.supervisor import Supervisor

@@ -1,7 +1,7 @@
 """``danaus.testing``: helpers for testing programs built on danaus.
 
 ``FaultRecorder`` stands in for ``danaus.actor.unhandled_fault_hook`` (whose
-default ends the program) and lets a test wait for failures with a timeout::
+default ends the program) and lets a test wait for failures with a timeout:
 
     recorder = FaultRecorder()
     danaus.actor.unhandled_fault_hook = recorder
@@ -10,7 +10,7 @@ default ends the program) and lets a test wait for failures with a timeout::
 
 ``SimulatedMesh`` builds an actor mesh of thousands of in-process procs
 (real runtimes over the ``inproc`` transport, sharing one thread), for tests
-and benchmarks of sizes real processes cannot reach on one machine::
+and benchmarks of sizes real processes cannot reach on one machine:
 
     with SimulatedMesh(Counter, {"hosts": 256, "gpus": 16}) as sim:
         sim.mesh.incr.broadcast()
@@ -22,7 +22,7 @@ and ``pid_alive`` / ``wait_pids_gone`` check that processes really went away;
 
 ``wait_until`` polls, with a deadline, a state that nothing announces (another
 process's, a file's); where an event, future or queue announces it, wait on
-that instead::
+that instead:
 
     wait_until(lambda: not os.path.exists(path), timeout=20, what=f"{path} is removed")
 """

@@ -4,7 +4,7 @@ A setting has a name, a type, a default, an environment variable
 (``DANAUS_`` + the name in capitals) and one line of documentation. Its value
 is the last of these that is set:
 
-1. the default in :data:`SETTINGS`;
+1. the default in [`SETTINGS`][danaus.config.SETTINGS];
 2. the environment variable, read when the setting is first needed;
 3. ``configure(**kw)`` (or the ``configured(**kw)`` context manager) in this
    process.
@@ -12,13 +12,13 @@ is the last of these that is set:
 Durations are seconds, given as a number or as a string with units
 (``"500ms"``, ``"30s"``, ``"5m"``, ``"1h 30m"``); sizes are bytes, given as a
 number or with a binary unit (``"64MiB"``, ``"4GiB"``). An unknown name is a
-:class:`ValueError` that lists the valid ones; a value of the wrong type is a
-:class:`TypeError`; a malformed environment variable is a :class:`ValueError`
+`ValueError` that lists the valid ones; a value of the wrong type is a
+`TypeError`; a malformed environment variable is a `ValueError`
 naming the variable.
 
 This package is below every layer (it imports nothing of danaus but
-``_errors``), so any layer may read settings with :func:`get`. The process's
-settings are one :class:`Config` object; the client hands the settings it has
+``_errors``), so any layer may read settings with `get()`. The process's
+settings are one `Config` object; the client hands the settings it has
 configured to the host agent it starts (as environment variables), so procs
 spawned on this host see them too. Workers on other hosts read their own
 environment.

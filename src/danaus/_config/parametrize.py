@@ -49,12 +49,12 @@ def _parametrized(
 
 def parametrize_config(**config_options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A pytest decorator running the test once per combination (cartesian product) of
-    the given values, each inside ``configured(...)`` with them, as Monarch's::
+    the given values, each inside ``configured(...)`` with them, as Monarch's:
 
         @parametrize_config(prefix_with_rank={True, False}, tail_log_lines={0, 10})
         def test_x(): ...  # 4 runs
 
-    Raises :class:`ValueError` without options."""
+    Raises `ValueError` without options."""
     if not config_options:
         raise ValueError("parametrize_config requires at least one config option")
     keys = list(config_options)
@@ -68,8 +68,9 @@ def parametrize_config(**config_options: Any) -> Callable[[Callable[..., Any]], 
 def parametrize_config_pointwise(
     **config_options: Any,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Like :func:`parametrize_config`, but the value sequences are taken in lockstep
-    (``zip``): one run per position. Raises :class:`ValueError` without options or if
+    """Like [`parametrize_config()`][danaus.config.parametrize_config], but the value sequences are
+    taken in lockstep
+    (``zip``): one run per position. Raises `ValueError` without options or if
     the sequences' lengths differ."""
     if not config_options:
         raise ValueError("parametrize_config_pointwise requires at least one config option")

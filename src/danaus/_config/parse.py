@@ -60,7 +60,7 @@ _TERM = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([a-zµ]*)\s*", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``"1.5"``, ``"500ms"``, ``"1h 30m"``; :class:`ValueError` otherwise."""
+    """Seconds in ``"1.5"``, ``"500ms"``, ``"1h 30m"``; `ValueError` otherwise."""
     text = text.strip()
     try:
         return float(text)
@@ -82,7 +82,7 @@ def parse_duration(text: str) -> float:
 
 
 def parse_size(text: str) -> int:
-    """Bytes in ``"4096"``, ``"64MiB"``, ``"4 GiB"``; :class:`ValueError` otherwise."""
+    """Bytes in ``"4096"``, ``"64MiB"``, ``"4 GiB"``; `ValueError` otherwise."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", text, re.IGNORECASE)
     if m is None or m.group(2).lower() not in _SIZES:
         raise ValueError(

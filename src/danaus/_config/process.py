@@ -19,9 +19,9 @@ def get(name: str) -> Any:
 def configure(**kwargs: Any) -> None:
     """Set settings for this process (and the procs it spawns on this host from now on).
 
-    Does not block. Raises :class:`ValueError` for an unknown name (listing the
-    valid ones) or a malformed duration or size, :class:`TypeError` for a value
-    of the wrong type; nothing is changed when it raises::
+    Does not block. Raises `ValueError` for an unknown name (listing the
+    valid ones) or a malformed duration or size, `TypeError` for a value
+    of the wrong type; nothing is changed when it raises:
 
         danaus.config.configure(heartbeat_timeout="2s", codec_max_frame_length="1GiB")
     """
@@ -31,7 +31,7 @@ def configure(**kwargs: Any) -> None:
 @contextlib.contextmanager
 def configured(**kwargs: Any) -> Iterator[dict[str, Any]]:
     """Apply ``configure(**kwargs)`` inside a ``with`` block, then restore the previous
-    values; yields the effective settings. Raises as :func:`configure`."""
+    values; yields the effective settings. Raises as [`configure()`][danaus.config.configure]."""
     saved = _config.runtime()
     _config.configure(**kwargs)
     try:

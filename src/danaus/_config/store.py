@@ -56,7 +56,7 @@ def _report(names: list[str]) -> None:
 
 
 class Config:
-    """The settings of one process. Read with :meth:`get`; thread-safe."""
+    """The settings of one process. Read with `get()`; thread-safe."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ if environ is not None else os.environ

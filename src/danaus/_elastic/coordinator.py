@@ -3,7 +3,7 @@
 It lives in a proc of its own and spawns the replicas, so it is their owner:
 a replica's failure comes to its ``__supervise__`` (which handles it: the
 client never hears of it) and every call to a lost replica fails with
-``SupervisionError``. A step::
+``SupervisionError``. A step:
 
     boundary   admit ready spares (each copies a healthy member's state over
                RDMABuffer), then, if the members changed, join all of them to

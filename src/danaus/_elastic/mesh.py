@@ -13,7 +13,8 @@ __all__ = ["ElasticMesh"]
 
 
 class ElasticMesh:
-    """``replicas`` data-parallel replicas of ``replica`` (an :class:`ElasticReplica`
+    """``replicas`` data-parallel replicas of ``replica`` (an
+    [`ElasticReplica`][danaus.elastic.ElasticReplica]
     subclass, built with ``args``/``kwargs``), plus ``spares`` idle ones ready to
     take a lost replica's place.
 
@@ -86,7 +87,8 @@ class ElasticMesh:
         return count
 
     def stats(self) -> ElasticStats:
-        """Steps, losses, restarts, recoveries so far (:class:`ElasticStats`)."""
+        """Steps, losses, restarts, recoveries so far
+        ([`ElasticStats`][danaus.elastic.ElasticStats])."""
         stats: ElasticStats = self._coord.get_stats.call_one().get(timeout=self.timeout)
         return stats
 

@@ -54,7 +54,7 @@ def _torch_distributed() -> Any:
 class MembershipChanged(RuntimeError):
     """A member was lost (or the coordinator re-formed the group) during a collective.
 
-    Raised by :meth:`ElasticReplica.all_reduce`; let it propagate out of
+    Raised by `ElasticReplica.all_reduce()`; let it propagate out of
     ``train_step``: the coordinator retries the step at the new membership.
     """
 
@@ -125,12 +125,12 @@ class _State:
 
 
 class ElasticReplica(Actor):
-    """Base class of one data-parallel replica of an :class:`ElasticMesh`.
+    """Base class of one data-parallel replica of an [`ElasticMesh`][danaus.elastic.ElasticMesh].
 
     Override ``train_step``, ``commit`` and ``state``; optionally
-    ``on_membership``. Within ``train_step`` use :attr:`membership` (its
+    ``on_membership``. Within ``train_step`` use `membership` (its
     ``shard``) to pick this member's share of the step's batch and
-    :meth:`all_reduce` for the gradients. Endpoints added by a subclass must be
+    `all_reduce()` for the gradients. Endpoints added by a subclass must be
     ``async def`` (the replica is an async actor).
     """
 
@@ -169,7 +169,7 @@ class ElasticReplica(Actor):
     def process_group(self) -> Any:
         """The gloo process group of the current membership, for collectives of your own.
         A collective on it can hang on a lost peer until the group's timeout; prefer
-        :meth:`all_reduce`, which the coordinator can abort."""
+        `all_reduce()`, which the coordinator can abort."""
         return self._elastic_epoch().pg
 
     def all_reduce(self, tensors: Iterable[Any], *, average: bool = False) -> None:

@@ -143,7 +143,7 @@ def exec_command(
     The procs' stdout and stderr are printed here, unless ``output_dir`` sends them to
     files on the hosts. The procs are stopped when the command has run everywhere.
 
-    Example::
+    Example:
 
         rc = exec_command(job.state().hosts, ["nvidia-smi"], per_host={"gpus": 8}).get()
     """

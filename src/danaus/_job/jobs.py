@@ -1,7 +1,7 @@
 """Jobs: ``JobTrait``, with Monarch's ``apply()`` / ``state()`` / ``kill()``, and ``LocalJob``
 (``ProcessJob`` and ``SSHJob`` are in ``workers.py``).
 
-A job obtains hosts and hands out one ``HostMesh`` per named mesh::
+A job obtains hosts and hands out one ``HostMesh`` per named mesh:
 
     job = ProcessJob({"trainers": 2, "dataloaders": 1})
     job.apply()                      # start 3 local worker processes

@@ -54,7 +54,7 @@ def job_loads(data: bytes) -> JobTrait:
     danaus is refused, saying what to do), names a kind this process has not
     imported, or holds a field of the wrong type.
 
-    Example::
+    Example:
 
         again = job_loads(job.dumps())
         assert again.can_run(job)

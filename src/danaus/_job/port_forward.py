@@ -519,7 +519,7 @@ class PortForwarder(Actor):
     """An actor that owns point-to-point TCP port forwards; spawn it on this proc, call
     ``forward`` for each forward, and stop it to close them all.
 
-    Example::
+    Example:
 
         fwd = this_proc().spawn("fwd", PortForwarder)
         fwd.forward.call_one(gpus, 8265, login, "127.0.0.1:8265").get()

@@ -80,7 +80,7 @@ class SPMDActor(Actor):
 
     Spawn it on a proc mesh whose last dimension is the local one, ask the
     first actor for a master address (``get_host_port``), then call ``main``
-    on all of them::
+    on all of them:
 
         actors = procs.spawn("spmd", SPMDActor)
         addr, port = actors.slice(hosts=0, gpus=0).get_host_port.call_one(None).get()

@@ -2,14 +2,14 @@
 
 A job's state is data (the scheduler's job id, hosts, worker addresses and
 pids, the job secret), so it is saved as JSON with a schema version, never
-pickled::
+pickled:
 
     {"format": "danaus-job-state", "version": 1, "kind": "ProcessJob",
      "job": {"applied": true, "hosts": {...}, "workers": {...}, ...}}
 
 ``kind`` names the job class (``JobTrait._kind()``) and ``job`` holds the
 fields that class saves (``_to_doc``) and reads back, each type-checked
-(``_from_doc`` through :class:`Fields`). A file is read only if it is the
+(``_from_doc`` through `Fields`). A file is read only if it is the
 user's own private file in a directory no one else can write
 (``_transport.owned``): a state file is trusted with the job secret and
 decides which workers the client talks to. A job state pickled by an older

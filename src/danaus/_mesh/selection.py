@@ -16,7 +16,7 @@ no label source yet, so it filters nothing) and ``Intersection``/``Union``
     [1, 2, 5, 6]
 
 The textual grammar is Monarch's (``ndslice/src/selection/parse.rs``); all
-whitespace is ignored::
+whitespace is ignored:
 
     expression   ::= union
     union        ::= intersection ( "|" intersection )*

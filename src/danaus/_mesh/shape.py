@@ -14,7 +14,7 @@ One module: each type converts to the others (``Extent.region``, ``Shape.extent`
 
 A ``Shape`` pairs one label per dimension with a ``Slice`` of global ranks;
 ``at``/``select`` cut it down. Cutting a shape keeps global offsets and strides,
-so a shape cut from a cut shape names the same global ranks as the composed cut::
+so a shape cut from a cut shape names the same global ranks as the composed cut:
 
     >>> s = Shape(["hosts", "gpus"], Slice.new_row_major([2, 4]))
     >>> s.at("hosts", 1).ndslice
@@ -26,7 +26,7 @@ A ``Region`` (Monarch's name) is a hyper-rectangle of ranks in a possibly larger
 space: the same data as a ``Shape`` (labels over a ``Slice`` of base ranks), under
 Monarch's other name and methods: ``labels``, ``slice()``, ``as_shape()`` and
 ``point_of_base_rank``, which maps a rank of the base space to its ``Point`` in
-the region::
+the region:
 
     >>> base = Shape(["x", "y"], Slice.new_row_major([4, 2]))
     >>> region = base.select("x", slice(1, 3)).region  # base ranks 2, 3, 4, 5

@@ -2,7 +2,7 @@
 
 A ``Slice`` names ``prod(sizes)`` distinct global ranks and enumerates them in
 row-major order of their coordinates (the last dimension varies fastest).
-It is the geometry underneath every ``Shape`` and mesh::
+It is the geometry underneath every ``Shape`` and mesh:
 
     >>> s = Slice(offset=0, sizes=[2, 3], strides=[3, 1])
     >>> list(s)
@@ -263,7 +263,7 @@ class Slice:
 
 
 NDSlice = Slice
-"""Monarch's name for :class:`Slice`: the same class."""
+"""Monarch's name for [`Slice`][danaus.Slice]: the same class."""
 
 
 def row_major_strides(sizes: Sequence[int]) -> tuple[int, ...]:

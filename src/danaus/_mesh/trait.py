@@ -1,7 +1,7 @@
 """MeshTrait: slice, split, rename and flatten any mesh that can report and adopt a Shape.
 
 A mesh class (ValueMesh here; host, proc and actor meshes elsewhere)
-implements two members and inherits the rest::
+implements two members and inherits the rest:
 
     @property
     def _shape(self) -> Shape: ...                     # the mesh's labelled global ranks

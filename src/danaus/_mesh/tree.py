@@ -13,7 +13,7 @@ contiguous chunks of near-equal size. The first rank ``lo`` of a chunk
 ``[lo, hi)`` is that subtree's node: it keeps rank ``lo`` for itself and
 splits ``[lo + 1, hi)`` the same way. So a node's subtree is always a
 contiguous range of ranks, and a tree of ``n`` ranks is about
-``log_fanout(n)`` hops deep::
+``log_fanout(n)`` hops deep:
 
     sender ── [0,4) ── 0 ─┬─ 1        n = 16, fanout = 4
            │              ├─ 2
@@ -21,7 +21,7 @@ contiguous range of ranks, and a tree of ``n`` ranks is about
            ├─ [4,8) ── 4 ─┬─ 5 ...
            ...
 
-A :class:`Selection` is the set of base ranks a message addresses, and the
+A [`Selection`][danaus.Selection] is the set of base ranks a message addresses, and the
 *slot* of each (its index in the caller's slice, which is where its reply
 goes). A strided slice whose ranks increase with their index (every slice
 cut from a row-major mesh with positive steps) is kept as its
@@ -105,7 +105,7 @@ def depth(n: int, fanout: int) -> int:
 class Selection:
     """The base ranks a message selects, each with its slot.
 
-    Build with :meth:`of` (from the slice of a mesh) or :meth:`from_wire`.
+    Build with `of()` (from the slice of a mesh) or `from_wire()`.
     """
 
     __slots__ = (

@@ -2,7 +2,7 @@
 
 Values are held in local order, that of ``shape.ranks()``; slicing maps the
 chosen global ranks back to their positions, so slices of slices pick the
-same values as the composed slice::
+same values as the composed slice:
 
     >>> vm = ValueMesh(Shape(["hosts", "gpus"], Slice.new_row_major([2, 2])), "abcd")
     >>> vm.slice(hosts=1).values()

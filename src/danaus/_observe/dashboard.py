@@ -188,7 +188,7 @@ def serve(
     ``DANAUS_DASHBOARD_ALL_INTERFACES=1``) and prints a warning. Does not block:
     the server runs on daemon threads until ``stop()`` or the end of the
     program. Raises ``OSError`` if the port is taken, ``ValueError`` for a bad
-    port or for every interface without the opt-in. Example::
+    port or for every interface without the opt-in. Example:
 
         dash = danaus.dashboard.serve(port=8265)
         print(dash.url)   # http://127.0.0.1:8265/?token=...

@@ -2,7 +2,7 @@
 file, with Monarch's ``retention_secs`` and ``snapshot_interval_secs``.
 
 ``job.enable_telemetry(TelemetryConfig(...))`` then ``job.state()`` starts one
-:class:`History` in the client (``start``). It writes ``telemetry.duckdb`` in the
+`History` in the client (``start``). It writes ``telemetry.duckdb`` in the
 client's job directory, ``<log dir>/<job>/`` (where ``danaus logs`` finds the job's
 log files), so a finished job's telemetry is there for ``danaus query --job JOB``.
 

@@ -3,7 +3,7 @@
 The lines the log forwarder printed in this client (``danaus._runtime.logs.process``
 keeps a bounded tail per proc), plus a bounded ring per proc (the
 ``logtail_lines`` setting) for lines delivered some other way through
-:func:`append`; the dashboard shows :func:`tail` per proc and attaches it
+`append()`; the dashboard shows `tail()` per proc and attaches it
 to failure reports.
 
 This is the interface the log forwarder feeds: ``append(proc, line,
@@ -11,7 +11,7 @@ stream=...)`` with the proc's name (``ProcId.name``), one line without its
 newline, and the stream it came from (``"stdout"``, ``"stderr"`` or a
 logging level name). It is safe from any thread and never blocks for long.
 
-The rings are the node's (a :class:`Rings` part): a client's next session
+The rings are the node's (a `Rings` part): a client's next session
 starts with none of the lines of the one before.
 """
 

@@ -434,7 +434,7 @@ def serve_metrics(
     ``metrics_min_interval`` however often it is scraped. Does not block. Raises
     ``ImportError`` without prometheus_client or aiohttp, ``ValueError`` for a bad
     port, host or token or for another host's address without a token, ``OSError``
-    if the address cannot be bound. Example::
+    if the address cannot be bound. Example:
 
         server = danaus.telemetry.serve_metrics(port=9464, token=open("tok").read())
     """

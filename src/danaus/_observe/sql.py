@@ -105,7 +105,8 @@ def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
 
 def query_file(path: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """Run ``sql`` over a history file (``telemetry.duckdb`` of a job, ``danaus query
-    --job``), read-only, with :func:`query`'s checks; its column names and rows."""
+    --job``), read-only, with [`query()`][danaus.telemetry.query]'s checks; its column names and
+    rows."""
     if not isinstance(sql, str) or not sql.strip():
         raise QueryError("the query is empty; e.g. SELECT count(*) FROM messages")
     duckdb = _duckdb()
@@ -157,7 +158,8 @@ class QueryEngineClient:
     value}, ...]}`` as Monarch's does, over Monarch's tables (actors, meshes,
     messages, actor_status_events ...: ``monarch_tables``, views of the same data as
     ``danaus.telemetry.query``'s), in this process rather than through an HTTP
-    sidecar. Errors are :func:`query`'s (``QueryError`` says what was wrong)."""
+    sidecar. Errors are [`query()`][danaus.telemetry.query]'s (``QueryError`` says what was
+    wrong)."""
 
     def query(self, sql: str) -> dict[str, Any]:
         """Run one SELECT over Monarch's telemetry tables: its column names and rows."""

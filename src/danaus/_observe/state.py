@@ -1,6 +1,6 @@
 """The state the dashboard and ``danaus top`` show: hosts, procs, actors, rates, failures.
 
-:class:`StateCollector` asks every proc this client spawned for its
+`StateCollector` asks every proc this client spawned for its
 statistics (one ``STATS`` frame each, answered by the proc's I/O thread,
 bounded by the ``stats_timeout`` setting) and turns the answers into one
 JSON-able document (its schema is in ``docs/observing.md``). Rates are the

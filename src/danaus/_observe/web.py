@@ -21,7 +21,7 @@
         v  BLOCKING_WORKERS threads, never one per connection
 
 The dashboard (``dashboard.py``) and ``serve_metrics`` (``prom.py``) are routes
-on an :class:`HttpServer` each; they share the loop thread, the worker pool and
+on an `HttpServer` each; they share the loop thread, the worker pool and
 the rules above, so the limits are tested once (``tests/security/test_http.py``).
 aiohttp is an optional extra (``danaus[dashboard]``, ``danaus[prometheus]``).
 """

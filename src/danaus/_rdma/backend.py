@@ -14,12 +14,12 @@ registration (``RDMABuffer(data)``) and carried in its handle:
     travel in the handle, on danaus's control plane; the bytes on NIXL's own
     transport (``nixl.py``).
 
-A backend is the interface :class:`Backend`: ``register(memory)`` returns the
+A backend is the interface `Backend`: ``register(memory)`` returns the
 picklable descriptor a handle carries (``None`` for the built-in plane, whose
 handle fields say everything); ``unregister(descriptor)`` ends it once no
 transfer uses it (after ``drop()``); ``run(group)`` moves the bytes of a group
 of operations on buffers of one owner. What every backend shares stays in
-:class:`~danaus._rdma.transfer.Transfer`: argument checks, the deadline, the
+`Transfer`: argument checks, the deadline, the
 owner's check and pin of its buffers (so a ``drop()`` waits for transfers under
 way and later ones fail), and the owner's loss, which fails the transfer at once.
 
@@ -54,7 +54,7 @@ BACKENDS = ("auto", "builtin", "nixl")
 class Group:
     """The operations of one transfer on the buffers of one owner, and how to report.
 
-    Handed to :meth:`Backend.run` by the transfer; every callable is safe from any thread.
+    Handed to `Backend.run()` by the transfer; every callable is safe from any thread.
     ``finish()`` says the group is done (call it once, after the bytes moved and the
     owner's pin was released); ``fail(error)`` ends the whole transfer with ``error``
     (later calls are ignored); ``over()`` is True once the transfer has ended (failed,

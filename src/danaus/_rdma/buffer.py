@@ -84,7 +84,7 @@ class RDMABuffer:
     ``RDMABuffer(data)`` takes a contiguous CPU or CUDA ``torch.Tensor`` or
     a C-contiguous buffer (``bytearray``, writable ``memoryview``, numpy
     array) and does not copy it: the buffer *is* that memory (a CUDA
-    tensor's GPU memory), kept alive by this process until :meth:`drop`.
+    tensor's GPU memory), kept alive by this process until `drop()`.
     Read-only memory (``bytes``) may be registered; such a buffer can be
     read but not written. Pickle the buffer
     (pass it to an endpoint) and the receiver can ``read_into`` /
@@ -92,7 +92,7 @@ class RDMABuffer:
     non-contiguous memory, ``TypeError`` for other objects,
     ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
 
-    Example::
+    Example:
 
         class Holder(Actor):
             def __init__(self):
@@ -221,7 +221,7 @@ class RDMABuffer:
         ``TimeoutError`` (after ``timeout`` seconds). Raises ``ValueError`` /
         ``TypeError`` for a bad ``dst``.
 
-        Example::
+        Example:
 
             await buf.read_into(tensor)
         """
@@ -239,13 +239,13 @@ class RDMABuffer:
         """Copy the local ``src`` into the buffer's leading bytes, when first waited for.
 
         The copy starts on the first ``get()``/``await`` of the returned future
-        (see :meth:`read_into`).
+        (see `read_into()`).
 
         ``src`` (a contiguous tensor or buffer, read-only allowed) must be no
-        larger than ``size()``. Fails like :meth:`read_into`; raises
+        larger than ``size()``. Fails like `read_into()`; raises
         ``ValueError`` for a larger ``src`` or a read-only buffer.
 
-        Example::
+        Example:
 
             buf.write_from(np.arange(10, dtype=np.int64)).get()
         """
@@ -388,14 +388,14 @@ def _check_buffer(buf: Any, role: str) -> RDMABuffer:
 class RDMAAction:
     """A batch of transfers submitted together; they run in parallel.
 
-    Build it with :meth:`read_remote` and :meth:`write_remote` (each returns
-    the action, so calls chain), then :meth:`submit`. Two operations of one
+    Build it with `read_remote()` and `write_remote()` (each returns
+    the action, so calls chain), then `submit()`. Two operations of one
     batch may not touch the same bytes where one of them writes: a local
     destination overlapping any other operation's local memory, or a write
     to a buffer another operation also uses, raises ``ValueError`` when the
     operation is added. ``submit`` can be called again to run the batch again.
 
-    Example::
+    Example:
 
         RDMAAction().read_remote(a, buf_a).write_remote(buf_b, b).submit().get()
     """
@@ -404,7 +404,7 @@ class RDMAAction:
         self._ops: list[Op] = []
 
     def read_remote(self, dst: Any, buf: RDMABuffer) -> RDMAAction:
-        """Add: copy ``buf`` into the local ``dst`` (as :meth:`RDMABuffer.read_into`)."""
+        """Add: copy ``buf`` into the local ``dst`` (as `RDMABuffer.read_into()`)."""
         buf = _check_buffer(buf, "buf")
         mem = local_memory(dst, "dst")
         _check_writable(mem, "dst", "read_remote")
@@ -416,7 +416,7 @@ class RDMAAction:
         return self._add(Op(False, buf, mem, buf._size))
 
     def write_remote(self, buf: RDMABuffer, src: Any) -> RDMAAction:
-        """Add: copy the local ``src`` into ``buf`` (as :meth:`RDMABuffer.write_from`)."""
+        """Add: copy the local ``src`` into ``buf`` (as `RDMABuffer.write_from()`)."""
         buf = _check_buffer(buf, "buf")
         mem = local_memory(src, "src")
         if mem.nbytes > buf._size:
@@ -428,11 +428,11 @@ class RDMAAction:
         return self._add(Op(True, buf, mem, mem.nbytes))
 
     def read_into(self, src: RDMABuffer, dst: Any) -> RDMAAction:
-        """Monarch's spelling of :meth:`read_remote`: read buffer ``src`` into local ``dst``."""
+        """Monarch's spelling of `read_remote()`: read buffer ``src`` into local ``dst``."""
         return self.read_remote(dst, src)
 
     def write_from(self, src: RDMABuffer, dst: Any) -> RDMAAction:
-        """Monarch's spelling of :meth:`write_remote`: write local ``dst`` into buffer ``src``."""
+        """Monarch's spelling of `write_remote()`: write local ``dst`` into buffer ``src``."""
         return self.write_remote(src, dst)
 
     def fetch_add(self, src: RDMABuffer, dst: Any, add: int) -> RDMAAction:
@@ -464,7 +464,7 @@ class RDMAAction:
     def submit(self, *, timeout: float = 60) -> Future[None]:
         """Start every operation; the future completes when all have, or fails with the first error.
 
-        Returns at once. Failures are those of :meth:`RDMABuffer.read_into`.
+        Returns at once. Failures are those of `RDMABuffer.read_into()`.
         """
         t = check_timeout(timeout)
         n = len(self._ops)

@@ -1,13 +1,13 @@
 """CUDA memory on the data plane: device tensors as buffers, CUDA IPC, pinned staging.
 
 ``RDMABuffer(t)`` for a contiguous CUDA tensor registers its device memory
-(:class:`CudaMemory`) and exports a CUDA IPC handle of its storage
+(`CudaMemory`) and exports a CUDA IPC handle of its storage
 (``UntypedStorage._share_cuda_()``, what ``torch.multiprocessing`` sends).
-Three routes move the bytes, chosen per operation::
+Three routes move the bytes, chosen per operation:
 
     direct   the owner is this process, or is on this host and its GPU is one
              this process sees (same device UUID): the peer opens the IPC handle
-             once (cached per buffer, :class:`CudaHandles`) and copies device to
+             once (cached per buffer, `CudaHandles`) and copies device to
              device (or device to host) on a side stream; no host staging.
     staged   the local side is CUDA and the owner's memory is host memory
              reached by process_vm or TCP, or the owner's GPU memory is served
@@ -69,7 +69,7 @@ SLOTS = 2  # pinned chunks per pipeline: one moving while the other is on the de
 OPEN_MAX = 64  # opened IPC handles kept per process (least recently used goes first)
 # What a peer passes to ``_new_shared_cuda`` instead of the owner's reference counter: a
 # shared memory name nothing creates, so closing the handle decrements no counter (torch's
-# deleter ignores a counter it cannot open). See :func:`release`.
+# deleter ignores a counter it cannot open). See `release()`.
 NO_COUNTER = b"/danaus-no-cuda-ipc-counter"
 
 
@@ -225,7 +225,7 @@ class CudaHandles:
         # offset, event handle, event sync required). torch counts one reference per export
         # and expects exactly one opener to return it; a buffer's one export is opened by any
         # number of peers (or none), so the owner returns it itself when the buffer is
-        # dropped (:func:`release`) and no peer touches the counter.
+        # dropped (`release()`) and no peer touches the counter.
         _, handle, size, offset, _, _, event, sync = info.ipc
         args = (index, handle, size, offset, NO_COUNTER, 0, event, sync)
         torch = _torch()
@@ -469,7 +469,7 @@ def staged_copy(
     memory: ``move(host_addr, off, k)`` moves ``k`` bytes at buffer offset ``off`` between
     the host address and the peer (a process_vm copy or a data-connection request;
     blocking; False: stopped). Pipelined through pinned slots of ``chunk_size(unit)``
-    bytes (``slots_for(local, chunk)``: :class:`_Slots` unless a test stands in for the
+    bytes (``slots_for(local, chunk)``: `_Slots` unless a test stands in for the
     GPU); False if stopped early."""
     if n == 0:
         return True

@@ -66,7 +66,7 @@ class RDMAError(RuntimeError, DanausError):
 class RDMAOwnerLostError(RDMAError, SupervisionError):
     """The process that owns the buffer died before or during the transfer.
 
-    It is both an :class:`RDMAError` and a ``SupervisionError`` (the owner's
+    It is both an [`RDMAError`][danaus.rdma.RDMAError] and a ``SupervisionError`` (the owner's
     failure is a supervision event), so either ``except`` clause catches it.
     """
 

@@ -1,9 +1,9 @@
 """Local memory: the address, length and writability of a tensor or buffer, without a copy.
 
 ``local_memory(obj, role)`` accepts a contiguous CPU or CUDA ``torch.Tensor``
-(:class:`CudaMemory`: its GPU memory, moved by ``cuda.py``) or any
+(`CudaMemory`: its GPU memory, moved by ``cuda.py``) or any
 C-contiguous object with the buffer protocol (``bytearray``, ``memoryview``,
-a numpy array, ``mmap``, ``bytes``) and returns a :class:`LocalMemory` that
+a numpy array, ``mmap``, ``bytes``) and returns a `LocalMemory` that
 keeps the object alive (and, for buffers, exported, so a ``bytearray`` cannot
 be resized and move while we hold it). torch is never imported here: a
 tensor is recognised only if the caller's program has imported torch already.

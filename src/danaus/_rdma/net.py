@@ -4,7 +4,7 @@ When a buffer's owner runs on another host, ``process_vm_readv`` cannot reach
 it, so its bytes travel over TCP. Not over the message connection: over a
 *data connection* of their own, served by threads of the data plane (never
 an actor thread, never the I/O thread), that sends straight from the
-registered memory and receives straight into the destination::
+registered memory and receives straight into the destination:
 
     requester (caller thread)                      owner
       RDMA_DATA(port, 0) ───── message conn ─────► I/O thread: start the data server once
@@ -31,7 +31,7 @@ registered memory and receives straight into the destination::
   and only a verified chunk is copied into the destination (the owner's
   registered memory for a STORE, the requester's for a FETCH): bytes altered
   on the way never become visible, and memory stays bounded however large
-  the transfer. A failed check fails the transfer with :class:`Tampered`
+  the transfer. A failed check fails the transfer with `Tampered`
   (the owner reports one on a STORE's payload with the status ``TAMPERED``);
   the verified chunks before the altered one have landed, like the bytes
   before a connection that breaks. (With TLS, TLS checks each record before
@@ -47,7 +47,7 @@ registered memory and receives straight into the destination::
   transfer fails or times out (a blocked ``recv`` returns at once), and the
   owner's data threads end when their connection does.
 
-Wire format (little-endian), after the handshake::
+Wire format (little-endian), after the handshake:
 
     request   u8 op | u64 buffer id | u64 addr | u64 size | u64 offset | u64 nbytes | tag
               (STORE: followed by the payload)

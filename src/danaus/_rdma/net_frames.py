@@ -44,7 +44,7 @@ class Closed(ConnectionError):
 
 class Tampered(AuthError):
     """A tag check failed after the handshake: bytes were altered (or injected, dropped,
-    reordered) on the way between the two ends. ``str`` starts with :data:`ALTERED`.
+    reordered) on the way between the two ends. ``str`` starts with `ALTERED`.
 
     Not a wrong secret (the handshake had succeeded), and not a lost owner.
     ``at``: the offset in the payload of the chunk that failed (None: not a payload's).
@@ -127,7 +127,7 @@ def _handshake(
     """Run the job-secret handshake on a blocking socket (as the runtime's connections do),
     all of it before ``deadline`` (``time.monotonic()``); returns the session, if any.
 
-    Raises ``TimeoutError`` past the deadline, :class:`AuthError` on a wrong answer.
+    Raises ``TimeoutError`` past the deadline, `AuthError` on a wrong answer.
     """
     if secret is None:
         return None
@@ -169,7 +169,7 @@ def _seal(session: Session | None, parts: list[Any]) -> list[Any]:
 
 
 def _verify(session: Session, head: Any, data: Any, tag: Any, what: str) -> None:
-    """Check the tag of the next frame received; :class:`Tampered` (naming ``what``) if not."""
+    """Check the tag of the next frame received; `Tampered` (naming ``what``) if not."""
     try:
         session.check(head, data, tag)
     except AuthError as e:
@@ -179,7 +179,7 @@ def _verify(session: Session, head: Any, data: Any, tag: Any, what: str) -> None
 def _check(
     sock: socket.socket, session: Session | None, head: bytes, what: str = "a frame"
 ) -> None:
-    """Read the tag that follows ``head`` and check it; :class:`Tampered` if it does not match."""
+    """Read the tag that follows ``head`` and check it; `Tampered` if it does not match."""
     if session is not None:
         _verify(session, head, b"", _recv_exact(sock, TAG), what)
 
@@ -227,7 +227,7 @@ def _recv_payload(sock: socket.socket, session: Session | None, view: memoryview
     """Receive a payload into ``view``; only verified bytes are ever written to it.
 
     With a session, each chunk and its tag land in a scratch buffer first and
-    the chunk is copied into ``view`` once its tag matches; :class:`Tampered`
+    the chunk is copied into ``view`` once its tag matches; `Tampered`
     at the first chunk that does not (``.at``: its offset; the chunks before
     it are in ``view``, it and those after are not). Without one (TLS, or no
     secret), straight into ``view``.

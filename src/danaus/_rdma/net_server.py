@@ -224,7 +224,7 @@ def _answer_device(
     offset: int,
     nbytes: int,
 ) -> bool:
-    """:func:`_answer` for a CUDA registration: the same bytes on the wire, the payload
+    """`_answer()` for a CUDA registration: the same bytes on the wire, the payload
     staged chunk by chunk through pinned host memory (a whole number of ``CHUNK``s each,
     so the tags fall where they would for host memory)."""
     mem = reg.memory

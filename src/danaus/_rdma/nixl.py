@@ -1,6 +1,6 @@
 """The NIXL backend: buffers whose bytes NVIDIA NIXL moves (UCX underneath), CPU or CUDA memory.
 
-Control and data stay apart, as everywhere in danaus::
+Control and data stay apart, as everywhere in danaus:
 
     owner                                          holder of the handle
     RDMABuffer(data): agent.register_memory         (no NIXL call until a transfer)

@@ -2,7 +2,7 @@
 
 A buffer's owner keeps ``id -> Registration`` here until ``drop()``. Other
 processes ask the owner's *runtime* (its I/O thread, never an actor thread)
-whether their handles are still good, just before each transfer::
+whether their handles are still good, just before each transfer:
 
     reader --RDMA_CHECK(ids, port, 0)--> owner   I/O thread looks the ids up
     owner  --REPLY(port, 0, [None | why, ...])--> reader
@@ -12,7 +12,7 @@ whether their handles are still good, just before each transfer::
 Across hosts the owner's data threads look the ids up here too (``net.py``,
 which also answers ``RDMA_DATA``: where its data server listens).
 
-All of it is a part of the node (:class:`BufferRegistry`): a client that
+All of it is a part of the node (`BufferRegistry`): a client that
 ends its session (``shutdown_context()``) and starts again starts with no
 registrations. Buffer ids count up from 1 on each node and are never reused,
 so a handle to a dropped buffer can never name a later one (a handle names
@@ -96,7 +96,7 @@ class BufferRegistry:
     def register(self, memory: LocalMemory, on_free: Callable[[], None] | None = None) -> int:
         """Keep ``memory`` alive and reachable under a new id; returns the id.
 
-        ``on_free()`` is called once the memory is no longer held (see :class:`Registration`).
+        ``on_free()`` is called once the memory is no longer held (see `Registration`).
         """
         with self._lock:
             buffer_id = self._next_id
@@ -132,7 +132,7 @@ class BufferRegistry:
 
         Returns ``(answers, lease, registrations)``: one ``None`` or reason per
         entry, and a lease id when every answer is ``None``. Until
-        :meth:`release` (lease), a :meth:`drop` of any of them waits and their
+        `release()` (lease), a `drop()` of any of them waits and their
         memory stays alive.
         """
         with self._lock:

@@ -1,6 +1,6 @@
 """Running transfers: check the handles with their owners, then copy on worker threads.
 
-One :class:`Transfer` runs one ``read_into`` / ``write_from`` or one
+One `Transfer` runs one ``read_into`` / ``write_from`` or one
 ``RDMAAction`` batch. Each owner's operations take one of three routes:
 this process (a memmove), another process of this host (``process_vm``), or
 a process on another host (TCP, ``net.py``)::

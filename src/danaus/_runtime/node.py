@@ -1,9 +1,9 @@
 """The node: one object per process that owns what danaus holds in it.
 
-A process's danaus is its :class:`Node`: the runtime (I/O loop, peers,
+A process's danaus is its `Node`: the runtime (I/O loop, peers,
 mailboxes), the host agent it started (client only), the settings it was
 started with, and one state object per subsystem (owned meshes, the root
-context, ...), each created on first use by :meth:`Node.part`. Subsystems are
+context, ...), each created on first use by `Node.part()`. Subsystems are
 installed on a new node by one bootstrap function (``danaus._bootstrap``, which
 lives above every layer: the package registers it in ``danaus._boothook`` and the
 node asks for it there), explicitly and in a fixed order, never by import side
@@ -11,7 +11,7 @@ effects.
 
 The client's node ends with ``shutdown_context()``; the next use starts a
 fresh one, so a client can stop and start again in the same process. A
-dashboard or debugger inspects the node through :func:`current`.
+dashboard or debugger inspects the node through `current()`.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Node:
         """The state of one subsystem on this node: ``cls()``, made on first use.
 
         A part with an ``on_node_end()`` method has it called when the client's
-        node ends (:func:`end`), before the runtime closes.
+        node ends (`end()`), before the runtime closes.
         """
         try:
             return self._parts[cls]  # type: ignore[no-any-return]

@@ -1,6 +1,6 @@
 """Supervision layer: failures become ``MeshFailure`` events delivered to the owner.
 
-Failure paths into this layer, all in the owner's process::
+Failure paths into this layer, all in the owner's process:
 
     FAILED frame from a failing actor (exception with no reply, BaseException,
         failed __init__, abort(), declined or raising __supervise__)

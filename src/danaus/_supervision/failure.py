@@ -29,7 +29,7 @@ class MeshFailure:
     gave up (compare it, or ``mesh_name``, with the meshes you own). ``log_tail``
     holds the last lines the process wrote (stdout and stderr) when it crashed,
     else is empty. ``actor`` is Monarch's name of the (first) failed actor,
-    ``<root>.<module.Class mesh{'dim': i/n}>``, when known; :meth:`report` starts
+    ``<root>.<module.Class mesh{'dim': i/n}>``, when known; `report()` starts
     with Monarch's sentence about it.
     """
 

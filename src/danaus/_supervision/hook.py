@@ -7,10 +7,10 @@ assignment: ``danaus.actor.unhandled_fault_hook = my_hook``; a hook that
 returns swallows the failure; a hook that raises ends the program like the
 default, and is not called again.
 
-The hook's queue and thread belong to the client's node (a :class:`Faults`
+The hook's queue and thread belong to the client's node (a `Faults`
 part): ending the node ends its thread once it has handled what was already
 queued, and the next node starts a thread of its own on its first failure.
-Whether the program is exiting (:func:`exit_program`) is the process's, not
+Whether the program is exiting (`exit_program()`) is the process's, not
 a node's: it ends the process, whatever node it has.
 """
 
@@ -156,7 +156,7 @@ def _current_hook() -> Any:
 class Faults:
     """The unhandled-fault hook's queue and thread on one node (``node.part(Faults)``).
 
-    The thread starts on the first failure; :meth:`on_node_end` ends it after the
+    The thread starts on the first failure; `on_node_end()` ends it after the
     failures queued before the node ended.
     """
 

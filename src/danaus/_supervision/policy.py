@@ -70,7 +70,7 @@ def checked(
     name: str,
 ) -> Backoff | None:
     """A supervisor's arguments, checked (``ValueError``/``TypeError`` naming the bad
-    one); returns its backoff as a :class:`Backoff` (or None)."""
+    one); returns its backoff as a [`Backoff`][danaus.supervisor.Backoff] (or None)."""
     if strategy not in STRATEGIES:
         raise ValueError(
             f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}"

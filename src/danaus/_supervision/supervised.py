@@ -2,7 +2,7 @@
 
 A part of the node (``node.part(Supervised)``) maps a mesh id to the function
 the supervisor watching it takes failures with. The monitor asks
-:func:`intercept` before it tells an owner; only failures of supervised meshes
+`intercept()` before it tells an owner; only failures of supervised meshes
 pay more than one dictionary lookup.
 """
 

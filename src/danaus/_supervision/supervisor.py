@@ -1,7 +1,7 @@
 """``Supervisor``: OTP's restart strategies over actor meshes (``danaus.supervisor``).
 
 A supervisor spawns its children (actor meshes) and restarts the ranks that
-fail, instead of telling their owner::
+fail, instead of telling their owner:
 
     failure of mesh[r] (FAILED frame, or its proc lost)     I/O thread
         -> monitor asks supervised.intercept(): ours         the ranks the strategy
@@ -74,7 +74,7 @@ class Supervisor:
     child (all its ranks) and every child spawned after it. More than
     ``max_restarts`` restarts within ``period`` seconds and the supervisor
     stops its children and gives up: its owner (the actor that made it, or the
-    client) gets a ``MeshFailure`` saying so. ``backoff``: a :class:`Backoff`
+    client) gets a ``MeshFailure`` saying so. ``backoff``: a [`Backoff`][danaus.supervisor.Backoff]
     or ``(initial, cap)`` seconds to wait before each restart, doubling.
     ``spare_hosts``: a ``HostMesh`` whose hosts take the ranks of a host that
     is gone. ``name`` names it in failures, logs and ``danaus top``.

@@ -6,7 +6,7 @@
 Monarch, so autograd's backward pass, which torch may run on another
 thread, sees the same mesh. While any activation is open on a thread, a
 ``TorchDispatchMode`` routes every torch op of that thread (factories
-included) to :func:`danaus._tensor.tensor.dispatch`. The stack is part of
+included) to `danaus._tensor.tensor.dispatch()`. The stack is part of
 the client's tensor-engine state (``client.ClientState``, a part of its
 node; ``client.active_mesh()`` reads it, for the modules below this one),
 so a new session starts with none. Whether a thread has our mode is

@@ -177,7 +177,7 @@ def grad_generator(
     and reduce each gradient as it comes. A root without an incoming gradient
     gets ones of its shape; a tensor the roots do not depend on gets ``None``.
     The backward ops are all issued at the first ``next()`` (see
-    :class:`GradientGenerator`, which this builds); the client does not wait
+    `GradientGenerator`, which this builds); the client does not wait
     for them, and the gradients' reductions follow them on the workers.
     """
     roots_list = [roots] if isinstance(roots, torch.Tensor) else list(roots)
@@ -241,7 +241,7 @@ def _rebuild(parts: tuple[Any, ...], values: list[Any]) -> Any:
 
 
 class GradFunction(torch.autograd.Function):
-    """The autograd function behind :func:`grad_function`.
+    """The autograd function behind `grad_function()`.
 
     ``forward(ctx, fn, *args)`` runs ``fn(*args)``, which returns ``(result,
     backward)``; the values ``backward``'s closure holds are kept (its tensors
@@ -299,7 +299,7 @@ def grad_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     returns the gradient of each tensor argument (a tuple when there are
     several, ``None`` for one that needs none). The tensors ``backward`` refers
     to are saved as autograd saves tensors. Keyword arguments are passed to
-    ``fn`` as they are; tensors that need gradients go positionally::
+    ``fn`` as they are; tensors that need gradients go positionally:
 
         @grad_function
         def scaled_square(x):

@@ -4,7 +4,7 @@ CPU shards use gloo. CUDA shards use NCCL when every member has a GPU of its
 own; NCCL refuses a communicator in which two ranks share a device ("invalid
 usage"), which is what several procs on one GPU give (a test mesh on a
 one-GPU machine, or procs packed onto fewer GPUs). Those members get a gloo
-group instead, wrapped by :class:`StagedGroup`, which stages CUDA tensors
+group instead, wrapped by `StagedGroup`, which stages CUDA tensors
 through host memory: correct everywhere, slower than NCCL.
 """
 
@@ -37,7 +37,7 @@ def new_group(
     """Member ``index`` of a new ``size``-member group over ``store`` for ``device``.
 
     On CUDA the members first swap their GPU's identity through the store (one
-    round, at the group's creation): NCCL when all differ, a :class:`StagedGroup`
+    round, at the group's creation): NCCL when all differ, a `StagedGroup`
     otherwise.
     """
     _bind_sockets()

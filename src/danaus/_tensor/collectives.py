@@ -128,7 +128,7 @@ def reduce_tensor(
     mesh: ProcMesh | None = None,
     inplace: bool = False,
 ) -> Tensor:
-    """One tensor's collective; see :func:`reduce`. Never blocks."""
+    """One tensor's collective; see `reduce()`. Never blocks."""
     dims, out_shape = _validate(t, dims, reduction, scatter, mesh, inplace)
     tm = t._mesh
     engine = engine_for(tm)
@@ -213,7 +213,8 @@ def reduce_(
     scatter: bool = False,
     mesh: ProcMesh | None = None,
 ) -> Any:
-    """In-place :func:`reduce`: each tensor is overwritten with its result. Never blocks."""
+    """In-place `reduce()`: each tensor is overwritten with its result. Never
+    blocks."""
     return reduce(tensors, dims, reduction, scatter, mesh, _inplace=True)
 
 

@@ -114,7 +114,7 @@ def fetch_shard(obj: Any, shard: dict[str, int] | None = None, **coords: int) ->
 def inspect(obj: Any, shard: dict[str, int] | None = None, **coords: int) -> Any:
     """The value of ``obj`` on one proc (``fetch_shard(...).result()``). Blocks.
 
-    Raises what :func:`fetch_shard`'s future raises.
+    Raises what `fetch_shard()`'s future raises.
     """
     return fetch_shard(obj, shard, **coords).result()
 

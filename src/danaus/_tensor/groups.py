@@ -1,14 +1,14 @@
 """``ProcMesh.process_group(dims)``: a torch.distributed process group for remote functions.
 
-The client holds a :class:`RemoteProcessGroup`, a handle naming mesh
+The client holds a [`RemoteProcessGroup`][danaus.RemoteProcessGroup], a handle naming mesh
 dimensions. Passed to a ``remote`` function, it travels as a
-:class:`~danaus._tensor.messages.GroupArg` (the groups of global ranks,
+`GroupArg` (the groups of global ranks,
 split as ``reduce`` splits them: the procs that agree on every dimension not
 named), and each worker hands the function a real ``torch.distributed``
 ``ProcessGroup`` of its group (gloo on CPU, NCCL for CUDA workers), so
 ``torch.distributed.all_reduce(t, group=pg)`` works inside it. On the client,
 where ``propagate`` computes result shapes, the function gets a
-:class:`DummyProcessGroup` of the same size whose collectives do nothing.
+`DummyProcessGroup` of the same size whose collectives do nothing.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class RemoteProcessGroup:
 
     @property
     def dropped(self) -> bool:
-        """Whether :meth:`drop` was called."""
+        """Whether `drop()` was called."""
         return self._dropped
 
     def _wire(self) -> GroupArg:
@@ -124,12 +124,12 @@ class RemoteProcessGroup:
 
 
 def process_group(mesh: ProcMesh, dims: str | Sequence[str]) -> RemoteProcessGroup:
-    """``mesh.process_group(dims)``: see :class:`RemoteProcessGroup`."""
+    """``mesh.process_group(dims)``: see [`RemoteProcessGroup`][danaus.RemoteProcessGroup]."""
     return RemoteProcessGroup(dims, mesh)
 
 
 class _DoneWork:
-    """The finished work of a :class:`DummyProcessGroup`'s collective."""
+    """The finished work of a `DummyProcessGroup`'s collective."""
 
     def __init__(self, result: Any) -> None:
         self._result = result
@@ -163,7 +163,7 @@ class DummyProcessGroup(dist.ProcessGroup):
     finished work, so ``torch.distributed.all_reduce(t, group=pg)`` on meta
     tensors leaves them as they are. ``ranks``: the global ranks of the group
     it stands for, which ``src=`` arguments name (known to torch while
-    ``propagate`` runs: see :func:`dummy_for`).
+    ``propagate`` runs: see `dummy_for()`).
     """
 
     def __init__(self, dims: tuple[str, ...], size: int, ranks: tuple[int, ...] = ()) -> None:
@@ -197,8 +197,9 @@ class DummyProcessGroup(dist.ProcessGroup):
 
 
 def dummy_for(x: Any) -> Any:
-    """A :class:`DummyProcessGroup` for a :class:`RemoteProcessGroup` (standing for its
-    first group, whose global ranks torch knows until :func:`forget_dummy`), anything
+    """A `DummyProcessGroup` for a [`RemoteProcessGroup`][danaus.RemoteProcessGroup] (standing for
+    its
+    first group, whose global ranks torch knows until `forget_dummy()`), anything
     else as is."""
     if isinstance(x, RemoteProcessGroup):
         dummy = DummyProcessGroup(x.dims, x.size(), x._groups[0])
@@ -208,6 +209,6 @@ def dummy_for(x: Any) -> Any:
 
 
 def forget_dummy(x: Any) -> None:
-    """Undo what :func:`dummy_for` told torch, for a dummy it made (anything else: nothing)."""
+    """Undo what `dummy_for()` told torch, for a dummy it made (anything else: nothing)."""
     if type(x) is DummyProcessGroup:
         unregister_group_ranks(x)

@@ -51,7 +51,7 @@ class MeshSliceTensor:
         return self._mesh
 
     def to_mesh(self, mesh: ProcMesh) -> Tensor:
-        """Copy the slice's shards to ``mesh``; see :func:`to_mesh`. Never blocks."""
+        """Copy the slice's shards to ``mesh``; see `to_mesh()`. Never blocks."""
         return _between(self._tensor, self._mesh, mesh)
 
     def __repr__(self) -> str:
@@ -116,7 +116,7 @@ def _between(t: Tensor, src: Any, dst: Any) -> Tensor:
 
 
 def to_mesh_tensor(t: Any, mesh: ProcMesh) -> Tensor:
-    """One tensor's :func:`to_mesh`. Never blocks."""
+    """One tensor's `to_mesh()`. Never blocks."""
     if isinstance(t, MeshSliceTensor):
         return t.to_mesh(mesh)
     if not isinstance(t, Tensor):
@@ -126,7 +126,8 @@ def to_mesh_tensor(t: Any, mesh: ProcMesh) -> Tensor:
 
 
 def slice_mesh_tensor(t: Tensor, **coords: Any) -> MeshSliceTensor:
-    """``t`` seen on ``t.mesh.slice(**coords)``; see :func:`slice_mesh`. Never blocks."""
+    """``t`` seen on ``t.mesh.slice(**coords)``; see [`slice_mesh()`][danaus.slice_mesh]. Never
+    blocks."""
     return MeshSliceTensor(t, t._mesh.slice(**coords))
 
 

@@ -96,7 +96,8 @@ def new_handles(
 
 
 class Remote:
-    """A function that runs on every proc of the active mesh. Made by :func:`remote`."""
+    """A function that runs on every proc of the active mesh. Made by
+    `remote()`."""
 
     def __init__(self, fn: Any, propagate: Any) -> None:
         resolvable_function(fn)  # ValueError now for a target no resolver takes

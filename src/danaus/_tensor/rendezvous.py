@@ -8,7 +8,7 @@ groups. The rendezvous here opens no port at all: its keys live in an actor
 ``actor_store``) sends it one call per operation, over danaus's own
 connections: Unix sockets in the user's private directory on one host,
 TCP authenticated with the job secret (and TLS where configured) across
-hosts. Only the job can reach it, as it can reach any of its actors::
+hosts. Only the job can reach it, as it can reach any of its actors:
 
     member proc (gloo, NCCL)                       the owner's proc
       PrefixStore ─▶ ActorStore.get(k) ── call ──▶ RendezvousStore.get(k, timeout)

@@ -14,7 +14,7 @@ the client, at the op.
 
 As in Monarch (``StorageAliases`` in ``monarch/common/borrows.py``), the
 rules hold per *storage*, not per handle: a tensor and every view of it on
-its stream share one :class:`Storage`, so borrowing a view (``x[0]``) locks
+its stream share one `Storage`, so borrowing a view (``x[0]``) locks
 ``x`` and its other views too, and a borrowed tensor is a new storage on the
 borrowing stream whose views all end when the borrow is dropped.
 """

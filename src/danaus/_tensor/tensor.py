@@ -2,7 +2,7 @@
 
 A ``Tensor`` is a torch wrapper subclass with no storage: its sizes, dtype
 and device are real, its values live on the workers (``ref`` names them).
-Every torch op that reaches :func:`dispatch` (through the active mesh's
+Every torch op that reaches `dispatch()` (through the active mesh's
 dispatch mode or the subclass's ``__torch_dispatch__``) is first run on
 meta tensors here, so a shape or dtype error raises on the client, at the
 op, before anything is sent; then the op is sent to the mesh's workers and
@@ -171,12 +171,14 @@ class Tensor(torch.Tensor):
         mesh: ProcMesh | None = None,
         _inplace: bool = False,
     ) -> Tensor:
-        """Collective over mesh dimensions ``dims``; see :func:`danaus.reduce`. Never blocks."""
+        """Collective over mesh dimensions ``dims``; see `danaus.reduce()`. Never
+        blocks."""
         out: Tensor = _METHODS["reduce"](self, dims, reduction, scatter, mesh, _inplace)
         return out
 
     def to_mesh(self, mesh: ProcMesh) -> Tensor:
-        """This tensor's values on ``mesh``; see :func:`danaus.to_mesh`. Never blocks."""
+        """This tensor's values on ``mesh``; see `danaus.to_mesh()`. Never
+        blocks."""
         out: Tensor = _METHODS["to_mesh"](self, mesh)
         return out
 
@@ -187,7 +189,7 @@ class Tensor(torch.Tensor):
     def reduce_(
         self, dims: Any, reduction: str = "sum", scatter: bool = False, mesh: ProcMesh | None = None
     ) -> Tensor:
-        """In-place :meth:`reduce`: the result overwrites this tensor. Never blocks."""
+        """In-place `reduce()`: the result overwrites this tensor. Never blocks."""
         out: Tensor = _METHODS["reduce"](self, dims, reduction, scatter, mesh, True)
         return out
 

@@ -98,7 +98,7 @@ def _start_agreement(w: Worker, pg: Any, failure: Failure | None) -> Any:
 
 
 def _finish_agreement(started: Any, failure: Failure | None, name: str) -> Any:
-    """Wait for :meth:`_start_agreement`; the failure of some member, or ``None``."""
+    """Wait for `_start_agreement()`; the failure of some member, or ``None``."""
     if started is None:
         return failure
     work, flag = started

@@ -2,7 +2,7 @@
 
 Both ends prove they know the job secret without sending it (HMAC-SHA256
 over fresh random nonces), so no frame from an unauthenticated peer is ever
-decoded, let alone unpickled::
+decoded, let alone unpickled:
 
     server -> client   MAGIC | nonce_s                          (36 bytes)
     client -> server   HMAC(secret, "c" | nonce_s) | nonce_c    (64 bytes)
@@ -13,7 +13,7 @@ bounds the time) closes the connection.
 
 The handshake alone would authenticate only itself: an on-path attacker could
 relay it between two honest ends and then inject frames. So both ends derive
-a :class:`Session` from the secret and both nonces, one key per direction::
+a `Session` from the secret and both nonces, one key per direction:
 
     prk      = HMAC(secret, "danaus-session-v1" | nonce_s | nonce_c)
     k_c2s    = HMAC(prk, "client->server")      k_s2c = HMAC(prk, "server->client")
@@ -103,7 +103,7 @@ class Handshake:
         ]
 
     def feed(self, data: bytes) -> bytes:
-        """Consume exactly ``want()`` bytes; return bytes to send. Raises :class:`AuthError`."""
+        """Consume exactly ``want()`` bytes; return bytes to send. Raises `AuthError`."""
         if len(data) != self.want():
             raise AuthError(f"handshake step of {len(data)} bytes, expected {self.want()}")
         if self._state == "challenge":
@@ -166,7 +166,7 @@ class Session:
         return m.digest()
 
     def check(self, prefix: bytes, frame: memoryview, tag: memoryview) -> None:
-        """Verify the next frame received; :class:`AuthError` if it was not sealed for us."""
+        """Verify the next frame received; `AuthError` if it was not sealed for us."""
         m = self._recv.copy()
         m.update(self._recv_seq.to_bytes(8, "little"))
         m.update(prefix)

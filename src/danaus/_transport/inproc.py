@@ -1,8 +1,8 @@
 """In-process connections: procs that are objects in one Python process.
 
 An address entry ``inproc:NAME`` names a runtime of this process that
-listens on a :class:`Network` the dialler shares (``Network.listen``). A
-connection to it is a pair of :class:`InprocConnection` objects, one on each
+listens on a `Network` the dialler shares (``Network.listen``). A
+connection to it is a pair of `InprocConnection` objects, one on each
 runtime's event loop (several runtimes may share one loop). Each frame is
 encoded by the sender and decoded by the receiver, as on a socket, and handed
 over in order with ``call_soon``, so per-connection FIFO, the frame format and
@@ -116,7 +116,7 @@ def _hand_over(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: A
 
 class InprocConnection:
     """One end of an in-process connection; the interface of ``_transport.conn.Connection``
-    that a runtime uses. Create with :meth:`Network.connect`; use from any thread."""
+    that a runtime uses. Create with `Network.connect()`; use from any thread."""
 
     tcp = None  # neither TCP nor a Unix socket: a runtime's heartbeat leaves it alone
     tls = False
@@ -198,7 +198,7 @@ class InprocConnection:
         """Backpressure on an in-process connection: nothing to stop (see ``paused``)."""
 
     def resume(self, who: Hashable) -> None:
-        """Undo :meth:`pause` (a no-op, as it is)."""
+        """Undo `pause()` (a no-op, as it is)."""
 
     def want_drain(self, low: int) -> None:
         """A sender waits for the backlog to drain: it is always empty here."""

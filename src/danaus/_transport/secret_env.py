@@ -2,9 +2,9 @@
 
 ``$DANAUS_SECRET`` is one way a user hands the secret to a client or a worker.
 What danaus starts never gets it that way: a child's environment is built by
-:func:`environ_without_secret`, and the secret goes on a pipe, stdin or a
+`environ_without_secret()`, and the secret goes on a pipe, stdin or a
 private file instead. A process that did receive it (a worker the user started
-with ``DANAUS_SECRET=... danaus worker``) calls :func:`forget_environ_secret`
+with ``DANAUS_SECRET=... danaus worker``) calls `forget_environ_secret()`
 once it holds the secret in memory, before it forks: removing the variable
 from ``os.environ`` is not enough, since ``/proc/PID/environ`` shows the block
 the process was *started* with (and a forked child inherits that block), so

@@ -1,6 +1,6 @@
 """What the transport layer holds for a runtime: one owner for it.
 
-A :class:`Transport` holds the write batches of the runtime's connections
+A `Transport` holds the write batches of the runtime's connections
 (``conn.Batching``: which connections hold frames for a batched write, and the
 epoch that a thread starting to wait advances) and the in-process network
 its ``inproc:NAME`` listeners are on (``inproc.Network``). The runtime makes

@@ -5,7 +5,7 @@ host, and by the data plane (``danaus.rdma``).
 
 The kernel copies straight between the two address spaces (one copy, no
 socket, nothing runs in the other process). A call moves at most about
-2 GiB and may stop short (a fault part-way), so :func:`copy` moves a range
+2 GiB and may stop short (a fault part-way), so `copy()` moves a range
 in chunks and loops on partial transfers; between chunks it asks ``stop()``
 so an abandoned transfer (timed out, or its batch failed) ends soon.
 
@@ -13,7 +13,7 @@ Permission: the kernel allows it when the caller may ptrace the other
 process (same user and dumpable, or ``CAP_SYS_PTRACE``), and under Yama's
 ``ptrace_scope=1`` only towards descendants or processes that declared the
 caller (or one of its ancestors) with ``PR_SET_PTRACER``;
-:func:`allow_peers` makes that declaration in a buffer's owner.
+`allow_peers()` makes that declaration in a buffer's owner.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def ptrace_scope() -> int | None:
 
 @functools.lru_cache(maxsize=1)
 def host_key() -> str:
-    """Names this kernel and pid namespace: two processes with equal keys can use :func:`copy`.
+    """Names this kernel and pid namespace: two processes with equal keys can use `copy()`.
 
     Computed before any fork that matters (the zygote's children inherit the cache,
     which is right: they share its kernel and pid namespace).

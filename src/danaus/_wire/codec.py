@@ -212,7 +212,7 @@ def dumps_checked(obj: object, what: str) -> tuple[bytes, list[pickle.PickleBuff
 
 
 def loads(body: bytes | memoryview, buffers: list[Any] | tuple[Any, ...] = ()) -> Any:
-    """Unpickle a body produced by :func:`dumps`.
+    """Unpickle a body produced by `dumps()`.
 
     Replies are unpickled on the thread that reads them, which may have torch
     dispatch modes on (an active mesh of the tensor engine): they must not

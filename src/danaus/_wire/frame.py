@@ -122,7 +122,7 @@ def flat(b: ReadableBuffer) -> bytes | memoryview:
 
 def decode_frame(data: bytes | bytearray | memoryview) -> Frame:
     """The one frame ``data`` holds (as ``encode_frame`` wrote it, length prefix
-    included); :class:`FrameError` if it is not exactly one well-formed frame."""
+    included); `FrameError` if it is not exactly one well-formed frame."""
     view = memoryview(data)
     if len(view) < 8 or _LEN.unpack_from(view, 0)[0] != len(view) - 8:
         raise FrameError(f"not one whole frame: {len(view)} bytes")
@@ -350,7 +350,7 @@ recv_pool = WarmPool(lambda: config.get("recv_pool"))
 class FrameDecoder:
     """Incremental decoder. Call ``buffer()``, read into it, then ``feed(n)``.
 
-    Raises :class:`FrameError` on malformed input; the caller closes the connection.
+    Raises `FrameError` on malformed input; the caller closes the connection.
 
     With ``trailer`` > 0 every frame is followed by that many bytes (an
     authentication tag), and ``check(prefix, frame, trailer)`` runs on each

@@ -108,7 +108,8 @@ class ProcId(NamedTuple):
     # (its address says where it listens), so its uid is the singleton of that name.
     @property
     def uid(self) -> Uid:
-        """The proc's identity as a :class:`Uid`: the singleton named by the proc's name."""
+        """The proc's identity as a [`Uid`][danaus.actor.Uid]: the singleton named by the proc's
+        name."""
         return Uid.singleton(self.name)
 
     @property

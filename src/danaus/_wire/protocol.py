@@ -1,23 +1,23 @@
 """The message protocol: one table of frame kinds, each with a typed header.
 
 Every frame's header travels as a plain tuple ``(kind, *fields)`` of builtins
-only (pickled by :func:`danaus._wire.frame.encode_frame` and unpickled with a
+only (pickled by `danaus._wire.frame.encode_frame()` and unpickled with a
 restricted unpickler that resolves no class at all): the ids
-(``ProcId``, ``PortId``, ``ActorId``) travel as plain tuples. :func:`wire`
-turns a typed header into that tuple, and :func:`decode` turns a received
-tuple back into a :class:`Message` with the typed header (ids rebuilt),
+(``ProcId``, ``PortId``, ``ActorId``) travel as plain tuples. `wire()`
+turns a typed header into that tuple, and `decode()` turns a received
+tuple back into a `Message` with the typed header (ids rebuilt),
 refusing an unknown kind, a header of the wrong length or a malformed id
-with :class:`ProtocolError`
+with `ProtocolError`
 (the connection it came on is closed; nothing else is affected).
 
 Each header type serves exactly one kind (``kind_of``); the kind numbers are part of
 the wire format and never change meaning. Kinds a release adds get new
-numbers, and :data:`PROTOCOL_VERSION` changes whenever a header changes, so
+numbers, and `PROTOCOL_VERSION` changes whenever a header changes, so
 peers of different releases refuse each other in ``HELLO`` with an error
 that names both versions instead of misreading each other's frames.
 
 Flow of a connection (the connecting side speaks first). One connection
-carries both directions between two procs::
+carries both directions between two procs:
 
     connector                                 acceptor
        |-- HELLO(proc, version, offload) ------>|  version differs:
@@ -343,16 +343,16 @@ _I32 = struct.Struct("<i")
 
 
 class CallTemplate:
-    """The pickle of ``wire(header)`` for a :class:`Call`, as two halves around its
+    """The pickle of ``wire(header)`` for a `Call`, as two halves around its
     reply port's number.
 
     The calls of an endpoint to one rank and slot, from one sender and chain,
     differ only in that number, so a sender builds a template once and makes
-    each call's header bytes with :meth:`pickled` (two joins, no pickling):
+    each call's header bytes with `pickled()` (two joins, no pickling):
     the receiver decodes them exactly as those of ``encode_frame(wire(header))``.
 
     The template pickles ``header`` with its port number replaced by
-    :data:`CALL_TEMPLATE_PORT_LIMIT` and splits the bytes around that number's
+    `CALL_TEMPLATE_PORT_LIMIT` and splits the bytes around that number's
     4 bytes. ``ValueError`` when ``header`` has no reply port, when the mark is
     not found exactly once (another field pickles the same bytes), or when a
     header made from the template does not unpickle to the original.
@@ -381,7 +381,7 @@ class CallTemplate:
 
 
 def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
-    """``(kind, typed header)`` of a wire tuple; :class:`ProtocolError` if it is not one."""
+    """``(kind, typed header)`` of a wire tuple; `ProtocolError` if it is not one."""
     kind = raw[0]
     rebuild = _REBUILD.get(kind) if type(kind) is int else None
     if rebuild is None:
@@ -400,6 +400,6 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
 
 
 def decode(frame: Frame) -> Message:
-    """The :class:`Message` a received frame carries; raises :class:`ProtocolError`."""
+    """The `Message` a received frame carries; raises `ProtocolError`."""
     kind, header = decode_header(frame.header)
     return _tn(Message, (kind, header, frame[1], frame[2]))

@@ -1,6 +1,6 @@
 """``danaus.actor``: actors, meshes, adverbs, futures and context — Monarch's ``monarch.actor``.
 
-Example::
+Example:
 
     from danaus.actor import Actor, endpoint, this_host
 

@@ -1,6 +1,7 @@
 """``danaus.actor.concurrent``: Monarch's ``monarch.actor.concurrent`` module path.
 
-It holds :func:`concurrent_endpoint` (also in ``danaus.actor``): an async endpoint
+It holds [`concurrent_endpoint()`][danaus.actor.concurrent_endpoint] (also in ``danaus.actor``): an
+async endpoint
 whose body runs as a task of the actor's event loop, so the actor takes its next
 message while the body awaits.
 """

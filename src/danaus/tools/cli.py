@@ -7,7 +7,7 @@ each subcommand Monarch's ``args.func(args)``; ``apply``, ``exec`` and ``shell``
 through this module's ``apply_job``, ``exec_on_job`` and ``shell_on_job``, as
 Monarch's do. A non-zero exit code ends the process (``SystemExit``).
 
-Example::
+Example:
 
     from danaus.tools.cli import main
 

@@ -7,7 +7,7 @@ name)`` applies and saves it, its handle is ``danaus:///NAME``; ``info``,
 commands. See ``docs/jobs.md`` and, for what differs from Monarch (no TorchX),
 ``docs/monarch-differences.md``.
 
-Example::
+Example:
 
     from danaus.tools.commands import exec_on_job
 

@@ -27,7 +27,7 @@ class Actor:
     ``__cleanup__(self, exc)`` (runs when the actor stops). Both may be sync or
     async, matching the endpoints.
 
-    Example::
+    Example:
 
         class Counter(Actor):
             def __init__(self, start: int):

@@ -52,7 +52,7 @@ class Endpoint(Generic[P, R]):
     of ``Future[R]``, and a type checker flags arguments that do not fit ``P``
     (at run time they raise ``TypeError`` before anything is sent).
 
-    It is a :class:`~danaus._actor.api.route.Method` (what its messages name)
+    It is a `Method` (what its messages name)
     and its mesh's route; each adverb is one call into the route.
     """
 

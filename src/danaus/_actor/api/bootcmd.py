@@ -51,7 +51,7 @@ class BootstrapCommand:
     ``arg0`` neither ``str`` nor ``None``, ``args`` not a list of ``str`` or an
     ``env`` not a dict of ``str`` to ``str``.
 
-    Example::
+    Example:
 
         cmd = default_bootstrap_cmd().with_env({"CUDA_VISIBLE_DEVICES": "3"})
         argv = ["--cpunodebind=0", cmd.program, *cmd.args]

@@ -2,7 +2,7 @@
 
 The client's source directories are copied to every host of a mesh, under the
 host's workspace root (the setting ``workspace_dir``), so that a user edits
-locally and reruns without a shared file system::
+locally and reruns without a shared file system:
 
     client                                  each host (one code-sync proc)
       hash every file of each directory

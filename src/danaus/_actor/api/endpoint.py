@@ -1,10 +1,10 @@
-"""``@endpoint``: marks the methods of an :class:`Actor` that meshes can message.
+"""``@endpoint``: marks the methods of an [`Actor`][danaus.actor.Actor] that meshes can message.
 
 On an actor instance an endpoint is an ordinary bound method; on an actor
-mesh it becomes an :class:`~danaus._actor.api.adverbs.Endpoint` with the adverbs
+mesh it becomes an `Endpoint` with the adverbs
 ``call``, ``call_one``, ``choose``, ``stream`` and ``broadcast``. What the
 decorators leave on the class is the actor core's descriptor
-(``danaus._actor.core.endpoints.EndpointProperty``) as :class:`EndpointDescriptor`,
+(``danaus._actor.core.endpoints.EndpointProperty``) as `EndpointDescriptor`,
 which adds only its type: ``Endpoint[P, R]`` on a mesh, where ``P`` are the
 method's parameters and ``R`` its result, so a type checker sees
 ``mesh.method.call_one(x)`` as a ``Future[R]`` and flags a wrong argument.
@@ -40,10 +40,10 @@ _E = TypeVar("_E", bound="EndpointDescriptor[Any, Any]")
 class EndpointDescriptor(EndpointProperty, Generic[P, R]):
     """What ``@endpoint`` puts on an actor class, as a type checker sees it.
 
-    The same descriptor as the core's :class:`EndpointProperty` at run time;
+    The same descriptor as the core's `EndpointProperty` at run time;
     its only addition is the type of an access: on the class, the descriptor
     itself; on an actor mesh (whose static type is the actor class, as
-    ``spawn`` returns it), an :class:`Endpoint` ``[P, R]``, so that
+    ``spawn`` returns it), an [`Endpoint`][danaus.actor.Endpoint] ``[P, R]``, so that
     ``mesh.method.call_one(x)`` is a ``Future[R]`` and a wrong argument is a
     type error. On the actor itself (``self.method`` inside the actor) the
     access gives the bound method at run time, which the type checker sees as
@@ -176,7 +176,7 @@ def endpoint(
     (``danaus.actor.span``; the caller's context still reaches what it does).
     Raises ``ValueError``/``TypeError`` for other values.
 
-    Example::
+    Example:
 
         class Counter(Actor):
             @endpoint

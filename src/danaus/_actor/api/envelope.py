@@ -1,8 +1,8 @@
 """What an actor mesh's messages carry: the endpoint they name, their headers, the arguments.
 
-:class:`Method` is an endpoint as its messages name it; :class:`Headers` builds
+`Method` is an endpoint as its messages name it; `Headers` builds
 every ``Call`` and ``Cast`` header an actor mesh sends (stops included), the
-one place that fills them in; :func:`encode_args` binds and pickles a call's
+one place that fills them in; `encode_args()` binds and pickles a call's
 arguments. Used by the routes (``route.py``).
 """
 

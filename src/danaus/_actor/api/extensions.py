@@ -4,7 +4,7 @@
 tensor engine, and the first spawn with ``DANAUS_DASHBOARD=1`` starts the
 dashboard; both live in higher layers (the engine needs torch, an optional
 extra), so this layer never imports them. The bootstrap, above every layer,
-fills in an :class:`Extensions` part on each node it installs.
+fills in an `Extensions` part on each node it installs.
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def attach(addr: str) -> None:
     client already bootstrapped or the worker cannot be reached or refuses,
     ``ValueError`` for an address that is not ``tcp://HOST:PORT``.
 
-    Example::
+    Example:
 
         attach("tcp://10.0.0.2:26600")
         hosts = attach_to_workers(workers=["tcp://10.0.0.2:26600", "tcp://10.0.0.3:26600"])
@@ -207,7 +207,7 @@ def attach_to_workers(
     ``private_key`` (TLS keys come from ``DANAUS_TLS_KEY``), ``RuntimeError``
     after ``enable_transport("ipc")``.
 
-    Example::
+    Example:
 
         hosts = attach_to_workers(workers=["tcp://10.0.0.2:26600", "tcp://10.0.0.3:26600"])
         procs = hosts.spawn_procs(per_host={"gpus": 8})

@@ -69,7 +69,8 @@ def proc_mesh(
 
 
 def local_proc_mesh(*, gpus: int | None = None, hosts: int = 1) -> ProcMesh:
-    """Deprecated: like :func:`proc_mesh`, on this host. Warns ``DeprecationWarning``.
+    """Deprecated: like [`proc_mesh()`][danaus.actor.proc_mesh], on this host. Warns
+    ``DeprecationWarning``.
 
     Monarch ran these procs in one process ("fake in-process host"); danaus
     spawns real processes, which behave the same from the program's side.

@@ -77,7 +77,7 @@ class _ProcState:
 
 
 class ProcMesh(MeshTrait):
-    """A mesh of procs (one OS process each). Spawn actors on it with :meth:`spawn`."""
+    """A mesh of procs (one OS process each). Spawn actors on it with `spawn()`."""
 
     def __init__(
         self,
@@ -303,11 +303,11 @@ class ProcMesh(MeshTrait):
         return tensor_engine().mesh_ranks(self)
 
     def rank_tensor(self, dim: Any) -> Any:
-        """Monarch's name for :meth:`rank`."""
+        """Monarch's name for `rank()`."""
         return self.rank(dim)
 
     def rank_tensors(self) -> Any:
-        """Monarch's name for :attr:`ranks`."""
+        """Monarch's name for `ranks`."""
         return self.ranks
 
     def process_group(self, dims: Any) -> Any:

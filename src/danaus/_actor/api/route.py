@@ -1,20 +1,20 @@
 """A mesh's send route: how every message from this process to one actor mesh travels.
 
-An :class:`~danaus._actor.api.mesh.ActorMesh` owns one route, made when its
-first endpoint is used and never changed: a :class:`DirectRoute` writes one
-``CALL`` frame per actor; a :class:`TreeRoute` sends one ``CAST`` down the
+An `ActorMesh` owns one route, made when its
+first endpoint is used and never changed: a `DirectRoute` writes one
+``CALL`` frame per actor; a `TreeRoute` sends one ``CAST`` down the
 mesh's cast tree (``danaus._runtime.messaging.tree``), for meshes of at least
 ``tree_min_ranks`` actors, one per proc. Which of the two is decided once per
 mesh (shared by its slices, and by the runtime for other copies of the mesh,
 so one mesh's messages never take two paths and FIFO holds per destination).
 
-An :class:`~danaus._actor.api.adverbs.Endpoint` is a :class:`Method` (what its
+An `Endpoint` is a `Method` (what its
 messages name) and a route: each adverb is one call into the route. The
 route holds what it sends with (the runtime of the node the mesh belongs to)
 and what it sends to (the mesh's reference, shape and shared state), so an
 endpoint never reads the mesh.
 
-Headers: a :class:`~danaus._actor.api.envelope.Headers` per route builds every
+Headers: a `Headers` per route builds every
 ``Call`` and ``Cast`` header an actor mesh sends (stops included); nothing else
 builds them by position.
 """

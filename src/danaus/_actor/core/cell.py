@@ -13,17 +13,17 @@ message from the spawner.
 
 The cell is made of parts, each with one concern, that share no fields:
 
-- its :class:`~danaus._actor.core.inbox.Inbox`: the order items run in,
+- its `Inbox`: the order items run in,
   backpressure on what brings them, deadlock refusals while the actor waits,
   and draining at the stop;
 - the invoke step (``invoke.py``): a call decoded into an ``Invocation`` runs
   the endpoint's body and yields an ``Outcome`` (value, or exception), which
   the cell settles: it replies, or answers or fails on the exception;
-- its :class:`~danaus._actor.core.failing.Fate`: whether and why it failed,
+- its `Fate`: whether and why it failed,
   and telling its callers and its owner;
-- its :class:`~danaus._actor.core.hooks.Hooks`: the actor's
+- its `Hooks`: the actor's
   ``__supervise__``, ``_handle_undeliverable_message`` and ``__cleanup__``;
-- its :class:`~danaus._actor.core.measure.Meter`: endpoint metrics, the
+- its `Meter`: endpoint metrics, the
   messages table's rows and spans.
 
 The cell itself holds the actor's identity and instance, runs the loop, and
@@ -167,7 +167,7 @@ class ActorCell:
     def fail(
         self, reason: str, tb: str, exc: BaseException | None = None, origin: str = ""
     ) -> None:
-        """Fail the actor (any thread): :meth:`Fate.fail <failing.Fate.fail>`."""
+        """Fail the actor (any thread): `Fate.fail <failing.Fate.fail>()`."""
         self.fate.fail(reason, tb, exc, origin)
 
     def own_port(self, port: int) -> None:

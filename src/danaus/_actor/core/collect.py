@@ -4,8 +4,8 @@ A collector is opened for one call to ``n`` actors. It watches the procs
 those actors live on, so a proc that dies fails exactly the replies it owed
 (``SupervisionError``) and nothing waits for it. Collectors run on the I/O
 thread and complete ``concurrent.futures.Future`` objects, which the public
-:class:`~danaus._actor.core.future.Future` wraps. A user's call gets its replies
-as :class:`Undecoded` (``lazy=True``): the I/O thread hands over the frame and
+`Future` wraps. A user's call gets its replies
+as `Undecoded` (``lazy=True``): the I/O thread hands over the frame and
 the thread that reads the future unpickles it.
 """
 
@@ -209,7 +209,7 @@ class Collector:
 class OneCall:
     """The port of one message to one actor whose reply completes ``fut`` (``call_one``).
 
-    What a :class:`Collector` of one does, with less per call: no tracing span
+    What a `Collector` of one does, with less per call: no tracing span
     (the caller takes the general path while tracing), one watched proc, and
     the first outcome (reply, loss of the proc, failure to send) taken by
     removing its port from the runtime's table (an atomic ``dict.pop``)
@@ -292,7 +292,7 @@ def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0)
 
 
 def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
-    """Complete ``cf`` unless it already is. A :class:`Deferred` value is the result
+    """Complete ``cf`` unless it already is. A `Deferred` value is the result
     either way: whoever reads it gets its value or its exception."""
     if cf.done():
         return

@@ -2,7 +2,7 @@
 
 ``danaus.actor.config`` is this module, so setting
 ``danaus.actor.config.prefix_python_logs_with_actor = False`` changes what
-:mod:`danaus._actor.core.logprefix` reads on the next log record. Settings that
+`danaus._actor.core.logprefix` reads on the next log record. Settings that
 come from the environment or ``configure()`` are in ``danaus.config``.
 """
 

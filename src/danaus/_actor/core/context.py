@@ -91,7 +91,7 @@ class Instance:
     def kill(self, reason: str | None = None) -> None:
         """Fail this actor now, from any of its threads or tasks; its owner is told.
 
-        Monarch's ``Instance.kill``. Unlike :meth:`abort` it raises nothing: the
+        Monarch's ``Instance.kill``. Unlike `abort()` it raises nothing: the
         current message runs on, later calls get ``SupervisionError``, and the
         owner's supervision sees a failure whose reason says it was killed.
         """
@@ -244,7 +244,7 @@ def acting_as(ctx: Context) -> Iterator[None]:
 def context() -> Context:
     """The current context: inside an endpoint, the actor and message; else the client's root.
 
-    Example::
+    Example:
 
         rank = context().actor_instance.rank
     """

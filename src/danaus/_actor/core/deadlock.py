@@ -4,9 +4,9 @@ Each call carries the chain of actors that are (transitively) waiting on it.
 An actor blocked in ``Future.get()`` or ``await`` on its serial path that
 receives a call whose chain contains itself can never run it: it is waiting on
 that very chain, so the call is answered at once with a ``RuntimeError``
-naming the cycle. The actor's inbox (``inbox.Inbox``) asks :func:`closes_cycle`
+naming the cycle. The actor's inbox (``inbox.Inbox``) asks `closes_cycle()`
 of each call that arrives or waits while the actor waits, and answers those
-that do with :func:`refuse_deadlock`.
+that do with `refuse_deadlock()`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Deferred results: a reply as received, decoded by its first reader on the reader's thread.
 
-The I/O thread completes futures with :class:`Deferred` values instead of
+The I/O thread completes futures with `Deferred` values instead of
 decoded ones, so that it never runs user code (unpickling a reply may run any
 ``__reduce__``) nor spends time on a large object. ``Future.get()``, ``await``
-and the adverbs built on them call :func:`resolve`.
+and the adverbs built on them call `resolve()`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class Deferred:
     The I/O thread completes futures with these instead of values, so that it
     never runs user code (unpickling a reply may run any ``__reduce__``) nor
     spends time on a large object: ``Future.get()``, ``await`` and the
-    adverbs built on them call :func:`resolve`, which computes it once and
+    adverbs built on them call `resolve()`, which computes it once and
     returns the value or raises the call's exception. ``ok`` is False when
     it is known, before computing, that it will raise.
     """
@@ -93,7 +93,7 @@ class Deferred:
 
 
 def resolve(value: Any) -> Any:
-    """``value``, or what a :class:`Deferred` stands for (raising its exception)."""
+    """``value``, or what a `Deferred` stands for (raising its exception)."""
     if isinstance(value, Deferred):
         return value.resolve()
     return value

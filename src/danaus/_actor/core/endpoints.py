@@ -1,4 +1,4 @@
-"""What ``@endpoint`` leaves on an actor class: the :class:`EndpointProperty` descriptor.
+"""What ``@endpoint`` leaves on an actor class: the `EndpointProperty` descriptor.
 
 The actor core dispatches messages on it (``endpoints_of``); the decorators that
 make one, ``endpoint`` and ``concurrent_endpoint``, are the actor API's
@@ -103,9 +103,9 @@ def endpoints_of(cls: type) -> dict[str, EndpointProperty]:
 
 
 class EndpointTable(dict[str, EndpointProperty]):
-    """An actor's endpoints by name (:func:`endpoints_of` its class), and the plain
+    """An actor's endpoints by name (`endpoints_of()` its class), and the plain
     methods called through ``as_endpoint``, made endpoints on their first call
-    (:meth:`adhoc`). A dict, so a lookup by name costs what a dict's does."""
+    (`adhoc()`). A dict, so a lookup by name costs what a dict's does."""
 
     __slots__ = ("_adhoc", "_cls")
 

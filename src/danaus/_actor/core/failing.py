@@ -1,6 +1,6 @@
 """How an actor fails, and what it tells its callers and its owner when it does.
 
-:class:`Fate` is a part of :class:`~danaus._actor.core.cell.ActorCell`. An
+`Fate` is a part of `ActorCell`. An
 actor fails on an exception with no one to tell (a broadcast), a ``BaseException``, a failed
 ``__init__``, ``abort()``, an explicit-port endpoint that raises, a declined or
 raising ``__supervise__``, an undeliverable message it does not handle, or an
@@ -61,7 +61,7 @@ def exception_payload(e: BaseException) -> tuple[BaseException, str]:
     """``(exception, remote traceback text)``, with the exception made picklable if needed.
 
     The frames of danaus's own dispatch code are left out of the traceback
-    (:func:`user_traceback`).
+    (`user_traceback()`).
     """
     tb = "".join(traceback.format_exception(type(e), e, user_traceback(e.__traceback__)))
     try:
@@ -75,7 +75,7 @@ def exception_payload(e: BaseException) -> tuple[BaseException, str]:
 class Fate:
     """Whether an actor failed and why, and telling its callers and its owner.
 
-    One per actor cell. Any thread may fail the actor (:meth:`fail`); the first
+    One per actor cell. Any thread may fail the actor (`fail()`); the first
     reason wins. ``instance`` is the actor's ``Instance`` once it has one (its
     name in the errors callers get, and the owner of the meshes stopped with it).
     """

@@ -166,7 +166,7 @@ class Future(Generic[R]):
     the same way, as in Monarch: when first waited for, so awaiting a write
     before an earlier-issued read runs the write first.
 
-    Example::
+    Example:
 
         value = counter.value.call_one().get(timeout=10)
         value = await counter.value.call_one()
@@ -201,7 +201,7 @@ class Future(Generic[R]):
 
     @classmethod
     def _create(cls, cf: Any, what: str) -> Future[Any]:
-        """Wrap ``cf``: a ``concurrent.futures.Future`` or a :class:`Pending`."""
+        """Wrap ``cf``: a ``concurrent.futures.Future`` or a `Pending`."""
         self: Future[Any] = object.__new__(cls)
         self._cf = cf
         self._coro = None
@@ -311,7 +311,7 @@ class Future(Generic[R]):
         return raw
 
     def _wait(self, timeout: float | None) -> R:
-        """The result, waited for with :meth:`_wait_raw`; a :class:`Deferred` result (a
+        """The result, waited for with `_wait_raw()`; a `Deferred` result (a
         reply as received) is decoded here, on the waiting thread."""
         raw = self._wait_raw(timeout)
         if isinstance(raw, Deferred):
@@ -325,8 +325,8 @@ class Future(Generic[R]):
         """``result(timeout)``, waking up now and then so the interpreter can deliver an
         asynchronous exit (an unhandled failure ends the program from another thread).
 
-        It talks to two narrow interfaces: the :class:`Waits` of this thread (told
-        before and after it blocks) and the result's :class:`Reader`, if it has one."""
+        It talks to two narrow interfaces: the `Waits` of this thread (told
+        before and after it blocks) and the result's `Reader`, if it has one."""
         waits = _waits()
         if waits is not None:
             waits.begin_wait()
@@ -357,7 +357,7 @@ class Future(Generic[R]):
     result = get  # the same method, so an error's traceback has one frame of ours either way
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """Wait like :meth:`get`; return the exception the call raised, or ``None``."""
+        """Wait like `get()`; return the exception the call raised, or ``None``."""
         try:
             self.get(timeout)
         except TimeoutError:
@@ -475,7 +475,7 @@ _START_LOCK = threading.Lock()  # guards each Future(coro=...)'s _coro, taken on
 
 
 class _Starter:
-    """The deferred start of a :meth:`Future._lazy` future."""
+    """The deferred start of a `Future._lazy()` future."""
 
     __slots__ = ("start",)
 

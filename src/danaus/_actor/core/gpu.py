@@ -97,7 +97,7 @@ def sink(rt: Any, actor: str | None, attrs: dict[str, Any]) -> _Sink:
 
 def op_started(cuda: Any) -> Any:
     """Record a timing event on the current CUDA stream before an op; what
-    :func:`op_ended` takes."""
+    `op_ended()` takes."""
     ev = _free.pop() if _free else cuda.Event(enable_timing=True)
     ev.record()
     return ev
@@ -106,8 +106,8 @@ def op_started(cuda: Any) -> Any:
 def op_ended(
     cuda: Any, start: Any, device: int, kind: str, name: str, queued_ns: int, out: _Sink | None
 ) -> None:
-    """Record the end event of an op begun with :func:`op_started` on ``device``
-    (``kind`` :data:`KERNEL` or :data:`COPY`); its time is read once it completed."""
+    """Record the end event of an op begun with `op_started()` on ``device``
+    (``kind`` `KERNEL` or `COPY`); its time is read once it completed."""
     end = _free.pop() if _free else cuda.Event(enable_timing=True)
     end.record()
     with _lock:

@@ -5,23 +5,23 @@ values (a distributed tensor, whose value on each proc is that proc's local
 shard) be passed as endpoint arguments. The actor core knows nothing of
 tensors; it only runs this protocol:
 
-- **Sender.** ``Endpoint`` pickles a call's arguments inside :func:`capture`.
-  Such an object's ``__reduce_ex__`` calls :func:`refer` with itself and its
+- **Sender.** ``Endpoint`` pickles a call's arguments inside `capture()`.
+  Such an object's ``__reduce_ex__`` calls `refer()` with itself and its
   *provider*, and pickles as "the ``i``-th handed-off value". When the
   arguments are pickled, each provider's ``hand_off(key, count, refs, recipients)``
   is told which actors will receive the message (it raises to refuse the
   call, before anything is sent), and the body is wrapped in a
-  :class:`Wrapped` naming ``key``.
+  `Wrapped` naming ``key``.
 - **Producer.** On each receiving proc, the provider's own machinery (a
-  tensor-engine stream) calls :func:`offer` when it reaches the point the
+  tensor-engine stream) calls `offer()` when it reaches the point the
   client issued the call at; ``offer`` blocks that producer until the
   endpoint has returned, so what the producer runs next sees what the
   endpoint did. It gives up if the actor stops or fails without running the
   call (nothing hangs on a message that will never run).
 - **Receiver.** The actor's cell, on its own thread and not under the decode
-  lock, waits for the offered values (:meth:`Wrapped.open`), unpickles the
+  lock, waits for the offered values (`Wrapped.open()`), unpickles the
   arguments with them in place, runs the endpoint, then calls
-  :meth:`Wrapped.finish`.
+  `Wrapped.finish()`.
 
     client ── hand_off: command ──▶ producer (stream)  ── offer(key) ─┐ waits for finish
            ── call(Wrapped(key)) ─▶ actor: open(key) ◀─ values ───────┘
@@ -29,10 +29,10 @@ tensors; it only runs this protocol:
 
 A call may also hand its *result* to the producers (``endpoint.rref``: the
 endpoint's return value becomes a distributed tensor): the sender passes
-its own ``hand_off`` to :meth:`Capture.wrap`, which then wraps the body even
+its own ``hand_off`` to `Capture.wrap()`, which then wraps the body even
 when no argument is handed off, marks it ``returns``, and the actor's cell
-gives :meth:`Wrapped.finish` the endpoint's result or exception, which
-:func:`offer` returns to the producer. Such a call has no reply port: its
+gives `Wrapped.finish()` the endpoint's result or exception, which
+`offer()` returns to the producer. Such a call has no reply port: its
 outcome goes to the producers only, and an endpoint that raises does not
 fail its actor (the producer records the exception instead).
 """
@@ -207,7 +207,7 @@ class Wrapped:
 
     def finish(self, result: Any = None, error: BaseException | None = None) -> None:
         """The endpoint has returned ``result`` or raised ``error`` (or could not run, with
-        ``error`` saying why): the producers go on, and :func:`offer` returns that."""
+        ``error`` saying why): the producers go on, and `offer()` returns that."""
         h = _handoffs()
         slot = h.slot(self.key)
         h.forget(self.key)

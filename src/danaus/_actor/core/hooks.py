@@ -1,11 +1,11 @@
 """The actor's own hooks: ``__supervise__`` and ``_handle_undeliverable_message``
 between messages, ``__cleanup__`` once at its end.
 
-:class:`Hooks` is a part of :class:`~danaus._actor.core.cell.ActorCell`. A hook
+`Hooks` is a part of `ActorCell`. A hook
 may be a plain method or a coroutine function (a sync actor runs the coroutine
 on a fresh event loop, an async one awaits it on its own); an ``Exception`` it
 raises is the hook's outcome, never lost: a hook that raises or declines fails
-the actor (through its :class:`~danaus._actor.core.failing.Fate`), and one that
+the actor (through its `Fate`), and one that
 is missing counts as declining. ``__cleanup__`` raising is logged.
 """
 
@@ -85,7 +85,7 @@ class Hooks:
             log.exception("__cleanup__ of actor %s raised", self._fate.label)
 
     async def cleanup_async(self, instance: Any, exc: BaseException | None) -> None:
-        """:meth:`cleanup_sync` on an async actor's loop."""
+        """`cleanup_sync()` on an async actor's loop."""
         if self.cleaned:
             return
         self.cleaned = True

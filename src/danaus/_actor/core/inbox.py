@@ -2,25 +2,25 @@
 and draining what is left when the actor stops.
 
 The I/O thread (and a thread that read a call directly) puts calls in with
-:meth:`Inbox.deliver`; anyone puts the other items (:class:`Stop`,
-:class:`Supervise`, :class:`Bounced`) in with :meth:`Inbox.put`; the actor's own
+`Inbox.deliver()`; anyone puts the other items (`Stop`,
+`Supervise`, `Bounced`) in with `Inbox.put()`; the actor's own
 thread takes them out, one at a time, in the order they were put in: each
-sender→actor pair is FIFO. A sync actor takes them with :attr:`Inbox.poll`
-and, when there is none, :meth:`Inbox.wait_next`; an async one awaits
-:meth:`Inbox.next_async` on its event loop.
+sender→actor pair is FIFO. A sync actor takes them with `Inbox.poll`
+and, when there is none, `Inbox.wait_next()`; an async one awaits
+`Inbox.next_async()` on its event loop.
 
 **Backpressure.** The bytes of the calls in the inbox are counted by a
-:class:`~danaus._runtime.messaging.flow.Gate`: above ``inbox_high_water`` the
+`Gate`: above ``inbox_high_water`` the
 connections bringing more pause, unless the actor cannot consume now. It
-cannot while it waits on a future (:meth:`begin_wait`), while one of its own
-sends is held back (:meth:`held_back`) or once it stopped: then what would
+cannot while it waits on a future (`begin_wait()`), while one of its own
+sends is held back (`held_back()`) or once it stopped: then what would
 unblock it may be behind the paused bytes.
 
 **Deadlocks.** While the actor waits, a call whose chain of waiting actors
 includes this one can never run: it is refused at once (when it arrives, or
 when the wait begins for one already queued), by the callbacks the cell gives.
 
-**Draining.** After :meth:`close`, nothing is queued any more: each item put in
+**Draining.** After `close()`, nothing is queued any more: each item put in
 (and each left in the queue) is handed to the ``refuse`` callback, which
 answers it ("was stopped"), so nothing is dropped silently.
 
@@ -125,7 +125,7 @@ class InboxHost(Waits, GateHost, Protocol):
     def flush_held(self) -> None: ...
 
 
-#: What :meth:`Inbox.take` returns for a call already answered (refused as a deadlock).
+#: What `Inbox.take()` returns for a call already answered (refused as a deadlock).
 ANSWERED = MessageRow(0, 0)
 
 _IDLE_READ = 1.0  # s: an idle actor's direct read returns this often (and starts again)
@@ -236,7 +236,7 @@ class Inbox:
 
     def take(self, frame: Message) -> MessageRow | None:
         """The actor takes call ``frame`` to run it: its bytes leave the count. Returns its
-        row for the messages table if it was sampled, :data:`ANSWERED` if it was refused
+        row for the messages table if it was sampled, `ANSWERED` if it was refused
         meanwhile (it must not run), else None."""
         self.gate.taken(frame_bytes(frame))
         key = id(frame)
@@ -254,7 +254,7 @@ class Inbox:
         return self._aq.get()
 
     def wait_next(self) -> Item:
-        """The next item of a sync actor that found none with :attr:`poll`: it is idle,
+        """The next item of a sync actor that found none with `poll`: it is idle,
         so it lets go of its batched writes, then waits for one (module doc: reading
         directly)."""
         self._host.flush_held()

@@ -1,15 +1,15 @@
 """The invoke step: one decoded call runs an endpoint's body and yields an outcome.
 
-The cell takes a call from its inbox, decodes it into an :class:`Invocation` (the
-endpoint, where to reply, the arguments), runs it with :func:`invoke` (sync
-actors) or :func:`invoke_async` (async actors), and settles the
-:class:`Outcome`: it replies with the value, or answers or fails on the
+The cell takes a call from its inbox, decodes it into an `Invocation` (the
+endpoint, where to reply, the arguments), runs it with `invoke()` (sync
+actors) or `invoke_async()` (async actors), and settles the
+`Outcome`: it replies with the value, or answers or fails on the
 exception. The body's own frames are what a remote traceback shows: the frames
 of this module and of the cell above it are danaus's, which
 ``frames.user_traceback`` leaves out.
 
 Unpickling a spawn or a call may import a module for the first time, so it is
-done under one process-wide lock (:func:`decode`).
+done under one process-wide lock (`decode()`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An actor's measurements: its endpoint metrics, and what it keeps of the calls that
 were sampled for the messages table or traced.
 
-A :class:`Meter` is a part of :class:`~danaus._actor.core.cell.ActorCell`. It is
+A `Meter` is a part of `ActorCell`. It is
 written on the actor's thread only (its endpoint metrics are
 ``EndpointStats``, ``_runtime/messaging/metrics.py``) and read by ``STATS``
 snapshots on the I/O thread, which may see a count one call behind, never a

@@ -55,7 +55,7 @@ _NOOP_METER = _NoOpMeter()
 def get_meter() -> Any:
     """The process's ``"danaus"`` OpenTelemetry meter (Monarch's ``get_meter``): its
     counters, histograms and gauges go to the global meter provider, which
-    :func:`enable` sets up to export. Without OpenTelemetry, a meter whose
+    `enable()` sets up to export. Without OpenTelemetry, a meter whose
     instruments record nothing."""
     try:
         from opentelemetry import metrics

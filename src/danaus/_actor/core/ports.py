@@ -144,7 +144,7 @@ class _DroppingPort(Port[Any]):
 class _Inbox:
     """What the runtime delivers a port's messages to (its ``PortHandler``).
 
-    Kept apart from :class:`PortReceiver` so that the runtime's table of open
+    Kept apart from [`PortReceiver`][danaus.actor.PortReceiver] so that the runtime's table of open
     ports does not keep the receiver alive: when the receiver is garbage
     collected its port closes, as Monarch's does.
     """
@@ -295,7 +295,8 @@ class PortReceiver(Generic[R]):
 
 
 class RankedPortReceiver(Generic[R]):
-    """A :class:`PortReceiver` whose ``recv()`` gives ``(rank, value)``; made by
+    """A [`PortReceiver`][danaus.actor.PortReceiver] whose ``recv()`` gives ``(rank, value)``; made
+    by
     ``PortReceiver.ranked()`` or ``Channel.open_ranked()``. A message sent on a port
     made by ``Channel.open`` carries rank 0."""
 

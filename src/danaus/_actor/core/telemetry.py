@@ -8,7 +8,7 @@ its rank, mesh, class, proc and endpoint as attributes. ``traced`` wraps a funct
 provider. All three work without OpenTelemetry installed, as no-ops (Monarch's work
 whatever is configured); the API and SDK come with ``pip install 'danaus[telemetry]'``.
 
-Telemetry is *on* in a process after :func:`enable` (the setting ``telemetry``,
+Telemetry is *on* in a process after `enable()` (the setting ``telemetry``,
 ``JobTrait.enable_telemetry()``, or a traced call arriving): then each call made
 inside a span carries that span's context in its CALL (or CAST) header, inside the
 authenticated frame, and the endpoint it reaches runs in a span of its own whose
@@ -19,10 +19,10 @@ span's sampler decides (``OTEL_TRACES_SAMPLER``), every process follows the flag
 the call carries. An endpoint's span is a few values recorded on the hot path and
 exported by a batch thread (``_Exports``: see "endpoint spans" below), not an SDK
 span, which costs ~20 µs of Python to make and as much to encode. When telemetry
-is off the send path reads one module attribute (:data:`ON`) and the header holds
+is off the send path reads one module attribute (`ON`) and the header holds
 ``None``.
 
-:func:`enable` installs the SDK's tracer and meter providers (unless the program
+`enable()` installs the SDK's tracer and meter providers (unless the program
 installed its own) with the exporters the standard variables name:
 ``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``,
 ``none``; ``otlp`` by default when an ``OTEL_EXPORTER_OTLP_*ENDPOINT`` is set),
@@ -343,7 +343,7 @@ def endpoint_span(cell: Any, prop: Any, carried: Any) -> Any:
     parent-based samplers do: the span is recorded when the caller's flags say
     sampled (the provider's own sampler decides when it is not parent-based); an
     unsampled one still carries the trace to the calls made inside it. Returns what
-    :func:`end_endpoint_span` takes, or None (no OpenTelemetry, or a malformed
+    `end_endpoint_span()` takes, or None (no OpenTelemetry, or a malformed
     context: the call runs untraced)."""
     if _cannot_start:
         return None  # tried once and failed: every later traced call runs untraced at once
@@ -417,7 +417,7 @@ _SPAN_END = 1 << 64
 
 
 def end_endpoint_span(active: Any, exc: BaseException | None) -> None:
-    """End what :func:`endpoint_span` started (on the same thread or task)."""
+    """End what `endpoint_span()` started (on the same thread or task)."""
     try:
         s, token = active
         _current_span.reset(token)

@@ -8,7 +8,7 @@
 An actor sender gets ``_handle_undeliverable_message(envelope)`` on its own
 thread; returning True survives it, anything else fails the actor. For the
 client (no actor), the node's ``ClientHandler`` decides (the supervision layer
-sets it with :func:`set_client_handler`).
+sets it with `set_client_handler()`).
 """
 
 from __future__ import annotations

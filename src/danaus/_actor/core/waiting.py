@@ -1,9 +1,9 @@
 """What a thread that blocks on a result talks to: the narrow interfaces of a wait.
 
-A :class:`~danaus._actor.core.future.Future` that must block tells its
-thread's :class:`Waits` before and after (an actor's inbox on the actor's
+A `Future` that must block tells its
+thread's `Waits` before and after (an actor's inbox on the actor's
 serial path, else the runtime), and may read the reply itself through the
-:class:`Reader` of the connection it will come on. Defined here, below both
+`Reader` of the connection it will come on. Defined here, below both
 the future and the inbox, so that neither imports the other for them.
 """
 

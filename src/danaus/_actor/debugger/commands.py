@@ -121,7 +121,7 @@ _DIM = re.compile(r"\s*([A-Za-z_]\w*)\s*=\s*")
 def parse(line: str) -> Command | None:
     """The command typed on ``line``; ``None`` for a blank line.
 
-    Raises :class:`CommandError` naming what was wrong and the valid form.
+    Raises `CommandError` naming what was wrong and the valid form.
     """
     text = line.strip()
     if not text:

@@ -44,7 +44,7 @@ class Frontend:
         raise NotImplementedError
 
     async def input(self, prompt: str) -> str:
-        """One line typed at ``prompt`` (without its newline); raises :class:`FrontendClosed`."""
+        """One line typed at ``prompt`` (without its newline); raises `FrontendClosed`."""
         raise NotImplementedError
 
     def close(self, message: str) -> None:

@@ -45,9 +45,9 @@ def _size(n: int) -> str:
 class OutputRing:
     """The last ``limit`` characters of a debug session's output, and how many were dropped.
 
-    Positions count every character ever appended; :meth:`since` gives the
+    Positions count every character ever appended; `since()` gives the
     text from a position on, led by a marker line saying how much of it was
-    dropped, and :meth:`clear` starts a new stretch (what one pdb command
+    dropped, and `clear()` starts a new stretch (what one pdb command
     printed). A session that prints forever holds at most ``limit``.
     """
 

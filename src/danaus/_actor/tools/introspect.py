@@ -1,7 +1,7 @@
 """Looking inside procs: statistics, traces and stack dumps, asked for by a message.
 
 Every runtime answers four frames on its I/O thread, so a busy or blocked
-actor never delays the answer::
+actor never delays the answer:
 
     asker --STATS(port)-------> proc   snapshot: actors, endpoint metrics, connections
     asker --TRACE_START(port)-> proc   start recording spans; answer with this proc's clock

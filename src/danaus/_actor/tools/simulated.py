@@ -1,13 +1,13 @@
 """A simulated large mesh: thousands of procs as lightweight objects in this process.
 
-Each simulated proc is a real :class:`~danaus._runtime.messaging.runtime.Runtime` (its
+Each simulated proc is a real `Runtime` (its
 peers, ports, cast tree router and mailboxes are the real ones) that talks
 over the in-process transport (``inproc:NAME``, ``danaus._transport.inproc``)
 instead of a socket. All of them share one event loop on one thread, and
 each hosts one actor whose endpoints run on that thread (a shared executor,
 not a thread per actor): sync endpoints only, and no actor ``context()``.
 The client reaches them with its ordinary runtime and ordinary
-:class:`ActorMesh` adverbs, so a cast to 8,192 simulated ranks runs exactly
+[`ActorMesh`][danaus.actor.ActorMesh] adverbs, so a cast to 8,192 simulated ranks runs exactly
 the tree forwarding and gathering code that real procs run.
 """
 
@@ -62,9 +62,9 @@ class _SimCell:
 
 class SimulatedMesh:
     """``n`` simulated procs (``sizes`` gives the mesh's dimensions), one actor of
-    ``cls(*args, **kwargs)`` each; :attr:`mesh` is an ordinary :class:`ActorMesh`.
+    ``cls(*args, **kwargs)`` each; `mesh` is an ordinary [`ActorMesh`][danaus.actor.ActorMesh].
 
-    Blocks until all are up. ``close()`` (or ``with``) takes them down::
+    Blocks until all are up. ``close()`` (or ``with``) takes them down:
 
         with SimulatedMesh(Counter, {"hosts": 512, "gpus": 16}) as sim:
             sim.mesh.incr.broadcast()
@@ -134,7 +134,7 @@ class SimulatedMesh:
         return done.result()
 
     def instance(self, rank: int) -> Any:
-        """The actor object of ``rank`` (read it through :meth:`on_loop`)."""
+        """The actor object of ``rank`` (read it through `on_loop()`)."""
         return self.cells[rank].instance
 
     def kill(self, rank: int) -> None:

@@ -12,7 +12,7 @@
     GET /api/ui/logs?q=&mesh=&rank=&level=&proc=   log lines of every proc, filtered
     GET /api/ui/metrics?seconds=S&name=N           metric series over the last S seconds
 
-Every route sits on the dashboard's :class:`~danaus._observe.web.HttpServer`, so every
+Every route sits on the dashboard's `HttpServer`, so every
 request needs its token and the same limits hold. The data come through the telemetry
 tables (``sql.query``: the live procs, or the kept history when a job keeps one), the
 dashboard's state document (failures with their tracebacks, restarts) and the log files

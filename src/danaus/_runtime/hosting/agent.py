@@ -2,7 +2,7 @@
 
 Started by the client (``python -m danaus._runtime.hosting.agent``) with a lifeline
 on its stdin: when the client exits, however it exits, the pipe reaches EOF
-and the agent kills every proc it spawned, then exits. Message flow::
+and the agent kills every proc it spawned, then exits. Message flow:
 
     requester --SPAWN_PROCS(requester, [(name, boot)])--> agent --Fork--> zygote --> proc
     proc      --READY(proc, error)--> requester                   (the proc itself)

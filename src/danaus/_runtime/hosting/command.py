@@ -2,12 +2,12 @@
 
 The zygote forks the proc as usual (``PR_SET_PDEATHSIG`` set, stdout and
 stderr already on the agent's log pipes, stdin on ``/dev/null``); then
-:func:`exec_proc`, in that child, writes the boot record to an anonymous
+`exec_proc()`, in that child, writes the boot record to an anonymous
 in-memory file, leaves it open across ``exec`` and runs the command, with
 the command's environment merged over the inherited one and
 ``DANAUS_BOOT_FD`` naming the file. The command may be a wrapper (``env``,
 ``taskset``, ``numactl``, ``nsys profile``, a shell script) as long as it
-ends up running ``python -m danaus._runtime.hosting.entry`` (:func:`main`),
+ends up running ``python -m danaus._runtime.hosting.entry`` (`main()`),
 which reads the boot back from that file and becomes the proc.
 
 The zygote's child is the process the agent watches, kills and reaps,
@@ -85,7 +85,7 @@ def _boot_file(data: bytes) -> int:
 
 
 def read_boot() -> tuple[str, dict[str, Any]]:
-    """The ``(name, boot)`` that :func:`exec_proc` left for this process; empties and
+    """The ``(name, boot)`` that `exec_proc()` left for this process; empties and
     closes the file and removes ``DANAUS_BOOT_FD`` (the proc's own children must not see
     it; a wrapper still holding the fd reads nothing).
     Raises ``RuntimeError`` when this process was not started that way."""

@@ -1,7 +1,7 @@
 """The main function of a spawned proc, and this process's runtime.
 
-A proc starts (forked by the zygote), builds its :class:`Runtime` and its
-:class:`~danaus._runtime.node.Node` (whose bootstrap installs the higher
+A proc starts (forked by the zygote), builds its `Runtime` and its
+`Node` (whose bootstrap installs the higher
 layers' frame handlers), runs the
 user's bootstrap function, tells its owner it is READY (or why it is not),
 then serves frames until asked to stop. Stopping returns from ``proc_main``,

@@ -48,7 +48,7 @@ def plan_worker(
     """Check a worker's settings before it starts (``danaus worker --detach`` does this
     before detaching, so that refusals and warnings reach the user's terminal).
 
-    Does not block. Raises as :func:`run_worker_loop_forever`.
+    Does not block. Raises as [`run_worker_loop_forever()`][danaus.actor.run_worker_loop_forever].
     """
     scheme, rest = parse(address)
     if scheme != "tcp":

@@ -2,7 +2,7 @@
 
 The host agent forks its zygote before it starts any thread or event loop,
 so the zygote can fork safely. Requests and reports are length-prefixed
-pickles of the records below, on two pipes::
+pickles of the records below, on two pipes:
 
     agent -> zygote   Fork(name, boot)
     zygote -> agent   Forked(name, pid) | Exited(name, pid, status)

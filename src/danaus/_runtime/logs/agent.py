@@ -5,7 +5,7 @@ Before the zygote forks a proc, the agent makes two FIFOs in the job's
 private socket directory and opens their read ends; the new proc opens the
 write ends as its file descriptors 1 and 2 (so C extensions and
 subprocesses are captured too) and unlinks them. The agent reads whatever
-arrives, at once, and::
+arrives, at once, and:
 
     complete lines --> <log dir>/<proc>.log                    (always, in full)
                    --> the last lines, kept for a crash report (LOG_TAIL to the owner)

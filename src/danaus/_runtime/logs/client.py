@@ -11,8 +11,8 @@ which, for each batch of lines of one proc and stream:
   ``[8 similar lines] [trainer {hosts=0,gpus=0}] step 12 loss 0.25``; a line
   without similar ones prints as it is;
 - without a window (``None``), prints them at once;
-- keeps the last ``log_tail_lines`` lines of each proc (:func:`tail`) and
-  counts lines received and dropped (:func:`statistics`);
+- keeps the last ``log_tail_lines`` lines of each proc (`tail()`) and
+  counts lines received and dropped (`statistics()`);
 - acknowledges the bytes to their agent (LOG_ACK), which is what lets the
   agent send more: a client that prints slowly makes agents drop (and
   count) lines, never makes a proc wait.

@@ -1,6 +1,6 @@
 """Logs in every danaus process: a proc's end of the capture, options, flushes, crash tails.
 
-- In a new proc (before it runs anything): :func:`redirect_output` points file
+- In a new proc (before it runs anything): `redirect_output()` points file
   descriptors 1 and 2 at the pipes its host agent reads (``logagent``), and
   makes Python's and C's stdout line-buffered so lines leave at once.
 - In a proc: Python ``logging`` records go to stderr through one handler on
@@ -8,7 +8,7 @@
   danaus's own loggers write to ``danaus.log`` in the job's log directory.
 - In the client: LOG frames go to the printer (``logclient``), and danaus's
   own diagnostics to ``danaus.log``, errors also to stderr.
-- Everywhere: :class:`LogControl` (``node.part(LogControl)``) sends options, runs flush
+- Everywhere: `LogControl` (``node.part(LogControl)``) sends options, runs flush
   barriers, and keeps the last lines of crashed procs (LOG_TAIL) for their
   ``MeshFailure``.
 """
@@ -120,7 +120,7 @@ class _FlushPort:
 
 class LogControl:
     """The log state of one process, a part of its node (``node.part(LogControl)``),
-    bound to the node's runtime by :func:`install`; thread-safe."""
+    bound to the node's runtime by `install()`; thread-safe."""
 
     def __init__(self) -> None:
         self._rt: Runtime | None = None
@@ -131,7 +131,7 @@ class LogControl:
 
     @property
     def rt(self) -> Runtime:
-        """The runtime whose logs these are (once :func:`install` has bound it)."""
+        """The runtime whose logs these are (once `install()` has bound it)."""
         if self._rt is None:
             raise RuntimeError("the logs of this process are not set up")
         return self._rt
@@ -253,7 +253,7 @@ def _ignore(reason: str) -> None:
 
 
 def control(node: Node) -> LogControl:
-    """The :class:`LogControl` of ``node`` (its runtime's logs)."""
+    """The `LogControl` of ``node`` (its runtime's logs)."""
     ctl = node.part(LogControl)
     if ctl._rt is None:
         raise RuntimeError(f"the logs of proc {node.runtime.proc_id.name} are not set up")

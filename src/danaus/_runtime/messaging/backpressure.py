@@ -1,6 +1,6 @@
 """Backpressure in a runtime: senders held back, connections paused, threads waiting.
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.backpressure``),
+A part of `Runtime` (``rt.backpressure``),
 handed the callables it needs (never the runtime).
 Sending side: a thread other than the I/O thread that sends to a peer whose
 outbound bytes (queued for a proc still starting, in the connection's backlog,

@@ -1,6 +1,6 @@
 """Backpressure on the receiving side: bounded queues of bytes waiting for a consumer.
 
-A :class:`Gate` counts the bytes queued for one consumer (an actor's inbox,
+A `Gate` counts the bytes queued for one consumer (an actor's inbox,
 a port receiver). A frame that arrives while the gate is above its high-water
 mark pauses the connection it came on (the I/O thread stops reading it, so
 the sender's bytes back up in the kernel and then in the sender's backlog,

@@ -1,7 +1,7 @@
 """The body of a GATHER frame: a subtree's replies, as one restricted pickle.
 
 Replies with large buffers travel as they came (their buffers out of band), plain
-values of the subtree as one pickled list; :func:`decode_entries` refuses any class.
+values of the subtree as one pickled list; `decode_entries()` refuses any class.
 """
 
 from __future__ import annotations

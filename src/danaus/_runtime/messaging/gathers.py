@@ -1,10 +1,10 @@
 """The gather ports of the cast tree: each waits for its subtrees' GATHERs (and maybe
 its own actor's reply) and passes the replies on, up to the parent (a node's) or to
-the caller (the root's, :class:`RootGather`).
+the caller (the root's, `RootGather`).
 
-A gather reaches the node through the narrow :class:`GatherRuntime` (open a port,
+A gather reaches the node through the narrow `GatherRuntime` (open a port,
 watch a proc, send), which the runtime satisfies; the tree router hands itself as
-the :class:`GatherRouter` holding it and the counters.
+the `GatherRouter` holding it and the counters.
 """
 
 from __future__ import annotations

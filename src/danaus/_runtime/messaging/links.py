@@ -1,6 +1,6 @@
 """The links of a runtime: one connection per peer, dialled or accepted, both ways.
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.links``),
+A part of `Runtime` (``rt.links``),
 handed the callables it needs. It dials peers (``HELLO``, then nothing but
 ``PING`` until the peer's ``WELCOME``), answers the ``HELLO`` of procs that
 dial us (``WELCOME``, or ``REFUSED`` across protocol versions), settles the

@@ -1,6 +1,6 @@
 """The listeners of a runtime: where other procs reach it, and accepting them.
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.listeners``).
+A part of `Runtime` (``rt.listeners``).
 It listens on the proc's Unix socket (or its ``inproc:NAME`` in a simulated
 mesh), on TCP when asked (every TCP connection authenticates with the job
 secret), on more interfaces at the same port, and on a gateway's relay port;

@@ -204,7 +204,7 @@ class Recent:
     """What one proc keeps of its recent past for ``danaus.telemetry.query``: rings
     (bounded deques) of handled messages, spans and ended actors.
 
-    ``messages`` rows are :class:`MessageRow` records (the actor's thread
+    ``messages`` rows are `MessageRow` records (the actor's thread
     appends them; ``reply_bytes`` is filled in after the reply is sent), copied
     out as lists ``[arrived_ns, started_ns, ended_ns, mesh_id, rank, endpoint,
     sender, request_bytes, reply_bytes, ok, stride]``. When messages come

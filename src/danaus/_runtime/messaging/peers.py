@@ -1,6 +1,6 @@
 """The peers of a runtime: procs it waits for, talks to, and has lost.
 
-A mixin of :class:`~danaus._runtime.messaging.runtime.Runtime`. A peer is *pending*
+A mixin of `Runtime`. A peer is *pending*
 from ``expect()`` (we spawned it) until its READY; *lost* from ``peer_lost()``
 on, for good (proc names are never reused, except the agent/client pair of a
 re-attach, which ``forget_peer`` resets). Losing a peer tells, at once,

@@ -1,6 +1,6 @@
 """Relaying through a gateway: a client that the procs cannot reach (``attach``).
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.relay``),
+A part of `Runtime` (``rt.relay``),
 in two roles. A client that called ``attach(addr)`` dials the worker at
 ``addr`` and sends ``GATEWAY`` instead of ``HELLO``; the worker, now its
 *gateway*, opens a relay port for it and answers ``GATEWAY_OK`` with that
@@ -19,7 +19,7 @@ client's traffic with procs on other hosts:
   (``OPEN`` from its side), which takes it itself (the target is the client)
   or pipes it to the local proc over its Unix socket.
 
-At the client a relayed connection is a :class:`RelayedConnection`, which the
+At the client a relayed connection is a `RelayedConnection`, which the
 runtime uses like any other: a peer's frames keep their order (one gateway
 connection, one real connection beyond it), and the peer is lost when its
 connection closes. When the gateway connection breaks every relayed
@@ -28,7 +28,7 @@ whatever waited on them fails with ``SupervisionError``. Heartbeats are each
 hop's own: the gateway connection and the gateway's connections to procs are
 watched, and PINGs are not relayed.
 
-Its methods run on the I/O thread, except :meth:`Relay.attach` (a user thread).
+Its methods run on the I/O thread, except `Relay.attach()` (a user thread).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Routing incoming frames to this proc's mailboxes (actors) and ports (replies).
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.router``), handed
+A part of `Runtime` (``rt.router``), handed
 the callables it needs (never the runtime): it holds
 the mailboxes by ``(mesh, rank)``, the ports by number, and the calls that came
 for an actor still spawning. Its methods run on the I/O thread, except

@@ -1,7 +1,7 @@
 """The runtime of one proc: its I/O loop, its peers, its ports and its mailboxes.
 
 Every danaus process (the client, a host agent, a spawned proc) runs exactly
-one :class:`Runtime`. It listens on one address, shares one connection with
+one `Runtime`. It listens on one address, shares one connection with
 each peer proc, whichever of the two dialled it, for frames both ways (so
 each sender→receiver pair is FIFO, and a peer's EOF comes after everything
 it sent), and routes each incoming frame by its kind (the table and the
@@ -133,12 +133,12 @@ class Runtime(PeerTable):
         ``inproc:NAME`` instead of a Unix socket and runs on ``loop`` (which
         several such runtimes may share; see ``danaus._transport.inproc``).
 
-        Its inputs: ``secret`` (the job secret; :meth:`set_secret` sets one
+        Its inputs: ``secret`` (the job secret; `set_secret()` sets one
         later), ``insecure`` (may listen on TCP without a secret;
-        :meth:`allow_insecure` later) and ``boot`` (how a spawned proc was
+        `allow_insecure()` later) and ``boot`` (how a spawned proc was
         started; empty in the client). Higher layers never set attributes on a
-        runtime: what the runtime calls back (:meth:`set_bounce_handler`,
-        :meth:`set_block_hook`) and the running trace (:meth:`set_tracer`) are
+        runtime: what the runtime calls back (`set_bounce_handler()`,
+        `set_block_hook()`) and the running trace (`set_tracer()`) are
         registered through these methods.
 
         ``transport`` is the transport state to share (that of the runtime whose

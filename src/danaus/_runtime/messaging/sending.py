@@ -1,7 +1,7 @@
 """The sending side of a runtime: a frame from any thread to a peer's connection.
 
-A part of :class:`~danaus._runtime.messaging.runtime.Runtime` (``rt.sender``;
-``rt.send`` is its :meth:`Sender.send`). A frame to a connected peer is written
+A part of `Runtime` (``rt.sender``;
+``rt.send`` is its `Sender.send()`). A frame to a connected peer is written
 from the caller's thread (``Connection.send``); one to a peer not connected
 yet waits in its queue (a snapshot, or the lent parts of a large message) and
 the peer is dialled; one to a lost peer fails at once. Backpressure: a sender
@@ -131,7 +131,7 @@ class Sender:
 
         If it cannot be delivered (the peer is lost, now or while the frame
         waits for the peer to come up), ``on_fail(reason)`` is called, or
-        :class:`SupervisionError` raised if there is no ``on_fail``.
+        [`SupervisionError`][danaus.actor.SupervisionError] raised if there is no ``on_fail``.
         ``pickled``, when given, is the pickle of ``wire(header)`` (a caller
         that caches header bytes); it is used when there are no buffers.
         """

@@ -5,7 +5,7 @@ A message to many actors of a large mesh leaves the sender as at most
 (``danaus._mesh.tree``); the proc at the top of each subtree delivers it to
 its own actor (if selected) and forwards it to its own subtrees, so every
 proc receives each message exactly once and the sender's work grows with
-the fan-out, not with the mesh::
+the fan-out, not with the mesh:
 
     sender --CAST [0,512)--> p0 --CAST [1,33)--> p1 --CAST [2,4)--> p2 ...
            --CAST [512,1024)--> p512 ...

@@ -19,7 +19,7 @@ previous send on the connection less than ``send_batch_delay`` ago, and no
 thread of this process has started waiting since) are held and written
 together, up to ``send_batch`` frames in one ``sendmsg``. What is held goes
 out when the batch is full, when any thread of the process starts to wait
-(:meth:`Batching.flush_held`, called by the runtime's ``begin_wait`` and by an
+(`Batching.flush_held()`, called by the runtime's ``begin_wait`` and by an
 actor about to wait for its next message), when a frame that cannot be held
 follows, or at the latest ``send_batch_delay`` later from the I/O thread. A
 single call and its reply are never held (a wait came between them), and
@@ -40,11 +40,11 @@ session's per-direction keys (a 32-byte tag after each frame), unless the
 connection is TLS, which protects every byte already. With TLS only the I/O
 thread touches the SSL object: other threads queue and wake it.
 
-The :class:`Connection` (``connection.py``) coordinates one part per concern, each owning its
-state: :class:`WriteBatcher` (the backlog, the held batch, flushing),
-:class:`FrameReader` (the decoder, frames not yet delivered, pauses, large
-frames), :class:`DirectReader` (the read role and a waiting thread's reads)
-and :class:`ConnStats` (the counters).
+The `Connection` (``connection.py``) coordinates one part per concern, each owning its
+state: `WriteBatcher` (the backlog, the held batch, flushing),
+`FrameReader` (the decoder, frames not yet delivered, pauses, large
+frames), `DirectReader` (the read role and a waiting thread's reads)
+and `ConnStats` (the counters).
 """
 
 from __future__ import annotations

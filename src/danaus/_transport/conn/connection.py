@@ -52,8 +52,8 @@ class Connection:
 
     It coordinates its parts and owns what they share: the socket, the TLS and
     secret handshakes, the peer's identity, ``closed`` and closing. The parts:
-    ``writer`` (:class:`WriteBatcher`), ``reader`` (:class:`FrameReader`),
-    ``direct`` (:class:`DirectReader`) and ``stats`` (:class:`ConnStats`). Their
+    ``writer`` (`WriteBatcher`), ``reader`` (`FrameReader`),
+    ``direct`` (`DirectReader`) and ``stats`` (`ConnStats`). Their
     hot entry points (``send``, ``read_directly``...) are bound here once.
     """
 

@@ -150,7 +150,7 @@ class WriteBatcher(Part):
         nothing is copied unless ``copy``, and without ``copy`` the caller must
         leave the memory of ``parts`` alone until then.
 
-        Raises :class:`TransportError` if the connection is already closed (then
+        Raises `TransportError` if the connection is already closed (then
         ``on_left`` is not called).
         """
         if on_left is not None:

@@ -1,7 +1,7 @@
 """``danaus.tools.config``: Monarch's ``monarch.tools.config`` — ``Config`` for
 ``danaus.tools.commands.create`` and the ``Workspace`` to sync.
 
-Example::
+Example:
 
     from danaus.tools.config import Workspace
 
