@@ -177,6 +177,10 @@ def test_the_metrics_give_a_series_per_actor_and_endpoint(
     assert talk["ui_talkers[0].talk"][-1][1] == 3.0
     queued = _json(dashboard, "/api/ui/metrics", name="queued", mesh="ui_talkers")
     assert queued["kind"] == "gauge"
+    # the data plane's per-proc counters (issue 41 part 5) can be plotted too
+    moved = _json(dashboard, "/api/ui/metrics", name="transfer_bytes", seconds=600)
+    assert moved["kind"] == "counter"
+    assert "transfer_bytes" in moved["names"]
 
 
 def test_bad_parameters_are_answered_400_with_the_reason(

@@ -32,7 +32,7 @@ __all__ = ["COUNTERS", "NAMES", "Recorder", "routes"]
 NAMES = (
     "calls", "errors", "latency_sum_s", "latency_max_s", "latency_p50_s", "latency_p99_s",
     "received", "queued", "bytes_sent", "bytes_received", "frames_sent", "frames_received",
-    "messages_seen",
+    "messages_seen", "transfers", "transfer_bytes", "transfer_s", "transfer_errors",
 )  # fmt: skip
 COUNTERS = frozenset(NAMES) - {"latency_max_s", "latency_p50_s", "latency_p99_s", "queued"}
 RING = 1200  # points kept per series without history
