@@ -94,7 +94,6 @@ class Supervisor:
         self.max_restarts = max_restarts
         self.period = float(period)
         self.backoff: Backoff | None = backoff
-        self.spare_hosts = spare_hosts
         self.name = name
         ctx = context()
         self._ctx = Context(ctx.actor_instance, ctx.message_rank)  # the owner
@@ -195,6 +194,19 @@ class Supervisor:
         if self._parent is None:
             self._tree.end()
         return Future._resolved(None, f"stopping supervisor {self.name!r}")
+
+    @property
+    def spare_hosts(self) -> Any:
+        """The ``HostMesh`` whose hosts take the ranks of a lost host (None: none).
+
+        May be set while the supervisor runs (a host back from a partition, attached
+        again, becomes a spare): the next restart places ranks there.
+        """
+        return self._placer.spare_hosts
+
+    @spare_hosts.setter
+    def spare_hosts(self, hosts: Any) -> None:
+        self._placer.spare_hosts = hosts
 
     def __repr__(self) -> str:
         return (
