@@ -203,17 +203,24 @@ def _answer(
         try:
             _recv_payload(sock, session, view)
         except Tampered as e:
-            # Read the rest (its length is authentic) so that the requester, still
-            # sending, hears why instead of a reset; then close: the path is hostile.
-            end = min(nbytes, (e.at or 0) + CHUNK)
-            _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
-            msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
-            _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
-            return False
+            return _refuse_tampered(sock, session, nbytes, e)
         _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
         return True
     finally:
         del view, reg
+
+
+def _refuse_tampered(
+    sock: socket.socket, session: Session | None, nbytes: int, e: Tampered
+) -> bool:
+    """A stored payload failed its tag check at ``e.at``: read the rest (its length is
+    authentic) so that the requester, still sending, hears why instead of a reset, then
+    answer TAMPERED. Returns False: the connection closes, the path is hostile."""
+    end = min(nbytes, (e.at or 0) + CHUNK)
+    _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
+    msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
+    _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
+    return False
 
 
 def _answer_device(
@@ -261,11 +268,7 @@ def _answer_device_staged(
     try:
         cuda.serve_store(mem, offset, nbytes, recv, CHUNK)
     except Tampered as e:
-        end = min(nbytes, (e.at or 0) + CHUNK)
-        _drain(sock, payload_size(nbytes, session) - payload_size(end, session))
-        msg = f"the owner's {e}".encode()[:MAX_MESSAGE]
-        _send_all(sock, _seal(session, [_RESP.pack(_TAMPERED, len(msg)) + msg]))
-        return False
+        return _refuse_tampered(sock, session, nbytes, e)
     _send_all(sock, _seal(session, [_RESP.pack(_OK, 0)]))
     return True
 
