@@ -68,13 +68,18 @@ class Hooks:
         else:
             self._fate.bounced(item.arg, handled, error)
 
+    def _cleanup_once(self, instance: Any) -> Any:
+        """The actor's ``__cleanup__`` the first time a cleanup is asked (None after, or
+        when it has none)."""
+        if self.cleaned:
+            return None
+        self.cleaned = True
+        return _hook(instance, "__cleanup__")
+
     def cleanup_sync(self, instance: Any, exc: BaseException | None) -> None:
         """``__cleanup__(exc)``, once: at a stop (``None``, or the failure's exception)
         or right after the actor failed (its thread)."""
-        if self.cleaned:
-            return
-        self.cleaned = True
-        fn = _hook(instance, "__cleanup__")
+        fn = self._cleanup_once(instance)
         if fn is None:
             return
         try:
@@ -86,10 +91,7 @@ class Hooks:
 
     async def cleanup_async(self, instance: Any, exc: BaseException | None) -> None:
         """`cleanup_sync()` on an async actor's loop."""
-        if self.cleaned:
-            return
-        self.cleaned = True
-        fn = _hook(instance, "__cleanup__")
+        fn = self._cleanup_once(instance)
         if fn is None:
             return
         try:
