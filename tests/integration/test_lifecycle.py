@@ -1,5 +1,6 @@
 """Stopping: ActorMesh.stop, ProcMesh.stop, __cleanup__, async with, shutdown_context,
-and no orphaned processes when the client dies."""
+and no orphaned processes when the client dies. An actor of the client's own proc:
+``tests/unit/actor/test_lifecycle.py``."""
 
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from danaus.actor import (
     context,
     endpoint,
     this_host,
-    this_proc,
 )
 
 from .conftest import REPLY_TIMEOUT, pid_alive, wait_pids_gone
@@ -287,16 +287,6 @@ def test_a_call_to_a_concurrent_body_cancelled_by_stop_raises_supervision_error(
     with pytest.raises(SupervisionError, match="stopped"):
         pending.get(timeout=REPLY_TIMEOUT)
     assert (tmp_path / "log").read_text().splitlines() == ["cancelled 0", "cleanup None"]
-
-
-def test_cleanup_of_an_actor_on_this_proc_runs_on_stop(tmp_path: Path) -> None:
-    mesh = this_proc().spawn("local_cleanup", SyncCleanup, str(tmp_path))
-    mesh.record.broadcast(1)
-    mesh.stop().get(timeout=REPLY_TIMEOUT)
-    assert json.loads((tmp_path / f"sync-{os.getpid()}").read_text()) == {
-        "exc": "None",
-        "seen": [1],
-    }
 
 
 def test_async_with_an_actor_mesh_stops_it_on_exit(procs: ProcMesh, tmp_path: Path) -> None:

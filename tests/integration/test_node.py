@@ -1,5 +1,6 @@
 """The node object: a client session that ends and starts again, registries that
-forget what stopped, and socket directories that outlive no one."""
+forget what stopped, and socket directories that outlive no one. The client's one node
+and its parts: ``tests/unit/actor/test_node.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 
 import pytest
 
-from danaus._runtime import node as node_mod
 from danaus.testing import wait_until
 
 from .conftest import wait_pids_gone
@@ -21,16 +21,6 @@ def _left_in(path: str) -> list[str] | None:
         return os.listdir(path)
     except FileNotFoundError:
         return None
-
-
-def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
-    node = node_mod.current()
-    assert node is not None and node.client
-    from danaus._runtime.hosting import proc
-
-    assert proc.current() is node.runtime
-    # The owned-mesh registry is a part of the node, not a module global.
-    assert "Registry" in node.parts()
 
 
 @pytest.mark.timeout(90)
