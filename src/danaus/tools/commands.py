@@ -17,6 +17,21 @@ Example:
 from __future__ import annotations
 
 from .._job import commands as _commands
-from .._job.commands import *  # noqa: F403  (the names of its __all__)
+from .._job.commands import DEFAULT_JOB_PATH as DEFAULT_JOB_PATH
+from .._job.commands import MONARCH_DIR as MONARCH_DIR
+from .._job.commands import apply_job as apply_job
+from .._job.commands import context_create as context_create
+from .._job.commands import context_ls as context_ls
+from .._job.commands import context_rm as context_rm
+from .._job.commands import context_use as context_use
+from .._job.commands import create as create
+from .._job.commands import exec_on_job as exec_on_job
+from .._job.commands import get_or_create as get_or_create
+from .._job.commands import info as info
+from .._job.commands import kill as kill
+from .._job.commands import kill_and_confirm as kill_and_confirm
+from .._job.commands import load_current_job as load_current_job
+from .._job.commands import server_ready as server_ready
+from .._job.commands import shell_on_job as shell_on_job
 
-__all__ = _commands.__all__
+__all__ = _commands.__all__  # Monarch's names, each imported above for the reference

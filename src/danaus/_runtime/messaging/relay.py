@@ -161,12 +161,10 @@ class Relay:
         self._attaching: tuple[_Side, list[str | None], threading.Event] | None = None
         rt.register(Kind.GATEWAY, self._on_gateway)
         rt.register(Kind.GATEWAY_OK, self._on_gateway_ok)
-        for kind, on_side in (
-            (Kind.OPEN, self._on_open),
-            (Kind.RELAYED, self._on_relayed),
-            (Kind.SHUT, self._on_shut),
-        ):
-            rt.register(kind, functools.partial(self._on_side_frame, on_side))
+        on_side = self._on_side_frame  # each handler gets the gateway connection's side
+        rt.register(Kind.OPEN, functools.partial(on_side, self._on_open))
+        rt.register(Kind.RELAYED, functools.partial(on_side, self._on_relayed))
+        rt.register(Kind.SHUT, functools.partial(on_side, self._on_shut))
         rt.register(Kind.ROUTE, self._on_stray_route)
 
     # -- the client ------------------------------------------------------------
