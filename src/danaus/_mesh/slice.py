@@ -170,11 +170,7 @@ class Slice:
         n = len(self)
         if not 0 <= idx < n:
             raise IndexError(f"Slice index {i!r} out of range: the slice has {n} ranks")
-        coords = []
-        for size in reversed(self._sizes):
-            idx, c = divmod(idx, size)
-            coords.append(c)
-        coords.reverse()
+        coords = self._unravel(idx)
         return self._offset + sum(c * s for c, s in zip(coords, self._strides, strict=True))
 
     def nditem(self, coords: Sequence[int]) -> int:
@@ -199,6 +195,10 @@ class Slice:
         pos = self._position(as_int(rank, "rank"))
         if pos is None:
             raise ValueError(f"rank {rank!r} is not in {self!r}")
+        return self._unravel(pos)
+
+    def _unravel(self, pos: int) -> list[int]:
+        """The coordinates of position ``pos`` in row-major iteration order."""
         coords = []
         for size in reversed(self._sizes):
             pos, c = divmod(pos, size)

@@ -34,7 +34,6 @@ import logging
 import os
 import secrets
 import time
-from types import TracebackType
 from typing import Any
 
 from .. import _config as config
@@ -96,12 +95,7 @@ class Trace:
             else:  # the proc read its clock about halfway through the round trip
                 self._offsets[p.name] = ans["now_ns"] - (sent + t1) // 2
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:  # the block's exception propagates
         rt = host.ensure_runtime()
         tracer = rt.tracer
         late = tracer.late if tracer is not None else []

@@ -410,11 +410,8 @@ class Transfer:
             err.__cause__ = e
             self._fail(err)
             return
-        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(cuda_error(self._label(op), op, e))
-            return
-        except Exception as e:  # pragma: no cover - a bug
-            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+        except Exception as e:  # CUDA refused, or a bug
+            self._fail_copy(op, e)
             return
         self._part_done()
 
@@ -468,17 +465,22 @@ class Transfer:
         except OSError as e:
             self._fail(os_error(self._label(op), op.buf, e))
             return
-        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(cuda_error(self._label(op), op, e))
-            return
-        except Exception as e:  # pragma: no cover - a bug
-            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+        except Exception as e:  # CUDA refused, or a bug
+            self._fail_copy(op, e)
             return
         if finished:
             self._part_done()
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
+
+    def _fail_copy(self, op: Op, e: Exception) -> None:
+        """Fail for ``e``, raised by a copy of ``op`` and by none of the errors its caller
+        knows: CUDA refused it (torch raises ``RuntimeError``), or else a bug."""
+        if isinstance(e, RuntimeError):
+            self._fail(cuda_error(self._label(op), op, e))
+        else:  # pragma: no cover - a bug
+            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
 
     def _label(self, op: Op) -> str:
         """Names ``op`` in an error: the op itself, within its batch if there is one."""

@@ -26,6 +26,18 @@ log = logging.getLogger("danaus.supervision")
 A = TypeVar("A")
 
 
+class _ChildRef:
+    """The ``MeshRef`` attribute of a supervised mesh or its route: the child's current
+    ref (a restart replaces it); what the base class's ``__init__`` assigns is ignored."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> MeshRef:
+        ref: MeshRef = obj._child.ref
+        return ref
+
+    def __set__(self, obj: Any, value: MeshRef) -> None:
+        pass  # the child's ref is the one
+
+
 class SupervisedMesh(ActorMesh[A]):
     """The ``ActorMesh`` of a supervised child: valid across restarts.
 
@@ -38,13 +50,7 @@ class SupervisedMesh(ActorMesh[A]):
         self._child = child
         super().__init__(child.ref, shape, child.state, None)
 
-    @property
-    def _ref(self) -> MeshRef:
-        return self._child.ref
-
-    @_ref.setter
-    def _ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
+    _ref = _ChildRef()
 
     def _new_with_shape(self, shape: Shape) -> SupervisedMesh[A]:
         return SupervisedMesh(self._child, shape)
@@ -109,13 +115,7 @@ class _SupervisedRoute(DirectRoute):
         rt = host.ensure_runtime()
         super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
 
-    @property
-    def ref(self) -> MeshRef:
-        return self._child.ref
-
-    @ref.setter
-    def ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
+    ref = _ChildRef()
 
 
 class _SupervisedEndpoint(Endpoint[Any, Any]):

@@ -182,12 +182,7 @@ class LogControl:
             self.printer.set_label([p.name for p in procs], label)
         s = -1 if stream is None else int(stream)
         lv = -1 if level is None else level
-        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
-        with self._lock:
-            for p in procs:
-                agent = self.agents.get(p.name)
-                if agent is not None:
-                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        by_agent = self._by_agent(procs)
         if s >= 0 or label:
             for agent, names in by_agent.values():
                 self.rt.send(agent, LogConfig(tuple(names), s, -1, label), on_fail=_ignore)
@@ -200,6 +195,16 @@ class LogControl:
                     self.rt.send(p, LogConfig((p.name,), -1, lv, ""), on_fail=_ignore)
             else:
                 self.rt.send(p, LogConfig((p.name,), s, lv, label), on_fail=_ignore)
+
+    def _by_agent(self, procs: list[ProcId]) -> dict[str, tuple[ProcId, list[str]]]:
+        """The names of ``procs`` by their host agent (those whose agent is known)."""
+        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
+        with self._lock:
+            for p in procs:
+                agent = self.agents.get(p.name)
+                if agent is not None:
+                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        return by_agent
 
     def flush(
         self, procs: list[ProcId], timeout: float | None = None
@@ -214,12 +219,7 @@ class LogControl:
             else:
                 _resolve(cf)
 
-        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
-        with self._lock:
-            for p in procs:
-                agent = self.agents.get(p.name)
-                if agent is not None:
-                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        by_agent = self._by_agent(procs)
         if timeout is not None:
             timer = threading.Timer(timeout, _resolve, (cf,))
             timer.daemon = True
@@ -260,20 +260,12 @@ def control(node: Node) -> LogControl:
     return ctl
 
 
-class _RecordHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _RecordHandler(logdir.CurrentStderrHandler):
     """The root logger's handler in a proc: records to (the current) stderr, captured."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setFormatter(logging.Formatter(_RECORD_FORMAT))
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
 
 
 def _on_config_in_proc(rt: Runtime, conn: Connection, msg: Message) -> None:

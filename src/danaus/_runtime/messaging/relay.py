@@ -161,9 +161,10 @@ class Relay:
         self._attaching: tuple[_Side, list[str | None], threading.Event] | None = None
         rt.register(Kind.GATEWAY, self._on_gateway)
         rt.register(Kind.GATEWAY_OK, self._on_gateway_ok)
-        rt.register(Kind.OPEN, self._on_open)
-        rt.register(Kind.RELAYED, self._on_relayed)
-        rt.register(Kind.SHUT, self._on_shut)
+        on_side = self._on_side_frame  # each handler gets the gateway connection's side
+        rt.register(Kind.OPEN, functools.partial(on_side, self._on_open))
+        rt.register(Kind.RELAYED, functools.partial(on_side, self._on_relayed))
+        rt.register(Kind.SHUT, functools.partial(on_side, self._on_shut))
         rt.register(Kind.ROUTE, self._on_stray_route)
 
     # -- the client ------------------------------------------------------------
@@ -314,17 +315,19 @@ class Relay:
 
     # -- both roles ------------------------------------------------------------------
 
-    def _side_of(self, conn: Connection, msg: Message) -> _Side | None:
+    def _on_side_frame(
+        self, on_side: Callable[[_Side, Message], None], conn: Connection, msg: Message
+    ) -> None:
+        """A frame only a gateway connection carries (OPEN, RELAYED, SHUT): to
+        ``on_side(side, msg)``; on any other connection, it fails that connection."""
         side = self.sides.get(conn)
         if side is None:
             conn.fail_now(f"{msg.kind.name} on a connection that is no gateway connection")
-        return side
-
-    def _on_open(self, conn: Connection, msg: Message) -> None:
-        """The other end opens relayed connection ``chan`` to ``target``."""
-        side = self._side_of(conn, msg)
-        if side is None:
             return
+        on_side(side, msg)
+
+    def _on_open(self, side: _Side, msg: Message) -> None:
+        """The other end opens relayed connection ``chan`` to ``target``."""
         chan, target = msg.header
         rt = self.rt
         if side is self.gateway and target.name == rt.proc_id.name:
@@ -355,10 +358,7 @@ class Relay:
         except Exception:
             log.debug("the gateway connection closed under relayed frames", exc_info=True)
 
-    def _on_relayed(self, conn: Connection, msg: Message) -> None:
-        side = self._side_of(conn, msg)
-        if side is None:
-            return
+    def _on_relayed(self, side: _Side, msg: Message) -> None:
         chan, header = msg.header
         end = side.ends.get(chan)
         if end is None:
@@ -371,10 +371,7 @@ class Relay:
         except Exception:
             log.debug("a relayed connection closed under a frame", exc_info=True)
 
-    def _on_shut(self, conn: Connection, msg: Message) -> None:
-        side = self._side_of(conn, msg)
-        if side is None:
-            return
+    def _on_shut(self, side: _Side, msg: Message) -> None:
         chan, reason = msg.header
         end = side.ends.pop(chan, None)
         if type(end) is RelayedConnection:

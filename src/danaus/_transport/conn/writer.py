@@ -29,6 +29,13 @@ from .stats import ConnStats
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 
 
+def _closed_error(conn: ConnCore) -> TransportError:
+    """What a send on the closed ``conn`` raises: why it closed, when that is a transport
+    error (the peer broke), else that it is closed."""
+    exc = conn.close_exc
+    return exc if isinstance(exc, TransportError) else ConnectionClosedError("connection is closed")
+
+
 class WriteBatcher(Part):
     """The write side of one connection (any thread). It owns the backlog that
     waits for the socket and its byte count, the frames sent before the session
@@ -159,11 +166,7 @@ class WriteBatcher(Part):
         with self.lock:
             conn = self._conn
             if conn.closed:
-                raise (
-                    conn.close_exc
-                    if isinstance(conn.close_exc, TransportError)
-                    else ConnectionClosedError("connection is closed")
-                )
+                raise _closed_error(conn)
             self._stats.frames_sent += 1
             now = self._loop.time()
             last, self.last_send = self.last_send, now
@@ -211,11 +214,7 @@ class WriteBatcher(Part):
         with self.lock:
             conn = self._conn
             if conn.closed:
-                raise (
-                    conn.close_exc
-                    if isinstance(conn.close_exc, TransportError)
-                    else ConnectionClosedError("connection is closed")
-                )
+                raise _closed_error(conn)
             self._stats.frames_sent += 1
             self.last_send = self._loop.time()
             if self._sealing:
