@@ -26,7 +26,7 @@ from danaus.job import (
 from danaus.testing import client_env, wait_pids_gone, wait_until
 from danaus.tools import commands
 from danaus.tools.config import Config
-from danaus.tools.mesh_spec import AppState
+from danaus.tools.mesh_spec import AppState, MeshSpec, mesh_spec_from_metadata, tag_as_metadata
 from danaus.tools.network import AddrType, get_ipaddr, get_sockaddr
 
 from .conftest import free_ports
@@ -416,6 +416,32 @@ def test_tools_commands_treat_a_saved_job_as_a_server(
     assert commands.info(handle) is None
     with pytest.raises(ValueError, match="danaus:///NAME"):
         commands.info("slurm:///123")
+
+
+def test_a_mesh_spec_travels_in_an_appdefs_metadata_under_monarchs_keys() -> None:
+    # Monarch's tools/test_mesh_spec.py with an object shaped like TorchX's AppDef
+    from types import SimpleNamespace
+
+    appdef = SimpleNamespace(metadata={}, roles=[])
+    tag_as_metadata(MeshSpec(name="trainer", num_hosts=2, host_type="gpu.medium", gpus=2), appdef)
+    assert appdef.metadata == {
+        "monarch/meshes/trainer/host_type": "gpu.medium",
+        "monarch/meshes/trainer/gpus": "2",
+        "monarch/meshes/trainer/transport": "tcp",
+    }
+    appdef.metadata["monarch/meshes/trainer/transport"] = "metatls"
+    appdef.roles = [SimpleNamespace(name="trainer", image="img", num_replicas=4, port_map={})]
+    spec = mesh_spec_from_metadata(appdef, "trainer")
+    assert spec is not None
+    assert (spec.num_hosts, spec.host_type, spec.gpus, spec.transport, spec.image) == (
+        4,
+        "gpu.medium",
+        2,
+        "metatls",
+        "img",
+    )
+    assert spec.port == 26600  # no "mesh" port in the role's port map: the default
+    assert mesh_spec_from_metadata(appdef, "generator") is None
 
 
 def test_network_lookups_follow_monarchs_address_families() -> None:
