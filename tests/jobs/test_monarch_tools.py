@@ -474,6 +474,22 @@ def test_the_tools_cli_parses_as_monarchs_and_runs_through_its_module_functions(
     ]
 
 
+def test_the_tools_cli_has_monarchs_dashboard_mast_which_refuses_to_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Monarch's tools/test_cli.py parses `dashboard mast`; its open-source build refuses it
+    from danaus.tools import cli
+
+    args = cli.get_parser().parse_args(["dashboard", "mast", "job1", "--role-name", "w"])
+    assert (args.job, args.role_name, args.dashboard_port) == ("job1", "w", 8265)
+    assert not hasattr(args, "relay_port")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["dashboard", "mast", "job1"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Meta's internal scheduler (MAST)" in err and "danaus.dashboard.serve()" in err
+
+
 def test_skill_md_names_only_options_the_command_has() -> None:
     """The CLI summary shipped in the package (Monarch's tools/SKILL.md) stays true."""
     import importlib.resources
