@@ -309,6 +309,8 @@ FACADES = {
         "AppState",
         "MeshSpec",
         "ServerSpec",
+        "mesh_spec_from_metadata",
+        "tag_as_metadata",
     ],
     "danaus.tools.network": ["AddrType", "get_ipaddr", "get_sockaddr"],
     "danaus.spmd": ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async"],

@@ -75,7 +75,7 @@ def check_unique(names: Sequence[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ValueError(f"duplicate dimension name {name!r} in {what} {list(names)!r}")
+            raise ValueError(f"Duplicate dimension name {name!r} in {what} {list(names)!r}")
         seen.add(name)
 
 

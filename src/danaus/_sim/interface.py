@@ -90,9 +90,8 @@ class SimulatorInterface:
     def _exit(self) -> None:
         if self.exited:
             return
-        self._engine.flush()
+        self._engine.exit()  # Monarch's RequestStatus and Exit, in the controller's trace
         self.simulator.exit(self.iter, dump_trace=self._dump)
-        self._engine.close()
         self.exited = True
         _meta_labels.simulating(False)
 

@@ -123,8 +123,9 @@ class ProcMesh(MeshTrait):
 
         ``__init__(*args, **kwargs)`` runs in each proc before any message this
         caller sends to the new actors. Raises ``ValueError`` for a class that is
-        not a valid actor, ``TypeError`` for unpicklable arguments; a failing
-        ``__init__`` surfaces on ``mesh.initialized``.
+        not a valid actor, ``TypeError`` for unpicklable arguments,
+        ``RuntimeError`` on procs that were stopped; a failing ``__init__``
+        surfaces on ``mesh.initialized``.
         """
         return self._spawn(name, Class, args, kwargs, None)  # type: ignore[return-value]
 
@@ -139,6 +140,11 @@ class ProcMesh(MeshTrait):
             raise RuntimeError(
                 f"{self!r} belongs to a client session that shutdown_context() ended; spawn "
                 "new procs (this_host().spawn_procs(...)) and spawn actors on those"
+            )
+        if self._state.stopped:  # Monarch's words, and as Monarch's, at the spawn
+            raise RuntimeError(
+                "`ProcMesh` has already been stopped: spawn new procs "
+                "(this_host().spawn_procs(...)) and spawn actors on those"
             )
         ctx = context()
         creator = ctx.actor_instance
@@ -160,9 +166,6 @@ class ProcMesh(MeshTrait):
         owned.register_actor_mesh(mesh)
         init_cf = state.initialized
         assert init_cf is not None
-        if self._state.stopped:
-            init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
-            return mesh
         rt = host.ensure_runtime()
         countdown = Countdown(len(procs), lambda: set_future(init_cf, True, None))
         if not procs:
