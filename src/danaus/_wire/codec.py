@@ -6,11 +6,14 @@ without copying. ``loads(body, buffers)`` rebuilds the object; arrays come
 back as views of the received frame.
 
 Plain data (``None``, bools, numbers, strings, bytes, and tuples, lists,
-dicts and sets of them) takes a fast path: the C pickler with no
-cloudpickle machinery, through a reused pickler (a small pool, no lock), or
-straight ``pickle.dumps`` for a few atoms. The stream is the same pickle
-either way; anything else (a class, a function, an array, a tensor ...)
-goes to a fresh cloudpickle pickler, which pickles ``__main__`` by value.
+dicts and sets of them), with numpy arrays and CPU torch tensors among it,
+takes a fast path: the C pickler with no cloudpickle machinery, through a
+reused pickler (a small pool, no lock), or straight ``pickle.dumps`` for a few
+atoms. An array pickles by numpy's own protocol-5 reduction and a tensor by
+``_reduce_tensor``, exactly as the general path pickles them, so the stream
+is the same either way (no wire change). Anything else (a class, a
+function, an array of objects, a tensor that needs grad ...) goes to a fresh
+cloudpickle pickler, which pickles ``__main__`` by value.
 
 Torch is never imported here: tensors are recognised only when the sender
 has already imported torch.
@@ -108,29 +111,101 @@ _SMALL = 8  # a tuple of up to this many atoms (or empty containers) skips the p
 
 
 class _PlainPickler(pickle.Pickler):
-    """The C pickler for plain data only: ``_NotPlain`` at anything else.
+    """The C pickler for plain data, arrays and tensors only: ``_NotPlain`` at anything else.
 
     The C pickler handles atoms itself and asks ``reducer_override`` about
-    every other object (containers included), so this sees each container
-    and the first value that would need a reduction.
+    every other object (containers included), so this sees each container,
+    array, tensor, dtype and global, and the first value that would need a
+    reduction it does not know. Large buffers go out of band (``buffers``),
+    by the same rule as the general path's.
     """
 
     def __init__(self) -> None:
         self.out = io.BytesIO()
-        super().__init__(self.out, protocol=5)
+        self.buffers: list[pickle.PickleBuffer] = []
+        super().__init__(self.out, protocol=5, buffer_callback=self._out_of_band)
+
+    def _out_of_band(self, buf: pickle.PickleBuffer) -> bool:
+        buffers = self.buffers
+        if len(buffers) >= MAX_OOB_BUFFERS or memoryview(buf).nbytes < _OOB_MIN:
+            return True
+        buffers.append(buf)
+        return False
 
     def reducer_override(self, obj: object) -> Any:
-        if type(obj) in _CONTAINERS:
+        t = type(obj)
+        if t in _CONTAINERS or t is pickle.PickleBuffer:
             return NotImplemented
+        if id(obj) in _ARRAY_GLOBALS or t in _DTYPE_TYPES:
+            # numpy's ``_frombuffer`` and ``dtype`` (by reference), a dtype (its reduce)
+            return NotImplemented
+        if t in _ARRAY_TYPES or _learn_arrays(t):
+            return _reduce_array(obj)
         raise _NotPlain
 
-    def pickle(self, obj: object) -> bytes:
+    def pickle(self, obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
         out = self.out
         out.seek(0)
         out.truncate()
-        self.clear_memo()
-        self.dump(obj)
-        return out.getvalue()
+        try:
+            self.dump(obj)
+            return out.getvalue(), self.buffers
+        finally:
+            # Nothing of the value stays referenced by a pooled pickler (an array of
+            # a GiB must not live on in its memo or buffer list).
+            self.buffers = []
+            self.clear_memo()
+
+
+def _reduce_array(obj: Any) -> Any:
+    """The fast pickler's reduction of a numpy array or a torch tensor (``_ARRAY_TYPES``):
+    NotImplemented (numpy's own protocol-5 reduction, one out-of-band buffer) for a
+    contiguous array of plain values, ``_reduce_tensor``'s for a CPU tensor, else
+    ``_NotPlain`` (the general path decides)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(obj) is torch.Tensor:
+        r = _reduce_tensor(obj)
+        if r is NotImplemented:
+            raise _NotPlain
+        return r
+    # numpy reduces a non-contiguous array to a copy in band, through a global this
+    # pickler does not know (``_NotPlain`` then): only contiguous ones get here.
+    if obj.dtype.hasobject or not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+        raise _NotPlain
+    return NotImplemented
+
+
+# Filled by ``_learn_arrays`` once numpy or torch has been imported (by the program):
+# the array and tensor types, numpy's dtype types, and the ids of the globals numpy's
+# reductions name (``_frombuffer``, ``dtype``) and of ``_rebuild_tensor``.
+_ARRAY_TYPES: set[type] = set()
+_DTYPE_TYPES: set[type] = set()
+_ARRAY_GLOBALS: set[int] = set()
+_ARRAY_NAMES = frozenset({("numpy", "ndarray"), ("torch", "Tensor")})
+
+
+def _learn_arrays(t: type) -> bool:
+    """Whether ``t``, a top-level value's type, is numpy's array or torch's tensor; the
+    first time, learn what the fast pickler needs of them."""
+    if t in _ARRAY_TYPES:
+        return True
+    if (t.__module__, t.__qualname__) not in _ARRAY_NAMES:
+        return False
+    np = sys.modules.get("numpy")
+    if np is not None and t is np.ndarray:
+        frombuffer = np.empty(_OOB_MIN, np.uint8).__reduce_ex__(5)[0]
+        dtype_cls = np.dtype("u1").__reduce__()[0]
+        _ARRAY_GLOBALS.update((id(frombuffer), id(dtype_cls)))
+        _DTYPE_TYPES.update(type(np.dtype(c)) for c in np.typecodes["All"])
+        _DTYPE_TYPES.add(np.dtype)
+        _ARRAY_TYPES.add(t)
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and t is torch.Tensor:
+        _ARRAY_GLOBALS.add(id(_rebuild_tensor))
+        _ARRAY_TYPES.add(t)
+        return True
+    return False
 
 
 # A per-process cache, not state: idle plain picklers; list pop/append are atomic.
@@ -168,13 +243,13 @@ def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     # t is type(obj), which mypy does not narrow through (one type() call saved per message)
     if t in _ATOMS or (t is tuple and _small_plain(obj)):  # type: ignore[arg-type]
         return pickle.dumps(obj, protocol=5), []
-    if t in _CONTAINERS:
+    if t in _CONTAINERS or t in _ARRAY_TYPES or _learn_arrays(t):
         try:
             p = _POOL.pop()
         except IndexError:
             p = _PlainPickler()
         try:
-            return p.pickle(obj), []
+            return p.pickle(obj)
         except Exception:  # not plain data (or not picklable): the general path decides
             pass
         finally:

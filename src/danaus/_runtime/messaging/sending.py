@@ -72,6 +72,22 @@ class _Give:
             memory.staging.give(n)
 
 
+def _fits(peer: _Peer | None, body: bytes | memoryview, buffers: Sequence[ReadableBuffer]) -> bool:
+    """Whether a frame of ``body`` and ``buffers`` goes to ``peer``'s socket in one write
+    (its ``one_write``), which then beats an offload: the sending thread hands the
+    caller's memory to the kernel at once, and the receiver's waiting thread reads it
+    itself, where the one-sided copy takes a copier thread and two hops through the
+    receiver's I/O thread (a 1 MiB call at 2.7x the wake-ups and CPU, see
+    benchmarks/RESULTS.md)."""
+    one_write: int = getattr(peer.conn, "one_write", 0) if peer is not None else 0
+    if not one_write:
+        return False
+    n = len(body)
+    for b in buffers:
+        n += len(b) if type(b) is bytes else memoryview(b).nbytes
+    return n < one_write
+
+
 def _has_large(parts: list[Any]) -> bool:
     """Whether a frame part would take long to copy (``offload.own`` copies it in chunks)."""
     return any(not isinstance(p, bytes) and memoryview(p).nbytes >= memory.SMALL for p in parts)
@@ -193,7 +209,7 @@ class Sender:
                     memory.staging.take(large)
                 on_left = _Give(large)
         offloaded = False
-        if self._offloading:
+        if self._offloading and not _fits(self._peers.get(proc.name), body, buffers):
             raw, buffers, offloaded = self._wrap(
                 proc.name, raw, buffers, on_left, lend=sent is not None
             )
