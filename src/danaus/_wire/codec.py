@@ -93,6 +93,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
     def reducer_override(self, obj: object) -> Any:
         if type(obj) is types.CodeType:
             return _reduce_code(obj)
+        if type(obj) is _BigBytes:
+            return obj.reduce()
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor):
             r = _reduce_tensor(obj)
@@ -136,8 +138,11 @@ class _PlainPickler(pickle.Pickler):
         t = type(obj)
         if t in _CONTAINERS or t is pickle.PickleBuffer:
             return NotImplemented
-        if id(obj) in _ARRAY_GLOBALS or t in _DTYPE_TYPES:
-            # numpy's ``_frombuffer`` and ``dtype`` (by reference), a dtype (its reduce)
+        if t is _BigBytes:
+            return obj.reduce()  # type: ignore[attr-defined]
+        if id(obj) in _ARRAY_GLOBALS or t in _DTYPE_TYPES or obj is bytes or obj is bytearray:
+            # numpy's ``_frombuffer`` and ``dtype`` (by reference), a dtype (its reduce),
+            # what a `_BigBytes` rebuilds
             return NotImplemented
         if t in _ARRAY_TYPES or _learn_arrays(t):
             return _reduce_array(obj)
@@ -170,9 +175,41 @@ def _reduce_array(obj: Any) -> Any:
         return r
     # numpy reduces a non-contiguous array to a copy in band, through a global this
     # pickler does not know (``_NotPlain`` then): only contiguous ones get here.
-    if obj.dtype.hasobject or not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+    dtype = obj.dtype
+    if dtype.hasobject:
         raise _NotPlain
-    return NotImplemented
+    flags = obj.flags
+    c = flags.c_contiguous
+    if not (c or flags.f_contiguous):
+        raise _NotPlain
+    # (Metadata first: dtypes that differ only in it are equal, one key of the cache.)
+    code = _DTYPE_CODES.get(dtype) if dtype.metadata is None else ""
+    if code is None:
+        code = _DTYPE_CODES[dtype] = _dtype_code(dtype)
+    if not code:
+        return NotImplemented  # numpy's own reduction, the dtype pickled as an object
+    # What numpy's own protocol-5 reduction returns, with the dtype named by its code:
+    # pickling the dtype object (its class, its state) costs ten times the rest.
+    # (An F-ordered array's buffer is its transpose's, C-ordered, as numpy does it.)
+    buf = pickle.PickleBuffer(obj if c else obj.T)
+    return _FROMBUFFER[0], (buf, code, obj.shape, "C" if c else "F")
+
+
+_DTYPE_CODES: dict[Any, str] = {}  # numpy dtype -> its code, or "" where that loses something
+_FROMBUFFER: list[Any] = []  # numpy's ``_frombuffer`` (what its arrays reduce to)
+
+
+def _dtype_code(dtype: Any) -> str:
+    """``dtype.str`` when ``numpy.dtype`` of it gives ``dtype`` back whole (no fields,
+    no subarray, no metadata), else ""."""
+    if dtype.names is not None or dtype.subdtype is not None or dtype.metadata is not None:
+        return ""
+    np = sys.modules["numpy"]
+    code: str = dtype.str
+    try:
+        return code if np.dtype(code) == dtype else ""
+    except TypeError:
+        return ""
 
 
 # Filled by ``_learn_arrays`` once numpy or torch has been imported (by the program):
@@ -194,6 +231,7 @@ def _learn_arrays(t: type) -> bool:
     np = sys.modules.get("numpy")
     if np is not None and t is np.ndarray:
         frombuffer = np.empty(_OOB_MIN, np.uint8).__reduce_ex__(5)[0]
+        _FROMBUFFER[:] = [frombuffer]
         dtype_cls = np.dtype("u1").__reduce__()[0]
         _ARRAY_GLOBALS.update((id(frombuffer), id(dtype_cls)))
         _DTYPE_TYPES.update(type(np.dtype(c)) for c in np.typecodes["All"])
@@ -219,10 +257,13 @@ def _small_plain(obj: tuple[Any, ...]) -> bool:
     for x in obj:
         t = type(x)
         if t in _ATOMS:
+            if t is bytes and len(x) >= _BIG_BYTES:
+                return False
             continue
         if t is tuple and len(x) <= _SMALL:
             for y in x:
-                if type(y) not in _ATOMS:
+                u = type(y)
+                if u not in _ATOMS or (u is bytes and len(y) >= _BIG_BYTES):
                     return False
             continue
         if t is dict and not x:
@@ -241,9 +282,14 @@ def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
     t = type(obj)
     # t is type(obj), which mypy does not narrow through (one type() call saved per message)
-    if t in _ATOMS or (t is tuple and _small_plain(obj)):  # type: ignore[arg-type]
+    if (t in _ATOMS and (t is not bytes or len(obj) < _BIG_BYTES)) or (  # type: ignore[arg-type]
+        t is tuple and _small_plain(obj)  # type: ignore[arg-type]
+    ):
         return pickle.dumps(obj, protocol=5), []
-    if t in _CONTAINERS or t in _ARRAY_TYPES or _learn_arrays(t):
+    if _has_big_bytes(obj):
+        obj = _lift_bytes(obj, 2, {})
+        t = type(obj)
+    if t in _CONTAINERS or t in _ARRAY_TYPES or t is _BigBytes or _learn_arrays(t):
         try:
             p = _POOL.pop()
         except IndexError:
@@ -256,6 +302,75 @@ def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
             if len(_POOL) < 8:
                 _POOL.append(p)
     return _dumps_general(obj)
+
+
+_BIG_BYTES = 64 << 10  # bytes and bytearrays at least this long travel out of band
+_LIFT_MAX = 64  # containers longer than this are not searched for them
+
+
+class _BigBytes:
+    """A ``bytes`` or ``bytearray`` of at least ``_BIG_BYTES`` in a value being pickled:
+    the picklers reduce it to ``type(b)(PickleBuffer(b))``, an out-of-band buffer
+    written straight from ``b`` (the C pickler writes bytes in band, a copy into the
+    stream), rebuilt by one copy on the receiver, as an in-band one would be."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b: bytes | bytearray) -> None:
+        self.b = b
+
+    def reduce(self) -> Any:
+        return type(self.b), (pickle.PickleBuffer(self.b),)
+
+
+def _has_big_bytes(obj: Any) -> bool:
+    """Whether `_lift_bytes` (``depth`` 2) would find a large bytes or bytearray in
+    ``obj`` (a quick look, nothing built)."""
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        return len(obj) >= _BIG_BYTES
+    if t not in _LIFTED or len(obj) > _LIFT_MAX:
+        return False
+    for x in obj.values() if t is dict else obj:
+        u = type(x)
+        if u is bytes or u is bytearray:
+            if len(x) >= _BIG_BYTES:
+                return True
+        elif u in _LIFTED and len(x) <= _LIFT_MAX:
+            for y in x.values() if u is dict else x:
+                v = type(y)
+                if (v is bytes or v is bytearray) and len(y) >= _BIG_BYTES:
+                    return True
+    return False
+
+
+def _lift_bytes(obj: Any, depth: int, seen: dict[int, Any]) -> Any:
+    """``obj`` with each large bytes or bytearray in it, itself or ``depth`` containers
+    deep at most (a call's ``(args, kwargs)``: its arguments), replaced by a `_BigBytes`
+    (one per object: ``seen``, so a bytearray passed twice arrives as one); ``obj``
+    itself, not a copy, if it holds none."""
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        if len(obj) < _BIG_BYTES:
+            return obj
+        big = seen.get(id(obj))
+        if big is None:
+            big = seen[id(obj)] = _BigBytes(obj)
+        return big
+    if not depth or t not in _LIFTED or len(obj) > _LIFT_MAX:
+        return obj
+    if t is dict:
+        vals = [_lift_bytes(v, depth - 1, seen) for v in obj.values()]
+        if all(a is b for a, b in zip(vals, obj.values(), strict=True)):
+            return obj
+        return dict(zip(obj, vals, strict=True))
+    items = [_lift_bytes(x, depth - 1, seen) for x in obj]
+    if all(a is b for a, b in zip(items, obj, strict=True)):
+        return obj
+    return t(items)
+
+
+_LIFTED = frozenset({tuple, list, dict})
 
 
 def _dumps_general(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:

@@ -55,6 +55,7 @@ MAX_HEADER = 1 << 20
 # ones are refused where decoding starts, before any code walks them recursively.
 MAX_HEADER_DEPTH = 32
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
+_PROBE = 16 << 10  # bytes read first after a large frame (see FrameDecoder._after_big)
 
 
 class FrameError(PeerBrokenError):
@@ -378,6 +379,10 @@ class FrameDecoder:
         self._end = 0  # end of valid bytes in staging
         self._big: memoryview | None = None  # a large frame being received in place
         self._big_filled = 0
+        # The last frame was large: the next read into an empty staging buffer takes
+        # only _PROBE bytes, so that when the next frame is large too (a stream of
+        # arrays) no more than that is copied from staging into its own memory.
+        self._after_big = False
 
     def finish(self, big: memoryview) -> Frame:
         """The frame ``big`` holds, received whole (its length prefix excluded): checked,
@@ -393,6 +398,8 @@ class FrameDecoder:
             return self._big[self._big_filled :]
         if self._end == len(self._staging):
             self._compact()
+        if self._after_big and self._end == self._start:
+            return memoryview(self._staging)[self._end : self._end + _PROBE]
         return memoryview(self._staging)[self._end :]
 
     def _compact(self) -> None:
@@ -409,9 +416,11 @@ class FrameDecoder:
             if self._big_filled < len(self._big):
                 return frames
             big, self._big = self._big, None
+            self._after_big = True
             frames.append(self.finish(big))
             return frames
         self._end += n
+        self._after_big = False
         while True:
             avail = self._end - self._start
             if avail < 8:
@@ -443,6 +452,7 @@ class FrameDecoder:
                     # Someone else receives it (off the I/O loop); we wait for them.
                     self.handoff = (whole, bytes(self._staging[self._start + 8 : self._end]))
                     self._start = self._end = 0
+                    self._after_big = True
                     break
                 # Large frame: receive the rest straight into its own memory.
                 try:
