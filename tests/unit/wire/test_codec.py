@@ -146,7 +146,7 @@ def test_a_pooled_pickler_keeps_no_reference_to_what_it_pickled() -> None:
 
     arr = np.arange(100_000, dtype=np.float64)
     ref = weakref.ref(arr)
-    body, bufs = codec.dumps(((arr,), {}))
+    _body, bufs = codec.dumps(((arr,), {}))
     del arr, bufs
     gc.collect()
     assert ref() is None  # not kept alive by the pool's memo or buffer list
