@@ -84,31 +84,34 @@ def encode_frame(
     header: tuple[Any, ...], body: bytes | memoryview = b"", buffers: Sequence[ReadableBuffer] = ()
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
-    h = pickle.dumps(header, protocol=5)
-    if not buffers:
-        return encode_pickled(h, body)
-    raws = [flat(b) for b in buffers]
-    lens = b"".join(_LEN.pack(len(r)) for r in raws)
-    body_len = len(body)
-    total = _FIXED + len(lens) + len(h) + body_len + sum(len(r) for r in raws)
-    parts: list[Any] = [_PREFIX.pack(total, len(h), len(raws), body_len) + lens + h]
-    if body_len:
-        parts.append(body)
-    parts.extend(r for r in raws if len(r))
-    return parts
+    return encode_pickled(pickle.dumps(header, protocol=5), body, buffers)
 
 
 _SMALL_BODY = 4096  # bodies up to this size are joined to the header (one write part)
 
 
-def encode_pickled(h: bytes, body: bytes | memoryview = b"") -> list[Any]:
-    """``encode_frame`` for a header pickled already and no buffers (``h`` is the
-    pickle of the header tuple); a small body is joined to it, one part in all."""
+def encode_pickled(
+    h: bytes, body: bytes | memoryview = b"", buffers: Sequence[ReadableBuffer] = ()
+) -> list[Any]:
+    """``encode_frame`` for a header pickled already (``h`` is the pickle of the header
+    tuple); without buffers a small body is joined to it, one part in all."""
     body_len = len(body)
-    prefix = _PREFIX.pack(_FIXED + len(h) + body_len, len(h), 0, body_len)
-    if body_len <= _SMALL_BODY:
-        return [prefix + h + body]
-    return [prefix + h, body]
+    if not buffers:
+        prefix = _PREFIX.pack(_FIXED + len(h) + body_len, len(h), 0, body_len)
+        if body_len <= _SMALL_BODY:
+            return [prefix + h + body]
+        return [prefix + h, body]
+    raws = [flat(b) for b in buffers]
+    sizes = [len(r) for r in raws]
+    lens = struct.pack(f"<{len(sizes)}Q", *sizes)
+    total = _FIXED + len(lens) + len(h) + body_len + sum(sizes)
+    head = _PREFIX.pack(total, len(h), len(raws), body_len) + lens + h
+    if body_len <= _SMALL_BODY:  # one part fewer to write
+        parts: list[Any] = [head + body] if body_len else [head]
+    else:
+        parts = [head, body]
+    parts.extend(r for r in raws if len(r))
+    return parts
 
 
 def flat(b: ReadableBuffer) -> bytes | memoryview:

@@ -315,8 +315,7 @@ class DirectRoute(Route):
         fut = Pending()
         call = OneCall(rt, m.what, proc, f"{self.ref.name}[{rank}]", fut)
         header = self.headers.call(m, rank, index, call.port, sender, chain)
-        pickled = None if bufs else m.pickled(rt.proc_id, header)
-        rt.send(proc, header, body, bufs, call.fail, pickled=pickled)
+        rt.send(proc, header, body, bufs, call.fail, pickled=m.pickled(rt.proc_id, header))
         fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
         return Future._create(fut, m.what)
 
