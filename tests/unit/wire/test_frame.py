@@ -203,3 +203,20 @@ def test_after_a_large_frame_the_next_read_is_short_so_little_is_copied_into_the
     # the first frame's read takes the whole staging buffer, each later one starts short
     assert asked[0] == _STAGING and asked.count(_PROBE) == 3
     assert dec.buffer().nbytes == _STAGING  # small frames since: a full read again
+
+
+def test_a_frame_from_a_header_pickled_already_is_the_same_frame() -> None:
+    """``encode_pickled`` (a cached header pickle) writes byte for byte what
+    ``encode_frame`` writes, with and without buffers, small bodies and large."""
+    from danaus._wire.frame import encode_pickled
+
+    header = (3, "call", (1, 2))
+    h = pickle.dumps(header, protocol=5)
+    buf = np.arange(4096, dtype=np.int32)
+    for body in (b"", b"small body", bytes(10_000)):
+        for bufs in ([], [buf], [buf, b"", bytearray(b"xyz")]):
+            want = _wire_bytes(encode_frame(header, body, bufs))
+            assert _wire_bytes(encode_pickled(h, body, bufs)) == want
+            (frame,) = _feed_all(FrameDecoder(), want, [len(want)])
+            assert frame.header == header and bytes(frame.body) == body
+            assert [bytes(b) for b in frame.buffers] == [bytes(memoryview(b)) for b in bufs]
