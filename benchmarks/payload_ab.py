@@ -14,7 +14,9 @@ alternates, ``--reps`` times: a batch of raw transfers, then a batch of
 ``call_one(payload)`` per payload kind (a numpy array, a CPU torch tensor if
 torch is installed, ``bytes``), each returning ``len``. The ratio is taken
 batch by batch (danaus's MiB/s over the raw transfer's measured just
-before), its median per client, then the median over rounds. Also: the
+before), its median per client, then the median over rounds; ``_ratio_p10``
+is the same from each batch's 10th percentiles (the calls the scheduler
+disturbed least). Also: the
 CPU per call of the client and of the proc (``/proc``), and their voluntary
 context switches per call (both processes together, over all batches),
 steadier than wall time on a shared machine.
@@ -120,19 +122,20 @@ def child(size: int, reps: int, batch: int, kinds: list[str]) -> dict[str, Any]:
 
         return once
 
-    def timed(fn: Any) -> float:
-        """Median seconds per op of one batch."""
+    def timed(fn: Any) -> tuple[float, float]:
+        """Median and 10th percentile of the seconds per op of one batch."""
         out = []
         for _ in range(batch):
             t = time.perf_counter()
             fn()
             out.append(time.perf_counter() - t)
-        return statistics.median(out)
+        out.sort()
+        return statistics.median(out), out[len(out) // 10]
 
     names = ["floor", *kinds]
     fns = {"floor": floor_once, **{k: call(payloads[k]) for k in kinds}}
     peers = {"floor": floor_pid, **{k: proc_pid for k in kinds}}
-    got: dict[str, list[float]] = {k: [] for k in names}
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in names}
     # CPU and wake-ups summed over all batches of a kind (the kernel counts a thread's
     # CPU in 10 ms ticks: one batch is too short to read it from /proc).
     cost = {k: [0.0, 0] for k in names}
@@ -151,14 +154,19 @@ def child(size: int, reps: int, batch: int, kinds: list[str]) -> dict[str, Any]:
     os.waitpid(floor_pid, 0)
     mib = size / MiB
     ops = reps * batch
-    out: dict[str, Any] = {"floor_mib_s": statistics.median(mib / t for t in got["floor"])}
+    out: dict[str, Any] = {"floor_mib_s": statistics.median(mib / t for t, _ in got["floor"])}
     for k in names:
         out[f"{k}_cpu_us"] = 1e6 * cost[k][0] / ops
         out[f"{k}_wakeups"] = cost[k][1] / ops
     for k in kinds:
-        out[f"{k}_mib_s"] = statistics.median(mib / t for t in got[k])
+        out[f"{k}_mib_s"] = statistics.median(mib / t for t, _ in got[k])
         out[f"{k}_ratio"] = statistics.median(
-            f / t for f, t in zip(got["floor"], got[k], strict=True)
+            f / t for (f, _), (t, _) in zip(got["floor"], got[k], strict=True)
+        )
+        # The same from each batch's 10th percentiles: the least disturbed calls of
+        # each side, what the code costs when the scheduler does not get in the way.
+        out[f"{k}_ratio_p10"] = statistics.median(
+            f / t for (_, f), (_, t) in zip(got["floor"], got[k], strict=True)
         )
     return out
 
