@@ -9,11 +9,15 @@ Plain data (``None``, bools, numbers, strings, bytes, and tuples, lists,
 dicts and sets of them), with numpy arrays and CPU torch tensors among it,
 takes a fast path: the C pickler with no cloudpickle machinery, through a
 reused pickler (a small pool, no lock), or straight ``pickle.dumps`` for a few
-atoms. An array pickles by numpy's own protocol-5 reduction and a tensor by
-``_reduce_tensor``, exactly as the general path pickles them, so the stream
-is the same either way (no wire change). Anything else (a class, a
-function, an array of objects, a tensor that needs grad ...) goes to a fresh
-cloudpickle pickler, which pickles ``__main__`` by value.
+atoms. A tensor pickles by ``_reduce_tensor``, as the general path does it;
+an array by numpy's own protocol-5 reduction, its dtype named by its code
+where that keeps it whole (``numpy._core.numeric._frombuffer`` takes either).
+A bytes or bytearray of ``_BIG_BYTES`` or more, as the value or among a
+call's arguments, travels out of band too (``_BigBytes``: rebuilt by
+``bytes(buffer)``). Every stream decodes with the plain unpickler and no
+danaus function it did not use before: no wire change. Anything else (a
+class, a function, an array of objects, a tensor that needs grad ...) goes to
+a fresh cloudpickle pickler, which pickles ``__main__`` by value.
 
 Torch is never imported here: tensors are recognised only when the sender
 has already imported torch.
@@ -164,9 +168,10 @@ class _PlainPickler(pickle.Pickler):
 
 def _reduce_array(obj: Any) -> Any:
     """The fast pickler's reduction of a numpy array or a torch tensor (``_ARRAY_TYPES``):
-    NotImplemented (numpy's own protocol-5 reduction, one out-of-band buffer) for a
-    contiguous array of plain values, ``_reduce_tensor``'s for a CPU tensor, else
-    ``_NotPlain`` (the general path decides)."""
+    for a contiguous array of plain values numpy's own protocol-5 reduction (one
+    out-of-band buffer) with the dtype's code in place of the dtype object, or that
+    reduction itself (NotImplemented) where the code would lose something; for a CPU
+    tensor ``_reduce_tensor``'s; else ``_NotPlain`` (the general path decides)."""
     torch = sys.modules.get("torch")
     if torch is not None and type(obj) is torch.Tensor:
         r = _reduce_tensor(obj)
