@@ -48,6 +48,10 @@ class Echo(Actor):
         return x
 
     @endpoint
+    def nbytes(self, arr: Any) -> int:
+        return int(arr.nbytes)
+
+    @endpoint
     def direct_frames(self) -> int:
         rt = _proc.current()
         assert rt is not None
@@ -101,6 +105,41 @@ def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None
     actor = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT) - actor0
     assert client >= 50, f"only {client} of 50 replies were read by the waiting thread"
     assert actor >= 50, f"only {actor} of 50 calls were read by the idle actor"
+
+
+def test_a_call_carrying_an_array_and_its_reply_are_read_by_the_waiting_threads(
+    pair: Any,
+) -> None:
+    """A call whose argument is an array (1 MiB, or what one write takes on this
+    host's Unix sockets if less) is written whole from the caller's thread, read by the
+    idle actor's thread and its reply by the waiting caller: with both I/O threads held
+    up, nothing else could move it."""
+    import socket
+
+    import numpy as np
+
+    from danaus._transport.conn.buffers import set_unix_sndbuf
+
+    a, _ = pair
+    probe, other = socket.socketpair(socket.AF_UNIX)
+    with probe, other:
+        size = min(1 << 20, set_unix_sndbuf(probe) - (64 << 10))
+    arr = np.arange(size // 8, dtype=np.float64)
+    rt = host.ensure_runtime()
+    a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected
+    client0 = _direct_frames(rt)
+    actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
+    a.hold_loop.call_one().get(timeout=REPLY_TIMEOUT)
+    try:
+        for _ in range(10):
+            with _loop_held(rt):
+                assert a.nbytes.call_one(arr).get(timeout=REPLY_TIMEOUT) == arr.nbytes
+    finally:
+        a.release_loop.call_one().get(timeout=REPLY_TIMEOUT)
+    client = _direct_frames(rt) - client0
+    actor = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT) - actor0
+    assert client >= 10, f"only {client} of 10 replies were read by the waiting thread"
+    assert actor >= 10, f"only {actor} of 10 calls were read by the idle actor"
 
 
 def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) -> None:

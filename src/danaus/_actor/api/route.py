@@ -301,10 +301,11 @@ class DirectRoute(Route):
         if rt.tracer is not None or state.failed or state.stopped:
             return self.one(m, list(targets), args, kwargs)
         payload = (args, kwargs)
+        bufs: Any = ()
         if not codec.small_plain(payload):
+            # Arrays and tensors among the arguments travel as out-of-band buffers, on
+            # this light path too: its waiter reads the reply itself (no thread hop).
             body, bufs = self.encode(m, args, kwargs)
-            if bufs:
-                return self.one(m, list(targets), args, kwargs, (body, bufs))
         else:  # plain atoms (the common case): no hand-off capture, pickled by the C pickler
             m.prop.bind(args, kwargs)
             body = pickle.dumps(payload, protocol=5)
@@ -314,7 +315,7 @@ class DirectRoute(Route):
         fut = Pending()
         call = OneCall(rt, m.what, proc, f"{self.ref.name}[{rank}]", fut)
         header = self.headers.call(m, rank, index, call.port, sender, chain)
-        rt.send(proc, header, body, (), call.fail, pickled=m.pickled(rt.proc_id, header))
+        rt.send(proc, header, body, bufs, call.fail, pickled=m.pickled(rt.proc_id, header))
         fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
         return Future._create(fut, m.what)
 
