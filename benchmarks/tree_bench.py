@@ -38,7 +38,7 @@ from typing import Any
 import danaus.config
 from danaus._actor.tools.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +60,7 @@ class Echo(Actor):
 
 
 def _io_thread() -> threading.Thread:
-    host.ensure_runtime()
+    this_node()  # starts the client's node and its I/O thread
     for t in threading.enumerate():
         if t.name == "danaus-io":
             return t
@@ -76,7 +76,7 @@ class CallerMeter:
     """CPU of the caller's threads and frames through its in-process connections."""
 
     def __init__(self) -> None:
-        self.rt = host.ensure_runtime()
+        self.rt = this_node().runtime
         self.io = _io_thread()
         self.main = threading.current_thread()
 

@@ -208,7 +208,7 @@ def test_the_sublayer_scan_sees_deferred_and_from_imports_but_not_type_checking_
     path = SRC / "_actor" / "core" / "context.py"
     found = _imported_modules(path)
     assert "danaus._actor.core.failing" in found  # from .failing import Aborted
-    assert "danaus._runtime.hosting.host" in found  # from ..._runtime.hosting import host
+    assert "danaus._runtime.node" in found  # from ..._runtime.node import this_node
     assert not any(m.startswith("danaus._actor.api") for m in found)  # TYPE_CHECKING only
     deferred = _imported_modules(SRC / "_bootstrap.py")
     assert {"danaus._tensor.api", "danaus._observe.dashboard"} <= deferred  # inside functions

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.hosting import host
-from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, ProcMesh, context, endpoint
 from danaus.config import configured
 
@@ -49,14 +48,14 @@ class Echo(Actor):
 
     @endpoint
     def direct_frames(self) -> int:
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         assert rt is not None
         return _direct_frames(rt)
 
     @endpoint
     def hold_loop(self) -> None:
         """Block this proc's I/O thread until ``release_loop()``."""
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         self._held = _loop_held(rt)
         self._held.__enter__()
 
@@ -87,7 +86,7 @@ def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None
     """With both I/O threads held up, the calls and their replies can only be read by
     the idle actor's thread and the waiting caller: each of them is."""
     a, _ = pair
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     client0 = _direct_frames(rt)
     actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
     a.hold_loop.call_one().get(timeout=REPLY_TIMEOUT)
@@ -108,7 +107,7 @@ def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) ->
     (read while spinning), and none falls asleep first. The client's I/O thread is
     held up for each call, so that the caller is the one reading its reply."""
     a, _ = pair
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected, the role free
 
     def spins() -> tuple[int, int]:
@@ -185,7 +184,7 @@ def test_only_an_actor_called_alone_and_directly_reads_that_connection(
             homes = tree.home.call().get(timeout=REPLY_TIMEOUT)  # through the tree
         assert list(homes.values()) == [None, None]
         # Sent directly to one actor: it then reads the client's connection.
-        me = host.ensure_runtime().proc_id.name
+        me = this_node().runtime.proc_id.name
         alone = [plain.slice(gpus=i).home.call_one().get(timeout=REPLY_TIMEOUT) for i in (0, 1)]
         assert alone == [me, me]
         # Sent directly to both at once: neither does (any more).

@@ -26,9 +26,9 @@ def _left_in(path: str) -> list[str] | None:
 def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
     node = node_mod.current()
     assert node is not None and node.client
-    from danaus._runtime.hosting import proc
+    from danaus._runtime.node import this_node
 
-    assert proc.current() is node.runtime
+    assert this_node(start=False).runtime is node.runtime
     # The owned-mesh registry is a part of the node, not a module global.
     assert "Registry" in node.parts()
 
@@ -51,7 +51,7 @@ def test_shutdown_then_spawn_again_in_the_same_process(client_script) -> None:
             procs = this_host().spawn_procs(per_host={"gpus": 2})
             a = procs.spawn("a", A)
             pids = list(a.pid.call().get(timeout=30).values())
-            n = node.current()
+            n = node.this_node(start=False)
             rt = n.runtime
             sessions.append({"pids": pids, "dir": rt.job_dir, "proc": rt.proc_id.name})
             shutdown_context().get(timeout=30)
@@ -86,7 +86,8 @@ def test_socket_directory_removed_after_sigkill_of_the_client(client_script) -> 
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         pids = list(procs.spawn("a", A).pid.call().get(timeout=30).values())
-        print(json.dumps({"dir": node.current().runtime.job_dir, "pids": pids}), flush=True)
+        job_dir = node.this_node(start=False).runtime.job_dir
+        print(json.dumps({"dir": job_dir, "pids": pids}), flush=True)
         sys.stdin.readline()  # until killed
         """
     )
@@ -133,12 +134,12 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
             def usage(self):
                 from danaus._runtime.hosting import host
                 u = usage()
-                u["mailboxes"] = len(host.ensure_runtime().mailboxes)
+                u["mailboxes"] = len(this_node().runtime.mailboxes)
                 return u
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         probe = procs.spawn("probe", A)
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         marks = {}
         for i in range(1000):
             m = procs.spawn(f"m{i}", A)

@@ -347,10 +347,10 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     # spawn_procs registers for it; the error was then dropped and the mesh counted
     # as booted. Here the registration waits until the READY was taken, every time.
     from danaus._actor.api import procs as procs_module
-    from danaus._runtime.hosting import host
+    from danaus._runtime.node import this_node
 
     track = procs_module._track_boot
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
 
     def late(procs, cf, *rest):  # type: ignore[no-untyped-def]
         taken = threading.Event()

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import danaus.actor
-from danaus._runtime.hosting import proc as _proc
 from danaus._runtime.logs import dirs as logdir
 from danaus._runtime.logs import process as logs
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from danaus.testing import FaultRecorder
 
@@ -236,7 +236,7 @@ def test_a_crashed_procs_last_lines_are_in_its_mesh_failure(
 
 
 def _job_files() -> list[logdir.ProcLog]:
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     return logdir.read_procs(logdir.find_job(rt.proc_id.name))
 
@@ -266,7 +266,7 @@ def test_every_proc_has_a_log_file_that_danaus_logs_prints_filtered(
         meta = json.loads(Path(p.path[: -len(".log")] + ".json").read_text())
         assert meta["label"] == "logtrainer" and isinstance(meta["pid"], int)
         assert os.stat(p.path).st_mode & 0o077 == 0  # private to the user
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     cli = _danaus("logs", rt.proc_id.name, "--mesh", "logtrainer", "-c", "gpus=1")
     out, err = cli.communicate(timeout=TIMEOUT)
@@ -287,7 +287,7 @@ def test_danaus_logs_follow_prints_new_lines_as_they_come(
     pm, talkers = logtrainer
     talkers.say.call(1, "before-follow").get(timeout=TIMEOUT)
     _flush(pm)
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     cli = _danaus("logs", rt.proc_id.name, "-f", "-n", "1", "-c", "gpus=0", "-m", "logtrainer")
     try:
@@ -522,7 +522,7 @@ def test_a_client_that_falls_behind_is_told_how_many_lines_were_dropped(
 _DIAGNOSTICS = """
 import logging, sys
 from danaus._runtime.logs import dirs as logdir
-from danaus._runtime.hosting import proc
+from danaus._runtime.node import this_node
 from danaus.actor import this_host
 
 procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -532,7 +532,7 @@ this_proc().logging_option(level=logging.DEBUG)
 procs.initialized.get(timeout=30)
 logging.getLogger("danaus.test").warning("a diagnostic for the file only")
 logging.getLogger("danaus.test").error("an error the user needs")
-print(logdir.find_job(proc.current().proc_id.name))
+print(logdir.find_job(this_node(start=False).runtime.proc_id.name))
 procs.stop().get(timeout=30)
 """
 

@@ -104,9 +104,9 @@ def test_the_overview_has_the_job_its_meshes_and_the_failed_actor_s_traceback(
     dashboard: danaus.dashboard.Dashboard, talkers: Any, procs: ProcMesh
 ) -> None:
     doc = _json(dashboard, "/api/ui/overview")
-    from danaus._runtime.hosting import host
+    from danaus._runtime.node import this_node
 
-    assert doc["job"]["name"] == host.ensure_runtime().proc_id.name
+    assert doc["job"]["name"] == this_node().runtime.proc_id.name
     assert any(j["name"] == doc["job"]["name"] and j["current"] for j in doc["jobs"])
     actors = {a["actor"]: a for a in doc["actors"]}
     names = proc_names(procs)

@@ -307,7 +307,7 @@ class DataServer:
 
 def _server_address(rt: Runtime) -> tuple[str, int]:
     """Start this process's data server on first use (I/O thread); its ``(host, port)``."""
-    node = _node.current()
+    node = _node.this_node(start=False)
     if node is None or node.runtime is not rt:
         raise RuntimeError(f"proc {rt.proc_id.name} has no running node to serve data from")
     return node.part(DataServer).address(rt, node.part(BufferRegistry))

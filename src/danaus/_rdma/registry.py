@@ -297,7 +297,7 @@ class BufferRegistry:
 
 def of(rt: Runtime) -> BufferRegistry:
     """The registered memory of the node whose runtime is ``rt``."""
-    node = _node.current()
+    node = _node.this_node(start=False)
     if node is None or node.runtime is not rt:
         raise RuntimeError(f"proc {rt.proc_id.name} has no running node to register memory on")
     return node.part(BufferRegistry)

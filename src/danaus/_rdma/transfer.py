@@ -37,9 +37,8 @@ from .._actor.core import telemetry
 from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
-from .._runtime.hosting.host import ensure_node
 from .._runtime.messaging.runtime import Runtime
-from .._runtime.node import Node
+from .._runtime.node import Node, this_node
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
@@ -116,7 +115,7 @@ class Transfer:
         return Future._create(self.cf, self.what)
 
     def _begin(self) -> None:
-        node = self._node = ensure_node()
+        node = self._node = this_node()
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int, str], list[Op]] = {}

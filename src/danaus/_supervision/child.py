@@ -15,7 +15,7 @@ from .._actor.api.mesh import MeshRef, _State
 from .._actor.core.collect import Collector, Countdown, set_future
 from .._errors import SupervisionError
 from .._mesh import Shape
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from .._wire.ids import ActorId, ProcId
 from .._wire.protocol import Spawn, StopActor
 from . import monitor
@@ -133,7 +133,7 @@ class _MeshChild:
 
 def stop_ranks(ref: MeshRef, ranks: list[int], reason: str) -> concurrent.futures.Future[Any]:
     """Stop actors ``ranks`` of ``ref`` directly (a dead proc counts as stopped)."""
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
     if not ranks:
         cf.set_result(None)
@@ -163,7 +163,7 @@ def spawn_ranks(
     it. A rank whose proc is lost before its actor is up is reported to ``failed``."""
     if not placements:
         return
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     labels = tuple(m.shape.extent.labels)
     sizes = tuple(m.shape.extent.sizes)
     body, bufs = m.body

@@ -17,8 +17,8 @@ from .._actor.core.collect import set_future
 from .._actor.core.context import acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape
-from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
+from .._runtime.node import this_node
 from .child import _MeshChild, stop_ranks
 
 log = logging.getLogger("danaus.supervision")
@@ -106,7 +106,7 @@ class _SupervisedRoute(DirectRoute):
 
     def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
         self._child = child
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
 
     @property

@@ -14,6 +14,7 @@ from .._actor.core.context import Context, acting_as
 from .._mesh import Shape
 from .._runtime.hosting import host
 from .._runtime.logs.process import LogControl
+from .._runtime.node import this_node
 from .._wire.ids import ProcId
 from .child import _MeshChild
 
@@ -33,8 +34,8 @@ class Placer:
     def place(self, m: _MeshChild, ranks: set[int], ctx: Context) -> dict[int, ProcId]:
         """Where each rank goes: its proc if alive, else a new proc on its host, else a
         spare host's (spawned as ``ctx``). Updates the child's procs."""
-        rt = host.ensure_runtime()
-        node = host.ensure_node()
+        node = this_node()
+        rt = node.runtime
         logs = node.part(LogControl)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
@@ -44,7 +45,7 @@ class Placer:
                 continue
             agent = logs.agents.get(p.name)
             lost_agent = agent is not None and (rt.is_lost(agent.name) or (agent.name in rt.exited))
-            by_agent.setdefault(None if lost_agent else (agent or host.agent()), []).append(r)
+            by_agent.setdefault(None if lost_agent else (agent or host.agent(node)), []).append(r)
         for agent, rs in by_agent.items():
             new = self._new_procs(agent, len(rs), m.name, ctx) if agent is not None else None
             if new is None:

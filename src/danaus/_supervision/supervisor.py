@@ -46,8 +46,8 @@ from .._actor.core import owned
 from .._actor.core.context import Context, acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape, Slice
-from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
+from .._runtime.node import this_node
 from .._wire import codec
 from .._wire.ids import ProcId
 from . import monitor
@@ -442,7 +442,7 @@ class Supervisor:
         self._stop_children(reason, final=True, status="gave up")
         failure = MeshFailure(self.name, [], reason, "", self)
         with acting_as(self._ctx):
-            monitor.deliver(host.ensure_runtime(), self._owner, failure)
+            monitor.deliver(this_node().runtime, self._owner, failure)
         self._tree.end()
 
     def _end_quietly(self) -> None:
@@ -461,7 +461,7 @@ def _announce(name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> N
         rec.reason,
         extra={NOTIFY: True},  # the user hears of it in the terminal, once
     )
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     tracer = rt.tracer
     if tracer is not None:
         t0 = tracer.now() - int((rec.time - rec.failed_at) * 1e9)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..core.cell import ActorCell
 from ..core.future import Future
 from .procs import owned_proc_meshes
@@ -30,7 +31,7 @@ def shutdown_context() -> Future[None]:
     future is already complete. Inside an actor it does nothing: the client
     owns the session.
     """
-    node = host.current_node()
+    node = this_node(start=False)
     if node is None or not node.client:
         return Future._resolved(None, "shutdown")
     with node.lock:

@@ -19,7 +19,7 @@ from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
 from ..._runtime.hosting.command import describe as describe_command
 from ..._runtime.logs.process import control as log_control
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
@@ -55,7 +55,7 @@ class _Spawned:
 
 
 def owned_proc_meshes() -> list[ProcMesh]:
-    node = host.current_node()
+    node = this_node(start=False)
     if node is None:
         return []
     spawned = node.part(_Spawned)
@@ -152,7 +152,7 @@ class ProcMesh(MeshTrait):
         if self._state.owned and self._state.log_label is None:
             # An unnamed proc mesh's output is labelled with its first actor mesh's name.
             self._state.log_label = name
-            log_control(host.ensure_node()).set_options(list(self._procs), label=name)
+            log_control(this_node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         # The mesh belongs to this proc mesh's node (its route sends with its runtime).
         state = _State(initialized=concurrent.futures.Future(), node=self._state.node)
@@ -163,7 +163,7 @@ class ProcMesh(MeshTrait):
         if self._state.stopped:
             init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
             return mesh
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         countdown = Countdown(len(procs), lambda: set_future(init_cf, True, None))
         if not procs:
             return mesh
@@ -202,7 +202,7 @@ class ProcMesh(MeshTrait):
         engine, self._state.tensor_engine = self._state.tensor_engine, None
         if engine is not None:  # its sender thread, rendezvous store and owner actor
             engine.close()
-        node = host.ensure_node()
+        node = this_node()
         spawned = node.part(_Spawned)
         with spawned.lock:
             if self in spawned.meshes:
@@ -260,7 +260,7 @@ class ProcMesh(MeshTrait):
                 "like logging.INFO (20) or logging.DEBUG (10)"
             )
         window = None if not aggregate_window_sec else float(aggregate_window_sec)
-        ctl = log_control(host.ensure_node())
+        ctl = log_control(this_node())
         procs = self._selected()
         ctl.set_options(procs, stream=stream_to_client, window=window, level=level)
         # A barrier behind the options at each host agent: output written after this
@@ -328,7 +328,7 @@ class ProcMesh(MeshTrait):
 
     def __reduce__(self) -> Any:
         wait_ready(self._procs)
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         return (_rebuild_proc_mesh, (tuple(rt.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
@@ -360,7 +360,7 @@ def spawn_on(
     The caller spawns the registry actor first (``controller.ensure_registry``), so
     that the procs can reach it before any of them starts.
     """
-    node = host.ensure_node()
+    node = this_node()
     rt = node.runtime
     serve_dashboard = node.part(Extensions).serve_dashboard
     if config.get("dashboard") and not rt.boot and serve_dashboard is not None:
@@ -384,7 +384,7 @@ def spawn_on(
                 f"{label}={c}"
                 for label, c in zip(labels, _coords_of(len(procs), sizes), strict=True)
             )
-            boot = host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")
+            boot = host.boot_for(node, rt.proc_id, bootstrap=boot_fn, name=name or "anon")
             boot = {**boot, "coords": coords}
             if tel_env:
                 boot["env"] = {**boot.get("env", {}), **tel_env}
@@ -394,8 +394,8 @@ def spawn_on(
                 boot["command"] = commands[len(procs)]
             batch.append((proc, boot))
             procs.append(proc)
-        host.spawn_procs(batch, agent)
-        logs.track((p for p, _ in batch), agent or host.agent())
+        host.spawn_procs(node, batch, agent)
+        logs.track((p for p, _ in batch), agent or host.agent(node))
     spawner = context().actor_instance.actor_id
     state = _ProcState(owned=True, node=node, log_label=name, spawner=str(spawner))
     if rt.boot and "children" not in rt.observers:
@@ -428,7 +428,7 @@ def children() -> list[dict[str, Any]]:
     spawned it, and each proc's name, freshest address and (if this process
     has lost it) why. Runs on the I/O thread, in a ``STATS`` answer.
     """
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     out = []
     for index, pm in enumerate(owned_proc_meshes()):
         ext = pm._shape.extent
@@ -480,7 +480,7 @@ def _track_boot(
     cf: concurrent.futures.Future[Any],
     commands: list[dict[str, Any]] | None = None,
 ) -> None:
-    node = host.ensure_node()
+    node = this_node()
     rt = node.runtime
     countdown = Countdown(len(procs), lambda: set_future(cf, True, True))
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from ..._errors import ActorError, InternalError, SupervisionError
 from ..._mesh import tree
-from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._runtime.messaging.tree import RootGather
+from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply
@@ -281,7 +281,7 @@ class Countdown:
 
 def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
     """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     if rt.on_io_thread():
         return
     done = threading.Event()

@@ -17,9 +17,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..._errors import SupervisionError
-from ..._runtime.hosting import host
 from ..._runtime.messaging.flow import Gate, frame_bytes
 from ..._runtime.messaging.runtime import STATUS_EXC, STATUS_OK
+from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.frame import flat
 from ..._wire.ids import ActorId, PortId, ProcId
@@ -101,7 +101,7 @@ class Port(Generic[R]):
         self._used = True
         body, bufs = codec.dumps_checked(value, "the value sent on the port")
         snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         sender = current_sender() if self.return_undeliverable else None
         header = Reply(self._port_id.port, self._index, status, sender)
         dest = f"port {self._port_id}"
@@ -257,7 +257,7 @@ class PortReceiver(Generic[R]):
     """
 
     def __init__(self, once: bool = False) -> None:
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         self._inbox = _Inbox(rt, once)
         self.port_id = self._inbox.port_id
         cell = _owning_cell()

@@ -17,10 +17,9 @@ import time
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.hosting import host
 from ..._runtime.hosting import proc as _proc
 from ..._runtime.messaging.runtime import STATUS_OK, Runtime
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Kind, Message
 from .async_cell import new_cell
@@ -110,7 +109,7 @@ def _bury(rt: Runtime, cell: ActorCell) -> None:
     if rt.mailboxes.get(key) is not cell:
         return
     rt.mailboxes[key] = Stopped(rt, cell._label())
-    node = host.current_node()
+    node = this_node(start=False)
     if node is None or node.runtime is not rt:
         return
     graves = node.part(_Graves)

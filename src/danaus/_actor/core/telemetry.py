@@ -52,8 +52,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from ... import _config as config
-from ..._runtime.hosting import host
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from . import gpu as _gpu
 from . import meters as _meters
 from .context import _current, _thread_ctx
@@ -228,7 +227,7 @@ class Span:
 
 
 def _runtime() -> Any:
-    node = host.current_node()
+    node = this_node(start=False)
     return node.runtime if node is not None else None
 
 

@@ -30,7 +30,7 @@ from . import binding
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-__all__ = ["ProcExit", "current", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
+__all__ = ["ProcExit", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
 
 
 class ProcExit:
@@ -40,16 +40,10 @@ class ProcExit:
         self.code = 0
 
 
-def current() -> Runtime | None:
-    """The runtime of this process's node, if one has been started."""
-    node = _node.current()
-    return None if node is None else node.runtime
-
-
 def exit_code(node: _node.Node | None = None) -> int:
     """The code ``node``'s proc (by default this process's) exits with: 0 unless
     ``stop_proc`` said otherwise."""
-    node = node if node is not None else _node.current()
+    node = node if node is not None else _node.this_node(start=False)
     return 0 if node is None else node.part(ProcExit).code
 
 
@@ -138,7 +132,7 @@ async def _await(aw: Awaitable[object]) -> object:
 
 def stop_proc(rt: Runtime, code: int = 0) -> None:
     """Close the runtime once its frames are written, then leave ``proc_main`` (I/O thread)."""
-    node = _node.current()
+    node = _node.this_node(start=False)
     if node is not None and node.runtime is rt:
         node.part(ProcExit).code = code
     rt.close()

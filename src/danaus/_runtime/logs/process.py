@@ -315,7 +315,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
 
 
 def _printer() -> Any:
-    node = _node.current()
+    node = _node.this_node(start=False)
     return node.part(LogControl).printer if node is not None else None
 
 
@@ -341,7 +341,7 @@ def statistics(proc: str | None = None) -> Any:
 def flush(procs: list[ProcId], timeout: float | None = None) -> concurrent.futures.Future[None]:
     """Completes once every line ``procs`` wrote so far has been printed here (or after
     ``timeout`` seconds); for procs spawned from this process."""
-    node = _node.current()
+    node = _node.this_node(start=False)
     ctl = node.part(LogControl) if node is not None else None
     if ctl is None or ctl._rt is None:
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()
