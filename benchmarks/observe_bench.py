@@ -46,7 +46,7 @@ class Target(Actor):
 
         rt = this_node(start=False).runtime
         assert rt is not None
-        rt.metrics = on
+        rt.observing.metrics = on
 
 
 def main() -> int:

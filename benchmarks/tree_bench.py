@@ -81,9 +81,10 @@ class CallerMeter:
         self.main = threading.current_thread()
 
     def frames(self) -> tuple[int, int]:
-        sent = sum(getattr(p.conn, "frames_sent", 0) for p in list(self.rt._peers.values()))
-        got = sum(getattr(c, "frames_received", 0) for c in list(self.rt._accepted))
-        got += sum(getattr(p.conn, "frames_received", 0) for p in list(self.rt._peers.values()))
+        peers = list(self.rt.peers.table.values())
+        sent = sum(getattr(p.conn, "frames_sent", 0) for p in peers)
+        got = sum(getattr(c, "frames_received", 0) for c in list(self.rt.links.incoming))
+        got += sum(getattr(p.conn, "frames_received", 0) for p in peers)
         return sent, got
 
     def snapshot(self) -> tuple[float, float, int, int]:

@@ -43,5 +43,5 @@ def lost_peers() -> list[str]:
     """A list that fills with ``"name: reason"`` for each peer this client loses."""
     lost: list[str] = []
     rt = this_node().runtime
-    rt.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
+    rt.peers.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
     return lost

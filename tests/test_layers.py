@@ -639,7 +639,7 @@ def test_the_scan_finds_assignments_to_a_runtimes_attributes(tmp_path: pathlib.P
     sample.write_text(
         "rt.bounce = f\nself.rt.tracer = None\nnode.runtime.boot = {}\n"
         "a, runtime.secret = 1, 2\nrt.waits += 1\nsetattr(rt, 'logs', x)\n"
-        "rt.observers['x'] = f\nrt.set_tracer(None)\nself.rtx = rt\n"
+        "rt.observing.observers['x'] = f\nrt.set_tracer(None)\nself.rtx = rt\n"
     )
     assert [line.split(":")[0] for line in _runtime_assignments(sample)] == list("123456")
 

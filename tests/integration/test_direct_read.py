@@ -20,7 +20,7 @@ from .conftest import REPLY_TIMEOUT
 
 
 def _direct_frames(rt: Any) -> int:
-    return sum(getattr(c, "frames_direct", 0) for c in rt.all_connections())
+    return sum(getattr(c, "frames_direct", 0) for c in rt.links.all_connections())
 
 
 @contextmanager
@@ -111,7 +111,7 @@ def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) ->
     a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected, the role free
 
     def spins() -> tuple[int, int]:
-        conns = rt.all_connections()
+        conns = rt.links.all_connections()
         return sum(c.spins_hit for c in conns), sum(c.spins_missed for c in conns)
 
     with configured(spin_wait=REPLY_TIMEOUT):

@@ -24,7 +24,7 @@ def _left_in(path: str) -> list[str] | None:
 
 
 def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
-    node = node_mod.current()
+    node = node_mod.this_node(start=False)
     assert node is not None and node.client
     from danaus._runtime.node import this_node
 
@@ -134,7 +134,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
             def usage(self):
                 from danaus._runtime.hosting import host
                 u = usage()
-                u["mailboxes"] = len(this_node().runtime.mailboxes)
+                u["mailboxes"] = len(this_node().runtime.router.mailboxes)
                 return u
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
@@ -150,9 +150,9 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
                     "client": usage(),
                     "procs": list(probe.usage.call().get(timeout=30).values()),
                     "owned": len(owned.actor_meshes()),
-                    "mailboxes": len(rt.mailboxes),
-                    "peers": len(rt._peers),
-                    "ports": len(rt.ports),
+                    "mailboxes": len(rt.router.mailboxes),
+                    "peers": len(rt.peers.table),
+                    "ports": len(rt.router.ports),
                 }
         print(json.dumps(marks))
         """,

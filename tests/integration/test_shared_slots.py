@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import danaus.config
+from danaus._runtime.messaging.faces import OffloadCalls
 from danaus._runtime.messaging.offload import Offloader
 from danaus._runtime.node import this_node
 from danaus._wire.ids import ProcId
@@ -143,17 +144,33 @@ def test_slots_stay_within_snapshot_pool(keeper) -> None:
         _wait_returned(peer)
 
 
+def _calls(loop: Any) -> OffloadCalls:
+    """What an offloader is handed, for one that only copies (nothing else is called)."""
+
+    def unused(*args: Any) -> Any:
+        raise AssertionError("not called by these tests")
+
+    return OffloadCalls(
+        loop=loop,
+        me=lambda: ProcId("me", "unix:/nowhere"),
+        register=lambda kind, fn: None,
+        on_peer_lost=lambda cb: None,
+        dispatch=unused,
+        send=unused,
+        port=unused,
+        bounce=unused,
+        undeliverable=unused,
+        notify_room=lambda: None,
+    )
+
+
 def test_a_receiver_that_cannot_read_the_sender_returns_every_slot_of_the_frame() -> None:
     """The copy fails before any slot is mapped (here: the sender's pid is unknown):
     the frame is refused, and all its slots go back to the sender at once, not only
     those the receiver got to (else the sender counts them lent until it loses us)."""
     handed: list[tuple[Any, ...]] = []
-    rt = SimpleNamespace(
-        register=lambda kind, fn: None,
-        lost_callbacks=[],
-        loop=SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args)),
-    )
-    off = Offloader(rt)  # type: ignore[arg-type]
+    loop = SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args))
+    off = Offloader(_calls(loop))
     conn = SimpleNamespace(peer=ProcId("sender", "unix:/nowhere"), peer_pid=None)
     descs = ((0, 1000, N, 7, 11), (1, 2000, N), (2, 3000, N, 8, 12))
     msg = Message(Kind.OFFLOAD, Offload(1, descs, (0,)), b"", [b"", b"", b""])
@@ -174,8 +191,7 @@ def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
     number by then. Now the sender closes it, once."""
     from danaus._runtime.messaging import offload
 
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
+    off = Offloader(_calls(None))
     if not off.shared:
         pytest.skip("no memfd_create here: no shared slots")
     off.ok_peers.add("peer")
@@ -216,8 +232,7 @@ def test_a_large_snapshot_is_copied_with_the_gil_released(monkeypatch: pytest.Mo
         return memmove(dst, src, n, **kw)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(offload.vm, "memmove", recorded)
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
+    off = Offloader(_calls(None))
     off.ok_peers.add("peer")
     data = np.arange(N, dtype=np.uint8)
     off.wrap("peer", (0,), [data])

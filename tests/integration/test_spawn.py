@@ -356,7 +356,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
         taken = threading.Event()
 
         def check() -> None:
-            peers = [rt._peers.get(p.name) for p in procs]
+            peers = [rt.peers.table.get(p.name) for p in procs]
             if all(peer is not None and not peer.pending for peer in peers):
                 taken.set()
             else:

@@ -181,7 +181,12 @@ def test_prometheus_scrapes_calls_errors_and_latencies_per_mesh_endpoint_and_ran
         'danaus_endpoint_calls_total{job="dashboard",mesh="scraped",endpoint="ping",rank="1"}': 7,
         # Every live proc this client spawned (other test modules' meshes may still run).
         'sum(danaus_procs{job="danaus",state="alive"})': len(
-            {p.name for pm in owned_proc_meshes() for p in pm._procs if not rt.is_lost(p.name)}
+            {
+                p.name
+                for pm in owned_proc_meshes()
+                for p in pm._procs
+                if not rt.peers.is_lost(p.name)
+            }
         ),
         'count(danaus_actor_queue_depth{job="danaus",mesh="scraped"})': 2,
     }

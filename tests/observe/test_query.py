@@ -26,9 +26,11 @@ class Spanner(Actor):
     @endpoint
     def work(self, name: str) -> None:
         rt = this_node().runtime
-        assert rt.recent is not None
+        assert rt.observing.recent is not None
         t0 = time.perf_counter_ns()
-        rt.recent.span(name, t0, t0 + 5_000_000, "spanner[0]", "ab" * 16, "cd" * 8, None, {"k": 1})
+        rt.observing.recent.span(
+            name, t0, t0 + 5_000_000, "spanner[0]", "ab" * 16, "cd" * 8, None, {"k": 1}
+        )
 
 
 def test_n_calls_to_an_endpoint_give_n_message_rows_with_their_sizes_and_times(

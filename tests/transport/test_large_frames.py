@@ -37,7 +37,7 @@ REPLY_TIMEOUT = 30.0
 
 def _off_loop() -> int:
     """Bytes this client's reader threads received (large frames, off the I/O loop)."""
-    return sum(c.recv_off_loop for c in this_node().runtime.all_connections())
+    return sum(c.recv_off_loop for c in this_node().runtime.links.all_connections())
 
 
 @pytest.fixture(scope="module")

@@ -310,7 +310,7 @@ def discover(
     while level:
         for e in level:
             # The parent's word first: its host agent says how the process ended.
-            e["lost"] = e["lost"] or rt.is_lost(e["id"].name)
+            e["lost"] = e["lost"] or rt.peers.is_lost(e["id"].name)
         alive = [e for e in level if e["lost"] is None]
         if check is not None:  # a background thread stopping between rounds: raises
             check()

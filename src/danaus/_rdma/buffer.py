@@ -341,7 +341,7 @@ def _fresh(owner_proc: ProcId) -> ProcId:
     """
     node = this_node(start=False)
     rt = None if node is None else node.runtime
-    return rt.resolve(owner_proc) if rt is not None else owner_proc
+    return rt.peers.resolve(owner_proc) if rt is not None else owner_proc
 
 
 def _rebuild(

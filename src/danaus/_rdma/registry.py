@@ -313,6 +313,6 @@ def install(node: Node, boot: dict[str, Any] | None = None) -> None:
         reg = node.part(BufferRegistry)
         rt.register(Kind.RDMA_CHECK, lambda conn, msg: reg._on_check(rt, conn, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: reg._on_drop(rt, msg))
-        rt.observers["rdma"] = reg.registered_buffers
+        rt.observing.observers["rdma"] = reg.registered_buffers
         rt.register(Kind.RDMA_RELEASE, lambda conn, msg: reg._on_release(msg))
-        rt.lost_callbacks.append(reg._holder_lost)
+        rt.peers.lost_callbacks.append(reg._holder_lost)

@@ -321,10 +321,10 @@ class Transfer:
             return
         assert self._node is not None
         client = self._net = self._node.part(DataClient)
-        owner = rt.resolve(ops[0].buf._owner_proc)
+        owner = rt.peers.resolve(ops[0].buf._owner_proc)
         watch = _OwnerWatch(self, rt, owner, key, ops)
         self.cf.add_done_callback(lambda _: watch.close())
-        reason = rt.watch(owner, watch.port.port)
+        reason = rt.peers.watch(owner, watch.port.port)
         if reason is not None:
             watch.peer_lost(owner.name, reason)
             return
@@ -496,7 +496,7 @@ class _OwnerWatch:
         self.key = key
         self.ops = ops
         self.answered = False
-        self.port: PortId = rt.open_port(self)
+        self.port: PortId = rt.router.open_port(self)
 
     def deliver(self, frame: Message) -> None:  # I/O thread: the answer to RDMA_DATA
         if self.answered:
@@ -528,8 +528,8 @@ class _OwnerWatch:
         t._fail(owner_lost(t._label(op), op.buf, reason))
 
     def close(self) -> None:
-        self.rt.close_port(self.port.port)
-        self.rt.unwatch([self.owner.name], self.port.port)
+        self.rt.router.close_port(self.port.port)
+        self.rt.peers.unwatch([self.owner.name], self.port.port)
 
 
 class _Countdown:

@@ -175,7 +175,7 @@ def spawn_ranks(
             return
         if ok:
             m.initialized(rank)
-        elif rt.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
+        elif rt.peers.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
             why = f"actor {m.name}[{rank}] could not be spawned: {value}"
             new, _, _ = monitor._record(m.ref.mesh_id, rank, why)
             if new:

@@ -34,7 +34,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     rt = node.runtime
     logs = node.part(LogControl)
     rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
-    rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
+    rt.peers.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
     undeliverable.set_client_handler(node, _client_undeliverable)
     if node.client:
         hook.arm_wake_signal()  # a client's node is made on its main thread, in most programs
@@ -44,7 +44,7 @@ def _display(rt: Runtime, owner: ActorId | None, om: owned.OwnedMesh, rank: int)
     """Monarch's name of actor ``rank`` of ``om``: ``<root>.<mod.Cls name{'dim': i/n}>``."""
     creator = "<root>"
     if owner is not None and owner.mesh != "root":
-        cell = rt.mailboxes.get((owner.mesh, owner.rank))
+        cell = rt.router.mailboxes.get((owner.mesh, owner.rank))
         inst = getattr(cell, "ctx_instance", None)
         creator = str(inst) if inst is not None else f"<{owner.mesh}[{owner.rank}]>"
     cls = om.ref.cls
@@ -78,13 +78,13 @@ def _on_failed(rt: Runtime, frame: Message) -> None:
 
 
 def _on_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
-    if rt.is_stopping(proc_name):
+    if rt.peers.is_stopping(proc_name):
         return
-    if proc_name not in rt.exited and rt.spawned_here(proc_name):
+    if proc_name not in rt.peers.exited and rt.peers.spawned_here(proc_name):
         # Lost on its connection's EOF before its host agent's report: that report
         # brings the proc's last lines (LOG_TAIL first). Wait for it, briefly.
         grace = config.get("log_tail_grace")
-        rt.when_exited(proc_name, lambda how: _report_lost(rt, logs, proc_name, how), grace)
+        rt.peers.when_exited(proc_name, lambda how: _report_lost(rt, logs, proc_name, how), grace)
         return
     _report_lost(rt, logs, proc_name, reason)
 
@@ -123,7 +123,7 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
     if owner.mesh == "root" and not rt.boot:
         hook.submit(failure)
         return
-    cell = rt.mailboxes.get((owner.mesh, owner.rank))
+    cell = rt.router.mailboxes.get((owner.mesh, owner.rank))
     if isinstance(cell, ActorCell) and not cell.stopped:
         cell.supervise(failure)
     else:

@@ -41,10 +41,12 @@ class Placer:
         by_agent: dict[ProcId | None, list[int]] = {}
         for r in sorted(ranks):
             p = procs[r]
-            if not rt.is_lost(p.name) and p.name not in rt.exited:
+            if not rt.peers.is_lost(p.name) and p.name not in rt.peers.exited:
                 continue
             agent = logs.agents.get(p.name)
-            lost_agent = agent is not None and (rt.is_lost(agent.name) or (agent.name in rt.exited))
+            lost_agent = agent is not None and (
+                rt.peers.is_lost(agent.name) or (agent.name in rt.peers.exited)
+            )
             by_agent.setdefault(None if lost_agent else (agent or host.agent(node)), []).append(r)
         for agent, rs in by_agent.items():
             new = self._new_procs(agent, len(rs), m.name, ctx) if agent is not None else None

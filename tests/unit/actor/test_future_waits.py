@@ -67,4 +67,4 @@ def test_outside_any_actor_the_thread_waits_through_the_runtime() -> None:
     from danaus._runtime.node import this_node
 
     node = this_node(start=False)
-    assert future_mod._waits() is (None if node is None else node.runtime)
+    assert future_mod._waits() is (None if node is None else node.runtime.backpressure)

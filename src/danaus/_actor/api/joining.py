@@ -286,8 +286,8 @@ def attach_to_workers(
             set_future(cf, False, err)
             return
         waiting.arrived(addr)
-        if rt.is_lost(value["name"]) is not None:
-            rt.forget_peer(value["name"])  # the same worker, back after a partition
+        if rt.peers.is_lost(value["name"]) is not None:
+            rt.peers.forget_peer(value["name"])  # the same worker, back after a partition
         agents[i] = ProcId(value["name"], join(addr, f"host:{value['host']}"))
         countdown.tick()
 

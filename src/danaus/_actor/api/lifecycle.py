@@ -59,7 +59,7 @@ def shutdown_context() -> Future[None]:
 
 
 def _stop_local_actors(rt: Runtime) -> None:
-    cells = [c for c in list(rt.mailboxes.values()) if isinstance(c, ActorCell)]
+    cells = [c for c in list(rt.router.mailboxes.values()) if isinstance(c, ActorCell)]
     done: list[ActorCell] = []
     for cell in cells:
         if cell.stopped:

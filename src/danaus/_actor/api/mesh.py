@@ -155,7 +155,9 @@ class ActorMesh(MeshTrait, Generic[A]):
     def __reduce__(self) -> Any:
         wait_ready(self._ref.procs)
         rt = self._route.rt
-        ref = dataclasses.replace(self._ref, procs=tuple(rt.resolve(p) for p in self._ref.procs))
+        ref = dataclasses.replace(
+            self._ref, procs=tuple(rt.peers.resolve(p) for p in self._ref.procs)
+        )
         return (_rebuild, (ref, self._shape))
 
     def __repr__(self) -> str:

@@ -221,9 +221,9 @@ class ProcMesh(MeshTrait):
 
         countdown = Countdown(len(procs), exited)
         for proc in procs:
-            rt.mark_stopping(proc)
+            rt.peers.mark_stopping(proc)
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
-            rt.when_exited(proc.name, countdown.tick)
+            rt.peers.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 
     def logging_option(
@@ -329,7 +329,7 @@ class ProcMesh(MeshTrait):
     def __reduce__(self) -> Any:
         wait_ready(self._procs)
         rt = this_node().runtime
-        return (_rebuild_proc_mesh, (tuple(rt.resolve(p) for p in self._procs), self._shape))
+        return (_rebuild_proc_mesh, (tuple(rt.peers.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.sizes}>"
@@ -398,10 +398,10 @@ def spawn_on(
         logs.track((p for p, _ in batch), agent or host.agent(node))
     spawner = context().actor_instance.actor_id
     state = _ProcState(owned=True, node=node, log_label=name, spawner=str(spawner))
-    if rt.boot and "children" not in rt.observers:
+    if rt.boot and "children" not in rt.observing.observers:
         # A proc that spawns procs tells whoever asks for its statistics about them,
         # so the client's dashboard and traces find procs it did not spawn itself.
-        rt.observers["children"] = children
+        rt.observing.observers["children"] = children
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(tuple(procs), state.initialized, commands)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
@@ -440,7 +440,11 @@ def children() -> list[dict[str, Any]]:
                 "sizes": list(ext.sizes),
                 "spawner": pm._state.spawner,
                 "procs": [
-                    {"proc": p.name, "addr": rt.resolve(p).addr, "lost": rt.is_lost(p.name)}
+                    {
+                        "proc": p.name,
+                        "addr": rt.peers.resolve(p).addr,
+                        "lost": rt.peers.is_lost(p.name),
+                    }
                     for p in pm._procs
                 ],
             }
@@ -498,7 +502,7 @@ def _track_boot(
         countdown.tick()
 
     for i, p in enumerate(procs):
-        rt.when_ready(p, functools.partial(one, i, p))
+        rt.peers.when_ready(p, functools.partial(one, i, p))
 
 
 def _command_failure(node: Node, proc: ProcId, command: dict[str, Any]) -> str:

@@ -91,8 +91,8 @@ def gather(
 
     def expire() -> None:
         if not cf.done():
-            rt.close_port(collector.port.port)
-            rt.unwatch(collector.watched, collector.port.port)
+            rt.router.close_port(collector.port.port)
+            rt.peers.unwatch(collector.watched, collector.port.port)
             finish()
 
     rt.call_soon(lambda: rt.loop.call_later(timeout, expire))

@@ -259,7 +259,8 @@ class Future(Generic[R]):
         if cf.done():  # nothing to wait for
             rt = _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             exc = cf.exception()
             if exc is None:
                 value = cf.result()
@@ -455,7 +456,8 @@ class Future(Generic[R]):
         if self._cf.done():
             rt = _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             return (yield from self.as_asyncio().__await__())
         waits = _waits()
         if waits is not None:
@@ -506,14 +508,15 @@ _running_loop = asyncio.events._get_running_loop  # None outside a running loop 
 def _waits() -> Waits | None:
     """What this thread tells before and after it blocks on a result: the inbox of the
     actor whose serial path this is (which tells the runtime too: its backpressure
-    lets go of what this thread may be waiting for), else the runtime, if any."""
+    lets go of what this thread may be waiting for), else the runtime's backpressure, if any."""
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is not None:
         waits: Waits | None = cell.waits()
         if waits is not None:
             return waits
-    return _runtime()
+    rt = _runtime()
+    return None if rt is None else rt.backpressure
 
 
 def _runtime() -> Runtime | None:

@@ -239,7 +239,7 @@ def offer(
     rt = this_node().runtime
     poll = config.get("handoff_poll_interval")
     while not slot.done.wait(poll):
-        mailbox = rt.mailboxes.get((mesh_id, rank))
+        mailbox = rt.router.mailboxes.get((mesh_id, rank))
         if mailbox is None:
             continue  # its spawn has not arrived yet
         if getattr(mailbox, "stopped", True) or getattr(mailbox, "failed", None) is not None:

@@ -42,7 +42,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
 
 def _on_spawn(rt: Runtime, frame: Message) -> None:
     mesh_id, rank = frame.header.mesh, frame.header.rank
-    old = rt.mailboxes.get((mesh_id, rank))
+    old = rt.router.mailboxes.get((mesh_id, rank))
     if old is not None and not _gone(old):
         rt.undeliverable(frame.header.port, rank, f"actor {mesh_id}[{rank}] already exists")
         return
@@ -50,8 +50,8 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
         # A failed actor being replaced: its thread ends (nothing could reach it once its
         # key names the new actor); what it still holds queued is answered, not dropped.
         old.stop(None, 0, "replaced by a restart")
-    rt.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=_on_exit)
-    rt.mailbox_added((mesh_id, rank))
+    rt.router.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=_on_exit)
+    rt.router.mailbox_added((mesh_id, rank))
 
 
 def _gone(mailbox: Any) -> bool:
@@ -65,7 +65,7 @@ def _gone(mailbox: Any) -> bool:
 def _on_exit(cell: ActorCell) -> None:
     """The actor's thread ended: free the cell, leaving a tombstone that answers late calls."""
     rt = cell.rt
-    recent = rt.recent
+    recent = rt.observing.recent
     if recent is not None:  # the telemetry query's actors table keeps it for a while
         inst = cell.ctx_instance
         recent.ended.append(
@@ -106,9 +106,9 @@ class _Graves:
 
 def _bury(rt: Runtime, cell: ActorCell) -> None:
     key = (cell.mesh_id, cell.rank)
-    if rt.mailboxes.get(key) is not cell:
+    if rt.router.mailboxes.get(key) is not cell:
         return
-    rt.mailboxes[key] = Stopped(rt, cell._label())
+    rt.router.mailboxes[key] = Stopped(rt, cell._label())
     node = this_node(start=False)
     if node is None or node.runtime is not rt:
         return
@@ -116,13 +116,13 @@ def _bury(rt: Runtime, cell: ActorCell) -> None:
     graves.keys.append(key)
     while len(graves.keys) > max(0, config.get("stopped_actors_remembered")):
         old = graves.keys.popleft()
-        if isinstance(rt.mailboxes.get(old), Stopped):
-            del rt.mailboxes[old]
+        if isinstance(rt.router.mailboxes.get(old), Stopped):
+            del rt.router.mailboxes[old]
 
 
 def _on_stop_actor(rt: Runtime, frame: Message) -> None:
     mesh_id, rank, port, index, reason = frame.header
-    cell = rt.mailboxes.get((mesh_id, rank))
+    cell = rt.router.mailboxes.get((mesh_id, rank))
     if isinstance(cell, ActorCell):
         cell.stop(port, index, reason)
     elif port is not None:
@@ -131,7 +131,7 @@ def _on_stop_actor(rt: Runtime, frame: Message) -> None:
 
 def _on_stop_proc(rt: Runtime, frame: Message) -> None:
     port, index, reason = frame.header
-    cells = [c for c in rt.mailboxes.values() if isinstance(c, ActorCell)]
+    cells = [c for c in rt.router.mailboxes.values() if isinstance(c, ActorCell)]
     for cell in cells:
         cell.stop(None, 0, reason)
     deadline = rt.loop.time() + config.get("stop_proc_timeout")

@@ -63,7 +63,7 @@ def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
 def _to_local_actor(rt: Runtime, env: Undeliverable) -> None:
     sender = env.sender()
     assert sender is not None
-    cell = rt.mailboxes.get((sender.mesh, sender.rank))
+    cell = rt.router.mailboxes.get((sender.mesh, sender.rank))
     if isinstance(cell, ActorCell):
         cell.undeliverable(env)
     else:

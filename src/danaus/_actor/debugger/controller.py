@@ -98,7 +98,7 @@ class DebugController(Actor):
         self._info_path = os.path.join(rt.job_dir, INFO_NAME)
         self._server: asyncio.AbstractServer | None = None
         self._serving = self._loop.create_task(self._serve())
-        rt.lost_callbacks.append(self._on_lost)
+        rt.peers.lost_callbacks.append(self._on_lost)
 
     def _on_lost(self, proc: str, reason: str) -> None:
         """A proc was lost (I/O thread): drop its sessions on the controller's loop."""
@@ -434,8 +434,8 @@ class DebugController(Actor):
         the client exits), then its files."""
         self._closing = True
         rt = this_node().runtime
-        if self._on_lost in rt.lost_callbacks:
-            rt.lost_callbacks.remove(self._on_lost)
+        if self._on_lost in rt.peers.lost_callbacks:
+            rt.peers.lost_callbacks.remove(self._on_lost)
         prompts = [t for t in (self._serving, self._repl) if t is not None]
         for t in prompts:
             t.cancel()  # the prompt's frontend says why it goes: the program exited

@@ -102,7 +102,7 @@ class SimulatedMesh:
                 inst: Any = object.__new__(cls)
                 inst.__init__(*args, **kwargs)
                 cell = _SimCell(rt, inst)
-                rt.mailboxes[(self.mesh_id, rank)] = cell
+                rt.router.mailboxes[(self.mesh_id, rank)] = cell
                 self.runtimes.append(rt)
                 self.cells.append(cell)
 
@@ -143,7 +143,7 @@ class SimulatedMesh:
         def down() -> None:
             rt = self.runtimes[rank]
             rt.close()
-            for conn in rt.all_connections():
+            for conn in rt.links.all_connections():
                 conn.close()
 
         self.on_loop(down)

@@ -49,7 +49,7 @@ def agent(node: Node) -> ProcId:
             return node.agent_id
         name = "a" + secrets.token_hex(3)
         agent_id = ProcId(name, f"unix:{os.path.join(rt.job_dir, name + '.sock')}")
-        rt.expect(agent_id)
+        rt.peers.expect(agent_id)
         proc = node.agent_proc = subprocess.Popen(
             [
                 sys.executable,
@@ -111,7 +111,7 @@ def _watch_agent(node: Node, agent_id: ProcId, proc: subprocess.Popen[bytes]) ->
     with _node.lock():
         if node.closed:  # shut down on purpose: the runtime is closed, nothing waits
             return
-        node.runtime.call_soon(node.runtime.peer_lost, agent_id.name, reason)
+        node.runtime.call_soon(node.runtime.peers.peer_lost, agent_id.name, reason)
 
 
 def _on_agent_lost(node: Node, name: str, reason: str) -> None:
@@ -119,8 +119,8 @@ def _on_agent_lost(node: Node, name: str, reason: str) -> None:
     with node.lock:
         lost = node.requested.pop(name, [])
     for proc in lost:
-        if rt.is_pending(proc.name):
-            rt.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
+        if rt.peers.is_pending(proc.name):
+            rt.peers.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
 
 
 def spawn_procs(
@@ -133,10 +133,10 @@ def spawn_procs(
     rt = node.runtime
     target = on or agent(node)
     for proc, _ in procs:
-        rt.expect(proc)
+        rt.peers.expect(proc)
     with node.lock:
         if not node.requested:
-            rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(node, name, reason))
+            rt.peers.lost_callbacks.append(lambda name, reason: _on_agent_lost(node, name, reason))
         node.requested.setdefault(target.name, []).extend(p for p, _ in procs)
     rt.send(target, SpawnProcs(rt.proc_id, procs))
 

@@ -98,7 +98,7 @@ class _FlushPort:
         self.left = n
         self.done = done
         self.agents: list[str] = []
-        self.port = rt.open_port(self)
+        self.port = rt.router.open_port(self)
         self._lock = threading.Lock()  # guards left, the answers still due
 
     def tick(self, *_: Any) -> None:
@@ -106,8 +106,8 @@ class _FlushPort:
             self.left -= 1
             last = self.left == 0
         if last:
-            self.rt.call_soon(self.rt.close_port, self.port.port)
-            self.rt.call_soon(self.rt.unwatch, self.agents, self.port.port)
+            self.rt.call_soon(self.rt.router.close_port, self.port.port)
+            self.rt.call_soon(self.rt.peers.unwatch, self.agents, self.port.port)
             self.done()
 
     def deliver(self, frame: Message) -> None:
@@ -233,7 +233,7 @@ class LogControl:
 
         def send() -> None:
             for i, (agent, names) in enumerate(by_agent.values()):
-                if self.rt.watch(agent, port.port.port) is not None:
+                if self.rt.peers.watch(agent, port.port.port) is not None:
                     port.tick()
                     continue
                 header = LogFlush(tuple(names), PortId(self.rt.proc_id, port.port.port), i)

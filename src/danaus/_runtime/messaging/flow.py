@@ -32,8 +32,8 @@ __all__ = ["Gate", "GateHost", "frame_bytes"]
 
 
 class GateHost(Protocol):
-    """What a gate needs of its runtime: pausing and resuming connections
-    (``Backpressure.pause_delivering`` and ``resume_reading``)."""
+    """What a gate needs of its runtime's backpressure (``backpressure.Backpressure``):
+    pausing and resuming connections."""
 
     def pause_delivering(self, gate: Gate) -> Any: ...
 
