@@ -77,7 +77,7 @@ class Talker(Actor):
 
 
 def _flush(pm: ProcMesh) -> None:
-    logs.flush(list(pm._procs), TIMEOUT).result(TIMEOUT)
+    logs.flush(this_node(), list(pm._procs), TIMEOUT).result(TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -379,7 +379,7 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         else:
             stdout.release.set()
             monkeypatch.setattr(sys, "stdout", stdout)
-        before = {name: logs.statistics(name) for name in names}
+        before = {name: logs.statistics(this_node(), name) for name in names}
         spam.start.call(nbytes // 8).get(timeout=TIMEOUT)
         # The procs keep answering calls while they print (and while the client is stuck).
         for _ in range(5):
@@ -388,10 +388,10 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         stdout.release.set()
         _flush(procs)
         for i, name in enumerate(names):
-            st, old = logs.statistics(name), before[name]
+            st, old = logs.statistics(this_node(), name), before[name]
             got = (st.lines - old.lines) + (st.dropped - old.dropped)
             assert got == printed[i], f"proc {i}: {st} for {printed[i]} lines printed"
-        dropped = sum(logs.statistics(n).dropped - before[n].dropped for n in names)
+        dropped = sum(logs.statistics(this_node(), n).dropped - before[n].dropped for n in names)
         if block:
             # The client was stuck: agents hit their bound, dropped lines and said so.
             assert dropped > 0
@@ -429,6 +429,7 @@ def test_heavy_output_reaches_a_client_that_keeps_up_in_full(
 _FALLING_BEHIND = """
 import json, sys, threading
 from danaus._runtime.logs import process as logs
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint, this_host
 
 
@@ -483,8 +484,8 @@ spam.start.call(1 << 20).get(timeout=30)
 pings = [all(spam.ping.call().get(timeout=30).values()) for _ in range(5)]
 printed = list(spam.finish.call().get(timeout=60).values())
 sys.stdout.release.set()
-logs.flush(list(procs._procs), 60).result(60)
-stats = [logs.statistics(p.proc) for p in procs.stats().get(timeout=30).procs]
+logs.flush(this_node(), list(procs._procs), 60).result(60)
+stats = [logs.statistics(this_node(), p.proc) for p in procs.stats().get(timeout=30).procs]
 real.write(json.dumps({
     "pings": pings, "printed": printed, "notes": sys.stdout.notes,
     "received": [s.lines for s in stats], "dropped": [s.dropped for s in stats],

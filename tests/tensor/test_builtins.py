@@ -105,7 +105,7 @@ def test_seed_remote_reseeds_the_procs_and_leaves_the_client_alone(
 
 def _records_with(tag: str, mesh: ProcMesh) -> list[str]:
     """The lines holding ``tag`` in each proc's log file, once every proc's output is in."""
-    logs.flush(list(mesh._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT)
+    logs.flush(this_node(), list(mesh._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT)
     rt = this_node(start=False).runtime
     assert rt is not None
     ours = {proc.name for proc in mesh._procs}  # other tests' procs may be gone, logs too

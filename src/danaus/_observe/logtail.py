@@ -70,7 +70,7 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
 
 def _forwarded(proc: str) -> list[str]:
     # The forwarder's own bounded tail of what it printed.
-    return logs.tail(proc, max(1, config.get("logtail_lines")))
+    return logs.tail(this_node(start=False), proc, max(1, config.get("logtail_lines")))
 
 
 def procs() -> list[str]:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from ... import _config as config
 from ..._runtime.hosting import proc as _proc
 from ..._runtime.messaging.runtime import STATUS_OK, Runtime
-from ..._runtime.node import Node, this_node
+from ..._runtime.node import Node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Kind, Message
 from .async_cell import new_cell
@@ -34,13 +35,14 @@ log = logging.getLogger("danaus.actor")
 def install(node: Node, boot: dict[str, Any]) -> None:
     """Register the actor layer's frame handlers and block hook on ``node``'s runtime."""
     rt = node.runtime
-    rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(rt, msg))
+    rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(node, msg))
     rt.register(Kind.STOP_ACTOR, lambda conn, msg: _on_stop_actor(rt, msg))
-    rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(rt, msg))
+    rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(node, msg))
     rt.set_block_hook(on_held_back)
 
 
-def _on_spawn(rt: Runtime, frame: Message) -> None:
+def _on_spawn(node: Node, frame: Message) -> None:
+    rt = node.runtime
     mesh_id, rank = frame.header.mesh, frame.header.rank
     old = rt.router.mailboxes.get((mesh_id, rank))
     if old is not None and not _gone(old):
@@ -50,7 +52,8 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
         # A failed actor being replaced: its thread ends (nothing could reach it once its
         # key names the new actor); what it still holds queued is answered, not dropped.
         old.stop(None, 0, "replaced by a restart")
-    rt.router.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=_on_exit)
+    on_exit = functools.partial(_on_exit, node)
+    rt.router.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=on_exit)
     rt.router.mailbox_added((mesh_id, rank))
 
 
@@ -62,9 +65,9 @@ def _gone(mailbox: Any) -> bool:
     return isinstance(mailbox, ActorCell) and (mailbox.stopped or mailbox.failed is not None)
 
 
-def _on_exit(cell: ActorCell) -> None:
+def _on_exit(node: Node, cell: ActorCell) -> None:
     """The actor's thread ended: free the cell, leaving a tombstone that answers late calls."""
-    rt = cell.rt
+    rt = node.runtime
     recent = rt.observing.recent
     if recent is not None:  # the telemetry query's actors table keeps it for a while
         inst = cell.ctx_instance
@@ -81,7 +84,7 @@ def _on_exit(cell: ActorCell) -> None:
             }
         )
     if not rt.closed:
-        rt.call_soon(_bury, rt, cell)
+        rt.call_soon(_bury, node, cell)
 
 
 class Stopped:
@@ -104,14 +107,12 @@ class _Graves:
         self.keys: collections.deque[tuple[str, int]] = collections.deque()
 
 
-def _bury(rt: Runtime, cell: ActorCell) -> None:
+def _bury(node: Node, cell: ActorCell) -> None:
+    rt = node.runtime
     key = (cell.mesh_id, cell.rank)
     if rt.router.mailboxes.get(key) is not cell:
         return
     rt.router.mailboxes[key] = Stopped(rt, cell._label())
-    node = this_node(start=False)
-    if node is None or node.runtime is not rt:
-        return
     graves = node.part(_Graves)
     graves.keys.append(key)
     while len(graves.keys) > max(0, config.get("stopped_actors_remembered")):
@@ -129,7 +130,8 @@ def _on_stop_actor(rt: Runtime, frame: Message) -> None:
         rt.reply(port, index, STATUS_OK, None)
 
 
-def _on_stop_proc(rt: Runtime, frame: Message) -> None:
+def _on_stop_proc(node: Node, frame: Message) -> None:
+    rt = node.runtime
     port, index, reason = frame.header
     cells = [c for c in rt.router.mailboxes.values() if isinstance(c, ActorCell)]
     for cell in cells:
@@ -143,6 +145,6 @@ def _on_stop_proc(rt: Runtime, frame: Message) -> None:
         if port is not None:
             rt.reply(port, index, STATUS_OK, None)
         if rt.boot:  # a spawned proc exits; the client only stops its actors
-            _proc.stop_proc(rt, 0)
+            _proc.stop_proc(node, 0)
 
     check()

@@ -312,36 +312,37 @@ def install(node: Node, boot: dict[str, Any]) -> None:
 
 
 # -- the client's view of forwarded output (for the dashboard and tests) ------------------
+# Each takes the node whose output it reads (None: no node, nothing received).
 
 
-def _printer() -> Any:
-    node = _node.this_node(start=False)
+def _printer(node: _node.Node | None) -> Any:
     return node.part(LogControl).printer if node is not None else None
 
 
-def tail(proc: str, n: int | None = None) -> list[str]:
+def tail(node: _node.Node | None, proc: str, n: int | None = None) -> list[str]:
     """The last lines (at most ``n``, at most ``log_tail_lines``) that proc ``proc``
-    wrote and this client received, oldest first; ``[]`` outside the client."""
-    printer = _printer()
+    wrote and ``node`` (a client's) received, oldest first; ``[]`` outside the client."""
+    printer = _printer(node)
     return printer.tail(proc, n) if printer is not None else []
 
 
-def tailed_procs() -> list[str]:
-    """The names of the procs whose output this client has received."""
-    printer = _printer()
+def tailed_procs(node: _node.Node | None) -> list[str]:
+    """The names of the procs whose output ``node`` (a client's) has received."""
+    printer = _printer(node)
     return printer.procs() if printer is not None else []
 
 
-def statistics(proc: str | None = None) -> Any:
-    """``LogStatistics(lines, bytes, dropped)`` received by this client, of one proc or all."""
-    printer = _printer()
+def statistics(node: _node.Node | None, proc: str | None = None) -> Any:
+    """``LogStatistics(lines, bytes, dropped)`` ``node`` received, of one proc or all."""
+    printer = _printer(node)
     return printer.statistics(proc) if printer is not None else LogStatistics(0, 0, 0)
 
 
-def flush(procs: list[ProcId], timeout: float | None = None) -> concurrent.futures.Future[None]:
-    """Completes once every line ``procs`` wrote so far has been printed here (or after
-    ``timeout`` seconds); for procs spawned from this process."""
-    node = _node.this_node(start=False)
+def flush(
+    node: _node.Node | None, procs: list[ProcId], timeout: float | None = None
+) -> concurrent.futures.Future[None]:
+    """Completes once every line ``procs`` wrote so far has been printed by ``node``
+    (or after ``timeout`` seconds); for procs spawned from that node."""
     ctl = node.part(LogControl) if node is not None else None
     if ctl is None or ctl._rt is None:
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()

@@ -19,13 +19,13 @@ headers are in ``danaus._wire.protocol``)::
               (``register``; a second registration for a kind is refused)
 
 A composition root: each concern is a part that the runtime builds and
-hands the callables it needs, never itself (so no part reaches through
-another): ``listeners`` (listening.py), ``links`` (links.py: one connection
-per peer and its handshake), ``sender`` (sending.py: ``send``, backpressure
-on the sending side, large messages lent or copied), ``router`` (routing.py:
-ports and mailboxes), ``backpressure`` (backpressure.py), ``heartbeat``
-(liveness.py), and the offloader, cast tree and relay. The peer table is
-the base class ``PeerTable`` (``peers.py``).
+hands the callables it needs, never itself, so no part reaches through
+another (the offloader, cast tree and relay get records of them: faces.py).
+Callers use the part they need: ``peers`` (peers.py), ``listeners``
+(listening.py), ``links`` (links.py: one connection per peer), ``sender``
+(sending.py; ``send`` is its method), ``router`` (routing.py: ports and
+mailboxes), ``backpressure``, ``heartbeat`` (liveness.py), ``observing``
+(metrics.py), ``offload``, ``tree``, ``relay``.
 
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -534,18 +533,6 @@ class Runtime:
         an attached client, and the procs it spawns on its host. Call before the
         address travels (it changes ``proc_id``)."""
         self._set_proc_id(join(self.listeners.unix, entry, f"host:{self.host}"))
-
-    def open_relay_port(
-        self, on_frame: Callable[[Connection, Frame], None]
-    ) -> tuple[socket.socket, str]:
-        """Listen on another TCP port of the interface of ``listen_tcp`` whose
-        connections' frames go to ``on_frame`` (a gateway's relay port; I/O thread).
-        Returns the socket and its advertised ``tcp://`` address."""
-        return self.listeners.open_relay_port(on_frame)
-
-    def close_relay_port(self, lsock: socket.socket) -> None:
-        """Stop listening on a relay port (I/O thread); its connections stay."""
-        self.listeners.close_relay_port(lsock)
 
     # -- replies --------------------------------------------------------------
 
