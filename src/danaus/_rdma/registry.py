@@ -29,14 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _config as config
-from .._runtime import node as _node
 from .._runtime.messaging.runtime import STATUS_OK, Runtime
 from .._runtime.node import Node
 from .._transport.conn import Connection
 from .._wire.protocol import Kind, Message
 from .memory import LocalMemory
 
-__all__ = ["BufferRegistry", "Registration", "install", "of"]
+__all__ = ["BufferRegistry", "Registration", "install"]
 
 log = logging.getLogger("danaus.rdma")
 
@@ -293,14 +292,6 @@ class BufferRegistry:
 
 
 # -- installing the handlers on a runtime -----------------------------------------------
-
-
-def of(rt: Runtime) -> BufferRegistry:
-    """The registered memory of the node whose runtime is ``rt``."""
-    node = _node.this_node(start=False)
-    if node is None or node.runtime is not rt:
-        raise RuntimeError(f"proc {rt.proc_id.name} has no running node to register memory on")
-    return node.part(BufferRegistry)
 
 
 def install(node: Node, boot: dict[str, Any] | None = None) -> None:

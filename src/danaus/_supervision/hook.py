@@ -208,10 +208,9 @@ class Faults:
             thread.join(config.get("shutdown_timeout"))
 
 
-def submit(failure: MeshFailure) -> None:
-    """Hand a failure that reached the client to its node's hook thread (returns at once)."""
-    node = _node.this_node(start=False)
-    if node is None:  # the node ended while the failure was on its way
+def submit(node: _node.Node, failure: MeshFailure) -> None:
+    """Hand a failure that reached the client to ``node``'s hook thread (returns at once)."""
+    if node.closed:  # the node ended while the failure was on its way
         log.debug("no node; dropping %s", failure.report())
         return
     node.part(Faults).submit(failure)

@@ -442,7 +442,7 @@ class Supervisor:
         self._stop_children(reason, final=True, status="gave up")
         failure = MeshFailure(self.name, [], reason, "", self)
         with acting_as(self._ctx):
-            monitor.deliver(this_node().runtime, self._owner, failure)
+            monitor.deliver(this_node(), self._owner, failure)
         self._tree.end()
 
     def _end_quietly(self) -> None:
