@@ -352,7 +352,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     track = procs_module._track_boot
     rt = this_node().runtime
 
-    def late(procs, cf, *rest):  # type: ignore[no-untyped-def]
+    def late(node, procs, cf, *rest):  # type: ignore[no-untyped-def]
         taken = threading.Event()
 
         def check() -> None:
@@ -364,7 +364,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
 
         rt.call_soon(check)
         assert taken.wait(REPLY_TIMEOUT), "the proc's READY never came"
-        track(procs, cf, *rest)
+        track(node, procs, cf, *rest)
 
     monkeypatch.setattr(procs_module, "_track_boot", late)
     pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])

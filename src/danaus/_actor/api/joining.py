@@ -187,7 +187,7 @@ def attach(addr: str) -> None:
         except BaseException:
             host.shutdown(node)  # not bootstrapped after all: a later use starts afresh
             raise
-    refresh_root()
+    refresh_root(node)
 
 
 def attach_to_workers(
@@ -260,7 +260,7 @@ def attach_to_workers(
             _warn_insecure(rt.proc_id.addr)
         for hp in hostports:  # workers reached through other interfaces reach us back there
             rt.listen_tcp_also(_source_ip(hp))
-    refresh_root()
+    refresh_root(node)
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
     countdown = Countdown(len(addrs), lambda: set_future(cf, True, tuple(agents)))

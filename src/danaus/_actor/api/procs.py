@@ -107,6 +107,14 @@ class ProcMesh(MeshTrait):
     def _selected(self) -> list[ProcId]:
         return [self._procs[r] for r in self._shape.ranks()]
 
+    def _node(self) -> Node:
+        """The node this proc mesh belongs to: the one it was spawned from, or, for a
+        mesh unpickled in this process, this process's (looked up once, then kept)."""
+        node = self._state.node
+        if node is None:
+            node = self._state.node = this_node()
+        return node
+
     @property
     def initialized(self) -> Future[bool]:
         """Completes with ``True`` once every proc has booted; raises if one could not."""
@@ -152,10 +160,10 @@ class ProcMesh(MeshTrait):
         if self._state.owned and self._state.log_label is None:
             # An unnamed proc mesh's output is labelled with its first actor mesh's name.
             self._state.log_label = name
-            log_control(this_node()).set_options(list(self._procs), label=name)
+            log_control(self._node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         # The mesh belongs to this proc mesh's node (its route sends with its runtime).
-        state = _State(initialized=concurrent.futures.Future(), node=self._state.node)
+        state = _State(initialized=concurrent.futures.Future(), node=self._node())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
         owned.register_actor_mesh(mesh)
         init_cf = state.initialized
@@ -163,7 +171,7 @@ class ProcMesh(MeshTrait):
         if self._state.stopped:
             init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
             return mesh
-        rt = this_node().runtime
+        rt = self._node().runtime
         countdown = Countdown(len(procs), lambda: set_future(init_cf, True, None))
         if not procs:
             return mesh
@@ -202,7 +210,7 @@ class ProcMesh(MeshTrait):
         engine, self._state.tensor_engine = self._state.tensor_engine, None
         if engine is not None:  # its sender thread, rendezvous store and owner actor
             engine.close()
-        node = this_node()
+        node = self._node()
         spawned = node.part(_Spawned)
         with spawned.lock:
             if self in spawned.meshes:
@@ -260,7 +268,7 @@ class ProcMesh(MeshTrait):
                 "like logging.INFO (20) or logging.DEBUG (10)"
             )
         window = None if not aggregate_window_sec else float(aggregate_window_sec)
-        ctl = log_control(this_node())
+        ctl = log_control(self._node())
         procs = self._selected()
         ctl.set_options(procs, stream=stream_to_client, window=window, level=level)
         # A barrier behind the options at each host agent: output written after this
@@ -328,7 +336,7 @@ class ProcMesh(MeshTrait):
 
     def __reduce__(self) -> Any:
         wait_ready(self._procs)
-        rt = this_node().runtime
+        rt = self._node().runtime
         return (_rebuild_proc_mesh, (tuple(rt.peers.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
@@ -403,7 +411,7 @@ def spawn_on(
         # so the client's dashboard and traces find procs it did not spawn itself.
         rt.observing.observers["children"] = children
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
-    _track_boot(tuple(procs), state.initialized, commands)
+    _track_boot(node, tuple(procs), state.initialized, commands)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
@@ -480,11 +488,11 @@ def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
 
 
 def _track_boot(
+    node: Node,
     procs: tuple[ProcId, ...],
     cf: concurrent.futures.Future[Any],
     commands: list[dict[str, Any]] | None = None,
 ) -> None:
-    node = this_node()
     rt = node.runtime
     countdown = Countdown(len(procs), lambda: set_future(cf, True, True))
 
