@@ -14,7 +14,6 @@ from .._actor.core.context import Context, acting_as
 from .._mesh import Shape
 from .._runtime.hosting import host
 from .._runtime.logs.process import LogControl
-from .._runtime.node import this_node
 from .._wire.ids import ProcId
 from .child import _MeshChild
 
@@ -34,7 +33,7 @@ class Placer:
     def place(self, m: _MeshChild, ranks: set[int], ctx: Context) -> dict[int, ProcId]:
         """Where each rank goes: its proc if alive, else a new proc on its host, else a
         spare host's (spawned as ``ctx``). Updates the child's procs."""
-        node = this_node()
+        node = m.node
         rt = node.runtime
         logs = node.part(LogControl)
         procs = list(m.ref.procs)
