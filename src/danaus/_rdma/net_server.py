@@ -306,7 +306,12 @@ class DataServer:
 
 
 def _server_address(node: _node.Node) -> tuple[str, int]:
-    """Start ``node``'s data server on first use (I/O thread); its ``(host, port)``."""
+    """Start ``node``'s data server on first use (I/O thread); its ``(host, port)``.
+    ``RuntimeError`` once the node has ended (its session is over: nothing to serve)."""
+    if node.closed:
+        raise RuntimeError(
+            f"proc {node.runtime.proc_id.name} has no running node to serve data from"
+        )
     return node.part(DataServer).address(node.runtime, node.part(BufferRegistry))
 
 
