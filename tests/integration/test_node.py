@@ -122,7 +122,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         danaus.config.configure(stopped_actors_remembered=50)
         from danaus.actor import Actor, endpoint, this_host
         from danaus._actor.core import owned
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
 
         def usage():
             pid = os.getpid()
@@ -132,7 +132,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         class A(Actor):
             @endpoint
             def usage(self):
-                from danaus._runtime.hosting import host
+                from danaus._runtime.node import this_node
                 u = usage()
                 u["mailboxes"] = len(this_node().runtime.router.mailboxes)
                 return u

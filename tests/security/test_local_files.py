@@ -204,7 +204,7 @@ def test_otel_header_variables_travel_in_no_spawn_frame(tmp_path: Path) -> None:
     script = ClientScript(tmp_path).write(
         """
         import os
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
         from danaus._wire.frame import encode_frame
         from danaus._wire.protocol import SpawnProcs, wire
         from danaus.actor import Actor, endpoint, this_host
