@@ -11,7 +11,7 @@ from ..._runtime.hosting import host
 from ..._runtime.node import this_node
 from ..core.cell import ActorCell
 from ..core.future import Future
-from .procs import owned_proc_meshes
+from .procs import spawned_meshes
 
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
@@ -38,7 +38,7 @@ def shutdown_context() -> Future[None]:
         if node.closed or node.shutting_down:
             return Future._resolved(None, "shutdown")
         node.shutting_down = True
-    meshes = owned_proc_meshes()
+    meshes = spawned_meshes(node)
     futures = [pm.stop("the client shut down") for pm in meshes]
     timeout = config.get("shutdown_timeout")
     for pm, f in zip(meshes, futures, strict=True):

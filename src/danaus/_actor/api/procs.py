@@ -39,6 +39,7 @@ __all__ = [
     "install",
     "owned_proc_meshes",
     "spawn_on",
+    "spawned_meshes",
     "this_proc",
 ]
 
@@ -55,7 +56,12 @@ class _Spawned:
 
 
 def owned_proc_meshes() -> list[ProcMesh]:
-    node = this_node(start=False)
+    """The proc meshes this process's node spawned and has not stopped (none: no node)."""
+    return spawned_meshes(this_node(start=False))
+
+
+def spawned_meshes(node: Node | None) -> list[ProcMesh]:
+    """The proc meshes ``node`` spawned and has not stopped (none: no node)."""
     if node is None:
         return []
     spawned = node.part(_Spawned)
@@ -409,7 +415,7 @@ def spawn_on(
     if rt.boot and "children" not in rt.observing.observers:
         # A proc that spawns procs tells whoever asks for its statistics about them,
         # so the client's dashboard and traces find procs it did not spawn itself.
-        rt.observing.observers["children"] = children
+        rt.observing.observers["children"] = functools.partial(children, node)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
     _track_boot(node, tuple(procs), state.initialized, commands)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
@@ -429,16 +435,16 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     node.part(ProcMeshOf).make = ProcMesh._singleton
 
 
-def children() -> list[dict[str, Any]]:
-    """The proc meshes this process spawned and has not stopped, as plain data.
+def children(node: Node) -> list[dict[str, Any]]:
+    """The proc meshes ``node`` spawned and has not stopped, as plain data.
 
     One entry per mesh: its index here, name, dimensions, the actor that
     spawned it, and each proc's name, freshest address and (if this process
     has lost it) why. Runs on the I/O thread, in a ``STATS`` answer.
     """
-    rt = this_node().runtime
+    rt = node.runtime
     out = []
-    for index, pm in enumerate(owned_proc_meshes()):
+    for index, pm in enumerate(spawned_meshes(node)):
         ext = pm._shape.extent
         out.append(
             {
