@@ -58,7 +58,8 @@ class Listeners(Actor):
         rt = this_node().runtime
         tcp = next(e for e in rt.proc_id.addr.split(";") if e.startswith("tcp://"))
         got: queue.Queue[Any] = queue.Queue()
-        rt.call_soon(lambda: got.put(rdma_net._server_address(rt)))  # on the I/O thread
+        node = this_node()
+        rt.call_soon(lambda: got.put(rdma_net._server_address(node)))  # on the I/O thread
         host, port = got.get(timeout=TIMEOUT)
         return tcp, f"tcp://{host}:{port}"
 
@@ -89,7 +90,8 @@ def listeners(procs, workers) -> dict[str, str]:
     rt = this_node().runtime
     found = {"client": next(e for e in rt.proc_id.addr.split(";") if e.startswith("tcp://"))}
     got: queue.Queue[Any] = queue.Queue()
-    rt.call_soon(lambda: got.put(rdma_net._server_address(rt)))
+    node = this_node()
+    rt.call_soon(lambda: got.put(rdma_net._server_address(node)))
     host, port = got.get(timeout=TIMEOUT)
     found["client data server"] = f"tcp://{host}:{port}"
     for i, w in enumerate(workers):
