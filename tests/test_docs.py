@@ -230,7 +230,7 @@ def test_the_name_check_catches_a_stale_name(tmp_path: pathlib.Path) -> None:
     every = "\n".join(sources.values())
     page = tmp_path / "page.md"
     page.write_text(
-        "`danaus._runtime.node.current()` and `_runtime/node.py` and `_actor/core/` and "
+        "`danaus._runtime.node.this_node()` and `_runtime/node.py` and `_actor/core/` and "
         "`Node.part` and `_boothook` and `__supervise__` exist.\n"
         "`danaus._runtime.nowhere`, `danaus._runtime.node.nothing_here()`, `_actor/core/gone.py`, "
         "`_runtime/node.Nobody` and `Runtime._no_such_method(` do not.\n"

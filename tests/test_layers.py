@@ -210,7 +210,7 @@ def test_the_sublayer_scan_sees_deferred_and_from_imports_but_not_type_checking_
     path = SRC / "_actor" / "core" / "context.py"
     found = _imported_modules(path)
     assert "danaus._actor.core.failing" in found  # from .failing import Aborted
-    assert "danaus._runtime.hosting.host" in found  # from ..._runtime.hosting import host
+    assert "danaus._runtime.node" in found  # from ..._runtime.node import this_node
     assert not any(m.startswith("danaus._actor.api") for m in found)  # TYPE_CHECKING only
     deferred = _imported_modules(SRC / "_bootstrap.py")
     assert {"danaus._tensor.api", "danaus._observe.dashboard"} <= deferred  # inside functions
@@ -643,7 +643,7 @@ def test_the_scan_finds_assignments_to_a_runtimes_attributes(tmp_path: pathlib.P
     sample.write_text(
         "rt.bounce = f\nself.rt.tracer = None\nnode.runtime.boot = {}\n"
         "a, runtime.secret = 1, 2\nrt.waits += 1\nsetattr(rt, 'logs', x)\n"
-        "rt.observers['x'] = f\nrt.set_tracer(None)\nself.rtx = rt\n"
+        "rt.observing.observers['x'] = f\nrt.set_tracer(None)\nself.rtx = rt\n"
     )
     assert [line.split(":")[0] for line in _runtime_assignments(sample)] == list("123456")
 

@@ -455,7 +455,7 @@ def test_a_new_session_sees_nothing_of_the_ended_ones_host_mesh_and_listeners(
         # An in-process mesh: the client and its procs listen on inproc:NAME.
         sim = SimulatedMesh(Echo, {"ranks": 1})
         sim_before = sim.mesh.echo.call_one(2).get(timeout=30)
-        first_rt = node.current().runtime
+        first_rt = node.this_node(start=False).runtime
         shutdown_context().get(timeout=30)
 
         # The next use starts a second session in this process (the simulated
@@ -463,7 +463,7 @@ def test_a_new_session_sees_nothing_of_the_ended_ones_host_mesh_and_listeners(
         second_host = this_host()
         again = second_host.spawn_procs(per_host={"gpus": 1})
         second = again.spawn("e", Echo).echo.call_one(3).get(timeout=30)
-        rt = node.current().runtime
+        rt = node.this_node(start=False).runtime
         try:
             sim.mesh.echo.call_one(4).get(timeout=30)
             sim_after = "reached"

@@ -41,7 +41,7 @@ def test_shutdown_then_spawn_again_in_the_same_process(client_script) -> None:
             procs = this_host().spawn_procs(per_host={"gpus": 2})
             a = procs.spawn("a", A)
             pids = list(a.pid.call().get(timeout=30).values())
-            n = node.current()
+            n = node.this_node(start=False)
             rt = n.runtime
             sessions.append({"pids": pids, "dir": rt.job_dir, "proc": rt.proc_id.name})
             shutdown_context().get(timeout=30)
@@ -76,7 +76,8 @@ def test_socket_directory_removed_after_sigkill_of_the_client(client_script) -> 
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         pids = list(procs.spawn("a", A).pid.call().get(timeout=30).values())
-        print(json.dumps({"dir": node.current().runtime.job_dir, "pids": pids}), flush=True)
+        job_dir = node.this_node(start=False).runtime.job_dir
+        print(json.dumps({"dir": job_dir, "pids": pids}), flush=True)
         sys.stdin.readline()  # until killed
         """
     )
@@ -111,7 +112,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         danaus.config.configure(stopped_actors_remembered=50)
         from danaus.actor import Actor, endpoint, this_host
         from danaus._actor.core import owned
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
 
         def usage():
             pid = os.getpid()
@@ -121,14 +122,14 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         class A(Actor):
             @endpoint
             def usage(self):
-                from danaus._runtime.hosting import host
+                from danaus._runtime.node import this_node
                 u = usage()
-                u["mailboxes"] = len(host.ensure_runtime().mailboxes)
+                u["mailboxes"] = len(this_node().runtime.router.mailboxes)
                 return u
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         probe = procs.spawn("probe", A)
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         marks = {}
         for i in range(1000):
             m = procs.spawn(f"m{i}", A)
@@ -139,9 +140,9 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
                     "client": usage(),
                     "procs": list(probe.usage.call().get(timeout=30).values()),
                     "owned": len(owned.actor_meshes()),
-                    "mailboxes": len(rt.mailboxes),
-                    "peers": len(rt._peers),
-                    "ports": len(rt.ports),
+                    "mailboxes": len(rt.router.mailboxes),
+                    "peers": len(rt.peers.table),
+                    "ports": len(rt.router.ports),
                 }
         print(json.dumps(marks))
         """,

@@ -14,7 +14,7 @@ import danaus
 import danaus.actor as da
 from danaus._actor.core.collect import Collector, set_future
 from danaus._errors import SupervisionError
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus._wire import codec
 from danaus._wire.protocol import Call
 from danaus.actor import Actor, concurrent_endpoint, endpoint, this_host
@@ -42,7 +42,7 @@ def test_a_call_with_a_header_from_another_version_fails_the_actor_and_answers_t
     try:
         mesh = procs.spawn("echo", Echo)
         assert mesh.echo.call_one(7).get(timeout=30) == 7
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         cf: concurrent.futures.Future[object] = concurrent.futures.Future()
         collector = Collector(rt, "echo.echo()", 1, lambda i, ok, v: set_future(cf, ok, v))
         proc = mesh._ref.procs[0]
@@ -77,7 +77,7 @@ def test_large_arrays_skip_the_socket_between_procs_of_one_host_and_arrive_intac
         data = np.random.default_rng(5).integers(0, 1 << 30, size=(3 << 20) // 8, dtype=np.int64)
         out = mesh.twice.call_one(data).get(timeout=30)  # 3 MiB there, 3 MiB back
         assert out.dtype == np.int64 and np.array_equal(out, data * 2)
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         # The proc proved at hello time that it can read this process's memory.
         [proc] = danaus.stats(mesh).get(timeout=30).procs
         assert proc.proc in rt.offload.ok_peers

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import danaus.config
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
 from danaus.testing import wait_until
 
@@ -72,7 +72,7 @@ def _peer(mesh: ActorMesh[Keeper]) -> str:
 
 
 def _wait_returned(peer: str) -> None:
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     wait_until(
         lambda: off.slots_lent(peer),
         REPLY_TIMEOUT,
@@ -84,7 +84,7 @@ def _wait_returned(peer: str) -> None:
 
 def _require_shared(mesh: ActorMesh[Keeper]) -> None:
     """Fail, saying why, where shared slots cannot be used (never a silent skip)."""
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     assert off.shared, "no memfd_create or MAP_SHARED here: shared slots are off"
     assert _peer(mesh) in off.ok_peers, (
         "the actor's proc cannot read this process's memory (process_vm_readv refused: "
@@ -94,7 +94,7 @@ def _require_shared(mesh: ActorMesh[Keeper]) -> None:
 
 def test_kept_arrays_never_change_and_slots_come_back(keeper) -> None:
     _require_shared(keeper)
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     peer = _peer(keeper)
     a = np.zeros(N, np.uint8)
     for v in range(1, 7):
@@ -125,7 +125,7 @@ def test_the_receiver_may_write_to_what_it_got(keeper) -> None:
 
 def test_slots_stay_within_snapshot_pool(keeper) -> None:
     _require_shared(keeper)
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     peer = _peer(keeper)
     a = np.zeros(N, np.uint8)
     with danaus.config.configured(snapshot_pool=2 * N):

@@ -314,16 +314,16 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     # spawn_procs registers for it; the error was then dropped and the mesh counted
     # as booted. Here the registration waits until the READY was taken, every time.
     from danaus._actor.api import procs as procs_module
-    from danaus._runtime.hosting import host
+    from danaus._runtime.node import this_node
 
     track = procs_module._track_boot
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
 
-    def late(procs, cf, *rest):  # type: ignore[no-untyped-def]
+    def late(node, procs, cf, *rest):  # type: ignore[no-untyped-def]
         taken = threading.Event()
 
         def check() -> None:
-            peers = [rt._peers.get(p.name) for p in procs]
+            peers = [rt.peers.table.get(p.name) for p in procs]
             if all(peer is not None and not peer.pending for peer in peers):
                 taken.set()
             else:
@@ -331,7 +331,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
 
         rt.call_soon(check)
         assert taken.wait(REPLY_TIMEOUT), "the proc's READY never came"
-        track(procs, cf, *rest)
+        track(node, procs, cf, *rest)
 
     monkeypatch.setattr(procs_module, "_track_boot", late)
     pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])

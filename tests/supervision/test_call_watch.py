@@ -35,20 +35,20 @@ def rt(tmp_path: Any) -> Iterator[Runtime]:
 
 def _port(rt: Runtime, heard: list[Any]) -> int:
     box: list[int] = []
-    box.append(rt.open_port(Told(heard, box)).port)
+    box.append(rt.router.open_port(Told(heard, box)).port)
     return box[0]
 
 
 def test_watched_before_the_loss_is_told_after_it_sees_it_unwatched_is_not(rt: Runtime) -> None:
     heard: list[Any] = []
     kept, dropped = _port(rt, heard), _port(rt, heard)
-    assert rt.watch_call(PROC, kept) is None
-    assert rt.watch_call(PROC, dropped) is None
-    rt.unwatch_call(PROC, dropped)
-    rt.peer_lost(PROC.name, "it died")
+    assert rt.peers.watch_call(PROC, kept) is None
+    assert rt.peers.watch_call(PROC, dropped) is None
+    rt.peers.unwatch_call(PROC, dropped)
+    rt.peers.peer_lost(PROC.name, "it died")
     assert heard == [(kept, "gone", "it died")]
     late = _port(rt, heard)
-    assert rt.watch_call(PROC, late) == "it died"
+    assert rt.peers.watch_call(PROC, late) == "it died"
     assert len(heard) == 1
 
 
@@ -61,20 +61,20 @@ class _LosingSet(set[int]):
 
     def add(self, port: int) -> None:
         if self.before:
-            self.rt.peer_lost(PROC.name, "it died")
+            self.rt.peers.peer_lost(PROC.name, "it died")
         super().add(port)
         if not self.before:
-            self.rt.peer_lost(PROC.name, "it died")
+            self.rt.peers.peer_lost(PROC.name, "it died")
 
 
 @pytest.mark.parametrize("before", [True, False], ids=["lost-before-added", "lost-after-added"])
 def test_a_loss_while_a_call_is_being_watched_is_never_missed(rt: Runtime, before: bool) -> None:
     """The loss lands inside ``watch_call``: the call must hear of it or see it."""
     heard: list[Any] = []
-    rt.watch_call(PROC, _port(rt, heard))  # the peer exists
+    rt.peers.watch_call(PROC, _port(rt, heard))  # the peer exists
     heard.clear()
-    rt._peers[PROC.name].calls = _LosingSet(rt, before)
+    rt.peers.table[PROC.name].calls = _LosingSet(rt, before)
     port = _port(rt, heard)
-    saw = rt.watch_call(PROC, port)
+    saw = rt.peers.watch_call(PROC, port)
     told = [p for p, _, _ in heard]
     assert saw == "it died" or port in told, "the call was neither told of the loss nor saw it"

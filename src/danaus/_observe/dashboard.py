@@ -48,7 +48,7 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from . import history
 from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
@@ -109,7 +109,7 @@ class Dashboard(Served):
             target=self._poll, name="danaus-dashboard-poll", daemon=True
         )
         self._poller.start()
-        self._discovery = os.path.join(host.ensure_runtime().job_dir, DISCOVERY_FILE)
+        self._discovery = os.path.join(this_node().runtime.job_dir, DISCOVERY_FILE)
         fd = os.open(self._discovery, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "pid": os.getpid()}, f)
@@ -331,7 +331,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
 
 
 def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     if "proc" in query:
         names = set(query["proc"])
         out = []
@@ -392,7 +392,7 @@ def serve_from_environment() -> Dashboard | None:
     """Start the dashboard once if the ``dashboard`` setting (``DANAUS_DASHBOARD=1``) is on."""
     if not config.get("dashboard"):
         return None
-    part = host.ensure_node().part(FromEnvironment)
+    part = this_node().part(FromEnvironment)
     with part.lock:
         if part.dashboard is None:
             part.dashboard = serve()

@@ -18,8 +18,7 @@ from typing import Any
 from .._actor.core.collect import Collector, set_future
 from .._actor.core.context import context
 from .._actor.core.future import Future
-from .._runtime.hosting import proc as _proc
-from .._runtime.hosting.host import ensure_node
+from .._runtime.node import this_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import backend as _backend
@@ -138,7 +137,7 @@ class RDMABuffer(BufferRef):
                 "(get_rdma_local_path() == 'none'); send the data in an ordinary message instead"
             )
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
-        node = ensure_node()
+        node = this_node()
         rt = node.runtime
         net.install(node)
         vm.allow_peers(is_proc=bool(rt.boot))
@@ -188,7 +187,8 @@ class RDMABuffer(BufferRef):
         """
         if self._backend != _backend.BUILTIN:
             return self._backend
-        rt = _proc.current()
+        node = this_node(start=False)
+        rt = None if node is None else node.runtime
         if self._cuda is not None:
             local = rt is None or same_host(self, rt)
             return "cuda_ipc" if cuda.reachable(self._cuda, local) is None else "tcp"
@@ -253,7 +253,7 @@ class RDMABuffer(BufferRef):
         reused. Wait for it (``drop().get()``) before reusing the memory.
         Dropping twice, or after the owner died, is harmless.
         """
-        node = ensure_node()
+        node = this_node()
         rt = node.runtime
         what = f"drop of {self}"
         if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
@@ -330,8 +330,9 @@ def _fresh(owner_proc: ProcId) -> ProcId:
     A buffer registered before its process listened on TCP (a client that
     attached to workers later) then travels with its TCP address too.
     """
-    rt = _proc.current()
-    return rt.resolve(owner_proc) if rt is not None else owner_proc
+    node = this_node(start=False)
+    rt = None if node is None else node.runtime
+    return rt.peers.resolve(owner_proc) if rt is not None else owner_proc
 
 
 def _rebuild(*state: Any) -> RDMABuffer:

@@ -37,9 +37,8 @@ from .._actor.core import telemetry
 from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
-from .._runtime.hosting.host import ensure_node
 from .._runtime.messaging.runtime import Runtime
-from .._runtime.node import Node
+from .._runtime.node import Node, this_node
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
@@ -116,7 +115,7 @@ class Transfer:
         return Future._create(self.cf, self.what)
 
     def _begin(self) -> None:
-        node = self._node = ensure_node()
+        node = self._node = this_node()
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int, str], list[Op]] = {}
@@ -322,10 +321,10 @@ class Transfer:
             return
         assert self._node is not None
         client = self._net = self._node.part(DataClient)
-        owner = rt.resolve(ops[0].buf._owner_proc)
+        owner = rt.peers.resolve(ops[0].buf._owner_proc)
         watch = _OwnerWatch(self, rt, owner, key, ops)
         self.cf.add_done_callback(lambda _: watch.close())
-        reason = rt.watch(owner, watch.port.port)
+        reason = rt.peers.watch(owner, watch.port.port)
         if reason is not None:
             watch.peer_lost(owner.name, reason)
             return
@@ -499,7 +498,7 @@ class _OwnerWatch:
         self.key = key
         self.ops = ops
         self.answered = False
-        self.port: PortId = rt.open_port(self)
+        self.port: PortId = rt.router.open_port(self)
 
     def deliver(self, frame: Message) -> None:  # I/O thread: the answer to RDMA_DATA
         if self.answered:
@@ -531,8 +530,8 @@ class _OwnerWatch:
         t._fail(owner_lost(t._label(op), op.buf, reason))
 
     def close(self) -> None:
-        self.rt.close_port(self.port.port)
-        self.rt.unwatch([self.owner.name], self.port.port)
+        self.rt.router.close_port(self.port.port)
+        self.rt.peers.unwatch([self.owner.name], self.port.port)
 
 
 class _Countdown:

@@ -17,7 +17,6 @@ from .._actor.core.collect import set_future
 from .._actor.core.context import acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape
-from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
 from .child import _MeshChild, stop_ranks
 
@@ -92,7 +91,7 @@ class SupervisedMesh(ActorMesh[A]):
             return Future._create(cf, f"stopping {self.name!r}")
         if whole:
             child.retire()
-        done = stop_ranks(child.ref, ranks, reason)
+        done = stop_ranks(child.node, child.ref, ranks, reason)
 
         def finished(_: Any) -> None:
             if whole:
@@ -112,7 +111,7 @@ class _SupervisedRoute(DirectRoute):
 
     def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
         self._child = child
-        rt = host.ensure_runtime()
+        rt = child.node.runtime
         super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
 
     ref = _ChildRef()

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
 __all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]
@@ -230,13 +230,13 @@ class _Streams:
 
 def get_active_stream() -> Stream:
     """The stream new ops go to (``main`` unless another is active). Does not block."""
-    node = host.current_node()
+    node = this_node(start=False)
     return _MAIN if node is None else node.part(_Streams).stack[-1]
 
 
 @contextlib.contextmanager
 def _activate(stream: Stream) -> Iterator[None]:
-    streams = host.ensure_node().part(_Streams)
+    streams = this_node().part(_Streams)
     stack = streams.stack
     with streams.lock:
         stack.append(stream)

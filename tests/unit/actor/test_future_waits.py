@@ -64,6 +64,7 @@ def test_a_result_already_there_needs_no_wait(waits: Waits) -> None:
 
 def test_outside_any_actor_the_thread_waits_through_the_runtime() -> None:
     # No context of an actor on this thread: the waits are the runtime's (None without a node).
-    from danaus._runtime.hosting import proc
+    from danaus._runtime.node import this_node
 
-    assert future_mod._waits() is proc.current()
+    node = this_node(start=False)
+    assert future_mod._waits() is (None if node is None else node.runtime.backpressure)

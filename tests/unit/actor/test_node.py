@@ -4,8 +4,7 @@ they leave behind: ``tests/integration/test_node.py``."""
 
 from __future__ import annotations
 
-from danaus._runtime import node as node_mod
-from danaus._runtime.hosting import proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint, this_proc
 
 
@@ -18,9 +17,9 @@ class Probe(Actor):
 def test_this_process_has_one_node_owning_the_runtime() -> None:
     mesh = this_proc().spawn("node_probe", Probe)  # owned by the client's node
     try:
-        node = node_mod.current()
+        node = this_node(start=False)
         assert node is not None and node.client
-        assert proc.current() is node.runtime
+        assert this_node() is node  # the one lookup finds it, and starts no other
         # The owned-mesh registry is a part of the node, not a module global.
         assert "Registry" in node.parts()
     finally:

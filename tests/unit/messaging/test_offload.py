@@ -1,4 +1,4 @@
-"""The offloader's shared snapshot slots, in one process with a stand-in runtime: a frame
+"""The offloader's shared snapshot slots, in one process with stand-in calls: a frame
 the receiver cannot copy gives back every slot, a peer lost mid-copy leaves no slot half
 closed, and a large snapshot is copied in GIL-releasing chunks. Arrays offloaded between
 real procs: ``tests/integration/test_shared_slots.py``."""
@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from danaus._runtime.messaging.faces import OffloadCalls
 from danaus._runtime.messaging.offload import Offloader
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Kind, Message, Offload
@@ -19,17 +20,33 @@ MiB = 1 << 20
 N = 4 * MiB
 
 
+def _calls(loop: Any) -> OffloadCalls:
+    """What an offloader is handed, for one that only copies (nothing else is called)."""
+
+    def unused(*args: Any) -> Any:
+        raise AssertionError("not called by these tests")
+
+    return OffloadCalls(
+        loop=loop,
+        me=lambda: ProcId("me", "unix:/nowhere"),
+        register=lambda kind, fn: None,
+        on_peer_lost=lambda cb: None,
+        dispatch=unused,
+        send=unused,
+        port=unused,
+        bounce=unused,
+        undeliverable=unused,
+        notify_room=lambda: None,
+    )
+
+
 def test_a_receiver_that_cannot_read_the_sender_returns_every_slot_of_the_frame() -> None:
     """The copy fails before any slot is mapped (here: the sender's pid is unknown):
     the frame is refused, and all its slots go back to the sender at once, not only
     those the receiver got to (else the sender counts them lent until it loses us)."""
     handed: list[tuple[Any, ...]] = []
-    rt = SimpleNamespace(
-        register=lambda kind, fn: None,
-        lost_callbacks=[],
-        loop=SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args)),
-    )
-    off = Offloader(rt)  # type: ignore[arg-type]
+    loop = SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args))
+    off = Offloader(_calls(loop))
     conn = SimpleNamespace(peer=ProcId("sender", "unix:/nowhere"), peer_pid=None)
     descs = ((0, 1000, N, 7, 11), (1, 2000, N), (2, 3000, N, 8, 12))
     msg = Message(Kind.OFFLOAD, Offload(1, descs, (0,)), b"", [b"", b"", b""])
@@ -50,8 +67,7 @@ def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
     number by then. Now the sender closes it, once."""
     from danaus._runtime.messaging import offload
 
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
+    off = Offloader(_calls(None))
     if not off.shared:
         pytest.skip("no memfd_create here: no shared slots")
     off.ok_peers.add("peer")
@@ -92,8 +108,7 @@ def test_a_large_snapshot_is_copied_with_the_gil_released(monkeypatch: pytest.Mo
         return memmove(dst, src, n, **kw)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(offload.vm, "memmove", recorded)
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
+    off = Offloader(_calls(None))
     off.ok_peers.add("peer")
     data = np.arange(N, dtype=np.uint8)
     off.wrap("peer", (0,), [data])

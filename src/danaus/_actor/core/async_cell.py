@@ -94,7 +94,8 @@ class AsyncActorCell(ActorCell):
         fate = self.fate
         while True:
             if serial.empty():
-                self.rt.flush_held()  # idle now: replies held for a batched write go out
+                # idle now: replies held for a batched write go out
+                self.rt.transport.batching.flush_held()
             item = await serial.get()
             if type(item) is Message:
                 try:

@@ -18,9 +18,9 @@ from typing import Any
 
 from ..._errors import ActorError, InternalError, SupervisionError
 from ..._mesh import tree
-from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._runtime.messaging.tree import RootGather
+from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply
@@ -130,7 +130,7 @@ class Collector:
         self._lock = threading.Lock()  # guards pending and remaining
         self.labels: dict[int, str] = {}
         self.watched: set[str] = set()
-        self.port: PortId = rt.open_port(self)
+        self.port: PortId = rt.router.open_port(self)
         tracer = rt.tracer
         self._traced = tracer is not None
         if tracer is not None:  # the span of the whole call, from here to the last reply
@@ -145,7 +145,7 @@ class Collector:
             self.labels[index] = label
         self.pending[index] = proc.name
         self.watched.add(proc.name)
-        reason = self.rt.watch(proc, self.port.port)
+        reason = self.rt.peers.watch(proc, self.port.port)
         if reason is not None:
             self._lost_one(index, proc.name, reason)
 
@@ -198,8 +198,8 @@ class Collector:
             self.remaining -= 1
             last = self.remaining <= 0
         if last:
-            self.rt.close_port(self.port.port)
-            self.rt.unwatch(self.watched, self.port.port)
+            self.rt.router.close_port(self.port.port)
+            self.rt.peers.unwatch(self.watched, self.port.port)
             tracer = self.rt.tracer
             if self._traced and tracer is not None:
                 tracer.end(self.what, "call", f"{self.port.proc.name}:{self.port.port}")
@@ -225,16 +225,16 @@ class OneCall:
         self.proc = proc
         self.label = label
         self.fut = fut
-        self.port: PortId = rt.open_port(self)
-        reason = rt.watch_call(proc, self.port.port)
+        self.port: PortId = rt.router.open_port(self)
+        reason = rt.peers.watch_call(proc, self.port.port)
         if reason is not None:
             self.peer_lost(proc.name, reason)
 
     def _take(self) -> bool:
         """True for the first outcome only: the one that closes the port."""
-        if self.rt.ports.pop(self.port.port, None) is None:
+        if self.rt.router.ports.pop(self.port.port, None) is None:
             return False
-        self.rt.unwatch_call(self.proc, self.port.port)
+        self.rt.peers.unwatch_call(self.proc, self.port.port)
         return True
 
     def deliver(self, frame: Message) -> None:
@@ -281,13 +281,13 @@ class Countdown:
 
 def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
     """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     if rt.on_io_thread():
         return
     done = threading.Event()
     countdown = Countdown(len(procs), done.set)
     for p in procs:
-        rt.when_ready(p, countdown.tick)
+        rt.peers.when_ready(p, countdown.tick)
     done.wait(timeout)
 
 
@@ -345,7 +345,7 @@ class TreeCollector(Collector):
                     # A forwarder known to be lost already is routed around: no watch.
                     if (
                         name not in self.rank_of
-                        and self.rt.watch(procs[lo], self.port.port) is None
+                        and self.rt.peers.watch(procs[lo], self.port.port) is None
                     ):
                         self.rank_of[name] = lo
                         self.watched.add(name)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..._mesh import Extent, Point
-from ..._runtime.hosting import host
+from ..._runtime.node import Node, this_node
 from ..._wire.ids import ActorId, ProcId
 from . import owned
 from .failing import Aborted
@@ -63,7 +63,7 @@ class Instance:
     @property
     def proc(self) -> _ProcMesh:
         """This actor's own proc, as a one-proc mesh you can spawn on."""
-        make = host.ensure_node().part(ProcMeshOf).make
+        make = this_node().part(ProcMeshOf).make
         if make is None:
             raise RuntimeError("the actor API is not installed on this node (danaus._bootstrap)")
         return make(self.actor_id.proc)
@@ -199,7 +199,7 @@ class _Root:
 
 
 def _root_context() -> Context:
-    node = host.ensure_node()
+    node = this_node()
     root = node.part(_Root)
     if root.ctx is not None:
         return root.ctx
@@ -214,12 +214,11 @@ def _root_context() -> Context:
         return root.ctx
 
 
-def refresh_root() -> None:
+def refresh_root(node: Node) -> None:
     """The client's address changed (it started listening on TCP): re-address its root."""
-    node = host.current_node()
-    ctx = None if node is None else node.part(_Root).ctx
+    ctx = node.part(_Root).ctx
     if ctx is not None and ctx.actor_instance.creator is None:
-        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)  # type: ignore[union-attr]
+        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)
 
 
 def set_context(ctx: Context) -> contextvars.Token[Context | None]:

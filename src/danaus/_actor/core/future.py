@@ -13,7 +13,8 @@ import warnings
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-from ..._runtime.hosting import proc as _proc
+from ..._runtime.messaging.runtime import Runtime
+from ..._runtime.node import this_node
 from .context import _current
 from .deferred import Deferred, resolve
 from .waiting import Reader, Waits
@@ -256,9 +257,10 @@ class Future(Generic[R]):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         cf = self._cf
         if cf.done():  # nothing to wait for
-            rt = _proc.current()
+            rt = _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             exc = cf.exception()
             if exc is None:
                 value = cf.result()
@@ -452,9 +454,10 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
         if self._cf.done():
-            rt = _proc.current()
+            rt = _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             return (yield from self.as_asyncio().__await__())
         waits = _waits()
         if waits is not None:
@@ -505,21 +508,28 @@ _running_loop = asyncio.events._get_running_loop  # None outside a running loop 
 def _waits() -> Waits | None:
     """What this thread tells before and after it blocks on a result: the inbox of the
     actor whose serial path this is (which tells the runtime too: its backpressure
-    lets go of what this thread may be waiting for), else the runtime, if any."""
+    lets go of what this thread may be waiting for), else the runtime's backpressure, if any."""
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is not None:
         waits: Waits | None = cell.waits()
         if waits is not None:
             return waits
-    return _proc.current()
+    rt = _runtime()
+    return None if rt is None else rt.backpressure
+
+
+def _runtime() -> Runtime | None:
+    """This process's runtime, if its node has started (a wait needs no mesh to find it)."""
+    node = this_node(start=False)
+    return None if node is None else node.runtime
 
 
 def _check_not_io_thread() -> None:
     loop = _running_loop()
     if loop is None:
         return
-    rt = _proc.current()
+    rt = _runtime()
     if rt is not None and loop is rt.loop:
         raise RuntimeError(
             "Future.get() was called on danaus's I/O thread, which would deadlock; call it "
