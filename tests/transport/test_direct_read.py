@@ -344,12 +344,12 @@ def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side) -> None:
     rule itself, with the waits given (a real wait's length is the machine's)."""
     conn, spin = side.conn, 0.0002
     for i in range(1, 6):
-        conn.direct._spun(False, 3 * spin, spin)
+        conn.direct._spun_missed(3 * spin, spin)
         assert (conn.spins_missed, conn.direct._spin_skip) == (i, 0)
-    conn.direct._spun(False, 3.01 * spin, spin)
+    conn.direct._spun_missed(3.01 * spin, spin)
     assert conn.direct._spin_skip == 1
     conn.direct._spin_skip = 0
-    conn.direct._spun(False, 3.01 * spin, spin)
+    conn.direct._spun_missed(3.01 * spin, spin)
     assert conn.direct._spin_skip == 2  # repeated slow waits double the skip
 
 

@@ -11,9 +11,9 @@ from .store import Config
 _config = Config()
 
 
-def get(name: str) -> Any:
-    """The effective value of setting ``name`` in this process."""
-    return _config.get(name)
+# The effective value of a setting in this process: the process's ``Config.get`` itself
+# (read on every message: one Python call, not a wrapper around it).
+get = _config.get
 
 
 def configure(**kwargs: Any) -> None:

@@ -47,7 +47,8 @@ from ..core.collect import (
     set_future,
     wait_ready,
 )
-from ..core.context import context, display_name
+from ..core.context import Context, context, display_name, root_context
+from ..core.context import sender as sender_of
 from ..core.future import Deferred, Future, Pending, resolve
 from ..core.ports import Port
 from ..core.undeliverable import return_to_sender
@@ -61,13 +62,6 @@ if TYPE_CHECKING:
 __all__ = ["DirectRoute", "Route", "TreeRoute"]
 
 Target = tuple[int, int, "ProcId"]  # (index in the slice, rank in the whole mesh, proc)
-
-
-def _sender() -> tuple[ActorId | None, tuple[ActorId, ...]]:
-    """Who sends (None outside an actor) and the chain of actors blocked on the call."""
-    ctx = context()
-    inst = ctx.actor_instance
-    return (inst.actor_id if inst._cell is not None else None), ctx._outgoing_chain()
 
 
 class _PortSink:
@@ -114,6 +108,8 @@ class Route:
         self.fixed = fixed
         self.headers = Headers(ref.mesh_id, ref.name, len(ref.procs), shape)
         self._targets: list[Target] | None = None
+        self._root: Context | None = None  # the root context of the mesh's node, once used
+        self._reader: Any = None  # the connection to a one-actor mesh's proc (call_one)
 
     # -- what it sends to ------------------------------------------------------------
 
@@ -126,6 +122,14 @@ class Route:
             if self.fixed:
                 self._targets = cached
         return list(cached)
+
+    def _sender(self) -> tuple[ActorId | None, tuple[ActorId, ...]]:
+        """Who sends (None outside an actor) and the chain of actors blocked on the call;
+        outside any actor, the root of the node the mesh belongs to (looked up once)."""
+        root = self._root
+        if root is None:
+            root = self._root = root_context()
+        return sender_of(root)
 
     def check_usable(self) -> None:
         if self.state.stopped:
@@ -306,16 +310,23 @@ class DirectRoute(Route):
             if bufs:
                 return self.one(m, list(targets), args, kwargs, (body, bufs))
         else:  # plain atoms (the common case): no hand-off capture, pickled by the C pickler
-            m.prop.bind(args, kwargs)
+            if kwargs or len(args) != m.arity:  # else the arguments fit the signature
+                m.prop.bind(args, kwargs)
             body = pickle.dumps(payload, protocol=5)
         # A light port and future, and the header's pickle cached per endpoint.
         index, rank, proc = targets[0]
-        sender, chain = _sender()
+        sender, chain = self._sender()
         fut = Pending()
         call = OneCall(rt, m.what, proc, f"{self.ref.name}[{rank}]", fut)
         header = self.headers.call(m, rank, index, call.port, sender, chain)
         rt.send(proc, header, body, (), call.fail, pickled=m.pickled(rt.proc_id, header))
-        fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
+        # Its waiter may read the reply itself, off the connection to the actor's proc:
+        # looked up again only once that connection has closed (or there was none).
+        reader = self._reader
+        if reader is None or reader.closed:
+            reader = self._reader = rt.reader_for(proc)
+        fut.reader = reader
+        fut.runtime = rt
         return Future._create(fut, m.what)
 
     def collector(self, m: Method, n: int, on_value: Any) -> Collector:
@@ -361,9 +372,9 @@ class DirectRoute(Route):
             bufs = [bytes(flat(b)) for b in bufs]
         rt = self.rt
         if collector is not None:
-            sender, chain = _sender()
+            sender, chain = self._sender()
         else:
-            sender, chain = _sender()[0], ()
+            sender, chain = self._sender()[0], ()
         port = collector.port if collector is not None else None
         known = self.state.failed  # rank -> why, of the actors known to have failed
         failed = (
@@ -478,7 +489,7 @@ class TreeRoute(Route):
         if failed and collector is None:
             raise self._refuse_broadcast(m, failed[0][1], failed[0][2])
         port = collector.port if collector is not None else None
-        sender, chain = _sender()
+        sender, chain = self._sender()
         header = self.headers.cast(
             m.name, m.flags, False, port, selection, sender, chain if port is not None else ()
         )
@@ -543,7 +554,7 @@ class TreeRoute(Route):
         collector = GatherCollector(rt, m.what, name, n, selection, on_value, on_values)
         for slot, rank, why in self._known_failed(selection):
             collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
-        sender, chain = _sender()
+        sender, chain = self._sender()
         header = self.headers.cast(m.name, m.flags, True, None, selection, sender, chain)
         rt.tree.cast(self.ref.procs, selection, header, *payload, root=collector.root)
         return Future._create(cf, m.what)

@@ -24,7 +24,7 @@ from ..._runtime.messaging.tree import RootGather
 from ..._wire import codec
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply
-from .future import Deferred
+from .future import Deferred, Pending
 
 __all__ = [
     "Collector",
@@ -45,8 +45,7 @@ def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     try:
         payload = codec.loads(frame.body, frame.buffers)
     except Exception as e:
-        err = ActorError(e, f"The reply of {what} could not be unpickled here.")
-        return False, err
+        return False, _unreadable(e, what)
     if status == STATUS_OK:
         return True, payload
     if status == STATUS_EXC:
@@ -66,6 +65,10 @@ def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     return False, InternalError(f"reply with unknown status {status!r}")
 
 
+def _unreadable(e: Exception, what: str) -> ActorError:
+    return ActorError(e, f"The reply of {what} could not be unpickled here.")
+
+
 class Undecoded(Deferred):
     """A reply frame, unpickled by the first thread that reads it (never the I/O thread).
 
@@ -75,23 +78,26 @@ class Undecoded(Deferred):
     makes the reader raise ``exc`` itself.
     """
 
-    __slots__ = ("_frame", "_port", "_what", "ok")
+    __slots__ = ("_port", "_what", "ok")
 
     def __init__(self, frame: Message, what: str, port: bool = False) -> None:
-        # No closure for Deferred to call: a function and its cells are objects
-        # the garbage collector tracks, one set per reply.
-        super().__init__(None)
-        self._frame: Message | None = frame
+        # The frame is what computing needs (no closure for Deferred to call: a
+        # function and its cells are objects the garbage collector tracks, one set
+        # per reply).
+        super().__init__(frame)
         self._what = what
         self._port = port
         self.ok = frame.header.status == STATUS_OK
 
     def _compute(self) -> Any:
-        assert self._frame is not None
-        return _decoded(self._frame, self._what, self._port)
-
-    def _release(self) -> None:
-        self._frame = None
+        frame: Message = self._input
+        if self.ok:  # a value (the common case): only unpickled
+            try:
+                return codec.loads(frame.body, frame.buffers)
+            except Exception as e:
+                err = _unreadable(e, self._what)
+            raise err
+        return _decoded(frame, self._what, self._port)
 
 
 def _decoded(frame: Message, what: str, port: bool) -> Any:
@@ -219,7 +225,7 @@ class OneCall:
     __slots__ = ("fut", "label", "port", "proc", "rt", "what")
     direct = True  # deliver() may run on a thread that read the reply itself
 
-    def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Any) -> None:
+    def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Pending) -> None:
         self.rt = rt
         self.what = what
         self.proc = proc
@@ -238,8 +244,11 @@ class OneCall:
         return True
 
     def deliver(self, frame: Message) -> None:
-        if self._take():  # the reader unpickles the reply, not the I/O thread
-            set_future(self.fut, True, Undecoded(frame, self.what))
+        # As _take(), written out: the reply of every call_one comes here.
+        port = self.port.port
+        if self.rt.ports.pop(port, None) is not None:
+            self.rt.unwatch_call(self.proc, port)
+            self.fut.complete(True, Undecoded(frame, self.what))  # unpickled by the reader
 
     def fail(self, reason: str) -> None:
         """The message could not be sent."""
@@ -254,7 +263,7 @@ class OneCall:
             actor=self.label,
             reason=reason,
         )
-        set_future(self.fut, False, err)
+        self.fut.complete(False, err)
 
 
 class Countdown:

@@ -9,7 +9,6 @@ and the adverbs built on them call `resolve()`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Deferred", "resolve"]
@@ -37,59 +36,59 @@ class Deferred:
     it is known, before computing, that it will raise.
     """
 
-    __slots__ = ("_fn", "_ok", "_state", "_value")
+    __slots__ = ("_input", "_ok", "_state", "_value")
     ok = True
 
-    def __init__(self, fn: Callable[[], Any] | None) -> None:
-        self._fn = fn  # None where a subclass computes without it
+    def __init__(self, fn: Any) -> None:
+        # What computing needs, dropped once computed: ``fn``, called with no arguments
+        # (or what a subclass's ``_compute`` reads instead, such as a reply frame).
+        self._input = fn
         self._state = _TODO
         self._ok = False
         self._value: Any = None
 
     def _compute(self) -> Any:
         """The value (or raise); runs once, on the first reader's thread."""
-        assert self._fn is not None
-        return self._fn()
-
-    def _release(self) -> None:
-        """Drop what computing needed (a frame's bytes), once computed."""
-        self._fn = None
+        assert self._input is not None
+        return self._input()
 
     def resolve(self) -> Any:
-        """The value (computed the first time), or raise the exception."""
+        """The value (computed the first time), or raise the exception.
+
+        The first reader computes it; a reader that comes while another computes
+        waits for that one, and an interrupted computation is left for the next.
+        """
         if self._state != _DONE:
-            self._settle()
+            with _ELECT:
+                while self._state == _COMPUTING:  # another thread computes it
+                    _WAITING[0] += 1
+                    try:
+                        _COMPUTED.wait()
+                    finally:
+                        _WAITING[0] -= 1
+                mine = self._state == _TODO
+                if mine:
+                    self._state = _COMPUTING
+            if mine:
+                try:
+                    ok, value = True, self._compute()
+                except Exception as e:
+                    ok, value = False, e
+                except BaseException:  # interrupted: the next reader computes it
+                    with _ELECT:
+                        self._state = _TODO
+                        if _WAITING[0]:
+                            _COMPUTED.notify_all()
+                    raise
+                with _ELECT:
+                    self._ok, self._value = ok, value
+                    self._state = _DONE
+                    self._input = None  # what computing needed (a frame's bytes)
+                    if _WAITING[0]:
+                        _COMPUTED.notify_all()
         if self._ok:
             return self._value
         raise self._value
-
-    def _settle(self) -> None:
-        with _ELECT:
-            while self._state == _COMPUTING:  # another thread computes it
-                _WAITING[0] += 1
-                try:
-                    _COMPUTED.wait()
-                finally:
-                    _WAITING[0] -= 1
-            if self._state == _DONE:
-                return
-            self._state = _COMPUTING
-        try:
-            ok, value = True, self._compute()
-        except Exception as e:
-            ok, value = False, e
-        except BaseException:  # interrupted: the next reader computes it
-            with _ELECT:
-                self._state = _TODO
-                if _WAITING[0]:
-                    _COMPUTED.notify_all()
-            raise
-        with _ELECT:
-            self._ok, self._value = ok, value
-            self._state = _DONE
-            self._release()
-            if _WAITING[0]:
-                _COMPUTED.notify_all()
 
 
 def resolve(value: Any) -> Any:

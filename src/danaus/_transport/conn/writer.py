@@ -165,7 +165,7 @@ class WriteBatcher(Part):
                     else ConnectionClosedError("connection is closed")
                 )
             self._stats.frames_sent += 1
-            now = self._loop.time()
+            now = self._now()
             last, self.last_send = self.last_send, now
             if self._sealing:
                 # Sealed once the handshake gives the key; a snapshot, since the caller
@@ -181,8 +181,10 @@ class WriteBatcher(Part):
                 return
             hold = self._hold
             batching = self._batching
+            # A thread that waited since this connection's last write (the epoch moved:
+            # the round trip of a call) sends no burst: the delay is not even read.
             if hold or (
-                now - last < config.get("send_batch_delay") and self._hold_epoch == batching.epoch
+                self._hold_epoch == batching.epoch and now - last < config.get("send_batch_delay")
             ):
                 if self._hold_frame(parts, hold):
                     return
@@ -217,7 +219,7 @@ class WriteBatcher(Part):
                     else ConnectionClosedError("connection is closed")
                 )
             self._stats.frames_sent += 1
-            self.last_send = self._loop.time()
+            self.last_send = self._now()
             if self._sealing:
                 kept = owned_views(as_views(parts)) if copy else parts
                 self._unsealed.append((kept, on_left))
