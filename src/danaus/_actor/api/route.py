@@ -126,10 +126,11 @@ class Route:
     def _sender(self) -> tuple[ActorId | None, tuple[ActorId, ...]]:
         """Who sends (None outside an actor) and the chain of actors blocked on the call;
         outside any actor, the root of the node the mesh belongs to (looked up once)."""
-        root = self._root
-        if root is None:
-            root = self._root = root_context()
-        return sender_of(root)
+        return sender_of(self._root or self._find_root())
+
+    def _find_root(self) -> Context:
+        self._root = root_context()
+        return self._root
 
     def check_usable(self) -> None:
         if self.state.stopped:
@@ -315,7 +316,7 @@ class DirectRoute(Route):
             body = pickle.dumps(payload, protocol=5)
         # A light port and future, and the header's pickle cached per endpoint.
         index, rank, proc = targets[0]
-        sender, chain = self._sender()
+        sender, chain = sender_of(self._root or self._find_root())
         fut = Pending()
         call = OneCall(rt, m.what, proc, f"{self.ref.name}[{rank}]", fut)
         header = self.headers.call(m, rank, index, call.port, sender, chain)

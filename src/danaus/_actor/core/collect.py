@@ -216,47 +216,36 @@ class OneCall:
     """The port of one message to one actor whose reply completes ``fut`` (``call_one``).
 
     What a `Collector` of one does, with less per call: no tracing span
-    (the caller takes the general path while tracing), one watched proc, and
-    the first outcome (reply, loss of the proc, failure to send) taken by
-    removing its port from the runtime's table (an atomic ``dict.pop``)
-    instead of a lock.
+    (the caller takes the general path while tracing), nothing registered to
+    hear of its proc's loss (the runtime, when it loses a proc, fails the open
+    ports whose handler's ``lost_with`` names it), and the first outcome
+    (reply, loss of the proc, failure to send) taken by removing its port from
+    the runtime's table (an atomic ``dict.pop``) instead of a lock.
     """
 
-    __slots__ = ("fut", "label", "port", "proc", "rt", "what")
+    __slots__ = ("fut", "label", "lost_with", "port", "rt", "what")
     direct = True  # deliver() may run on a thread that read the reply itself
 
     def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Pending) -> None:
         self.rt = rt
         self.what = what
-        self.proc = proc
+        self.lost_with = proc.name  # the proc whose loss fails this call
         self.label = label
         self.fut = fut
         self.port: PortId = rt.open_port(self)
-        reason = rt.watch_call(proc, self.port.port)
-        if reason is not None:
-            self.peer_lost(proc.name, reason)
-
-    def _take(self) -> bool:
-        """True for the first outcome only: the one that closes the port."""
-        if self.rt.ports.pop(self.port.port, None) is None:
-            return False
-        self.rt.unwatch_call(self.proc, self.port.port)
-        return True
 
     def deliver(self, frame: Message) -> None:
-        # As _take(), written out: the reply of every call_one comes here.
-        port = self.port.port
-        if self.rt.ports.pop(port, None) is not None:
-            self.rt.unwatch_call(self.proc, port)
+        # The first outcome takes the port out of the runtime's table (atomic).
+        if self.rt.ports.pop(self.port.port, None) is not None:
             self.fut.complete(True, Undecoded(frame, self.what))  # unpickled by the reader
 
     def fail(self, reason: str) -> None:
         """The message could not be sent."""
-        self.peer_lost(self.proc.name, reason)
+        self.peer_lost(self.lost_with, reason)
 
     def peer_lost(self, proc: str, reason: str) -> None:
-        if proc != self.proc.name or not self._take():
-            return
+        if proc != self.lost_with or self.rt.ports.pop(self.port.port, None) is None:
+            return  # another proc, or not the first outcome
         err = SupervisionError(
             f"Actor call {self.what} failed: actor {self.label} is gone with its proc "
             f"{proc}: {reason}",

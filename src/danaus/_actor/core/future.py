@@ -330,7 +330,8 @@ class Future(Generic[R]):
                 done = cf.done
                 while True:
                     left = _WAKE if deadline is None else min(_WAKE, deadline - time.monotonic())
-                    if left <= 0 or not reader.read_directly(done, left) or done():
+                    # On: it read, and the result is not in yet.
+                    if left <= 0 or reader.read_directly(done, left) is not False:
                         break
                 if deadline is not None:
                     timeout = max(0.0, deadline - time.monotonic())

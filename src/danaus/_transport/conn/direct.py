@@ -124,16 +124,19 @@ class DirectReader(Part):
         except (OSError, ValueError):  # gone from the set, or the epoll object closed
             pass
 
-    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+    def read_directly(
+        self, done: Callable[[], bool], timeout: float, bell: int = -1
+    ) -> bool | None:
         """Read this connection on the calling thread, for up to ``timeout`` s, until
-        ``done()`` (any thread but the I/O thread).
+        ``done()`` (any thread but the I/O thread); returns whether ``done()`` held
+        when it stopped.
 
         A thread about to block for a reply that will come on this connection
         reads it itself: the I/O thread is neither woken nor handed anything,
         which saves two thread wake-ups per round trip. Each frame read goes
         to ``direct_frame``; the first one it declines, and every frame after
         it, goes to the I/O thread in order. ``bell`` is a descriptor that
-        ends the wait when readable (the caller drains it). Returns False,
+        ends the wait when readable (the caller drains it). Returns None,
         having done nothing, when the role cannot be taken (the I/O thread is
         reading, the connection is TLS, paused, closing, receiving a large
         frame...): the caller then waits the usual way.
@@ -144,7 +147,8 @@ class DirectReader(Part):
         cold caches after it (see ``_spun_missed``).
         """
         if not self._take_role():
-            return False
+            return None
+        finished = False
         try:
             poll = self._polls.get(bell)  # the role holder's alone: no lock needed
             if poll is None:
@@ -200,7 +204,7 @@ class DirectReader(Part):
                     self._spun_missed(time.monotonic() - now, spin)
         finally:
             self._give_role()
-        return True
+        return finished
 
     def _spun_missed(self, waited: float, spin: float) -> None:
         """Account for a spin that missed (the role holder's): ``waited`` s in all.
