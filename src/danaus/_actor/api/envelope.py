@@ -116,7 +116,7 @@ class Headers:
         root; ``traced``: it carries the caller's telemetry span (a stop does not)."""
         return Cast(
             self.mesh_id, self.name, method, port, gather, selection.to_wire(), 0, self.size,
-            config.get("tree_fanout"), None, self.labels, self.sizes, sender, chain, flags, 0,
+            config.values.tree_fanout, None, self.labels, self.sizes, sender, chain, flags, 0,
             telemetry.outgoing() if traced and telemetry.ON else None,
         )  # fmt: skip
 

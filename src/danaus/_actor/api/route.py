@@ -465,7 +465,7 @@ class TreeRoute(Route):
             n,
             on_value,
             mesh_size=len(self.ref.procs),
-            fanout=config.get("tree_fanout"),
+            fanout=config.values.tree_fanout,
             lazy=True,
         )
 
@@ -570,7 +570,7 @@ class TreeRoute(Route):
             len(ranks),
             tick,
             mesh_size=len(procs),
-            fanout=config.get("tree_fanout"),
+            fanout=config.values.tree_fanout,
             lost_is_ok=True,
         )
         targets = [(i, r, procs[r]) for i, r in enumerate(ranks)]

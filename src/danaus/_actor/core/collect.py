@@ -81,16 +81,14 @@ class Undecoded(Deferred):
     __slots__ = ("_port", "_what", "ok")
 
     def __init__(self, frame: Message, what: str, port: bool = False) -> None:
-        # The frame is what computing needs (no closure for Deferred to call: a
-        # function and its cells are objects the garbage collector tracks, one set
-        # per reply).
-        super().__init__(frame)
+        # The frame is the input (no closure for Deferred to call: a function and its
+        # cells are objects the garbage collector tracks, one set per reply).
+        self._input = frame
         self._what = what
         self._port = port
         self.ok = frame.header.status == STATUS_OK
 
-    def _compute(self) -> Any:
-        frame: Message = self._input
+    def _compute(self, frame: Message) -> Any:
         if self.ok:  # a value (the common case): only unpickled
             try:
                 return codec.loads(frame.body, frame.buffers)

@@ -9,6 +9,7 @@ and the adverbs built on them call `resolve()`.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Deferred", "resolve"]
@@ -19,10 +20,13 @@ __all__ = ["Deferred", "resolve"]
 # lock for all of them instead of one per value: a pipelined batch of calls makes
 # a Deferred per reply, and every object the garbage collector tracks per call
 # makes its collections more frequent. Per process by nature, like the values.
-_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
-_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
+_ELECT = threading.Lock()  # guards every Deferred's _input (its state), and _WAITING
+_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's value is computed
 _WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
-_TODO, _COMPUTING, _DONE = 0, 1, 2
+
+
+# What a Deferred's ``_input`` holds once taken: it is being computed, or it is done.
+_COMPUTING, _DONE = object(), object()
 
 
 class Deferred:
@@ -34,23 +38,23 @@ class Deferred:
     adverbs built on them call `resolve()`, which computes it once and
     returns the value or raises the call's exception. ``ok`` is False when
     it is known, before computing, that it will raise.
+
+    Its one field before that is ``_input``, what computing needs: a function
+    of no arguments here, what a subclass's ``_compute`` reads there (which
+    sets ``_input`` itself, in place of calling this ``__init__``). While it
+    is computed ``_input`` is ``_COMPUTING``, then ``_DONE``, with the
+    outcome in ``_ok`` and ``_value``.
     """
 
-    __slots__ = ("_input", "_ok", "_state", "_value")
+    __slots__ = ("_input", "_ok", "_value")
     ok = True
 
-    def __init__(self, fn: Any) -> None:
-        # What computing needs, dropped once computed: ``fn``, called with no arguments
-        # (or what a subclass's ``_compute`` reads instead, such as a reply frame).
-        self._input = fn
-        self._state = _TODO
-        self._ok = False
-        self._value: Any = None
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._input: Any = fn
 
-    def _compute(self) -> Any:
-        """The value (or raise); runs once, on the first reader's thread."""
-        assert self._input is not None
-        return self._input()
+    def _compute(self, fn: Any) -> Any:
+        """The value of input ``fn`` (or raise); runs once, on the first reader's thread."""
+        return fn()
 
     def resolve(self) -> Any:
         """The value (computed the first time), or raise the exception.
@@ -58,32 +62,31 @@ class Deferred:
         The first reader computes it; a reader that comes while another computes
         waits for that one, and an interrupted computation is left for the next.
         """
-        if self._state != _DONE:
+        if self._input is not _DONE:
             with _ELECT:
-                while self._state == _COMPUTING:  # another thread computes it
+                while self._input is _COMPUTING:  # another thread computes it
                     _WAITING[0] += 1
                     try:
                         _COMPUTED.wait()
                     finally:
                         _WAITING[0] -= 1
-                mine = self._state == _TODO
-                if mine:
-                    self._state = _COMPUTING
-            if mine:
+                todo = self._input
+                if todo is not _DONE:
+                    self._input = _COMPUTING
+            if todo is not _DONE:
                 try:
-                    ok, value = True, self._compute()
+                    ok, value = True, self._compute(todo)
                 except Exception as e:
                     ok, value = False, e
                 except BaseException:  # interrupted: the next reader computes it
                     with _ELECT:
-                        self._state = _TODO
+                        self._input = todo
                         if _WAITING[0]:
                             _COMPUTED.notify_all()
                     raise
                 with _ELECT:
                     self._ok, self._value = ok, value
-                    self._state = _DONE
-                    self._input = None  # what computing needed (a frame's bytes)
+                    self._input = _DONE  # and what computing needed (a frame's bytes) goes
                     if _WAITING[0]:
                         _COMPUTED.notify_all()
         if self._ok:

@@ -11,12 +11,15 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime.hosting import proc as _proc
 from .context import _current
 from .deferred import Deferred, resolve
 from .waiting import Reader, Waits
+
+if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
 
 R = TypeVar("R")
 
@@ -48,7 +51,7 @@ class Pending:
         # runtime it was sent from, which a waiter outside any actor tells that it
         # waits (its `Waits`: the runtime of this process's node, found without a lookup).
         self.reader: Reader | None = None
-        self.runtime: Waits | None = None
+        self.runtime: Runtime | None = None
         self._done = False
         self._ok = False
         self._value: Any = None
@@ -245,7 +248,7 @@ class Future(Generic[R]):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         cf = self._cf
         if cf.done():  # nothing to wait for
-            rt = _proc.current()
+            rt = getattr(cf, "runtime", None) or _proc.current()
             if rt is not None:
                 rt.flush_held()  # a result was taken: what this thread sends next is not a burst
             exc = cf.exception()

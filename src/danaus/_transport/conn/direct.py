@@ -167,13 +167,13 @@ class DirectReader(Part):
                 self._spin_skip -= 1
                 spin = 0.0
             else:
-                spin = min(config.get("spin_wait"), timeout) if _SPIN_OK else 0.0
+                spin = min(config.values.spin_wait, timeout) if _SPIN_OK else 0.0
             spin_end = now + spin if spin > 0 else 0.0
             hit = False
             # ``done()`` is asked once the role is ours (until then the I/O thread may
             # have read it) and after each read: from now on what the reader waits for
-            # comes in a frame read here, or (a failure found by another thread) at
-            # the latest by the end of this wait.
+            # comes in a frame read here, or (a failure found by another thread, which
+            # closes the connection) with the wake-up that ends the poll.
             finished = done()
             while not finished:
                 if spin_end:
@@ -182,7 +182,6 @@ class DirectReader(Part):
                         if time.monotonic() < spin_end:
                             continue
                         spin_end = 0.0
-                        finished = done()
                         continue
                     hit = True
                     spin_end = 0.0

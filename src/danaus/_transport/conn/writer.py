@@ -181,10 +181,8 @@ class WriteBatcher(Part):
                 return
             hold = self._hold
             batching = self._batching
-            # A thread that waited since this connection's last write (the epoch moved:
-            # the round trip of a call) sends no burst: the delay is not even read.
             if hold or (
-                self._hold_epoch == batching.epoch and now - last < config.get("send_batch_delay")
+                now - last < config.values.send_batch_delay and self._hold_epoch == batching.epoch
             ):
                 if self._hold_frame(parts, hold):
                     return
@@ -198,7 +196,7 @@ class WriteBatcher(Part):
                 self._queue_locked(snapshot(parts))
                 self._arm_writer_locked()
                 return
-            window = config.get("coalesce_window")
+            window = config.values.coalesce_window
             if window > 0 and now - last < window and not _on_loop_thread(self._loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
@@ -266,7 +264,7 @@ class WriteBatcher(Part):
             or _on_loop_thread(self._loop)
         ):
             return False
-        batch = config.get("send_batch")
+        batch = config.values.send_batch
         if batch <= 1:
             return False
         hold.append(parts[0])
@@ -283,7 +281,7 @@ class WriteBatcher(Part):
         return True
 
     def _arm_hold_timer(self) -> None:
-        self._loop.call_later(config.get("send_batch_delay"), self._hold_timer_fired)
+        self._loop.call_later(config.values.send_batch_delay, self._hold_timer_fired)
 
     def _hold_timer_fired(self) -> None:
         self._hold_timer = False
