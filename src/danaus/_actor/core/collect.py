@@ -123,9 +123,13 @@ class Collector:
         *,
         lost_is_ok: bool = False,
         lazy: bool = False,
+        direct: bool = False,
     ) -> None:
         self.rt = rt
         self.lazy = lazy  # hand over Undecoded replies (the reader unpickles them)
+        # A reply may be delivered on a thread that read it itself (``on_value`` is
+        # safe on any thread: it completes futures).
+        self.direct = direct
         self.what = what
         self.pending: dict[int, str] = {}  # index -> proc name
         self.remaining = n
@@ -287,7 +291,7 @@ def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0)
     done.wait(timeout)
 
 
-def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
+def set_future(cf: concurrent.futures.Future[Any] | Pending, ok: bool, value: Any) -> None:
     """Complete ``cf`` unless it already is. A `Deferred` value is the result
     either way: whoever reads it gets its value or its exception."""
     if cf.done():

@@ -51,9 +51,17 @@ from __future__ import annotations
 
 from .batching import Batching
 from .connection import Connection
-from .direct import DirectReader
+from .direct import DirectReader, ReadTogether
 from .reader import FrameReader
 from .stats import ConnStats
 from .writer import WriteBatcher
 
-__all__ = ["Batching", "ConnStats", "Connection", "DirectReader", "FrameReader", "WriteBatcher"]
+__all__ = [
+    "Batching",
+    "ConnStats",
+    "Connection",
+    "DirectReader",
+    "FrameReader",
+    "ReadTogether",
+    "WriteBatcher",
+]

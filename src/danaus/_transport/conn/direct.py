@@ -309,3 +309,65 @@ class DirectReader(Part):
             self._loop.call_soon_threadsafe(self._conn._on_readable)
         except RuntimeError:  # the loop is closed: the runtime is gone
             pass
+
+
+class ReadTogether:
+    """The connections the replies of one call to several procs come on, read together
+    by the thread that waits for them (``read_directly``, as `DirectReader`'s for one).
+
+    The waiting thread takes the read role of every connection (of none if one
+    cannot be taken: then it waits the usual way), polls them all, and reads
+    each that is readable, so neither the I/O thread nor a second thread wakes
+    for the replies. It does not spin: several peers take longer to answer than
+    a spin lasts. ``readers``: each connection's `DirectReader` (``conn.direct``).
+    """
+
+    __slots__ = ("_by_fd", "_poll", "_readers")
+
+    def __init__(self, readers: list[DirectReader]) -> None:
+        self._readers = readers
+        self._by_fd = {r._fd: r for r in readers}
+        self._poll: Any = None  # made by the first read (the role holders' alone)
+
+    @property
+    def closed(self) -> bool:
+        """Whether one of the connections has closed (look them up again)."""
+        return any(r._conn.closed for r in self._readers)
+
+    def read_directly(
+        self, done: Callable[[], bool], timeout: float, bell: int = -1
+    ) -> bool | None:
+        """Read the connections until ``done()`` or ``timeout`` s; whether ``done()``
+        held when it stopped, None (having done nothing) when a role was refused.
+        (``bell``: not used; a caller's wait has none.)"""
+        taken: list[DirectReader] = []
+        for r in self._readers:
+            if not r._take_role():
+                for t in taken:
+                    t._give_role()
+                return None
+            taken.append(r)
+        finished = False
+        try:
+            poll = self._poll
+            if poll is None:
+                poll = self._poll = select.poll()
+                for fd in self._by_fd:
+                    poll.register(fd, select.POLLIN)
+            deadline = time.monotonic() + timeout
+            finished = done()  # the roles are ours: nothing else reads them from now on
+            while not finished:
+                wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                ready = poll.poll(wait_ms)
+                if not ready:
+                    break
+                handed = False
+                for fd, _ in ready:
+                    handed = self._by_fd[fd]._read_once() or handed
+                finished = done()
+                if handed:  # the I/O thread takes over a connection: let go of them all
+                    break
+        finally:
+            for t in taken:
+                t._give_role()
+        return finished
