@@ -47,7 +47,7 @@ def _failed(fut: Pending) -> str:
 
 
 def test_the_open_calls_to_a_lost_proc_fail_answered_ones_and_others_do_not(rt: Runtime) -> None:
-    open_, open_fut = _call(rt, PROC)
+    _, open_fut = _call(rt, PROC)
     answered, answered_fut = _call(rt, PROC)
     rt.close_port(answered.port.port)  # its reply took the port
     other, other_fut = _call(rt, OTHER)
