@@ -63,10 +63,6 @@ __all__ = ["DirectRoute", "Route", "TreeRoute"]
 
 Target = tuple[int, int, "ProcId"]  # (index in the slice, rank in the whole mesh, proc)
 
-# A call() to at most this many actors is waited for by reading their procs'
-# connections on the waiting thread (``ReadTogether``); more is the cast tree's.
-_READ_TOGETHER_MAX = 16
-
 
 class _PortSink:
     """Stands in for a collector when replies go to a user's port: forwards each one."""
@@ -114,7 +110,6 @@ class Route:
         self._targets: list[Target] | None = None
         self._root: Context | None = None  # the root context of the mesh's node, once used
         self._reader: Any = None  # the connection to a one-actor mesh's proc (call_one)
-        self._group: Any = None  # the connections to the procs of its actors (call)
 
     # -- what it sends to ------------------------------------------------------------
 
@@ -336,7 +331,7 @@ class DirectRoute(Route):
         return Future._create(fut, m.what)
 
     def collector(self, m: Method, n: int, on_value: Any) -> Collector:
-        return Collector(self.rt, m.what, n, on_value, lazy=True, direct=True)
+        return Collector(self.rt, m.what, n, on_value, lazy=True)
 
     def call(self, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
         targets = self.targets()
@@ -344,8 +339,8 @@ class DirectRoute(Route):
         fut = Pending()
         values: list[Any] = [None] * len(targets)
         shape = self.shape
-        # Replies arrive on the I/O thread or the waiter's, failures to send on the
-        # caller's: count safely.
+        # Replies arrive on the I/O thread, failures to send on the caller's: count
+        # safely. A Pending, not a concurrent future: no Condition made per call.
         countdown = Countdown(
             len(targets), lambda: set_future(fut, True, _value_mesh(shape, values))
         )
@@ -360,13 +355,6 @@ class DirectRoute(Route):
             countdown.tick()
 
         self.send(m, payload, targets, self.collector(m, len(targets), on_value))
-        if len(targets) <= _READ_TOGETHER_MAX:
-            # The waiter reads the replies itself, off the connections to the actors'
-            # procs, looked up again only once one of them has closed.
-            group = self._group
-            if group is None or group.closed or not self.fixed:
-                group = self._group = self.rt.readers_for(p for _, _, p in targets)
-            fut.reader = group
         fut.runtime = self.rt
         return Future._create(fut, m.what)
 

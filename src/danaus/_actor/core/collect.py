@@ -123,13 +123,9 @@ class Collector:
         *,
         lost_is_ok: bool = False,
         lazy: bool = False,
-        direct: bool = False,
     ) -> None:
         self.rt = rt
         self.lazy = lazy  # hand over Undecoded replies (the reader unpickles them)
-        # A reply may be delivered on a thread that read it itself (``on_value`` is
-        # safe on any thread: it completes futures).
-        self.direct = direct
         self.what = what
         self.pending: dict[int, str] = {}  # index -> proc name
         self.remaining = n

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from ... import _config as config
 from ..._errors import SupervisionError
 from ..._transport.address import host_token, join
-from ..._transport.conn import Connection, ReadTogether
+from ..._transport.conn import Connection
 from ..._transport.state import Transport
 from ..._wire import codec
 from ..._wire.frame import Frame
@@ -491,17 +491,6 @@ class Runtime(PeerTable):
         peer = self._peers.get(proc.name)
         conn = peer.conn if peer is not None else None
         return conn if getattr(conn, "direct_frame", None) is not None else None
-
-    def readers_for(self, procs: Iterable[ProcId]) -> ReadTogether | None:
-        """The connections to ``procs``, read together by a thread that waits for a
-        reply from each, if a waiting thread may read every one of them directly."""
-        conns: dict[int, Connection] = {}
-        for proc in procs:
-            conn = self.reader_for(proc)
-            if conn is None:
-                return None
-            conns[id(conn)] = conn
-        return ReadTogether([c.direct for c in conns.values()]) if conns else None
 
     # -- sending ------------------------------------------------------------
 

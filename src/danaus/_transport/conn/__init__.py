@@ -51,17 +51,9 @@ from __future__ import annotations
 
 from .batching import Batching
 from .connection import Connection
-from .direct import DirectReader, ReadTogether
+from .direct import DirectReader
 from .reader import FrameReader
 from .stats import ConnStats
 from .writer import WriteBatcher
 
-__all__ = [
-    "Batching",
-    "ConnStats",
-    "Connection",
-    "DirectReader",
-    "FrameReader",
-    "ReadTogether",
-    "WriteBatcher",
-]
+__all__ = ["Batching", "ConnStats", "Connection", "DirectReader", "FrameReader", "WriteBatcher"]
