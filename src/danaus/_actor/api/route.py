@@ -74,6 +74,9 @@ class _PortSink:
     def expect(self, index: int, proc: ProcId, label: str = "") -> None:
         pass
 
+    def expect_all(self, expected: Any) -> None:
+        pass
+
     def fail(self, index: int, reason: str) -> None:
         self._port.exception(SupervisionError(f"message undeliverable: {reason}", reason=reason))
 
@@ -392,9 +395,9 @@ class DirectRoute(Route):
         if collector is not None:
             for index, rank, reason in failed:
                 collector.fail_supervision(index, self.failure(rank, reason))
-            for index, rank, proc in targets:
-                if index not in skip:
-                    collector.expect(index, proc, f"{name}[{rank}]")
+            collector.expect_all(
+                [(i, proc, f"{name}[{rank}]") for i, rank, proc in targets if i not in skip]
+            )
         tracer = rt.tracer
         t0 = tracer.now() if tracer is not None else 0
         headers = self.headers
@@ -501,8 +504,7 @@ class TreeRoute(Route):
             assert targets is not None
             for slot, rank, why in failed:
                 collector.fail_supervision(slot, self.failure(rank, why))
-            for index, rank, proc in targets:
-                collector.expect(index, proc, f"{name}[{rank}]")
+            collector.expect_all([(i, proc, f"{name}[{rank}]") for i, rank, proc in targets])
             collector.expect_tree(targets, procs, ancestors=len(targets) < len(procs))
             tc = collector
 

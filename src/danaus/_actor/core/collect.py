@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..._errors import ActorError, InternalError, SupervisionError
@@ -145,13 +145,24 @@ class Collector:
 
         ``label`` names the actor (``mesh[rank]``) in the error if it is.
         """
-        if label:
-            self.labels[index] = label
-        self.pending[index] = proc.name
-        self.watched.add(proc.name)
-        reason = self.rt.watch(proc, self.port.port)
-        if reason is not None:
-            self._lost_one(index, proc.name, reason)
+        self.expect_all(((index, proc, label),))
+
+    def expect_all(self, expected: Iterable[tuple[int, ProcId, str]]) -> None:
+        """`expect` of each ``(index, proc, label)``, their procs watched together."""
+        procs = []
+        indexes = []
+        for index, proc, label in expected:
+            if label:
+                self.labels[index] = label
+            self.pending[index] = proc.name
+            self.watched.add(proc.name)
+            procs.append(proc)
+            indexes.append(index)
+        lost = self.rt.watch_all(procs, self.port.port)
+        if lost:
+            for index, proc in zip(indexes, procs, strict=True):
+                if proc.name in lost:
+                    self._lost_one(index, proc.name, lost[proc.name])
 
     def deliver(self, frame: Message) -> None:
         index = frame.header.slot

@@ -534,14 +534,21 @@ class Runtime(PeerTable):
 
     def watch(self, proc: ProcId, port: int) -> str | None:
         """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
+        return self.watch_all((proc,), port).get(proc.name)
+
+    def watch_all(self, procs: Iterable[ProcId], port: int) -> dict[str, str]:
+        """`watch` of each of ``procs`` (under one lock); the reasons of those lost already."""
+        lost: dict[str, str] = {}
         with self._lock:
-            peer = self._peers.get(proc.name)
-            if peer is None:
-                peer = self._peers[proc.name] = _Peer(proc, pending=False)
-            if peer.lost is not None:
-                return peer.lost
-            self._watchers.setdefault(proc.name, set()).add(port)
-            return None
+            for proc in procs:
+                peer = self._peers.get(proc.name)
+                if peer is None:
+                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
+                if peer.lost is not None:
+                    lost[proc.name] = peer.lost
+                else:
+                    self._watchers.setdefault(proc.name, set()).add(port)
+        return lost
 
     def reply(
         self,
