@@ -364,6 +364,21 @@ def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:
     assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)
 
 
+def test_a_spin_as_long_as_the_read_is_no_miss(side: Side, spinning: None) -> None:
+    """A waiting future reads in slices of 0.1 s: a spin longer than the slice spins it
+    all and never sleeps, so it is no miss (and backs nothing off); the next slice
+    spins on. Under load, a reply later than one slice is then still a hit."""
+    with config.configured(spin_wait=60.0):
+        for _ in range(3):
+            assert side.conn.read_directly(lambda: False, 0.01) is False
+        assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)
+        assert side.conn.direct._spin_skip == 0
+        join = side.reading(lambda: len(side.direct) >= 1)
+        side.write(("mine", 0))
+        assert join()
+    assert (side.conn.spins_hit, side.conn.spins_missed) == (1, 0)
+
+
 def test_one_cpu_never_spins(side: Side, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conn_direct, "_SPIN_OK", False)
     with config.configured(spin_wait=60.0):

@@ -199,7 +199,10 @@ class DirectReader(Part):
                 if hit:
                     self._stats.spins_hit += 1
                     self._spin_backoff = 0
-                else:
+                elif spin < timeout:
+                    # Spun for nothing, then slept. (A spin as long as the read, cut
+                    # short by the caller's timeout slice, never slept: no miss; the
+                    # caller's next read spins on.)
                     self._spun_missed(time.monotonic() - now, spin)
         finally:
             self._give_role()
