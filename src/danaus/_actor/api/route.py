@@ -302,6 +302,9 @@ class DirectRoute(Route):
 
     def call_one(self, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
         targets = self._targets
+        if targets is None and self.fixed:
+            self.targets()  # computed on the first call, then kept
+            targets = self._targets
         if targets is None or len(targets) != 1:
             return super().call_one(m, args, kwargs)
         rt = self.rt
