@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..._wire.ids import ProcId
@@ -248,6 +248,34 @@ class PeerTable:
         """True once we asked proc ``name`` to stop (its loss is then no failure)."""
         peer = self._peers.get(name)
         return peer is not None and peer.stopping
+
+    def unwatch(self, procs: Iterable[str], port: int) -> None:
+        """Stop telling ``port`` about the loss of ``procs`` (names)."""
+        with self._lock:
+            for name in procs:
+                ports = self._watchers.get(name)
+                if ports is not None:
+                    ports.discard(port)
+                    if not ports:
+                        del self._watchers[name]
+
+    def watch(self, proc: ProcId, port: int) -> str | None:
+        """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
+        return self.watch_all((proc,), port).get(proc.name)
+
+    def watch_all(self, procs: Iterable[ProcId], port: int) -> dict[str, str]:
+        """`watch` of each of ``procs`` (under one lock); the reasons of those lost already."""
+        lost: dict[str, str] = {}
+        with self._lock:
+            for proc in procs:
+                peer = self._peers.get(proc.name)
+                if peer is None:
+                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
+                if peer.lost is not None:
+                    lost[proc.name] = peer.lost
+                else:
+                    self._watchers.setdefault(proc.name, set()).add(port)
+        return lost
 
     def is_lost(self, name: str) -> str | None:
         peer = self._peers.get(name)
