@@ -255,9 +255,10 @@ def _learn_arrays(t: type) -> bool:
 _POOL: list[_PlainPickler] = []
 
 
-def _small_plain(obj: tuple[Any, ...]) -> bool:
-    """A short tuple of atoms and empty/atom-only small tuples and dicts (e.g. ``(args, {})``)."""
-    if len(obj) > _SMALL:
+def small_plain(obj: object) -> bool:
+    """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
+    dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
+    if type(obj) is not tuple or len(obj) > _SMALL:
         return False
     for x in obj:
         t = type(x)
@@ -277,18 +278,12 @@ def _small_plain(obj: tuple[Any, ...]) -> bool:
     return True
 
 
-def small_plain(obj: object) -> bool:
-    """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
-    dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
-    return type(obj) is tuple and _small_plain(obj)
-
-
 def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
     t = type(obj)
     # t is type(obj), which mypy does not narrow through (one type() call saved per message)
     if (t in _ATOMS and (t is not bytes or len(obj) < _BIG_BYTES)) or (  # type: ignore[arg-type]
-        t is tuple and _small_plain(obj)  # type: ignore[arg-type]
+        t is tuple and small_plain(obj)
     ):
         return pickle.dumps(obj, protocol=5), []
     if _has_big_bytes(obj):

@@ -16,11 +16,12 @@ class _Counting(Deferred):
     __slots__ = ("calls", "gate")
 
     def __init__(self) -> None:
-        super().__init__(None)
+        self._input = "what computing needs"  # a subclass sets its input itself
         self.calls = 0
         self.gate = threading.Event()
 
-    def _compute(self) -> Any:
+    def _compute(self, todo: Any) -> Any:
+        assert todo == "what computing needs"
         self.calls += 1
         self.gate.wait(10)
         return self.calls

@@ -25,7 +25,7 @@ class Waits:
 @pytest.fixture
 def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
     w = Waits()
-    monkeypatch.setattr(future_mod, "_waits", lambda: w)
+    monkeypatch.setattr(future_mod, "_waits", lambda runtime=None: w)
     return w
 
 
@@ -33,7 +33,9 @@ def test_a_blocking_get_is_bracketed_by_its_threads_waits(waits: Waits) -> None:
     pending = Pending()
 
     class Reader:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             assert waits.events == ["begin"]  # told before the thread blocks
             pending.set_result(42)  # the reply this thread read itself
             return True
@@ -47,7 +49,9 @@ def test_a_failed_wait_still_ends_it(waits: Waits) -> None:
     pending = Pending()
 
     class Reader:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             pending.set_exception(KeyError("k"))
             return True
 

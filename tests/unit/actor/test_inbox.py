@@ -206,7 +206,9 @@ def test_an_idle_actor_reads_its_home_connection_until_an_item_comes(
     second = call_frame(slot=1)
 
     class Conn:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             reads.append(timeout)
             assert bell >= 0 and not done()
             inbox.deliver(second, CALLER)  # the call it reads is delivered on its thread

@@ -27,6 +27,8 @@ __all__ = [
     "current_rank",
     "current_size",
     "display_name",
+    "root_context",
+    "sender",
 ]
 
 _EMPTY = Extent([], [])
@@ -164,12 +166,6 @@ class Context:
         self.message_rank = message_rank
         self._chain = chain  # actors waiting (transitively) on the message being handled
 
-    def _outgoing_chain(self) -> tuple[Any, ...]:
-        """The chain a call sent from here carries: ours plus this actor, if it is one."""
-        if self.actor_instance._cell is None:
-            return self._chain
-        return (*self._chain, self.actor_instance.actor_id)
-
     def __repr__(self) -> str:
         return f"Context({self.actor_instance}, message_rank={self.message_rank})"
 
@@ -256,6 +252,27 @@ def context() -> Context:
 
 # Per thread, not a node part: the context of an actor's own thread, outside any message.
 _thread_ctx = threading.local()
+
+
+def root_context() -> Context:
+    """The context of code outside any actor in this process (its node's root client)."""
+    return _root_context()
+
+
+def sender(root: Context) -> tuple[ActorId | None, tuple[ActorId, ...]]:
+    """Who a call sent now comes from (None outside an actor) and the chain it carries:
+    the actors waiting (transitively) on the message being handled, plus this actor.
+
+    ``root``: the root context (`root_context()`) of the node the call's mesh
+    belongs to, which its route holds: used outside any actor, with no lookup.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        ctx = getattr(_thread_ctx, "ctx", None) or root
+    inst = ctx.actor_instance
+    if inst._cell is None:
+        return None, ctx._chain
+    return inst.actor_id, (*ctx._chain, inst.actor_id)
 
 
 def current_rank() -> Point:

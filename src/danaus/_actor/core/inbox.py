@@ -266,8 +266,8 @@ class Inbox:
         self._bell_on = True
         try:
             while q.empty():
-                if not conn.read_directly(_queued(q), _IDLE_READ, self._bell):
-                    break
+                if conn.read_directly(_queued(q), _IDLE_READ, self._bell) is None:
+                    break  # another thread reads it
                 if self._rung:  # set after the write: reading now finds it
                     self._rung = False
                     try:

@@ -41,7 +41,6 @@ class _Peer:
 
     __slots__ = (
         "boot_error",
-        "calls",
         "conn",
         "dialing",
         "link",
@@ -74,8 +73,6 @@ class _Peer:
         self.ready_cbs: list[Callable[[str | None], None]] = []
         # What its READY said went wrong at boot, for a ``when_ready`` that comes after it.
         self.boot_error: str | None = None
-        # Ports of calls to one actor of this proc (``watch_call``): no lock, see there.
-        self.calls: set[int] = set()
 
 
 def _discard(_: object) -> None:
@@ -103,6 +100,7 @@ class PeerTable:
         publish: Callable[[_Peer], None],
         adopt: Callable[[_Peer, Connection, bool], None],
         port: Callable[[int], Any],
+        open_ports: Callable[[], list[tuple[int, Any]]],
         notify_room: Callable[[], None],
     ) -> None:
         self.loop = loop
@@ -112,6 +110,7 @@ class PeerTable:
         self._publish = publish
         self._adopt = adopt
         self._port = port
+        self._open_ports = open_ports
         self.notify_room = notify_room
         self.table: dict[str, _Peer] = {}  # proc name -> what we know of it
         self.spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
@@ -270,32 +269,6 @@ class PeerTable:
         peer = self.table.get(name)
         return peer is not None and peer.stopping
 
-    def watch_call(self, proc: ProcId, port: int) -> str | None:
-        """``watch(proc, port)`` for one call, without the lock (any thread).
-
-        The port goes into the peer's ``calls`` set, then ``lost`` is read:
-        ``peer_lost`` sets ``lost`` before it copies the set, so a port added
-        after that copy sees ``lost`` here, and one added before it is in the
-        copy (it may hear of the loss both ways; its handler takes the first).
-        Undo with ``unwatch_call``.
-        """
-        peer = self.table.get(proc.name)
-        if peer is None:
-            with self.lock:
-                peer = self.table.get(proc.name)
-                if peer is None:
-                    peer = self.table[proc.name] = _Peer(proc, pending=False)
-        peer.calls.add(port)
-        return peer.lost
-
-    def unwatch_call(self, proc: ProcId, port: int) -> None:
-        """Undo ``watch_call`` (any thread; set.discard is atomic)."""
-        peer = self.table.get(proc.name)
-        if peer is not None:
-            peer.calls.discard(port)
-
-    # -- ports watching peers ---------------------------------------------------
-
     def unwatch(self, procs: Iterable[str], port: int) -> None:
         """Stop telling ``port`` about the loss of ``procs`` (names)."""
         with self.lock:
@@ -308,14 +281,21 @@ class PeerTable:
 
     def watch(self, proc: ProcId, port: int) -> str | None:
         """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
+        return self.watch_all((proc,), port).get(proc.name)
+
+    def watch_all(self, procs: Iterable[ProcId], port: int) -> dict[str, str]:
+        """`watch` of each of ``procs`` (under one lock); the reasons of those lost already."""
+        lost: dict[str, str] = {}
         with self.lock:
-            peer = self.table.get(proc.name)
-            if peer is None:
-                peer = self.table[proc.name] = _Peer(proc, pending=False)
-            if peer.lost is not None:
-                return peer.lost
-            self._watchers.setdefault(proc.name, set()).add(port)
-            return None
+            for proc in procs:
+                peer = self.table.get(proc.name)
+                if peer is None:
+                    peer = self.table[proc.name] = _Peer(proc, pending=False)
+                if peer.lost is not None:
+                    lost[proc.name] = peer.lost
+                else:
+                    self._watchers.setdefault(proc.name, set()).add(port)
+        return lost
 
     def is_lost(self, name: str) -> str | None:
         peer = self.table.get(name)
@@ -335,12 +315,14 @@ class PeerTable:
             cbs, peer.ready_cbs = peer.ready_cbs, []
             conns = [peer.link, peer.dialing, peer.waiting]
             watchers = self._watchers.pop(name, set())
-        # After ``lost`` is set: a call watched from now on sees it (``watch_call``).
-        # (Copying a set of ints runs no Python code: whole under the GIL.)
-        watchers |= peer.calls.copy()
         for conn in conns:
             if conn is not None and not conn.closed:
                 conn.close()
+        # The ports of calls to one actor of this proc (a handler whose ``lost_with``
+        # names it: ``OneCall``) are found now, not registered per call. A port opened
+        # after this look sends after the connections closed and ``lost`` was set: its
+        # send fails, and that fails it. (Copying the table runs no Python code.)
+        watchers |= {p for p, h in self._open_ports() if getattr(h, "lost_with", "") == name}
         self.notify_room()  # senders held back by this peer's backlog give up
         # Every waiter is told, even if telling one of them fails.
         calls: list[Callable[[], Any]] = []

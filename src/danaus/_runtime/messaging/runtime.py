@@ -176,6 +176,7 @@ class Runtime:
             publish=lambda peer: self.links.publish(peer),
             adopt=lambda peer, conn, welcome: self.links.adopt(peer, conn, welcome),
             port=self.router.ports.get,
+            open_ports=lambda: list(self.router.ports.items()),
             notify_room=lambda: self.backpressure.notify_room(),
         )
         peers = self.peers

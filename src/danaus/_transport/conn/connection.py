@@ -64,7 +64,7 @@ class Connection:
     want_drain: Callable[[int], None]
     pause: Callable[[Hashable], None]
     resume: Callable[[Hashable], None]
-    read_directly: Callable[..., bool]
+    read_directly: Callable[..., bool | None]
     _on_readable: Callable[[], None]
 
     def __init__(
