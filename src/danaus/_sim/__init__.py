@@ -2,6 +2,8 @@
 
 Modules: ``comm`` (the communication model), ``costs`` (fixed or measured op
 costs), ``core`` (simulated workers, streams, memory, trace), ``engine``
-(the tensor engine seam and the simulated mesh), ``interface``
-(``danaus.Simulator``). Sits above ``_tensor``; needs torch and numpy.
+(the tensor engine seam, composing ``storage`` (refs and their storage),
+``borrows`` (Monarch's borrow messages), ``collectives`` (collectives and sends)
+and ``endpoints`` (the workers' endpoints)), ``mesh`` (the simulated mesh),
+``interface`` (``danaus.Simulator``). Sits above ``_tensor``; needs torch and numpy.
 """

@@ -19,6 +19,11 @@ borrow is ``BorrowCreate``, ``BorrowFirstUse`` (the borrowed tensor's first use)
 fetch is ``SendValue`` then ``RequestStatus``; ``mesh.exit()`` is
 ``RequestStatus`` (when anything ran since the last) then ``Exit``. danaus's
 ``Signal``/``Wait`` are the halves of those borrow messages and have no entry.
+
+``SimEngine`` composes its parts: a ``storage.RefTable`` (each ref's spec and the
+storage it shares), a ``borrows.BorrowTracer`` (the borrow messages), a
+``collectives.Collectives`` (collectives and sends, placed and priced) and the
+``endpoints`` it hands the tensor layer.
 """
 
 from __future__ import annotations
@@ -29,18 +34,14 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import _disable_current_modes
 
-from .._actor.core.future import Future
-from .._mesh import Shape, Slice
-from .._mesh.value_mesh import ValueMesh
+from .._mesh import Shape
 from .._tensor import simulator as _meta_labels
 from .._tensor.function import target_name
 from .._tensor.messages import (
@@ -48,7 +49,6 @@ from .._tensor.messages import (
     BorrowDrop,
     CallOp,
     Delete,
-    GroupArg,
     HandOff,
     MeshRank,
     Reduce,
@@ -60,84 +60,17 @@ from .._tensor.messages import (
     Wait,
 )
 from .._tensor.stream import get_active_stream
+from .borrows import BorrowTracer
+from .collectives import Collectives, group_args
 from .core import Simulator, WorkerGroup
 from .costs import CostModel, TensorSpec
+from .endpoints import Targets, Workers
 from .refs import _META, _client_holding, _is_ref, _ns, _resolve
+from .storage import RefTable, ref_ids
 
 __all__ = ["SimEngine"]
 
 _DEBUG = False
-
-# Ops that only re-describe a tensor's storage (one view as the result): free, untraced.
-_VIEW_ONLY = object()
-
-
-class _Targets:
-    """What ``engine.targets(shape)`` gives the tensor layer: the workers' endpoints."""
-
-    def __init__(self, engine: SimEngine, shape: Shape) -> None:
-        self.fetch = _FetchEndpoint(engine, shape)
-        self.call_remote = _RemoteEndpoint(engine, shape)
-        self._shape = shape
-
-
-class _Reply:
-    """A reply as the tensor layer reads it (``reply._cf``)."""
-
-    def __init__(self, value: Any) -> None:
-        self._cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._cf.set_result(value)
-
-
-class _FetchEndpoint:
-    def __init__(self, engine: SimEngine, shape: Shape) -> None:
-        self.engine = engine
-        self.shape = shape
-
-    def call_one(self, ids: list[int]) -> _Reply:
-        return _Reply(self.engine.fetch(self.shape, ids))
-
-
-class _RemoteEndpoint:
-    def __init__(self, engine: SimEngine, shape: Shape) -> None:
-        self.engine = engine
-        self.shape = shape
-
-    def _run(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> list[Any]:
-        return self.engine.call_and_fetch(self.shape, fn, args, kwargs, groups)
-
-    def call_one(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> Future[Any]:
-        values = self._run(fn, args, kwargs, groups)
-        return Future._resolved(values[0], "a simulated remote function")
-
-    def call(self, fn: Any, args: Any, kwargs: Any, groups: bool) -> Future[Any]:
-        values = self._run(fn, args, kwargs, groups)
-        ext = self.shape.extent
-        vm = ValueMesh(Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes))), values)
-        return Future._resolved(vm, "a simulated remote function")
-
-    def _send_to_port(self, a: Any, kw: Any, port: Any, selection: str) -> None:
-        raise NotImplementedError(
-            "send(remote_fn, ..., port=...) is not simulated: call the function with "
-            "fn.call(...) or fn(...) on a simulated mesh"
-        )
-
-
-class _Workers:
-    def __init__(self, shape: Shape) -> None:
-        self._shape = shape
-
-
-@dataclass
-class _BorrowTrace:
-    """A live borrow, for the controller's trace: ``names`` are the client's tensors in
-    the borrowed storage (the borrowed tensor and the views made from it)."""
-
-    alias: int
-    storage: Any  # the borrowed tensor's danaus Storage, which its views share
-    names: set[int] = field(default_factory=set)
-    used: bool = False  # BorrowFirstUse sent
-    last: bool = False  # BorrowLastUse sent
 
 
 class SimEngine:
@@ -149,7 +82,7 @@ class SimEngine:
         # what a simulated GPU's tensors are on the client: "cuda" where torch has CUDA;
         # else "meta" (torch's autograd engine aborts on a CUDA tensor without CUDA)
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else _META
-        self.workers = _Workers(shape)
+        self.workers = Workers(shape)
         self.size = len(shape.ranks())
         self.gpus_per_host = gpus_per_host
         # never set: a closed engine would make engine_for() spawn real workers for the mesh
@@ -160,21 +93,12 @@ class SimEngine:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._pending: list[tuple[int, str]] = []  # releases not yet simulated
-        self._handles: dict[int, Any] = {}  # id -> weakref to its client handle
-        self._spec: dict[int, TensorSpec] = {}
-        self._key_of: dict[int, int] = {}  # id -> storage key
-        self._key_refs: dict[int, int] = {}  # storage key -> ids naming it
-        self._storage_key: dict[int, tuple[Any, int]] = {}  # id(Storage) -> (it, key)
-        self._key_sids: dict[int, list[int]] = {}  # storage key -> id(Storage)s naming it
-        self._keys = itertools.count(1)
+        self._live: dict[Any, tuple[int, str]] = {}  # weakref to a handle -> its release
+        self.refs = RefTable()
         self._ranks: dict[Shape, np.ndarray] = {}
-        self._sub: dict[Any, np.ndarray] = {}
-        self._live: dict[Any, tuple[int, str]] = {}
+        self._collectives = Collectives(sim, self.costs, gpus_per_host)
         # Monarch's controller messages (see the module docstring)
-        self._borrows: dict[int, _BorrowTrace] = {}  # borrowed tensor's id -> its borrow
-        self._borrowed: dict[int, _BorrowTrace] = {}  # id(borrowed Storage) -> its borrow
-        self._name_borrow: dict[int, _BorrowTrace] = {}  # id -> the live borrow it names
-        self._ended: set[int] = set()  # ids a borrow's drop deleted (their release: no message)
+        self._borrows = BorrowTracer(sim.next_command)
         self._results_dropped = 0  # in-place results Monarch deletes with the next message
         self._status_due = False  # work sent since the last RequestStatus
 
@@ -184,11 +108,7 @@ class SimEngine:
         return next(self._ids)
 
     def track(self, handle: Any, ref: int, stream: str) -> None:
-        kind = handle.device.type
-        self._spec[ref] = TensorSpec(
-            tuple(handle.shape), handle.dtype, "cuda" if kind in ("cuda", "meta") else kind
-        )
-        self._handles[ref] = weakref.ref(handle)
+        self.refs.track(handle, ref)
         self._live[weakref.ref(handle, self._collected)] = (ref, stream)
 
     def _collected(self, wr: Any) -> None:
@@ -213,8 +133,8 @@ class SimEngine:
     def as_owner(self) -> Iterator[None]:
         yield
 
-    def targets(self, shape: Shape) -> _Targets:
-        return _Targets(self, shape)
+    def targets(self, shape: Shape) -> Targets:
+        return Targets(self, shape)
 
     def flush(self) -> None:
         with self._lock:
@@ -279,16 +199,13 @@ class SimEngine:
             batch: dict[str, list[int]] = {}
             results, self._results_dropped = self._results_dropped, 0
             for ref, stream in pending:
-                if ref in self._ended:  # its borrow's drop deleted it already
-                    self._ended.discard(ref)
+                if self._borrows.ended(ref):  # its borrow's drop deleted it already
                     continue
-                b = self._name_borrow.pop(ref, None)
-                if b is not None:
-                    b.names.discard(ref)
-                    if not b.names and not b.last:
-                        self._delete_refs(batch, results)
-                        batch, results = {}, 0
-                        self._last_use(b)
+                b = self._borrows.released(ref)
+                if b is not None:  # the borrow's last tensor: BorrowLastUse after these
+                    self._delete_refs(batch, results)
+                    batch, results = {}, 0
+                    self._borrows.last_use(b)
                 batch.setdefault(stream, []).append(ref)
             self._delete_refs(batch, results)
 
@@ -314,75 +231,7 @@ class SimEngine:
             for r in refs:
                 self.sim.free(g, r, ts, stream)
         for r in refs:
-            self._forget(r)
-
-    def _forget(self, ref: int) -> None:
-        self._spec.pop(ref, None)
-        self._handles.pop(ref, None)
-        key = self._key_of.pop(ref, None)
-        if key is not None:
-            n = self._key_refs[key] = self._key_refs[key] - 1
-            if n == 0:
-                del self._key_refs[key]
-                for sid in self._key_sids.pop(key, ()):
-                    del self._storage_key[sid]
-
-    def _storage(self, ref: int, alias_of: int | None = None) -> tuple[int, int]:
-        """(storage key, bytes) of the new tensor ``ref``: its base's for a view or alias
-        (a borrowed tensor's views: the borrowed tensor's, which is its origin's)."""
-        wr = self._handles.get(ref)
-        handle = wr() if wr is not None else None
-        storage = getattr(handle, "_storage", None)
-        if alias_of is not None and alias_of in self._key_of:
-            key = self._key_of[alias_of]
-        elif storage is not None and id(storage) in self._storage_key:
-            key = self._storage_key[id(storage)][1]
-        else:
-            key = next(self._keys)
-        if storage is not None:
-            if id(storage) not in self._storage_key:
-                self._storage_key[id(storage)] = (storage, key)
-                self._key_sids.setdefault(key, []).append(id(storage))
-            b = self._borrowed.get(id(storage))
-            if b is not None:  # a view of a borrowed tensor: the borrow's until it goes
-                b.names.add(ref)
-                self._name_borrow[ref] = b
-        self._key_of[ref] = key
-        self._key_refs[key] = self._key_refs.get(key, 0) + 1
-        return key, self._nbytes(ref)
-
-    def _nbytes(self, ref: int) -> int:
-        wr = self._handles.get(ref)
-        h = wr() if wr is not None else None
-        spec = self._spec.get(ref)
-        if h is None:
-            return spec.nbytes if spec is not None else 0
-        if h.numel() == 0:
-            return 0
-        span = (
-            h.storage_offset()
-            + sum((s - 1) * st for s, st in zip(h.shape, h.stride(), strict=True))
-            + 1
-        )
-        return int(span * h.element_size())
-
-    def _device(self, ref: int) -> str:
-        spec = self._spec.get(ref)
-        return spec.device if spec is not None else "cuda"
-
-    def _specs(self, tree: Any) -> Any:
-        return pytree.tree_map(
-            lambda x: (
-                self._spec.get(x.id, TensorSpec((), torch.float32, "cuda"))
-                if isinstance(x, Ref)
-                else x
-            ),
-            tree,
-            is_leaf=_is_ref,
-        )
-
-    def _ref_ids(self, tree: Any) -> list[int]:
-        return [x.id for x in pytree.tree_leaves(tree, is_leaf=_is_ref) if isinstance(x, Ref)]
+            self.refs.forget(r)
 
     def _allocate(
         self,
@@ -394,8 +243,9 @@ class SimEngine:
         for ref in outs:
             if ref is None:
                 continue
-            key, nbytes = self._storage(ref, alias_of)
-            dev = self._device(ref)
+            key, nbytes = self.refs.place(ref, alias_of)
+            self._borrows.view_made(self.refs.storage(ref), ref)
+            dev = self.refs.device(ref)
             for g, start, _end in groups:
                 self.sim.alloc(g, ref, key, nbytes, dev, start, stream)
 
@@ -427,9 +277,9 @@ class SimEngine:
             self._status_due = True
             placed = self._wait(shape, stream, cmd.key)
             self._allocate(placed, [cmd.out], stream, alias_of=cmd.src)
-            self._borrow_created(cmd.out)
+            self._borrows.created(cmd.out, self.refs.storage(cmd.out))
         elif kind is BorrowDrop:
-            ended = self._borrow_dropped(cmd.alias)
+            ended = self._borrows.dropped(cmd.alias)
             sim.next_command("BorrowDrop")
             for g in self._groups(shape):
                 s = g.stream(stream)
@@ -438,7 +288,7 @@ class SimEngine:
                     sim.free(g, r, ts, stream)
                 g.signals[cmd.key] = (ts, stream)
             for r in ended:
-                self._forget(r)
+                self.refs.forget(r)
         elif kind is MeshRank:
             sim.next_command("MeshRank")
             self._status_due = True
@@ -455,53 +305,6 @@ class SimEngine:
             )
         else:
             raise NotImplementedError(f"the simulator does not know the command {cmd!r}")
-
-    # -- borrows, as Monarch's controller reports them ---------------------------------------
-
-    def _borrow_created(self, alias: int) -> None:
-        wr = self._handles.get(alias)
-        handle = wr() if wr is not None else None
-        storage = getattr(handle, "_storage", None)
-        b = _BorrowTrace(alias, storage, {alias})
-        self._borrows[alias] = b
-        self._name_borrow[alias] = b
-        if storage is not None:
-            self._borrowed[id(storage)] = b
-
-    def _first_use(self, refs: Iterable[int]) -> None:
-        """``BorrowFirstUse`` before the first command that uses a borrowed tensor."""
-        for r in refs:
-            b = self._borrows.get(r)
-            if b is not None and not b.used:
-                b.used = True
-                self.sim.next_command("BorrowFirstUse")
-
-    def _last_use(self, b: _BorrowTrace) -> None:
-        if not b.used:  # Monarch marks a borrow used when its last tensor goes unused
-            b.used = True
-            self.sim.next_command("BorrowFirstUse")
-        b.last = True
-        self.sim.next_command("BorrowLastUse")
-
-    def _borrow_dropped(self, alias: int) -> list[int]:
-        """The ids the drop of ``alias``'s borrow ends (it and its views still held), after
-        the messages Monarch's ``drop()`` sends before ``BorrowDrop``: it deletes each of
-        them, and the last one's deletion is the borrow's last use."""
-        b = self._borrows.pop(alias, None)
-        if b is None:
-            return [alias]
-        if b.storage is not None:
-            self._borrowed.pop(id(b.storage), None)
-        names = sorted(b.names)
-        for r in names:
-            self._name_borrow.pop(r, None)
-            self._ended.add(r)
-        if not b.last:
-            if len(names) > 1:
-                self.sim.next_command("DeleteRefs")  # all but the last, before BorrowLastUse
-            self._last_use(b)
-            self.sim.next_command("DeleteRefs")
-        return sorted({alias, *names})
 
     def _wait(self, shape: Shape, stream: str, key: int) -> list[tuple[WorkerGroup, int, int]]:
         sim = self.sim
@@ -520,8 +323,8 @@ class SimEngine:
         sim = self.sim
         name = cmd.op.replace("::", ".")
         outs = [r for r in cmd.outs if r is not None]
-        inputs = self._ref_ids(cmd.args) + self._ref_ids(cmd.kwargs)
-        self._first_use(inputs)
+        inputs = ref_ids(cmd.args) + ref_ids(cmd.kwargs)
+        self._borrows.first_use(inputs)
         sim.next_command(name)
         self._status_due = True
         # an op that returns its input (add_): Monarch named the result anew and deletes
@@ -534,60 +337,21 @@ class SimEngine:
             and outs
             and inputs
             and not cmd.mutates
-            and self._shares_storage(outs[0], inputs[0])
+            and self.refs.shares_storage(outs[0], inputs[0])
         )
         if view_only:
             placed = sim.task(groups, stream, name, 0, traced=False)
             self._allocate(placed, outs, stream)
             return
-        devices = {self._device(r) for r in outs + inputs}
+        devices = {self.refs.device(r) for r in outs + inputs}
         device = "cuda" if "cuda" in devices else "cpu"
         if name in ("aten._to_copy", "aten.copy_", "aten.to") and len(devices) > 1:
-            nbytes = sum(self._spec[r].nbytes for r in inputs if r in self._spec)
-            cost = self.costs.host_copy(nbytes)
+            cost = self.costs.host_copy(self.refs.total_bytes(inputs))
         else:
-            cost = self.costs.op(cmd.op, self._specs(cmd.args), self._specs(cmd.kwargs), device)
+            args, kwargs = self.refs.specs(cmd.args), self.refs.specs(cmd.kwargs)
+            cost = self.costs.op(cmd.op, args, kwargs, device)
         placed = sim.task(groups, stream, name, _ns(cost), self._meta())
         self._allocate(placed, outs, stream)
-
-    def _shares_storage(self, out: int, inp: int) -> bool:
-        wo, wi = self._handles.get(out), self._handles.get(inp)
-        ho = wo() if wo is not None else None
-        hi = wi() if wi is not None else None
-        return ho is not None and hi is not None and ho._storage is hi._storage
-
-    def _subgroups(self, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
-        key = id(groups)
-        hit = self._sub.get(key)
-        if hit is not None and hit[0] is groups:
-            return hit[1]  # type: ignore[no-any-return]
-        arr = np.array(groups, dtype=np.int64)
-        self._sub[key] = (groups, arr)  # type: ignore[assignment]
-        return arr
-
-    def _components(self, sub: np.ndarray) -> list[list[WorkerGroup]]:
-        """The worker groups that exchange data in a collective over the rows of ``sub``."""
-        sim = self.sim
-        mapping = sim._worker_group_mapping
-        gids = mapping[sub]  # rows: subgroups; values: group index
-        first = np.repeat(gids[:, :1], gids.shape[1], axis=1)
-        pairs = np.unique(np.stack([first.ravel(), gids.ravel()], axis=1), axis=0)
-        parent: dict[int, int] = {}
-
-        def find(a: int) -> int:
-            while parent.setdefault(a, a) != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        for a, b in pairs.tolist():
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[ra] = rb
-        comps: dict[int, list[WorkerGroup]] = {}
-        for gid in sorted(parent):
-            comps.setdefault(find(gid), []).append(sim.workers[gid])
-        return list(comps.values())
 
     def _reduce(self, shape: Shape, stream: str, cmd: Any, srcs: Any, outs: list[int]) -> None:
         sim = self.sim
@@ -599,67 +363,28 @@ class SimEngine:
             # "all_reduce"; the cost is that of what runs.
             label = "all_reduce" if cmd.scatter else "reduce_scatter"
             kind = "reduce_scatter" if cmd.scatter else "all_reduce"
-        self._first_use(srcs)
+        self._borrows.first_use(srcs)
         for _ in srcs:  # Monarch's controller sends one Reduce a tensor
             sim.next_command("Reduce")
         self._status_due = True
         self._groups(shape)  # split groups the collective treats differently
-        sub = self._subgroups(cmd.groups)
-        nbytes = sum(self._spec[s].nbytes for s in srcs if s in self._spec)
-        cost = self._collective_cost(kind, nbytes, sub)
-        placed = sim.synchronised(self._components(sub), stream, label, _ns(cost), self._meta())
+        sub = self._collectives.subgroups(cmd.groups)
+        cost = self._collectives.cost(kind, self.refs.total_bytes(srcs), sub)
+        comps = self._collectives.components(sub)
+        placed = sim.synchronised(comps, stream, label, _ns(cost), self._meta())
         self._allocate(placed, outs, stream)
-
-    def _collective_cost(self, kind: str, nbytes: int, sub: np.ndarray) -> float:
-        if sub.shape[1] <= 1:
-            return 0.0
-        hosts = sub // self.gpus_per_host
-        spans = bool((hosts.max(axis=1) != hosts.min(axis=1)).any())
-        rep = sub[int(np.argmax(hosts.max(axis=1) != hosts.min(axis=1)))] if spans else sub[0]
-        return self.costs.collective(kind, nbytes, [int(r) for r in rep])
 
     def _send_to(self, stream: str, cmd: SendTo) -> None:
         sim = self.sim
         if cmd.src is not None:
-            self._first_use([cmd.src])
+            self._borrows.first_use([cmd.src])
         sim.next_command("SendTensor")
         self._status_due = True
-        spec = self._spec.get(cmd.src) if cmd.src is not None else None
+        spec = self.refs.spec.get(cmd.src) if cmd.src is not None else None
         nbytes = spec.nbytes if spec is not None else math.prod(cmd.shape) * cmd.dtype.itemsize
-        local = [(d, s) for d, s in cmd.pairs if d == s]
-        remote = [(d, s) for d, s in cmd.pairs if d != s]
-        placed: list[tuple[WorkerGroup, int, int]] = []
-        if local:
-            ranks = np.unique(np.array([d for d, _ in local], dtype=np.int64))
-            cost = self.costs.op("aten::clone", (spec,), {}, "cuda") if spec else 0.0
-            placed += sim.task(sim.groups_for(ranks), stream, "SendTensor", _ns(cost), self._meta())
-        if remote:
-            srcs = np.unique(np.array([s for _, s in remote], dtype=np.int64))
-            dsts = np.unique(np.array([d for d, _ in remote], dtype=np.int64))
-            src_groups = sim.groups_for(srcs)
-            dst_groups = sim.groups_for(dsts)
-            src_groups = sim.groups_for(srcs)  # a split for dsts may have renumbered them
-            d, s = remote[0]
-            cost = self.costs.send(nbytes, int(s), int(d))
-            names = {id(g): "SendTensor" for g in src_groups}
-            names.update({id(g): "RecvTensor" for g in dst_groups if id(g) not in names})
-            comp = list({id(g): g for g in src_groups + dst_groups}.values())
-            done = sim.synchronised([comp], stream, "SendTensor", _ns(cost), self._meta(), names)
-            dst_ids = {id(g) for g in sim.groups_for(dsts)}
-            placed += [p for p in done if id(p[0]) in dst_ids]
+        placed = self._collectives.send(stream, cmd.pairs, spec, nbytes, self._meta())
         if cmd.out is not None:
             self._allocate(placed, [cmd.out], stream)
-
-    def _group_args(self, tree: Any) -> list[GroupArg]:
-        found: list[GroupArg] = []
-
-        def visit(x: Any) -> Any:
-            if isinstance(x, GroupArg):
-                found.append(x)
-            return x
-
-        pytree.tree_map(visit, tree, is_leaf=_is_ref)
-        return found
 
     def _remote(
         self, shape: Shape, stream: str, cmd: RunRemote, message: str | None = None
@@ -668,23 +393,24 @@ class SimEngine:
         unless ``message`` names the message that carries it."""
         sim = self.sim
         name = target_name(cmd.fn)
-        self._first_use(self._ref_ids(cmd.args) + self._ref_ids(cmd.kwargs))
+        self._borrows.first_use(ref_ids(cmd.args) + ref_ids(cmd.kwargs))
         sim.next_command(message or name)
         self._status_due = True
         groups = self._groups(shape)
-        args, kwargs = self._specs(cmd.args), self._specs(cmd.kwargs)
-        pgs = self._group_args((cmd.args, cmd.kwargs)) if cmd.groups else []
+        args, kwargs = self.refs.specs(cmd.args), self.refs.specs(cmd.kwargs)
+        pgs = group_args((cmd.args, cmd.kwargs)) if cmd.groups else []
         fn = None if pgs else _resolve(cmd.fn)
         cost = self.costs.remote(name, args, kwargs, fn)
         outs = [r for r in cmd.outs if r is not None]
         if pgs:
             # a function given a process group runs its collectives with the group: its
             # members start together, and it moves its tensor arguments once around it
-            sub = self._subgroups(pgs[0].groups)
+            sub = self._collectives.subgroups(pgs[0].groups)
             leaves = pytree.tree_leaves(args, is_leaf=_is_ref)
             nbytes = sum(s.nbytes for s in leaves if isinstance(s, TensorSpec))
-            cost += self._collective_cost("all_reduce", nbytes, sub)
-            placed = sim.synchronised(self._components(sub), stream, name, _ns(cost), self._meta())
+            cost += self._collectives.cost("all_reduce", nbytes, sub)
+            comps = self._collectives.components(sub)
+            placed = sim.synchronised(comps, stream, name, _ns(cost), self._meta())
         else:
             placed = sim.task(groups, stream, name, _ns(cost), self._meta())
         self._allocate(placed, outs, stream)
@@ -696,28 +422,20 @@ class SimEngine:
         with self._lock:
             self._drain()
             sim = self.sim
-            self._first_use(ids)
+            self._borrows.first_use(ids)
             sim.next_command("SendValue")
-            nbytes = sum(self._spec[r].nbytes for r in ids if r in self._spec)
-            cost = self.costs.host_copy(nbytes)
+            cost = self.costs.host_copy(self.refs.total_bytes(ids))
             placed = sim.task(self._groups(shape), "main", "fetch_shard", _ns(cost), self._meta())
             if placed:
                 sim.now = max(sim.now, max(end for _g, _s, end in placed))
             self._status()
-            return [self._zeros(r) for r in ids]
+            return [self.refs.zeros(r) for r in ids]
 
     def _status(self) -> None:
         """Monarch's controller asks for the workers' status after a fetch, and the value
         it waits for answers it."""
         self.sim.next_command("RequestStatus")
         self._status_due = False
-
-    def _zeros(self, ref: int) -> torch.Tensor:
-        spec = self._spec.get(ref)
-        with _disable_current_modes():
-            if spec is None:
-                return torch.zeros((), device="cpu")
-            return torch.zeros(spec.shape, dtype=spec.dtype, device="cpu")
 
     def call_and_fetch(
         self, shape: Shape, fn: Any, args: Any, kwargs: Any, groups: bool
@@ -737,7 +455,7 @@ class SimEngine:
         if not groups:
 
             def zero(x: Any) -> Any:
-                return self._zeros(x.id) if isinstance(x, Ref) else x
+                return self.refs.zeros(x.id) if isinstance(x, Ref) else x
 
             real = pytree.tree_map(zero, args, is_leaf=_is_ref)
             kw = pytree.tree_map(zero, kwargs, is_leaf=_is_ref)
