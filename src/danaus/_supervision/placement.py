@@ -36,6 +36,7 @@ class Placer:
         rt = host.ensure_runtime()
         node = host.ensure_node()
         logs = node.part(LogControl)
+        self._forget_gone(rt)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
         for r in sorted(ranks):
@@ -63,6 +64,24 @@ class Placer:
             if om is not None:
                 om.ref = m.ref
         return {r: procs[r] for r in ranks}
+
+    def _forget_gone(self, rt: Any) -> None:
+        """Stop (and so forget) the procs restarts spawned that are all gone now: a
+        replacement lost in turn is released, so a long run of faults holds only the
+        procs that still live (and the node's and the owners' registries let go too)."""
+        live: list[ProcMesh] = []
+        gone: list[ProcMesh] = []
+        for pm in self.procs:
+            dead = all(rt.is_lost(p.name) or p.name in rt.exited for p in pm._procs)
+            (gone if dead else live).append(pm)
+        if not gone:
+            return
+        self.procs = live
+        for pm in gone:
+            try:
+                pm.stop("its procs are gone")  # nothing to wait for: they exited
+            except Exception as e:  # pragma: no cover - a stop of dead procs sends nothing
+                log.warning("supervisor %r: forgetting gone procs failed: %r", self.name, e)
 
     def _new_procs(
         self, agent: ProcId | None, n: int, name: str, ctx: Context

@@ -74,6 +74,8 @@ class _ProcState:
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
     log_label: str | None = None  # what log lines are prefixed with (the mesh's name)
     spawner: str | None = None  # the actor that spawned these procs ("proc/mesh[rank]")
+    # Called with the mesh once ``stop()`` starts: whoever holds it (its HostMesh) lets go.
+    on_stop: list[Callable[[ProcMesh], None]] = field(default_factory=list)
 
 
 class ProcMesh(MeshTrait):
@@ -207,6 +209,9 @@ class ProcMesh(MeshTrait):
         with spawned.lock:
             if self in spawned.meshes:
                 spawned.meshes.remove(self)
+        for forget in self._state.on_stop:
+            forget(self)
+        self._state.on_stop.clear()
         rt = node.runtime
         procs = list(self._procs)
         names = {p.name for p in procs}
