@@ -66,9 +66,10 @@ class Placer:
         return {r: procs[r] for r in ranks}
 
     def _forget_gone(self, rt: Any) -> None:
-        """Stop (and so forget) the procs restarts spawned that are all gone now: a
-        replacement lost in turn is released, so a long run of faults holds only the
-        procs that still live (and the node's and the owners' registries let go too)."""
+        """Let go of the procs restarts spawned that are all gone now: a replacement
+        lost in turn is released here and in the node's and the owner's registries, so
+        a long run of faults holds only the procs that still live. (Not ``stop()``,
+        which would forget the child meshes that ran there, about to be placed anew.)"""
         live: list[ProcMesh] = []
         gone: list[ProcMesh] = []
         for pm in self.procs:
@@ -78,10 +79,7 @@ class Placer:
             return
         self.procs = live
         for pm in gone:
-            try:
-                pm.stop("its procs are gone")  # nothing to wait for: they exited
-            except Exception as e:  # pragma: no cover - a stop of dead procs sends nothing
-                log.warning("supervisor %r: forgetting gone procs failed: %r", self.name, e)
+            pm._let_go()
 
     def _new_procs(
         self, agent: ProcId | None, n: int, name: str, ctx: Context

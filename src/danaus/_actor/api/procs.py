@@ -231,6 +231,23 @@ class ProcMesh(MeshTrait):
             rt.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 
+    def _let_go(self) -> None:
+        """Forget these procs here, all of them gone (lost or exited), without stopping
+        anything: nothing is left to stop, and the actor meshes that ran on them are
+        their owners' to restart or forget (a supervisor releases a replacement proc
+        lost in turn this way). Afterwards the mesh is as if stopped."""
+        if self._state.stopped:
+            return
+        self._state.stopped = True
+        node = self._state.node or host.ensure_node()
+        spawned = node.part(_Spawned)
+        with spawned.lock:
+            spawned.meshes[:] = [pm for pm in spawned.meshes if pm._state is not self._state]
+        for forget in self._state.on_stop:
+            forget(self)
+        self._state.on_stop.clear()
+        owned.forget_proc_mesh(None, self)
+
     def logging_option(
         self,
         stream_to_client: bool = True,
