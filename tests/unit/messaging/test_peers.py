@@ -68,4 +68,3 @@ def test_a_frame_to_a_peer_lost_after_it_was_connected_fails_with_the_reason() -
     w.sender.send(PEER, Ping(), b"", on_fail=reasons.append)
     assert reasons == ["its process exited"]
     assert w.soon == []  # not dialled again
-
