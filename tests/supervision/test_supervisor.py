@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from danaus._actor.api.procs import owned_proc_meshes
 from danaus.actor import Actor, SupervisionError, context, endpoint
 from danaus.supervisor import Backoff, Restart, Supervisor
 from danaus.testing import wait_until
@@ -125,6 +126,29 @@ def test_one_for_one_restarts_only_the_failed_rank_in_its_own_proc(spawn_procs, 
     new_pid = workers.slice(gpus=1).who.call_one().get(timeout=TIMEOUT)[1]
     assert new_pid not in (pid, before.item(gpus=0)[1])
     assert sup.status == "running"
+
+
+def test_replacement_procs_lost_in_turn_are_let_go(spawn_procs, sups) -> None:
+    """Issue 44's soak: every proc a restart spawned stayed held (by the supervisor, the
+    node's and the owner's registries) after it was killed in turn; only live ones may."""
+    procs = spawn_procs(gpus=1)
+    sup = sups(strategy="one_for_one", max_restarts=10)
+    workers: Any = sup.spawn(procs, "workers", Worker)
+    killed = []
+    replacements: set[str] = set()  # every proc a restart spawned
+    for n in range(1, 4):
+        pid = pids(workers)[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+        restarted(sup, n)
+        replacements |= {p.name for pm in sup._placer.procs for p in pm._procs}
+    assert pids(workers)[0] not in killed
+    assert wait_pids_gone(killed) == []
+    # The last replacement lives; those before it died: each was let go.
+    (live,) = [p.name for pm in sup._placer.procs for p in pm._procs]
+    assert len(replacements) == 3
+    held = {p.name for pm in owned_proc_meshes() for p in pm._procs}
+    assert held & replacements == {live}
 
 
 def test_one_for_all_restarts_every_rank_of_every_child(spawn_procs, sups) -> None:

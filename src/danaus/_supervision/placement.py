@@ -36,6 +36,7 @@ class Placer:
         node = m.node
         rt = node.runtime
         logs = node.part(LogControl)
+        self._forget_gone(rt)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
         for r in sorted(ranks):
@@ -65,6 +66,22 @@ class Placer:
             if om is not None:
                 om.ref = m.ref
         return {r: procs[r] for r in ranks}
+
+    def _forget_gone(self, rt: Any) -> None:
+        """Let go of the procs restarts spawned that are all gone now: a replacement
+        lost in turn is released here and in the node's and the owner's registries, so
+        a long run of faults holds only the procs that still live. (Not ``stop()``,
+        which would forget the child meshes that ran there, about to be placed anew.)"""
+        live: list[ProcMesh] = []
+        gone: list[ProcMesh] = []
+        for pm in self.procs:
+            dead = all(rt.is_lost(p.name) or p.name in rt.exited for p in pm._procs)
+            (gone if dead else live).append(pm)
+        if not gone:
+            return
+        self.procs = live
+        for pm in gone:
+            pm._let_go()
 
     def _new_procs(
         self, agent: ProcId | None, n: int, name: str, ctx: Context

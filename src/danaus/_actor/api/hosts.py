@@ -48,8 +48,27 @@ class _HostState:
     owned: bool
     shut_down: bool = False
     name: str | None = None  # attach_to_workers(name=...): how the mesh shows itself
+    # The proc meshes spawned through this mesh and not stopped (``stop()`` stops them);
+    # a mesh leaves once it is stopped, so a long run of spawns and stops holds none.
     proc_meshes: list[ProcMesh] = field(default_factory=list)
     syncs: _Syncs = field(default_factory=_Syncs)  # sync_workspace's procs and directories
+    lock: threading.Lock = field(default_factory=threading.Lock)  # guards proc_meshes
+
+    def add(self, pm: ProcMesh) -> None:
+        with self.lock:
+            self.proc_meshes.append(pm)
+        pm._state.on_stop.append(self.forget)
+
+    def forget(self, pm: ProcMesh) -> None:
+        """``pm`` was stopped: this mesh no longer holds it (nor its slices)."""
+        with self.lock:
+            self.proc_meshes[:] = [p for p in self.proc_meshes if p._state is not pm._state]
+
+    def take(self) -> list[ProcMesh]:
+        """The meshes to stop (``stop()``, ``shutdown()``); none is held after."""
+        with self.lock:
+            meshes, self.proc_meshes = self.proc_meshes, []
+        return meshes
 
 
 class HostMesh(MeshTrait):
@@ -147,7 +166,7 @@ class HostMesh(MeshTrait):
             )
         ensure_registry()  # reachable by the procs before any of them starts
         pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands)
-        self._state.proc_meshes.append(pm)
+        self._state.add(pm)
         return pm
 
     def _check_owned(self, what: str) -> None:
@@ -222,9 +241,11 @@ class HostMesh(MeshTrait):
                     pm = spawn_on(list(agents), {}, self._shape, None, "code_sync", self)
                     entry = syncs.procs[agents] = (pm, pm.spawn("danaus_code_sync", CodeSyncActor))
                 dsts = list(workspace.dirs.values())
+                with self._state.lock:
+                    meshes = list(self._state.proc_meshes)
                 report = sync(
                     entry[1],
-                    list(self._state.proc_meshes),
+                    meshes,
                     syncs.reloaders,
                     workspace,
                     syncs.hashes,
@@ -236,17 +257,15 @@ class HostMesh(MeshTrait):
 
     def stop(self) -> Future[None]:
         """Stop the procs spawned through this mesh; the hosts stay up for another client."""
-        futures = [pm.stop("the host mesh was stopped") for pm in self._state.proc_meshes]
+        futures = [pm.stop("the host mesh was stopped") for pm in self._state.take()]
         futures += self._state.syncs.stop()
-        self._state.proc_meshes.clear()
         return _all_done(futures, "the host mesh's procs to stop")
 
     def shutdown(self) -> Future[None]:
         """Stop this mesh's procs and shut the worker hosts down. Refused on a reference."""
         self._check_owned("shut down")
-        futures = [pm.stop("the host mesh was shut down") for pm in self._state.proc_meshes]
+        futures = [pm.stop("the host mesh was shut down") for pm in self._state.take()]
         futures += self._state.syncs.stop()
-        self._state.proc_meshes.clear()
         self._state.shut_down = True
         rt = this_node().runtime
         agents = [

@@ -80,6 +80,8 @@ class _ProcState:
     tensor_engine: Any = None  # the tensor engine's client side, made at first activate()
     log_label: str | None = None  # what log lines are prefixed with (the mesh's name)
     spawner: str | None = None  # the actor that spawned these procs ("proc/mesh[rank]")
+    # Called with the mesh once ``stop()`` starts: whoever holds it (its HostMesh) lets go.
+    on_stop: list[Callable[[ProcMesh], None]] = field(default_factory=list)
 
 
 class ProcMesh(MeshTrait):
@@ -227,6 +229,9 @@ class ProcMesh(MeshTrait):
         with spawned.lock:
             if self in spawned.meshes:
                 spawned.meshes.remove(self)
+        for forget in self._state.on_stop:
+            forget(self)
+        self._state.on_stop.clear()
         rt = node.runtime
         procs = list(self._procs)
         names = {p.name for p in procs}
@@ -245,6 +250,23 @@ class ProcMesh(MeshTrait):
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
             rt.peers.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
+
+    def _let_go(self) -> None:
+        """Forget these procs here, all of them gone (lost or exited), without stopping
+        anything: nothing is left to stop, and the actor meshes that ran on them are
+        their owners' to restart or forget (a supervisor releases a replacement proc
+        lost in turn this way). Afterwards the mesh is as if stopped."""
+        if self._state.stopped:
+            return
+        self._state.stopped = True
+        node = self._state.node or host.ensure_node()
+        spawned = node.part(_Spawned)
+        with spawned.lock:
+            spawned.meshes[:] = [pm for pm in spawned.meshes if pm._state is not self._state]
+        for forget in self._state.on_stop:
+            forget(self)
+        self._state.on_stop.clear()
+        owned.forget_proc_mesh(None, self)
 
     def logging_option(
         self,

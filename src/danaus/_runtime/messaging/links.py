@@ -110,7 +110,10 @@ class Links:
         self.outgoing: set[Connection] = set()  # connections we dialled, open
         self.incoming: set[Connection] = set()  # connections others dialled, open
         self._spares = spares  # welcomed while we held their proc lost (the peer table's)
-        self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
+        # The other names a connection serves, all lost with it: the name it answered
+        # when dialled by address, and the provisional names of later dials by address
+        # that took it over (attaching to the same worker again).
+        self._aliases: dict[Connection, list[str]] = {}
 
     def all_connections(self) -> list[Connection]:
         """Every open connection: dialled, accepted, established or not (a snapshot)."""
@@ -231,12 +234,14 @@ class Links:
                     and not other.pending
                 ):
                     alias = other
-                    self._aliases[conn] = welcome.proc.name
+                    self._aliases.setdefault(conn, []).append(welcome.proc.name)
                 elif other.lost is None and other.link is not None and not other.link.closed:
                     # Attached again to a proc we share a connection with: the
                     # provisional name uses that one, and this one goes (the proc only
                     # reads it, and would keep it open, as we would, for nothing).
+                    # It is lost with that one (else it kept the closed connection).
                     reuse = other.link
+                    self._aliases.setdefault(reuse, []).append(dialled)
         if waiting is not None:
             waiting.close()  # theirs lost to ours: they close it too
         if reuse is not None:
@@ -293,7 +298,7 @@ class Links:
         self.incoming.discard(conn)
         self.outgoing.discard(conn)
         self._forget_handshake(conn)
-        alias = self._aliases.pop(conn, None)
+        aliases = self._aliases.pop(conn, [])
         proc = conn.peer
         if proc is None:
             self._relay_closed(conn, exc)  # a gateway connection, or one relayed through it
@@ -306,7 +311,7 @@ class Links:
         with self._lock:
             if self._spares.get(proc.name) is conn:
                 del self._spares[proc.name]
-            for name in [proc.name] if alias is None else [proc.name, alias]:
+            for name in [proc.name, *aliases]:
                 peer = self._peers.get(name)
                 if peer is None:
                     continue

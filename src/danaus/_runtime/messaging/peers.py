@@ -314,6 +314,10 @@ class PeerTable:
             peer.queued_bytes = 0
             cbs, peer.ready_cbs = peer.ready_cbs, []
             conns = [peer.link, peer.dialing, peer.waiting]
+            # What is left of a lost peer is its name and why (senders fail fast on
+            # ``lost``): not its connections, whose buffers (the decoder's staging,
+            # 128 KiB each) a long run of spawns and stops would otherwise keep.
+            peer.conn = peer.link = peer.dialing = peer.waiting = None
             watchers = self._watchers.pop(name, set())
         for conn in conns:
             if conn is not None and not conn.closed:

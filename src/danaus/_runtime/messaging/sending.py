@@ -154,6 +154,8 @@ class Sender:
         peers = self._peers
         name = proc.name
         peer = peers.get(name)
+        # The connection is read once: a loss (I/O thread) sets ``peer.conn`` to None.
+        conn = None
         if peer is not None:  # what this process holds for the peer (backpressure.outbound)
             conn = peer.conn
             held = peer.queued_bytes if conn is None else peer.queued_bytes + conn.backlog_bytes
@@ -162,9 +164,10 @@ class Sender:
             if held and held > self._high():
                 self._wait_for_room(peer)
                 peer = peers.get(name)
-        if peer is not None and peer.conn is not None and peer.conn.tcp is None:
+                conn = peer.conn if peer is not None else None
+        if conn is not None and conn.tcp is None:
             try:  # a proc of this process (inproc): the frame is handed over, not encoded
-                peer.conn.send_message(wire(header), body, buffers)
+                conn.send_message(wire(header), body, buffers)
                 return
             except Exception:  # closed: the slow path below reports it
                 log.debug("handing a frame to %s failed", proc.name, exc_info=True)
@@ -175,9 +178,9 @@ class Sender:
         else:
             self.send_buffers(proc, header, body, buffers, on_fail, pickled)
             return
-        if peer is not None and peer.conn is not None and not peer.conn.closed:
+        if conn is not None and not conn.closed:
             try:
-                peer.conn.send(parts)
+                conn.send(parts)
                 return
             except Exception:  # lost: fall through to the slow path, which reports it
                 log.debug("sending a frame to %s failed", proc.name, exc_info=True)
@@ -222,11 +225,12 @@ class Sender:
         conn_left = None if offloaded else on_left
         try:
             peer = self._peers.get(proc.name)
-            if peer is not None and peer.conn is not None and not peer.conn.closed:
+            conn = peer.conn if peer is not None else None  # once: a loss sets it to None
+            if conn is not None and not conn.closed:
                 try:
                     # Lent: the caller waits; else what is not written at once is a
                     # snapshot, its budget given back once it is written.
-                    peer.conn.send(parts, conn_left, copy=sent is None)
+                    conn.send(parts, conn_left, copy=sent is None)
                     return
                 except Exception:  # lost: fall through to the slow path, which reports it
                     log.debug("sending a frame to %s failed", proc.name, exc_info=True)
@@ -268,13 +272,14 @@ class Sender:
                         self._call_soon(self._connect, peer)
                     return
                 lost = peer.lost
+                conn = peer.conn  # under the lock: a loss after it sets peer.conn to None
             if not later:
                 break
             owned = [p if isinstance(p, bytes) else own(p) for p in parts]
         if lost is None:
-            assert peer.conn is not None
+            assert conn is not None
             try:
-                peer.conn.send(parts, on_left, copy=not lend)
+                conn.send(parts, on_left, copy=not lend)
                 return
             except Exception as e:
                 lost = f"sending to proc {proc.name} failed: {e}"
