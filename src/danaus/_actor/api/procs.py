@@ -259,7 +259,7 @@ class ProcMesh(MeshTrait):
         if self._state.stopped:
             return
         self._state.stopped = True
-        node = self._state.node or host.ensure_node()
+        node = self._node()
         spawned = node.part(_Spawned)
         with spawned.lock:
             spawned.meshes[:] = [pm for pm in spawned.meshes if pm._state is not self._state]
