@@ -21,7 +21,7 @@ from typing import Any
 
 from danaus._actor.api.procs import owned_proc_meshes
 from danaus._actor.core import owned
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus._transport.auth import new_secret
 from danaus._transport.conn.connection import Connection
 from danaus.actor import Actor, attach_to_workers, endpoint, this_host
@@ -45,7 +45,7 @@ def _connections() -> int:
 
 def _held() -> dict[str, Any]:
     """The sizes of what the client keeps per mesh and per proc."""
-    registry = host.ensure_node().part(owned.Registry)
+    registry = this_node().part(owned.Registry)
     with registry.lock:
         actor_meshes = len(registry.actor_meshes)
         proc_meshes = sum(len(v) for v in registry.proc_meshes.values())
@@ -58,11 +58,11 @@ def _held() -> dict[str, Any]:
 
 
 def _lost_peers_holding_a_connection() -> list[str]:
-    rt = host.ensure_runtime()
-    with rt._lock:
+    rt = this_node().runtime
+    with rt.peers.lock:
         return [
             name
-            for name, p in rt._peers.items()
+            for name, p in rt.peers.table.items()
             if p.lost is not None and (p.conn or p.link or p.dialing or p.waiting)
         ]
 
@@ -83,8 +83,8 @@ def test_spawning_and_stopping_meshes_leaves_the_registries_as_they_were() -> No
     assert _held() == before
     # A stopped proc stays known as lost (a late message to it fails at once, saying
     # why), but without its connection.
-    rt = host.ensure_runtime()
-    assert all(rt.is_lost(n) for n in names), [(n, rt.is_lost(n)) for n in names]
+    rt = this_node().runtime
+    assert all(rt.peers.is_lost(n) for n in names), [(n, rt.peers.is_lost(n)) for n in names]
     assert _lost_peers_holding_a_connection() == []
     # Closed connections go once the liveness ticker forgets them (one heartbeat).
     wait_until(_connections, REPLY_TIMEOUT, f"{conns} connections", until=lambda n: n <= conns)
@@ -104,7 +104,7 @@ def test_a_host_mesh_lets_go_of_a_stopped_mesh_and_keeps_the_live_ones() -> None
 
 
 def test_a_worker_attached_twice_and_lost_leaves_no_connection_held() -> None:
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     secret = rt.secret.decode() if rt.secret is not None else new_secret()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
     env.update(DANAUS_SECRET=secret, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -128,14 +128,14 @@ def test_a_worker_attached_twice_and_lost_leaves_no_connection_held() -> None:
         (agent,) = again._agents()
         assert agent is not None
         os.killpg(worker.pid, signal.SIGKILL)  # the host is gone
-        wait_until(lambda: rt.is_lost(agent.name), REPLY_TIMEOUT, "the worker to be lost")
+        wait_until(lambda: rt.peers.is_lost(agent.name), REPLY_TIMEOUT, "the worker to be lost")
         # Every name the connections served is lost with them (the provisional names
         # of both attaches too), and none of them holds its closed connection.
         assert _lost_peers_holding_a_connection() == []
-        with rt._lock:
+        with rt.peers.lock:
             stale = [
                 n
-                for n, p in rt._peers.items()
+                for n, p in rt.peers.table.items()
                 if p.lost is None and any(c is not None and c.closed for c in (p.conn, p.link))
             ]
         assert stale == []

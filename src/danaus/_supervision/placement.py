@@ -75,7 +75,7 @@ class Placer:
         live: list[ProcMesh] = []
         gone: list[ProcMesh] = []
         for pm in self.procs:
-            dead = all(rt.is_lost(p.name) or p.name in rt.exited for p in pm._procs)
+            dead = all(rt.peers.is_lost(p.name) or p.name in rt.peers.exited for p in pm._procs)
             (gone if dead else live).append(pm)
         if not gone:
             return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from danaus._runtime.messaging.peers import PeerTable, _Peer
@@ -22,29 +21,31 @@ class Conn:
         self.closed = True
 
 
-class Table(PeerTable):
+def _table() -> tuple[PeerTable, list[tuple[str, str]]]:
     """A peer table with nothing around it: losses are recorded."""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._peers = {}
-        self._spares = {}
-        self._watchers = {}
-        self._exit_waiters = {}
-        self._lost_waiters = {}
-        self.ports = {}
-        self.exited = {}
-        self.heard: list[tuple[str, str]] = []
-        self.lost_callbacks = [lambda name, why: self.heard.append((name, why))]
-        self.notify_room = lambda: None
+    def unused(*args: Any) -> Any:
+        raise AssertionError("not called by these tests")
 
-    def call_soon(self, fn: Any, *args: Any) -> None:
-        fn(*args)
+    t = PeerTable(
+        None,  # type: ignore[arg-type]
+        me=lambda: ProcId("me", "unix:/nowhere/me.sock"),
+        call_soon=lambda fn, *args: fn(*args),
+        connect=unused,
+        publish=unused,
+        adopt=unused,
+        port=lambda no: None,
+        open_ports=lambda: [],
+        notify_room=lambda: None,
+    )
+    heard: list[tuple[str, str]] = []
+    t.lost_callbacks.append(lambda name, why: heard.append((name, why)))
+    return t, heard
 
 
 def test_a_lost_peer_keeps_why_but_not_its_connections() -> None:
-    t = Table()
-    peer = t._peers[PEER.name] = _Peer(PEER, pending=False)
+    t, heard = _table()
+    peer = t.table[PEER.name] = _Peer(PEER, pending=False)
     link, dialing, waiting = Conn(), Conn(), Conn()
     peer.conn = peer.link = link  # type: ignore[assignment]
     peer.dialing, peer.waiting = dialing, waiting  # type: ignore[assignment]
@@ -54,13 +55,13 @@ def test_a_lost_peer_keeps_why_but_not_its_connections() -> None:
     # its name stays, lost, so a late frame fails at once with the reason.
     assert (peer.conn, peer.link, peer.dialing, peer.waiting) == (None, None, None, None)
     assert t.is_lost(PEER.name) == "its process exited"
-    assert t.heard == [(PEER.name, "its process exited")]
+    assert heard == [(PEER.name, "its process exited")]
 
 
 def test_a_frame_to_a_peer_lost_after_it_was_connected_fails_with_the_reason() -> None:
-    t = Table()
+    t, _ = _table()
     w = World()
-    t._peers = w.peers
+    t.table = w.peers
     peer = w.peers[PEER.name] = _Peer(PEER, pending=False)
     peer.conn = peer.link = Conn()  # type: ignore[assignment]
     t.peer_lost(PEER.name, "its process exited")
