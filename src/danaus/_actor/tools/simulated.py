@@ -164,6 +164,8 @@ class SimulatedMesh:
         self.on_loop(down)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=30)
+        if not self.thread.is_alive():
+            self.loop.close()  # its selector and self-pipe go now, not when collected
 
     def __enter__(self) -> SimulatedMesh:
         return self
