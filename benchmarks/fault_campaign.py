@@ -37,6 +37,7 @@ seconds long). Output: a table on stdout; ``--json PATH`` writes the raw rows.
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import itertools
 import json
@@ -713,33 +714,59 @@ class Report:
 
 
 class Baseline:
-    """The client's threads and descriptors, and each live worker's."""
+    """The client's threads and descriptors, and each live worker's: counts, and what
+    each is (thread names, descriptor targets), so a leftover can be named."""
 
     def __init__(self, lab: Lab) -> None:
-        self.client = (_count("self", "task"), _count("self", "fd"))
-        self.workers = {
-            w.proc.pid: (_count(w.proc.pid, "task"), _count(w.proc.pid, "fd"))
-            for w in lab.workers
-            if w.proc.poll() is None
-        }
+        self.client = _what("self")
+        self.workers = {w.proc.pid: _what(w.proc.pid) for w in lab.workers if w.proc.poll() is None}
 
     def excess(self, lab: Lab) -> tuple[int, int, str]:
-        threads = _count("self", "task") - self.client[0]
-        fds = _count("self", "fd") - self.client[1]
+        now = _what("self")
+        threads = len(now[0]) - len(self.client[0])
+        fds = len(now[1]) - len(self.client[1])
         notes = []
         if threads > 0 or fds > 0:
-            notes.append(f"client +{threads} threads +{fds} fds")
+            notes.append(f"client +{threads} threads +{fds} fds{_diff(self.client, now)}")
         for w in lab.workers:
             was = self.workers.get(w.proc.pid)
             if was is None or w.proc.poll() is not None:
                 continue
-            dt = _count(w.proc.pid, "task") - was[0]
-            df = _count(w.proc.pid, "fd") - was[1]
+            cur = _what(w.proc.pid)
+            dt, df = len(cur[0]) - len(was[0]), len(cur[1]) - len(was[1])
             if dt > 0 or df > 0:
-                notes.append(f"worker {w.host.index} +{dt} threads +{df} fds")
+                notes.append(f"worker {w.host.index} +{dt} threads +{df} fds{_diff(was, cur)}")
             threads += max(0, dt)
             fds += max(0, df)
         return max(0, threads), max(0, fds), "; ".join(notes)
+
+
+def _what(pid: int | str) -> tuple[list[str], list[str]]:
+    """The names of ``pid``'s threads and the targets of its descriptors."""
+    names, targets = [], []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return names, targets
+
+
+def _diff(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]]) -> str:
+    """What ``now`` has more of than ``was``: thread names, descriptor kinds."""
+
+    def kind(t: str) -> str:
+        return t.split(":", 1)[0] if ":[" in t else t
+
+    more = []
+    for a, b in ((was[0], now[0]), ([kind(t) for t in was[1]], [kind(t) for t in now[1]])):
+        c = collections.Counter(b)
+        c.subtract(collections.Counter(a))
+        more += [f"{k} x{n}" for k, n in c.items() if n > 0]
+    return f" ({', '.join(more)})" if more else ""
 
 
 def _alive(pid: int) -> bool:

@@ -30,14 +30,18 @@ class Placer:
         self._spare_next = 0
         self.procs: list[ProcMesh] = []  # the procs restarts spawned (stopped with us)
 
-    def place(self, m: _MeshChild, ranks: set[int], ctx: Context) -> dict[int, ProcId]:
+    def place(
+        self, m: _MeshChild, ranks: set[int], ctx: Context
+    ) -> tuple[dict[int, ProcId], set[int]]:
         """Where each rank goes: its proc if alive, else a new proc on its host, else a
-        spare host's (spawned as ``ctx``). Updates the child's procs."""
+        spare host's (spawned as ``ctx``). Updates the child's procs. Returns the
+        placements and the ranks no host could take (their procs are unchanged)."""
         rt = host.ensure_runtime()
         node = host.ensure_node()
         logs = node.part(LogControl)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
+        unplaced: set[int] = set()
         for r in sorted(ranks):
             p = procs[r]
             if not rt.is_lost(p.name) and p.name not in rt.exited:
@@ -50,10 +54,11 @@ class Placer:
             if new is None:
                 new = self._spare_procs(len(rs), m.name, ctx)
             if new is None:
-                log.error(
-                    "supervisor %r: no host to restart %s%s on; they stay failed",
-                    self.name, m.name, rs,
+                log.warning(
+                    "supervisor %r: no host to restart %s%s on (their host is gone and "
+                    "no spare host took them)", self.name, m.name, rs,
                 )  # fmt: skip
+                unplaced.update(rs)
                 continue
             for r, p in zip(rs, new, strict=True):
                 procs[r] = p
@@ -62,7 +67,7 @@ class Placer:
             om = owned.get(m.ref.mesh_id)
             if om is not None:
                 om.ref = m.ref
-        return {r: procs[r] for r in ranks}
+        return {r: procs[r] for r in ranks if r not in unplaced}, unplaced
 
     def _new_procs(
         self, agent: ProcId | None, n: int, name: str, ctx: Context

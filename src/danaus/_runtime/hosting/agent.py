@@ -264,11 +264,33 @@ def _child_main(name: str, boot: dict[str, Any]) -> int:
 
 
 def _preload(modules: list[str]) -> None:
+    """Import ``modules`` here, before the zygote is forked, so every proc starts with
+    them (the ``zygote_preload`` setting adds to danaus's own). The zygote forks: a
+    module that started a thread at import is named (a fork copies no thread)."""
+    before = _threads()
     for mod in modules:
         try:
             importlib.import_module(mod)
         except Exception:  # a preload is an optimisation: report and go on
             traceback.print_exc()
+        now = _threads()
+        if now > before:
+            print(
+                f"danaus: preloading {mod!r} started {now - before} thread(s); procs are "
+                "forked from this process, so those threads are absent in them (set "
+                "OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1, or leave it out of "
+                "zygote_preload)",
+                file=sys.stderr,
+                flush=True,
+            )
+            before = now
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: nothing to say
+        return 1
 
 
 def _fork_zygote() -> tuple[int, int]:
