@@ -46,6 +46,7 @@ import random
 import secrets
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -78,6 +79,7 @@ from danaus.supervisor import Supervisor  # noqa: E402
 HOSTS = 4  # the workload's hosts; one more is the spare
 PROCS_PER_HOST = 2
 STATE_SIZE = "64m"
+PRELOAD = "torch"  # what every proc of the lab starts with (zygote_preload)
 
 
 @dataclass(frozen=True)
@@ -190,12 +192,18 @@ class Lab:
         self.settings = {
             "DANAUS_HEARTBEAT_INTERVAL": str(timing.interval),
             "DANAUS_HEARTBEAT_TIMEOUT": str(timing.limit),
+            # Each worker's zygote imports torch once: a replacement replica is a fork
+            # with torch loaded, not a process importing it (seconds, under load tens).
+            "DANAUS_ZYGOTE_PRELOAD": PRELOAD,
         }
         self.net = _netlab.Network.make()
         self.workers: list[_netlab.Worker] = []
         try:
             self.hosts = [self.net.add_host() for _ in range(HOSTS + 1)]
-            self.workers = [self._start(h) for h in self.hosts]
+            # All at once: each worker's start (its imports) waits for no other's.
+            self.workers = _netlab.start_workers(
+                self.hosts, self.secret, self.settings, state_size=STATE_SIZE
+            )
         except BaseException:
             self.close()
             raise
@@ -727,7 +735,10 @@ class Baseline:
         fds = len(now[1]) - len(self.client[1])
         notes = []
         if threads > 0 or fds > 0:
-            notes.append(f"client +{threads} threads +{fds} fds{_diff(self.client, now)}")
+            notes.append(
+                f"client +{threads} threads +{fds} fds{_diff(self.client, now)}"
+                f"{_sockets(self.client, now, None)}"
+            )
         for w in lab.workers:
             was = self.workers.get(w.proc.pid)
             if was is None or w.proc.poll() is not None:
@@ -735,7 +746,10 @@ class Baseline:
             cur = _what(w.proc.pid)
             dt, df = len(cur[0]) - len(was[0]), len(cur[1]) - len(was[1])
             if dt > 0 or df > 0:
-                notes.append(f"worker {w.host.index} +{dt} threads +{df} fds{_diff(was, cur)}")
+                notes.append(
+                    f"worker {w.host.index} +{dt} threads +{df} fds{_diff(was, cur)}"
+                    f"{_sockets(was, cur, w.host)}"
+                )
             threads += max(0, dt)
             fds += max(0, df)
         return max(0, threads), max(0, fds), "; ".join(notes)
@@ -743,9 +757,13 @@ class Baseline:
 
 def _what(pid: int | str) -> tuple[list[str], list[str]]:
     """The names of ``pid``'s threads and the targets of its descriptors."""
-    names, targets = [], []
+    names: list[str] = []
+    targets: list[str] = []
+    if pid == "self":  # this process: its threads by their Python names
+        names = [t.name.rstrip("0123456789-") for t in threading.enumerate()]
+        names += ["(not Python)"] * max(0, _count("self", "task") - len(names))
     with contextlib.suppress(OSError):
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        for tid in os.listdir(f"/proc/{pid}/task") if pid != "self" else ():
             with contextlib.suppress(OSError):
                 names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
     with contextlib.suppress(OSError):
@@ -753,6 +771,25 @@ def _what(pid: int | str) -> tuple[list[str], list[str]]:
             with contextlib.suppress(OSError):
                 targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
     return names, targets
+
+
+def _sockets(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]], host: Any) -> str:
+    """The sockets ``now`` has and ``was`` had not, as ``ss`` shows them (their peers)."""
+    inodes = {t[len("socket:[") : -1] for t in now[1] if t.startswith("socket:[")}
+    inodes -= {t[len("socket:[") : -1] for t in was[1] if t.startswith("socket:[")}
+    if not inodes:
+        return ""
+    argv = ["ss", "-tanxe"] if host is None else host.exec_argv("ss", "-tanxe")
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [
+        " ".join(ln.split()[:6])
+        for ln in out.splitlines()
+        if any(f"ino:{i} " in ln + " " for i in inodes)
+    ]
+    return f" [{'; '.join(lines)}]" if lines else f" [sockets {sorted(inodes)} not in ss]"
 
 
 def _diff(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]]) -> str:
@@ -852,25 +889,31 @@ def run(
     save: Callable[[Report], None],
     each_kind: bool = False,
     soak_kinds: list[str] | None = None,
+    mixed: bool | None = None,
 ) -> Report:
     """``schedule``: the faults, in order, each once full size is back (the campaign);
     ``None``: the kinds in turn, one every ``every`` s (and once full size is back) for
     ``minutes`` (the soak), and on until each kind ran once if ``each_kind``."""
     rng = random.Random(seed)
     report = Report(mode, asdict(timing))
+    if mixed is None:
+        mixed = mode == "soak"
     kinds = list(soak_kinds or SOAK_FAULTS)
+    started = time.monotonic()
     with client(timing) as client_faults:
         lab = Lab(timing)
         try:
             # Once before counting: the client's threads and pools are made on first use.
-            warm = Workload(lab, mode == "soak", rng)
+            print(f"lab up in {time.monotonic() - started:.0f} s", flush=True)
+            warm = Workload(lab, mixed, rng)
             wait_for(lambda: warm.steps() >= 2 and warm.c.calls >= 2, 300)
             warm.close()
             wait_for(lambda: not lab.stray_pids(), 60)
             base = Baseline(lab)
-            w = Workload(lab, mode == "soak", rng)
+            w = Workload(lab, mixed, rng)
             wait_for(lambda: w.steps() >= 2 and w.c.calls >= 2, 300)
             t0 = time.monotonic()
+            print(f"workload up in {t0 - started:.0f} s", flush=True)
             next_sample = t0
             last_fault = t0
             n = 0
@@ -959,7 +1002,9 @@ def client(timing: Timing) -> Iterator[list[Any]]:
     danaus.actor.unhandled_fault_hook = faults.append
     try:
         with danaus.config.configured(
-            heartbeat_interval=timing.interval, heartbeat_timeout=timing.limit
+            heartbeat_interval=timing.interval,
+            heartbeat_timeout=timing.limit,
+            zygote_preload=PRELOAD,
         ):
             yield faults
     finally:
@@ -1123,6 +1168,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("campaign", help="each fault kind, --reps times, one at a time")
     c.add_argument("--reps", type=int, default=3)
     c.add_argument("--kinds", default=",".join(KINDS))
+    c.add_argument(
+        "--mixed", action="store_true",
+        help="the soak's traffic too (streams, RDMA, spawns), not only calls and training",
+    )  # fmt: skip
     s = sub.add_parser("soak", help="mixed traffic with a fault every 30 s")
     s.add_argument("--minutes", type=float, default=30.0)
     s.add_argument("--every", type=float, default=30.0, help="seconds between faults")
@@ -1150,7 +1199,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
     if args.cmd == "campaign":
         schedule = [k for k in kinds for _ in range(args.reps)]
-        report = run("campaign", timing, schedule, 0.0, 0.0, args.seed, save)
+        report = run(
+            "campaign", timing, schedule, 0.0, 0.0, args.seed, save, mixed=args.mixed
+        )  # fmt: skip
     else:
         report = run(
             "soak", timing, None, args.minutes, args.every, args.seed, save, args.each_kind,

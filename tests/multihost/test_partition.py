@@ -120,9 +120,43 @@ def test_after_a_partition_heals_the_client_can_attach_to_that_worker_again(
     again = attach_fresh([cut.worker], timeout=10.0)  # attaching takes well under 1 s
     fresh = again.spawn_procs(per_host={"gpus": 1}).spawn("found_again", Probe)
     assert fresh.facts.call_one().get(timeout=TIMEOUT).netns_inode == cut.netns_inode
+    # Attached again, and again (as a spare for a supervisor, say): the later attaches
+    # share the first one's connection, not one more each for the session (issue 44).
+    more = attach_fresh([cut.worker], timeout=10.0)
+    assert (
+        more.spawn_procs(per_host={"gpus": 1})
+        .spawn("again", Probe)
+        .echo.call_one(5)
+        .get(timeout=TIMEOUT)
+        == 5
+    )
+    assert _connections_to(cut.worker.address) == 1
+    more.stop().get(timeout=TIMEOUT)
     # Stop them now: the first host mesh's teardown shuts this worker down, which
     # (rightly) reads as a failure of any of this client's procs still running there.
     again.stop().get(timeout=TIMEOUT)
+
+
+def _connections_to(address: str) -> int:
+    """This process's established TCP connections to ``tcp://IP:PORT``."""
+    ip, port = address.removeprefix("tcp://").rsplit(":", 1)
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[len("socket:[") : -1])
+    want = "{:08X}:{:04X}".format(
+        int.from_bytes(bytes(map(int, ip.split("."))), "little"), int(port)
+    )
+    n = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        f = line.split()
+        if f[2] == want and f[3] == "01" and f[9] in mine:  # ESTABLISHED, ours
+            n += 1
+    return n
 
 
 # -- fencing: a cut-off worker stops its actors, so nothing acts twice --------------
