@@ -73,6 +73,7 @@ from danaus.actor import (  # noqa: E402
     attach_to_workers,
     current_rank,
     endpoint,
+    this_host,
 )
 from danaus.supervisor import Supervisor  # noqa: E402
 
@@ -317,7 +318,9 @@ class Workload:
     """Calls with known answers, training, and (``mixed``) streams through ports, RDMA
     transfers and spawns and stops of meshes; each loop in a thread of its own."""
 
-    def __init__(self, lab: Lab, mixed: bool, rng: random.Random) -> None:
+    def __init__(self, lab: Lab, mixed: bool, rng: random.Random, elastic: bool = True) -> None:
+        """``elastic=False`` (the warm-up): no training, a proc on this host instead (where
+        the elastic coordinator would run)."""
         from elastic_ddp import Trainer
 
         from danaus.elastic import ElasticMesh
@@ -336,14 +339,24 @@ class Workload:
         )  # fmt: skip
         self.calc: Any = self.sup.spawn(self.procs, "calc", Calc)
         self.calc.pid.call().get(timeout=120)
-        self.mesh = ElasticMesh(Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=60.0)
-        self.mesh.add_hosts(self.spare)  # replacements may go to the spare host
+        self.mesh: Any = None
+        self.local: Any = None
+        if elastic:
+            self.mesh = ElasticMesh(
+                Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=60.0
+            )
+            self.mesh.add_hosts(self.spare)  # replacements may go to the spare host
+        else:
+            self.local = this_host().spawn_procs(per_host={"procs": 1})
+            self.local.spawn("local", Calc).pid.call_one().get(timeout=120)
         self.worlds: list[tuple[float, int]] = []
         self.lock = threading.Lock()
         # Where new meshes go, by host: a host the client lost is attached again when back.
         self.meshes: dict[int, Any] = {h: self.hosts.slice(hosts=h) for h in range(HOSTS)}
         self.rejoined: list[Any] = []
-        loops: list[Callable[[], None]] = [self._calls, self._train]
+        loops: list[Callable[[], None]] = [self._calls]
+        if elastic:
+            loops.append(self._train)
         if mixed:
             loops += [self._streams, self._rdma, self._spawns]
         self.threads = [
@@ -502,15 +515,19 @@ class Workload:
             if t.is_alive():
                 self.c.hanging += 1
                 self.notes.append(f"{t.name} did not end")
-        try:
-            digests = self.mesh.call("digest")
-            if len(set(digests)) != 1:
-                self.c.wrong += 1
-                self.notes.append("replicas differ")
-        except Exception as e:
-            self.train_errors.append(f"digest: {e!r:.300}")
-        with contextlib.suppress(Exception):
-            self.mesh.stop()
+        if self.mesh is not None:
+            try:
+                digests = self.mesh.call("digest")
+                if len(set(digests)) != 1:
+                    self.c.wrong += 1
+                    self.notes.append("replicas differ")
+            except Exception as e:
+                self.train_errors.append(f"digest: {e!r:.300}")
+            with contextlib.suppress(Exception):
+                self.mesh.stop()
+        if self.local is not None:
+            with contextlib.suppress(Exception):
+                self.local.stop().get(timeout=60)
         with contextlib.suppress(Exception):
             self.sup.stop()
         for hm in (self.hosts, self.spare, *self.rejoined):
@@ -905,8 +922,14 @@ def run(
         try:
             # Once before counting: the client's threads and pools are made on first use.
             print(f"lab up in {time.monotonic() - started:.0f} s", flush=True)
-            warm = Workload(lab, mixed, rng)
-            wait_for(lambda: warm.steps() >= 2 and warm.c.calls >= 2, 300)
+            # The traffic without training (fast to start): what it makes once in the
+            # client lasts the session (connections, the local host agent, pools).
+            warm = Workload(lab, mixed, rng, elastic=False)
+            wait_for(lambda: warm.c.calls >= 2, 300)
+            # A fault too: what the client makes at its first failure (its log file and
+            # the thread that writes it) lasts the session.
+            os.kill(rng.choice(warm.calc_pids()), signal.SIGKILL)
+            wait_for(lambda: warm.sup.restarts and warm.c.calls_failed + warm.c.calls > 4, 60)
             warm.close()
             wait_for(lambda: not lab.stray_pids(), 60)
             base = Baseline(lab)
