@@ -1033,7 +1033,20 @@ def _describe(pid: int) -> str:
         state = next(x.split()[1] for x in status.splitlines() if x.startswith("State:"))
     except (OSError, StopIteration):
         return f"{pid} (gone)"
-    return f"{pid} (ppid {ppid}, state {state}, {_count(pid, 'task')} threads)"
+    wchan = ""
+    with contextlib.suppress(OSError):
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    files = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not t.startswith(("socket:", "pipe:", "anon_inode:", "/dev/")):
+                    files.add(t)
+    return (
+        f"{pid} (ppid {ppid}, state {state}, {_count(pid, 'task')} threads, wchan {wchan}, "
+        f"files {sorted(files)[:4]})"
+    )
 
 
 @contextlib.contextmanager

@@ -166,7 +166,8 @@ def check_run(report: dict[str, Any]) -> None:
     # Once the meshes stop: no proc left on any host, the client's and the
     # workers' threads and descriptors back where they were.
     left = (report["left_procs"], report["left_threads"], report["left_fds"])
-    assert left == (0, 0, 0), report["left_detail"]
+    faults = [(f["kind"], round(f["at_s"]), f["detail"]) for f in report["faults"]]
+    assert left == (0, 0, 0), (report["left_detail"], faults)
 
 
 def test_the_run_loses_nothing_and_leaves_nothing_behind(report: dict[str, Any]) -> None:

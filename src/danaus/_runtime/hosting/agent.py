@@ -101,6 +101,9 @@ class Agent:
         self.client: ProcId | None = None
         self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
         self.pids: dict[str, int] = {}
+        # Procs asked of the zygote for a client that is gone since: killed once forked
+        # (the ask was sent before the client was lost; its Forked comes after).
+        self.doomed: set[str] = set()
         # The local agent learns the secret on its lifeline; a worker's is its runtime's.
         self.secret: bytes | None = rt.secret
         self._lifeline = b""
@@ -150,6 +153,10 @@ class Agent:
             self.logs.client_gone()
             for proc in list(self.pids):
                 self._kill(proc)
+            # Asked of the zygote but not forked yet (a spawn read just before the
+            # client's loss): killed as its Forked comes, else it would run on, idle,
+            # for the worker's lifetime (found by the fault campaign after a SIGSTOP).
+            self.doomed |= set(self.procs) - set(self.pids)
 
     def _on_shutdown(self, conn: Connection, msg: Message) -> None:
         self._exit("the client shut the host down")
@@ -202,11 +209,15 @@ class Agent:
         if type(msg) is Forked:
             self.pids[msg.name] = msg.pid
             self.logs.forked(msg.name, msg.pid)
+            if msg.name in self.doomed:
+                self.doomed.discard(msg.name)
+                self._kill(msg.name)
             return
         if type(msg) is not Exited:
             raise TypeError(f"the zygote sent {msg!r:.200}, neither Forked nor Exited")
         name, status = msg.name, msg.status
         self.pids.pop(name, None)
+        self.doomed.discard(name)
         entry = self.procs.pop(name, None)
         if entry is None:
             return
