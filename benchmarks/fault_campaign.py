@@ -3,6 +3,7 @@
 ::
 
     .venv/bin/python benchmarks/fault_campaign.py campaign [--reps 3] [--kinds a,b] [--short]
+    .venv/bin/python benchmarks/fault_campaign.py campaign --short --reps 1 --mixed  # CI's
     .venv/bin/python benchmarks/fault_campaign.py soak --minutes 30 [--short]
 
 Both make a lab of 5 hosts (``danaus._netlab``: network namespaces on a bridge, a
@@ -30,8 +31,15 @@ spawns and stops of meshes, training) for ``--minutes`` with a fault every 30 s
 (the kinds in turn), checks sequence numbers at every receiver, and samples
 RSS, threads and descriptors of every process each minute.
 
-``--short``: the form the test suite runs (liveness limit 2 s, faults a few
-seconds long). Output: a table on stdout; ``--json PATH`` writes the raw rows.
+``--short``: faults a few seconds long (liveness limit 5 s, as in full);
+``campaign --short --reps 1 --mixed`` (each kind once, with the soak's traffic)
+is what ``tests/multihost/test_fault_campaign.py`` runs in the default suite.
+The workers' zygotes preload torch (``zygote_preload``): replacements are forks.
+Leftovers are counted against a baseline taken after a warm-up (the traffic
+without training, a killed proc, an unhandled failure, a printed line: what
+the client makes once per session) and named: thread names, ``ss`` lines of
+leftover sockets, leftover procs with their state and open files.
+Output: a table on stdout; ``--json PATH`` writes the raw rows.
 """
 
 from __future__ import annotations
