@@ -42,11 +42,11 @@ class Target(Actor):
 
     @endpoint
     def set_metrics(self, on: bool) -> None:
-        from danaus._runtime.hosting import proc
+        from danaus._runtime.node import this_node
 
-        rt = proc.current()
+        rt = this_node(start=False).runtime
         assert rt is not None
-        rt.metrics = on
+        rt.observing.metrics = on
 
 
 def main() -> int:

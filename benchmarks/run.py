@@ -690,10 +690,18 @@ def _merge_extra(extras: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratio(
-    results: dict[str, dict[str, dict[str, Any]]], wl: str, against: str, system: str = "danaus"
+    results: dict[str, dict[str, dict[str, Any]]],
+    wl: str,
+    against: str,
+    system: str = "danaus",
+    against_stat: str | None = None,
 ) -> float | None:
+    """``system``'s median over ``against``'s (or over the figure ``against_stat`` of
+    ``against``'s extra, e.g. the floor's raw socketpair rate)."""
     per = results.get(wl, {})
     d, o = per.get(system, {}).get("median"), per.get(against, {}).get("median")
+    if against_stat is not None:
+        o = per.get(against, {}).get("extra", {}).get(against_stat)
     if d is None or o is None or o == 0:
         return None
     return float(d) / float(o)
@@ -729,7 +737,7 @@ def evaluate_targets(
             if missing:
                 row.update(status=f"n/a ({missing[0]} not run)", value=None)
             else:
-                v = ratio(results, t.workload, t.against, t.system)
+                v = ratio(results, t.workload, t.against, t.system, t.extra.get("against_stat"))
                 row["value"] = v
                 row["status"] = _judge(v, t.op, t.bound)
         out.append(row)

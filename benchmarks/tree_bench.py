@@ -38,7 +38,7 @@ from typing import Any
 import danaus.config
 from danaus._actor.tools.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint
 
 HERE = Path(__file__).resolve().parent
@@ -60,7 +60,7 @@ class Echo(Actor):
 
 
 def _io_thread() -> threading.Thread:
-    host.ensure_runtime()
+    this_node()  # starts the client's node and its I/O thread
     for t in threading.enumerate():
         if t.name == "danaus-io":
             return t
@@ -76,14 +76,15 @@ class CallerMeter:
     """CPU of the caller's threads and frames through its in-process connections."""
 
     def __init__(self) -> None:
-        self.rt = host.ensure_runtime()
+        self.rt = this_node().runtime
         self.io = _io_thread()
         self.main = threading.current_thread()
 
     def frames(self) -> tuple[int, int]:
-        sent = sum(getattr(p.conn, "frames_sent", 0) for p in list(self.rt._peers.values()))
-        got = sum(getattr(c, "frames_received", 0) for c in list(self.rt._accepted))
-        got += sum(getattr(p.conn, "frames_received", 0) for p in list(self.rt._peers.values()))
+        peers = list(self.rt.peers.table.values())
+        sent = sum(getattr(p.conn, "frames_sent", 0) for p in peers)
+        got = sum(getattr(c, "frames_received", 0) for c in list(self.rt.links.incoming))
+        got += sum(getattr(p.conn, "frames_received", 0) for p in peers)
         return sent, got
 
     def snapshot(self) -> tuple[float, float, int, int]:

@@ -76,6 +76,25 @@ def _called(node: ast.Call) -> str | None:
     return None
 
 
+# The names the node has been looked up by: host.ensure_runtime/ensure_node/current_node,
+# node.current() and proc.current() (the runtime's), and this_node(), which replaced them.
+_LOOKUPS = {"ensure_runtime", "ensure_node", "current_node", "this_node"}
+_LOOKUP_MODULES = {"_node", "node", "node_mod", "_proc", "proc"}  # X.current(): X is one
+
+
+def _is_node_lookup(node: ast.Call) -> bool:
+    name = _called(node)
+    if name in _LOOKUPS:
+        return True
+    f = node.func
+    return (
+        name == "current"
+        and isinstance(f, ast.Attribute)
+        and isinstance(f.value, ast.Name)
+        and f.value.id in _LOOKUP_MODULES
+    )
+
+
 def _imports(name: str, path: pathlib.Path, tree: ast.Module, known: set[str]) -> set[str]:
     """Every module of the package this one imports, at any depth, TYPE_CHECKING included."""
     is_pkg = path.name == "__init__.py"
@@ -201,15 +220,19 @@ def measure(tree: pathlib.Path, *, calls: bool = False) -> dict[str, Any]:
 
     calls_of: dict[str, int] = {"ensure_runtime": 0, "ensure_node": 0}
     currents = 0
+    lookups = 0  # every way there has been to look the node up, renamed or not
     for _, _, t in mods:
         for node in ast.walk(t):
             if isinstance(node, ast.Call) and _called(node) in calls_of:
                 calls_of[str(_called(node))] += 1
             elif isinstance(node, ast.FunctionDef) and node.name == "current":
                 currents += 1
+            if isinstance(node, ast.Call) and _is_node_lookup(node):
+                lookups += 1
     f["call sites of ensure_runtime"] = calls_of["ensure_runtime"]
     f["call sites of ensure_node"] = calls_of["ensure_node"]
     f["functions named current()"] = currents
+    f["call sites of any node lookup (ensure_*, current_node, this_node, current)"] = lookups
 
     private_reads = 0
     for m, c in classes:

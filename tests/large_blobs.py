@@ -7,7 +7,7 @@ import os
 import pickle
 from typing import Any
 
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus._wire import memory
 from danaus.actor import Actor, endpoint
 
@@ -42,6 +42,6 @@ def check_blob(value: Any, size: int) -> None:
 def lost_peers() -> list[str]:
     """A list that fills with ``"name: reason"`` for each peer this client loses."""
     lost: list[str] = []
-    rt = host.ensure_runtime()
-    rt.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
+    rt = this_node().runtime
+    rt.peers.lost_callbacks.append(lambda name, reason: lost.append(f"{name}: {reason}"))
     return lost

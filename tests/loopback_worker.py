@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.node import this_node
 from danaus._transport.auth import new_secret
 from danaus.actor import HostMesh, attach_to_workers
 
@@ -32,7 +32,7 @@ def loopback_worker(
     variables are not passed on); ``stderr``, when given, is where the worker's
     and its procs' stderr goes (to quote when a test fails).
     """
-    rt = ensure_runtime()
+    rt = this_node().runtime
     # A client holds one job secret: reuse it if another suite attached first.
     secret = rt.secret.decode() if rt.secret is not None else new_secret()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}

@@ -17,6 +17,8 @@ import pathlib
 import re
 from typing import Any
 
+import source_ast
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
@@ -72,7 +74,7 @@ def _node_parts_in_code() -> set[str]:
     """``module.Class`` of every class passed to ``node.part(cls)`` in src/danaus."""
     found = set()
     for path in sorted(SRC.rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = source_ast.parse(path.read_text())
         classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
         for call in ast.walk(tree):
             if not (
@@ -96,7 +98,7 @@ def _frame_handlers_in_code() -> dict[str, set[str]]:
     """Frame kind name -> the modules that call ``register(Kind.X, ...)`` for it."""
     found: dict[str, set[str]] = {}
     for path in sorted(SRC.rglob("*.py")):
-        for call in ast.walk(ast.parse(path.read_text())):
+        for call in ast.walk(source_ast.parse(path.read_text())):
             if (
                 isinstance(call, ast.Call)
                 and isinstance(call.func, ast.Attribute)
@@ -228,7 +230,7 @@ def test_the_name_check_catches_a_stale_name(tmp_path: pathlib.Path) -> None:
     every = "\n".join(sources.values())
     page = tmp_path / "page.md"
     page.write_text(
-        "`danaus._runtime.node.current()` and `_runtime/node.py` and `_actor/core/` and "
+        "`danaus._runtime.node.this_node()` and `_runtime/node.py` and `_actor/core/` and "
         "`Node.part` and `_boothook` and `__supervise__` exist.\n"
         "`danaus._runtime.nowhere`, `danaus._runtime.node.nothing_here()`, `_actor/core/gone.py`, "
         "`_runtime/node.Nobody` and `Runtime._no_such_method(` do not.\n"
@@ -329,7 +331,7 @@ def _bound_in_source(module: object) -> set[str]:
     path = getattr(module, "__file__", None)
     assert path, f"{module} has no source"
     names = set()
-    for node in ast.parse(pathlib.Path(path).read_text()).body:
+    for node in source_ast.parse(pathlib.Path(path).read_text()).body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

@@ -34,6 +34,7 @@ from ._mesh import Point as Point
 from ._mesh import Selection as Selection
 from ._mesh import Shape as Shape
 from ._mesh import Slice as Slice
+from ._tensor import TOP_LEVEL as _TENSOR_NAMES  # loaded from _tensor.api on first access
 from .config import clear_runtime_config as clear_runtime_config
 from .config import configure as configure
 from .config import configured as configured
@@ -51,28 +52,6 @@ def _load_bootstrap() -> ModuleType:
 
 _boothook.register(_load_bootstrap)
 
-# The tensor engine's names, loaded from danaus._tensor.api on first access.
-_TENSOR_NAMES = (
-    "RemoteProcessGroup",
-    "RemoteTensorError",
-    "Stream",
-    "Tensor",
-    "call_on_shard_and_fetch",
-    "coalescing",
-    "fetch_shard",
-    "get_active_mesh",
-    "get_active_stream",
-    "grad_function",
-    "grad_generator",
-    "inspect",
-    "no_mesh",
-    "reduce",
-    "reduce_",
-    "remote",
-    "show",
-    "slice_mesh",
-    "to_mesh",
-)
 
 # More of Monarch's top-level tensor-engine names: (module, attribute), loaded on first
 # access; ``builtins`` is the package ``danaus.builtins`` itself.

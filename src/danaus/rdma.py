@@ -30,6 +30,9 @@ Example:
 
 from __future__ import annotations
 
+from ._public import publish
+from ._rdma import buffer as _buffer
+from ._rdma import errors as _errors
 from ._rdma.buffer import RDMAAction as RDMAAction
 from ._rdma.buffer import RDMABuffer as RDMABuffer
 from ._rdma.buffer import get_rdma_backend as get_rdma_backend
@@ -44,26 +47,7 @@ from ._rdma.errors import RDMATamperedError as RDMATamperedError
 from ._rdma.errors import RDMATcpFallbackWarning as RDMATcpFallbackWarning
 from ._rdma.errors import RDMAWriteTransferWarning as RDMAWriteTransferWarning
 
-__all__ = [
-    "RDMAAction",
-    "RDMABuffer",
-    "RDMAError",
-    "RDMAOwnerLostError",
-    "RDMAReadTransferWarning",
-    "RDMATamperedError",
-    "RDMATcpFallbackWarning",
-    "RDMAWriteTransferWarning",
-    "get_rdma_backend",
-    "get_rdma_local_path",
-    "gpu_direct_rdma_supported",
-    "is_ibverbs_available",
-    "is_rdma_available",
-]
+# The buffer module's public names and the data plane's errors and warnings.
+__all__ = _buffer.__all__ + _errors.__all__
 
-for _name in __all__:
-    _obj = globals()[_name]
-    try:
-        _obj.__module__ = __name__
-    except (AttributeError, TypeError):
-        pass
-del _name, _obj
+publish(globals(), __all__)

@@ -15,16 +15,11 @@ See ``docs/fault-tolerance.md``.
 
 from __future__ import annotations
 
+from ._public import publish
 from ._supervision.supervisor import Backoff as Backoff
 from ._supervision.supervisor import Restart as Restart
 from ._supervision.supervisor import Supervisor as Supervisor
 
 __all__ = ["Backoff", "Restart", "Supervisor"]
 
-for _name in __all__:
-    _obj = globals()[_name]
-    try:
-        _obj.__module__ = __name__
-    except (AttributeError, TypeError):
-        pass
-del _name, _obj
+publish(globals(), __all__)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ._actor.tools.simulated import SimulatedMesh
+from ._runtime.messaging.liveness import pid_exists
 from ._supervision.failure import MeshFailure
 
 __all__ = [
@@ -67,13 +68,7 @@ def pid_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     except OSError:  # no procfs: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_exists(pid)
     # The state follows the parenthesised command name, which may contain spaces.
     return stat[stat.rindex(")") + 2] not in "ZX"
 

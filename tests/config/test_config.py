@@ -32,6 +32,19 @@ def test_environment_overrides_the_default_and_configure_overrides_both() -> Non
     assert cfg.get("heartbeat_timeout") == 2.0
 
 
+def test_values_are_the_settings_as_attributes_and_follow_configure_and_restore() -> None:
+    cfg = Config(environ={"DANAUS_SPIN_WAIT": "1ms"})
+    assert cfg.values.spin_wait == 0.001 == cfg.get("spin_wait")
+    assert "spin_wait" in vars(cfg.values)  # a plain attribute from now on: no call to read it
+    cfg.configure(spin_wait=0.005)
+    assert cfg.values.spin_wait == 0.005
+    cfg.restore({})
+    assert cfg.values.spin_wait == 0.001
+    with pytest.raises(AttributeError, match="Did you mean 'spin_wait'"):
+        cfg.values.spin_wiat  # noqa: B018
+    assert _config.get("send_batch") == _config.values.send_batch
+
+
 def test_an_unknown_setting_is_a_value_error_listing_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="heartbeat_timeout") as info:
         danaus.config.configure(heartbeat_timout=1.0)

@@ -1,4 +1,5 @@
-"""Adverbs: call, call_one, choose, stream, broadcast."""
+"""Adverbs: call, call_one, choose, stream, broadcast, to actors on procs. An endpoint
+called without one: ``tests/unit/actor/test_semantics.py``."""
 
 from __future__ import annotations
 
@@ -145,8 +146,3 @@ def test_broadcast_is_fire_and_forget_and_takes_effect(counters) -> None:
 def test_broadcast_to_a_slice_reaches_only_the_slice(counters) -> None:
     counters.slice(gpus=0).incr.broadcast(5)
     assert list(counters.get.call().get(timeout=REPLY_TIMEOUT).values()) == [15, 10]
-
-
-def test_endpoint_of_a_mesh_cannot_be_called_without_an_adverb(counters) -> None:
-    with pytest.raises(TypeError):
-        counters.incr(1)

@@ -1,5 +1,7 @@
-"""Monarch's options that danaus implements or refuses by name: ``@endpoint(propagate=,
-instrument=)``, ``attach_to_workers(name=, private_key=)`` and ``enable_transport("ipc")``."""
+"""Monarch's options that danaus implements or refuses by name, on procs and in client
+processes: ``@endpoint(propagate=, instrument=)``, ``attach_to_workers(name=)``,
+``enable_transport("ipc")`` and the deprecated ``proc_mesh`` functions. What is checked
+where the option is given: ``tests/unit/actor/test_compat_options.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import pytest
 from danaus.actor import (
     Actor,
     ProcMesh,
-    attach_to_workers,
     endpoint,
     local_proc_mesh,
     proc_mesh,
@@ -34,42 +35,11 @@ class Options(Actor):
         return x * 2
 
 
-def test_propagate_and_instrument_are_kept_on_the_endpoint_for_the_tensor_engine() -> None:
-    assert Options.inspected.propagate == "inspect"  # type: ignore[attr-defined]
-    assert Options.inspected.instrument is False  # type: ignore[attr-defined]
-    assert Options.mocked.propagate is _fake_outputs  # type: ignore[attr-defined]
-    assert Options.mocked.instrument is True  # type: ignore[attr-defined]
-
-
 def test_endpoints_with_propagate_and_instrument_are_called_as_usual(procs: ProcMesh) -> None:
     mesh = procs.spawn("options", Options)
     assert list(mesh.inspected.call(1).get(timeout=REPLY_TIMEOUT).values()) == [2, 2]
     assert mesh.slice(gpus=1).mocked.call_one(4).get(timeout=REPLY_TIMEOUT) == 8
     mesh.stop().get(timeout=REPLY_TIMEOUT)
-
-
-def test_an_unknown_propagate_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"propagate='guess'.*'cached', 'inspect', 'mocked'"):
-
-        @endpoint(propagate="guess")  # type: ignore[call-overload]
-        def f(self: object) -> None: ...
-
-
-def test_an_instrument_that_is_not_a_bool_is_refused_naming_it() -> None:
-    with pytest.raises(TypeError, match="instrument='yes'"):
-
-        @endpoint(instrument="yes")  # type: ignore[call-overload]
-        def f(self: object) -> None: ...
-
-
-def test_attach_to_workers_refuses_a_private_key_naming_it_and_the_way_instead() -> None:
-    with pytest.raises(NotImplementedError, match=r"private_key='key.pem'.*DANAUS_TLS_KEY"):
-        attach_to_workers(workers=["tcp://127.0.0.1:9"], private_key="key.pem")
-
-
-def test_attach_to_workers_refuses_a_name_that_is_not_a_string() -> None:
-    with pytest.raises(TypeError, match="name must be a str or None, got 3"):
-        attach_to_workers(workers=["tcp://127.0.0.1:9"], name=3)  # type: ignore[arg-type]
 
 
 ATTACH_NAMED = """
@@ -169,8 +139,3 @@ def test_deprecated_proc_mesh_functions_warn_and_spawn_working_procs(make, sizes
         assert len(list(points.values())) == len(pm)
     finally:
         pm.stop().get(timeout=REPLY_TIMEOUT)
-
-
-def test_proc_mesh_refuses_env_as_monarch_does() -> None:
-    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match=r"env=.*bootstrap"):
-        proc_mesh(gpus=1, env={"A": "1"})

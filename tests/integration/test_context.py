@@ -1,4 +1,5 @@
-"""context(): the running actor instance, the message rank, and the current_* helpers."""
+"""context() inside actors on procs: the running actor instance, the message rank, and the
+current_* helpers. In the client outside any actor: ``tests/unit/actor/test_context.py``."""
 
 from __future__ import annotations
 
@@ -86,18 +87,6 @@ def grid() -> Iterator[ProcMesh]:
 @pytest.fixture(scope="module")
 def introspect(grid: ProcMesh) -> Any:
     return grid.spawn("introspect", Introspect)
-
-
-def test_context_outside_any_actor_is_the_root_client() -> None:
-    ctx = context()
-    inst = ctx.actor_instance
-    assert inst.name == "root"
-    assert inst.creator is None
-    assert str(inst) == "<root>"
-    assert current_actor_name() == str(inst.actor_id)
-    assert current_actor_name().endswith("/root[0]")
-    assert dict(ctx.message_rank) == {}
-    assert current_size() == {}
 
 
 def test_actor_instance_rank_is_its_point_in_the_full_mesh(introspect) -> None:

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.hosting import host
-from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, ProcMesh, context, endpoint
 from danaus.config import configured
 
@@ -21,7 +20,7 @@ from .conftest import REPLY_TIMEOUT
 
 
 def _direct_frames(rt: Any) -> int:
-    return sum(getattr(c, "frames_direct", 0) for c in rt.all_connections())
+    return sum(getattr(c, "frames_direct", 0) for c in rt.links.all_connections())
 
 
 @contextmanager
@@ -48,15 +47,19 @@ class Echo(Actor):
         return x
 
     @endpoint
+    def nbytes(self, arr: Any) -> int:
+        return int(arr.nbytes)
+
+    @endpoint
     def direct_frames(self) -> int:
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         assert rt is not None
         return _direct_frames(rt)
 
     @endpoint
     def hold_loop(self) -> None:
         """Block this proc's I/O thread until ``release_loop()``."""
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         self._held = _loop_held(rt)
         self._held.__enter__()
 
@@ -87,7 +90,7 @@ def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None
     """With both I/O threads held up, the calls and their replies can only be read by
     the idle actor's thread and the waiting caller: each of them is."""
     a, _ = pair
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     client0 = _direct_frames(rt)
     actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
     a.hold_loop.call_one().get(timeout=REPLY_TIMEOUT)
@@ -103,16 +106,51 @@ def test_call_one_round_trips_are_read_by_the_waiting_threads(pair: Any) -> None
     assert actor >= 50, f"only {actor} of 50 calls were read by the idle actor"
 
 
+def test_a_call_carrying_an_array_and_its_reply_are_read_by_the_waiting_threads(
+    pair: Any,
+) -> None:
+    """A call whose argument is an array (1 MiB, or what one write takes on this
+    host's Unix sockets if less) is written whole from the caller's thread, read by the
+    idle actor's thread and its reply by the waiting caller: with both I/O threads held
+    up, nothing else could move it."""
+    import socket
+
+    import numpy as np
+
+    from danaus._transport.conn.buffers import set_unix_sndbuf
+
+    a, _ = pair
+    probe, other = socket.socketpair(socket.AF_UNIX)
+    with probe, other:
+        size = min(1 << 20, set_unix_sndbuf(probe) - (64 << 10))
+    arr = np.arange(size // 8, dtype=np.float64)
+    rt = this_node().runtime
+    a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected
+    client0 = _direct_frames(rt)
+    actor0 = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT)
+    a.hold_loop.call_one().get(timeout=REPLY_TIMEOUT)
+    try:
+        for _ in range(10):
+            with _loop_held(rt):
+                assert a.nbytes.call_one(arr).get(timeout=REPLY_TIMEOUT) == arr.nbytes
+    finally:
+        a.release_loop.call_one().get(timeout=REPLY_TIMEOUT)
+    client = _direct_frames(rt) - client0
+    actor = a.direct_frames.call_one().get(timeout=REPLY_TIMEOUT) - actor0
+    assert client >= 10, f"only {client} of 10 replies were read by the waiting thread"
+    assert actor >= 10, f"only {actor} of 10 calls were read by the idle actor"
+
+
 def test_a_caller_spinning_for_its_reply_reads_it_without_sleeping(pair: Any) -> None:
     """With a spin longer than any reply takes, every direct read of a reply is a hit
     (read while spinning), and none falls asleep first. The client's I/O thread is
     held up for each call, so that the caller is the one reading its reply."""
     a, _ = pair
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     a.echo.call_one(0).get(timeout=REPLY_TIMEOUT)  # connected, the role free
 
     def spins() -> tuple[int, int]:
-        conns = rt.all_connections()
+        conns = rt.links.all_connections()
         return sum(c.spins_hit for c in conns), sum(c.spins_missed for c in conns)
 
     with configured(spin_wait=REPLY_TIMEOUT):
@@ -185,7 +223,7 @@ def test_only_an_actor_called_alone_and_directly_reads_that_connection(
             homes = tree.home.call().get(timeout=REPLY_TIMEOUT)  # through the tree
         assert list(homes.values()) == [None, None]
         # Sent directly to one actor: it then reads the client's connection.
-        me = host.ensure_runtime().proc_id.name
+        me = this_node().runtime.proc_id.name
         alone = [plain.slice(gpus=i).home.call_one().get(timeout=REPLY_TIMEOUT) for i in (0, 1)]
         assert alone == [me, me]
         # Sent directly to both at once: neither does (any more).

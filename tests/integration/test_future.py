@@ -1,4 +1,5 @@
-"""Future: blocking get with timeouts, asyncio interop, result/exception."""
+"""Future of calls to actors on procs: blocking get with timeouts, asyncio interop,
+result/exception. A Future made from a coroutine alone: ``tests/unit/actor/test_future.py``."""
 
 from __future__ import annotations
 
@@ -71,15 +72,6 @@ def test_get_rejects_a_negative_or_non_finite_timeout(echo, bad: float) -> None:
     assert fut.get(timeout=REPLY_TIMEOUT) == 1
 
 
-def test_future_cannot_be_constructed_from_anything_but_a_coroutine() -> None:
-    with pytest.raises(TypeError, match="Future\\(coro="):
-        Future()
-    with pytest.raises(TypeError, match="lambda"):
-        Future(lambda: 1)
-    with pytest.raises(TypeError, match=r"needs a coroutine.*42"):
-        Future(coro=42)
-
-
 def test_future_from_a_coroutine_runs_it_once_when_first_waited_for(echo) -> None:
     runs: list[int] = []
 
@@ -94,25 +86,6 @@ def test_future_from_a_coroutine_runs_it_once_when_first_waited_for(echo) -> Non
     assert fut.get(timeout=REPLY_TIMEOUT) == 42
     assert fut.get(timeout=REPLY_TIMEOUT) == 42
     assert runs == [1]
-
-
-def test_future_from_a_coroutine_can_be_awaited_and_raises_what_it_raises() -> None:
-    async def fails() -> None:
-        raise KeyError("inside")
-
-    async def main() -> int:
-        async def seven() -> int:
-            await asyncio.sleep(0)
-            return 7
-
-        value = await Future(coro=seven())
-        with pytest.raises(KeyError, match="inside"):
-            await Future(coro=fails())
-        return value
-
-    assert asyncio.run(main()) == 7
-    with pytest.raises(KeyError, match="inside"):
-        Future(coro=fails()).get(timeout=REPLY_TIMEOUT)
 
 
 def test_await_future_inside_asyncio_run(echo) -> None:

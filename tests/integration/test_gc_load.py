@@ -4,18 +4,16 @@ A client that imported torch holds ~170,000 objects the collector tracks, and
 a pipelined batch of calls promotes enough per-call objects to trigger full
 collections, which visit every one of them. So the client's runtime freezes
 what is alive when it starts (``gc_freeze``), and a call keeps few tracked
-objects alive. These tests count objects; they never time anything.
+objects alive. These tests count objects; they never time anything. That a reply's
+``Deferred`` value is computed once: ``tests/unit/actor/test_deferred.py``.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import pytest
-
-from danaus._actor.core.future import Deferred
 
 
 def test_the_client_freezes_what_lives_when_its_runtime_starts(client_script: Any) -> None:
@@ -89,54 +87,6 @@ def test_a_pipelined_batch_keeps_few_tracked_objects_per_future(client_script: A
     assert result.returncode == 0, result.stderr
     # The future and its result slot; a reply still undecoded when get() began adds one.
     assert float(result.stdout.strip().splitlines()[-1]) <= 3.0
-
-
-class _Counting(Deferred):
-    __slots__ = ("calls", "gate")
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.calls = 0
-        self.gate = threading.Event()
-
-    def _compute(self) -> Any:
-        self.calls += 1
-        self.gate.wait(10)
-        return self.calls
-
-
-def test_a_deferred_is_computed_once_however_many_threads_read_it() -> None:
-    d = _Counting()
-    got: list[Any] = []
-    readers = [threading.Thread(target=lambda: got.append(d.resolve())) for _ in range(4)]
-    for t in readers:
-        t.start()
-    d.gate.set()
-    for t in readers:
-        t.join(10)
-    assert got == [1, 1, 1, 1] and d.calls == 1 and d.resolve() == 1
-
-
-def test_a_deferred_interrupted_while_computed_is_computed_by_the_next_reader() -> None:
-    calls: list[int] = []
-
-    def fn() -> int:
-        calls.append(1)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
-        return 7
-
-    d = Deferred(fn)
-    with pytest.raises(KeyboardInterrupt):
-        d.resolve()
-    assert d.resolve() == 7 and d.resolve() == 7 and len(calls) == 2
-
-
-def test_a_deferred_keeps_its_exception() -> None:
-    d = Deferred(lambda: 1 / 0)
-    for _ in range(2):
-        with pytest.raises(ZeroDivisionError):
-            d.resolve()
 
 
 def test_a_spawned_proc_freezes_what_it_booted_with(client_script: Any) -> None:

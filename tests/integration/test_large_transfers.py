@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import ProcMesh, this_host
 from large_blobs import Blob, check_blob, lost_peers
 
@@ -35,7 +35,7 @@ def test_a_1gib_reply_between_procs_of_this_host_is_copied_off_the_io_loop(local
     actors = local.spawn("large_local", Blob)
     sender, other = actors.slice(gpus=0), actors.slice(gpus=1)
     lost = lost_peers()
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     copied = rt.offload.copied_off_loop
     big = sender.blob.call_one(GiB)
     answered = 0

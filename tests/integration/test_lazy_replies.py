@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorError, Channel, ProcMesh, endpoint, this_host
 from large_blobs import lost_peers
 
@@ -102,7 +102,7 @@ def test_a_reply_is_unpickled_by_its_reader_while_other_calls_go_on(two, tmp_pat
     actors = two.spawn(f"lazy_{size}", Replier)
     slow, other = actors.slice(gpus=0), actors.slice(gpus=1)
     lost = lost_peers()
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     copied = rt.offload.copied_off_loop
     gate = str(tmp_path / "gate")
     big = slow.blocker.call_one(gate, os.getpid(), size)

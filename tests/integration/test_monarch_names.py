@@ -1,4 +1,5 @@
-"""Monarch names added to ``danaus.actor`` and ``danaus`` (issue 28 §3), on real procs."""
+"""Monarch names added to ``danaus.actor`` and ``danaus`` (issue 28 §3), on real procs and in a
+fresh interpreter. In the client itself: ``tests/unit/actor/test_monarch_names.py``."""
 
 from __future__ import annotations
 
@@ -61,19 +62,6 @@ def test_actor_logs_start_with_the_actor_and_config_turns_it_off(procs: ProcMesh
     assert text.splitlines() == ["HUH", ""]
 
 
-def test_client_logs_carry_the_root_once_its_context_exists() -> None:
-    context()
-    logger, stream = _capture("named-client")
-    logger.warning("hello")
-    assert stream.getvalue() == "[actor=<root>] hello\n"
-    danaus.actor.config.prefix_python_logs_with_actor = False
-    try:
-        logger.warning("plain")
-    finally:
-        danaus.actor.config.prefix_python_logs_with_actor = True
-    assert stream.getvalue().splitlines()[1] == "plain"
-
-
 def test_proc_id_parses_an_instance_proc_id_back_to_the_proc(procs: ProcMesh) -> None:
     text, proc = procs.spawn("ids", Named).slice(gpus=0).proc_id.call_one().get(REPLY_TIMEOUT)
     parsed = ProcId.from_string(text)
@@ -91,15 +79,6 @@ def test_resolve_and_send_sends_a_mesh_from_a_coroutine(procs: ProcMesh) -> None
     mesh.slice(gpus=0).reply_later.call_one(port, named).get(timeout=REPLY_TIMEOUT)
     sent = receiver.recv().get(timeout=REPLY_TIMEOUT)
     assert len(sent.proc_id.call().get(REPLY_TIMEOUT)) == 2  # usable on arrival
-
-
-def test_monarch_module_paths_hold_the_same_objects() -> None:
-    import danaus.actor.concurrent
-    import danaus.common.future
-
-    assert danaus.actor.concurrent.concurrent_endpoint is danaus.actor.concurrent_endpoint
-    assert danaus.Future is danaus.ActorFuture is danaus.actor.Future
-    assert danaus.common.future.Future is danaus.actor.Future
 
 
 def test_fetch_and_common_module_paths_need_torch_only_when_imported() -> None:

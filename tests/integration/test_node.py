@@ -1,5 +1,6 @@
 """The node object: a client session that ends and starts again, registries that
-forget what stopped, and socket directories that outlive no one."""
+forget what stopped, and socket directories that outlive no one. The client's one node
+and its parts: ``tests/unit/actor/test_node.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 
 import pytest
 
-from danaus._runtime import node as node_mod
 from danaus.testing import wait_until
 
 from .conftest import wait_pids_gone
@@ -21,16 +21,6 @@ def _left_in(path: str) -> list[str] | None:
         return os.listdir(path)
     except FileNotFoundError:
         return None
-
-
-def test_this_process_has_one_node_owning_the_runtime(procs) -> None:
-    node = node_mod.current()
-    assert node is not None and node.client
-    from danaus._runtime.hosting import proc
-
-    assert proc.current() is node.runtime
-    # The owned-mesh registry is a part of the node, not a module global.
-    assert "Registry" in node.parts()
 
 
 @pytest.mark.timeout(90)
@@ -51,7 +41,7 @@ def test_shutdown_then_spawn_again_in_the_same_process(client_script) -> None:
             procs = this_host().spawn_procs(per_host={"gpus": 2})
             a = procs.spawn("a", A)
             pids = list(a.pid.call().get(timeout=30).values())
-            n = node.current()
+            n = node.this_node(start=False)
             rt = n.runtime
             sessions.append({"pids": pids, "dir": rt.job_dir, "proc": rt.proc_id.name})
             shutdown_context().get(timeout=30)
@@ -86,7 +76,8 @@ def test_socket_directory_removed_after_sigkill_of_the_client(client_script) -> 
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         pids = list(procs.spawn("a", A).pid.call().get(timeout=30).values())
-        print(json.dumps({"dir": node.current().runtime.job_dir, "pids": pids}), flush=True)
+        job_dir = node.this_node(start=False).runtime.job_dir
+        print(json.dumps({"dir": job_dir, "pids": pids}), flush=True)
         sys.stdin.readline()  # until killed
         """
     )
@@ -121,7 +112,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         danaus.config.configure(stopped_actors_remembered=50)
         from danaus.actor import Actor, endpoint, this_host
         from danaus._actor.core import owned
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
 
         def usage():
             pid = os.getpid()
@@ -131,14 +122,14 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
         class A(Actor):
             @endpoint
             def usage(self):
-                from danaus._runtime.hosting import host
+                from danaus._runtime.node import this_node
                 u = usage()
-                u["mailboxes"] = len(host.ensure_runtime().mailboxes)
+                u["mailboxes"] = len(this_node().runtime.router.mailboxes)
                 return u
 
         procs = this_host().spawn_procs(per_host={"gpus": 2})
         probe = procs.spawn("probe", A)
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         marks = {}
         for i in range(1000):
             m = procs.spawn(f"m{i}", A)
@@ -149,9 +140,9 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
                     "client": usage(),
                     "procs": list(probe.usage.call().get(timeout=30).values()),
                     "owned": len(owned.actor_meshes()),
-                    "mailboxes": len(rt.mailboxes),
-                    "peers": len(rt._peers),
-                    "ports": len(rt.ports),
+                    "mailboxes": len(rt.router.mailboxes),
+                    "peers": len(rt.peers.table),
+                    "ports": len(rt.router.ports),
                 }
         print(json.dumps(marks))
         """,

@@ -86,7 +86,7 @@ with procs.activate():  # the tensor engine, and a coalescing block left open
 block = danaus.coalescing()
 block.__enter__()
 
-first = node.current()
+first = node.this_node(start=False)
 first_rt = first.runtime
 first_names = [first_rt.proc_id.name] + [rt.proc_id.name for rt in sim.runtimes]
 memory = first.part(BufferRegistry)
@@ -108,7 +108,7 @@ first_dash = first.part(dashboard.FromEnvironment).dashboard
 shutdown_context().get(timeout=60)
 
 ended = {
-    "current_is_none": node.current() is None,
+    "current_is_none": node.this_node(start=False) is None,
     "registered": len(memory.registered_buffers()),
     "idle": first.part(net.DataClient).idle_connections(),
     "fault_thread_alive": first_thread.is_alive(),
@@ -120,7 +120,7 @@ ended = {
 second_hosts = LocalJob(("hosts",)).state().hosts
 again = second_hosts.spawn_procs(per_host={"gpu": 1})
 value = again.spawn("w2", Worker).echo.call_one(3).get(timeout=30)
-second = node.current()
+second = node.this_node(start=False)
 rt = second.runtime
 state = second.part(ClientState)
 fresh = {

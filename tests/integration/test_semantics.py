@@ -1,12 +1,12 @@
 """Actor semantics: one message at a time, blocking inside endpoints, thread-local state,
-concurrency between actors, per-sender FIFO, and argument checks at the call site."""
+concurrency between actors, per-sender FIFO, and argument checks at the call site. An actor
+of the client's own proc beside the client's thread: ``tests/unit/actor/test_semantics.py``."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,21 +211,6 @@ def test_two_actors_in_one_proc_run_concurrently(latch: LatchPair) -> None:
         waiting.get(timeout=0.05)
     latch.releasers.release.call(key).get(timeout=REPLY_TIMEOUT)
     assert list(waiting.get(timeout=REPLY_TIMEOUT).values()) == [True, True]
-
-
-def test_actors_on_this_proc_run_concurrently_with_the_client_thread() -> None:
-    from danaus.actor import this_proc
-
-    from .conftest import Latch, _latch_event
-
-    waiter = this_proc().spawn("client_side_waiter", Latch)
-    key = uuid.uuid4().hex
-    waiting = waiter.wait.call_one(key)
-    with pytest.raises(TimeoutError):
-        waiting.get(timeout=0.05)
-    _latch_event(key).set()  # the actor lives in this very process
-    assert waiting.get(timeout=REPLY_TIMEOUT) is True
-    waiter.stop().get(timeout=REPLY_TIMEOUT)
 
 
 # -- ordering ---------------------------------------------------------------------------

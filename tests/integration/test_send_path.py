@@ -1,9 +1,9 @@
 """The caller's send path: call_one's light port and future, cached header pickles,
-and the plain pattern a user writes (many calls issued, then each awaited)."""
+and the plain pattern a user writes (many calls issued, then each awaited). ``Pending``
+alone: ``tests/unit/actor/test_future.py``."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from danaus._actor.core.future import Pending
 from danaus.actor import Actor, ActorError, ActorMesh, ProcMesh, endpoint
 
 from .conftest import REPLY_TIMEOUT
@@ -46,42 +45,6 @@ def log(procs: ProcMesh) -> Iterator[ActorMesh[Log]]:
     mesh.initialized.get(timeout=REPLY_TIMEOUT)
     yield mesh
     mesh.stop().get(timeout=REPLY_TIMEOUT)
-
-
-# -- Pending: the light future of call_one ---------------------------------------
-
-
-def test_pending_completes_once_and_wakes_every_waiter() -> None:
-    p = Pending()
-    got: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: got.append(p.result(REPLY_TIMEOUT))) for _ in range(3)
-    ]
-    for t in threads:
-        t.start()
-    calls: list[Any] = []
-    p.add_done_callback(calls.append)
-    p.set_result(5)
-    for t in threads:
-        t.join(REPLY_TIMEOUT)
-    assert got == [5, 5, 5] and calls == [p] and p.done() and p.exception() is None
-    with pytest.raises(concurrent.futures.InvalidStateError):
-        p.set_result(6)
-    late: list[Any] = []
-    p.add_done_callback(late.append)  # already done: runs at once
-    assert late == [p] and p.result() == 5
-
-
-def test_pending_raises_its_exception_and_times_out_while_pending() -> None:
-    p = Pending()
-    with pytest.raises(TimeoutError):
-        p.result(0.01)
-    assert not p.done()
-    err = ValueError("x")
-    p.set_exception(err)
-    assert p.exception() is err
-    with pytest.raises(ValueError, match="x"):
-        p.result(0)
 
 
 # -- the plain pattern, through real procs -------------------------------------------

@@ -5,24 +5,21 @@ maps it copy-on-write and hands it to the actor; the slot goes back to the
 caller only once nothing refers to the mapping there. So: an array the actor
 keeps never changes under it, whatever is sent next; an actor may write to
 what it received; slots are reused once returned; and the slots stay within
-``snapshot_pool`` (beyond it, a private snapshot is copied as before).
+``snapshot_pool`` (beyond it, a private snapshot is copied as before). The offloader
+alone, with a stand-in runtime: ``tests/unit/messaging/test_offload.py``.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 
 import danaus.config
-from danaus._runtime.hosting import host
-from danaus._runtime.messaging.offload import Offloader
-from danaus._wire.ids import ProcId
-from danaus._wire.protocol import Kind, Message, Offload
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
 from danaus.testing import wait_until
 
@@ -75,7 +72,7 @@ def _peer(mesh: ActorMesh[Keeper]) -> str:
 
 
 def _wait_returned(peer: str) -> None:
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     wait_until(
         lambda: off.slots_lent(peer),
         REPLY_TIMEOUT,
@@ -87,7 +84,7 @@ def _wait_returned(peer: str) -> None:
 
 def _require_shared(mesh: ActorMesh[Keeper]) -> None:
     """Fail, saying why, where shared slots cannot be used (never a silent skip)."""
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     assert off.shared, "no memfd_create or MAP_SHARED here: shared slots are off"
     assert _peer(mesh) in off.ok_peers, (
         "the actor's proc cannot read this process's memory (process_vm_readv refused: "
@@ -97,7 +94,7 @@ def _require_shared(mesh: ActorMesh[Keeper]) -> None:
 
 def test_kept_arrays_never_change_and_slots_come_back(keeper) -> None:
     _require_shared(keeper)
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     peer = _peer(keeper)
     a = np.zeros(N, np.uint8)
     for v in range(1, 7):
@@ -128,7 +125,7 @@ def test_the_receiver_may_write_to_what_it_got(keeper) -> None:
 
 def test_slots_stay_within_snapshot_pool(keeper) -> None:
     _require_shared(keeper)
-    off = host.ensure_runtime().offload
+    off = this_node().runtime.offload
     peer = _peer(keeper)
     a = np.zeros(N, np.uint8)
     with danaus.config.configured(snapshot_pool=2 * N):
@@ -141,90 +138,3 @@ def test_slots_stay_within_snapshot_pool(keeper) -> None:
         assert keeper.ranges.call_one().get(timeout=REPLY_TIMEOUT) == want
         keeper.drop.call_one().get(timeout=REPLY_TIMEOUT)
         _wait_returned(peer)
-
-
-def test_a_receiver_that_cannot_read_the_sender_returns_every_slot_of_the_frame() -> None:
-    """The copy fails before any slot is mapped (here: the sender's pid is unknown):
-    the frame is refused, and all its slots go back to the sender at once, not only
-    those the receiver got to (else the sender counts them lent until it loses us)."""
-    handed: list[tuple[Any, ...]] = []
-    rt = SimpleNamespace(
-        register=lambda kind, fn: None,
-        lost_callbacks=[],
-        loop=SimpleNamespace(call_soon_threadsafe=lambda fn, *args: handed.append(args)),
-    )
-    off = Offloader(rt)  # type: ignore[arg-type]
-    conn = SimpleNamespace(peer=ProcId("sender", "unix:/nowhere"), peer_pid=None)
-    descs = ((0, 1000, N, 7, 11), (1, 2000, N), (2, 3000, N, 8, 12))
-    msg = Message(Kind.OFFLOAD, Offload(1, descs, (0,)), b"", [b"", b"", b""])
-    assert off._copy_one(conn, msg, None)  # type: ignore[arg-type]
-    [(_conn, _msg, _hold, _buffers, error, returned)] = handed
-    assert error is not None and "did not say its pid" in error
-    assert returned == [11, 12]
-
-
-def test_a_peer_lost_while_its_frame_is_copied_leaves_no_slot_half_closed(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The loss (I/O thread) closes the slots lent to the peer, among them one a sender
-    thread is still copying a frame into; the sender then sends the bytes instead. The
-    loss raised (a mapping with a view exported cannot be closed) and left the slot
-    lent, and the sender put it back among the free ones: evicted later, its
-    descriptor number would have been closed a second time, whatever file had that
-    number by then. Now the sender closes it, once."""
-    from danaus._runtime.messaging import offload
-
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
-    if not off.shared:
-        pytest.skip("no memfd_create here: no shared slots")
-    off.ok_peers.add("peer")
-    address = offload.vm.address
-    lost: list[bool] = []
-
-    def address_then_lose(view: Any) -> int:
-        if not lost:  # after the copy, before the sender takes the lock: the I/O thread
-            lost.append(True)
-            off._on_lost("peer", "gone during the copy")
-        return address(view)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(offload.vm, "address", address_then_lose)
-    data = np.arange(N, dtype=np.uint8)
-    header, bufs, _ = off.wrap("peer", (0,), [data])
-    assert header == (0,) and bufs[0] is data  # the bytes go as they are
-    assert off.slots_made == 1
-    assert not any(off._slots.values()), "a slot the loss took was put back among the free"
-    assert off.slots_lent("peer") == 0 and off.slot_bytes == 0
-    monkeypatch.setattr(offload.vm, "address", address)
-    off.ok_peers.add("peer")  # a new peer of that name: a fresh slot
-    header, _, _ = off.wrap("peer", (0,), [data])
-    assert header != (0,) and off.slots_made == 2
-
-
-def test_a_large_snapshot_is_copied_with_the_gil_released(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A sender copying a large frame into a slot (or a private snapshot) goes through the
-    chunked copy that releases the GIL: one memoryview assignment of 1 GiB held the GIL
-    long enough on a loaded host that the proc's I/O thread missed its heartbeats and the
-    client declared the proc frozen."""
-    from danaus._runtime.messaging import offload
-
-    copies: list[int] = []
-    memmove = offload.vm.memmove
-
-    def recorded(dst: int, src: int, n: int, **kw: Any) -> bool:
-        copies.append(n)
-        return memmove(dst, src, n, **kw)  # type: ignore[no-any-return]
-
-    monkeypatch.setattr(offload.vm, "memmove", recorded)
-    rt = SimpleNamespace(register=lambda kind, fn: None, lost_callbacks=[], loop=None)
-    off = Offloader(rt)  # type: ignore[arg-type]
-    off.ok_peers.add("peer")
-    data = np.arange(N, dtype=np.uint8)
-    off.wrap("peer", (0,), [data])
-    assert copies == [N]
-    if off._lent:  # a shared slot holds the copy
-        [(_, slot)] = off._lent.values()
-        copy = memoryview(slot.map)[:N]
-    else:  # a private snapshot does
-        [(_, [copy], _)] = off._held.values()
-    assert bytes(copy) == data.tobytes()

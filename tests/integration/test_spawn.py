@@ -1,4 +1,6 @@
-"""Spawning: this_host(), this_proc(), spawn_procs, spawn, initialized, endpoint declarations."""
+"""Spawning procs and actors on them: spawn_procs, spawn, initialized, bootstraps, proc_bind,
+endpoint declarations. What happens in the client alone (this_host(), this_proc(), what is
+refused before anything starts): ``tests/unit/actor/test_spawn.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from danaus.actor import (
     ActorError,
     ActorMesh,
     Future,
-    HostMesh,
     ProcMesh,
     SupervisionError,
     endpoint,
@@ -75,18 +76,6 @@ class AsyncActor(Actor):
         return self.n
 
 
-class Mixed(Actor):
-    @endpoint
-    def sync_one(self) -> None: ...
-
-    @endpoint
-    async def async_one(self) -> None: ...
-
-
-class NotAnActor:
-    pass
-
-
 class Spawner(Actor):
     """Spawns its own procs and actors from inside an endpoint."""
 
@@ -133,23 +122,6 @@ def _unblock_fifo_reader(path: Path) -> None:
     except OSError:  # no reader (ENXIO): nobody is stuck
         return
     os.close(fd)
-
-
-def test_this_host_is_a_zero_dimensional_host_mesh() -> None:
-    host = this_host()
-    assert isinstance(host, HostMesh)
-    assert host.sizes == {}
-    assert len(host) == 1
-    assert host.initialized.get(timeout=REPLY_TIMEOUT) is True
-
-
-def test_actor_spawned_on_this_proc_runs_in_the_client_process() -> None:
-    proc = this_proc()
-    assert isinstance(proc, ProcMesh)
-    assert len(proc) == 1
-    mesh = proc.spawn("in_client", Pid)
-    assert mesh.pid.call_one().get(timeout=REPLY_TIMEOUT) == os.getpid()
-    mesh.stop().get(timeout=REPLY_TIMEOUT)
 
 
 def test_spawn_procs_gives_a_proc_mesh_with_the_per_host_dimensions(procs: ProcMesh) -> None:
@@ -325,13 +297,8 @@ def test_proc_bind_pins_each_proc_and_the_threads_it_starts() -> None:
         pm.stop().get(timeout=REPLY_TIMEOUT)
 
 
-def test_proc_bind_is_checked_before_spawning_and_a_bad_cpu_fails_the_boot() -> None:
-    with pytest.raises(ValueError, match=r"proc_bind length \(1\) must equal procs_per_host \(2\)"):
-        this_host().spawn_procs(per_host={"gpus": 2}, proc_bind=[{"cpus": "0"}])
-    with pytest.raises(ValueError, match="unknown keys \\['cpu'\\]"):
-        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpu": "0"}])
-    with pytest.raises(ValueError, match="not a CPU or node list"):
-        this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "zero"}])
+def test_a_cpu_in_proc_bind_that_does_not_exist_fails_the_boot() -> None:
+    # Checked before spawning (malformed proc_bind): tests/unit/actor/test_spawn.py.
     pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])
     try:
         with pytest.raises(SupervisionError, match="could not be bound as proc_bind said"):
@@ -347,16 +314,16 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
     # spawn_procs registers for it; the error was then dropped and the mesh counted
     # as booted. Here the registration waits until the READY was taken, every time.
     from danaus._actor.api import procs as procs_module
-    from danaus._runtime.hosting import host
+    from danaus._runtime.node import this_node
 
     track = procs_module._track_boot
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
 
-    def late(procs, cf, *rest):  # type: ignore[no-untyped-def]
+    def late(node, procs, cf, *rest):  # type: ignore[no-untyped-def]
         taken = threading.Event()
 
         def check() -> None:
-            peers = [rt._peers.get(p.name) for p in procs]
+            peers = [rt.peers.table.get(p.name) for p in procs]
             if all(peer is not None and not peer.pending for peer in peers):
                 taken.set()
             else:
@@ -364,7 +331,7 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
 
         rt.call_soon(check)
         assert taken.wait(REPLY_TIMEOUT), "the proc's READY never came"
-        track(procs, cf, *rest)
+        track(node, procs, cf, *rest)
 
     monkeypatch.setattr(procs_module, "_track_boot", late)
     pm = this_host().spawn_procs(per_host={"gpus": 1}, proc_bind=[{"cpus": "4095"}])
@@ -373,39 +340,6 @@ def test_a_boot_error_whose_ready_came_before_the_spawner_asked_still_fails_the_
             pm.initialized.get(timeout=REPLY_TIMEOUT)
     finally:
         pm.stop().get(timeout=REPLY_TIMEOUT)
-
-
-def test_this_host_is_real_processes_that_stream_their_logs() -> None:
-    host = this_host()
-    assert host.is_fake_in_process is False
-    assert host.stream_logs is True  # procs forward their output by default
-
-
-def test_spawn_procs_rejects_a_per_host_dimension_that_is_not_a_positive_int() -> None:
-    with pytest.raises(ValueError):
-        this_host().spawn_procs(per_host={"gpus": 0})
-    with pytest.raises(TypeError):
-        this_host().spawn_procs(per_host=["gpus"])  # type: ignore[arg-type]
-
-
-def test_spawn_rejects_a_class_that_is_not_an_actor(procs: ProcMesh) -> None:
-    with pytest.raises(ValueError):
-        procs.spawn("nope", NotAnActor)  # type: ignore[type-var]
-
-
-def test_class_mixing_sync_and_async_endpoints_is_rejected_at_spawn_naming_them(
-    procs: ProcMesh,
-) -> None:
-    with pytest.raises(ValueError) as info:
-        procs.spawn("mixed", Mixed)
-    message = str(info.value)
-    assert "sync_one" in message
-    assert "async_one" in message
-
-
-def test_spawn_with_unpicklable_init_argument_raises_type_error(procs: ProcMesh) -> None:
-    with pytest.raises(TypeError):
-        procs.spawn("bad_args", Pid, threading.Lock())  # type: ignore[arg-type]
 
 
 def test_endpoint_works_bare_and_with_options(procs: ProcMesh) -> None:

@@ -27,6 +27,38 @@ from multihost.conftest import Host, Network
 network = _multihost.network  # the multi-host tests' bridge: Slurm nodes are namespaces on it
 
 
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(entry.name))
+    return kids
+
+
+@pytest.fixture(autouse=True)
+def _no_job_workers_outlive_the_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that applies a job through the CLI and then fails (a timeout, an assert)
+    before `exec --kill` / `context rm` would leave the job's detached workers running for
+    the rest of the run. After each test, kill every worker recorded in a job state file
+    under its tmp_path, with the worker's own children."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if not isinstance(tmp, Path):
+        return
+    from danaus.job import job_load
+
+    for state in tmp.rglob("job_state.json"):
+        with contextlib.suppress(Exception):
+            workers = job_load(str(state)).workers  # type: ignore[attr-defined]
+            for pid in [w.pid for ws in workers.values() for w in ws]:
+                for victim in [*_children(pid), pid]:
+                    with contextlib.suppress(OSError):
+                        os.kill(victim, signal.SIGKILL)
+
+
 @pytest.fixture(scope="session")
 def hosts_network(request: pytest.FixtureRequest) -> Network:
     """``network``, but a machine that cannot make namespaces fails the job tests (no silent

@@ -26,7 +26,7 @@ from danaus.job import (
 from danaus.testing import client_env, wait_pids_gone, wait_until
 from danaus.tools import commands
 from danaus.tools.config import Config
-from danaus.tools.mesh_spec import AppState
+from danaus.tools.mesh_spec import AppState, MeshSpec, mesh_spec_from_metadata, tag_as_metadata
 from danaus.tools.network import AddrType, get_ipaddr, get_sockaddr
 
 from .conftest import free_ports
@@ -418,6 +418,32 @@ def test_tools_commands_treat_a_saved_job_as_a_server(
         commands.info("slurm:///123")
 
 
+def test_a_mesh_spec_travels_in_an_appdefs_metadata_under_monarchs_keys() -> None:
+    # Monarch's tools/test_mesh_spec.py with an object shaped like TorchX's AppDef
+    from types import SimpleNamespace
+
+    appdef = SimpleNamespace(metadata={}, roles=[])
+    tag_as_metadata(MeshSpec(name="trainer", num_hosts=2, host_type="gpu.medium", gpus=2), appdef)
+    assert appdef.metadata == {
+        "monarch/meshes/trainer/host_type": "gpu.medium",
+        "monarch/meshes/trainer/gpus": "2",
+        "monarch/meshes/trainer/transport": "tcp",
+    }
+    appdef.metadata["monarch/meshes/trainer/transport"] = "metatls"
+    appdef.roles = [SimpleNamespace(name="trainer", image="img", num_replicas=4, port_map={})]
+    spec = mesh_spec_from_metadata(appdef, "trainer")
+    assert spec is not None
+    assert (spec.num_hosts, spec.host_type, spec.gpus, spec.transport, spec.image) == (
+        4,
+        "gpu.medium",
+        2,
+        "metatls",
+        "img",
+    )
+    assert spec.port == 26600  # no "mesh" port in the role's port map: the default
+    assert mesh_spec_from_metadata(appdef, "generator") is None
+
+
 def test_network_lookups_follow_monarchs_address_families() -> None:
     assert get_ipaddr("127.0.0.1", 80, AddrType.IPv4) == "127.0.0.1"
     assert get_sockaddr("127.0.0.1", 8080) == "127.0.0.1:8080"
@@ -446,6 +472,22 @@ def test_the_tools_cli_parses_as_monarchs_and_runs_through_its_module_functions(
     assert calls == [
         {"mesh_name": "w", "point_str": "host=2", "env": ["A=b"], "workdir": None, "kill": False}
     ]
+
+
+def test_the_tools_cli_has_monarchs_dashboard_mast_which_refuses_to_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Monarch's tools/test_cli.py parses `dashboard mast`; its open-source build refuses it
+    from danaus.tools import cli
+
+    args = cli.get_parser().parse_args(["dashboard", "mast", "job1", "--role-name", "w"])
+    assert (args.job, args.role_name, args.dashboard_port) == ("job1", "w", 8265)
+    assert not hasattr(args, "relay_port")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["dashboard", "mast", "job1"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Meta's internal scheduler (MAST)" in err and "danaus.dashboard.serve()" in err
 
 
 def test_skill_md_names_only_options_the_command_has() -> None:

@@ -39,7 +39,7 @@ from danaus._netlab import (  # noqa: F401  (the tests import these from here)
     python_path,
 )
 from danaus._netlab import ip as _ip  # noqa: F401
-from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.node import this_node
 from danaus.actor import (
     Actor,
     HostMesh,
@@ -104,7 +104,7 @@ def secret() -> str:
 
     A client holds one job secret: reuse it if another suite attached first.
     """
-    rt = ensure_runtime()
+    rt = this_node().runtime
     return rt.secret.decode() if rt.secret is not None else secrets.token_hex(32)
 
 
@@ -186,7 +186,7 @@ def attach(workers: Iterable[Worker], secret: str, timeout: float = TIMEOUT) -> 
     workers = list(workers)
     # A client advertises one TCP address, chosen when it first attaches: one
     # chosen for loopback workers (another suite's) cannot be reached from here.
-    advertised = ensure_runtime().tcp_advertise
+    advertised = this_node().runtime.tcp_advertise
     subnet = ipaddress.ip_interface(f"{workers[0].host.ip}/24").network
     if advertised is not None and ipaddress.ip_address(advertised) not in subnet:
         pytest.fail(

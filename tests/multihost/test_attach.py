@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import danaus.config
-from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
 
 from .conftest import TIMEOUT, Facts, Probe, where_am_i
@@ -116,7 +116,7 @@ class TreeProbe(Probe):
     @endpoint
     def forwarded(self) -> int:
         """Subtrees this actor's proc has sent a cast down to (the cast tree's hops)."""
-        return ensure_runtime().tree.stats.forwarded
+        return this_node().runtime.tree.stats.forwarded
 
 
 def test_a_cast_tree_across_hosts_reaches_every_proc_at_its_tcp_address(procs, net) -> None:
@@ -128,7 +128,7 @@ def test_a_cast_tree_across_hosts_reaches_every_proc_at_its_tcp_address(procs, n
     with danaus.config.configured(tree_min_ranks=2, tree_fanout=2):
         probes = procs.spawn("tree_probes", TreeProbe)
         facts = probes.facts.call().get(timeout=TIMEOUT)
-        assert ensure_runtime().tree.use_tree(probes._ref.mesh_id, probes._ref.procs)
+        assert this_node().runtime.tree.use_tree(probes._ref.mesh_id, probes._ref.procs)
         for point, f in facts.items():
             assert f.netns_inode == net[point["hosts"]].netns_inode, (point.rank, f)
         assert sorted(f.rank for f in facts.values()) == list(range(2 * len(net)))

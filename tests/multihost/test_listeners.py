@@ -27,7 +27,7 @@ import pytest
 from danaus import _config as danaus_config
 from danaus._rdma import net as rdma_net
 from danaus._rdma.net_frames import _REFUSAL
-from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.node import this_node
 from danaus._transport.auth import MAGIC, Handshake, load_secret
 from danaus._wire.frame import encode_frame
 from danaus._wire.protocol import Kind, SpawnProcs, wire
@@ -55,10 +55,11 @@ class Listeners(Actor):
 
     @endpoint
     def addresses(self) -> tuple[str, str]:
-        rt = ensure_runtime()
+        rt = this_node().runtime
         tcp = next(e for e in rt.proc_id.addr.split(";") if e.startswith("tcp://"))
         got: queue.Queue[Any] = queue.Queue()
-        rt.call_soon(lambda: got.put(rdma_net._server_address(rt)))  # on the I/O thread
+        node = this_node()
+        rt.call_soon(lambda: got.put(rdma_net._server_address(node)))  # on the I/O thread
         host, port = got.get(timeout=TIMEOUT)
         return tcp, f"tcp://{host}:{port}"
 
@@ -86,10 +87,11 @@ def _handshake(address: str, secret: bytes) -> None:
 @pytest.fixture(scope="module")
 def listeners(procs, workers) -> dict[str, str]:
     """name -> address of every TCP listener of the job (client, workers, procs, data servers)."""
-    rt = ensure_runtime()
+    rt = this_node().runtime
     found = {"client": next(e for e in rt.proc_id.addr.split(";") if e.startswith("tcp://"))}
     got: queue.Queue[Any] = queue.Queue()
-    rt.call_soon(lambda: got.put(rdma_net._server_address(rt)))
+    node = this_node()
+    rt.call_soon(lambda: got.put(rdma_net._server_address(node)))
     host, port = got.get(timeout=TIMEOUT)
     found["client data server"] = f"tcp://{host}:{port}"
     for i, w in enumerate(workers):
@@ -102,7 +104,7 @@ def listeners(procs, workers) -> dict[str, str]:
 
 
 def test_the_clients_listener_is_bound_to_the_address_the_workers_reach(listeners, net) -> None:
-    rt = ensure_runtime()
+    rt = this_node().runtime
     bound = rt.tcp_bind
     assert bound is not None
     assert bound not in ("0.0.0.0", "::"), "the client listens on every interface"
@@ -195,7 +197,7 @@ def test_a_slowloris_on_each_data_server_is_bounded(listeners, secret) -> None:
 
 
 def test_the_secret_is_in_no_frame_a_remote_spawn_sends(hosts, secret) -> None:
-    rt = ensure_runtime()
+    rt = this_node().runtime
     sent: list[tuple[type, bytes]] = []
     plain = rt.send
 

@@ -173,11 +173,12 @@ def test_a_procs_forwarded_output_is_its_log_tail(
     dashboard: danaus.dashboard.Dashboard, procs: ProcMesh
 ) -> None:
     from danaus._runtime.logs import process as logs
+    from danaus._runtime.node import this_node
 
     printers = procs.slice(gpus=0).spawn("dash_printers", Printer)
     marker = f"dashboard tail {os.getpid()}-{time.monotonic_ns()}"
     [proc] = printers.say.call(marker).get(timeout=REPLY_TIMEOUT).values()
-    logs.flush([proc], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
+    logs.flush(this_node(), [proc], REPLY_TIMEOUT).result(timeout=REPLY_TIMEOUT)
     state = _get(dashboard, "/api/state")
     p0 = _procs_of(state)[proc.name]
     assert any(marker in entry["line"] for entry in p0["logs"]), p0["logs"][-5:]

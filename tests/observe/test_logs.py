@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import danaus.actor
-from danaus._runtime.hosting import proc as _proc
 from danaus._runtime.logs import dirs as logdir
 from danaus._runtime.logs import process as logs
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, MeshFailure, ProcMesh, endpoint, this_host
 from danaus.testing import FaultRecorder
 
@@ -77,7 +77,7 @@ class Talker(Actor):
 
 
 def _flush(pm: ProcMesh) -> None:
-    logs.flush(list(pm._procs), TIMEOUT).result(TIMEOUT)
+    logs.flush(this_node(), list(pm._procs), TIMEOUT).result(TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +236,7 @@ def test_a_crashed_procs_last_lines_are_in_its_mesh_failure(
 
 
 def _job_files() -> list[logdir.ProcLog]:
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     return logdir.read_procs(logdir.find_job(rt.proc_id.name))
 
@@ -266,7 +266,7 @@ def test_every_proc_has_a_log_file_that_danaus_logs_prints_filtered(
         meta = json.loads(Path(p.path[: -len(".log")] + ".json").read_text())
         assert meta["label"] == "logtrainer" and isinstance(meta["pid"], int)
         assert os.stat(p.path).st_mode & 0o077 == 0  # private to the user
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     cli = _danaus("logs", rt.proc_id.name, "--mesh", "logtrainer", "-c", "gpus=1")
     out, err = cli.communicate(timeout=TIMEOUT)
@@ -287,7 +287,7 @@ def test_danaus_logs_follow_prints_new_lines_as_they_come(
     pm, talkers = logtrainer
     talkers.say.call(1, "before-follow").get(timeout=TIMEOUT)
     _flush(pm)
-    rt = _proc.current()
+    rt = this_node(start=False).runtime
     assert rt is not None
     cli = _danaus("logs", rt.proc_id.name, "-f", "-n", "1", "-c", "gpus=0", "-m", "logtrainer")
     try:
@@ -379,7 +379,7 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         else:
             stdout.release.set()
             monkeypatch.setattr(sys, "stdout", stdout)
-        before = {name: logs.statistics(name) for name in names}
+        before = {name: logs.statistics(this_node(), name) for name in names}
         spam.start.call(nbytes // 8).get(timeout=TIMEOUT)
         # The procs keep answering calls while they print (and while the client is stuck).
         for _ in range(5):
@@ -388,10 +388,10 @@ def _heavy_output(nbytes: int, monkeypatch: pytest.MonkeyPatch, block: bool) -> 
         stdout.release.set()
         _flush(procs)
         for i, name in enumerate(names):
-            st, old = logs.statistics(name), before[name]
+            st, old = logs.statistics(this_node(), name), before[name]
             got = (st.lines - old.lines) + (st.dropped - old.dropped)
             assert got == printed[i], f"proc {i}: {st} for {printed[i]} lines printed"
-        dropped = sum(logs.statistics(n).dropped - before[n].dropped for n in names)
+        dropped = sum(logs.statistics(this_node(), n).dropped - before[n].dropped for n in names)
         if block:
             # The client was stuck: agents hit their bound, dropped lines and said so.
             assert dropped > 0
@@ -429,6 +429,7 @@ def test_heavy_output_reaches_a_client_that_keeps_up_in_full(
 _FALLING_BEHIND = """
 import json, sys, threading
 from danaus._runtime.logs import process as logs
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint, this_host
 
 
@@ -483,8 +484,8 @@ spam.start.call(1 << 20).get(timeout=30)
 pings = [all(spam.ping.call().get(timeout=30).values()) for _ in range(5)]
 printed = list(spam.finish.call().get(timeout=60).values())
 sys.stdout.release.set()
-logs.flush(list(procs._procs), 60).result(60)
-stats = [logs.statistics(p.proc) for p in procs.stats().get(timeout=30).procs]
+logs.flush(this_node(), list(procs._procs), 60).result(60)
+stats = [logs.statistics(this_node(), p.proc) for p in procs.stats().get(timeout=30).procs]
 real.write(json.dumps({
     "pings": pings, "printed": printed, "notes": sys.stdout.notes,
     "received": [s.lines for s in stats], "dropped": [s.dropped for s in stats],
@@ -522,7 +523,7 @@ def test_a_client_that_falls_behind_is_told_how_many_lines_were_dropped(
 _DIAGNOSTICS = """
 import logging, sys
 from danaus._runtime.logs import dirs as logdir
-from danaus._runtime.hosting import proc
+from danaus._runtime.node import this_node
 from danaus.actor import this_host
 
 procs = this_host().spawn_procs(per_host={"gpus": 1})
@@ -532,7 +533,7 @@ this_proc().logging_option(level=logging.DEBUG)
 procs.initialized.get(timeout=30)
 logging.getLogger("danaus.test").warning("a diagnostic for the file only")
 logging.getLogger("danaus.test").error("an error the user needs")
-print(logdir.find_job(proc.current().proc_id.name))
+print(logdir.find_job(this_node(start=False).runtime.proc_id.name))
 procs.stop().get(timeout=30)
 """
 

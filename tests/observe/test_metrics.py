@@ -10,8 +10,8 @@ import sys
 import pytest
 
 import danaus
-from danaus._runtime.hosting.host import ensure_runtime
 from danaus._runtime.messaging.metrics import BOUNDS, EndpointStats, percentile
+from danaus._runtime.node import this_node
 from danaus.actor import ActorError, ProcMesh, this_host
 from danaus.testing import FaultRecorder, client_env
 
@@ -63,7 +63,7 @@ def test_endpoint_metrics_count_calls_errors_and_latency_per_actor(procs: ProcMe
 
 def test_connection_metrics_count_the_bytes_and_frames_a_proc_receives(procs: ProcMesh) -> None:
     mesh = procs.spawn("bytes", Worker).slice(gpus=0)
-    client = ensure_runtime().proc_id.name
+    client = this_node().runtime.proc_id.name
 
     def received() -> tuple[int, int]:
         [proc] = [p for p in procs.stats().get(timeout=REPLY_TIMEOUT).procs if p.pid is not None][

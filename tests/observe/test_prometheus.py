@@ -24,8 +24,8 @@ import pytest
 import danaus.dashboard
 from danaus import telemetry
 from danaus._actor.api.procs import owned_proc_meshes
-from danaus._runtime.hosting.host import ensure_runtime
 from danaus._runtime.messaging.metrics import BOUNDS
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorError, ProcMesh, endpoint, this_host
 from danaus.testing import wait_until
 
@@ -170,7 +170,7 @@ def test_prometheus_scrapes_calls_errors_and_latencies_per_mesh_endpoint_and_ran
         with pytest.raises(ActorError):
             mesh.slice(gpus=0).boom.call_one().get(timeout=REPLY_TIMEOUT)
 
-    rt = ensure_runtime()
+    rt = this_node().runtime
     want = {
         'danaus_endpoint_calls_total{job="danaus",mesh="scraped",endpoint="ping",rank="1"}': 7,
         'danaus_endpoint_calls_total{job="danaus",mesh="scraped",endpoint="ping",rank="0"}': 1,
@@ -181,7 +181,12 @@ def test_prometheus_scrapes_calls_errors_and_latencies_per_mesh_endpoint_and_ran
         'danaus_endpoint_calls_total{job="dashboard",mesh="scraped",endpoint="ping",rank="1"}': 7,
         # Every live proc this client spawned (other test modules' meshes may still run).
         'sum(danaus_procs{job="danaus",state="alive"})': len(
-            {p.name for pm in owned_proc_meshes() for p in pm._procs if not rt.is_lost(p.name)}
+            {
+                p.name
+                for pm in owned_proc_meshes()
+                for p in pm._procs
+                if not rt.peers.is_lost(p.name)
+            }
         ),
         'count(danaus_actor_queue_depth{job="danaus",mesh="scraped"})': 2,
     }

@@ -12,8 +12,8 @@ import pytest
 
 import danaus.dashboard
 from danaus import telemetry
-from danaus._runtime.hosting.host import ensure_runtime
 from danaus._runtime.messaging.metrics import Recent
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorError, ProcMesh, endpoint
 from danaus.testing import FaultRecorder, client_env, wait_until
 
@@ -25,10 +25,12 @@ class Spanner(Actor):
 
     @endpoint
     def work(self, name: str) -> None:
-        rt = ensure_runtime()
-        assert rt.recent is not None
+        rt = this_node().runtime
+        assert rt.observing.recent is not None
         t0 = time.perf_counter_ns()
-        rt.recent.span(name, t0, t0 + 5_000_000, "spanner[0]", "ab" * 16, "cd" * 8, None, {"k": 1})
+        rt.observing.recent.span(
+            name, t0, t0 + 5_000_000, "spanner[0]", "ab" * 16, "cd" * 8, None, {"k": 1}
+        )
 
 
 def test_n_calls_to_an_endpoint_give_n_message_rows_with_their_sizes_and_times(
@@ -56,7 +58,7 @@ def test_n_calls_to_an_endpoint_give_n_message_rows_with_their_sizes_and_times(
     )
     assert [r["proc"] for r in big] == [name1] * 8
     assert all(r["receiver"] == "queried[1]" and r["sample_rate"] == 1.0 for r in big)
-    client = ensure_runtime().proc_id.name
+    client = this_node().runtime.proc_id.name
     assert all(r["sender"] == client for r in big)  # the client's main thread called
     # Each call carried its argument: 1000 bytes more each time; each got a reply.
     sizes = [r["request_bytes"] for r in big[:7]]

@@ -20,6 +20,7 @@ import pytest
 import danaus.dashboard
 from danaus._observe.ui import logsearch
 from danaus._runtime.logs import process as proc_logs
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ProcMesh, endpoint
 from danaus.testing import FaultRecorder
 
@@ -83,7 +84,7 @@ def written(procs: ProcMesh) -> None:
     """Wait until every line ``procs`` wrote so far reached this client: their host agent
     wrote them to the log files before it forwarded them (stdout and stderr are
     separate streams, so one line's arrival says nothing of the other's)."""
-    proc_logs.flush(list(procs._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT + 5)
+    proc_logs.flush(this_node(), list(procs._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT + 5)
 
 
 def test_the_pages_need_the_token(dashboard: danaus.dashboard.Dashboard) -> None:
@@ -104,9 +105,8 @@ def test_the_overview_has_the_job_its_meshes_and_the_failed_actor_s_traceback(
     dashboard: danaus.dashboard.Dashboard, talkers: Any, procs: ProcMesh
 ) -> None:
     doc = _json(dashboard, "/api/ui/overview")
-    from danaus._runtime.hosting import host
 
-    assert doc["job"]["name"] == host.ensure_runtime().proc_id.name
+    assert doc["job"]["name"] == this_node().runtime.proc_id.name
     assert any(j["name"] == doc["job"]["name"] and j["current"] for j in doc["jobs"])
     actors = {a["actor"]: a for a in doc["actors"]}
     names = proc_names(procs)

@@ -18,7 +18,7 @@ import pytest
 
 import danaus.dashboard
 from danaus._actor.api.procs import owned_proc_meshes
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import ActorError, SupervisionError, this_host
 from danaus.testing import FaultRecorder
 
@@ -92,7 +92,7 @@ def test_a_user_goes_from_a_failed_actor_to_its_traceback_logs_and_spans(
     faults.crashed("ui_trainer", {1})
     written(pm)  # the log search finds every line
     names = proc_names(pm)
-    job = host.ensure_runtime().proc_id.name
+    job = this_node().runtime.proc_id.name
     dash = danaus.dashboard.serve()
     stop = threading.Event()
 

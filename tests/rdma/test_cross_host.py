@@ -27,7 +27,7 @@ import pytest
 
 import danaus.actor
 from danaus._rdma import net
-from danaus._runtime.hosting.host import ensure_node, ensure_runtime
+from danaus._runtime.node import this_node
 from danaus._transport.auth import AuthError
 from danaus._wire.ids import ProcId
 from danaus.actor import ActorMesh, Future, HostMesh, ProcMesh
@@ -404,7 +404,7 @@ def test_a_stopped_owner_killed_while_the_transfer_waits_fails_it(
 
 def _data_address(buf: RDMABuffer) -> tuple[str, int]:
     buf.read_into(bytearray(buf.size())).get(timeout=REPLY_TIMEOUT)  # learns the address
-    client = ensure_node().part(net.DataClient)  # the client node's data connections
+    client = this_node().part(net.DataClient)  # the client node's data connections
     address = client.known_address((buf._owner_proc.name, buf._pid))
     assert address is not None
     return address
@@ -427,6 +427,6 @@ def test_the_data_connection_refuses_a_peer_without_the_job_secret(
             rest += chunk
         assert rest == bytes(32)  # the refusal (no valid MAC), then EOF
     # The right secret works.
-    secret = ensure_runtime().secret
+    secret = this_node().runtime.secret
     good, _session = net.connect(address, secret, 5.0, lambda s: True)
     good.close()

@@ -24,7 +24,7 @@ import pytest
 
 from danaus._rdma.backend import device_of
 from danaus._rdma.memory import local_memory
-from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, ProcMesh, SupervisionError, endpoint, this_host
 from danaus.config import configure, configured
 from danaus.rdma import (
@@ -496,7 +496,7 @@ class SocketReporter(NixlHolder):
     def listening(self) -> tuple[str | None, list[str]]:
         """The address this proc advertises to other hosts (None: none), and where it
         listens."""
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         return (rt.tcp_advertise if rt is not None else None), _listening_addresses()
 
 

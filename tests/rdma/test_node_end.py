@@ -19,12 +19,12 @@ SCRIPT = textwrap.dedent(
     import json, socket
     from danaus._rdma import net, transfer
     from danaus._rdma.registry import BufferRegistry
-    from danaus._runtime.hosting import host
+    from danaus._runtime.node import this_node
     from danaus.actor import shutdown_context
     from danaus.rdma import RDMABuffer, RDMAError
 
     out = {}
-    first = host.ensure_node()
+    first = this_node()
     data = bytearray(range(256)) * 16
     buf = RDMABuffer(data)
     dst = bytearray(len(data))
@@ -61,7 +61,7 @@ SCRIPT = textwrap.dedent(
         out["net_threads_after"] = "shut down"
 
     # A new node in the same process starts with none of it.
-    second = host.ensure_node()
+    second = this_node()
     out["new_node"] = second is not first
     out["registered_new"] = second.part(BufferRegistry).registered_buffers()
     out["idle_new"] = second.part(net.DataClient).idle_connections()

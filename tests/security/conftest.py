@@ -100,7 +100,7 @@ def stop_node(node: Node) -> None:
 
     def close_all() -> None:
         rt.close()
-        for conn in rt.all_connections():
+        for conn in rt.links.all_connections():
             conn.close()
         rt.loop.stop()
 

@@ -44,7 +44,7 @@ def _resume_inbound(node: Node) -> None:
 
 
 def _outbound(node: Node, name: str) -> int:
-    return node.rt.backpressure.outbound(node.rt._peers[name])
+    return node.rt.backpressure.outbound(node.rt.peers.table[name])
 
 
 def test_a_sender_blocks_above_the_high_water_mark_and_the_io_thread_does_not(nodes) -> None:

@@ -60,7 +60,7 @@ STALLED_CLIENT = """
 import threading
 import time
 import danaus.actor, danaus.config
-from danaus._runtime.hosting import proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, endpoint, this_host
 
 faults = []
@@ -76,7 +76,7 @@ actors = pm.spawn("echo", Echo)
 print("before", list(actors.echo.call(1).get(timeout=30).values()), flush=True)
 # Only this client gets the short timeout (its procs keep the default 5 s).
 danaus.config.configure(heartbeat_interval=0.1, heartbeat_timeout=1.0)
-rt = proc.current()
+rt = this_node(start=False).runtime
 after_stall = threading.Event()
 
 def stall():
@@ -132,8 +132,8 @@ class Busy(Actor):
     def stick(self):
         # The I/O thread and this actor's thread (which would read its next call
         # itself) block in a sleep: the proc neither answers nor runs.
-        from danaus._runtime.hosting import proc
-        proc.current().loop.call_soon_threadsafe(time.sleep, 3600)
+        from danaus._runtime.node import this_node
+        this_node(start=False).runtime.loop.call_soon_threadsafe(time.sleep, 3600)
         time.sleep(3600)
 
     @endpoint

@@ -117,19 +117,19 @@ def test_an_existing_private_directory_is_made_private_or_refused_if_not_ours(
 
 _SPAWN = """
 import os
-from danaus._runtime.hosting.host import ensure_runtime
+from danaus._runtime.node import this_node
 from danaus._runtime.logs.dirs import base_dir
 from danaus.actor import Actor, endpoint, this_host
 
 class Where(Actor):
     @endpoint
     def where(self):
-        from danaus._runtime.hosting.host import ensure_runtime
-        return ensure_runtime().job_dir
+        from danaus._runtime.node import this_node
+        return this_node().runtime.job_dir
 
 procs = this_host().spawn_procs(per_host={"gpus": 1})
 print("proc", procs.spawn("where", Where).where.call_one().get(timeout=60))
-print("client", ensure_runtime().job_dir)
+print("client", this_node().runtime.job_dir)
 print("logs", base_dir())
 procs.stop().get(timeout=60)
 """
@@ -204,7 +204,7 @@ def test_otel_header_variables_travel_in_no_spawn_frame(tmp_path: Path) -> None:
     script = ClientScript(tmp_path).write(
         """
         import os
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
         from danaus._wire.frame import encode_frame
         from danaus._wire.protocol import SpawnProcs, wire
         from danaus.actor import Actor, endpoint, this_host
@@ -214,7 +214,7 @@ def test_otel_header_variables_travel_in_no_spawn_frame(tmp_path: Path) -> None:
             def env(self):
                 return os.environ.get("OTEL_SERVICE_NAME"), os.environ.get("DANAUS_TELEMETRY")
 
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         sent = []
         plain = rt.send
 

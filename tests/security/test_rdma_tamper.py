@@ -25,7 +25,7 @@ import pytest
 
 from danaus._rdma import net
 from danaus._rdma.memory import LocalMemory
-from danaus._runtime.hosting.host import ensure_node
+from danaus._runtime.node import this_node
 from danaus._transport.auth import TAG
 from danaus.actor import Actor, ActorMesh, endpoint
 from danaus.rdma import RDMABuffer, RDMAError, RDMAOwnerLostError, RDMATamperedError
@@ -252,7 +252,7 @@ def rholder() -> Iterator[ActorMesh[Holder]]:
 def _via(buf: RDMABuffer, relays: Callable[..., FlipRelay], **flip: int) -> FlipRelay:
     """Route the transfers to ``buf``'s owner through a new relay (flipping ``flip``)."""
     key = (buf._owner_proc.name, buf._pid)
-    client = ensure_node().part(net.DataClient)  # the client node's data connections
+    client = this_node().part(net.DataClient)  # the client node's data connections
     client.forget(key[0])  # an earlier test's relay, if any
     buf.read_into(bytearray(buf.size())).get(timeout=REPLY_TIMEOUT)  # learns the address
     address = client.known_address(key)

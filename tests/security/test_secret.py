@@ -123,7 +123,7 @@ def test_the_secret_is_in_no_frame_a_spawn_sends_and_not_in_the_procs_environmen
     script = ClientScript(tmp_path).write(
         f"""
         import os
-        from danaus._runtime.hosting import host
+        from danaus._runtime.node import this_node
         from danaus._wire.frame import encode_frame
         from danaus._wire.protocol import SpawnProcs, wire
         from danaus.actor import Actor, endpoint, this_host
@@ -133,7 +133,7 @@ def test_the_secret_is_in_no_frame_a_spawn_sends_and_not_in_the_procs_environmen
             def env(self):
                 return os.environ.get("DANAUS_SECRET")
 
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         rt.set_secret({SECRET!r})
         sent = []
         plain = rt.send

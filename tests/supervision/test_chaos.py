@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import danaus.config
-from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorError, SupervisionError, current_rank, endpoint, this_host
 
 from .conftest import TIMEOUT
@@ -49,7 +49,7 @@ class Squarer(Actor):
 
     @endpoint
     def pauses(self) -> int:
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         assert rt is not None
         return rt.pauses
 

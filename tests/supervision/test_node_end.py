@@ -41,7 +41,7 @@ def session(name):
     procs = this_host().spawn_procs(per_host={"gpus": 1})
     procs.spawn(name, Worker).boom.broadcast()
     recorder.crashed(name, {0}, timeout=30)
-    n = node.current()
+    n = node.this_node(start=False)
     return n, procs, n.part(Faults).thread, n.part(dashboard.FromEnvironment).dashboard
 
 first, procs, first_thread, first_dash = session("first")
@@ -55,13 +55,13 @@ shutdown_context().get(timeout=30)
 ended = {
     "thread_alive": first_thread.is_alive(),
     "dash_stopped": refuses(first_dash),
-    "current": node.current(),
+    "current": node.this_node(start=False),
 }
 
 # The next use starts a second node in this process.
 second = this_host().spawn_procs(per_host={"gpus": 1})
 second.initialized.get(timeout=30)
-n = node.current()
+n = node.this_node(start=False)
 fresh = {
     "new_node": n is not first and n is not None,
     "thread": n.part(Faults).thread,

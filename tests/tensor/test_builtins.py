@@ -10,9 +10,9 @@ import pytest
 
 import danaus
 import danaus.builtins.random
-from danaus._runtime.hosting import proc as _proc
 from danaus._runtime.logs import dirs as logdir
 from danaus._runtime.logs import process as logs
+from danaus._runtime.node import this_node
 from danaus.actor import ProcMesh
 from danaus.builtins import log_remote, set_logging_level_remote
 from danaus.builtins.random import (
@@ -105,8 +105,8 @@ def test_seed_remote_reseeds_the_procs_and_leaves_the_client_alone(
 
 def _records_with(tag: str, mesh: ProcMesh) -> list[str]:
     """The lines holding ``tag`` in each proc's log file, once every proc's output is in."""
-    logs.flush(list(mesh._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT)
-    rt = _proc.current()
+    logs.flush(this_node(), list(mesh._procs), REPLY_TIMEOUT).result(REPLY_TIMEOUT)
+    rt = this_node(start=False).runtime
     assert rt is not None
     ours = {proc.name for proc in mesh._procs}  # other tests' procs may be gone, logs too
     found = []

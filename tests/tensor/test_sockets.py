@@ -10,7 +10,7 @@ import socket
 import pytest
 
 import danaus
-from danaus._runtime.hosting import proc as _proc
+from danaus._runtime.node import this_node
 from danaus._transport.ifaces import mesh_interface
 from danaus.actor import Actor, ProcMesh, endpoint
 
@@ -45,7 +45,7 @@ class Sockets(Actor):
     def report(self) -> tuple[str | None, str | None, str | None, list[str]]:
         """gloo's interface, the one this proc's mesh uses, the address it advertises,
         and the addresses it listens on."""
-        rt = _proc.current()
+        rt = this_node(start=False).runtime
         advertised = rt.tcp_advertise if rt is not None else None
         return (
             os.environ.get("GLOO_SOCKET_IFNAME"),

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import danaus
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus._wire import memory
 from danaus.actor import Actor, ActorMesh, HostMesh, endpoint, this_host
 from danaus.config import configured
@@ -190,7 +190,7 @@ def test_above_send_snapshot_max_call_returns_once_the_bytes_left_and_copies_not
 ) -> None:
     one = where.slice(x=0)
     proc = _proc(one)
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     n = 16 * MiB
     arr = np.zeros(n, dtype=np.uint8)
     staging = memory.staging

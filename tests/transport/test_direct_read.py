@@ -50,11 +50,12 @@ class Side:
 
     def reading(
         self, done: Callable[[], bool], timeout: float = TIMEOUT, bell: int = -1
-    ) -> Callable[[], bool]:
+    ) -> Callable[[], bool | None]:
         """Start ``read_directly`` on a thread and wait until it holds the read role
         (so that what is written next is read there, not by the loop); returns a
-        function that joins the thread and gives ``read_directly``'s result."""
-        out: list[bool] = []
+        function that joins the thread and gives ``read_directly``'s result (whether
+        ``done()`` held when it stopped; None: it could not take the role)."""
+        out: list[bool | None] = []
         t = threading.Thread(
             target=lambda: out.append(self.conn.read_directly(done, timeout, bell))
         )
@@ -66,7 +67,7 @@ class Side:
         with self.conn.direct.mu:  # held while it takes the role: the loop is muted after it
             pass
 
-        def join() -> bool:
+        def join() -> bool | None:
             t.join(TIMEOUT)
             assert not t.is_alive(), "read_directly did not return"
             return out[0]
@@ -149,7 +150,7 @@ def test_the_waiting_thread_reads_and_handles_its_frames_the_loop_never_wakes(si
 def test_a_declined_frame_and_all_after_it_go_to_the_io_thread_in_order(side: Side) -> None:
     join = side.reading(lambda: False)
     side.write(("mine", 0), ("other", 1), ("mine", 2), ("other", 3))
-    assert join()  # it returns after the hand-off
+    assert join() is False  # it returns after the hand-off
     wait_until(
         lambda: len(side.on_loop), TIMEOUT, "the loop has read 3 frame(s)", until=lambda k: k == 3
     )
@@ -164,7 +165,7 @@ def test_a_declined_frame_and_all_after_it_go_to_the_io_thread_in_order(side: Si
 
 
 def test_the_wait_ends_at_its_timeout_and_the_loop_then_reads_again(side: Side) -> None:
-    assert side.conn.read_directly(lambda: False, 0.05)
+    assert side.conn.read_directly(lambda: False, 0.05) is False
     side.write(("other", 1))
     wait_until(
         lambda: len(side.on_loop), TIMEOUT, "the loop has read 1 frame(s)", until=lambda k: k == 1
@@ -176,7 +177,7 @@ def test_a_bell_ends_the_wait_without_reading(side: Side) -> None:
     try:
         join = side.reading(lambda: False, TIMEOUT, bell)
         os.eventfd_write(bell, 1)
-        assert join()
+        assert join() is False
         assert os.eventfd_read(bell) == 1
         assert side.direct == [] and side.on_loop == []
     finally:
@@ -187,17 +188,17 @@ def test_garbage_read_directly_closes_the_connection_on_the_io_thread(side: Side
     # A header longer than the whole frame: not a frame.
     join = side.reading(lambda: False)
     side.theirs.sendall(struct.pack("<QIIQ", 16, 1 << 30, 0, 0))
-    assert join()
+    assert join() is False
     assert side.closed.wait(TIMEOUT)
     assert isinstance(side.close_exc, PeerBrokenError)
     # And the role cannot be taken any more.
-    assert not side.conn.read_directly(lambda: False, 0.01)
+    assert side.conn.read_directly(lambda: False, 0.01) is None
 
 
 def test_eof_while_reading_directly_is_reported_by_the_io_thread(side: Side) -> None:
     join = side.reading(lambda: False)
     side.theirs.shutdown(socket.SHUT_RDWR)
-    assert join()
+    assert join() is False
     assert side.closed.wait(TIMEOUT)
     assert isinstance(side.close_exc, PeerBrokenError)
     assert "EOF" in str(side.close_exc)
@@ -208,17 +209,17 @@ def test_closing_from_the_io_thread_wakes_a_direct_reader_which_then_closes_the_
 ) -> None:
     join = side.reading(lambda: False)
     side.conn.loop.call_soon_threadsafe(side.conn.close)
-    assert join()
+    assert join() is False
     assert side.closed.wait(TIMEOUT)
     assert side.conn.sock.fileno() == -1  # released once the reader let go of it
-    assert not side.conn.read_directly(lambda: False, 0.01)
+    assert side.conn.read_directly(lambda: False, 0.01) is None
 
 
 def test_the_role_is_refused_while_the_connection_is_paused(side: Side) -> None:
     done = threading.Event()
     side.conn.loop.call_soon_threadsafe(lambda: (side.conn.pause("test"), done.set()))
     assert done.wait(TIMEOUT)
-    assert not side.conn.read_directly(lambda: False, 0.01)
+    assert side.conn.read_directly(lambda: False, 0.01) is None
     side.write(("mine", 0))
     side.conn.loop.call_soon_threadsafe(side.conn.resume, "test")
     wait_until(
@@ -271,7 +272,7 @@ def test_a_direct_read_outliving_its_loop_ends_quietly(side: Side) -> None:
     loop.call_soon_threadsafe(loop.stop)
     wait_until(lambda: not loop.is_running(), TIMEOUT, "the loop stops")
     loop.close()  # closes its selector, as a runtime's close does
-    assert join()
+    assert join() is False
 
 
 # -- spinning before blocking (spin_wait) -------------------------------------
@@ -300,7 +301,7 @@ def test_a_bell_ends_a_spin(side: Side, spinning: None) -> None:
         with config.configured(spin_wait=60.0):
             join = side.reading(lambda: False, 60.0, bell)
             os.eventfd_write(bell, 1)
-            assert join()  # in well under the minute it would spin for
+            assert join() is False  # in well under the minute it would spin for
         assert os.eventfd_read(bell) == 1
         assert side.direct == []
     finally:
@@ -315,7 +316,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         for i in range(1, 240):
             before = side.conn.spins_missed
             # Waits of 6 ms: far longer than 3 spins (a slow peer, not a cold one).
-            assert side.conn.read_directly(lambda: False, 0.006)
+            assert side.conn.read_directly(lambda: False, 0.006) is False
             if side.conn.spins_missed > before:
                 spun.append(i)
         # Skips of 1, 2, 4, ... 64 between spins, then 64 for good.
@@ -325,7 +326,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
         for _ in range(64):
             if not side.conn.direct._spin_skip:
                 break
-            assert side.conn.read_directly(lambda: False, 0.006)
+            assert side.conn.read_directly(lambda: False, 0.006) is False
         assert side.conn.direct._spin_skip == 0 and side.conn.spins_missed == len(spun)
         with config.configured(spin_wait=60.0):
             join = side.reading(lambda: len(side.direct) >= 1)
@@ -333,7 +334,7 @@ def test_after_a_missed_spin_the_next_waits_skip_it_1_2_4_up_to_64(
             assert join()
         assert side.conn.spins_hit == 1
         missed = side.conn.spins_missed
-        assert side.conn.read_directly(lambda: False, 0.006)
+        assert side.conn.read_directly(lambda: False, 0.006) is False
         assert side.conn.spins_missed == missed + 1  # spun at once, no skip left
         assert side.conn.direct._spin_skip == 1  # and the back-off starts again from 1, not 64
 
@@ -344,28 +345,43 @@ def test_a_miss_by_little_does_not_skip_the_next_spin(side: Side) -> None:
     rule itself, with the waits given (a real wait's length is the machine's)."""
     conn, spin = side.conn, 0.0002
     for i in range(1, 6):
-        conn.direct._spun(False, 3 * spin, spin)
+        conn.direct._spun_missed(3 * spin, spin)
         assert (conn.spins_missed, conn.direct._spin_skip) == (i, 0)
-    conn.direct._spun(False, 3.01 * spin, spin)
+    conn.direct._spun_missed(3.01 * spin, spin)
     assert conn.direct._spin_skip == 1
     conn.direct._spin_skip = 0
-    conn.direct._spun(False, 3.01 * spin, spin)
+    conn.direct._spun_missed(3.01 * spin, spin)
     assert conn.direct._spin_skip == 2  # repeated slow waits double the skip
 
 
 def test_spin_wait_0_never_spins(side: Side, spinning: None) -> None:
     with config.configured(spin_wait=0):
         for _ in range(20):
-            assert side.conn.read_directly(lambda: False, 0.001)
+            assert side.conn.read_directly(lambda: False, 0.001) is False
         join = side.reading(lambda: len(side.direct) >= 1)
         side.write(("mine", 0))
         assert join()
     assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)
 
 
+def test_a_spin_as_long_as_the_read_is_no_miss(side: Side, spinning: None) -> None:
+    """A waiting future reads in slices of 0.1 s: a spin longer than the slice spins it
+    all and never sleeps, so it is no miss (and backs nothing off); the next slice
+    spins on. Under load, a reply later than one slice is then still a hit."""
+    with config.configured(spin_wait=60.0):
+        for _ in range(3):
+            assert side.conn.read_directly(lambda: False, 0.01) is False
+        assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)
+        assert side.conn.direct._spin_skip == 0
+        join = side.reading(lambda: len(side.direct) >= 1)
+        side.write(("mine", 0))
+        assert join()
+    assert (side.conn.spins_hit, side.conn.spins_missed) == (1, 0)
+
+
 def test_one_cpu_never_spins(side: Side, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conn_direct, "_SPIN_OK", False)
     with config.configured(spin_wait=60.0):
         for _ in range(5):
-            assert side.conn.read_directly(lambda: False, 0.001)
+            assert side.conn.read_directly(lambda: False, 0.001) is False
     assert (side.conn.spins_hit, side.conn.spins_missed) == (0, 0)

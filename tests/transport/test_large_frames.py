@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import HostMesh, ProcMesh, this_host
 from danaus.testing import freeze, wait_until
 from large_blobs import Blob, check_blob, lost_peers
@@ -37,7 +37,7 @@ REPLY_TIMEOUT = 30.0
 
 def _off_loop() -> int:
     """Bytes this client's reader threads received (large frames, off the I/O loop)."""
-    return sum(c.recv_off_loop for c in host.ensure_runtime().all_connections())
+    return sum(c.recv_off_loop for c in this_node().runtime.links.all_connections())
 
 
 @pytest.fixture(scope="module")

@@ -52,7 +52,7 @@ class _Node:
         self.got: queue.Queue[Any] = queue.Queue()
         self.events: list[Any] = []  # notes and losses, in the order the I/O thread saw them
         self.rt.register(Kind.BOUNCE, self._on_note)
-        self.rt.lost_callbacks.append(self._on_lost)
+        self.rt.peers.lost_callbacks.append(self._on_lost)
         self.rt.start(in_thread=True)
         if how == "tcp":
             self.rt.listen_tcp("127.0.0.1", "127.0.0.1")
@@ -101,7 +101,9 @@ class _Node:
         """Our open connections with ``other``: ``(direction, connection)``."""
         return self.on_io(
             lambda: [
-                (d, c) for name, d, c in self.rt.connections() if name == other.rt.proc_id.name
+                (d, c)
+                for name, d, c in self.rt.links.connections()
+                if name == other.rt.proc_id.name
             ]
         )
 
@@ -110,7 +112,7 @@ class _Node:
 
         def close_all() -> None:
             rt.close()
-            for conn in rt.all_connections():
+            for conn in rt.links.all_connections():
                 conn.close()
             rt.loop.stop()
 
@@ -168,7 +170,7 @@ def test_when_both_dial_at_once_one_connection_wins_and_nothing_is_lost_or_reord
             barrier.wait()  # both I/O threads dial before either reads anything
             for i in range(5):
                 me.note(other, f"{me.rt.proc_id.name[0]}{i}")
-            me.rt._connect(me.rt._peers[other.rt.proc_id.name])
+            me.rt.links.connect(me.rt.peers.table[other.rt.proc_id.name])
 
         return go
 
@@ -193,8 +195,8 @@ def test_when_both_dial_at_once_one_connection_wins_and_nothing_is_lost_or_reord
     ((da, ca),) = a.links(b)
     ((db, cb),) = b.links(a)
     assert (da, db) == ("out", "in")
-    assert a.on_io(lambda: a.rt._peers[b.rt.proc_id.name].conn) is ca
-    assert b.on_io(lambda: b.rt._peers[a.rt.proc_id.name].conn) is cb
+    assert a.on_io(lambda: a.rt.peers.table[b.rt.proc_id.name].conn) is ca
+    assert b.on_io(lambda: b.rt.peers.table[a.rt.proc_id.name].conn) is cb
     assert not [e for e in a.events + b.events if e[0] == "lost"]
 
 

@@ -21,7 +21,7 @@ import danaus.config
 from danaus._actor.core.collect import GatherCollector
 from danaus._actor.core.future import resolve
 from danaus._mesh.tree import Selection
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import (
     Accumulator,
     Actor,
@@ -88,7 +88,7 @@ class Sender(Actor):
 
 
 def _stats() -> tuple[int, int]:
-    s = host.ensure_runtime().tree.stats
+    s = this_node().runtime.tree.stats
     return s.forwarded, s.gathers_in
 
 

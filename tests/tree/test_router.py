@@ -6,6 +6,8 @@ from typing import Any
 
 from danaus._mesh import Slice
 from danaus._mesh.tree import Selection, node_children, root_children
+from danaus._runtime.messaging.faces import TreeCalls
+from danaus._runtime.messaging.gathers import GatherCalls
 from danaus._runtime.messaging.tree import TreeRouter
 from danaus._wire.ids import ProcId
 from danaus._wire.protocol import Cast
@@ -35,13 +37,34 @@ class FakeRuntime:
         else:
             self.sent.append((proc.name, header, list(buffers)))
 
+    def calls(self) -> TreeCalls:
+        """What the router is handed: these fakes, and nothing else of a runtime."""
+
+        def unused(*args: Any) -> Any:
+            raise AssertionError("the sender side does not call this")
+
+        me = ProcId("client", "/tmp/client")
+        return TreeCalls(
+            me=lambda: me,
+            register=self.register,
+            handler=self.handlers.get,
+            send=self.send,
+            reply=unused,
+            bounce=unused,
+            resolve=self.resolve,
+            is_lost=self.is_lost,
+            deliver_call=unused,
+            port=unused,
+            gather=GatherCalls(unused, unused, unused, unused, self.send),
+        )
+
 
 def test_a_subtree_whose_send_fails_fails_its_rank_and_its_children_get_it_with_routes() -> None:
     n, fanout = 40, 4
     procs = [ProcId(f"p{r}", f"/tmp/p{r}") for r in range(n)]
     victim_lo, victim_hi = root_children(n, fanout)[1]
     rt = FakeRuntime({procs[victim_lo].name})
-    router = TreeRouter(rt)  # type: ignore[arg-type]
+    router = TreeRouter(rt.calls())
     selection = Selection.of(Slice(0, [n], [1]))
     header = Cast(
         "m",
@@ -95,7 +118,7 @@ def test_routes_carry_each_procs_address_from_its_ready_not_the_meshs_first_one(
     rt = FakeRuntime(set())
     rt.fresh = {p.name: ProcId(p.name, f"tcp://10.0.0.{r}:7000;host:h{r}") for r, p in
                 enumerate(procs)}  # fmt: skip
-    router = TreeRouter(rt)  # type: ignore[arg-type]
+    router = TreeRouter(rt.calls())
     selection = Selection.of(Slice(0, [n], [1]))
     header = Cast(
         "m", "mesh", "f", None, False, selection.to_wire(), 0, 0, fanout, None, ("r",), (n,),

@@ -15,7 +15,7 @@ import pytest
 
 from danaus._actor.tools.simulated import SimulatedMesh
 from danaus._mesh.tree import depth
-from danaus._runtime.hosting import host
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, SupervisionError, endpoint
 from danaus.testing import wait_until
 
@@ -43,7 +43,7 @@ def test_4096_simulated_ranks_each_get_every_cast_of_two_senders_once_in_order(
     casts = 100
     with SimulatedMesh(Recorder, {"hosts": 256, "gpus": 16}) as sim:
         other = sim.sender()
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         sent_before = rt.tree.stats.forwarded
 
         def second() -> None:

@@ -17,6 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
+import source_ast
+
 from .conftest import Guard, NotAUnitTest
 
 UNIT = pathlib.Path(__file__).resolve().parent
@@ -26,7 +28,7 @@ SRC = TESTS.parent / "src" / "danaus"
 
 def _layers() -> list[str]:
     """``LAYERS`` of tests/test_layers.py (the architecture's layer list, in order)."""
-    tree = ast.parse((TESTS / "test_layers.py").read_text())
+    tree = source_ast.parse((TESTS / "test_layers.py").read_text())
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and [getattr(t, "id", "") for t in stmt.targets] == [
             "LAYERS"
@@ -52,7 +54,7 @@ def _test_files(d: pathlib.Path) -> list[pathlib.Path]:
 
 
 def _tests_in(path: pathlib.Path) -> list[str]:
-    tree = ast.parse(path.read_text())
+    tree = source_ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith(
@@ -88,7 +90,7 @@ def test_no_directory_of_unit_tests_names_something_that_is_not_a_layer() -> Non
 def _imported_layers(path: pathlib.Path) -> set[str]:
     """The ``danaus._<layer>`` layers ``path`` imports (anywhere in the file)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(source_ast.parse(path.read_text())):
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names = [node.module]

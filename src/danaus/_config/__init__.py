@@ -49,6 +49,7 @@ from .process import (
     get_global_config,
     get_runtime_config,
 )
+from .process import values as values
 from .setting import Setting
 from .setting import _default_max_frame as _default_max_frame
 from .settings import BY_NAME as _settings_by_name

@@ -11,9 +11,12 @@ from .store import Config
 _config = Config()
 
 
-def get(name: str) -> Any:
-    """The effective value of setting ``name`` in this process."""
-    return _config.get(name)
+# The effective value of a setting in this process: the process's ``Config.get`` itself
+# (read on every message: one Python call, not a wrapper around it).
+get = _config.get
+# The same as attributes (``values.spin_wait``): what the per-message paths read, a plain
+# attribute after the first read (see ``Values``).
+values = _config.values
 
 
 def configure(**kwargs: Any) -> None:

@@ -55,14 +55,47 @@ def _report(names: list[str]) -> None:
         )
 
 
+class Values:
+    """A `Config`'s settings as attributes (``values.spin_wait``), for code that reads
+    one on every message: after its first read, a setting is a plain attribute of
+    this object (no call at all) until ``configure()`` or ``restore()`` changes the
+    settings, which forgets them all."""
+
+    def __init__(self, config: Config) -> None:
+        self.__dict__["_Values__config"] = config
+
+    def __getattr__(self, name: str) -> Any:  # only for a setting not read since a change
+        config: Config = self.__dict__["_Values__config"]
+        setting = _BY_NAME.get(name)
+        if setting is None:
+            raise AttributeError(str(_unknown(name)))
+        with config._lock:  # as configure(): a value read here is never one it replaced
+            value = config._cache.get(name, _MISSING)
+            if value is _MISSING:
+                value = config._cache[name] = config._resolve(setting)
+            self.__dict__[name] = value
+        return value
+
+    def _forget(self) -> None:
+        """Drop every value read (the settings changed; ``Config``'s lock held)."""
+        config = self.__dict__["_Values__config"]
+        self.__dict__.clear()
+        self.__dict__["_Values__config"] = config
+
+
+_MISSING = object()
+
+
 class Config:
-    """The settings of one process. Read with `get()`; thread-safe."""
+    """The settings of one process. Read with `get()` (or, where every call counts,
+    as attributes of `values`); thread-safe."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = environ if environ is not None else os.environ
-        self._lock = threading.Lock()  # guards _runtime and _cache
+        self._lock = threading.Lock()  # guards _runtime, _cache and values
         self._runtime: dict[str, Any] = {}  # set by configure()
         self._cache: dict[str, Any] = {}  # effective values, filled on first read
+        self.values = Values(self)
 
     def get(self, name: str) -> Any:
         """The effective value of setting ``name`` (fast after the first read)."""
@@ -108,6 +141,7 @@ class Config:
         with self._lock:
             self._runtime.update(checked)
             self._cache.clear()
+            self.values._forget()
         _report(kept)
 
     def monarch(self, name: str) -> Any:
@@ -145,6 +179,7 @@ class Config:
         with self._lock:
             self._runtime = dict(runtime)
             self._cache.clear()
+            self.values._forget()
 
     def effective(self) -> dict[str, Any]:
         """Every danaus setting, then every Monarch option name that has a value."""

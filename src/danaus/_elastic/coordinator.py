@@ -168,14 +168,19 @@ class ElasticCoordinator(Actor):
                 for m in members:
                     self.by_key.pop(m.mesh_key, None)
             for procs in spawned:
-                try:
-                    await asyncio.wait_for(procs.stop(), self.timeout)
-                    self.procs.remove(procs)
-                except BaseException as e:  # kept in self.procs: shutdown stops them again
-                    log.warning("stopping the procs of a failed spawn: %r", e)
+                await self._stop_failed(procs)
             raise failed[0]
         # In the order picked: the first ``target`` are members, spread over the hosts.
         return [groups[h].pop(0) for h in picks]
+
+    async def _stop_failed(self, procs: Any) -> None:
+        """Stop the procs of a failed spawn (bounded); if they do not stop, they stay in
+        ``self.procs`` and shutdown stops them again."""
+        try:
+            await asyncio.wait_for(procs.stop(), self.timeout)
+            self.procs.remove(procs)
+        except BaseException as e:
+            log.warning("stopping the procs of a failed spawn: %r", e)
 
     async def _spawn_on(self, h: int, n: int, spawned: list[Any]) -> list[_Member]:
         self.generation += 1
@@ -200,11 +205,7 @@ class ElasticCoordinator(Actor):
         except BaseException:  # nothing of a failed spawn is left behind
             if self.hosts is not None:
                 self.suspect[h] = time.monotonic()  # try another host first next time
-            try:
-                await asyncio.wait_for(procs.stop(), self.timeout)
-                self.procs.remove(procs)
-            except BaseException as e:  # kept in self.procs: shutdown stops them again
-                log.warning("stopping the procs of a failed spawn: %r", e)
+            await self._stop_failed(procs)
             raise
         spawned.append(procs)
         out = []

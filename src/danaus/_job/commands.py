@@ -34,6 +34,8 @@ from .load import job_load
 from .servers import AppState, Config, MeshSpec, ServerSpec
 from .shell import shell
 
+# Monarch's ``monarch.tools.commands`` names, which ``danaus.tools.commands`` shows;
+# ``parse_point`` and ``run_exec`` serve the ``danaus exec`` command only.
 __all__ = [
     "DEFAULT_JOB_PATH",
     "MONARCH_DIR",
@@ -49,8 +51,6 @@ __all__ = [
     "kill",
     "kill_and_confirm",
     "load_current_job",
-    "parse_point",
-    "run_exec",
     "server_ready",
     "shell_on_job",
 ]

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from .. import _config as config
 from .._actor.api.hosts import HostMesh, this_host
 from .._config import NoEffectWarning
-from .._runtime.hosting import proc as _proc
+from .._runtime.node import this_node
 from .._transport.auth import new_secret
 from . import statefile
 from . import telemetry as _telemetry
@@ -99,7 +99,8 @@ def _job_secret() -> str:
     A client authenticates with one secret, so every job it starts uses the same.
     """
     global _secret
-    rt = _proc.current()
+    node = this_node(start=False)
+    rt = None if node is None else node.runtime
     if rt is not None and rt.secret is not None:
         return rt.secret.decode()
     with _secret_lock:

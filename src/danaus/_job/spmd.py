@@ -20,7 +20,7 @@ from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.api.procs import ProcMesh
 from .._actor.core.context import current_rank, current_size
-from .._runtime.hosting import proc as _proc
+from .._runtime.node import this_node
 from .._transport.ifaces import interface_of
 
 __all__ = ["SPMDActor", "setup_torch_elastic_env", "setup_torch_elastic_env_async", "torch_env"]
@@ -56,7 +56,8 @@ def torch_env(coords: dict[str, int], sizes: dict[str, int]) -> dict[str, str]:
 
 def _reachable_address() -> str:
     """The address other hosts reach this proc at (its advertised TCP address), else loopback."""
-    rt = _proc.current()
+    node = this_node(start=False)
+    rt = None if node is None else node.runtime
     advertised = getattr(rt, "tcp_advertise", None) if rt is not None else None
     return advertised or "127.0.0.1"
 

@@ -31,7 +31,7 @@ from typing import Any
 from .. import _config as config
 from .._actor.api.extensions import Extensions
 from .._actor.core import telemetry
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 
 __all__ = ["MeshAdminConfig", "TelemetryConfig", "active_config", "fill_state", "start"]
 
@@ -93,7 +93,7 @@ def fill_state(state: Any, cfg: TelemetryConfig) -> None:
     ``_state()`` set; does nothing when telemetry did not start for ``cfg``."""
     if active_config() is not cfg:
         return
-    ext = host.ensure_node().part(Extensions)
+    ext = this_node().part(Extensions)
     if state.query_engine_client is None and ext.query_engine_client is not None:
         state.query_engine_client = ext.query_engine_client()
     if cfg.include_dashboard and state.dashboard_url is None and ext.dashboard_url is not None:
@@ -124,7 +124,7 @@ class ActiveTelemetry:
 
 def active_config() -> TelemetryConfig | None:
     """The configuration telemetry was last started with in this session (None: never)."""
-    node = host.current_node()
+    node = this_node(start=False)
     return None if node is None else node.part(ActiveTelemetry).config
 
 
@@ -151,7 +151,7 @@ def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> Tele
 def start(cfg: TelemetryConfig) -> bool:
     """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
     ``RuntimeWarning``, when it cannot start."""
-    part = host.ensure_node().part(ActiveTelemetry)
+    part = this_node().part(ActiveTelemetry)
     if part.previous is None:
         part.previous = {k: config.get(k) for k in ("telemetry", "dashboard", "dashboard_port")}
     try:
@@ -166,7 +166,7 @@ def start(cfg: TelemetryConfig) -> bool:
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
     part.config = cfg
-    keep = host.ensure_node().part(Extensions).start_history
+    keep = this_node().part(Extensions).start_history
     if keep is not None:
         try:
             keep(cfg.retention_secs, cfg.snapshot_interval_secs)

@@ -22,6 +22,7 @@ from typing import Any
 from .. import _config as config
 from .._actor.api.hosts import HostMesh
 from .._actor.api.joining import attach_to_workers
+from .._runtime.messaging.liveness import pid_exists
 from .._transport.address import parse as parse_address
 from .._transport.address import split_tcp
 from .._transport.secret_env import environ_without_secret
@@ -304,7 +305,7 @@ class ProcessJob(_DetachedWorkersJob):
 
     def _still_running(self) -> bool:
         pids = (w.pid for ws in self._workers.values() for w in ws)
-        return all(_pid_exists(p) for p in pids) and super()._still_running()  # pids get reused
+        return all(pid_exists(p) for p in pids) and super()._still_running()  # pids get reused
 
 
 def _accepting(address: str) -> bool:
@@ -319,16 +320,6 @@ def _accepting(address: str) -> bool:
             return True
     except OSError:
         return False
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SSHJob(_DetachedWorkersJob):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import operator
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 def as_int(value: object, what: str) -> int:
@@ -43,6 +44,13 @@ def as_int_list(values: object, what: str) -> tuple[int, ...]:
     return tuple(as_nonneg_int(v, f"each of {what}") for v in values)
 
 
+def as_tuple(values: object, must: str) -> tuple[Any, ...]:
+    """Return ``values`` as a tuple; TypeError saying what it ``must`` be if not iterable."""
+    if not isinstance(values, Iterable):
+        raise TypeError(f"{must}, got {values!r}")
+    return tuple(values)
+
+
 def as_labels(labels: object, what: str = "labels") -> tuple[str, ...]:
     """Return a sequence of distinct dimension names as a tuple.
 
@@ -54,9 +62,7 @@ def as_labels(labels: object, what: str = "labels") -> tuple[str, ...]:
             f"{what} must be a sequence of names, got the string {labels!r}. "
             f"Probably you meant [{labels!r}]"
         )
-    if not isinstance(labels, Iterable):
-        raise TypeError(f"{what} must be a sequence of names, got {labels!r}")
-    out = tuple(labels)
+    out = as_tuple(labels, f"{what} must be a sequence of names")
     for label in out:
         if not isinstance(label, str):
             raise TypeError(f"each of {what} must be a str, got {label!r} in {list(out)!r}")
@@ -69,7 +75,7 @@ def check_unique(names: Sequence[str], what: str) -> None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise ValueError(f"duplicate dimension name {name!r} in {what} {list(names)!r}")
+            raise ValueError(f"Duplicate dimension name {name!r} in {what} {list(names)!r}")
         seen.add(name)
 
 

@@ -243,7 +243,7 @@ class Selection:
         when the selection descends more dimensions than the slice has.
         """
         slice = _as_slice(where)
-        sizes = slice.sizes
+        sizes = tuple(slice.sizes)
         if not sizes:  # the empty product: one rank, treated as one dimension of size 1
             sizes = (1,)
         sel = self._expand(0, len(sizes)) if expand else self

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator, Sequence
+from typing import overload
 
 from ._check import as_int, as_int_list, as_nonneg_int
 
@@ -123,14 +124,15 @@ class Slice:
         return self._offset
 
     @property
-    def sizes(self) -> tuple[int, ...]:
-        """The number of coordinates along each dimension."""
-        return self._sizes
+    def sizes(self) -> list[int]:
+        """The number of coordinates along each dimension (a new list, as Monarch's)."""
+        return list(self._sizes)
 
     @property
-    def strides(self) -> tuple[int, ...]:
-        """The rank distance between neighbours along each dimension."""
-        return self._strides
+    def strides(self) -> list[int]:
+        """The rank distance between neighbours along each dimension (a new list, as
+        Monarch's)."""
+        return list(self._strides)
 
     @property
     def ndim(self) -> int:
@@ -156,8 +158,18 @@ class Slice:
             return False
         return self._position(r) is not None
 
-    def __getitem__(self, i: int) -> int:
-        """Return the ``i``-th rank; IndexError unless ``0 <= i < len(self)``."""
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> int | tuple[int, ...]:
+        """Return the ``i``-th rank (IndexError unless ``0 <= i < len(self)``), or for a
+        Python slice the tuple of those ranks in iteration order (as Monarch's
+        ``NDSlice``: ``s[0:4]``, ``s[::2]``)."""
+        if isinstance(i, slice):
+            return tuple(self.get(k) for k in range(*i.indices(len(self))))
         return self.get(i)
 
     def get(self, i: int) -> int:
@@ -170,11 +182,7 @@ class Slice:
         n = len(self)
         if not 0 <= idx < n:
             raise IndexError(f"Slice index {i!r} out of range: the slice has {n} ranks")
-        coords = []
-        for size in reversed(self._sizes):
-            idx, c = divmod(idx, size)
-            coords.append(c)
-        coords.reverse()
+        coords = self._unravel(idx)
         return self._offset + sum(c * s for c, s in zip(coords, self._strides, strict=True))
 
     def nditem(self, coords: Sequence[int]) -> int:
@@ -199,6 +207,10 @@ class Slice:
         pos = self._position(as_int(rank, "rank"))
         if pos is None:
             raise ValueError(f"rank {rank!r} is not in {self!r}")
+        return self._unravel(pos)
+
+    def _unravel(self, pos: int) -> list[int]:
+        """The coordinates of position ``pos`` in row-major iteration order."""
         coords = []
         for size in reversed(self._sizes):
             pos, c = divmod(pos, size)

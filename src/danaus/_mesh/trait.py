@@ -106,7 +106,8 @@ class MeshTrait(ABC):
         if unused:
             bad = sorted(unused)[0]
             raise ValueError(
-                f"split got a size for {bad!r}, which is not one of the new names "
+                f"unused size constraints: split got a size for {bad!r}, which is not one "
+                f"of the new names "
                 f"{[n for g in groups.values() for n in g]!r}; every size must belong to a "
                 f"name in a tuple.{did_you_mean(bad, new_names)}"
             )
@@ -238,15 +239,15 @@ def _group_sizes(
     unknown = [n for n in group if n not in constraints]
     if len(unknown) > 1:
         raise ValueError(
-            f"cannot infer the sizes of {unknown!r} when splitting {label!r} (size {size}) "
-            f"into {list(group)!r}: give all but one, e.g. {unknown[0]}=N"
+            f"Cannot infer size of {list(group)!r}: cannot infer the sizes of {unknown!r} "
+            f"when splitting {label!r} (size {size}); give all but one, e.g. {unknown[0]}=N"
         )
     known = math.prod(constraints[n] for n in group if n in constraints)
     inferred, remainder = divmod(size, known)
     if (unknown and remainder) or (not unknown and known != size):
         given = {n: constraints.get(n, "?") for n in group}
         raise ValueError(
-            f"dimension {label!r} of size {size} cannot be split into {list(group)!r} "
+            f"Dimension {label!r} of size {size} is not evenly divided by {list(group)!r} "
             f"with sizes {given!r}: the product must equal {size}"
         )
     return [constraints.get(n, inferred) for n in group]

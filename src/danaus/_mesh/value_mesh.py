@@ -19,7 +19,7 @@ from pprint import pformat
 from textwrap import indent
 from typing import Generic, TypeVar
 
-from ._check import as_int, unknown_dim_message
+from ._check import as_int, as_tuple, unknown_dim_message
 from .shape import Point, Shape
 from .trait import MeshTrait
 
@@ -82,9 +82,7 @@ class ValueMesh(MeshTrait, Generic[T]):
                 f"ValueMesh needs a Shape, got {shape!r}. Probably you meant "
                 f"Shape(labels, Slice.new_row_major(sizes))"
             )
-        if not isinstance(values, Iterable):
-            raise TypeError(f"ValueMesh values must be a sequence, got {values!r}")
-        vals = tuple(values)
+        vals: tuple[T, ...] = as_tuple(values, "ValueMesh values must be a sequence")
         if len(vals) != len(shape):
             raise ValueError(
                 f"ValueMesh needs one value per rank: {shape.extent!r} has {len(shape)} "

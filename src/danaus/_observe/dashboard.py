@@ -37,12 +37,10 @@ machine find it without being told.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import os
 import secrets
-import socket
 import sys
 import threading
 from importlib import resources
@@ -50,14 +48,24 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from . import history
 from .prom import CONTENT_TYPE, cached_exposition
 from .sql import QueryError
 from .sql import query as run_query
 from .state import StateCollector, discover, find_procs
+from .ui import assemble as ui_assemble
 from .ui import routes as ui_routes
-from .web import SECURITY_HEADERS, HttpServer, Route, aiohttp_web, blocking, url_host
+from .web import (
+    SECURITY_HEADERS,
+    HttpServer,
+    Route,
+    Served,
+    aiohttp_web,
+    bind_addresses,
+    blocking,
+    url_host,
+)
 
 __all__ = ["Dashboard", "serve"]
 
@@ -67,7 +75,7 @@ DISCOVERY_FILE = "dashboard.json"
 DEFAULT_HOST = "127.0.0.1"  # what an empty dashboard_host means
 
 
-class Dashboard:
+class Dashboard(Served):
     """A running dashboard: ``url`` (with its token), ``stop()``."""
 
     def __init__(
@@ -101,7 +109,7 @@ class Dashboard:
             target=self._poll, name="danaus-dashboard-poll", daemon=True
         )
         self._poller.start()
-        self._discovery = os.path.join(host.ensure_runtime().job_dir, DISCOVERY_FILE)
+        self._discovery = os.path.join(this_node().runtime.job_dir, DISCOVERY_FILE)
         fd = os.open(self._discovery, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "pid": os.getpid()}, f)
@@ -166,12 +174,6 @@ class Dashboard:
         except OSError:
             pass
 
-    def __enter__(self) -> Dashboard:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
     def __repr__(self) -> str:
         return f"<Dashboard {self.url}>"
 
@@ -204,11 +206,8 @@ def serve(
 
 def _every_interface(host_: str) -> bool:
     """Whether binding to ``host_`` listens on every interface (0.0.0.0, ::, "0", ...)."""
-    try:
-        infos = socket.getaddrinfo(host_, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return False  # binding fails and says why
-    return any(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_unspecified for i in infos)
+    addrs = bind_addresses(host_)
+    return addrs is not None and any(a.is_unspecified for a in addrs)
 
 
 def _check_interface(host_: str, all_interfaces: bool) -> None:
@@ -226,7 +225,8 @@ def _check_interface(host_: str, all_interfaces: bool) -> None:
 
 
 def _page() -> bytes:
-    return resources.files("danaus._observe").joinpath("dashboard.html").read_bytes()
+    html = resources.files("danaus._observe").joinpath("dashboard.html").read_text("utf-8")
+    return ui_assemble(html).encode()
 
 
 def _routes(dash: Dashboard) -> dict[str, Route]:
@@ -331,7 +331,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
 
 
 def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     if "proc" in query:
         names = set(query["proc"])
         out = []
@@ -392,7 +392,7 @@ def serve_from_environment() -> Dashboard | None:
     """Start the dashboard once if the ``dashboard`` setting (``DANAUS_DASHBOARD=1``) is on."""
     if not config.get("dashboard"):
         return None
-    part = host.ensure_node().part(FromEnvironment)
+    part = this_node().part(FromEnvironment)
     with part.lock:
         if part.dashboard is None:
             part.dashboard = serve()

@@ -36,8 +36,8 @@ import time
 from typing import Any
 
 from .. import _config as config
-from .._runtime.hosting import host
 from .._runtime.logs import dirs as logdir
+from .._runtime.node import this_node
 from . import tables
 from .tables import COLUMNS
 
@@ -105,7 +105,7 @@ class History:
         self.snapshots = 0
         self.swept = 0  # rows deleted by retention
         self._stop = threading.Event()
-        self._runtime = host.ensure_runtime()
+        self._runtime = this_node().runtime
         self.thread = threading.Thread(
             target=self._run, name="danaus-telemetry-history", daemon=True
         )
@@ -142,7 +142,7 @@ class History:
 
     def snapshot(self) -> None:
         """Ask every proc now and write what is new (see the module's docstring)."""
-        node = host.current_node()
+        node = this_node(start=False)
         if node is None or node.runtime is not self._runtime:
             return  # the session that started this history has ended
         snap = tables.gather(rings=True, check=self._check)
@@ -184,7 +184,7 @@ class History:
         """Raise once the session has ended (or this history closed): a snapshot in
         progress stops between rounds instead of asking for a node that is gone
         (which would start a new one)."""
-        node = host.current_node()
+        node = this_node(start=False)
         if self._stop.is_set() or node is None or node.runtime is not self._runtime:
             raise _Stopped()
 
@@ -315,7 +315,7 @@ def active() -> History | None:
     h = _active
     if h is None:
         return None
-    node = host.current_node()
+    node = this_node(start=False)
     return h if node is not None and node.runtime is h._runtime else None
 
 
@@ -334,9 +334,9 @@ def start(retention_s: float, snapshot_s: float) -> History:
         if h is not None:
             h.retention_s, h.snapshot_s = float(retention_s), float(snapshot_s)
             return h
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         h = History(path_for(rt.proc_id.name), retention_s, snapshot_s)
-        host.ensure_node().part(_Holder).history = h  # closed when the session ends
+        this_node().part(_Holder).history = h  # closed when the session ends
         _active = h
         return h
 

@@ -23,8 +23,8 @@ import time
 from typing import Any
 
 from .. import _config as config
-from .._runtime.hosting import host
 from .._runtime.logs import process as logs
+from .._runtime.node import this_node
 
 __all__ = ["Rings", "append", "clear", "procs", "tail"]
 
@@ -39,13 +39,13 @@ class Rings:
 
 
 def _current() -> Rings | None:
-    node = host.current_node()
+    node = this_node(start=False)
     return None if node is None else node.part(Rings)
 
 
 def append(proc: str, line: str, stream: str = "stdout") -> None:
     """Keep ``line`` (one line of proc ``proc``'s ``stream``) as its latest."""
-    r = host.ensure_node().part(Rings)
+    r = this_node().part(Rings)
     with r.lock:
         ring = r.rings.get(proc)
         if ring is None:
@@ -70,7 +70,7 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
 
 def _forwarded(proc: str) -> list[str]:
     # The forwarder's own bounded tail of what it printed.
-    return logs.tail(proc, max(1, config.get("logtail_lines")))
+    return logs.tail(this_node(start=False), proc, max(1, config.get("logtail_lines")))
 
 
 def procs() -> list[str]:

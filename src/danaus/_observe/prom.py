@@ -42,10 +42,8 @@ label sets are exported: beyond it further ones are dropped (counted in
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import secrets
-import socket
 import sys
 import threading
 import time
@@ -56,8 +54,9 @@ from typing import Any
 from .. import _config as config
 from .._runtime.messaging.metrics import BOUNDS
 from .._supervision.supervised import supervised
+from . import web as _web
 from .tables import gather, gpu_of
-from .web import SECURITY_HEADERS, HttpServer, aiohttp_web, blocking, url_host
+from .web import SECURITY_HEADERS, HttpServer, Served, aiohttp_web, blocking, url_host
 
 __all__ = ["MetricsServer", "cached_exposition", "exposition", "serve_metrics"]
 
@@ -384,7 +383,7 @@ def _cache() -> _Cache:
     return _CACHE
 
 
-class MetricsServer:
+class MetricsServer(Served):
     """A running ``/metrics`` endpoint: ``url``, ``token``, ``stop()``; a context manager."""
 
     def __init__(self, host: str, port: int, token: str) -> None:
@@ -398,12 +397,6 @@ class MetricsServer:
     def stop(self) -> None:
         """Stop serving and close every connection (idempotent; blocks briefly)."""
         self._server.stop()
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"MetricsServer({self.url!r})"
@@ -468,8 +461,5 @@ def serve_metrics(
 
 def _loopback(host: str) -> bool:
     """Whether every address ``host`` names is a loopback one (127.0.0.0/8, ::1)."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except OSError:
-        return False  # binding fails and says why
-    return all(ipaddress.ip_address(str(i[4][0]).split("%")[0]).is_loopback for i in infos)
+    addrs = _web.bind_addresses(host)
+    return addrs is not None and all(a.is_loopback for a in addrs)

@@ -23,8 +23,8 @@ from .._actor.api import stats
 from .._actor.api.procs import ProcMesh, owned_proc_meshes
 from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
-from .._runtime.hosting import host
 from .._runtime.messaging.metrics import percentile
+from .._runtime.node import this_node
 from .._supervision.supervised import supervised
 from .._wire.ids import ProcId
 from . import logtail
@@ -51,7 +51,7 @@ class StateCollector:
             return self._collect()
 
     def _collect(self) -> dict[str, Any]:
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         entries = discover(self._known)
         now = time.time()
         dt = now - self._prev_t if self._prev_t is not None else None
@@ -303,14 +303,14 @@ def discover(
     bounded by ``stats_timeout``. A proc that does not answer this time is
     searched for children in ``known`` (its last snapshot), if given.
     """
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     level = _proc_entries()
     seen = {e["id"].name for e in level}
     out: list[dict[str, Any]] = []
     while level:
         for e in level:
             # The parent's word first: its host agent says how the process ended.
-            e["lost"] = e["lost"] or rt.is_lost(e["id"].name)
+            e["lost"] = e["lost"] or rt.peers.is_lost(e["id"].name)
         alive = [e for e in level if e["lost"] is None]
         if check is not None:  # a background thread stopping between rounds: raises
             check()

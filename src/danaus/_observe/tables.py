@@ -23,7 +23,7 @@ from .._actor.api import stats as api_stats
 from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
 from .._actor.tools import introspect
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from .state import discover
 
 __all__ = ["COLUMNS", "TABLES", "Snapshot", "collect", "gather", "gpu_of"]
@@ -147,7 +147,7 @@ def gather(rings: bool = True, check: Callable[[], None] | None = None) -> Snaps
     to stop between them: it raises)."""
     if check is not None:
         check()
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     entries = discover(check=check)
     names = {e["id"].name for e in entries}
     if rt.proc_id.name not in names:

@@ -34,15 +34,14 @@ import logging
 import os
 import secrets
 import time
-from types import TracebackType
 from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
 from .._actor.core import telemetry
 from .._actor.tools import introspect
-from .._runtime.hosting import host
 from .._runtime.messaging.metrics import Tracer
+from .._runtime.node import this_node
 from .._wire.ids import ProcId
 from .state import discover
 
@@ -67,7 +66,7 @@ class Trace:
         self._wall0 = 0
 
     def __enter__(self) -> Trace:
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         if rt.tracer is not None:
             raise RuntimeError(
                 "a trace is already running in this client; traces do not nest (end the "
@@ -85,7 +84,7 @@ class Trace:
     def _learn_offsets(
         self, procs: list[ProcId], sent: int, arrived: list[int], answers: list[Any]
     ) -> None:
-        me = host.ensure_runtime().host
+        me = this_node().runtime.host
         for p, t1, (ok, ans) in zip(procs, arrived, answers, strict=True):
             if not ok:
                 self._no_offset[p.name] = str(ans)
@@ -96,13 +95,8 @@ class Trace:
             else:  # the proc read its clock about halfway through the round trip
                 self._offsets[p.name] = ans["now_ns"] - (sent + t1) // 2
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        rt = host.ensure_runtime()
+    def __exit__(self, *exc: object) -> None:  # the block's exception propagates
+        rt = this_node().runtime
         tracer = rt.tracer
         late = tracer.late if tracer is not None else []
         for procs, sent, arrived, fut in late:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hmac
+import ipaddress
 import logging
 import os
 import socket
@@ -47,7 +48,9 @@ __all__ = [
     "BLOCKING_WORKERS",
     "HttpServer",
     "Route",
+    "Served",
     "aiohttp_web",
+    "bind_addresses",
     "blocking",
     "carries_token",
     "url_host",
@@ -56,6 +59,8 @@ __all__ = [
 log = logging.getLogger("danaus.http")
 
 T = TypeVar("T")
+S = TypeVar("S", bound="Served")
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 BLOCKING_WORKERS = 4  # threads for blocking work of every HTTP endpoint of the process
 MAX_LINE = 8190  # bytes of the request line and of one header (aiohttp's default)
@@ -163,6 +168,22 @@ def _text(web: Any, code: int, body: str, *, close: bool = False, **headers: str
     if close:
         resp.force_close()
     return resp
+
+
+class Served:
+    """What a caller holds of a running server (the dashboard, ``/metrics``): ``url`` and
+    ``stop()``; a context manager that stops it at the end of the block."""
+
+    url: str
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
 
 
 class HttpServer:
@@ -346,6 +367,16 @@ class HttpServer:
         conns = list(self._conns.values())
         admitted = sum(1 for c in conns if c.admitted)
         return len(conns) - admitted, admitted
+
+
+def bind_addresses(host: str) -> list[IPAddress] | None:
+    """The addresses a server binding to ``host`` listens on (``None``: ``host`` does not
+    resolve, and binding will fail and say why)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return None
+    return [ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos]
 
 
 def url_host(host: str) -> str:

@@ -18,13 +18,13 @@ from typing import Any
 from .._actor.core.collect import Collector, set_future
 from .._actor.core.context import context
 from .._actor.core.future import Future
-from .._runtime.hosting import proc as _proc
-from .._runtime.hosting.host import ensure_node
+from .._runtime.node import this_node
 from .._wire.ids import ProcId
 from .._wire.protocol import RdmaDrop
 from . import backend as _backend
 from . import cuda, net, plane, vm
 from .memory import LocalMemory, local_memory, overlaps
+from .op import BufferRef
 from .registry import BufferRegistry
 from .transfer import Op, Transfer, check_timeout, same_host
 
@@ -78,7 +78,23 @@ def get_rdma_local_path() -> str:
     return BACKEND if vm.available() else "none"
 
 
-class RDMABuffer:
+# An RDMABuffer's fields, in the order a pickle carries them (``__reduce__``, ``_rebuild``).
+_STATE = (
+    "_owner_proc",
+    "_pid",
+    "_host",
+    "_addr",
+    "_size",
+    "_id",
+    "_owner",
+    "_readonly",
+    "_cuda",
+    "_backend",
+    "_desc",
+)
+
+
+class RDMABuffer(BufferRef):
     """Memory registered for one-sided reads and writes by whoever holds the handle.
 
     ``RDMABuffer(data)`` takes a contiguous CPU or CUDA ``torch.Tensor`` or
@@ -92,47 +108,27 @@ class RDMABuffer:
     non-contiguous memory, ``TypeError`` for other objects,
     ``NotImplementedError`` for a tensor neither on the CPU nor CUDA.
 
+    The owner registers the buffer and hands it out (the ``danaus.rdma`` module's
+    example); a receiver copies from and into it.
+
     Example:
 
-        class Holder(Actor):
-            def __init__(self):
-                self.data = bytearray(1 << 20)
-                self.buf = RDMABuffer(self.data)
-
+        class Trainer(Actor):
             @endpoint
-            def handle(self) -> RDMABuffer:
-                return self.buf
+            def load(self, weights: RDMABuffer) -> int:
+                self.local = bytearray(weights.size())
+                weights.read_into(self.local).get()  # from the owner's memory
+                return len(self.local)
 
-        buf = holders.slice(gpus=0).handle.call_one().get()
-        dst = bytearray(buf.size())
-        buf.read_into(dst).get()
+        trainers.load.call(buf).get()
+        buf.write_from(bytearray(buf.size())).get()  # zero the owner's copy
     """
 
-    __slots__ = (
-        "_addr",
-        "_backend",
-        "_cuda",
-        "_desc",
-        "_host",
-        "_id",
-        "_owner",
-        "_owner_proc",
-        "_pid",
-        "_readonly",
-        "_size",
-    )
+    __slots__ = _STATE
 
-    _owner_proc: ProcId
-    _pid: int
-    _host: str
-    _addr: int
-    _size: int
-    _id: int
+    # and those of BufferRef: where the memory is, in which process, moved how
     _owner: str
     _readonly: bool
-    _backend: str  # the backend that moves it: "builtin" or "nixl" (backend.py)
-    _desc: Any  # that backend's descriptor (None for the built-in plane)
-    _cuda: cuda.CudaInfo | None  # the GPU and its IPC handle (None: host memory)
 
     def __init__(self, data: Any) -> None:
         if not vm.available():
@@ -141,7 +137,7 @@ class RDMABuffer:
                 "(get_rdma_local_path() == 'none'); send the data in an ordinary message instead"
             )
         mem = local_memory(data, "RDMABuffer data", allow_empty=False)
-        node = ensure_node()
+        node = this_node()
         rt = node.runtime
         net.install(node)
         vm.allow_peers(is_proc=bool(rt.boot))
@@ -191,7 +187,8 @@ class RDMABuffer:
         """
         if self._backend != _backend.BUILTIN:
             return self._backend
-        rt = _proc.current()
+        node = this_node(start=False)
+        rt = None if node is None else node.runtime
         if self._cuda is not None:
             local = rt is None or same_host(self, rt)
             return "cuda_ipc" if cuda.reachable(self._cuda, local) is None else "tcp"
@@ -226,14 +223,7 @@ class RDMABuffer:
             await buf.read_into(tensor)
         """
         t = check_timeout(timeout)
-        mem = local_memory(dst, "dst")
-        _check_writable(mem, "dst", "read_into")
-        if mem.nbytes < self._size:
-            raise ValueError(
-                f"dst ({mem.kind}) holds {mem.nbytes} bytes but {self} has {self._size}; "
-                f"read_into needs a destination of at least {self._size} bytes"
-            )
-        return Transfer([Op(False, self, mem, self._size)], t, f"read_into from {self}").lazy()
+        return Transfer([self._read_op(dst, "read_into")], t, f"read_into from {self}").lazy()
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
         """Copy the local ``src`` into the buffer's leading bytes, when first waited for.
@@ -250,14 +240,7 @@ class RDMABuffer:
             buf.write_from(np.arange(10, dtype=np.int64)).get()
         """
         t = check_timeout(timeout)
-        mem = local_memory(src, "src")
-        if mem.nbytes > self._size:
-            raise ValueError(
-                f"src ({mem.kind}) has {mem.nbytes} bytes but {self} holds only {self._size}; "
-                f"write_from needs a source of at most {self._size} bytes"
-            )
-        self._check_writable_buffer()
-        return Transfer([Op(True, self, mem, mem.nbytes)], t, f"write_from to {self}").lazy()
+        return Transfer([self._write_op(src, "write_from")], t, f"write_from to {self}").lazy()
 
     def drop(self) -> Future[None]:
         """Release the registration: the owner stops holding the memory. Returns at once.
@@ -270,7 +253,7 @@ class RDMABuffer:
         reused. Wait for it (``drop().get()``) before reusing the memory.
         Dropping twice, or after the owner died, is harmless.
         """
-        node = ensure_node()
+        node = this_node()
         rt = node.runtime
         what = f"drop of {self}"
         if self._owner_proc.name == rt.proc_id.name and self._pid == os.getpid():
@@ -289,32 +272,40 @@ class RDMABuffer:
         )
         return Future._create(cf, what)
 
-    def _check_writable_buffer(self) -> None:
+    def _read_op(self, dst: Any, what: str) -> Op:
+        """The copy of this whole buffer into the local ``dst``, checked for ``what`` (the
+        caller's name): ``dst`` must be writable and large enough."""
+        mem = local_memory(dst, "dst")
+        _check_writable(mem, "dst", what)
+        if mem.nbytes < self._size:
+            raise ValueError(
+                f"dst ({mem.kind}) holds {mem.nbytes} bytes but {self} has {self._size}; "
+                f"{what} needs a destination of at least {self._size} bytes"
+            )
+        return Op(False, self, mem, self._size)
+
+    def _write_op(self, src: Any, what: str) -> Op:
+        """The copy of the local ``src`` into this buffer's leading bytes, checked for
+        ``what``: ``src`` must fit, and the buffer must be writable."""
+        mem = local_memory(src, "src")
+        if mem.nbytes > self._size:
+            raise ValueError(
+                f"src ({mem.kind}) has {mem.nbytes} bytes but {self} holds only {self._size}; "
+                f"{what} needs a source of at most {self._size} bytes"
+            )
         if self._readonly:
             raise ValueError(
                 f"{self} was registered from read-only memory; it can be read, not written. "
                 "Register writable memory (a bytearray, numpy array or tensor) to write to it"
             )
+        return Op(True, self, mem, mem.nbytes)
 
     # -- identity and pickling --
 
     def __reduce__(self) -> Any:
-        return (
-            _rebuild,
-            (
-                _fresh(self._owner_proc),
-                self._pid,
-                self._host,
-                self._addr,
-                self._size,
-                self._id,
-                self._owner,
-                self._readonly,
-                self._cuda,
-                self._backend,
-                self._desc,
-            ),
-        )
+        state = [getattr(self, name) for name in _STATE]
+        state[0] = _fresh(self._owner_proc)
+        return (_rebuild, tuple(state))
 
     def _key(self) -> tuple[str, int, int]:
         return (self._owner_proc.name, self._pid, self._id)
@@ -339,35 +330,18 @@ def _fresh(owner_proc: ProcId) -> ProcId:
     A buffer registered before its process listened on TCP (a client that
     attached to workers later) then travels with its TCP address too.
     """
-    rt = _proc.current()
-    return rt.resolve(owner_proc) if rt is not None else owner_proc
+    node = this_node(start=False)
+    rt = None if node is None else node.runtime
+    return rt.peers.resolve(owner_proc) if rt is not None else owner_proc
 
 
-def _rebuild(
-    owner_proc: ProcId,
-    pid: int,
-    host: str,
-    addr: int,
-    size: int,
-    buffer_id: int,
-    owner: str,
-    readonly: bool,
-    cuda_info: cuda.CudaInfo | None = None,
-    backend: str = _backend.BUILTIN,
-    desc: Any = None,
-) -> RDMABuffer:
+def _rebuild(*state: Any) -> RDMABuffer:
+    """The buffer a pickle carries: the values of ``_STATE``'s fields (a pickle from
+    before CUDA buffers and backends ends at ``_readonly``: host memory, built-in plane)."""
     buf = object.__new__(RDMABuffer)
-    buf._owner_proc = owner_proc
-    buf._pid = pid
-    buf._host = host
-    buf._addr = addr
-    buf._size = size
-    buf._id = buffer_id
-    buf._owner = owner
-    buf._readonly = readonly
-    buf._cuda = cuda_info
-    buf._backend = backend
-    buf._desc = desc
+    buf._cuda, buf._backend, buf._desc = None, _backend.BUILTIN, None
+    for name, value in zip(_STATE, state, strict=False):  # an older pickle has fewer
+        setattr(buf, name, value)
     return buf
 
 
@@ -405,27 +379,11 @@ class RDMAAction:
 
     def read_remote(self, dst: Any, buf: RDMABuffer) -> RDMAAction:
         """Add: copy ``buf`` into the local ``dst`` (as `RDMABuffer.read_into()`)."""
-        buf = _check_buffer(buf, "buf")
-        mem = local_memory(dst, "dst")
-        _check_writable(mem, "dst", "read_remote")
-        if mem.nbytes < buf._size:
-            raise ValueError(
-                f"dst ({mem.kind}) holds {mem.nbytes} bytes but {buf} has {buf._size}; "
-                f"read_remote needs a destination of at least {buf._size} bytes"
-            )
-        return self._add(Op(False, buf, mem, buf._size))
+        return self._add(_check_buffer(buf, "buf")._read_op(dst, "read_remote"))
 
     def write_remote(self, buf: RDMABuffer, src: Any) -> RDMAAction:
         """Add: copy the local ``src`` into ``buf`` (as `RDMABuffer.write_from()`)."""
-        buf = _check_buffer(buf, "buf")
-        mem = local_memory(src, "src")
-        if mem.nbytes > buf._size:
-            raise ValueError(
-                f"src ({mem.kind}) has {mem.nbytes} bytes but {buf} holds only {buf._size}; "
-                f"write_remote needs a source of at most {buf._size} bytes"
-            )
-        buf._check_writable_buffer()
-        return self._add(Op(True, buf, mem, mem.nbytes))
+        return self._add(_check_buffer(buf, "buf")._write_op(src, "write_remote"))
 
     def read_into(self, src: RDMABuffer, dst: Any) -> RDMAAction:
         """Monarch's spelling of `read_remote()`: read buffer ``src`` into local ``dst``."""

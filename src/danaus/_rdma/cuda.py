@@ -262,7 +262,7 @@ class CudaHandles:
             if self._watching:
                 return
             self._watching = True
-        rt.lost_callbacks.append(self.forget)
+        rt.peers.lost_callbacks.append(self.forget)
 
     def on_node_end(self) -> None:
         with self._lock:

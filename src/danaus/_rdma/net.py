@@ -434,5 +434,5 @@ def install(node: Node, boot: dict[str, Any] | None = None) -> None:
     rt = node.runtime
     if rt.handlers.get(Kind.RDMA_DATA) is None:
         client = node.part(DataClient)
-        rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(rt, msg))
-        rt.lost_callbacks.append(lambda name, reason: client.forget(name))
+        rt.register(Kind.RDMA_DATA, lambda conn, msg: _on_data_address(node, msg))
+        rt.peers.lost_callbacks.append(lambda name, reason: client.forget(name))

@@ -305,19 +305,22 @@ class DataServer:
             self.server = None
 
 
-def _server_address(rt: Runtime) -> tuple[str, int]:
-    """Start this process's data server on first use (I/O thread); its ``(host, port)``."""
-    node = _node.current()
-    if node is None or node.runtime is not rt:
-        raise RuntimeError(f"proc {rt.proc_id.name} has no running node to serve data from")
-    return node.part(DataServer).address(rt, node.part(BufferRegistry))
+def _server_address(node: _node.Node) -> tuple[str, int]:
+    """Start ``node``'s data server on first use (I/O thread); its ``(host, port)``.
+    ``RuntimeError`` once the node has ended (its session is over: nothing to serve)."""
+    if node.closed:
+        raise RuntimeError(
+            f"proc {node.runtime.proc_id.name} has no running node to serve data from"
+        )
+    return node.part(DataServer).address(node.runtime, node.part(BufferRegistry))
 
 
-def _on_data_address(rt: Runtime, frame: Message) -> None:
+def _on_data_address(node: _node.Node, frame: Message) -> None:
     # answered with REPLY((host, port, None) | (None, None, why))
+    rt = node.runtime
     port, index = frame.header
     try:
-        host, tcp_port = _server_address(rt)
+        host, tcp_port = _server_address(node)
         answer: tuple[Any, ...] = (host, tcp_port, None)
     except (OSError, RuntimeError) as e:
         answer = (None, None, f"its data server could not start: {e}")

@@ -147,7 +147,7 @@ class NixlBackend:
         self._loaded: dict[str, dict[int, tuple[int, int]]] = {}  # agent -> key -> region
         self._lost_agents: set[str] = set()  # of lost procs: removed once nothing uses them
         self._closed = False
-        rt.lost_callbacks.append(self._proc_lost)
+        rt.peers.lost_callbacks.append(self._proc_lost)
         self._thread = threading.Thread(target=self._loop, name="danaus-nixl", daemon=True)
         self._thread.start()
 
@@ -429,7 +429,7 @@ class NixlBackend:
         for fn, args in after:
             fn(*args)
         try:
-            self._rt.lost_callbacks.remove(self._proc_lost)
+            self._rt.peers.lost_callbacks.remove(self._proc_lost)
         except ValueError:
             pass
 
@@ -443,14 +443,14 @@ class _Check:
         self.group = group
         self.agent = agent
         self.rt = backend._rt
-        self.owner = self.rt.resolve(group.ops[0].buf._owner_proc)
+        self.owner = self.rt.peers.resolve(group.ops[0].buf._owner_proc)
         self.answered = False
-        self.port = self.rt.open_port(self)
+        self.port = self.rt.router.open_port(self)
 
     def send(self) -> None:
         group, rt = self.group, self.rt
         group.on_end(self.close)
-        reason = rt.watch(self.owner, self.port.port)
+        reason = rt.peers.watch(self.owner, self.port.port)
         if reason is not None:
             self.peer_lost(self.owner.name, reason)
             return
@@ -489,8 +489,8 @@ class _Check:
         group.fail(group.owner_lost(group.ops[0], reason, None))
 
     def close(self) -> None:
-        self.rt.close_port(self.port.port)
-        self.rt.unwatch([self.owner.name], self.port.port)
+        self.rt.router.close_port(self.port.port)
+        self.rt.peers.unwatch([self.owner.name], self.port.port)
 
 
 def _stream_waits(ops: list[Any]) -> list[Any]:

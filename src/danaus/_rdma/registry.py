@@ -29,14 +29,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import _config as config
-from .._runtime import node as _node
 from .._runtime.messaging.runtime import STATUS_OK, Runtime
 from .._runtime.node import Node
 from .._transport.conn import Connection
 from .._wire.protocol import Kind, Message
 from .memory import LocalMemory
 
-__all__ = ["BufferRegistry", "Registration", "install", "of"]
+__all__ = ["BufferRegistry", "Registration", "install"]
 
 log = logging.getLogger("danaus.rdma")
 
@@ -295,14 +294,6 @@ class BufferRegistry:
 # -- installing the handlers on a runtime -----------------------------------------------
 
 
-def of(rt: Runtime) -> BufferRegistry:
-    """The registered memory of the node whose runtime is ``rt``."""
-    node = _node.current()
-    if node is None or node.runtime is not rt:
-        raise RuntimeError(f"proc {rt.proc_id.name} has no running node to register memory on")
-    return node.part(BufferRegistry)
-
-
 def install(node: Node, boot: dict[str, Any] | None = None) -> None:
     """Register the registry's frame handlers on ``node``'s runtime (idempotent).
 
@@ -313,6 +304,6 @@ def install(node: Node, boot: dict[str, Any] | None = None) -> None:
         reg = node.part(BufferRegistry)
         rt.register(Kind.RDMA_CHECK, lambda conn, msg: reg._on_check(rt, conn, msg))
         rt.register(Kind.RDMA_DROP, lambda conn, msg: reg._on_drop(rt, msg))
-        rt.observers["rdma"] = reg.registered_buffers
+        rt.observing.observers["rdma"] = reg.registered_buffers
         rt.register(Kind.RDMA_RELEASE, lambda conn, msg: reg._on_release(msg))
-        rt.lost_callbacks.append(reg._holder_lost)
+        rt.peers.lost_callbacks.append(reg._holder_lost)

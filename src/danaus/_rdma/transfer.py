@@ -37,9 +37,8 @@ from .._actor.core import telemetry
 from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
-from .._runtime.hosting.host import ensure_node
 from .._runtime.messaging.runtime import Runtime
-from .._runtime.node import Node
+from .._runtime.node import Node, this_node
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
@@ -116,7 +115,7 @@ class Transfer:
         return Future._create(self.cf, self.what)
 
     def _begin(self) -> None:
-        node = self._node = ensure_node()
+        node = self._node = this_node()
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int, str], list[Op]] = {}
@@ -322,10 +321,10 @@ class Transfer:
             return
         assert self._node is not None
         client = self._net = self._node.part(DataClient)
-        owner = rt.resolve(ops[0].buf._owner_proc)
+        owner = rt.peers.resolve(ops[0].buf._owner_proc)
         watch = _OwnerWatch(self, rt, owner, key, ops)
         self.cf.add_done_callback(lambda _: watch.close())
-        reason = rt.watch(owner, watch.port.port)
+        reason = rt.peers.watch(owner, watch.port.port)
         if reason is not None:
             watch.peer_lost(owner.name, reason)
             return
@@ -410,11 +409,8 @@ class Transfer:
             err.__cause__ = e
             self._fail(err)
             return
-        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(cuda_error(self._label(op), op, e))
-            return
-        except Exception as e:  # pragma: no cover - a bug
-            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+        except Exception as e:  # CUDA refused, or a bug
+            self._fail_copy(op, e)
             return
         self._part_done()
 
@@ -468,17 +464,22 @@ class Transfer:
         except OSError as e:
             self._fail(os_error(self._label(op), op.buf, e))
             return
-        except RuntimeError as e:  # CUDA refused (torch raises RuntimeError)
-            self._fail(cuda_error(self._label(op), op, e))
-            return
-        except Exception as e:  # pragma: no cover - a bug
-            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
+        except Exception as e:  # CUDA refused, or a bug
+            self._fail_copy(op, e)
             return
         if finished:
             self._part_done()
 
     def _fail(self, error: BaseException) -> None:
         set_future(self.cf, False, error)
+
+    def _fail_copy(self, op: Op, e: Exception) -> None:
+        """Fail for ``e``, raised by a copy of ``op`` and by none of the errors its caller
+        knows: CUDA refused it (torch raises ``RuntimeError``), or else a bug."""
+        if isinstance(e, RuntimeError):
+            self._fail(cuda_error(self._label(op), op, e))
+        else:  # pragma: no cover - a bug
+            self._fail(InternalError(f"{self.what} failed unexpectedly: {e!r}"))
 
     def _label(self, op: Op) -> str:
         """Names ``op`` in an error: the op itself, within its batch if there is one."""
@@ -497,7 +498,7 @@ class _OwnerWatch:
         self.key = key
         self.ops = ops
         self.answered = False
-        self.port: PortId = rt.open_port(self)
+        self.port: PortId = rt.router.open_port(self)
 
     def deliver(self, frame: Message) -> None:  # I/O thread: the answer to RDMA_DATA
         if self.answered:
@@ -529,8 +530,8 @@ class _OwnerWatch:
         t._fail(owner_lost(t._label(op), op.buf, reason))
 
     def close(self) -> None:
-        self.rt.close_port(self.port.port)
-        self.rt.unwatch([self.owner.name], self.port.port)
+        self.rt.router.close_port(self.port.port)
+        self.rt.peers.unwatch([self.owner.name], self.port.port)
 
 
 class _Countdown:

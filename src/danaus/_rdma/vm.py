@@ -2,24 +2,7 @@
 
 from __future__ import annotations
 
-from .._transport.vm import (
-    CHUNK,
-    address,
-    allow_peers,
-    available,
-    copy,
-    host_key,
-    memmove,
-    ptrace_scope,
-)
+from .._transport import vm as _vm
+from .._transport.vm import *  # noqa: F403  (the names of its __all__)
 
-__all__ = [
-    "CHUNK",
-    "address",
-    "allow_peers",
-    "available",
-    "copy",
-    "host_key",
-    "memmove",
-    "ptrace_scope",
-]
+__all__ = _vm.__all__

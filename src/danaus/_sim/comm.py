@@ -31,8 +31,10 @@ __all__ = [
     "collective_time_s",
     "estimate_collective_time_us",
     "estimate_send_time_us",
+    "ring_all_reduce_s",
     "send_time_s",
     "tensor_size_bytes",
+    "tree_all_reduce_s",
 ]
 
 _DTYPE_BYTES = {

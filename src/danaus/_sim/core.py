@@ -284,10 +284,11 @@ class Simulator:
 
     # -- the clock and memory --------------------------------------------------------------
 
-    def next_command(self, name: str) -> int:
-        """A new command id; the controller's trace gets ``name`` at ``now``."""
+    def next_command(self, name: str | None) -> int:
+        """A new command id; the controller's trace gets ``name`` at ``now`` (nothing for
+        ``None``: a command that is part of another message in Monarch's controller)."""
         self.command_id += 1
-        if self.trace_mode.controller_enabled:
+        if name is not None and self.trace_mode.controller_enabled:
             self.events.append(Event(self.now, 0, name, self.command_id))
         return self.command_id
 

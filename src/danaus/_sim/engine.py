@@ -8,6 +8,17 @@ values. ``SimulatedMesh`` is a ``ProcMesh`` whose engine is a ``SimEngine``,
 so ``with mesh.activate():`` and every tensor-engine call work on it
 unchanged. ``fetch_shard`` returns zeros of the right sizes, at the
 simulated time the value would be ready (the controller waits for it).
+
+The controller's trace names the messages Monarch's controller sends for the
+same program (``monarch/common/client.py``, ``borrows.py``), so a Monarch
+program's controller trace reads the same on both: deletions go as one
+``DeleteRefs`` before the next message; an op that returns its input (``add_``)
+gave its result a name of its own in Monarch, deleted with the next message; a
+borrow is ``BorrowCreate``, ``BorrowFirstUse`` (the borrowed tensor's first use),
+``BorrowLastUse`` (its last tensor deleted, or the drop), ``BorrowDrop``; a
+fetch is ``SendValue`` then ``RequestStatus``; ``mesh.exit()`` is
+``RequestStatus`` (when anything ran since the last) then ``Exit``. danaus's
+``Signal``/``Wait`` are the halves of those borrow messages and have no entry.
 """
 
 from __future__ import annotations
@@ -18,7 +29,8 @@ import itertools
 import math
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -116,6 +128,18 @@ class _Workers:
         self._shape = shape
 
 
+@dataclass
+class _BorrowTrace:
+    """A live borrow, for the controller's trace: ``names`` are the client's tensors in
+    the borrowed storage (the borrowed tensor and the views made from it)."""
+
+    alias: int
+    storage: Any  # the borrowed tensor's danaus Storage, which its views share
+    names: set[int] = field(default_factory=set)
+    used: bool = False  # BorrowFirstUse sent
+    last: bool = False  # BorrowLastUse sent
+
+
 class SimEngine:
     """A tensor engine whose workers are a ``core.Simulator`` (see the module docstring)."""
 
@@ -141,11 +165,18 @@ class SimEngine:
         self._key_of: dict[int, int] = {}  # id -> storage key
         self._key_refs: dict[int, int] = {}  # storage key -> ids naming it
         self._storage_key: dict[int, tuple[Any, int]] = {}  # id(Storage) -> (it, key)
-        self._key_sid: dict[int, int] = {}  # storage key -> id(Storage)
+        self._key_sids: dict[int, list[int]] = {}  # storage key -> id(Storage)s naming it
         self._keys = itertools.count(1)
         self._ranks: dict[Shape, np.ndarray] = {}
         self._sub: dict[Any, np.ndarray] = {}
         self._live: dict[Any, tuple[int, str]] = {}
+        # Monarch's controller messages (see the module docstring)
+        self._borrows: dict[int, _BorrowTrace] = {}  # borrowed tensor's id -> its borrow
+        self._borrowed: dict[int, _BorrowTrace] = {}  # id(borrowed Storage) -> its borrow
+        self._name_borrow: dict[int, _BorrowTrace] = {}  # id -> the live borrow it names
+        self._ended: set[int] = set()  # ids a borrow's drop deleted (their release: no message)
+        self._results_dropped = 0  # in-place results Monarch deletes with the next message
+        self._status_due = False  # work sent since the last RequestStatus
 
     # -- the engine interface the tensor layer uses ---------------------------------------
 
@@ -197,6 +228,19 @@ class SimEngine:
         self.flush()
         self.exited = True
 
+    def exit(self) -> None:
+        """``mesh.exit()``: Monarch's controller asks for the workers' status (when work
+        was sent since it last did) and sends ``Exit``; deletions still pending go with
+        no message (the controller sends none after ``Exit``), so they are not simulated."""
+        with self._lock:
+            self._pending.clear()
+            self._results_dropped = 0
+            if self._status_due:
+                self.sim.next_command("RequestStatus")
+                self._status_due = False
+            self.sim.next_command("Exit")
+            self.exited = True
+
     def send(self, shape: Shape, *cmds: Any, stream: str | None = None) -> None:
         """Simulate ``cmds`` for the ranks of ``shape`` on ``stream``, in order, now."""
         self.check()
@@ -227,17 +271,41 @@ class SimEngine:
         return self.sim.groups_for(self.ranks(shape), key=shape)
 
     def _drain(self) -> None:
-        """Simulate the deletions of the handles collected since the last command."""
-        while self._pending:
+        """Simulate the deletions of the handles collected since the last command: one
+        ``DeleteRefs``, split where the last tensor of a borrow went (Monarch sends
+        ``BorrowLastUse`` then, after the deletions before it)."""
+        while self._pending or self._results_dropped:
             pending, self._pending = self._pending, []
-            by_stream: dict[str, list[int]] = {}
+            batch: dict[str, list[int]] = {}
+            results, self._results_dropped = self._results_dropped, 0
             for ref, stream in pending:
-                by_stream.setdefault(stream, []).append(ref)
-            for stream, refs in by_stream.items():
-                self._delete(refs, stream)
+                if ref in self._ended:  # its borrow's drop deleted it already
+                    self._ended.discard(ref)
+                    continue
+                b = self._name_borrow.pop(ref, None)
+                if b is not None:
+                    b.names.discard(ref)
+                    if not b.names and not b.last:
+                        self._delete_refs(batch, results)
+                        batch, results = {}, 0
+                        self._last_use(b)
+                batch.setdefault(stream, []).append(ref)
+            self._delete_refs(batch, results)
+
+    def _delete_refs(self, by_stream: dict[str, list[int]], results: int) -> None:
+        """One ``DeleteRefs`` message: ``by_stream``'s ids, and ``results`` in-place results
+        (names Monarch gave and nothing here holds)."""
+        if not by_stream and not results:
+            return
+        self.sim.next_command("DeleteRefs")
+        for stream, refs in by_stream.items():
+            self._free(refs, stream)
 
     def _delete(self, refs: list[int], stream: str) -> None:
         self.sim.next_command("DeleteRefs")
+        self._free(refs, stream)
+
+    def _free(self, refs: list[int], stream: str) -> None:
         for g in self.sim.workers:
             live = g.live
             if not any(r in live for r in refs):
@@ -256,25 +324,29 @@ class SimEngine:
             n = self._key_refs[key] = self._key_refs[key] - 1
             if n == 0:
                 del self._key_refs[key]
-                sid = self._key_sid.pop(key, None)
-                if sid is not None:
+                for sid in self._key_sids.pop(key, ()):
                     del self._storage_key[sid]
 
     def _storage(self, ref: int, alias_of: int | None = None) -> tuple[int, int]:
-        """(storage key, bytes) of the new tensor ``ref``: its base's for a view or alias."""
+        """(storage key, bytes) of the new tensor ``ref``: its base's for a view or alias
+        (a borrowed tensor's views: the borrowed tensor's, which is its origin's)."""
+        wr = self._handles.get(ref)
+        handle = wr() if wr is not None else None
+        storage = getattr(handle, "_storage", None)
         if alias_of is not None and alias_of in self._key_of:
             key = self._key_of[alias_of]
+        elif storage is not None and id(storage) in self._storage_key:
+            key = self._storage_key[id(storage)][1]
         else:
-            wr = self._handles.get(ref)
-            handle = wr() if wr is not None else None
-            storage = getattr(handle, "_storage", None)
-            if storage is not None and id(storage) in self._storage_key:
-                key = self._storage_key[id(storage)][1]
-            else:
-                key = next(self._keys)
-                if storage is not None:
-                    self._storage_key[id(storage)] = (storage, key)
-                    self._key_sid[key] = id(storage)
+            key = next(self._keys)
+        if storage is not None:
+            if id(storage) not in self._storage_key:
+                self._storage_key[id(storage)] = (storage, key)
+                self._key_sids.setdefault(key, []).append(id(storage))
+            b = self._borrowed.get(id(storage))
+            if b is not None:  # a view of a borrowed tensor: the borrow's until it goes
+                b.names.add(ref)
+                self._name_borrow[ref] = b
         self._key_of[ref] = key
         self._key_refs[key] = self._key_refs.get(key, 0) + 1
         return key, self._nbytes(ref)
@@ -343,27 +415,33 @@ class SimEngine:
             self._reduce(shape, stream, cmd, (cmd.src,), [cmd.out] if not cmd.inplace else [])
         elif kind is ReduceMany:
             self._reduce(shape, stream, cmd, cmd.srcs, [] if cmd.inplace else list(cmd.outs))
-        elif kind is Signal:
-            sim.next_command("Signal")
+        elif kind is Signal:  # the origin's half of Monarch's BorrowCreate
+            sim.next_command(None)
             for g in self._groups(shape):
                 g.signals[cmd.key] = (max(g.stream(stream).free, sim.now), stream)
-        elif kind is Wait:
-            sim.next_command("Wait")
+        elif kind is Wait:  # the origin's half of Monarch's BorrowDrop
+            sim.next_command(None)
             self._wait(shape, stream, cmd.key)
         elif kind is BorrowCreate:
             sim.next_command("BorrowCreate")
+            self._status_due = True
             placed = self._wait(shape, stream, cmd.key)
             self._allocate(placed, [cmd.out], stream, alias_of=cmd.src)
+            self._borrow_created(cmd.out)
         elif kind is BorrowDrop:
+            ended = self._borrow_dropped(cmd.alias)
             sim.next_command("BorrowDrop")
             for g in self._groups(shape):
                 s = g.stream(stream)
                 ts = max(s.free, sim.now)
-                sim.free(g, cmd.alias, ts, stream)
+                for r in ended:
+                    sim.free(g, r, ts, stream)
                 g.signals[cmd.key] = (ts, stream)
-            self._forget(cmd.alias)
+            for r in ended:
+                self._forget(r)
         elif kind is MeshRank:
             sim.next_command("MeshRank")
+            self._status_due = True
             placed = sim.task(self._groups(shape), stream, "mesh_rank", 0, traced=False)
             self._allocate(placed, [cmd.out], stream)
         elif kind is SendTo:
@@ -377,6 +455,53 @@ class SimEngine:
             )
         else:
             raise NotImplementedError(f"the simulator does not know the command {cmd!r}")
+
+    # -- borrows, as Monarch's controller reports them ---------------------------------------
+
+    def _borrow_created(self, alias: int) -> None:
+        wr = self._handles.get(alias)
+        handle = wr() if wr is not None else None
+        storage = getattr(handle, "_storage", None)
+        b = _BorrowTrace(alias, storage, {alias})
+        self._borrows[alias] = b
+        self._name_borrow[alias] = b
+        if storage is not None:
+            self._borrowed[id(storage)] = b
+
+    def _first_use(self, refs: Iterable[int]) -> None:
+        """``BorrowFirstUse`` before the first command that uses a borrowed tensor."""
+        for r in refs:
+            b = self._borrows.get(r)
+            if b is not None and not b.used:
+                b.used = True
+                self.sim.next_command("BorrowFirstUse")
+
+    def _last_use(self, b: _BorrowTrace) -> None:
+        if not b.used:  # Monarch marks a borrow used when its last tensor goes unused
+            b.used = True
+            self.sim.next_command("BorrowFirstUse")
+        b.last = True
+        self.sim.next_command("BorrowLastUse")
+
+    def _borrow_dropped(self, alias: int) -> list[int]:
+        """The ids the drop of ``alias``'s borrow ends (it and its views still held), after
+        the messages Monarch's ``drop()`` sends before ``BorrowDrop``: it deletes each of
+        them, and the last one's deletion is the borrow's last use."""
+        b = self._borrows.pop(alias, None)
+        if b is None:
+            return [alias]
+        if b.storage is not None:
+            self._borrowed.pop(id(b.storage), None)
+        names = sorted(b.names)
+        for r in names:
+            self._name_borrow.pop(r, None)
+            self._ended.add(r)
+        if not b.last:
+            if len(names) > 1:
+                self.sim.next_command("DeleteRefs")  # all but the last, before BorrowLastUse
+            self._last_use(b)
+            self.sim.next_command("DeleteRefs")
+        return sorted({alias, *names})
 
     def _wait(self, shape: Shape, stream: str, key: int) -> list[tuple[WorkerGroup, int, int]]:
         sim = self.sim
@@ -394,10 +519,15 @@ class SimEngine:
     def _call_op(self, shape: Shape, stream: str, cmd: CallOp) -> None:
         sim = self.sim
         name = cmd.op.replace("::", ".")
-        sim.next_command(name)
-        groups = self._groups(shape)
         outs = [r for r in cmd.outs if r is not None]
         inputs = self._ref_ids(cmd.args) + self._ref_ids(cmd.kwargs)
+        self._first_use(inputs)
+        sim.next_command(name)
+        self._status_due = True
+        # an op that returns its input (add_): Monarch named the result anew and deletes
+        # the name with its next message
+        self._results_dropped += len(cmd.outs) - len(outs)
+        groups = self._groups(shape)
         # a view's result is described on the client; the worker only names it
         view_only = (
             len(cmd.outs) == 1
@@ -469,7 +599,10 @@ class SimEngine:
             # "all_reduce"; the cost is that of what runs.
             label = "all_reduce" if cmd.scatter else "reduce_scatter"
             kind = "reduce_scatter" if cmd.scatter else "all_reduce"
-        sim.next_command(label)
+        self._first_use(srcs)
+        for _ in srcs:  # Monarch's controller sends one Reduce a tensor
+            sim.next_command("Reduce")
+        self._status_due = True
         self._groups(shape)  # split groups the collective treats differently
         sub = self._subgroups(cmd.groups)
         nbytes = sum(self._spec[s].nbytes for s in srcs if s in self._spec)
@@ -487,7 +620,10 @@ class SimEngine:
 
     def _send_to(self, stream: str, cmd: SendTo) -> None:
         sim = self.sim
+        if cmd.src is not None:
+            self._first_use([cmd.src])
         sim.next_command("SendTensor")
+        self._status_due = True
         spec = self._spec.get(cmd.src) if cmd.src is not None else None
         nbytes = spec.nbytes if spec is not None else math.prod(cmd.shape) * cmd.dtype.itemsize
         local = [(d, s) for d, s in cmd.pairs if d == s]
@@ -525,10 +661,16 @@ class SimEngine:
         pytree.tree_map(visit, tree, is_leaf=_is_ref)
         return found
 
-    def _remote(self, shape: Shape, stream: str, cmd: RunRemote) -> None:
+    def _remote(
+        self, shape: Shape, stream: str, cmd: RunRemote, message: str | None = None
+    ) -> None:
+        """A remote function; the controller's trace names it (Monarch's ``CallFunction``)
+        unless ``message`` names the message that carries it."""
         sim = self.sim
         name = target_name(cmd.fn)
-        sim.next_command(name)
+        self._first_use(self._ref_ids(cmd.args) + self._ref_ids(cmd.kwargs))
+        sim.next_command(message or name)
+        self._status_due = True
         groups = self._groups(shape)
         args, kwargs = self._specs(cmd.args), self._specs(cmd.kwargs)
         pgs = self._group_args((cmd.args, cmd.kwargs)) if cmd.groups else []
@@ -554,13 +696,21 @@ class SimEngine:
         with self._lock:
             self._drain()
             sim = self.sim
-            sim.next_command("FetchShard")
+            self._first_use(ids)
+            sim.next_command("SendValue")
             nbytes = sum(self._spec[r].nbytes for r in ids if r in self._spec)
             cost = self.costs.host_copy(nbytes)
             placed = sim.task(self._groups(shape), "main", "fetch_shard", _ns(cost), self._meta())
             if placed:
                 sim.now = max(sim.now, max(end for _g, _s, end in placed))
+            self._status()
             return [self._zeros(r) for r in ids]
+
+    def _status(self) -> None:
+        """Monarch's controller asks for the workers' status after a fetch, and the value
+        it waits for answers it."""
+        self.sim.next_command("RequestStatus")
+        self._status_due = False
 
     def _zeros(self, ref: int) -> torch.Tensor:
         spec = self._spec.get(ref)
@@ -577,10 +727,12 @@ class SimEngine:
         zeros (``None`` where it cannot run without a process group)."""
         with self._lock:
             self._drain()
-            self._remote(shape, "main", RunRemote(fn, args, kwargs, (), (), groups))
+            cmd = RunRemote(fn, args, kwargs, (), (), groups)
+            self._remote(shape, "main", cmd, message="SendValue")
             placed = self.sim.task(self._groups(shape), "main", "fetch_result", 0, traced=False)
             if placed:
                 self.sim.now = max(self.sim.now, max(end for _g, _s, end in placed))
+            self._status()
         value: Any = None
         if not groups:
 

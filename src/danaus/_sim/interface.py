@@ -58,28 +58,12 @@ class SimulatorInterface:
     ends the simulation; ``report()`` gives times and memory per group of ranks."""
 
     def __init__(
-        self,
-        hosts: int,
-        gpus: int,
-        *,
-        simulate_mode: SimulatorBackendMode,
-        trace_mode: SimulatorTraceMode,
-        trace_path: str,
-        group_workers: bool,
-        costs: CostModel,
-        upload_trace: bool,
+        self, simulator: _Core, hosts: int, gpus: int, *, simulate_mode: SimulatorBackendMode
     ) -> None:
         n = hosts * gpus
         allow_simulated_cuda()
         self.mode = simulate_mode
-        self.simulator = _Core(
-            world_size=n,
-            trace_mode=trace_mode,
-            trace_path=trace_path,
-            group_workers=group_workers,
-            costs=costs,
-            upload_trace=upload_trace,
-        )
+        self.simulator = simulator  # of hosts * gpus ranks
         shape = Shape(["host", "gpu"], Slice.new_row_major([hosts, gpus]))
         state = _ProcState(owned=True)
         state.initialized.set_result(True)
@@ -106,9 +90,8 @@ class SimulatorInterface:
     def _exit(self) -> None:
         if self.exited:
             return
-        self._engine.flush()
+        self._engine.exit()  # Monarch's RequestStatus and Exit, in the controller's trace
         self.simulator.exit(self.iter, dump_trace=self._dump)
-        self._engine.close()
         self.exited = True
         _meta_labels.simulating(False)
 
@@ -211,16 +194,15 @@ def Simulator(
         raise ValueError(
             f"Simulator: costs must be 'fixed', 'measured' or a CostModel, got {costs!r}"
         )
-    return SimulatorInterface(
-        hosts,
-        gpus,
-        simulate_mode=mode,
+    core = _Core(
+        world_size=hosts * gpus,
         trace_mode=tmode,
         trace_path=trace_path,
         group_workers=group_workers,
         costs=model,
         upload_trace=upload_trace,
     )
+    return SimulatorInterface(core, hosts, gpus, simulate_mode=mode)
 
 
 def _enum(cls: Any, name: str, what: str) -> Any:

@@ -41,30 +41,30 @@ class Command(NamedTuple):
     duration: int = 0
 
 
-class TensorCreationEvent(NamedTuple):
+class _TensorEvent(NamedTuple):
+    """A node of the data DAG: what command ``command_id`` did to tensor ``DTensorRef``
+    (in storage ``storage_id``); the subclass says what."""
+
+    command_id: int
+    DTensorRef: int
+    storage_id: int
+    dtype: torch.dtype | None
+    dims: tuple[int, ...] | None
+    devices: list[int]
+    mesh_ref: int | None
+    stream_name: str
+
+
+class TensorCreationEvent(_TensorEvent):
     """Command ``command_id`` made tensor ``DTensorRef`` (in storage ``storage_id``)."""
 
-    command_id: int
-    DTensorRef: int
-    storage_id: int
-    dtype: torch.dtype | None
-    dims: tuple[int, ...] | None
-    devices: list[int]
-    mesh_ref: int | None
-    stream_name: str
+    __slots__ = ()
 
 
-class TensorAccessEvent(NamedTuple):
+class TensorAccessEvent(_TensorEvent):
     """Command ``command_id`` used tensor ``DTensorRef``."""
 
-    command_id: int
-    DTensorRef: int
-    storage_id: int
-    dtype: torch.dtype | None
-    dims: tuple[int, ...] | None
-    devices: list[int]
-    mesh_ref: int | None
-    stream_name: str
+    __slots__ = ()
 
 
 Shapes = list[tuple[tuple[int, ...], "torch.dtype | None"]]

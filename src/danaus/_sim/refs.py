@@ -33,5 +33,5 @@ def _resolve(fn: Any) -> Any:
 
 
 def _client_holding() -> dict[Any, list[Any]] | None:
-    state = client.current()
+    state = client.state_if_started()
     return None if state is None else state.holding()

@@ -15,7 +15,7 @@ from .._actor.api.mesh import MeshRef, _State
 from .._actor.core.collect import Collector, Countdown, set_future
 from .._errors import SupervisionError
 from .._mesh import Shape
-from .._runtime.hosting import host
+from .._runtime.node import Node
 from .._wire.ids import ActorId, ProcId
 from .._wire.protocol import Spawn, StopActor
 from . import monitor
@@ -119,6 +119,13 @@ class _MeshChild:
             if self.state.initialized is not None:
                 set_future(self.state.initialized, True, None)
 
+    @property
+    def node(self) -> Node:
+        """The node this mesh belongs to: its proc mesh's (the supervisor sets it)."""
+        node = self.state.node
+        assert node is not None, f"supervised mesh {self.name!r} was made without its node"
+        return node
+
     def retire(self) -> None:
         """Stopped by its user: never restarted, and what waits for it fails."""
         self.stopped = True
@@ -131,9 +138,12 @@ class _MeshChild:
         set_future(self.ready, False, err)
 
 
-def stop_ranks(ref: MeshRef, ranks: list[int], reason: str) -> concurrent.futures.Future[Any]:
-    """Stop actors ``ranks`` of ``ref`` directly (a dead proc counts as stopped)."""
-    rt = host.ensure_runtime()
+def stop_ranks(
+    node: Node, ref: MeshRef, ranks: list[int], reason: str
+) -> concurrent.futures.Future[Any]:
+    """Stop actors ``ranks`` of ``ref`` (a mesh of ``node``'s) directly (a dead proc
+    counts as stopped)."""
+    rt = node.runtime
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
     if not ranks:
         cf.set_result(None)
@@ -163,7 +173,7 @@ def spawn_ranks(
     it. A rank whose proc is lost before its actor is up is reported to ``failed``."""
     if not placements:
         return
-    rt = host.ensure_runtime()
+    rt = m.node.runtime
     labels = tuple(m.shape.extent.labels)
     sizes = tuple(m.shape.extent.sizes)
     body, bufs = m.body
@@ -175,7 +185,7 @@ def spawn_ranks(
             return
         if ok:
             m.initialized(rank)
-        elif rt.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
+        elif rt.peers.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
             why = f"actor {m.name}[{rank}] could not be spawned: {value}"
             new, _, _ = monitor._record(m.ref.mesh_id, rank, why)
             if new:

@@ -17,13 +17,24 @@ from .._actor.core.collect import set_future
 from .._actor.core.context import acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape
-from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
 from .child import _MeshChild, stop_ranks
 
 log = logging.getLogger("danaus.supervision")
 
 A = TypeVar("A")
+
+
+class _ChildRef:
+    """The ``MeshRef`` attribute of a supervised mesh or its route: the child's current
+    ref (a restart replaces it); what the base class's ``__init__`` assigns is ignored."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> MeshRef:
+        ref: MeshRef = obj._child.ref
+        return ref
+
+    def __set__(self, obj: Any, value: MeshRef) -> None:
+        pass  # the child's ref is the one
 
 
 class SupervisedMesh(ActorMesh[A]):
@@ -38,13 +49,7 @@ class SupervisedMesh(ActorMesh[A]):
         self._child = child
         super().__init__(child.ref, shape, child.state, None)
 
-    @property
-    def _ref(self) -> MeshRef:
-        return self._child.ref
-
-    @_ref.setter
-    def _ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
+    _ref = _ChildRef()
 
     def _new_with_shape(self, shape: Shape) -> SupervisedMesh[A]:
         return SupervisedMesh(self._child, shape)
@@ -86,7 +91,7 @@ class SupervisedMesh(ActorMesh[A]):
             return Future._create(cf, f"stopping {self.name!r}")
         if whole:
             child.retire()
-        done = stop_ranks(child.ref, ranks, reason)
+        done = stop_ranks(child.node, child.ref, ranks, reason)
 
         def finished(_: Any) -> None:
             if whole:
@@ -106,16 +111,10 @@ class _SupervisedRoute(DirectRoute):
 
     def __init__(self, child: _MeshChild, shape: Shape, mesh: SupervisedMesh[Any]) -> None:
         self._child = child
-        rt = host.ensure_runtime()
+        rt = child.node.runtime
         super().__init__(rt, child.ref, shape, child.state, fixed=False, mesh=mesh)
 
-    @property
-    def ref(self) -> MeshRef:
-        return self._child.ref
-
-    @ref.setter
-    def ref(self, value: MeshRef) -> None:
-        pass  # the child's ref is the one
+    ref = _ChildRef()
 
 
 class _SupervisedEndpoint(Endpoint[Any, Any]):

@@ -134,7 +134,7 @@ def exiting() -> bool:
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:
     """Print the failure's report and end the program with exit code 1."""
-    node = _node.current()
+    node = _node.this_node(start=False)
     printer = node.part(LogControl).printer if node is not None else None
     if printer is not None:
         printer.drain(config.get("log_tail_grace"))  # procs' output, then the report
@@ -208,10 +208,9 @@ class Faults:
             thread.join(config.get("shutdown_timeout"))
 
 
-def submit(failure: MeshFailure) -> None:
-    """Hand a failure that reached the client to its node's hook thread (returns at once)."""
-    node = _node.current()
-    if node is None:  # the node ended while the failure was on its way
+def submit(node: _node.Node, failure: MeshFailure) -> None:
+    """Hand a failure that reached the client to ``node``'s hook thread (returns at once)."""
+    if node.closed:  # the node ended while the failure was on its way
         log.debug("no node; dropping %s", failure.report())
         return
     node.part(Faults).submit(failure)

@@ -33,9 +33,9 @@ _KILLED = re.compile(r"\(signal (\d+)\)")  # describe_exit's "killed by SIGKILL 
 def install(node: Node, boot: dict[str, Any]) -> None:
     rt = node.runtime
     logs = node.part(LogControl)
-    rt.register(Kind.FAILED, lambda conn, msg: _on_failed(rt, msg))
-    rt.lost_callbacks.append(lambda name, reason: _on_lost(rt, logs, name, reason))
-    undeliverable.set_client_handler(node, _client_undeliverable)
+    rt.register(Kind.FAILED, lambda conn, msg: _on_failed(node, msg))
+    rt.peers.lost_callbacks.append(lambda name, reason: _on_lost(node, logs, name, reason))
+    undeliverable.set_client_handler(node, lambda env: _client_undeliverable(node, env))
     if node.client:
         hook.arm_wake_signal()  # a client's node is made on its main thread, in most programs
 
@@ -44,7 +44,7 @@ def _display(rt: Runtime, owner: ActorId | None, om: owned.OwnedMesh, rank: int)
     """Monarch's name of actor ``rank`` of ``om``: ``<root>.<mod.Cls name{'dim': i/n}>``."""
     creator = "<root>"
     if owner is not None and owner.mesh != "root":
-        cell = rt.mailboxes.get((owner.mesh, owner.rank))
+        cell = rt.router.mailboxes.get((owner.mesh, owner.rank))
         inst = getattr(cell, "ctx_instance", None)
         creator = str(inst) if inst is not None else f"<{owner.mesh}[{owner.rank}]>"
     cls = om.ref.cls
@@ -67,29 +67,32 @@ def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, A
     return True, om.mesh, om.ref.name
 
 
-def _on_failed(rt: Runtime, frame: Message) -> None:
+def _on_failed(node: Node, frame: Message) -> None:
+    rt = node.runtime
     owner, mesh_id, rank, reason, tb, origin = frame.header
     new, mesh, name = _record(mesh_id, rank, reason, tb)
     if new and not intercept(mesh_id, rank, reason, tb):  # a supervisor restarts it
         om = owned.get(mesh_id)
         # Monarch names the actor the failure started at, however deep it was
         actor = origin or (_display(rt, owner, om, rank) if om is not None else "")
-        deliver(rt, owner, MeshFailure(name, [rank], reason, tb, mesh, actor=actor))
+        deliver(node, owner, MeshFailure(name, [rank], reason, tb, mesh, actor=actor))
 
 
-def _on_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
-    if rt.is_stopping(proc_name):
+def _on_lost(node: Node, logs: LogControl, proc_name: str, reason: str) -> None:
+    rt = node.runtime
+    if rt.peers.is_stopping(proc_name):
         return
-    if proc_name not in rt.exited and rt.spawned_here(proc_name):
+    if proc_name not in rt.peers.exited and rt.peers.spawned_here(proc_name):
         # Lost on its connection's EOF before its host agent's report: that report
         # brings the proc's last lines (LOG_TAIL first). Wait for it, briefly.
         grace = config.get("log_tail_grace")
-        rt.when_exited(proc_name, lambda how: _report_lost(rt, logs, proc_name, how), grace)
+        rt.peers.when_exited(proc_name, lambda how: _report_lost(node, logs, proc_name, how), grace)
         return
-    _report_lost(rt, logs, proc_name, reason)
+    _report_lost(node, logs, proc_name, reason)
 
 
-def _report_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> None:
+def _report_lost(node: Node, logs: LogControl, proc_name: str, reason: str) -> None:
+    rt = node.runtime
     tail = logs.tail(proc_name)
     for om in owned.actor_meshes():
         if om.state.stopped:
@@ -105,7 +108,7 @@ def _report_lost(rt: Runtime, logs: LogControl, proc_name: str, reason: str) -> 
             if new and om.owner is not None and not intercept(om.ref.mesh_id, rank, why, "", tail):
                 actor = _display(rt, om.owner, om, rank)
                 failure = MeshFailure(name, [rank], why, "", mesh, tail, actor=actor)
-                deliver(rt, om.owner, failure)
+                deliver(node, om.owner, failure)
 
 
 def _monarch_status(reason: str) -> str:
@@ -115,15 +118,16 @@ def _monarch_status(reason: str) -> str:
     return f"Killed(sig={m.group(1)})" if m else reason
 
 
-def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
-    """Give ``failure`` to its owner in this process: an actor's ``__supervise__`` or the hook."""
+def deliver(node: Node, owner: ActorId, failure: MeshFailure) -> None:
+    """Give ``failure`` to its owner on ``node``: an actor's ``__supervise__`` or the hook."""
+    rt = node.runtime
     if owner.proc.name != rt.proc_id.name:
         log.error("a failure for owner %s reached proc %s: %s", owner, rt.proc_id, failure)
         return
     if owner.mesh == "root" and not rt.boot:
-        hook.submit(failure)
+        hook.submit(node, failure)
         return
-    cell = rt.mailboxes.get((owner.mesh, owner.rank))
+    cell = rt.router.mailboxes.get((owner.mesh, owner.rank))
     if isinstance(cell, ActorCell) and not cell.stopped:
         cell.supervise(failure)
     else:
@@ -133,12 +137,13 @@ def deliver(rt: Runtime, owner: ActorId, failure: MeshFailure) -> None:
         )  # fmt: skip
 
 
-def _client_undeliverable(env: Undeliverable) -> None:
+def _client_undeliverable(node: Node, env: Undeliverable) -> None:
     """A message the client itself sent could not be delivered: like a failure, unhandled."""
     hook.submit(
+        node,
         MeshFailure(
             env.dest(),
             [],
             f"a message the client sent to {env.dest()} could not be delivered: {env.error_msg()}",
-        )
+        ),
     )

@@ -36,19 +36,21 @@ class Placer:
         """Where each rank goes: its proc if alive, else a new proc on its host, else a
         spare host's (spawned as ``ctx``). Updates the child's procs. Returns the
         placements and the ranks no host could take (their procs are unchanged)."""
-        rt = host.ensure_runtime()
-        node = host.ensure_node()
+        node = m.node
+        rt = node.runtime
         logs = node.part(LogControl)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
         unplaced: set[int] = set()
         for r in sorted(ranks):
             p = procs[r]
-            if not rt.is_lost(p.name) and p.name not in rt.exited:
+            if not rt.peers.is_lost(p.name) and p.name not in rt.peers.exited:
                 continue
             agent = logs.agents.get(p.name)
-            lost_agent = agent is not None and (rt.is_lost(agent.name) or (agent.name in rt.exited))
-            by_agent.setdefault(None if lost_agent else (agent or host.agent()), []).append(r)
+            lost_agent = agent is not None and (
+                rt.peers.is_lost(agent.name) or (agent.name in rt.peers.exited)
+            )
+            by_agent.setdefault(None if lost_agent else (agent or host.agent(node)), []).append(r)
         for agent, rs in by_agent.items():
             new = self._new_procs(agent, len(rs), m.name, ctx) if agent is not None else None
             if new is None:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 
 __all__ = ["Supervised", "intercept", "supervised"]
 
@@ -45,12 +45,12 @@ class Supervised:
 
 
 def supervised() -> Supervised:
-    return host.ensure_node().part(Supervised)
+    return this_node().part(Supervised)
 
 
 def intercept(mesh_id: str, rank: int, reason: str, tb: str = "", tail: Any = ()) -> bool:
     """Hand a failure of ``mesh_id[rank]`` to its supervisor; False if none watches it."""
-    node = host.current_node()
+    node = this_node(start=False)
     if node is None:
         return False
     handler = node.part(Supervised).handlers.get(mesh_id)

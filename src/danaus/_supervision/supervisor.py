@@ -46,8 +46,8 @@ from .._actor.core import owned
 from .._actor.core.context import Context, acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape, Slice
-from .._runtime.hosting import host
 from .._runtime.logs.dirs import NOTIFY
+from .._runtime.node import this_node
 from .._wire import codec
 from .._wire.ids import ProcId
 from . import monitor
@@ -96,6 +96,7 @@ class Supervisor:
         self.backoff: Backoff | None = backoff
         self.name = name
         ctx = context()
+        self._node = this_node()  # the owner's node: a failure it gives up on goes there
         self._ctx = Context(ctx.actor_instance, ctx.message_rank)  # the owner
         self._owner = ctx.actor_instance.actor_id
         self._parent: Supervisor | None = None
@@ -155,7 +156,8 @@ class Supervisor:
         shape = Shape(list(ext.labels), Slice.new_row_major(list(ext.sizes)))
         mesh_id = f"{name}.{secrets.token_hex(3)}"
         ref = MeshRef(mesh_id, name, Class, tuple(procs._selected()), self._owner)
-        child = _MeshChild(ref, _State(initialized=concurrent.futures.Future()), shape)
+        state = _State(initialized=concurrent.futures.Future(), node=procs._node())
+        child = _MeshChild(ref, state, shape)
         child.body, child.mode = body, mode
         handle: SupervisedMesh[Any] = SupervisedMesh(child, shape)
         child.handle = handle
@@ -430,7 +432,8 @@ class Supervisor:
         stopping = []
         for m, ranks in targets.items():
             healthy = [r for r in sorted(ranks) if r not in m.state.failed]
-            stopping.append(stop_ranks(m.ref, healthy, f"restarted by supervisor {self.name!r}"))
+            why = f"restarted by supervisor {self.name!r}"
+            stopping.append(stop_ranks(m.node, m.ref, healthy, why))
         for f in stopping:
             try:
                 f.result(timeout)
@@ -474,7 +477,9 @@ class Supervisor:
                 m.state.stopped = True
             else:
                 m.block(set(range(m.size)))
-        stopping = [stop_ranks(m.ref, list(range(m.size)), reason) for m in meshes if not m.stopped]
+        stopping = [
+            stop_ranks(m.node, m.ref, list(range(m.size)), reason) for m in meshes if not m.stopped
+        ]
         for f in stopping:
             try:
                 f.result(config.get("shutdown_timeout"))
@@ -508,7 +513,7 @@ class Supervisor:
         self._stop_children(reason, final=True, status="gave up")
         failure = MeshFailure(self.name, [], reason, "", self)
         with acting_as(self._ctx):
-            monitor.deliver(host.ensure_runtime(), self._owner, failure)
+            monitor.deliver(self._node, self._owner, failure)
         self._tree.end()
 
     def _end_quietly(self) -> None:
@@ -527,7 +532,7 @@ def _announce(name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> N
         rec.reason,
         extra={NOTIFY: True},  # the user hears of it in the terminal, once
     )
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     tracer = rt.tracer
     if tracer is not None:
         t0 = tracer.now() - int((rec.time - rec.failed_at) * 1e9)

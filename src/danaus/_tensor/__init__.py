@@ -36,3 +36,27 @@ by the tensor it borrows (``Tensor._view_on``).
 """
 
 from __future__ import annotations
+
+# The names of ``api`` that the top-level ``danaus`` package shows, loading ``api`` on
+# first access: here, without torch, so that ``import danaus`` can list them.
+TOP_LEVEL = (
+    "RemoteProcessGroup",
+    "RemoteTensorError",
+    "Stream",
+    "Tensor",
+    "call_on_shard_and_fetch",
+    "coalescing",
+    "fetch_shard",
+    "get_active_mesh",
+    "get_active_stream",
+    "grad_function",
+    "grad_generator",
+    "inspect",
+    "no_mesh",
+    "reduce",
+    "reduce_",
+    "remote",
+    "show",
+    "slice_mesh",
+    "to_mesh",
+)

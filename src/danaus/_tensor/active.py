@@ -83,7 +83,7 @@ class _MeshMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return dispatch(func, args, kwargs or {}, active_mesh())
         # torch runs this for our thread on one of its own (autograd's backward on a device
         # thread inherits our modes): act for our thread, so its coalescing block holds it
-        state = client.current()
+        state = client.state_if_started()
         if state is None:
             return dispatch(func, args, kwargs or {}, active_mesh())
         with state.acting_for(self.thread):

@@ -7,22 +7,33 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .active import Activation, get_active_mesh, no_mesh
+from . import TOP_LEVEL
+from .active import Activation
 from .active import activate as activate
 from .active import deactivate as deactivate
-from .autograd import grad_function, grad_generator
-from .coalescing import coalescing
-from .collectives import reduce, reduce_
+from .active import get_active_mesh as get_active_mesh
+from .active import no_mesh as no_mesh
+from .autograd import grad_function as grad_function
+from .autograd import grad_generator as grad_generator
+from .coalescing import coalescing as coalescing
+from .collectives import reduce as reduce
+from .collectives import reduce_ as reduce_
 from .engine import engine_for
-from .errors import RemoteTensorError
-from .fetch import fetch_shard, inspect, show
-from .groups import RemoteProcessGroup
+from .errors import RemoteTensorError as RemoteTensorError
+from .fetch import fetch_shard as fetch_shard
+from .fetch import inspect as inspect
+from .fetch import show as show
+from .groups import RemoteProcessGroup as RemoteProcessGroup
 from .groups import process_group as process_group  # for ProcMesh.process_group
 from .messages import MeshRank
-from .movement import slice_mesh, to_mesh
-from .remote import Remote, call_on_shard_and_fetch, remote
+from .movement import slice_mesh as slice_mesh
+from .movement import to_mesh as to_mesh
+from .remote import Remote
+from .remote import call_on_shard_and_fetch as call_on_shard_and_fetch
+from .remote import remote as remote
 from .rref import actor_rref as actor_rref  # for Endpoint.rref
-from .stream import Stream, get_active_stream
+from .stream import Stream as Stream
+from .stream import get_active_stream as get_active_stream
 from .tensor import Tensor, meta_empty
 
 if TYPE_CHECKING:
@@ -31,29 +42,11 @@ if TYPE_CHECKING:
 __all__ = [
     "Activation",
     "Remote",
-    "RemoteProcessGroup",
-    "RemoteTensorError",
-    "Stream",
-    "Tensor",
     "activate",
-    "call_on_shard_and_fetch",
-    "coalescing",
     "deactivate",
-    "fetch_shard",
-    "get_active_mesh",
-    "get_active_stream",
-    "grad_function",
-    "grad_generator",
-    "inspect",
     "mesh_rank",
     "mesh_ranks",
-    "no_mesh",
-    "reduce",
-    "reduce_",
-    "remote",
-    "show",
-    "slice_mesh",
-    "to_mesh",
+    *TOP_LEVEL,  # the names danaus shows at its top level
 ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .._runtime.hosting import proc as _proc
+from .._runtime.node import this_node
 from .._transport.ifaces import mesh_interface
 
 __all__ = ["StagedGroup", "new_group"]
@@ -59,7 +59,8 @@ def _bind_sockets() -> None:
     network for a job that runs on one host). An explicit ``GLOO_SOCKET_IFNAME`` /
     ``NCCL_SOCKET_IFNAME`` wins.
     """
-    rt = _proc.current()
+    node = this_node(start=False)
+    rt = None if node is None else node.runtime
     iface = mesh_interface(rt.tcp_advertise if rt is not None else None)
     if iface is not None:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", iface)

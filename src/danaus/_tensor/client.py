@@ -22,9 +22,9 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 
-__all__ = ["ClientState", "ThreadState", "active_mesh", "current", "same_mesh", "state"]
+__all__ = ["ClientState", "ThreadState", "active_mesh", "same_mesh", "state", "state_if_started"]
 
 
 class ThreadState:
@@ -96,18 +96,18 @@ class ClientState:
 
 def state() -> ClientState:
     """The client's tensor-engine state (starts the client's node if needed)."""
-    return host.ensure_node().part(ClientState)
+    return this_node().part(ClientState)
 
 
-def current() -> ClientState | None:
+def state_if_started() -> ClientState | None:
     """The client's tensor-engine state, if a node has started (never starts one)."""
-    node = host.current_node()
+    node = this_node(start=False)
     return None if node is None else node.part(ClientState)
 
 
 def active_mesh() -> Any:
     """The active proc mesh, or ``None`` (none, or ``no_mesh``). Does not block; cheap."""
-    state = current()
+    state = state_if_started()
     if state is None:
         return None
     stack = state.stack

@@ -33,7 +33,7 @@ log = logging.getLogger("danaus.tensor")
 
 def active() -> bool:
     """Whether a ``coalescing()`` block is open on the calling thread."""
-    state = client.current()
+    state = client.state_if_started()
     return state is not None and state.coalescing()
 
 

@@ -38,7 +38,7 @@ from .._actor.api.procs import ProcMesh, this_proc
 from .._actor.core.context import Context, acting_as, context
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from . import client
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .rendezvous import RendezvousStore
@@ -65,7 +65,7 @@ class _Engines:
 
 
 def _engines() -> weakref.WeakValueDictionary[str, Engine]:
-    return host.ensure_node().part(_Engines).by_token
+    return this_node().part(_Engines).by_token
 
 
 class _EngineOwner(Actor):
@@ -368,7 +368,7 @@ _VALUE_CARRIERS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
 def flush_all() -> None:
     """Send what every live engine has queued (a coalescing block opens), and wake its
     sender."""
-    if host.current_node() is None:  # no node: no engine, and nothing to start one for
+    if this_node(start=False) is None:  # no node: no engine, and nothing to start one for
         return
     for engine in list(_engines().values()):
         try:

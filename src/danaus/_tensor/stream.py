@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .._runtime.hosting import host
+from .._runtime.node import this_node
 from .messages import BorrowCreate, BorrowDrop, Signal, Wait
 
 __all__ = ["Borrow", "Storage", "Stream", "check_use", "get_active_stream"]
@@ -80,6 +80,9 @@ class Stream:
             )
         engine, shape = t._engine, t._mesh._shape
         view = view_on(t, self)
+        # the borrowed tensor's storage on this stream, shared by the views made from it;
+        # set before BorrowCreate goes, so an engine that counts memory sees it
+        view._storage = Storage("rw" if mutable else "r")
         key = engine.new_id()
         engine.send(shape, Signal(key), stream=t._stream.name)
         engine.send(shape, BorrowCreate(key, view._ref, t._ref), stream=self.name)
@@ -122,17 +125,20 @@ class Borrow:
 
     Dropping it also ends the borrowed tensor and every view made from it on
     the borrowing stream (they share its storage); a borrow collected before
-    ``drop()`` drops itself.
+    ``drop()`` drops itself. A dropped borrow no longer holds the original
+    tensor (``tensor`` is ``None``): as in Monarch, ``del t`` after the drop
+    frees it.
     """
 
     def __init__(self, tensor: Any, view: Any, stream: Stream, mutable: bool) -> None:
-        self.tensor = tensor
+        self.tensor: Any = tensor  # None once dropped
         self.stream = stream
         self.mutable = mutable
         self.dropped = False
         self._view_ref = view._ref
-        # the borrowed tensor's storage on this stream, shared by the views made from it
-        self._borrowed = view._storage = Storage("rw" if mutable else "r")
+        self._what = ""  # the original tensor's repr, kept for __repr__ once dropped
+        # the borrowed tensor's storage on this stream (Stream.borrow made it)
+        self._borrowed: Storage = view._storage
 
     def drop(self) -> None:
         """Give the tensor back to its stream. Does not block.
@@ -155,6 +161,8 @@ class Borrow:
         # the borrowed tensor and its views end here (they share its storage)
         self._borrowed.access = ""
         self._borrowed.dropped = True
+        self._what = repr(t)
+        self.tensor = None
 
     def __enter__(self) -> Borrow:
         return self
@@ -171,7 +179,8 @@ class Borrow:
 
     def __repr__(self) -> str:
         state = "dropped" if self.dropped else "held"
-        return f"<Borrow of {self.tensor!r} by {self.stream!r}, {state}>"
+        what = self._what if self.tensor is None else repr(self.tensor)
+        return f"<Borrow of {what} by {self.stream!r}, {state}>"
 
 
 def check_use(what: str, tensors: Any, mutated: Any = (), stream: Stream | None = None) -> None:
@@ -221,13 +230,13 @@ class _Streams:
 
 def get_active_stream() -> Stream:
     """The stream new ops go to (``main`` unless another is active). Does not block."""
-    node = host.current_node()
+    node = this_node(start=False)
     return _MAIN if node is None else node.part(_Streams).stack[-1]
 
 
 @contextlib.contextmanager
 def _activate(stream: Stream) -> Iterator[None]:
-    streams = host.ensure_node().part(_Streams)
+    streams = this_node().part(_Streams)
     stack = streams.stack
     with streams.lock:
         stack.append(stream)

@@ -230,15 +230,21 @@ def make_job_dir() -> str:
     return _private_dir(os.path.join(private_base(), secrets.token_hex(4)))
 
 
+def _tcp_socket(rest: str) -> tuple[socket.socket, tuple[str, int]]:
+    """A TCP socket for ``HOST:PORT`` (``rest`` of a ``tcp://`` entry; IPv6 when the host
+    is an IPv6 address), and that address."""
+    host, port = split_tcp(rest)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.socket(family, socket.SOCK_STREAM), (host, port)
+
+
 def listen(entry: str) -> socket.socket:
     """Bind and listen on one entry (``unix:PATH`` or ``tcp://HOST:PORT``, port 0 = any)."""
     scheme, rest = parse(entry)
     if scheme == "tcp":
-        host, port = split_tcp(rest)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
+        s, addr = _tcp_socket(rest)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((host, port))
+        s.bind(addr)
     else:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -258,16 +264,14 @@ def connect_socket(entry: str) -> socket.socket:
     """
     scheme, rest = parse(entry)
     if scheme == "tcp":
-        host, port = split_tcp(rest)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
+        s, addr = _tcp_socket(rest)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; Monarch's channel_tcp_keepalive_idle
             idle = min(32767, max(1, math.ceil(config.get("tcp_keepalive_idle"))))  # Linux bounds
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
         s.setblocking(False)
-        err = s.connect_ex((host, port))
+        err = s.connect_ex(addr)
         if err not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
             s.close()
             raise OSError(err, os.strerror(err))

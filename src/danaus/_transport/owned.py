@@ -31,15 +31,26 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def _check_file(st: os.stat_result, path: str, what: str) -> None:
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{what} {path!r} is not a regular file; use a plain file you own")
+def _check_mine(st: os.stat_result, path: str, what: str, why: str) -> None:
+    """``ValueError`` unless ``path`` (``st``) belongs to this user; ``why`` says what its
+    owner could do, and the fix."""
     if st.st_uid != os.getuid():
         raise ValueError(
             f"{what} {path!r} belongs to uid {st.st_uid}, not to this user "
-            f"(uid {os.getuid()}): whoever owns it decides what this process reads from it. "
-            "Use a file you own, with mode 600"
+            f"(uid {os.getuid()}): {why}"
         )
+
+
+def _check_file(st: os.stat_result, path: str, what: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{what} {path!r} is not a regular file; use a plain file you own")
+    _check_mine(
+        st,
+        path,
+        what,
+        "whoever owns it decides what this process reads from it. Use a file you own, with "
+        "mode 600",
+    )
     if st.st_mode & 0o077:
         raise ValueError(
             f"{what} {path!r} is readable or writable by others (mode "
@@ -141,12 +152,9 @@ def private_dir(path: str, what: str) -> str:
             f"{what} {path!r} is not a directory (a symbolic link or a file): remove it, "
             "and danaus makes a private directory there"
         )
-    if st.st_uid != os.getuid():
-        raise ValueError(
-            f"{what} {path!r} belongs to uid {st.st_uid}, not to this user (uid "
-            f"{os.getuid()}): its owner decides what is in it. Remove it, or choose another "
-            "directory"
-        )
+    _check_mine(
+        st, path, what, "its owner decides what is in it. Remove it, or choose another directory"
+    )
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path

@@ -36,6 +36,7 @@ __all__ = [
     "available",
     "copy",
     "host_key",
+    "memmove",
     "ptrace_scope",
 ]
 

@@ -6,11 +6,18 @@ without copying. ``loads(body, buffers)`` rebuilds the object; arrays come
 back as views of the received frame.
 
 Plain data (``None``, bools, numbers, strings, bytes, and tuples, lists,
-dicts and sets of them) takes a fast path: the C pickler with no
-cloudpickle machinery, through a reused pickler (a small pool, no lock), or
-straight ``pickle.dumps`` for a few atoms. The stream is the same pickle
-either way; anything else (a class, a function, an array, a tensor ...)
-goes to a fresh cloudpickle pickler, which pickles ``__main__`` by value.
+dicts and sets of them), with numpy arrays and CPU torch tensors among it,
+takes a fast path: the C pickler with no cloudpickle machinery, through a
+reused pickler (a small pool, no lock), or straight ``pickle.dumps`` for a few
+atoms. A tensor pickles by ``_reduce_tensor``, as the general path does it;
+an array by numpy's own protocol-5 reduction, its dtype named by its code
+where that keeps it whole (``numpy._core.numeric._frombuffer`` takes either).
+A bytes or bytearray of ``_BIG_BYTES`` or more, as the value or among a
+call's arguments, travels out of band too (``_BigBytes``: rebuilt by
+``bytes(buffer)``). Every stream decodes with the plain unpickler and no
+danaus function it did not use before: no wire change. Anything else (a
+class, a function, an array of objects, a tensor that needs grad ...) goes to
+a fresh cloudpickle pickler, which pickles ``__main__`` by value.
 
 Torch is never imported here: tensors are recognised only when the sender
 has already imported torch.
@@ -90,6 +97,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
     def reducer_override(self, obj: object) -> Any:
         if type(obj) is types.CodeType:
             return _reduce_code(obj)
+        if type(obj) is _BigBytes:
+            return obj.reduce()
         torch = sys.modules.get("torch")
         if torch is not None and isinstance(obj, torch.Tensor):
             r = _reduce_tensor(obj)
@@ -108,46 +117,159 @@ _SMALL = 8  # a tuple of up to this many atoms (or empty containers) skips the p
 
 
 class _PlainPickler(pickle.Pickler):
-    """The C pickler for plain data only: ``_NotPlain`` at anything else.
+    """The C pickler for plain data, arrays and tensors only: ``_NotPlain`` at anything else.
 
     The C pickler handles atoms itself and asks ``reducer_override`` about
-    every other object (containers included), so this sees each container
-    and the first value that would need a reduction.
+    every other object (containers included), so this sees each container,
+    array, tensor, dtype and global, and the first value that would need a
+    reduction it does not know. Large buffers go out of band (``buffers``),
+    by the same rule as the general path's.
     """
 
     def __init__(self) -> None:
         self.out = io.BytesIO()
-        super().__init__(self.out, protocol=5)
+        self.buffers: list[pickle.PickleBuffer] = []
+        super().__init__(self.out, protocol=5, buffer_callback=self._out_of_band)
+
+    def _out_of_band(self, buf: pickle.PickleBuffer) -> bool:
+        buffers = self.buffers
+        if len(buffers) >= MAX_OOB_BUFFERS or memoryview(buf).nbytes < _OOB_MIN:
+            return True
+        buffers.append(buf)
+        return False
 
     def reducer_override(self, obj: object) -> Any:
-        if type(obj) in _CONTAINERS:
+        t = type(obj)
+        if t in _CONTAINERS or t is pickle.PickleBuffer:
             return NotImplemented
+        if t is _BigBytes:
+            return obj.reduce()  # type: ignore[attr-defined]
+        if id(obj) in _ARRAY_GLOBALS or t in _DTYPE_TYPES or obj is bytes or obj is bytearray:
+            # numpy's ``_frombuffer`` and ``dtype`` (by reference), a dtype (its reduce),
+            # what a `_BigBytes` rebuilds
+            return NotImplemented
+        if t in _ARRAY_TYPES or _learn_arrays(t):
+            return _reduce_array(obj)
         raise _NotPlain
 
-    def pickle(self, obj: object) -> bytes:
+    def pickle(self, obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
         out = self.out
         out.seek(0)
         out.truncate()
-        self.clear_memo()
-        self.dump(obj)
-        return out.getvalue()
+        try:
+            self.dump(obj)
+            return out.getvalue(), self.buffers
+        finally:
+            # Nothing of the value stays referenced by a pooled pickler (an array of
+            # a GiB must not live on in its memo or buffer list).
+            self.buffers = []
+            self.clear_memo()
+
+
+def _reduce_array(obj: Any) -> Any:
+    """The fast pickler's reduction of a numpy array or a torch tensor (``_ARRAY_TYPES``):
+    for a contiguous array of plain values numpy's own protocol-5 reduction (one
+    out-of-band buffer) with the dtype's code in place of the dtype object, or that
+    reduction itself (NotImplemented) where the code would lose something; for a CPU
+    tensor ``_reduce_tensor``'s; else ``_NotPlain`` (the general path decides)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(obj) is torch.Tensor:
+        r = _reduce_tensor(obj)
+        if r is NotImplemented:
+            raise _NotPlain
+        return r
+    # numpy reduces a non-contiguous array to a copy in band, through a global this
+    # pickler does not know (``_NotPlain`` then): only contiguous ones get here.
+    dtype = obj.dtype
+    if dtype.hasobject:
+        raise _NotPlain
+    flags = obj.flags
+    c = flags.c_contiguous
+    if not (c or flags.f_contiguous):
+        raise _NotPlain
+    # (Metadata first: dtypes that differ only in it are equal, one key of the cache.)
+    code = _DTYPE_CODES.get(dtype) if dtype.metadata is None else ""
+    if code is None:
+        code = _DTYPE_CODES[dtype] = _dtype_code(dtype)
+    if not code:
+        return NotImplemented  # numpy's own reduction, the dtype pickled as an object
+    # What numpy's own protocol-5 reduction returns, with the dtype named by its code:
+    # pickling the dtype object (its class, its state) costs ten times the rest.
+    # (An F-ordered array's buffer is its transpose's, C-ordered, as numpy does it.)
+    buf = pickle.PickleBuffer(obj if c else obj.T)
+    return _FROMBUFFER[0], (buf, code, obj.shape, "C" if c else "F")
+
+
+_DTYPE_CODES: dict[Any, str] = {}  # numpy dtype -> its code, or "" where that loses something
+_FROMBUFFER: list[Any] = []  # numpy's ``_frombuffer`` (what its arrays reduce to)
+
+
+def _dtype_code(dtype: Any) -> str:
+    """``dtype.str`` when ``numpy.dtype`` of it gives ``dtype`` back whole (no fields,
+    no subarray, no metadata), else ""."""
+    if dtype.names is not None or dtype.subdtype is not None or dtype.metadata is not None:
+        return ""
+    np = sys.modules["numpy"]
+    code: str = dtype.str
+    try:
+        return code if np.dtype(code) == dtype else ""
+    except TypeError:
+        return ""
+
+
+# Filled by ``_learn_arrays`` once numpy or torch has been imported (by the program):
+# the array and tensor types, numpy's dtype types, and the ids of the globals numpy's
+# reductions name (``_frombuffer``, ``dtype``) and of ``_rebuild_tensor``.
+_ARRAY_TYPES: set[type] = set()
+_DTYPE_TYPES: set[type] = set()
+_ARRAY_GLOBALS: set[int] = set()
+_ARRAY_NAMES = frozenset({("numpy", "ndarray"), ("torch", "Tensor")})
+
+
+def _learn_arrays(t: type) -> bool:
+    """Whether ``t``, a top-level value's type, is numpy's array or torch's tensor; the
+    first time, learn what the fast pickler needs of them."""
+    if t in _ARRAY_TYPES:
+        return True
+    if (t.__module__, t.__qualname__) not in _ARRAY_NAMES:
+        return False
+    np = sys.modules.get("numpy")
+    if np is not None and t is np.ndarray:
+        frombuffer = np.empty(_OOB_MIN, np.uint8).__reduce_ex__(5)[0]
+        _FROMBUFFER[:] = [frombuffer]
+        dtype_cls = np.dtype("u1").__reduce__()[0]
+        _ARRAY_GLOBALS.update((id(frombuffer), id(dtype_cls)))
+        _DTYPE_TYPES.update(type(np.dtype(c)) for c in np.typecodes["All"])
+        _DTYPE_TYPES.add(np.dtype)
+        _ARRAY_TYPES.add(t)
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and t is torch.Tensor:
+        _ARRAY_GLOBALS.add(id(_rebuild_tensor))
+        _ARRAY_TYPES.add(t)
+        return True
+    return False
 
 
 # A per-process cache, not state: idle plain picklers; list pop/append are atomic.
 _POOL: list[_PlainPickler] = []
 
 
-def _small_plain(obj: tuple[Any, ...]) -> bool:
-    """A short tuple of atoms and empty/atom-only small tuples and dicts (e.g. ``(args, {})``)."""
-    if len(obj) > _SMALL:
+def small_plain(obj: object) -> bool:
+    """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
+    dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
+    if type(obj) is not tuple or len(obj) > _SMALL:
         return False
     for x in obj:
         t = type(x)
         if t in _ATOMS:
+            if t is bytes and len(x) >= _BIG_BYTES:
+                return False
             continue
         if t is tuple and len(x) <= _SMALL:
             for y in x:
-                if type(y) not in _ATOMS:
+                u = type(y)
+                if u not in _ATOMS or (u is bytes and len(y) >= _BIG_BYTES):
                     return False
             continue
         if t is dict and not x:
@@ -156,31 +278,99 @@ def _small_plain(obj: tuple[Any, ...]) -> bool:
     return True
 
 
-def small_plain(obj: object) -> bool:
-    """True if ``obj`` is a short tuple of atoms and small atom-only tuples and empty
-    dicts (e.g. a call's ``(args, {})``): pickled by ``pickle.dumps``, no reduction runs."""
-    return type(obj) is tuple and _small_plain(obj)
-
-
 def dumps(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:
     """Pickle ``obj``; returns the in-band stream and the out-of-band buffers."""
     t = type(obj)
     # t is type(obj), which mypy does not narrow through (one type() call saved per message)
-    if t in _ATOMS or (t is tuple and _small_plain(obj)):  # type: ignore[arg-type]
+    if (t in _ATOMS and (t is not bytes or len(obj) < _BIG_BYTES)) or (  # type: ignore[arg-type]
+        t is tuple and small_plain(obj)
+    ):
         return pickle.dumps(obj, protocol=5), []
-    if t in _CONTAINERS:
+    if _has_big_bytes(obj):
+        obj = _lift_bytes(obj, 2, {})
+        t = type(obj)
+    if t in _CONTAINERS or t in _ARRAY_TYPES or t is _BigBytes or _learn_arrays(t):
         try:
             p = _POOL.pop()
         except IndexError:
             p = _PlainPickler()
         try:
-            return p.pickle(obj), []
+            return p.pickle(obj)
         except Exception:  # not plain data (or not picklable): the general path decides
             pass
         finally:
             if len(_POOL) < 8:
                 _POOL.append(p)
     return _dumps_general(obj)
+
+
+_BIG_BYTES = 64 << 10  # bytes and bytearrays at least this long travel out of band
+_LIFT_MAX = 64  # containers longer than this are not searched for them
+
+
+class _BigBytes:
+    """A ``bytes`` or ``bytearray`` of at least ``_BIG_BYTES`` in a value being pickled:
+    the picklers reduce it to ``type(b)(PickleBuffer(b))``, an out-of-band buffer
+    written straight from ``b`` (the C pickler writes bytes in band, a copy into the
+    stream), rebuilt by one copy on the receiver, as an in-band one would be."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b: bytes | bytearray) -> None:
+        self.b = b
+
+    def reduce(self) -> Any:
+        return type(self.b), (pickle.PickleBuffer(self.b),)
+
+
+def _has_big_bytes(obj: Any) -> bool:
+    """Whether `_lift_bytes` (``depth`` 2) would find a large bytes or bytearray in
+    ``obj`` (a quick look, nothing built)."""
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        return len(obj) >= _BIG_BYTES
+    if t not in _LIFTED or len(obj) > _LIFT_MAX:
+        return False
+    for x in obj.values() if t is dict else obj:
+        u = type(x)
+        if u is bytes or u is bytearray:
+            if len(x) >= _BIG_BYTES:
+                return True
+        elif u in _LIFTED and len(x) <= _LIFT_MAX:
+            for y in x.values() if u is dict else x:
+                v = type(y)
+                if (v is bytes or v is bytearray) and len(y) >= _BIG_BYTES:
+                    return True
+    return False
+
+
+def _lift_bytes(obj: Any, depth: int, seen: dict[int, Any]) -> Any:
+    """``obj`` with each large bytes or bytearray in it, itself or ``depth`` containers
+    deep at most (a call's ``(args, kwargs)``: its arguments), replaced by a `_BigBytes`
+    (one per object: ``seen``, so a bytearray passed twice arrives as one); ``obj``
+    itself, not a copy, if it holds none."""
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        if len(obj) < _BIG_BYTES:
+            return obj
+        big = seen.get(id(obj))
+        if big is None:
+            big = seen[id(obj)] = _BigBytes(obj)
+        return big
+    if not depth or t not in _LIFTED or len(obj) > _LIFT_MAX:
+        return obj
+    if t is dict:
+        vals = [_lift_bytes(v, depth - 1, seen) for v in obj.values()]
+        if all(a is b for a, b in zip(vals, obj.values(), strict=True)):
+            return obj
+        return dict(zip(obj, vals, strict=True))
+    items = [_lift_bytes(x, depth - 1, seen) for x in obj]
+    if all(a is b for a, b in zip(items, obj, strict=True)):
+        return obj
+    return t(items)
+
+
+_LIFTED = frozenset({tuple, list, dict})
 
 
 def _dumps_general(obj: object) -> tuple[bytes, list[pickle.PickleBuffer]]:

@@ -55,6 +55,7 @@ MAX_HEADER = 1 << 20
 # ones are refused where decoding starts, before any code walks them recursively.
 MAX_HEADER_DEPTH = 32
 _STAGING = 256 << 10  # frames smaller than this are parsed out of a shared staging buffer
+_PROBE = 16 << 10  # bytes read first after a large frame (see FrameDecoder._after_big)
 
 
 class FrameError(PeerBrokenError):
@@ -83,31 +84,34 @@ def encode_frame(
     header: tuple[Any, ...], body: bytes | memoryview = b"", buffers: Sequence[ReadableBuffer] = ()
 ) -> list[Any]:
     """Encode one frame as a list of byte-likes, ready for ``socket.sendmsg``."""
-    h = pickle.dumps(header, protocol=5)
-    if not buffers:
-        return encode_pickled(h, body)
-    raws = [flat(b) for b in buffers]
-    lens = b"".join(_LEN.pack(len(r)) for r in raws)
-    body_len = len(body)
-    total = _FIXED + len(lens) + len(h) + body_len + sum(len(r) for r in raws)
-    parts: list[Any] = [_PREFIX.pack(total, len(h), len(raws), body_len) + lens + h]
-    if body_len:
-        parts.append(body)
-    parts.extend(r for r in raws if len(r))
-    return parts
+    return encode_pickled(pickle.dumps(header, protocol=5), body, buffers)
 
 
 _SMALL_BODY = 4096  # bodies up to this size are joined to the header (one write part)
 
 
-def encode_pickled(h: bytes, body: bytes | memoryview = b"") -> list[Any]:
-    """``encode_frame`` for a header pickled already and no buffers (``h`` is the
-    pickle of the header tuple); a small body is joined to it, one part in all."""
+def encode_pickled(
+    h: bytes, body: bytes | memoryview = b"", buffers: Sequence[ReadableBuffer] = ()
+) -> list[Any]:
+    """``encode_frame`` for a header pickled already (``h`` is the pickle of the header
+    tuple); without buffers a small body is joined to it, one part in all."""
     body_len = len(body)
-    prefix = _PREFIX.pack(_FIXED + len(h) + body_len, len(h), 0, body_len)
-    if body_len <= _SMALL_BODY:
-        return [prefix + h + body]
-    return [prefix + h, body]
+    if not buffers:
+        prefix = _PREFIX.pack(_FIXED + len(h) + body_len, len(h), 0, body_len)
+        if body_len <= _SMALL_BODY:
+            return [prefix + h + body]
+        return [prefix + h, body]
+    raws = [flat(b) for b in buffers]
+    sizes = [len(r) for r in raws]
+    lens = struct.pack(f"<{len(sizes)}Q", *sizes)
+    total = _FIXED + len(lens) + len(h) + body_len + sum(sizes)
+    head = _PREFIX.pack(total, len(h), len(raws), body_len) + lens + h
+    if body_len <= _SMALL_BODY:  # one part fewer to write
+        parts: list[Any] = [head + body] if body_len else [head]
+    else:
+        parts = [head, body]
+    parts.extend(r for r in raws if len(r))
+    return parts
 
 
 def flat(b: ReadableBuffer) -> bytes | memoryview:
@@ -378,6 +382,10 @@ class FrameDecoder:
         self._end = 0  # end of valid bytes in staging
         self._big: memoryview | None = None  # a large frame being received in place
         self._big_filled = 0
+        # The last frame was large: the next read into an empty staging buffer takes
+        # only _PROBE bytes, so that when the next frame is large too (a stream of
+        # arrays) no more than that is copied from staging into its own memory.
+        self._after_big = False
 
     def finish(self, big: memoryview) -> Frame:
         """The frame ``big`` holds, received whole (its length prefix excluded): checked,
@@ -393,6 +401,8 @@ class FrameDecoder:
             return self._big[self._big_filled :]
         if self._end == len(self._staging):
             self._compact()
+        if self._after_big and self._end == self._start:
+            return memoryview(self._staging)[self._end : self._end + _PROBE]
         return memoryview(self._staging)[self._end :]
 
     def _compact(self) -> None:
@@ -409,9 +419,11 @@ class FrameDecoder:
             if self._big_filled < len(self._big):
                 return frames
             big, self._big = self._big, None
+            self._after_big = True
             frames.append(self.finish(big))
             return frames
         self._end += n
+        self._after_big = False
         while True:
             avail = self._end - self._start
             if avail < 8:
@@ -443,6 +455,7 @@ class FrameDecoder:
                     # Someone else receives it (off the I/O loop); we wait for them.
                     self.handoff = (whole, bytes(self._staging[self._start + 8 : self._end]))
                     self._start = self._end = 0
+                    self._after_big = True
                     break
                 # Large frame: receive the rest straight into its own memory.
                 try:

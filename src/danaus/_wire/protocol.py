@@ -382,6 +382,13 @@ class CallTemplate:
 
 def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
     """``(kind, typed header)`` of a wire tuple; `ProtocolError` if it is not one."""
+    msg = decode(_tn(Frame, (raw, b"", [])))
+    return msg.kind, msg.header
+
+
+def decode(frame: Frame) -> Message:
+    """The `Message` a received frame carries (its header typed); raises `ProtocolError`."""
+    raw = frame[0]
     kind = raw[0]
     rebuild = _REBUILD.get(kind) if type(kind) is int else None
     if rebuild is None:
@@ -392,14 +399,9 @@ def decode_header(raw: tuple[Any, ...]) -> tuple[Kind, Any]:
             f"{_HEADERS[kind].__name__} header with {len(raw) - 1} fields, expected {_ARITY[kind]}"
         )
     try:
-        return _KINDS[kind], rebuild(raw)
+        header = rebuild(raw)
     except Exception as e:  # whatever a malformed field raises (RecursionError too)
         raise ProtocolError(
             f"{_HEADERS[kind].__name__} header with a malformed id: {type(e).__name__}: {e}"
         ) from e
-
-
-def decode(frame: Frame) -> Message:
-    """The `Message` a received frame carries; raises `ProtocolError`."""
-    kind, header = decode_header(frame.header)
-    return _tn(Message, (kind, header, frame[1], frame[2]))
+    return _tn(Message, (_KINDS[kind], header, frame[1], frame[2]))

@@ -139,17 +139,3 @@ if not TYPE_CHECKING:  # the type checker sees the import above instead
             globals()[name] = value
             return value
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if not TYPE_CHECKING:  # the type checker sees the import above instead
-
-    def __getattr__(name: str) -> Any:
-        if name == "debug_controller":
-            # The debugger (its controller, prompt and commands: ~15 ms of imports) loads
-            # on first use, so a client that never debugs never imports it.
-            mod = importlib.import_module("danaus._actor.debugger.controller")
-            value = mod.debug_controller
-            value.__module__ = __name__
-            globals()[name] = value
-            return value
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-from .._tensor.timer import (
-    ExecutionTimer,
-    execution_timer_start,
-    execution_timer_stop,
-    get_execution_timer_average_ms,
-    get_execution_timer_summary,
-    get_latest_timer_measurement,
-    get_time_perfcounter,
-)
+from .._tensor import timer as _timer
+from .._tensor.timer import *  # noqa: F403  (the names of its __all__)
 
-__all__ = [
-    "ExecutionTimer",
-    "execution_timer_start",
-    "execution_timer_stop",
-    "get_execution_timer_average_ms",
-    "get_execution_timer_summary",
-    "get_latest_timer_measurement",
-    "get_time_perfcounter",
-]
+__all__ = _timer.__all__

@@ -4,20 +4,7 @@ propagate="inspect")``. Each proc times with its own process's ``ExecutionTimer`
 
 from __future__ import annotations
 
-from .._tensor.timer import (
-    execution_timer_start,
-    execution_timer_stop,
-    get_execution_timer_average_ms,
-    get_execution_timer_summary,
-    get_latest_timer_measurement,
-    get_time_perfcounter,
-)
+from .._tensor import timer as _timer
+from .._tensor.timer import *  # noqa: F403  (the names of its __all__)
 
-__all__ = [
-    "execution_timer_start",
-    "execution_timer_stop",
-    "get_execution_timer_average_ms",
-    "get_execution_timer_summary",
-    "get_latest_timer_measurement",
-    "get_time_perfcounter",
-]
+__all__ = [name for name in _timer.__all__ if name != "ExecutionTimer"]  # the functions

@@ -79,14 +79,44 @@ def _shell(args: argparse.Namespace) -> None:
     )
 
 
+def _dashboard(args: argparse.Namespace) -> None:
+    if getattr(args, "dashboard_cmd", None) is None:
+        args._dashboard_subparser.print_help()
+        return
+    print(
+        "Error: `dashboard mast` relays the dashboard of a job on Meta's internal scheduler "
+        "(MAST), which danaus does not have. danaus's own dashboard: danaus.dashboard.serve() "
+        "in the program (or the setting dashboard=True), and `danaus top` in a terminal.",
+        file=sys.stderr,
+    )
+    sys.exit(1)
+
+
+def _add_dashboard(subparsers: Any) -> None:
+    """Monarch's ``dashboard`` command: its one subcommand, ``mast``, parses as Monarch's
+    and, as in Monarch's open-source build, refuses to run (MAST is Meta's)."""
+    dash = subparsers.add_parser("dashboard", help="Serve Monarch dashboards (MAST: not in danaus)")
+    dash.set_defaults(_dashboard_subparser=dash, func=_dashboard)
+    sub = dash.add_subparsers(title="DASHBOARD COMMANDS", dest="dashboard_cmd")
+    mast = sub.add_parser("mast", help="Relay a MAST job's dashboard (Meta-internal; refused)")
+    mast.add_argument("job", help="the MAST job name")
+    mast.add_argument("--role-name", default=None, help="the role that hosts the dashboard")
+    mast.add_argument(
+        "--dashboard-port", type=int, default=8265, help="the dashboard's port (8265)"
+    )
+
+
 def get_parser() -> argparse.ArgumentParser:
-    """The ``danaus`` command's parser, each subcommand with Monarch's ``func``."""
+    """The ``danaus`` command's parser, each subcommand with Monarch's ``func``; with
+    Monarch's ``dashboard mast`` too, which parses and then refuses (MAST is Meta's)."""
     parser = build_parser()
     funcs: dict[str, Any] = {"apply": _apply, "exec": _exec, "shell": _shell}
     for action in parser._subparsers._group_actions:  # type: ignore[union-attr]
         subparsers: dict[str, argparse.ArgumentParser] = dict(action.choices or {})
         for name, sub in subparsers.items():
             sub.set_defaults(func=funcs.get(name, lambda args: _exit(_run(args))))
+        if "dashboard" not in subparsers and hasattr(action, "add_parser"):
+            _add_dashboard(action)
     return parser
 
 

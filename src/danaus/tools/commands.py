@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+from .._job import commands as _commands
 from .._job.commands import DEFAULT_JOB_PATH as DEFAULT_JOB_PATH
 from .._job.commands import MONARCH_DIR as MONARCH_DIR
 from .._job.commands import apply_job as apply_job
@@ -33,21 +34,4 @@ from .._job.commands import load_current_job as load_current_job
 from .._job.commands import server_ready as server_ready
 from .._job.commands import shell_on_job as shell_on_job
 
-__all__ = [
-    "DEFAULT_JOB_PATH",
-    "MONARCH_DIR",
-    "apply_job",
-    "context_create",
-    "context_ls",
-    "context_rm",
-    "context_use",
-    "create",
-    "exec_on_job",
-    "get_or_create",
-    "info",
-    "kill",
-    "kill_and_confirm",
-    "load_current_job",
-    "server_ready",
-    "shell_on_job",
-]
+__all__ = _commands.__all__  # Monarch's names, each imported above for the reference

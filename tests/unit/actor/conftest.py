@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from danaus._runtime.messaging.metrics import Recent
+from danaus._runtime.messaging.metrics import Observing, Recent
 from danaus._wire.ids import ActorId, PortId, ProcId
 from danaus._wire.protocol import Call, Kind, Message
 
@@ -20,8 +20,8 @@ class FakeHost:
     """The runtime as an inbox, a fate and a meter see it: every call recorded."""
 
     def __init__(self, recent: Recent | None = None) -> None:
-        self.recent = recent
-        self.metrics = True
+        self.observing = Observing(True, 10, 1_000_000)  # the meter's (metrics.Observing)
+        self.observing.recent = recent
         self.tracer: Any = None
         self.events: list[tuple[Any, ...]] = []
         self.paused: list[Any] = []  # the gates pause_delivering was asked for

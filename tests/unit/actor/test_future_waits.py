@@ -25,7 +25,7 @@ class Waits:
 @pytest.fixture
 def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
     w = Waits()
-    monkeypatch.setattr(future_mod, "_waits", lambda: w)
+    monkeypatch.setattr(future_mod, "_waits", lambda runtime=None: w)
     return w
 
 
@@ -33,7 +33,9 @@ def test_a_blocking_get_is_bracketed_by_its_threads_waits(waits: Waits) -> None:
     pending = Pending()
 
     class Reader:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             assert waits.events == ["begin"]  # told before the thread blocks
             pending.set_result(42)  # the reply this thread read itself
             return True
@@ -47,7 +49,9 @@ def test_a_failed_wait_still_ends_it(waits: Waits) -> None:
     pending = Pending()
 
     class Reader:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             pending.set_exception(KeyError("k"))
             return True
 
@@ -64,6 +68,7 @@ def test_a_result_already_there_needs_no_wait(waits: Waits) -> None:
 
 def test_outside_any_actor_the_thread_waits_through_the_runtime() -> None:
     # No context of an actor on this thread: the waits are the runtime's (None without a node).
-    from danaus._runtime.hosting import proc
+    from danaus._runtime.node import this_node
 
-    assert future_mod._waits() is proc.current()
+    node = this_node(start=False)
+    assert future_mod._waits() is (None if node is None else node.runtime.backpressure)

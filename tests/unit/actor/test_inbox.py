@@ -28,6 +28,9 @@ class Recorder:
     def inbox(self, host: FakeHost, loop: asyncio.AbstractEventLoop | None = None) -> Inbox:
         return Inbox(
             host,
+            recent=host.observing.recent,
+            reader_for=host.reader_for,
+            flush_held=host.flush_held,
             loop=loop,
             closes_cycle=lambda frame: self.cycles and ME in frame.header.chain,
             refuse_deadlock=self.deadlocked.append,
@@ -168,7 +171,7 @@ def test_closing_refuses_what_is_left_and_what_comes_after(host: FakeHost, cell:
 
 
 def test_a_sampled_call_has_a_row_from_its_arrival(host: FakeHost, cell: Recorder) -> None:
-    host.recent = Recent(size=10, per_s=1_000_000)
+    host.observing.recent = Recent(size=10, per_s=1_000_000)
     inbox = cell.inbox(host)
     frame = call_frame()
     inbox.deliver(frame, CALLER)
@@ -203,7 +206,9 @@ def test_an_idle_actor_reads_its_home_connection_until_an_item_comes(
     second = call_frame(slot=1)
 
     class Conn:
-        def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+        def read_directly(
+            self, done: Callable[[], bool], timeout: float, bell: int = -1
+        ) -> bool | None:
             reads.append(timeout)
             assert bell >= 0 and not done()
             inbox.deliver(second, CALLER)  # the call it reads is delivered on its thread

@@ -28,7 +28,7 @@ def test_each_execution_counts_and_ends_the_running_endpoint() -> None:
 
 def test_metrics_off_counts_nothing() -> None:
     host = FakeHost()
-    host.metrics = False
+    host.observing.metrics = False
     m = meter(host)
     m.measured("incr", 0, True, None, 0, None, None)
     assert m.stats == {}

@@ -114,3 +114,72 @@ def test_an_endpoint_pickles_as_its_mesh_and_name_not_its_route() -> None:
     fn, args = mesh.step.__reduce__()
     assert fn is _rebuild and args[0] is mesh and args[1] == "step"
     assert fn(*args) is mesh.step  # rebuilt on the other side from its mesh
+
+
+class _Conn:
+    closed = False
+
+
+class _Runtime:
+    """What a one-actor route's call_one uses of its runtime, recorded."""
+
+    tracer = None
+    proc_id = ME
+
+    def __init__(self) -> None:
+        self.ports: dict[int, Any] = {}
+        self.sent: list[tuple[Any, ...]] = []
+        self.conn = _Conn()
+        self.lookups = 0
+        self.router = self  # the runtime's router part: open_port and the ports table
+
+    def open_port(self, handler: Any) -> PortId:
+        no = len(self.ports) + 1
+        self.ports[no] = handler
+        return PortId(ME, no)
+
+    def send(self, proc: ProcId, header: Any, *args: Any, pickled: Any = None) -> None:
+        self.sent.append((proc, header, pickled))
+
+    def reader_for(self, proc: ProcId) -> Any:
+        self.lookups += 1
+        return self.conn
+
+
+def one_actor(rt: _Runtime) -> DirectRoute:
+    from danaus._actor.core.context import Context, Instance
+    from danaus._mesh import Extent, Point
+
+    ref = MeshRef("workers.1", "workers", Worker, PROCS[:1], None)
+    r = DirectRoute(rt, ref, shape(1), _State(), True, None)  # type: ignore[arg-type]
+    nowhere = Point(0, Extent([], []))
+    # The node's root context, which the route looks up on its first call (no node here).
+    root = Instance(ActorId(ME, "root", 0), "root", nowhere, "RootClient", None)
+    r._root = Context(root, nowhere)
+    return r
+
+
+def test_call_one_finds_its_reader_once_and_again_only_once_that_connection_closed() -> None:
+    rt = _Runtime()
+    r = one_actor(rt)
+    futs = [r.call_one(method(), (i,), {}) for i in range(3)]
+    assert rt.lookups == 1 and all(f._cf.reader is rt.conn for f in futs)
+    assert all(f._cf.runtime is rt for f in futs)  # what its waiter tells that it waits
+    rt.conn.closed = True
+    rt.conn = _Conn()
+    fut = r.call_one(method(), (3,), {})
+    assert rt.lookups == 2 and fut._cf.reader is rt.conn
+    # Outside any actor: no sender, no chain; every call's header bytes from the template.
+    for proc, header, pickled in rt.sent:
+        assert proc == PROCS[0] and (header.sender, header.chain) == (None, ())
+        assert pickle.loads(pickled) == wire(header)
+
+
+def test_call_one_with_arguments_that_do_not_fit_raises_before_sending() -> None:
+    rt = _Runtime()
+    r = one_actor(rt)
+    with pytest.raises(TypeError, match="bad arguments for endpoint step"):
+        r.call_one(method(), (1, 2), {})
+    with pytest.raises(TypeError, match="bad arguments for endpoint step"):
+        r.call_one(method(), (), {"y": 1})
+    assert rt.sent == [] and rt.ports == {}

@@ -45,7 +45,7 @@ def test_empty_extent_has_one_element() -> None:
 
 
 def test_extent_rejects_duplicate_labels_mismatched_lengths_and_bad_values() -> None:
-    with pytest.raises(ValueError, match="duplicate dimension name 'a'"):
+    with pytest.raises(ValueError, match="Duplicate dimension name 'a'"):
         Extent(["a", "a"], [1, 2])
     with pytest.raises(ValueError, match=r"one size per label.*\['a'\].*\[1, 2\]"):
         Extent(["a"], [1, 2])

@@ -150,8 +150,8 @@ def test_split_factors_a_dim_row_major_with_the_other_size_inferred() -> None:
 def test_split_infers_whichever_size_is_left_out() -> None:
     m = mesh(["host", "gpu"], [2, 8])
     s = m.split(gpu=("tp", "cp"), tp=2)
-    assert s.shape.ndslice.sizes == (2, 2, 4)
-    assert s.shape.ndslice.strides == (8, 4, 1)
+    assert s.shape.ndslice.sizes == [2, 2, 4]
+    assert s.shape.ndslice.strides == [8, 4, 1]
 
 
 def test_split_of_several_dims_at_once() -> None:
@@ -163,7 +163,7 @@ def test_split_of_several_dims_at_once() -> None:
 
 def test_split_with_every_size_given_and_into_size_one_dims() -> None:
     m = mesh(["gpu"], [6])
-    assert m.split(gpu=("x", "y"), x=2, y=3).shape.ndslice.sizes == (2, 3)
+    assert m.split(gpu=("x", "y"), x=2, y=3).shape.ndslice.sizes == [2, 3]
     assert m.split(gpu=("one", "all"), one=1).shape.ndslice == Slice(0, [1, 6], [6, 1])
     assert m.split(gpu=("g",)).shape.labels == ["g"]
 
@@ -196,11 +196,24 @@ def test_split_size_for_a_name_that_is_not_new_is_an_unused_constraint() -> None
         m.split(tp=4)
 
 
+def test_split_errors_begin_with_monarchs_words() -> None:
+    # what Monarch's test_device_mesh and test_mesh_trait match (its MeshTrait's messages)
+    m = mesh(["host", "gpu"], [60, 24])
+    with pytest.raises(ValueError, match=r"^Cannot infer size"):
+        m.split(host=("dp", "pp"))
+    with pytest.raises(ValueError, match=r"^unused size constraints"):
+        m.split(host=("dp", "pp"), pp=4, ddp=3)
+    with pytest.raises(ValueError, match=r"^Duplicate dimension name"):
+        m.split(host=("dp", "pp"), gpu=("pp",), dp=3)
+    with pytest.raises(ValueError, match="is not evenly divided"):
+        m.split(host=("dp", "pp"), dp=7)
+
+
 def test_split_that_would_repeat_a_name_raises_value_error() -> None:
     m = mesh(["host", "gpu"], [2, 8])
-    with pytest.raises(ValueError, match="duplicate dimension name 'host'"):
+    with pytest.raises(ValueError, match="Duplicate dimension name 'host'"):
         m.split(gpu=("host", "x"), x=2)
-    with pytest.raises(ValueError, match="duplicate dimension name 'x'"):
+    with pytest.raises(ValueError, match="Duplicate dimension name 'x'"):
         m.split(gpu=("x", "x"))
 
 
@@ -239,7 +252,7 @@ def test_rename_can_swap_two_names(m: RankMesh) -> None:
 def test_rename_errors_name_the_bad_argument(m: RankMesh) -> None:
     with pytest.raises(TypeError, match=r"'z'.*\['a', 'b', 'c'\]"):
         m.rename(z="y")
-    with pytest.raises(ValueError, match="duplicate dimension name 'b'"):
+    with pytest.raises(ValueError, match="Duplicate dimension name 'b'"):
         m.rename(a="b")
     with pytest.raises(TypeError, match=r"Probably you meant split\(\)"):
         m.rename(a=("x", "y"))  # type: ignore[arg-type]
@@ -268,7 +281,7 @@ def test_flatten_of_a_sparse_mesh_raises_value_error(m: RankMesh) -> None:
 
 
 def test_flatten_of_empty_and_zero_dimensional_meshes() -> None:
-    assert mesh(["a", "b"], [0, 3]).flatten("r").shape.ndslice.sizes == (0,)
+    assert mesh(["a", "b"], [0, 3]).flatten("r").shape.ndslice.sizes == [0]
     assert RankMesh(Shape.unity()).flatten("r").shape == Shape(["r"], Slice(0, [1], [1]))
 
 
@@ -299,7 +312,7 @@ def test_size_of_unknown_dim_raises_key_error_naming_the_dims(m: RankMesh) -> No
 
 
 def test_size_refuses_repeated_and_non_string_dims(m: RankMesh) -> None:
-    with pytest.raises(ValueError, match="duplicate dimension name 'a'"):
+    with pytest.raises(ValueError, match="Duplicate dimension name 'a'"):
         m.size(["a", "a"])
     with pytest.raises(TypeError, match="got 3"):
         m.size(3)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ from danaus._mesh import NDSlice, Slice
 
 def test_new_row_major_lays_out_ranks_densely_last_dim_fastest() -> None:
     s = Slice.new_row_major([2, 3, 4])
-    assert (s.offset, s.sizes, s.strides, s.ndim) == (0, (2, 3, 4), (12, 4, 1), 3)
+    assert (s.offset, s.sizes, s.strides, s.ndim) == (0, [2, 3, 4], [12, 4, 1], 3)
     assert len(s) == 24
     assert list(s) == list(range(24))
 

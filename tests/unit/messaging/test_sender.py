@@ -116,3 +116,27 @@ def test_a_sender_over_the_high_water_mark_waits_for_room_counting_offloaded_byt
     w.sender.send(PEER, Ping(), b"")
     assert w.room_waits == [peer]
     assert len(conn.sent) == 2  # the frame went once there was room
+
+
+def test_a_large_frame_that_fits_one_write_goes_by_the_socket_a_larger_one_is_offloaded() -> None:
+    """Offload agreed with the peer: buffers of offload_min and up are handed to the
+    offloader unless the whole frame fits the connection's one write (``one_write``),
+    which then carries the caller's buffer itself."""
+    wrapped: list[int] = []
+
+    def wrap(name: str, raw: Any, buffers: Any, on_left: Any, *, lend: bool) -> Any:
+        wrapped.append(sum(memoryview(b).nbytes for b in buffers))
+        return raw, buffers, False
+
+    w = World()
+    w.sender._wrap = wrap
+    conn = Conn()
+    conn.one_write = 2 << 20  # type: ignore[attr-defined]
+    w.connected(conn)
+    w.offloading.add(PEER.name)
+    fits = bytearray(1 << 20)
+    w.sender.send(PEER, Reply(4, 0, 0), b"body", [fits])
+    assert wrapped == [] and len(conn.sent) == 1
+    assert any(memoryview(p).obj is fits for p in conn.sent[0])  # no copy of the buffer
+    w.sender.send(PEER, Reply(4, 0, 0), b"body", [bytearray(2 << 20)])
+    assert wrapped == [2 << 20]

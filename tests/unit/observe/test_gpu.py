@@ -19,7 +19,7 @@ import pytest
 from danaus._actor.core import gpu
 from danaus._observe import prom, tables
 from danaus._observe.tables import COLUMNS, Snapshot
-from danaus._runtime.messaging.metrics import Recent
+from danaus._runtime.messaging.metrics import Observing
 from danaus._wire.ids import ProcId
 
 
@@ -84,7 +84,7 @@ class FakeCuda:
 
 class FakeRuntime:
     def __init__(self) -> None:
-        self.recent = Recent(100, 1000)
+        self.observing = Observing(True, 100, 1000)
 
 
 @pytest.fixture(autouse=True)
@@ -168,7 +168,7 @@ def test_timed_ops_are_spans_in_the_ring_at_most_spans_per_s(
     fake.run(ms=6.0)
     (d,) = gpu.observe()["devices"]
     assert d["kernels"] == 5  # counted, every one
-    spans = rt.recent.copy()["spans"]
+    spans = rt.observing.recent.copy()["spans"]
     assert len(spans) == 3
     name, t0, t1, actor, trace_id, _, _, attrs = spans[0]
     assert name == "cuda.kernel" and actor == "tensor[0]" and trace_id is None

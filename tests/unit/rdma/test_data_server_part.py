@@ -40,10 +40,13 @@ def test_the_data_server_is_made_once_and_stops_listening_when_its_node_ends(tmp
     rt.listener.close()
 
 
-def test_a_node_that_is_not_current_serves_no_data_address(tmp_path) -> None:
+def test_a_node_that_has_ended_serves_no_data_address(tmp_path) -> None:
     rt = _stub_runtime(tmp_path)
+    node = node_mod.Node(rt, client=True)  # type: ignore[arg-type]
+    node.closed = True  # its session ended (node_mod.end): a late RDMA_DATA is refused
     try:
         with pytest.raises(RuntimeError, match="no running node"):
-            net._server_address(rt)  # type: ignore[arg-type]
+            net._server_address(node)
+        assert node.part(net.DataServer).server is None  # and no server was started
     finally:
         rt.listener.close()

@@ -85,6 +85,103 @@ def test_streams_borrows_and_memory_follow_the_program(tmp_path: Path) -> None:
     assert z is not None and w is not None
 
 
+def _controller(tmp_path: Path, it: int = 0) -> list[str]:
+    return [n for n, _, _ in _threads(_trace(tmp_path, it), 0)["Controller"]]
+
+
+def test_the_controller_trace_lists_monarchs_messages_for_a_borrow(tmp_path: Path) -> None:
+    # the program of Monarch's test_borrow; the names are what Monarch 0.7.0's simulator
+    # writes for it (its client: in-place results named anew, deletions batched before the
+    # next message, BorrowFirstUse at the first use, RequestStatus and Exit at exit)
+    sim = _sim(tmp_path, trace_mode="everything")
+    other = Stream("other")
+    with sim.mesh.activate():
+        a = torch.randn(100, 100, device="cuda")
+        b = torch.mm(a, a)
+        c = torch.nn.init.uniform_(b)
+        bc, borrow = other.borrow(c, mutable=True)
+        with other.activate():
+            bc.add_(bc)
+        borrow.drop()
+    sim.mesh.exit()
+    assert _controller(tmp_path) == [
+        "aten.randn",
+        "aten.mm",
+        "aten.uniform_",
+        "DeleteRefs",  # uniform_'s result
+        "BorrowCreate",
+        "BorrowFirstUse",
+        "aten.add_.Tensor",
+        "DeleteRefs",  # add_'s result
+        "BorrowLastUse",  # drop() deletes the borrowed tensor: its last use
+        "DeleteRefs",
+        "BorrowDrop",
+        "RequestStatus",
+        "Exit",
+    ]
+    assert _memory(_trace(tmp_path), 1) == pytest.approx([0.04, 0.08])
+
+
+def test_borrowed_views_fetches_and_collectives_in_the_controller_trace(tmp_path: Path) -> None:
+    sim = _sim(tmp_path, trace_mode="everything")
+    other = Stream("other")
+    with sim.mesh.activate():
+        x = torch.randn(8, device="cuda")  # 32 bytes
+        bx, borrow = other.borrow(x)
+        with other.activate():
+            v = bx.view(2, 4)  # a view of the borrowed tensor: x's storage, no memory
+            u = v + 1
+            del v, bx, u  # the borrow's last tensor goes: BorrowLastUse before the drop
+        z = torch.randn(4, device="cuda")
+        borrow.drop()
+        z.reduce_("gpu")
+        fetch_shard(z).result()
+    sim.mesh.exit()
+    assert _controller(tmp_path) == [
+        "aten.randn",
+        "BorrowCreate",
+        "BorrowFirstUse",
+        "aten.view",
+        "aten.add.Tensor",
+        "DeleteRefs",
+        "BorrowLastUse",
+        "DeleteRefs",
+        "aten.randn",
+        "BorrowDrop",
+        "Reduce",
+        "SendValue",
+        "RequestStatus",
+        "Exit",  # the fetch's RequestStatus was answered: none at exit
+    ]
+    # x; u (32 bytes: the view costs none) at c on "other"; z at c on main; u freed when
+    # "other" has run its add (2c)
+    assert _memory(_trace(tmp_path), 1) == pytest.approx([32e-6, 64e-6, 80e-6, 48e-6])
+    assert borrow.tensor is None  # a dropped borrow holds no tensor
+
+
+def test_a_tensor_deleted_after_its_borrow_is_dropped_frees_its_memory(tmp_path: Path) -> None:
+    # Monarch's test_reduce_with_stream_trace_only: the dropped borrow must not keep
+    # the borrowed buffer alive, so deleting its last views frees it at once
+    sim = _sim(tmp_path, trace_mode="stream_only")
+    reducer = Stream("reducer")
+    with sim.mesh.activate():
+        x = torch.randn(100, 100, device="cuda")
+        y = torch.randn(100, 100, device="cuda")
+        flat = torch.cat((x.view(10000), y.view(10000)))  # 80 kB
+        fb, borrow = reducer.borrow(flat)
+        with reducer.activate():
+            fb.reduce_("gpu", reduction="avg")
+        borrow.drop()
+        a, b = flat.split((10000, 10000))
+        del flat
+        n1 = torch.randn(100, 100, device="cuda")  # sends the deletion of flat: a, b hold it
+        del a, b
+        n2 = torch.randn(100, 100, device="cuda")  # sends theirs: the buffer goes before it
+    sim.mesh.exit()
+    assert _memory(_trace(tmp_path), 1) == pytest.approx([0.04, 0.08, 0.16, 0.2, 0.12, 0.16])
+    assert fb is not None and n1 is not None and n2 is not None
+
+
 def test_a_collective_starts_when_the_slowest_member_reaches_it(tmp_path: Path) -> None:
     sim = _sim(tmp_path, hosts=1, gpus=4)
     mesh = sim.mesh

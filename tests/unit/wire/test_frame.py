@@ -174,3 +174,49 @@ def test_warm_pool_keeps_at_most_its_limit() -> None:
     off = WarmPool(lambda: 0)
     views = [off.take(2 * MiB) for _ in range(2)]
     assert off.kept == 0 and off.reused == 0 and len(views) == 2
+
+
+def test_after_a_large_frame_the_next_read_is_short_so_little_is_copied_into_the_next() -> None:
+    """A large frame is received straight into its own memory, but what the read that
+    found it put in the staging buffer is copied there first. After a large frame the
+    decoder asks for at most _PROBE bytes when nothing is pending, so in a stream of
+    large frames only that much is copied; after small frames it asks for all again."""
+    from danaus._wire.frame import _PROBE, _STAGING
+
+    big = np.arange(1 << 17, dtype=np.float64)  # 1 MiB
+    small = [encode_frame((1, "small", i), b"s") for i in range(3)]
+    stream = [encode_frame((0, "big", i), b"b", [big]) for i in range(3)] + small
+    data = _wire_bytes([p for parts in stream for p in parts])
+    dec = FrameDecoder()
+    frames, asked, pos = [], [], 0
+    while pos < len(data):
+        buf = dec.buffer()
+        asked.append(len(buf))
+        n = min(len(buf), len(data) - pos)  # a socket with everything already in it
+        buf[:n] = data[pos : pos + n]
+        pos += n
+        frames.extend(dec.feed(n))
+    assert [f.header for f in frames] == [(0, "big", i) for i in range(3)] + [
+        (1, "small", i) for i in range(3)
+    ]
+    assert all(np.array_equal(np.frombuffer(f.buffers[0], np.float64), big) for f in frames[:3])
+    # the first frame's read takes the whole staging buffer, each later one starts short
+    assert asked[0] == _STAGING and asked.count(_PROBE) == 3
+    assert dec.buffer().nbytes == _STAGING  # small frames since: a full read again
+
+
+def test_a_frame_from_a_header_pickled_already_is_the_same_frame() -> None:
+    """``encode_pickled`` (a cached header pickle) writes byte for byte what
+    ``encode_frame`` writes, with and without buffers, small bodies and large."""
+    from danaus._wire.frame import encode_pickled
+
+    header = (3, "call", (1, 2))
+    h = pickle.dumps(header, protocol=5)
+    buf = np.arange(4096, dtype=np.int32)
+    for body in (b"", b"small body", bytes(10_000)):
+        for bufs in ([], [buf], [buf, b"", bytearray(b"xyz")]):
+            want = _wire_bytes(encode_frame(header, body, bufs))
+            assert _wire_bytes(encode_pickled(h, body, bufs)) == want
+            (frame,) = _feed_all(FrameDecoder(), want, [len(want)])
+            assert frame.header == header and bytes(frame.body) == body
+            assert [bytes(b) for b in frame.buffers] == [bytes(memoryview(b)) for b in bufs]

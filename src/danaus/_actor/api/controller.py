@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._mesh import Shape
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..core.future import Future
 from .actor import Actor
 from .endpoint import endpoint
@@ -47,7 +47,7 @@ class _ControllerController(Actor):
         if name in self.failures:
             raise ValueError(f"Failure on {name}: {self.failures[name]}")
         if name not in self.meshes:
-            rt = host.ensure_runtime()
+            rt = this_node().runtime
             self.meshes[name] = ProcMesh._singleton(rt.proc_id).spawn(name, cls, *args, **kwargs)
         return self.meshes[name]
 
@@ -66,7 +66,7 @@ class _Registry:
 
 def ensure_registry() -> None:
     """Spawn the registry actor in the client, once per session (a no-op in spawned procs)."""
-    node = host.ensure_node()
+    node = this_node()
     rt = node.runtime
     reg = node.part(_Registry)
     if rt.boot or reg.spawned:
@@ -81,7 +81,7 @@ def ensure_registry() -> None:
 
 def _registry() -> ActorMesh[Any]:
     ensure_registry()
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     client = rt.boot.get("client", rt.proc_id) if rt.boot else rt.proc_id
     ref = MeshRef(_CC_ID, "controller_controller", _ControllerController, (client,), None)
     return ActorMesh(ref, Shape.unity())

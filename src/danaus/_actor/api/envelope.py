@@ -36,11 +36,12 @@ class Method:
     chain and trace context (only the reply port's number differs between calls; a
     traced call's context is cached from its second use, as calls in one span share it)."""
 
-    __slots__ = ("flags", "name", "prop", "templates", "trace", "what")
+    __slots__ = ("arity", "flags", "name", "prop", "templates", "trace", "what")
 
     def __init__(self, mesh_name: str, name: str, prop: EndpointProperty, flags: int) -> None:
         self.name = name
         self.prop = prop
+        self.arity = prop.arity  # positional arguments that need no binding check (or None)
         self.flags = flags
         self.what = f"{mesh_name}.{name}()"
         self.templates: dict[tuple[Any, ...], CallTemplate | None] = {}
@@ -115,7 +116,7 @@ class Headers:
         root; ``traced``: it carries the caller's telemetry span (a stop does not)."""
         return Cast(
             self.mesh_id, self.name, method, port, gather, selection.to_wire(), 0, self.size,
-            config.get("tree_fanout"), None, self.labels, self.sizes, sender, chain, flags, 0,
+            config.values.tree_fanout, None, self.labels, self.sizes, sender, chain, flags, 0,
             telemetry.outgoing() if traced and telemetry.ON else None,
         )  # fmt: skip
 

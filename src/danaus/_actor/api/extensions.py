@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 
 __all__ = ["Extensions", "TensorEngine", "tensor_engine"]
 
@@ -53,7 +53,7 @@ class Extensions:
 
 def tensor_engine() -> TensorEngine:
     """The tensor engine, loaded on first use."""
-    load = host.ensure_node().part(Extensions).tensor_engine
+    load = this_node().part(Extensions).tensor_engine
     if load is None:
         raise RuntimeError(
             "the tensor engine is not installed on this node (danaus._bootstrap installs it)"

@@ -19,7 +19,8 @@ from typing import Any
 
 from ... import _config as config
 from ..._mesh import MeshTrait, Point, Shape
-from ..._runtime.hosting import binding, host
+from ..._runtime.hosting import binding
+from ..._runtime.node import this_node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import ShutdownHost
 from ..core.collect import Countdown, set_future
@@ -247,7 +248,7 @@ class HostMesh(MeshTrait):
         futures += self._state.syncs.stop()
         self._state.proc_meshes.clear()
         self._state.shut_down = True
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         agents = [
             a for a in self._state.agents.result(config.get("attach_timeout")) if a is not None
         ]
@@ -310,7 +311,7 @@ def this_host() -> HostMesh:
 
     In the client it is the local machine; inside an actor, the host the actor runs on.
     """
-    hosts = host.ensure_node().part(_Hosts)
+    hosts = this_node().part(_Hosts)
     local = hosts.local
     if local is None:
         with hosts.lock:

@@ -21,6 +21,7 @@ from ... import _config as config
 from ..._mesh import Shape, Slice
 from ..._runtime import node as _node
 from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..._transport.address import join, parse, split_tcp
 from ..._transport.auth import load_secret
 from ..._wire.ids import ProcId
@@ -40,7 +41,7 @@ ATTACH_RETRY_MAX = 2.0
 def _chosen_transport() -> str | None:
     """What ``enable_transport`` chose for this client session, if anything (starts
     no session: without one, nothing was chosen)."""
-    node = host.current_node()
+    node = this_node(start=False)
     return None if node is None else node.part(_Hosts).transport
 
 
@@ -96,7 +97,7 @@ def enable_transport(transport: str | ChannelTransport) -> None:
         )
     if transport.startswith("tcp://"):
         split_tcp(transport[len("tcp://") :])
-    hosts = host.ensure_node().part(_Hosts)
+    hosts = this_node().part(_Hosts)
     with hosts.lock:
         if hosts.transport is not None and hosts.transport != transport:
             raise RuntimeError(
@@ -164,12 +165,12 @@ def attach(addr: str) -> None:
         )
     split_tcp(parse(addr)[1])  # ValueError for a malformed host or port
     with _node.lock():
-        if host.current_node() is not None:
+        if this_node(start=False) is not None:
             raise RuntimeError(
                 "client already bootstrapped; call attach(addr) before "
                 "the first context()/this_host()/this_proc()"
             )
-        node = host.ensure_node()
+        node = this_node()
         rt = node.runtime
         try:
             key = load_secret(None)
@@ -186,7 +187,7 @@ def attach(addr: str) -> None:
         except BaseException:
             host.shutdown(node)  # not bootstrapped after all: a later use starts afresh
             raise
-    refresh_root()
+    refresh_root(node)
 
 
 def attach_to_workers(
@@ -234,7 +235,8 @@ def attach_to_workers(
         if not isinstance(a, str) or not a.startswith("tcp://"):
             raise ValueError(f"worker address {a!r} is not of the form 'tcp://HOST:PORT'")
         hostports.append(split_tcp(parse(a)[1]))
-    rt = host.ensure_runtime()
+    node = this_node()
+    rt = node.runtime
     key = load_secret(secret)
     if key is None and rt.secret is None and not _insecure():
         raise RuntimeError(
@@ -247,7 +249,7 @@ def attach_to_workers(
         if rt.secret is not None and rt.secret != key:
             raise RuntimeError("this client already uses another job secret")
         rt.set_secret(key)
-        host.share_secret(key)
+        host.share_secret(node, key)
     newly_insecure = key is None and rt.secret is None and not rt.insecure
     if newly_insecure:
         rt.allow_insecure()
@@ -258,7 +260,7 @@ def attach_to_workers(
             _warn_insecure(rt.proc_id.addr)
         for hp in hostports:  # workers reached through other interfaces reach us back there
             rt.listen_tcp_also(_source_ip(hp))
-    refresh_root()
+    refresh_root(node)
     agents: list[ProcId | None] = [None] * len(addrs)
     cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
     countdown = Countdown(len(addrs), lambda: set_future(cf, True, tuple(agents)))
@@ -284,8 +286,8 @@ def attach_to_workers(
             set_future(cf, False, err)
             return
         waiting.arrived(addr)
-        if rt.is_lost(value["name"]) is not None:
-            rt.forget_peer(value["name"])  # the same worker, back after a partition
+        if rt.peers.is_lost(value["name"]) is not None:
+            rt.peers.forget_peer(value["name"])  # the same worker, back after a partition
         agents[i] = ProcId(value["name"], join(addr, f"host:{value['host']}"))
         countdown.tick()
 

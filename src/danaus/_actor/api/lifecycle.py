@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from ... import _config as config
 from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..core.cell import ActorCell
 from ..core.future import Future
-from .procs import owned_proc_meshes
+from .procs import spawned_meshes
 
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
@@ -30,14 +31,14 @@ def shutdown_context() -> Future[None]:
     future is already complete. Inside an actor it does nothing: the client
     owns the session.
     """
-    node = host.current_node()
+    node = this_node(start=False)
     if node is None or not node.client:
         return Future._resolved(None, "shutdown")
     with node.lock:
         if node.closed or node.shutting_down:
             return Future._resolved(None, "shutdown")
         node.shutting_down = True
-    meshes = owned_proc_meshes()
+    meshes = spawned_meshes(node)
     futures = [pm.stop("the client shut down") for pm in meshes]
     timeout = config.get("shutdown_timeout")
     for pm, f in zip(meshes, futures, strict=True):
@@ -58,7 +59,7 @@ def shutdown_context() -> Future[None]:
 
 
 def _stop_local_actors(rt: Runtime) -> None:
-    cells = [c for c in list(rt.mailboxes.values()) if isinstance(c, ActorCell)]
+    cells = [c for c in list(rt.router.mailboxes.values()) if isinstance(c, ActorCell)]
     done: list[ActorCell] = []
     for cell in cells:
         if cell.stopped:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._mesh import MeshTrait, Shape
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..core import owned
 from ..core.collect import Countdown, set_future, wait_ready
 from ..core.endpoints import EndpointProperty, endpoints_of
@@ -76,7 +76,7 @@ class ActorMesh(MeshTrait, Generic[A]):
     def _make_route(self, *, fixed: bool, tree: bool | None = None) -> Route:
         state = self._state
         if state.node is None:
-            state.node = host.ensure_node()
+            state.node = this_node()
         rt = state.node.runtime
         if tree is None:
             tree = state.tree
@@ -155,7 +155,9 @@ class ActorMesh(MeshTrait, Generic[A]):
     def __reduce__(self) -> Any:
         wait_ready(self._ref.procs)
         rt = self._route.rt
-        ref = dataclasses.replace(self._ref, procs=tuple(rt.resolve(p) for p in self._ref.procs))
+        ref = dataclasses.replace(
+            self._ref, procs=tuple(rt.peers.resolve(p) for p in self._ref.procs)
+        )
         return (_rebuild, (ref, self._shape))
 
     def __repr__(self) -> str:

@@ -19,7 +19,7 @@ from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
 from ..._runtime.hosting.command import describe as describe_command
 from ..._runtime.logs.process import control as log_control
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
@@ -39,6 +39,7 @@ __all__ = [
     "install",
     "owned_proc_meshes",
     "spawn_on",
+    "spawned_meshes",
     "this_proc",
 ]
 
@@ -55,7 +56,12 @@ class _Spawned:
 
 
 def owned_proc_meshes() -> list[ProcMesh]:
-    node = host.current_node()
+    """The proc meshes this process's node spawned and has not stopped (none: no node)."""
+    return spawned_meshes(this_node(start=False))
+
+
+def spawned_meshes(node: Node | None) -> list[ProcMesh]:
+    """The proc meshes ``node`` spawned and has not stopped (none: no node)."""
     if node is None:
         return []
     spawned = node.part(_Spawned)
@@ -107,6 +113,14 @@ class ProcMesh(MeshTrait):
     def _selected(self) -> list[ProcId]:
         return [self._procs[r] for r in self._shape.ranks()]
 
+    def _node(self) -> Node:
+        """The node this proc mesh belongs to: the one it was spawned from, or, for a
+        mesh unpickled in this process, this process's (looked up once, then kept)."""
+        node = self._state.node
+        if node is None:
+            node = self._state.node = this_node()
+        return node
+
     @property
     def initialized(self) -> Future[bool]:
         """Completes with ``True`` once every proc has booted; raises if one could not."""
@@ -123,8 +137,9 @@ class ProcMesh(MeshTrait):
 
         ``__init__(*args, **kwargs)`` runs in each proc before any message this
         caller sends to the new actors. Raises ``ValueError`` for a class that is
-        not a valid actor, ``TypeError`` for unpicklable arguments; a failing
-        ``__init__`` surfaces on ``mesh.initialized``.
+        not a valid actor, ``TypeError`` for unpicklable arguments,
+        ``RuntimeError`` on procs that were stopped; a failing ``__init__``
+        surfaces on ``mesh.initialized``.
         """
         return self._spawn(name, Class, args, kwargs, None)  # type: ignore[return-value]
 
@@ -140,6 +155,11 @@ class ProcMesh(MeshTrait):
                 f"{self!r} belongs to a client session that shutdown_context() ended; spawn "
                 "new procs (this_host().spawn_procs(...)) and spawn actors on those"
             )
+        if self._state.stopped:  # Monarch's words, and as Monarch's, at the spawn
+            raise RuntimeError(
+                "`ProcMesh` has already been stopped: spawn new procs "
+                "(this_host().spawn_procs(...)) and spawn actors on those"
+            )
         ctx = context()
         creator = ctx.actor_instance
         body, bufs = codec.dumps_checked(
@@ -152,10 +172,10 @@ class ProcMesh(MeshTrait):
         if self._state.owned and self._state.log_label is None:
             # An unnamed proc mesh's output is labelled with its first actor mesh's name.
             self._state.log_label = name
-            log_control(host.ensure_node()).set_options(list(self._procs), label=name)
+            log_control(self._node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         # The mesh belongs to this proc mesh's node (its route sends with its runtime).
-        state = _State(initialized=concurrent.futures.Future(), node=self._state.node)
+        state = _State(initialized=concurrent.futures.Future(), node=self._node())
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
         owned.register_actor_mesh(mesh)
         init_cf = state.initialized
@@ -163,7 +183,7 @@ class ProcMesh(MeshTrait):
         if self._state.stopped:
             init_cf.set_exception(RuntimeError("`ProcMesh` has already been stopped"))
             return mesh
-        rt = host.ensure_runtime()
+        rt = self._node().runtime
         countdown = Countdown(len(procs), lambda: set_future(init_cf, True, None))
         if not procs:
             return mesh
@@ -202,7 +222,7 @@ class ProcMesh(MeshTrait):
         engine, self._state.tensor_engine = self._state.tensor_engine, None
         if engine is not None:  # its sender thread, rendezvous store and owner actor
             engine.close()
-        node = host.ensure_node()
+        node = self._node()
         spawned = node.part(_Spawned)
         with spawned.lock:
             if self in spawned.meshes:
@@ -221,9 +241,9 @@ class ProcMesh(MeshTrait):
 
         countdown = Countdown(len(procs), exited)
         for proc in procs:
-            rt.mark_stopping(proc)
+            rt.peers.mark_stopping(proc)
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
-            rt.when_exited(proc.name, countdown.tick)
+            rt.peers.when_exited(proc.name, countdown.tick)
         return Future._create(cf, "the procs to stop")
 
     def logging_option(
@@ -260,7 +280,7 @@ class ProcMesh(MeshTrait):
                 "like logging.INFO (20) or logging.DEBUG (10)"
             )
         window = None if not aggregate_window_sec else float(aggregate_window_sec)
-        ctl = log_control(host.ensure_node())
+        ctl = log_control(self._node())
         procs = self._selected()
         ctl.set_options(procs, stream=stream_to_client, window=window, level=level)
         # A barrier behind the options at each host agent: output written after this
@@ -328,8 +348,8 @@ class ProcMesh(MeshTrait):
 
     def __reduce__(self) -> Any:
         wait_ready(self._procs)
-        rt = host.ensure_runtime()
-        return (_rebuild_proc_mesh, (tuple(rt.resolve(p) for p in self._procs), self._shape))
+        rt = self._node().runtime
+        return (_rebuild_proc_mesh, (tuple(rt.peers.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self.sizes}>"
@@ -360,7 +380,7 @@ def spawn_on(
     The caller spawns the registry actor first (``controller.ensure_registry``), so
     that the procs can reach it before any of them starts.
     """
-    node = host.ensure_node()
+    node = this_node()
     rt = node.runtime
     serve_dashboard = node.part(Extensions).serve_dashboard
     if config.get("dashboard") and not rt.boot and serve_dashboard is not None:
@@ -384,7 +404,7 @@ def spawn_on(
                 f"{label}={c}"
                 for label, c in zip(labels, _coords_of(len(procs), sizes), strict=True)
             )
-            boot = host.boot_for(rt.proc_id, bootstrap=boot_fn, name=name or "anon")
+            boot = host.boot_for(node, rt.proc_id, bootstrap=boot_fn, name=name or "anon")
             boot = {**boot, "coords": coords}
             if tel_env:
                 boot["env"] = {**boot.get("env", {}), **tel_env}
@@ -394,16 +414,16 @@ def spawn_on(
                 boot["command"] = commands[len(procs)]
             batch.append((proc, boot))
             procs.append(proc)
-        host.spawn_procs(batch, agent)
-        logs.track((p for p, _ in batch), agent or host.agent())
+        host.spawn_procs(node, batch, agent)
+        logs.track((p for p, _ in batch), agent or host.agent(node))
     spawner = context().actor_instance.actor_id
     state = _ProcState(owned=True, node=node, log_label=name, spawner=str(spawner))
-    if rt.boot and "children" not in rt.observers:
+    if rt.boot and "children" not in rt.observing.observers:
         # A proc that spawns procs tells whoever asks for its statistics about them,
         # so the client's dashboard and traces find procs it did not spawn itself.
-        rt.observers["children"] = children
+        rt.observing.observers["children"] = functools.partial(children, node)
     pm = ProcMesh(tuple(procs), Shape(labels, Slice.new_row_major(sizes)), state, host_mesh)
-    _track_boot(tuple(procs), state.initialized, commands)
+    _track_boot(node, tuple(procs), state.initialized, commands)
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
@@ -421,16 +441,16 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     node.part(ProcMeshOf).make = ProcMesh._singleton
 
 
-def children() -> list[dict[str, Any]]:
-    """The proc meshes this process spawned and has not stopped, as plain data.
+def children(node: Node) -> list[dict[str, Any]]:
+    """The proc meshes ``node`` spawned and has not stopped, as plain data.
 
     One entry per mesh: its index here, name, dimensions, the actor that
     spawned it, and each proc's name, freshest address and (if this process
     has lost it) why. Runs on the I/O thread, in a ``STATS`` answer.
     """
-    rt = host.ensure_runtime()
+    rt = node.runtime
     out = []
-    for index, pm in enumerate(owned_proc_meshes()):
+    for index, pm in enumerate(spawned_meshes(node)):
         ext = pm._shape.extent
         out.append(
             {
@@ -440,7 +460,11 @@ def children() -> list[dict[str, Any]]:
                 "sizes": list(ext.sizes),
                 "spawner": pm._state.spawner,
                 "procs": [
-                    {"proc": p.name, "addr": rt.resolve(p).addr, "lost": rt.is_lost(p.name)}
+                    {
+                        "proc": p.name,
+                        "addr": rt.peers.resolve(p).addr,
+                        "lost": rt.peers.is_lost(p.name),
+                    }
                     for p in pm._procs
                 ],
             }
@@ -476,11 +500,11 @@ def check_per_host(per_host: Any, host_labels: list[str]) -> dict[str, int]:
 
 
 def _track_boot(
+    node: Node,
     procs: tuple[ProcId, ...],
     cf: concurrent.futures.Future[Any],
     commands: list[dict[str, Any]] | None = None,
 ) -> None:
-    node = host.ensure_node()
     rt = node.runtime
     countdown = Countdown(len(procs), lambda: set_future(cf, True, True))
 
@@ -498,7 +522,7 @@ def _track_boot(
         countdown.tick()
 
     for i, p in enumerate(procs):
-        rt.when_ready(p, functools.partial(one, i, p))
+        rt.peers.when_ready(p, functools.partial(one, i, p))
 
 
 def _command_failure(node: Node, proc: ProcId, command: dict[str, Any]) -> str:

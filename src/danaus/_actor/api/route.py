@@ -47,7 +47,8 @@ from ..core.collect import (
     set_future,
     wait_ready,
 )
-from ..core.context import context, display_name
+from ..core.context import Context, context, display_name, root_context
+from ..core.context import sender as sender_of
 from ..core.future import Deferred, Future, Pending, resolve
 from ..core.ports import Port
 from ..core.undeliverable import return_to_sender
@@ -63,13 +64,6 @@ __all__ = ["DirectRoute", "Route", "TreeRoute"]
 Target = tuple[int, int, "ProcId"]  # (index in the slice, rank in the whole mesh, proc)
 
 
-def _sender() -> tuple[ActorId | None, tuple[ActorId, ...]]:
-    """Who sends (None outside an actor) and the chain of actors blocked on the call."""
-    ctx = context()
-    inst = ctx.actor_instance
-    return (inst.actor_id if inst._cell is not None else None), ctx._outgoing_chain()
-
-
 class _PortSink:
     """Stands in for a collector when replies go to a user's port: forwards each one."""
 
@@ -78,6 +72,9 @@ class _PortSink:
         self.port = port._port_id
 
     def expect(self, index: int, proc: ProcId, label: str = "") -> None:
+        pass
+
+    def expect_all(self, expected: Any) -> None:
         pass
 
     def fail(self, index: int, reason: str) -> None:
@@ -114,6 +111,8 @@ class Route:
         self.fixed = fixed
         self.headers = Headers(ref.mesh_id, ref.name, len(ref.procs), shape)
         self._targets: list[Target] | None = None
+        self._root: Context | None = None  # the root context of the mesh's node, once used
+        self._reader: Any = None  # the connection to a one-actor mesh's proc (call_one)
 
     # -- what it sends to ------------------------------------------------------------
 
@@ -126,6 +125,15 @@ class Route:
             if self.fixed:
                 self._targets = cached
         return list(cached)
+
+    def _sender(self) -> tuple[ActorId | None, tuple[ActorId, ...]]:
+        """Who sends (None outside an actor) and the chain of actors blocked on the call;
+        outside any actor, the root of the node the mesh belongs to (looked up once)."""
+        return sender_of(self._root or self._find_root())
+
+    def _find_root(self) -> Context:
+        self._root = root_context()
+        return self._root
 
     def check_usable(self) -> None:
         if self.state.stopped:
@@ -294,6 +302,9 @@ class DirectRoute(Route):
 
     def call_one(self, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
         targets = self._targets
+        if targets is None and self.fixed:
+            self.targets()  # computed on the first call, then kept
+            targets = self._targets
         if targets is None or len(targets) != 1:
             return super().call_one(m, args, kwargs)
         rt = self.rt
@@ -301,21 +312,29 @@ class DirectRoute(Route):
         if rt.tracer is not None or state.failed or state.stopped:
             return self.one(m, list(targets), args, kwargs)
         payload = (args, kwargs)
+        bufs: Any = ()
         if not codec.small_plain(payload):
+            # Arrays and tensors among the arguments travel as out-of-band buffers, on
+            # this light path too: its waiter reads the reply itself (no thread hop).
             body, bufs = self.encode(m, args, kwargs)
-            if bufs:
-                return self.one(m, list(targets), args, kwargs, (body, bufs))
         else:  # plain atoms (the common case): no hand-off capture, pickled by the C pickler
-            m.prop.bind(args, kwargs)
+            if kwargs or len(args) != m.arity:  # else the arguments fit the signature
+                m.prop.bind(args, kwargs)
             body = pickle.dumps(payload, protocol=5)
         # A light port and future, and the header's pickle cached per endpoint.
         index, rank, proc = targets[0]
-        sender, chain = _sender()
+        sender, chain = sender_of(self._root or self._find_root())
         fut = Pending()
         call = OneCall(rt, m.what, proc, f"{self.ref.name}[{rank}]", fut)
         header = self.headers.call(m, rank, index, call.port, sender, chain)
-        rt.send(proc, header, body, (), call.fail, pickled=m.pickled(rt.proc_id, header))
-        fut.reader = rt.reader_for(proc)  # its waiter may read the reply itself
+        rt.send(proc, header, body, bufs, call.fail, pickled=m.pickled(rt.proc_id, header))
+        # Its waiter may read the reply itself, off the connection to the actor's proc:
+        # looked up again only once that connection has closed (or there was none).
+        reader = self._reader
+        if reader is None or reader.closed:
+            reader = self._reader = rt.reader_for(proc)
+        fut.reader = reader
+        fut.runtime = rt
         return Future._create(fut, m.what)
 
     def collector(self, m: Method, n: int, on_value: Any) -> Collector:
@@ -324,25 +343,27 @@ class DirectRoute(Route):
     def call(self, m: Method, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
         targets = self.targets()
         payload = self.encode(m, args, kwargs, targets)
-        cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut = Pending()
         values: list[Any] = [None] * len(targets)
         shape = self.shape
-        # Replies arrive on the I/O thread, failures to send on the caller's: count safely.
+        # Replies arrive on the I/O thread, failures to send on the caller's: count
+        # safely. A Pending, not a concurrent future: no Condition made per call.
         countdown = Countdown(
-            len(targets), lambda: set_future(cf, True, _value_mesh(shape, values))
+            len(targets), lambda: set_future(fut, True, _value_mesh(shape, values))
         )
         if not targets:
-            return Future._create(cf, m.what)
+            return Future._create(fut, m.what)
 
         def on_value(index: int, ok: bool, value: Any) -> None:
             if not ok:
-                set_future(cf, False, value)
+                set_future(fut, False, value)
                 return
             values[index] = value
             countdown.tick()
 
         self.send(m, payload, targets, self.collector(m, len(targets), on_value))
-        return Future._create(cf, m.what)
+        fut.runtime = self.rt
+        return Future._create(fut, m.what)
 
     def send(
         self, m: Method, payload: Any, targets: list[Target] | None, collector: Any,
@@ -361,9 +382,9 @@ class DirectRoute(Route):
             bufs = [bytes(flat(b)) for b in bufs]
         rt = self.rt
         if collector is not None:
-            sender, chain = _sender()
+            sender, chain = self._sender()
         else:
-            sender, chain = _sender()[0], ()
+            sender, chain = self._sender()[0], ()
         port = collector.port if collector is not None else None
         known = self.state.failed  # rank -> why, of the actors known to have failed
         failed = (
@@ -378,9 +399,9 @@ class DirectRoute(Route):
         if collector is not None:
             for index, rank, reason in failed:
                 collector.fail_supervision(index, self.failure(rank, reason))
-            for index, rank, proc in targets:
-                if index not in skip:
-                    collector.expect(index, proc, f"{name}[{rank}]")
+            collector.expect_all(
+                [(i, proc, f"{name}[{rank}]") for i, rank, proc in targets if i not in skip]
+            )
         tracer = rt.tracer
         t0 = tracer.now() if tracer is not None else 0
         headers = self.headers
@@ -453,7 +474,7 @@ class TreeRoute(Route):
             n,
             on_value,
             mesh_size=len(self.ref.procs),
-            fanout=config.get("tree_fanout"),
+            fanout=config.values.tree_fanout,
             lazy=True,
         )
 
@@ -478,7 +499,7 @@ class TreeRoute(Route):
         if failed and collector is None:
             raise self._refuse_broadcast(m, failed[0][1], failed[0][2])
         port = collector.port if collector is not None else None
-        sender, chain = _sender()
+        sender, chain = self._sender()
         header = self.headers.cast(
             m.name, m.flags, False, port, selection, sender, chain if port is not None else ()
         )
@@ -487,8 +508,7 @@ class TreeRoute(Route):
             assert targets is not None
             for slot, rank, why in failed:
                 collector.fail_supervision(slot, self.failure(rank, why))
-            for index, rank, proc in targets:
-                collector.expect(index, proc, f"{name}[{rank}]")
+            collector.expect_all([(i, proc, f"{name}[{rank}]") for i, rank, proc in targets])
             collector.expect_tree(targets, procs, ancestors=len(targets) < len(procs))
             tc = collector
 
@@ -543,7 +563,7 @@ class TreeRoute(Route):
         collector = GatherCollector(rt, m.what, name, n, selection, on_value, on_values)
         for slot, rank, why in self._known_failed(selection):
             collector.fail_supervision(slot, f"actor {name}[{rank}] has failed: {why}")
-        sender, chain = _sender()
+        sender, chain = self._sender()
         header = self.headers.cast(m.name, m.flags, True, None, selection, sender, chain)
         rt.tree.cast(self.ref.procs, selection, header, *payload, root=collector.root)
         return Future._create(cf, m.what)
@@ -558,7 +578,7 @@ class TreeRoute(Route):
             len(ranks),
             tick,
             mesh_size=len(procs),
-            fanout=config.get("tree_fanout"),
+            fanout=config.values.tree_fanout,
             lost_is_ok=True,
         )
         targets = [(i, r, procs[r]) for i, r in enumerate(ranks)]

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.hosting import host
 from ..._runtime.messaging.metrics import BOUNDS, percentile
+from ..._runtime.node import this_node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Stack, Stats, Telemetry, TraceStart, TraceStop
 from ..core.collect import Collector
@@ -56,7 +56,7 @@ def gather(
     by then, or is lost, gets ``(False, "why")``. Does not block. ``arrived``
     (one slot per proc) receives each answer's ``perf_counter_ns()`` arrival.
     """
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     cf: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
     results: list[tuple[bool, Any] | None] = [None] * len(procs)
     lock = threading.Lock()  # guards results and left (against finish() completing cf)
@@ -91,8 +91,8 @@ def gather(
 
     def expire() -> None:
         if not cf.done():
-            rt.close_port(collector.port.port)
-            rt.unwatch(collector.watched, collector.port.port)
+            rt.router.close_port(collector.port.port)
+            rt.peers.unwatch(collector.watched, collector.port.port)
             finish()
 
     rt.call_soon(lambda: rt.loop.call_later(timeout, expire))

@@ -43,19 +43,10 @@ def new_cell(
 class AsyncActorCell(ActorCell):
     """An async actor living in this proc (the module doc)."""
 
-    def __init__(
-        self,
-        rt: Runtime,
-        mesh_id: str,
-        rank: int,
-        spawn: Message,
-        on_exit: Callable[[ActorCell], None],
-    ) -> None:
-        # Before the base starts the actor's thread.
-        self._tasks: set[asyncio.Task[Any]] = set()  # concurrent endpoints' bodies running
-        super().__init__(rt, mesh_id, rank, spawn, on_exit)
-
     def _new_loop(self) -> asyncio.AbstractEventLoop | None:
+        # Called by the base's __init__, before it starts the actor's thread: the loop,
+        # and the concurrent endpoints' bodies that will run on it.
+        self._tasks: set[asyncio.Task[Any]] = set()
         return asyncio.new_event_loop()
 
     def _serve(self, cls: type | None, args: Any, kwargs: Any) -> None:
@@ -103,7 +94,8 @@ class AsyncActorCell(ActorCell):
         fate = self.fate
         while True:
             if serial.empty():
-                self.rt.flush_held()  # idle now: replies held for a batched write go out
+                # idle now: replies held for a batched write go out
+                self.rt.transport.batching.flush_held()
             item = await serial.get()
             if type(item) is Message:
                 try:

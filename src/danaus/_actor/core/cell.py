@@ -134,7 +134,10 @@ class ActorCell:
         self.hooks = Hooks(self.fate)
         self.contexts = Contexts()  # its calls' contexts, once it is constructed
         self.inbox = Inbox(
-            rt,
+            rt.backpressure,
+            recent=rt.observing.recent,
+            reader_for=rt.reader_for,
+            flush_held=rt.transport.batching.flush_held,
             loop=self._new_loop(),
             closes_cycle=self._closes_cycle,
             refuse_deadlock=self._refuse_deadlock,
@@ -419,7 +422,7 @@ class ActorCell:
         self.inbox.close()  # whatever arrived behind the stop is answered, never dropped
         ports, self._ports = self._ports, set()
         for no in ports:  # later sends to them come back to their senders
-            self.rt.close_port(no)
+            self.rt.router.close_port(no)
         self._release()
         if item.port is not None:
             self.rt.reply(item.port, item.slot, STATUS_OK, None)

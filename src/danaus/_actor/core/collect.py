@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..._errors import ActorError, InternalError, SupervisionError
 from ..._mesh import tree
-from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._runtime.messaging.tree import RootGather
+from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply
-from .future import Deferred
+from .future import Deferred, Pending
 
 __all__ = [
     "Collector",
@@ -45,8 +45,7 @@ def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     try:
         payload = codec.loads(frame.body, frame.buffers)
     except Exception as e:
-        err = ActorError(e, f"The reply of {what} could not be unpickled here.")
-        return False, err
+        return False, _unreadable(e, what)
     if status == STATUS_OK:
         return True, payload
     if status == STATUS_EXC:
@@ -66,6 +65,10 @@ def decode_reply(frame: Message, what: str) -> tuple[bool, Any]:
     return False, InternalError(f"reply with unknown status {status!r}")
 
 
+def _unreadable(e: Exception, what: str) -> ActorError:
+    return ActorError(e, f"The reply of {what} could not be unpickled here.")
+
+
 class Undecoded(Deferred):
     """A reply frame, unpickled by the first thread that reads it (never the I/O thread).
 
@@ -75,23 +78,24 @@ class Undecoded(Deferred):
     makes the reader raise ``exc`` itself.
     """
 
-    __slots__ = ("_frame", "_port", "_what", "ok")
+    __slots__ = ("_port", "_what", "ok")
 
     def __init__(self, frame: Message, what: str, port: bool = False) -> None:
-        # No closure for Deferred to call: a function and its cells are objects
-        # the garbage collector tracks, one set per reply.
-        super().__init__(None)
-        self._frame: Message | None = frame
+        # The frame is the input (no closure for Deferred to call: a function and its
+        # cells are objects the garbage collector tracks, one set per reply).
+        self._input = frame
         self._what = what
         self._port = port
         self.ok = frame.header.status == STATUS_OK
 
-    def _compute(self) -> Any:
-        assert self._frame is not None
-        return _decoded(self._frame, self._what, self._port)
-
-    def _release(self) -> None:
-        self._frame = None
+    def _compute(self, frame: Message) -> Any:
+        if self.ok:  # a value (the common case): only unpickled
+            try:
+                return codec.loads(frame.body, frame.buffers)
+            except Exception as e:
+                err = _unreadable(e, self._what)
+            raise err
+        return _decoded(frame, self._what, self._port)
 
 
 def _decoded(frame: Message, what: str, port: bool) -> Any:
@@ -130,7 +134,7 @@ class Collector:
         self._lock = threading.Lock()  # guards pending and remaining
         self.labels: dict[int, str] = {}
         self.watched: set[str] = set()
-        self.port: PortId = rt.open_port(self)
+        self.port: PortId = rt.router.open_port(self)
         tracer = rt.tracer
         self._traced = tracer is not None
         if tracer is not None:  # the span of the whole call, from here to the last reply
@@ -141,13 +145,24 @@ class Collector:
 
         ``label`` names the actor (``mesh[rank]``) in the error if it is.
         """
-        if label:
-            self.labels[index] = label
-        self.pending[index] = proc.name
-        self.watched.add(proc.name)
-        reason = self.rt.watch(proc, self.port.port)
-        if reason is not None:
-            self._lost_one(index, proc.name, reason)
+        self.expect_all(((index, proc, label),))
+
+    def expect_all(self, expected: Iterable[tuple[int, ProcId, str]]) -> None:
+        """`expect` of each ``(index, proc, label)``, their procs watched together."""
+        procs = []
+        indexes = []
+        for index, proc, label in expected:
+            if label:
+                self.labels[index] = label
+            self.pending[index] = proc.name
+            self.watched.add(proc.name)
+            procs.append(proc)
+            indexes.append(index)
+        lost = self.rt.peers.watch_all(procs, self.port.port)
+        if lost:
+            for index, proc in zip(indexes, procs, strict=True):
+                if proc.name in lost:
+                    self._lost_one(index, proc.name, lost[proc.name])
 
     def deliver(self, frame: Message) -> None:
         index = frame.header.slot
@@ -198,8 +213,8 @@ class Collector:
             self.remaining -= 1
             last = self.remaining <= 0
         if last:
-            self.rt.close_port(self.port.port)
-            self.rt.unwatch(self.watched, self.port.port)
+            self.rt.router.close_port(self.port.port)
+            self.rt.peers.unwatch(self.watched, self.port.port)
             tracer = self.rt.tracer
             if self._traced and tracer is not None:
                 tracer.end(self.what, "call", f"{self.port.proc.name}:{self.port.port}")
@@ -210,51 +225,43 @@ class OneCall:
     """The port of one message to one actor whose reply completes ``fut`` (``call_one``).
 
     What a `Collector` of one does, with less per call: no tracing span
-    (the caller takes the general path while tracing), one watched proc, and
-    the first outcome (reply, loss of the proc, failure to send) taken by
-    removing its port from the runtime's table (an atomic ``dict.pop``)
-    instead of a lock.
+    (the caller takes the general path while tracing), nothing registered to
+    hear of its proc's loss (the runtime, when it loses a proc, fails the open
+    ports whose handler's ``lost_with`` names it), and the first outcome
+    (reply, loss of the proc, failure to send) taken by removing its port from
+    the runtime's table (an atomic ``dict.pop``) instead of a lock.
     """
 
-    __slots__ = ("fut", "label", "port", "proc", "rt", "what")
+    __slots__ = ("fut", "label", "lost_with", "port", "rt", "what")
     direct = True  # deliver() may run on a thread that read the reply itself
 
-    def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Any) -> None:
+    def __init__(self, rt: Runtime, what: str, proc: ProcId, label: str, fut: Pending) -> None:
         self.rt = rt
         self.what = what
-        self.proc = proc
+        self.lost_with = proc.name  # the proc whose loss fails this call
         self.label = label
         self.fut = fut
-        self.port: PortId = rt.open_port(self)
-        reason = rt.watch_call(proc, self.port.port)
-        if reason is not None:
-            self.peer_lost(proc.name, reason)
-
-    def _take(self) -> bool:
-        """True for the first outcome only: the one that closes the port."""
-        if self.rt.ports.pop(self.port.port, None) is None:
-            return False
-        self.rt.unwatch_call(self.proc, self.port.port)
-        return True
+        self.port: PortId = rt.router.open_port(self)
 
     def deliver(self, frame: Message) -> None:
-        if self._take():  # the reader unpickles the reply, not the I/O thread
-            set_future(self.fut, True, Undecoded(frame, self.what))
+        # The first outcome takes the port out of the runtime's table (atomic).
+        if self.rt.router.ports.pop(self.port.port, None) is not None:
+            self.fut.complete(True, Undecoded(frame, self.what))  # unpickled by the reader
 
     def fail(self, reason: str) -> None:
         """The message could not be sent."""
-        self.peer_lost(self.proc.name, reason)
+        self.peer_lost(self.lost_with, reason)
 
     def peer_lost(self, proc: str, reason: str) -> None:
-        if proc != self.proc.name or not self._take():
-            return
+        if proc != self.lost_with or self.rt.router.ports.pop(self.port.port, None) is None:
+            return  # another proc, or not the first outcome
         err = SupervisionError(
             f"Actor call {self.what} failed: actor {self.label} is gone with its proc "
             f"{proc}: {reason}",
             actor=self.label,
             reason=reason,
         )
-        set_future(self.fut, False, err)
+        self.fut.complete(False, err)
 
 
 class Countdown:
@@ -281,17 +288,17 @@ class Countdown:
 
 def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
     """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     if rt.on_io_thread():
         return
     done = threading.Event()
     countdown = Countdown(len(procs), done.set)
     for p in procs:
-        rt.when_ready(p, countdown.tick)
+        rt.peers.when_ready(p, countdown.tick)
     done.wait(timeout)
 
 
-def set_future(cf: concurrent.futures.Future[Any], ok: bool, value: Any) -> None:
+def set_future(cf: concurrent.futures.Future[Any] | Pending, ok: bool, value: Any) -> None:
     """Complete ``cf`` unless it already is. A `Deferred` value is the result
     either way: whoever reads it gets its value or its exception."""
     if cf.done():
@@ -345,7 +352,7 @@ class TreeCollector(Collector):
                     # A forwarder known to be lost already is routed around: no watch.
                     if (
                         name not in self.rank_of
-                        and self.rt.watch(procs[lo], self.port.port) is None
+                        and self.rt.peers.watch(procs[lo], self.port.port) is None
                     ):
                         self.rank_of[name] = lo
                         self.watched.add(name)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..._mesh import Extent, Point
-from ..._runtime.hosting import host
+from ..._runtime.node import Node, this_node
 from ..._wire.ids import ActorId, ProcId
 from . import owned
 from .failing import Aborted
@@ -27,6 +27,8 @@ __all__ = [
     "current_rank",
     "current_size",
     "display_name",
+    "root_context",
+    "sender",
 ]
 
 _EMPTY = Extent([], [])
@@ -63,7 +65,7 @@ class Instance:
     @property
     def proc(self) -> _ProcMesh:
         """This actor's own proc, as a one-proc mesh you can spawn on."""
-        make = host.ensure_node().part(ProcMeshOf).make
+        make = this_node().part(ProcMeshOf).make
         if make is None:
             raise RuntimeError("the actor API is not installed on this node (danaus._bootstrap)")
         return make(self.actor_id.proc)
@@ -164,12 +166,6 @@ class Context:
         self.message_rank = message_rank
         self._chain = chain  # actors waiting (transitively) on the message being handled
 
-    def _outgoing_chain(self) -> tuple[Any, ...]:
-        """The chain a call sent from here carries: ours plus this actor, if it is one."""
-        if self.actor_instance._cell is None:
-            return self._chain
-        return (*self._chain, self.actor_instance.actor_id)
-
     def __repr__(self) -> str:
         return f"Context({self.actor_instance}, message_rank={self.message_rank})"
 
@@ -199,7 +195,7 @@ class _Root:
 
 
 def _root_context() -> Context:
-    node = host.ensure_node()
+    node = this_node()
     root = node.part(_Root)
     if root.ctx is not None:
         return root.ctx
@@ -214,12 +210,11 @@ def _root_context() -> Context:
         return root.ctx
 
 
-def refresh_root() -> None:
+def refresh_root(node: Node) -> None:
     """The client's address changed (it started listening on TCP): re-address its root."""
-    node = host.current_node()
-    ctx = None if node is None else node.part(_Root).ctx
+    ctx = node.part(_Root).ctx
     if ctx is not None and ctx.actor_instance.creator is None:
-        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)  # type: ignore[union-attr]
+        ctx.actor_instance.actor_id = ActorId(node.runtime.proc_id, "root", 0)
 
 
 def set_context(ctx: Context) -> contextvars.Token[Context | None]:
@@ -257,6 +252,27 @@ def context() -> Context:
 
 # Per thread, not a node part: the context of an actor's own thread, outside any message.
 _thread_ctx = threading.local()
+
+
+def root_context() -> Context:
+    """The context of code outside any actor in this process (its node's root client)."""
+    return _root_context()
+
+
+def sender(root: Context) -> tuple[ActorId | None, tuple[ActorId, ...]]:
+    """Who a call sent now comes from (None outside an actor) and the chain it carries:
+    the actors waiting (transitively) on the message being handled, plus this actor.
+
+    ``root``: the root context (`root_context()`) of the node the call's mesh
+    belongs to, which its route holds: used outside any actor, with no lookup.
+    """
+    ctx = _current.get()
+    if ctx is None:
+        ctx = getattr(_thread_ctx, "ctx", None) or root
+    inst = ctx.actor_instance
+    if inst._cell is None:
+        return None, ctx._chain
+    return inst.actor_id, (*ctx._chain, inst.actor_id)
 
 
 def current_rank() -> Point:

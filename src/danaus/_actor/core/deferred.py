@@ -20,10 +20,13 @@ __all__ = ["Deferred", "resolve"]
 # lock for all of them instead of one per value: a pipelined batch of calls makes
 # a Deferred per reply, and every object the garbage collector tracks per call
 # makes its collections more frequent. Per process by nature, like the values.
-_ELECT = threading.Lock()  # guards every Deferred's _state, and _WAITING
-_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's _state becomes _DONE
+_ELECT = threading.Lock()  # guards every Deferred's _input (its state), and _WAITING
+_COMPUTED = threading.Condition(_ELECT)  # notified when a Deferred's value is computed
 _WAITING = [0]  # threads waiting on _COMPUTED (under _ELECT)
-_TODO, _COMPUTING, _DONE = 0, 1, 2
+
+
+# What a Deferred's ``_input`` holds once taken: it is being computed, or it is done.
+_COMPUTING, _DONE = object(), object()
 
 
 class Deferred:
@@ -35,61 +38,60 @@ class Deferred:
     adverbs built on them call `resolve()`, which computes it once and
     returns the value or raises the call's exception. ``ok`` is False when
     it is known, before computing, that it will raise.
+
+    Its one field before that is ``_input``, what computing needs: a function
+    of no arguments here, what a subclass's ``_compute`` reads there (which
+    sets ``_input`` itself, in place of calling this ``__init__``). While it
+    is computed ``_input`` is ``_COMPUTING``, then ``_DONE``, with the
+    outcome in ``_ok`` and ``_value``.
     """
 
-    __slots__ = ("_fn", "_ok", "_state", "_value")
+    __slots__ = ("_input", "_ok", "_value")
     ok = True
 
-    def __init__(self, fn: Callable[[], Any] | None) -> None:
-        self._fn = fn  # None where a subclass computes without it
-        self._state = _TODO
-        self._ok = False
-        self._value: Any = None
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._input: Any = fn
 
-    def _compute(self) -> Any:
-        """The value (or raise); runs once, on the first reader's thread."""
-        assert self._fn is not None
-        return self._fn()
-
-    def _release(self) -> None:
-        """Drop what computing needed (a frame's bytes), once computed."""
-        self._fn = None
+    def _compute(self, fn: Any) -> Any:
+        """The value of input ``fn`` (or raise); runs once, on the first reader's thread."""
+        return fn()
 
     def resolve(self) -> Any:
-        """The value (computed the first time), or raise the exception."""
-        if self._state != _DONE:
-            self._settle()
+        """The value (computed the first time), or raise the exception.
+
+        The first reader computes it; a reader that comes while another computes
+        waits for that one, and an interrupted computation is left for the next.
+        """
+        if self._input is not _DONE:
+            with _ELECT:
+                while self._input is _COMPUTING:  # another thread computes it
+                    _WAITING[0] += 1
+                    try:
+                        _COMPUTED.wait()
+                    finally:
+                        _WAITING[0] -= 1
+                todo = self._input
+                if todo is not _DONE:
+                    self._input = _COMPUTING
+            if todo is not _DONE:
+                try:
+                    ok, value = True, self._compute(todo)
+                except Exception as e:
+                    ok, value = False, e
+                except BaseException:  # interrupted: the next reader computes it
+                    with _ELECT:
+                        self._input = todo
+                        if _WAITING[0]:
+                            _COMPUTED.notify_all()
+                    raise
+                with _ELECT:
+                    self._ok, self._value = ok, value
+                    self._input = _DONE  # and what computing needed (a frame's bytes) goes
+                    if _WAITING[0]:
+                        _COMPUTED.notify_all()
         if self._ok:
             return self._value
         raise self._value
-
-    def _settle(self) -> None:
-        with _ELECT:
-            while self._state == _COMPUTING:  # another thread computes it
-                _WAITING[0] += 1
-                try:
-                    _COMPUTED.wait()
-                finally:
-                    _WAITING[0] -= 1
-            if self._state == _DONE:
-                return
-            self._state = _COMPUTING
-        try:
-            ok, value = True, self._compute()
-        except Exception as e:
-            ok, value = False, e
-        except BaseException:  # interrupted: the next reader computes it
-            with _ELECT:
-                self._state = _TODO
-                if _WAITING[0]:
-                    _COMPUTED.notify_all()
-            raise
-        with _ELECT:
-            self._ok, self._value = ok, value
-            self._state = _DONE
-            self._release()
-            if _WAITING[0]:
-                _COMPUTED.notify_all()
 
 
 def resolve(value: Any) -> Any:

@@ -44,8 +44,9 @@ class EndpointProperty:
         params = list(self.signature.parameters.values())[2 if explicit_response_port else 1 :]
         plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
         # When every parameter is plain, a call with exactly that many positional
-        # arguments and no keywords binds: skip inspect's slower general check.
-        self._arity: int | None = len(params) if plain else None
+        # arguments and no keywords binds: skip inspect's slower general check
+        # (a route checks this before it calls `bind`).
+        self.arity: int | None = len(params) if plain else None
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
 
@@ -59,7 +60,7 @@ class EndpointProperty:
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Check ``args``/``kwargs`` against the signature; ``TypeError`` if they do not fit."""
-        if not kwargs and len(args) == self._arity:
+        if not kwargs and len(args) == self.arity:
             return
         lead: tuple[Any, ...] = (None, None) if self.explicit_response_port else (None,)
         try:

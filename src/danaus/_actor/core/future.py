@@ -11,12 +11,16 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..._runtime.hosting import proc as _proc
+from ..._runtime.messaging.runtime import Runtime
+from ..._runtime.node import this_node
 from .context import _current
 from .deferred import Deferred, resolve
 from .waiting import Reader, Waits
+
+if TYPE_CHECKING:
+    from ..._runtime.messaging.runtime import Runtime
 
 R = TypeVar("R")
 
@@ -38,14 +42,17 @@ class Pending:
     of their own, made only when they wait.
     """
 
-    __slots__ = ("_callbacks", "_done", "_ok", "_value", "_waiters", "reader")
+    __slots__ = ("_callbacks", "_done", "_ok", "_value", "_waiters", "reader", "runtime")
     # Guards every Pending's state: _done, _ok, _value, _callbacks and _waiters.
     _lock = threading.Lock()
 
     def __init__(self) -> None:
-        # The connection its result will come on, when a waiter may read it itself
-        # (``Connection.read_directly``); set by the caller that sent the message.
-        self.reader: Any = None
+        # Set by the caller that sent the message: the connection its result will come
+        # on, when a waiter may read it itself (``Connection.read_directly``), and the
+        # runtime it was sent from, which a waiter outside any actor tells that it
+        # waits (its `Waits`: the runtime of this process's node, found without a lookup).
+        self.reader: Reader | None = None
+        self.runtime: Runtime | None = None
         self._done = False
         self._ok = False
         self._value: Any = None
@@ -65,12 +72,13 @@ class Pending:
         return False
 
     def set_result(self, value: Any) -> None:
-        self._finish(True, value)
+        self.complete(True, value)
 
     def set_exception(self, exc: BaseException) -> None:
-        self._finish(False, exc)
+        self.complete(False, exc)
 
-    def _finish(self, ok: bool, value: Any) -> None:
+    def complete(self, ok: bool, value: Any) -> None:
+        """``set_result(value)`` if ``ok``, else ``set_exception(value)``."""
         with self._lock:
             if self._done:
                 raise concurrent.futures.InvalidStateError(f"{self!r} is already done")
@@ -109,13 +117,15 @@ class Pending:
             raise concurrent.futures.TimeoutError()
 
     def result(self, timeout: float | None = None) -> Any:
-        self._wait(timeout)
+        if not self._done:
+            self._wait(timeout)
         if self._ok:
             return self._value
         raise self._value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        self._wait(timeout)
+        if not self._done:
+            self._wait(timeout)
         return None if self._ok else self._value
 
     def add_done_callback(self, fn: Callable[[Any], Any]) -> None:
@@ -129,23 +139,6 @@ class Pending:
 
     def __repr__(self) -> str:
         return f"<Pending {'done' if self._done else 'pending'}>"
-
-
-def _read_own_reply(
-    reader: Reader, cf: concurrent.futures.Future[Any] | Pending, timeout: float | None
-) -> float | None:
-    """Read the connection the result will come on, on this thread, while no other
-    thread does (saves waking the I/O thread and then this one). Returns what is
-    left of ``timeout`` for the usual wait, which takes over if the connection
-    cannot be read here (busy, closing) or when the time is up."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not cf.done():
-        left = _WAKE if deadline is None else min(_WAKE, deadline - time.monotonic())
-        if left <= 0 or not reader.read_directly(cf.done, left):
-            break
-    if deadline is None:
-        return None
-    return max(0.0, deadline - time.monotonic())
 
 
 def _log_callback_error(fn: Any) -> None:
@@ -256,9 +249,10 @@ class Future(Generic[R]):
             raise ValueError(f"timeout must be a finite number >= 0 or None, got {timeout!r}")
         cf = self._cf
         if cf.done():  # nothing to wait for
-            rt = _proc.current()
+            rt = getattr(cf, "runtime", None) or _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             exc = cf.exception()
             if exc is None:
                 value = cf.result()
@@ -276,15 +270,14 @@ class Future(Generic[R]):
             raise _clean(exc) from (None if isinstance(exc, TimeoutError) else exc.__cause__)
         if self._coro is not None:
             self._start(None)
-        if not self._cf.done():
+        if _running_loop() is not None and not self._cf.done():
             _check_not_io_thread()
-            if _running_loop() is not None:
-                warnings.warn(
-                    "Future.get() blocks the thread of a running asyncio event loop; "
-                    "use 'await fut' instead",
-                    UserWarning,
-                    stacklevel=2,
-                )
+            warnings.warn(
+                "Future.get() blocks the thread of a running asyncio event loop; "
+                "use 'await fut' instead",
+                UserWarning,
+                stacklevel=2,
+            )
         # Every exception of the call is raised from this frame, not from the ones that
         # waited: the caller's traceback ends at their get(), not in danaus's insides.
         try:
@@ -327,13 +320,26 @@ class Future(Generic[R]):
 
         It talks to two narrow interfaces: the `Waits` of this thread (told
         before and after it blocks) and the result's `Reader`, if it has one."""
-        waits = _waits()
+        cf = self._cf
+        waits = _waits(getattr(cf, "runtime", None))
         if waits is not None:
             waits.begin_wait()
         try:
-            reader = getattr(self._cf, "reader", None)
-            if reader is not None and not self._cf.done():
-                timeout = _read_own_reply(reader, self._cf, timeout)
+            reader = getattr(cf, "reader", None)
+            if reader is not None:
+                # Read the connection the result will come on, on this thread, while no
+                # other thread does (saves waking the I/O thread and then this one).
+                # The usual wait below takes over if the connection cannot be read here
+                # (busy, closing) or when the time is up.
+                deadline = None if timeout is None else time.monotonic() + timeout
+                done = cf.done
+                while True:
+                    left = _WAKE if deadline is None else min(_WAKE, deadline - time.monotonic())
+                    # On: it read, and the result is not in yet.
+                    if left <= 0 or reader.read_directly(done, left) is not False:
+                        break
+                if deadline is not None:
+                    timeout = max(0.0, deadline - time.monotonic())
             if timeout is None:
                 while True:
                     try:
@@ -452,9 +458,10 @@ class Future(Generic[R]):
         except RuntimeError:
             raise ValueError("'await' on a danaus Future needs a running asyncio loop") from None
         if self._cf.done():
-            rt = _proc.current()
+            rt = _runtime()
             if rt is not None:
-                rt.flush_held()  # a result was taken: what this thread sends next is not a burst
+                # a result was taken: what this thread sends next is not a burst
+                rt.transport.batching.flush_held()
             return (yield from self.as_asyncio().__await__())
         waits = _waits()
         if waits is not None:
@@ -502,24 +509,32 @@ def _clean(e: BaseException | None) -> BaseException:
 _running_loop = asyncio.events._get_running_loop  # None outside a running loop (no raise)
 
 
-def _waits() -> Waits | None:
+def _waits(runtime: Runtime | None = None) -> Waits | None:
     """What this thread tells before and after it blocks on a result: the inbox of the
     actor whose serial path this is (which tells the runtime too: its backpressure
-    lets go of what this thread may be waiting for), else the runtime, if any."""
+    lets go of what this thread may be waiting for), else the runtime's backpressure, if
+    any (of ``runtime``, where the result knows it)."""
     ctx = _current.get()
     cell = ctx.actor_instance._cell if ctx is not None else None
     if cell is not None:
         waits: Waits | None = cell.waits()
         if waits is not None:
             return waits
-    return _proc.current()
+    rt = runtime if runtime is not None else _runtime()
+    return None if rt is None else rt.backpressure
+
+
+def _runtime() -> Runtime | None:
+    """This process's runtime, if its node has started (a wait needs no mesh to find it)."""
+    node = this_node(start=False)
+    return None if node is None else node.runtime
 
 
 def _check_not_io_thread() -> None:
     loop = _running_loop()
     if loop is None:
         return
-    rt = _proc.current()
+    rt = _runtime()
     if rt is not None and loop is rt.loop:
         raise RuntimeError(
             "Future.get() was called on danaus's I/O thread, which would deadlock; call it "

@@ -141,7 +141,7 @@ def _read() -> None:
             if out is not None and _keep_span(queued):
                 spans.append((kind, name, device, queued, int(ms * 1e6), out))
     for kind, name, device, queued, ns, out in spans:
-        recent = getattr(out.rt, "recent", None)
+        recent = out.rt.observing.recent
         if recent is not None:
             attrs = {**out.attrs, "kind": "gpu", "op": name, "device": f"cuda:{device}"}
             recent.span(f"cuda.{kind}", queued, queued + ns, out.actor, None, None, None, attrs)

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from ... import _config as config
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..._wire import codec
 
 __all__ = [
@@ -105,7 +105,7 @@ class Capture:
         none), and the endpoint's result goes back to the producers
         (``Wrapped.returns``).
         """
-        key = f"{host.ensure_runtime().proc_id.name}:{next(_handoffs().keys)}"
+        key = f"{this_node().runtime.proc_id.name}:{next(_handoffs().keys)}"
         if hand_off is not None:
             hand_off(key, len(self.refs), list(enumerate(obj for _, obj in self.refs)), recipients)
         else:
@@ -178,7 +178,7 @@ class Handoffs:
 
 
 def _handoffs() -> Handoffs:
-    return host.ensure_node().part(Handoffs)
+    return this_node().part(Handoffs)
 
 
 class Wrapped:
@@ -236,10 +236,10 @@ def offer(
             slot.values.update(values)
         if slot.error is not None or len(slot.values) >= count:
             slot.ready.set()
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     poll = config.get("handoff_poll_interval")
     while not slot.done.wait(poll):
-        mailbox = rt.mailboxes.get((mesh_id, rank))
+        mailbox = rt.router.mailboxes.get((mesh_id, rank))
         if mailbox is None:
             continue  # its spawn has not arrived yet
         if getattr(mailbox, "stopped", True) or getattr(mailbox, "failed", None) is not None:

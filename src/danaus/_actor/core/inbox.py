@@ -51,7 +51,7 @@ __all__ = [
     "Bounced",
     "HookItem",
     "Inbox",
-    "InboxHost",
+    "InboxFlow",
     "Item",
     "Stop",
     "Supervise",
@@ -112,17 +112,9 @@ Item = Message | Stop | Supervise | Bounced
 # -- what the inbox needs of its proc ---------------------------------------------------
 
 
-class InboxHost(Waits, GateHost, Protocol):
-    """The proc's runtime, as an inbox sees it: the flow control its gate pauses and
-    resumes connections through, the messages table it samples calls for, the
-    connections an idle actor may read, and the batched writes it lets go of when
-    idle. Its ``begin_wait``/``end_wait`` are told after the inbox's own."""
-
-    recent: Recent | None
-
-    def reader_for(self, proc: ProcId) -> Reader | None: ...
-
-    def flush_held(self) -> None: ...
+class InboxFlow(Waits, GateHost, Protocol):
+    """The proc's backpressure, as an inbox sees it (``Backpressure``): what its gate
+    pauses and resumes connections through, and the waits it tells after its own."""
 
 
 #: What `Inbox.take()` returns for a call already answered (refused as a deadlock).
@@ -140,14 +132,22 @@ class Inbox:
 
     def __init__(
         self,
-        host: InboxHost,
+        flow: InboxFlow,
         *,
+        recent: Recent | None,
+        reader_for: Callable[[ProcId], Reader | None],
+        flush_held: Callable[[], None],
         loop: asyncio.AbstractEventLoop | None,
         closes_cycle: Callable[[Message], bool],
         refuse_deadlock: Callable[[Message], None],
         refuse: Callable[[Item], None],
     ) -> None:
-        self._host = host
+        # What it is handed of its proc: the backpressure, the messages table it samples
+        # calls for (with metrics), the connections an idle actor may read, and the
+        # batched writes it lets go of when idle.
+        self._flow = flow
+        self._reader_for = reader_for
+        self._flush_held = flush_held
         self._closes_cycle = closes_cycle
         self._refuse_deadlock = refuse_deadlock
         self._refuse_item = refuse
@@ -158,11 +158,11 @@ class Inbox:
         self.received = 0  # calls delivered (metrics; written under the lock)
         # Bytes in the inbox: above inbox_high_water the connections bringing more pause,
         # unless the actor cannot consume now (waiting, or itself held back).
-        self.gate = Gate(host, self._cannot_consume, high="inbox_high_water", low="inbox_low_water")
+        self.gate = Gate(flow, self._cannot_consume, high="inbox_high_water", low="inbox_low_water")
         self._queued: dict[int, Message] = {}  # calls in the inbox, for deadlock checks
         self._answered: set[int] = set()  # ids of queued calls refused meanwhile
         # Calls sampled for the messages table: id(frame) -> its row, set on delivery.
-        self._recent = host.recent
+        self._recent = recent
         self._sampled: dict[int, MessageRow] = {}
         self._q: queue.SimpleQueue[Item] = queue.SimpleQueue()
         # A sync actor's next item, if there is one (else queue.Empty); then wait_next().
@@ -257,17 +257,17 @@ class Inbox:
         """The next item of a sync actor that found none with `poll`: it is idle,
         so it lets go of its batched writes, then waits for one (module doc: reading
         directly)."""
-        self._host.flush_held()
+        self._flush_held()
         q = self._q
         home = self._home
-        conn = self._host.reader_for(home) if home is not None and self._bell >= 0 else None
+        conn = self._reader_for(home) if home is not None and self._bell >= 0 else None
         if conn is None:
             return q.get()
         self._bell_on = True
         try:
             while q.empty():
-                if not conn.read_directly(_queued(q), _IDLE_READ, self._bell):
-                    break
+                if conn.read_directly(_queued(q), _IDLE_READ, self._bell) is None:
+                    break  # another thread reads it
                 if self._rung:  # set after the write: reading now finds it
                     self._rung = False
                     try:
@@ -310,10 +310,10 @@ class Inbox:
                 self._answered.add(id(f))
         for f in cycling:
             self._refuse_deadlock(f)
-        self._host.begin_wait()
+        self._flow.begin_wait()
 
     def end_wait(self) -> None:
-        self._host.end_wait()
+        self._flow.end_wait()
         with self._lock:
             self.waiting -= 1
 

@@ -19,7 +19,7 @@ import logging
 import threading
 from typing import Any
 
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from . import config
 from .context import _current, _Root, _thread_ctx
 
@@ -36,7 +36,7 @@ def _instance_now() -> Any:
     if ctx is None:
         ctx = getattr(_thread_ctx, "ctx", None)
     if ctx is None:
-        node = host.current_node()
+        node = this_node(start=False)
         ctx = None if node is None else node.part(_Root).ctx
     return None if ctx is None else ctx.actor_instance
 

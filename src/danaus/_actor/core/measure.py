@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from ..._runtime.messaging.metrics import EndpointStats, MessageRow, Recent, Tracer
+from ..._runtime.messaging.metrics import EndpointStats, MessageRow, Observing, Recent, Tracer
 from ..._wire.ids import PortId
 from . import telemetry
 
@@ -21,11 +21,13 @@ __all__ = ["Meter", "MeterHost"]
 
 
 class MeterHost(Protocol):
-    """What a meter reads of its runtime: whether metrics are on, the rings of the
-    telemetry query (with metrics) and the trace running now, if any."""
+    """What a meter reads of its runtime: whether metrics are on and the rings of the
+    telemetry query (with metrics), both in ``observing``, and the trace running now,
+    if any."""
 
-    metrics: bool
-    recent: Recent | None
+    @property
+    def observing(self) -> Observing: ...
+
     tracer: Tracer | None
 
 
@@ -37,8 +39,8 @@ class Meter:
 
     def __init__(self, rt: MeterHost, mesh_id: str, rank: int, subject: object) -> None:
         self._rt = rt
-        self._metrics = rt.metrics
-        self._recent = rt.recent
+        self._metrics = rt.observing.metrics
+        self._recent = rt.observing.recent
         self._subject = subject
         self.label = f"{mesh_id}[{rank}]"
         self.rank = rank

@@ -82,7 +82,7 @@ def _observe(field: str) -> Callable[[Any], list[Any]]:
 
         out = []
         for rt in list(_runtimes):
-            for mb in list(rt.mailboxes.values()):
+            for mb in list(rt.router.mailboxes.values()):
                 stats = getattr(mb, "stats", None)
                 if not stats or getattr(mb, "ctx_instance", None) is None:
                     continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from .span_export import Exports, Flusher
 
 __all__ = ["EXTRA", "install_providers", "missing"]
@@ -90,7 +90,7 @@ def install_providers(exports: Exports) -> None:
     attrs: dict[str, Any] = {"process.pid": os.getpid()}
     if not os.environ.get("OTEL_SERVICE_NAME"):
         attrs["service.name"] = "danaus"
-    node = host.current_node()
+    node = this_node(start=False)
     if node is not None:
         attrs["danaus.proc"] = node.runtime.proc_id.name
     resource = Resource.create(attrs)

@@ -12,7 +12,7 @@ import threading
 from typing import Any, Protocol
 
 from ..._mesh import Extent, Shape
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..._wire.ids import ActorId
 from .meshref import MeshRef, MeshState
 
@@ -90,7 +90,7 @@ class Registry:
 
 
 def _registry() -> Registry:
-    return host.ensure_node().part(Registry)
+    return this_node().part(Registry)
 
 
 def register_actor_mesh(mesh: SpawnedActorMesh) -> None:

@@ -17,9 +17,9 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..._errors import SupervisionError
-from ..._runtime.hosting import host
 from ..._runtime.messaging.flow import Gate, frame_bytes
 from ..._runtime.messaging.runtime import STATUS_EXC, STATUS_OK
+from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.frame import flat
 from ..._wire.ids import ActorId, PortId, ProcId
@@ -101,7 +101,7 @@ class Port(Generic[R]):
         self._used = True
         body, bufs = codec.dumps_checked(value, "the value sent on the port")
         snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         sender = current_sender() if self.return_undeliverable else None
         header = Reply(self._port_id.port, self._index, status, sender)
         dest = f"port {self._port_id}"
@@ -156,7 +156,9 @@ class _Inbox:
         # Bytes of the messages nobody has taken yet: above inbox_high_water the
         # connections bringing more pause, unless a thread of this process is waiting
         # (it may be the reader, waiting for something behind them).
-        self.gate = Gate(rt, lambda: rt.waits > 0, high="inbox_high_water", low="inbox_low_water")
+        self.gate = Gate(
+            rt.backpressure, lambda: rt.waits > 0, high="inbox_high_water", low="inbox_low_water"
+        )
         # (future, ranked): a ranked reader gets (the sender's rank, the value)
         self._waiters: collections.deque[tuple[concurrent.futures.Future[Any], bool]] = (
             collections.deque()
@@ -165,7 +167,7 @@ class _Inbox:
         # Set when a proc this port watches (PortReceiver._watch) is lost: readers then
         # fail with it once the messages already here are taken, instead of waiting.
         self._lost: SupervisionError | None = None
-        self.port_id: PortId = rt.open_port(self)
+        self.port_id: PortId = rt.router.open_port(self)
 
     # PortHandler, on the I/O thread
     def deliver(self, frame: Message) -> None:
@@ -184,7 +186,7 @@ class _Inbox:
         else:
             self.gate.arrived(n)
         if self._once:
-            self._rt.close_port(self.port_id.port)
+            self._rt.router.close_port(self.port_id.port)
 
     def peer_lost(self, proc: str, reason: str) -> None:
         """A proc this port watches was lost (only ``_watch`` asks for this: any proc may
@@ -235,7 +237,7 @@ class PortOwner(Protocol):
 
 def _close_port(rt: Runtime, port: int, cell: PortOwner | None, gate: Gate | None = None) -> None:
     """Close a receiver's port (closed, collected): later sends bounce to their senders."""
-    rt.close_port(port)
+    rt.router.close_port(port)
     if gate is not None:
         gate.close()  # nobody will take what it holds: read its connections again
     if cell is not None:
@@ -257,7 +259,7 @@ class PortReceiver(Generic[R]):
     """
 
     def __init__(self, once: bool = False) -> None:
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         self._inbox = _Inbox(rt, once)
         self.port_id = self._inbox.port_id
         cell = _owning_cell()
@@ -281,7 +283,7 @@ class PortReceiver(Generic[R]):
     def _watch(self, proc: ProcId) -> None:
         """Fail this receiver's readers with ``SupervisionError`` when ``proc`` is lost
         (after the messages already here), for a reader that waits on one sender."""
-        reason = self._inbox._rt.watch(proc, self.port_id.port)
+        reason = self._inbox._rt.peers.watch(proc, self.port_id.port)
         if reason is not None:
             self._inbox.peer_lost(proc.name, reason)
 

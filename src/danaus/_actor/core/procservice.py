@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import time
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.hosting import host
 from ..._runtime.hosting import proc as _proc
 from ..._runtime.messaging.runtime import STATUS_OK, Runtime
 from ..._runtime.node import Node
@@ -35,15 +35,16 @@ log = logging.getLogger("danaus.actor")
 def install(node: Node, boot: dict[str, Any]) -> None:
     """Register the actor layer's frame handlers and block hook on ``node``'s runtime."""
     rt = node.runtime
-    rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(rt, msg))
+    rt.register(Kind.SPAWN, lambda conn, msg: _on_spawn(node, msg))
     rt.register(Kind.STOP_ACTOR, lambda conn, msg: _on_stop_actor(rt, msg))
-    rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(rt, msg))
+    rt.register(Kind.STOP_PROC, lambda conn, msg: _on_stop_proc(node, msg))
     rt.set_block_hook(on_held_back)
 
 
-def _on_spawn(rt: Runtime, frame: Message) -> None:
+def _on_spawn(node: Node, frame: Message) -> None:
+    rt = node.runtime
     mesh_id, rank = frame.header.mesh, frame.header.rank
-    old = rt.mailboxes.get((mesh_id, rank))
+    old = rt.router.mailboxes.get((mesh_id, rank))
     if old is not None and not _gone(old):
         rt.undeliverable(frame.header.port, rank, f"actor {mesh_id}[{rank}] already exists")
         return
@@ -51,8 +52,9 @@ def _on_spawn(rt: Runtime, frame: Message) -> None:
         # A failed actor being replaced: its thread ends (nothing could reach it once its
         # key names the new actor); what it still holds queued is answered, not dropped.
         old.stop(None, 0, "replaced by a restart")
-    rt.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=_on_exit)
-    rt.mailbox_added((mesh_id, rank))
+    on_exit = functools.partial(_on_exit, node)
+    rt.router.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=on_exit)
+    rt.router.mailbox_added((mesh_id, rank))
 
 
 def _gone(mailbox: Any) -> bool:
@@ -63,10 +65,10 @@ def _gone(mailbox: Any) -> bool:
     return isinstance(mailbox, ActorCell) and (mailbox.stopped or mailbox.failed is not None)
 
 
-def _on_exit(cell: ActorCell) -> None:
+def _on_exit(node: Node, cell: ActorCell) -> None:
     """The actor's thread ended: free the cell, leaving a tombstone that answers late calls."""
-    rt = cell.rt
-    recent = rt.recent
+    rt = node.runtime
+    recent = rt.observing.recent
     if recent is not None:  # the telemetry query's actors table keeps it for a while
         inst = cell.ctx_instance
         recent.ended.append(
@@ -82,7 +84,7 @@ def _on_exit(cell: ActorCell) -> None:
             }
         )
     if not rt.closed:
-        rt.call_soon(_bury, rt, cell)
+        rt.call_soon(_bury, node, cell)
 
 
 class Stopped:
@@ -105,34 +107,33 @@ class _Graves:
         self.keys: collections.deque[tuple[str, int]] = collections.deque()
 
 
-def _bury(rt: Runtime, cell: ActorCell) -> None:
+def _bury(node: Node, cell: ActorCell) -> None:
+    rt = node.runtime
     key = (cell.mesh_id, cell.rank)
-    if rt.mailboxes.get(key) is not cell:
+    if rt.router.mailboxes.get(key) is not cell:
         return
-    rt.mailboxes[key] = Stopped(rt, cell._label())
-    node = host.current_node()
-    if node is None or node.runtime is not rt:
-        return
+    rt.router.mailboxes[key] = Stopped(rt, cell._label())
     graves = node.part(_Graves)
     graves.keys.append(key)
     while len(graves.keys) > max(0, config.get("stopped_actors_remembered")):
         old = graves.keys.popleft()
-        if isinstance(rt.mailboxes.get(old), Stopped):
-            del rt.mailboxes[old]
+        if isinstance(rt.router.mailboxes.get(old), Stopped):
+            del rt.router.mailboxes[old]
 
 
 def _on_stop_actor(rt: Runtime, frame: Message) -> None:
     mesh_id, rank, port, index, reason = frame.header
-    cell = rt.mailboxes.get((mesh_id, rank))
+    cell = rt.router.mailboxes.get((mesh_id, rank))
     if isinstance(cell, ActorCell):
         cell.stop(port, index, reason)
     elif port is not None:
         rt.reply(port, index, STATUS_OK, None)
 
 
-def _on_stop_proc(rt: Runtime, frame: Message) -> None:
+def _on_stop_proc(node: Node, frame: Message) -> None:
+    rt = node.runtime
     port, index, reason = frame.header
-    cells = [c for c in rt.mailboxes.values() if isinstance(c, ActorCell)]
+    cells = [c for c in rt.router.mailboxes.values() if isinstance(c, ActorCell)]
     for cell in cells:
         cell.stop(None, 0, reason)
     deadline = rt.loop.time() + config.get("stop_proc_timeout")
@@ -144,6 +145,6 @@ def _on_stop_proc(rt: Runtime, frame: Message) -> None:
         if port is not None:
             rt.reply(port, index, STATUS_OK, None)
         if rt.boot:  # a spawned proc exits; the client only stops its actors
-            _proc.stop_proc(rt, 0)
+            _proc.stop_proc(node, 0)
 
     check()

@@ -52,8 +52,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from ... import _config as config
-from ..._runtime.hosting import host
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from . import gpu as _gpu
 from . import meters as _meters
 from .context import _current, _thread_ctx
@@ -174,8 +173,8 @@ class Span:
             s = self._span = tracer.start_span(self.name, context=ctx, attributes=attrs or None)
             self._token = _context.attach(_otel().set_span_in_context(s))
         rt = _runtime()
-        # Timed when a trace runs or the spans table keeps spans (metrics on: rt.recent).
-        on = rt is not None and (rt.tracer is not None or rt.recent is not None)
+        # Timed when a trace runs or the spans table keeps spans (metrics on: rt.observing.recent).
+        on = rt is not None and (rt.tracer is not None or rt.observing.recent is not None)
         self._t0 = time.perf_counter_ns() if on else -1
         return self
 
@@ -209,7 +208,7 @@ class Span:
             tracer = rt.tracer
             if tracer is not None:
                 tracer.span(self.name, "span", t0, args or None)
-            recent = rt.recent
+            recent = rt.observing.recent
             if recent is not None:  # the spans table (danaus.telemetry.query)
                 trace_id, span_id, parent_id = ids_of(s) if s is not None else (None,) * 3
                 actor = f"{args['mesh']}[{args['rank']}]" if "mesh" in args else None
@@ -228,7 +227,7 @@ class Span:
 
 
 def _runtime() -> Any:
-    node = host.current_node()
+    node = this_node(start=False)
     return node.runtime if node is not None else None
 
 
@@ -462,7 +461,7 @@ def transfer_started(done: Any, what: str, nbytes: int) -> None:
             s[_T1] = time.perf_counter_ns()
             s[_ERROR] = error = f.exception()
             _exports.add(s)
-            recent = rt.recent if rt is not None else None
+            recent = rt.observing.recent if rt is not None else None
             if recent is not None:
                 actor = None
                 if "danaus.mesh" in attrs:
@@ -573,7 +572,7 @@ def install(node: Node, boot: dict[str, Any]) -> None:
     so; one without OpenTelemetry logs why, once, and runs untraced. Every node
     (the client's too) answers its GPU activity and transfers under ``"gpu"`` in
     ``STATS`` (``gpu.observe``)."""
-    node.runtime.observers.setdefault("gpu", _gpu.observe)
+    node.runtime.observing.observers.setdefault("gpu", _gpu.observe)
     if not boot:
         return
     try:

@@ -17,9 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import Runtime
-from ..._runtime.node import Node
+from ..._runtime.node import Node, this_node
 from ..._wire.ids import ActorId
 from ..._wire.protocol import Bounce, Kind, Message
 from .cell import ActorCell
@@ -46,7 +45,7 @@ def set_client_handler(node: Node, handler: Callable[[Undeliverable], None]) -> 
 def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
     """Give an undeliverable message back to ``sender`` (any thread)."""
     env = Undeliverable(sender, dest, reason)
-    node = host.ensure_node()
+    node = this_node()
     rt = node.runtime
     if sender is None or (sender.mesh == "root" and not rt.boot):
         handler = node.part(ClientHandler).handler
@@ -64,7 +63,7 @@ def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
 def _to_local_actor(rt: Runtime, env: Undeliverable) -> None:
     sender = env.sender()
     assert sender is not None
-    cell = rt.mailboxes.get((sender.mesh, sender.rank))
+    cell = rt.router.mailboxes.get((sender.mesh, sender.rank))
     if isinstance(cell, ActorCell):
         cell.undeliverable(env)
     else:

@@ -27,6 +27,9 @@ class Waits(Protocol):
 class Reader(Protocol):
     """The connection a result will come on, which the waiting thread may read itself
     while no other thread does (``Connection.read_directly``; ``bell``: an eventfd
-    whose ring ends the read)."""
+    whose ring ends the read). It returns whether ``done()`` held when it stopped
+    reading, None when it could not read (another thread does)."""
 
-    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool: ...
+    def read_directly(
+        self, done: Callable[[], bool], timeout: float, bell: int = -1
+    ) -> bool | None: ...

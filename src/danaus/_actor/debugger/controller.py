@@ -20,7 +20,7 @@ import tempfile
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.hosting import host
+from ..._runtime.node import this_node
 from ..api.actor import Actor
 from ..api.controller import get_or_spawn_controller
 from ..api.endpoint import concurrent_endpoint, endpoint
@@ -93,12 +93,12 @@ class DebugController(Actor):
         self._closing = False  # the controller stops: the prompt goes and does not come back
         self._announced = False
         self._loop = asyncio.get_running_loop()
-        rt = host.ensure_runtime()
+        rt = this_node().runtime
         self.socket_path = os.path.join(rt.job_dir, SOCKET_NAME)
         self._info_path = os.path.join(rt.job_dir, INFO_NAME)
         self._server: asyncio.AbstractServer | None = None
         self._serving = self._loop.create_task(self._serve())
-        rt.lost_callbacks.append(self._on_lost)
+        rt.peers.lost_callbacks.append(self._on_lost)
 
     def _on_lost(self, proc: str, reason: str) -> None:
         """A proc was lost (I/O thread): drop its sessions on the controller's loop."""
@@ -433,9 +433,9 @@ class DebugController(Actor):
         connection to it and the prompt's task, each awaited (none is left pending when
         the client exits), then its files."""
         self._closing = True
-        rt = host.ensure_runtime()
-        if self._on_lost in rt.lost_callbacks:
-            rt.lost_callbacks.remove(self._on_lost)
+        rt = this_node().runtime
+        if self._on_lost in rt.peers.lost_callbacks:
+            rt.peers.lost_callbacks.remove(self._on_lost)
         prompts = [t for t in (self._serving, self._repl) if t is not None]
         for t in prompts:
             t.cancel()  # the prompt's frontend says why it goes: the program exited

@@ -72,7 +72,7 @@ def _state(cell: ActorCell) -> str:
 def snapshot(rt: Runtime) -> dict[str, Any]:
     """This proc's actors, their endpoint metrics and its connections, as plain data."""
     actors = []
-    for (mesh_id, rank), mb in list(rt.mailboxes.items()):
+    for (mesh_id, rank), mb in list(rt.router.mailboxes.items()):
         if not isinstance(mb, ActorCell):
             continue
         inst = mb.instance
@@ -102,10 +102,10 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
             "frames_recv": c.frames_recv,
             "bytes_recv": c.bytes_recv,
         }
-        for name, direction, c in rt.connections()
+        for name, direction, c in rt.links.connections()
     ]
     sections = {}
-    for name, fn in list(rt.observers.items()):
+    for name, fn in list(rt.observing.observers.items()):
         try:
             sections[name] = fn()
         except Exception as e:  # one broken section must not hide the rest
@@ -118,10 +118,10 @@ def snapshot(rt: Runtime) -> dict[str, Any]:
         "client": not rt.boot,
         "name": rt.boot.get("name") if rt.boot else "client",
         "time": time.time(),
-        "metrics": rt.metrics,
+        "metrics": rt.observing.metrics,
         # messages this proc's sampler has seen: a counter the metrics table reads
         # without asking for the rings themselves
-        "messages_seen": rt.recent.seen if rt.recent is not None else 0,
+        "messages_seen": rt.observing.recent.seen if rt.observing.recent is not None else 0,
         "actors": actors,
         "connections": conns,
         "sections": sections,
@@ -144,8 +144,8 @@ def recent(rt: Runtime) -> dict[str, Any]:
     """This proc's rings (``Runtime.recent``) as plain data, with who it is; empty
     rings when metrics are off."""
     data = (
-        rt.recent.copy()
-        if rt.recent is not None
+        rt.observing.recent.copy()
+        if rt.observing.recent is not None
         else {"messages": [], "spans": [], "ended": [], "seen": 0, "size": 0}
     )
     data.setdefault("now_ns", time.perf_counter_ns())

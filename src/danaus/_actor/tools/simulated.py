@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from ... import _config as config
 from ..._mesh import Shape, Slice
 from ..._mesh.tree import Selection
-from ..._runtime.hosting import host
 from ..._runtime.messaging.runtime import STATUS_EXC, STATUS_OK, Runtime
+from ..._runtime.node import this_node
 from ..._transport.address import host_token
 from ..._wire import codec
 from ..._wire.ids import ProcId
@@ -82,7 +82,7 @@ class SimulatedMesh:
         if not sizes or any(not isinstance(v, int) or v < 1 for v in sizes.values()):
             raise ValueError(f"sizes must map dimension names to sizes >= 1, got {sizes!r}")
         # The client (or actor) that builds it reaches it, and is reached back, in-process.
-        client = host.ensure_runtime()
+        client = this_node().runtime
         client.listen_inproc()
         self._transport = client.transport  # its in-process network: the procs join it
         self.loop = asyncio.new_event_loop()
@@ -102,7 +102,7 @@ class SimulatedMesh:
                 inst: Any = object.__new__(cls)
                 inst.__init__(*args, **kwargs)
                 cell = _SimCell(rt, inst)
-                rt.mailboxes[(self.mesh_id, rank)] = cell
+                rt.router.mailboxes[(self.mesh_id, rank)] = cell
                 self.runtimes.append(rt)
                 self.cells.append(cell)
 
@@ -143,7 +143,7 @@ class SimulatedMesh:
         def down() -> None:
             rt = self.runtimes[rank]
             rt.close()
-            for conn in rt.all_connections():
+            for conn in rt.links.all_connections():
                 conn.close()
 
         self.on_loop(down)

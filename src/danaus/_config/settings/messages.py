@@ -18,7 +18,9 @@ MESSAGES: tuple[Setting, ...] = (
         "size",
         _MiB,
         "Message buffers at least this large travel between procs of one host as "
-        "a one-sided process_vm copy instead of through the socket (0 disables).",
+        "a one-sided process_vm copy instead of through the socket (0 disables), "
+        "unless their frame fits one write to the Unix socket (about 2 MiB where "
+        "net.core.wmem_max allows a 2 MiB send buffer).",
     ),
     Setting(
         "snapshot_pool",

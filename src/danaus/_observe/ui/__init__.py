@@ -2,7 +2,8 @@
 
 ::
 
-    GET /ui?token=T                   one page (app.html; app.css, app.js, timeline.js inline)
+    GET /ui?token=T                   one page (head.html, app.html; app.css, app.js, svg.js,
+        |                             timeline.js inline)
         |  #/jobs  #/meshes  #/actors  #/actor/MESH/RANK  #/timeline  #/logs  #/metrics
         |  (the topology picture is the dashboard's first page, /)
         v
@@ -29,7 +30,7 @@ from ..web import Route
 from . import entities, logsearch, metricsview, timeline
 from .common import answer
 
-__all__ = ["routes"]
+__all__ = ["assemble", "routes"]
 
 # The page may run only its own inlined script and style, and talk only to this server.
 _CSP = (
@@ -38,14 +39,25 @@ _CSP = (
 )
 
 
+def _text(name: str) -> str:
+    return resources.files("danaus._observe.ui").joinpath(name).read_text(encoding="utf-8")
+
+
+def assemble(html: str) -> str:
+    """A page of the dashboard from its own ``html``: behind the head every page shares
+    (``head.html``), with the SVG helper (``svg.js``) in place of ``/*SVG_JS*/``."""
+    return _text("head.html") + html.replace("/*SVG_JS*/", _text("svg.js"))
+
+
 def page() -> bytes:
-    """app.html with app.css, app.js and timeline.js inlined (one request, no token in the page)."""
-    files = resources.files("danaus._observe.ui")
-    html = files.joinpath("app.html").read_text(encoding="utf-8")
-    css = files.joinpath("app.css").read_text(encoding="utf-8")
-    js = "\n".join(files.joinpath(f).read_text(encoding="utf-8") for f in ("app.js", "timeline.js"))
+    """app.html with app.css, app.js, svg.js and timeline.js inlined (one request, no token
+    in the page)."""
+    css = _text("app.css")
+    js = "\n".join(_text(f) for f in ("app.js", "svg.js", "timeline.js"))
     js += "\nroute();\n"  # every page's code is defined: show the one the URL names
-    return html.replace("/*APP_CSS*/", css).replace("/*APP_JS*/", js).encode()
+    return (
+        assemble(_text("app.html")).replace("/*APP_CSS*/", css).replace("/*APP_JS*/", js).encode()
+    )
 
 
 def routes(dash: Any) -> dict[str, Route]:

@@ -21,15 +21,6 @@ function el(tag, attrs, ...kids) {
   for (const k of kids) if (k != null) e.append(k);
   return e;
 }
-const SVGNS = "http://www.w3.org/2000/svg";
-function sv(tag, attrs, ...kids) {
-  const e = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "text") e.textContent = v; else if (v != null) e.setAttribute(k, v);
-  }
-  for (const k of kids) if (k != null) e.append(k);
-  return e;
-}
 function dur(s) {
   if (s == null) return "–";
   const a = Math.abs(s);

@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from ..._runtime.hosting import host
 from ..._runtime.logs import dirs as logdir
+from ..._runtime.node import this_node
 from ..web import Route, blocking
 from .common import json_route, table
 
@@ -142,7 +142,7 @@ def _meshes(actors: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _job(state: dict[str, Any]) -> dict[str, Any]:
-    rt = host.ensure_runtime()
+    rt = this_node().runtime
     kept = _history_path()
     return {
         "name": rt.proc_id.name,
@@ -170,7 +170,7 @@ def _history_path() -> str | None:
 
 def _jobs() -> list[dict[str, Any]]:
     """The jobs with a log directory on this host, newest first."""
-    current = host.ensure_runtime().proc_id.name
+    current = this_node().runtime.proc_id.name
     try:
         entries = [e for e in os.scandir(logdir.base_dir()) if e.is_dir(follow_symlinks=False)]
     except OSError:

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..._runtime.hosting import host
 from ..._runtime.logs import dirs as logdir
+from ..._runtime.node import this_node
 from .. import logtail
 from ..web import Route, blocking
 from .common import BadRequest, json_route, number, table
@@ -73,7 +73,7 @@ def routes(dash: Any) -> dict[str, Route]:
 def sources(procs: list[str]) -> list[Source]:
     """Every proc with lines: those with a log file in this job's directory on this host,
     then ``procs`` (the client's tree) that have none here, read from the client's tail."""
-    job = os.path.join(logdir.base_dir(), host.ensure_runtime().proc_id.name)
+    job = os.path.join(logdir.base_dir(), this_node().runtime.proc_id.name)
     out: list[Source] = []
     if os.path.isdir(job):
         for p in logdir.read_procs(job):

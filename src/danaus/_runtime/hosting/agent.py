@@ -116,7 +116,7 @@ class Agent:
         rt.loop.add_reader(resp_r, self._on_zygote)
         self.to_zygote = PipeWriter(rt.loop, req_w, lambda: self._exit("the zygote died"))
         if worker:
-            rt.lost_callbacks.append(self._on_lost)
+            rt.peers.lost_callbacks.append(self._on_lost)
         else:
             os.set_blocking(0, False)
             rt.loop.add_reader(0, self._on_lifeline)
@@ -125,20 +125,20 @@ class Agent:
         client, port = msg.header
         current = self.client
         busy = current is not None and current.name != client.name
-        if busy and current is not None and self.rt.is_lost(current.name) is None:
+        if busy and current is not None and self.rt.peers.is_lost(current.name) is None:
             err = RuntimeError(
                 f"worker {self.rt.proc_id.name} already serves client {current.name}; "
                 "a worker serves one client at a time"
             )
             self.rt.reply(port, 0, STATUS_EXC, (err, ""))
             return
-        if self.rt.is_lost(client.name) is not None:
-            self.rt.forget_peer(client.name)  # the same client, back after a partition
+        if self.rt.peers.is_lost(client.name) is not None:
+            self.rt.peers.forget_peer(client.name)  # the same client, back after a partition
         if conn.tcp:
             # Reach the client at the address its connection came from: that one works
             # from here, whatever the client chose to advertise.
             client = _with_ip(client, conn.sock.getpeername()[0])
-            self.rt.learn(client)
+            self.rt.peers.learn(client)
         self.client = client
         self.logs.set_job(client, client.name)
         local_ip = conn.sock.getsockname()[0] if conn.tcp else "127.0.0.1"

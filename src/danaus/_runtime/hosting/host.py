@@ -8,7 +8,6 @@ spawned proc, the node already exists and the agent is the one that spawned it.
 
 from __future__ import annotations
 
-import gc
 import os
 import secrets
 import subprocess
@@ -17,20 +16,15 @@ import threading
 from typing import Any
 
 from ... import _config as config
-from ..._transport.address import base_env, make_job_dir
+from ..._transport.address import base_env
 from ..._transport.secret_env import environ_without_secret
 from ..._wire.ids import ProcId
 from ..._wire.protocol import KillProcs, SpawnProcs
 from .. import node as _node
-from ..messaging.runtime import Runtime
 from ..node import Node
 
 __all__ = [
     "agent",
-    "current_node",
-    "ensure_node",
-    "ensure_runtime",
-    "freeze_heap",
     "kill_procs",
     "new_proc_name",
     "share_secret",
@@ -39,65 +33,13 @@ __all__ = [
 ]
 
 
-def ensure_runtime() -> Runtime:
-    """The runtime of this process; in the client, start it on first use."""
-    node = _node._node  # the fast path of every call: one attribute read
-    return (node if node is not None else ensure_node()).runtime
-
-
-def current_node() -> Node | None:
-    """This process's node, if one has started (never starts one)."""
-    return _node.current()
-
-
-def ensure_node() -> Node:
-    """This process's node; in the client, start one (a runtime thread) on first use."""
-    node = _node._node
-    if node is not None:
-        return node
-    with _node.lock():
-        node = _node.current()
-        if node is not None:
-            return node
-        rt = Runtime("c" + secrets.token_hex(3), make_job_dir())
-        rt.start(in_thread=True)
-        node = _node.start(rt, client=True, boot={})
-        freeze_heap()
-        return node
-
-
-# Per process, not a node part: gc.freeze() is the interpreter's, done once a process.
-_frozen = False
-
-
-def freeze_heap() -> None:
-    """Take what is alive now out of the cyclic garbage collector's traversals (``gc_freeze``).
-
-    CPython runs a full collection whenever the objects that survived its
-    young collections reach a quarter of the older heap, and then visits every
-    tracked object. A client that imported torch has ~170,000 of them (~25,000
-    without): pipelining 10,000 calls promotes enough per-call objects for one
-    or two full collections per batch, and visiting torch's objects there cost
-    about a quarter of the client's throughput although no tensor is sent. The
-    objects alive when the runtime starts are mostly modules, classes and
-    functions that live as long as the process; frozen, they are no longer
-    visited. Garbage is collected first so that none is frozen. Once per process.
-    """
-    global _frozen
-    if _frozen or not gc.isenabled() or not config.get("gc_freeze"):
-        return
-    _frozen = True
-    gc.collect()
-    gc.freeze()
-
-
 def new_proc_name() -> str:
     return "p" + secrets.token_hex(4)
 
 
-def agent() -> ProcId:
-    """The host agent of this host, starting it if this is the client and it is not running."""
-    node = ensure_node()
+def agent(node: Node) -> ProcId:
+    """The host agent of ``node``'s host, starting it if this is the client and it is not
+    running."""
     rt = node.runtime
     if rt.boot:
         agent_id: ProcId = rt.boot["agent"]
@@ -107,7 +49,7 @@ def agent() -> ProcId:
             return node.agent_id
         name = "a" + secrets.token_hex(3)
         agent_id = ProcId(name, f"unix:{os.path.join(rt.job_dir, name + '.sock')}")
-        rt.expect(agent_id)
+        rt.peers.expect(agent_id)
         proc = node.agent_proc = subprocess.Popen(
             [
                 sys.executable,
@@ -155,9 +97,8 @@ def _tell_secret(proc: subprocess.Popen[bytes], secret: bytes) -> None:
         pass  # the agent is gone: its watcher reports that
 
 
-def share_secret(secret: bytes) -> None:
+def share_secret(node: Node, secret: bytes) -> None:
     """The client now has a job secret: its local agent passes it to the procs it forks."""
-    node = ensure_node()
     with node.lock:
         if node.agent_proc is not None:
             _tell_secret(node.agent_proc, secret)
@@ -170,7 +111,7 @@ def _watch_agent(node: Node, agent_id: ProcId, proc: subprocess.Popen[bytes]) ->
     with _node.lock():
         if node.closed:  # shut down on purpose: the runtime is closed, nothing waits
             return
-        node.runtime.call_soon(node.runtime.peer_lost, agent_id.name, reason)
+        node.runtime.call_soon(node.runtime.peers.peer_lost, agent_id.name, reason)
 
 
 def _on_agent_lost(node: Node, name: str, reason: str) -> None:
@@ -178,40 +119,40 @@ def _on_agent_lost(node: Node, name: str, reason: str) -> None:
     with node.lock:
         lost = node.requested.pop(name, [])
     for proc in lost:
-        if rt.is_pending(proc.name):
-            rt.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
+        if rt.peers.is_pending(proc.name):
+            rt.peers.peer_lost(proc.name, f"proc {proc.name} was never started: {reason}")
 
 
-def spawn_procs(procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = None) -> None:
-    """Ask host agent ``on`` (default: this host's) to start ``procs``.
+def spawn_procs(
+    node: Node, procs: list[tuple[ProcId, dict[str, Any]]], on: ProcId | None = None
+) -> None:
+    """Ask host agent ``on`` (default: this host's) to start ``procs`` for ``node``.
 
     Each proc sends READY to its ``boot['owner']`` once up.
     """
-    node = ensure_node()
     rt = node.runtime
-    target = on or agent()
+    target = on or agent(node)
     for proc, _ in procs:
-        rt.expect(proc)
+        rt.peers.expect(proc)
     with node.lock:
         if not node.requested:
-            rt.lost_callbacks.append(lambda name, reason: _on_agent_lost(node, name, reason))
+            rt.peers.lost_callbacks.append(lambda name, reason: _on_agent_lost(node, name, reason))
         node.requested.setdefault(target.name, []).extend(p for p, _ in procs)
     rt.send(target, SpawnProcs(rt.proc_id, procs))
 
 
-def kill_procs(names: list[str]) -> None:
-    """SIGKILL procs of this host by name (fire and forget)."""
-    rt = ensure_runtime()
-    rt.send(agent(), KillProcs(names), on_fail=lambda reason: None)
+def kill_procs(node: Node, names: list[str]) -> None:
+    """SIGKILL procs of ``node``'s host by name (fire and forget)."""
+    node.runtime.send(agent(node), KillProcs(names), on_fail=lambda reason: None)
 
 
-def boot_for(owner: ProcId, **extra: Any) -> dict[str, Any]:
-    """The boot dictionary of a new proc owned by ``owner``."""
-    rt = ensure_runtime()
+def boot_for(node: Node, owner: ProcId, **extra: Any) -> dict[str, Any]:
+    """The boot dictionary of a new proc of ``node``'s, owned by ``owner``."""
+    rt = node.runtime
     return {
         "job_dir": rt.job_dir,
         "owner": owner,
-        "agent": agent(),
+        "agent": agent(node),
         "sys_path": list(sys.path),
         "client": rt.boot.get("client", rt.proc_id),
         "host": rt.host,

@@ -30,7 +30,7 @@ from . import binding
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-__all__ = ["ProcExit", "current", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
+__all__ = ["ProcExit", "exit_code", "path_entry_problem", "proc_main", "stop_proc"]
 
 
 class ProcExit:
@@ -40,17 +40,9 @@ class ProcExit:
         self.code = 0
 
 
-def current() -> Runtime | None:
-    """The runtime of this process's node, if one has been started."""
-    node = _node.current()
-    return None if node is None else node.runtime
-
-
-def exit_code(node: _node.Node | None = None) -> int:
-    """The code ``node``'s proc (by default this process's) exits with: 0 unless
-    ``stop_proc`` said otherwise."""
-    node = node if node is not None else _node.current()
-    return 0 if node is None else node.part(ProcExit).code
+def exit_code(node: _node.Node) -> int:
+    """The code ``node``'s proc exits with: 0 unless ``stop_proc`` said otherwise."""
+    return node.part(ProcExit).code
 
 
 def proc_main(name: str, boot: dict[str, Any]) -> int:
@@ -99,7 +91,7 @@ def proc_main(name: str, boot: dict[str, Any]) -> int:
         # first, which would cost every spawn: a fresh fork has next to no garbage.
         gc.freeze()
     owner: ProcId = boot["owner"]
-    rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(rt, 1))
+    rt.send(owner, Ready(rt.proc_id, error), on_fail=lambda reason: stop_proc(node, 1))
     rt.loop.run_forever()
     return exit_code(node)
 
@@ -136,11 +128,11 @@ async def _await(aw: Awaitable[object]) -> object:
     return await aw
 
 
-def stop_proc(rt: Runtime, code: int = 0) -> None:
-    """Close the runtime once its frames are written, then leave ``proc_main`` (I/O thread)."""
-    node = _node.current()
-    if node is not None and node.runtime is rt:
-        node.part(ProcExit).code = code
+def stop_proc(node: _node.Node, code: int = 0) -> None:
+    """Close ``node``'s runtime once its frames are written, then leave ``proc_main``
+    (I/O thread)."""
+    node.part(ProcExit).code = code
+    rt = node.runtime
     rt.close()
 
     def check(tries: int = 0) -> None:

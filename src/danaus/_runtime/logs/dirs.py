@@ -28,6 +28,7 @@ from ..._transport.address import private_base
 from ..._transport.owned import private_dir
 
 __all__ = [
+    "CurrentStderrHandler",
     "ProcLog",
     "base_dir",
     "configure_danaus_logging",
@@ -183,10 +184,21 @@ def find_job(job: str | None) -> str:
 NOTIFY = "danaus_notify"
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it):
-    records from ``threshold`` up, and every ``NOTIFY`` record (``threshold`` None: only
-    those)."""
+class CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (tests and notebooks swap it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+class _StderrHandler(CurrentStderrHandler):
+    """Writes to the current ``sys.stderr`` records from ``threshold`` up, and every
+    ``NOTIFY`` record (``threshold`` None: only those)."""
 
     def __init__(self, threshold: int | None = None) -> None:
         super().__init__()
@@ -197,14 +209,6 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.threshold is not None and record.levelno >= self.threshold
         )
         return bool(wanted) and bool(super().filter(record))
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
 
 
 _FORMAT = "%(asctime)s %(process)d %(name)s %(levelname)s: %(message)s"

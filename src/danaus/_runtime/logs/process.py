@@ -98,7 +98,7 @@ class _FlushPort:
         self.left = n
         self.done = done
         self.agents: list[str] = []
-        self.port = rt.open_port(self)
+        self.port = rt.router.open_port(self)
         self._lock = threading.Lock()  # guards left, the answers still due
 
     def tick(self, *_: Any) -> None:
@@ -106,8 +106,8 @@ class _FlushPort:
             self.left -= 1
             last = self.left == 0
         if last:
-            self.rt.call_soon(self.rt.close_port, self.port.port)
-            self.rt.call_soon(self.rt.unwatch, self.agents, self.port.port)
+            self.rt.call_soon(self.rt.router.close_port, self.port.port)
+            self.rt.call_soon(self.rt.peers.unwatch, self.agents, self.port.port)
             self.done()
 
     def deliver(self, frame: Message) -> None:
@@ -182,12 +182,7 @@ class LogControl:
             self.printer.set_label([p.name for p in procs], label)
         s = -1 if stream is None else int(stream)
         lv = -1 if level is None else level
-        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
-        with self._lock:
-            for p in procs:
-                agent = self.agents.get(p.name)
-                if agent is not None:
-                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        by_agent = self._by_agent(procs)
         if s >= 0 or label:
             for agent, names in by_agent.values():
                 self.rt.send(agent, LogConfig(tuple(names), s, -1, label), on_fail=_ignore)
@@ -200,6 +195,16 @@ class LogControl:
                     self.rt.send(p, LogConfig((p.name,), -1, lv, ""), on_fail=_ignore)
             else:
                 self.rt.send(p, LogConfig((p.name,), s, lv, label), on_fail=_ignore)
+
+    def _by_agent(self, procs: list[ProcId]) -> dict[str, tuple[ProcId, list[str]]]:
+        """The names of ``procs`` by their host agent (those whose agent is known)."""
+        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
+        with self._lock:
+            for p in procs:
+                agent = self.agents.get(p.name)
+                if agent is not None:
+                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        return by_agent
 
     def flush(
         self, procs: list[ProcId], timeout: float | None = None
@@ -214,12 +219,7 @@ class LogControl:
             else:
                 _resolve(cf)
 
-        by_agent: dict[str, tuple[ProcId, list[str]]] = {}
-        with self._lock:
-            for p in procs:
-                agent = self.agents.get(p.name)
-                if agent is not None:
-                    by_agent.setdefault(agent.name, (agent, []))[1].append(p.name)
+        by_agent = self._by_agent(procs)
         if timeout is not None:
             timer = threading.Timer(timeout, _resolve, (cf,))
             timer.daemon = True
@@ -233,7 +233,7 @@ class LogControl:
 
         def send() -> None:
             for i, (agent, names) in enumerate(by_agent.values()):
-                if self.rt.watch(agent, port.port.port) is not None:
+                if self.rt.peers.watch(agent, port.port.port) is not None:
                     port.tick()
                     continue
                 header = LogFlush(tuple(names), PortId(self.rt.proc_id, port.port.port), i)
@@ -260,20 +260,12 @@ def control(node: Node) -> LogControl:
     return ctl
 
 
-class _RecordHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _RecordHandler(logdir.CurrentStderrHandler):
     """The root logger's handler in a proc: records to (the current) stderr, captured."""
 
     def __init__(self) -> None:
         super().__init__()
         self.setFormatter(logging.Formatter(_RECORD_FORMAT))
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
 
 
 def _on_config_in_proc(rt: Runtime, conn: Connection, msg: Message) -> None:
@@ -312,36 +304,37 @@ def install(node: Node, boot: dict[str, Any]) -> None:
 
 
 # -- the client's view of forwarded output (for the dashboard and tests) ------------------
+# Each takes the node whose output it reads (None: no node, nothing received).
 
 
-def _printer() -> Any:
-    node = _node.current()
+def _printer(node: _node.Node | None) -> Any:
     return node.part(LogControl).printer if node is not None else None
 
 
-def tail(proc: str, n: int | None = None) -> list[str]:
+def tail(node: _node.Node | None, proc: str, n: int | None = None) -> list[str]:
     """The last lines (at most ``n``, at most ``log_tail_lines``) that proc ``proc``
-    wrote and this client received, oldest first; ``[]`` outside the client."""
-    printer = _printer()
+    wrote and ``node`` (a client's) received, oldest first; ``[]`` outside the client."""
+    printer = _printer(node)
     return printer.tail(proc, n) if printer is not None else []
 
 
-def tailed_procs() -> list[str]:
-    """The names of the procs whose output this client has received."""
-    printer = _printer()
+def tailed_procs(node: _node.Node | None) -> list[str]:
+    """The names of the procs whose output ``node`` (a client's) has received."""
+    printer = _printer(node)
     return printer.procs() if printer is not None else []
 
 
-def statistics(proc: str | None = None) -> Any:
-    """``LogStatistics(lines, bytes, dropped)`` received by this client, of one proc or all."""
-    printer = _printer()
+def statistics(node: _node.Node | None, proc: str | None = None) -> Any:
+    """``LogStatistics(lines, bytes, dropped)`` ``node`` received, of one proc or all."""
+    printer = _printer(node)
     return printer.statistics(proc) if printer is not None else LogStatistics(0, 0, 0)
 
 
-def flush(procs: list[ProcId], timeout: float | None = None) -> concurrent.futures.Future[None]:
-    """Completes once every line ``procs`` wrote so far has been printed here (or after
-    ``timeout`` seconds); for procs spawned from this process."""
-    node = _node.current()
+def flush(
+    node: _node.Node | None, procs: list[ProcId], timeout: float | None = None
+) -> concurrent.futures.Future[None]:
+    """Completes once every line ``procs`` wrote so far has been printed by ``node``
+    (or after ``timeout`` seconds); for procs spawned from that node."""
     ctl = node.part(LogControl) if node is not None else None
     if ctl is None or ctl._rt is None:
         cf: concurrent.futures.Future[None] = concurrent.futures.Future()

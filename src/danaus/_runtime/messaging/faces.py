@@ -1,142 +1,90 @@
-"""What the parts of messaging need of the runtime that holds them, as Protocols.
+"""What the runtime hands each part it builds: a record of the callables it needs.
 
-The runtime (``runtime.Runtime``) builds the offload, the cast tree's router and the
-relay and hands each itself; each part types it as the narrow face below, so no
-part imports the runtime, not even for annotations, and the graph of imports has
-no cycle. The runtime satisfies every face (mypy checks it where it builds them).
-Members are read-only: a part reads the runtime's, it never replaces them.
+The runtime (``runtime.Runtime``) is a composition root: it builds the offload,
+the cast tree's router and the relay, and hands each the callables below, never
+itself, so no part can reach through the runtime into another part. Each
+record names exactly what its part calls; the part imports neither the runtime
+nor another part (the graph of imports has no cycle). Fields that change while
+the runtime lives (its own address) are functions to call, not values.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ..._wire.ids import ProcId
 
-__all__ = ["OffloadRuntime", "RelayRuntime", "TreeRuntime"]
+if TYPE_CHECKING:
+    import socket
+
+    from ..._transport.conn import Connection
+    from ..._transport.inproc import Network
+    from ..._wire.frame import Frame
+    from ..._wire.ids import ActorId, PortId
+    from ..._wire.protocol import Kind, Message
+    from .gathers import GatherCalls
+    from .peers import _Peer
+
+__all__ = ["OffloadCalls", "RelayCalls", "TreeCalls"]
+
+Handler = Callable[["Connection", "Message"], None]
 
 
-class _Base(Protocol):
-    """What every part uses: who this proc is, handlers by kind, and sending."""
+@dataclass(frozen=True, slots=True)
+class OffloadCalls:
+    """What ``offload.Offloader`` calls."""
 
-    @property
-    def proc_id(self) -> ProcId: ...
-
-    @property
-    def register(self) -> Callable[..., None]: ...
-
-    @property
-    def _dispatch(self) -> Callable[..., None]: ...
-
-
-class OffloadRuntime(_Base, Protocol):
-    """What ``offload.Offloader`` uses of the runtime."""
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def lost_callbacks(self) -> list[Callable[[str, str], None]]: ...
-
-    @property
-    def ports(self) -> dict[int, Any]: ...
-
-    @property
-    def send(self) -> Callable[..., None]: ...
-
-    @property
-    def bounce(self) -> Callable[..., None]: ...
-
-    @property
-    def notify_room(self) -> Callable[..., None]: ...
-
-    @property
-    def undeliverable(self) -> Callable[..., None]: ...
+    loop: asyncio.AbstractEventLoop
+    me: Callable[[], ProcId]  # this proc (its address changes when it listens on TCP)
+    register: Callable[[Kind, Handler], None]  # handle a frame kind
+    on_peer_lost: Callable[[Callable[[str, str], None]], None]  # hear of every lost peer
+    dispatch: Callable[[Connection, Frame], None]  # a received frame, unwrapped
+    send: Callable[..., None]  # the sender's ``send``
+    port: Callable[[int], Any]  # the handler of a local port, or None
+    bounce: Callable[[ActorId | None, str, str], None]  # return an undeliverable message
+    undeliverable: Callable[[PortId | None, int, str], None]  # answer a call that cannot land
+    notify_room: Callable[[], None]  # wake senders held back (backpressure)
 
 
-class TreeRuntime(_Base, Protocol):
-    """What ``tree.TreeRouter`` (and its gathers, ``gathers.GatherRuntime``) use."""
+@dataclass(frozen=True, slots=True)
+class TreeCalls:
+    """What ``tree.TreeRouter`` calls; ``gather`` is what its gathers call."""
 
-    @property
-    def handlers(self) -> dict[Any, Any]: ...
-
-    @property
-    def ports(self) -> dict[int, Any]: ...
-
-    @property
-    def router(self) -> Any: ...  # routing.Router: deliver_call
-
-    @property
-    def send(self) -> Callable[..., None]: ...
-
-    @property
-    def bounce(self) -> Callable[..., None]: ...
-
-    @property
-    def reply(self) -> Callable[..., int]: ...
-
-    @property
-    def resolve(self) -> Callable[[ProcId], ProcId]: ...
-
-    @property
-    def is_lost(self) -> Callable[[str], str | None]: ...
-
-    @property
-    def open_port(self) -> Callable[..., Any]: ...
-
-    @property
-    def close_port(self) -> Callable[[int], None]: ...
-
-    @property
-    def watch(self) -> Callable[..., str | None]: ...
-
-    @property
-    def unwatch(self) -> Callable[..., None]: ...
+    me: Callable[[], ProcId]
+    register: Callable[[Kind, Handler], None]
+    handler: Callable[[Kind], Handler | None]  # the handler of a frame kind (STOP_ACTOR)
+    send: Callable[..., None]
+    reply: Callable[..., int]
+    bounce: Callable[[ActorId | None, str, str], None]
+    resolve: Callable[[ProcId], ProcId]  # a proc's freshest address
+    is_lost: Callable[[str], str | None]
+    deliver_call: Callable[[Message, ProcId | None], None]  # to a local mailbox
+    port: Callable[[int], Any]
+    gather: GatherCalls
 
 
-class RelayRuntime(_Base, Protocol):
-    """What ``relay.Relay`` uses of the runtime: links, listeners and the loop."""
+@dataclass(frozen=True, slots=True)
+class RelayCalls:
+    """What ``relay.Relay`` calls: the links' dialling, the listeners' relay ports."""
 
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def transport(self) -> Any: ...  # _transport.Transport: its inproc registry
-
-    @property
-    def tcp_advertise(self) -> str | None: ...
-
-    @property
-    def call_soon(self) -> Callable[..., None]: ...
-
-    @property
-    def dial(self) -> Callable[..., Any]: ...
-
-    @property
-    def _dialing(self) -> Callable[..., Any]: ...
-
-    @property
-    def _on_conn_closed(self) -> Callable[..., Any]: ...
-
-    @property
-    def accept_relayed(self) -> Callable[..., Any]: ...
-
-    @property
-    def advertise_via(self) -> Callable[[str], None]: ...
-
-    @property
-    def open_relay_port(self) -> Callable[..., Any]: ...
-
-    @property
-    def close_relay_port(self) -> Callable[..., None]: ...
-
-    @property
-    def peer_lost(self) -> Callable[..., None]: ...
-
-    @property
-    def notify_room(self) -> Callable[..., None]: ...
+    loop: asyncio.AbstractEventLoop
+    me: Callable[[], ProcId]
+    host: str  # this host's token
+    inproc: Network  # the in-process listeners of this runtime's transport
+    tcp_advertise: Callable[[], str | None]  # where other hosts reach us (None: no TCP)
+    call_soon: Callable[..., None]  # run on the I/O thread
+    register: Callable[[Kind, Handler], None]
+    # These three take a relayed connection too (an in-process one: no Connection).
+    dispatch: Callable[[Any, Frame], None]
+    dial: Callable[[str, Callable[[Connection, Frame], None]], Connection]
+    dialing: Callable[[_Peer, Any, tuple[Any, ...]], None]  # a dial awaits WELCOME
+    conn_closed: Callable[[Any, BaseException | None], None]
+    accept_relayed: Callable[[Any], None]
+    advertise_via: Callable[[str], None]  # be reached through the gateway from now on
+    open_relay_port: Callable[[Callable[[Connection, Frame], None]], tuple[socket.socket, str]]
+    close_relay_port: Callable[[socket.socket], None]
+    peer_lost: Callable[[str, str], None]
+    notify_room: Callable[[], None]

@@ -32,8 +32,8 @@ __all__ = ["Gate", "GateHost", "frame_bytes"]
 
 
 class GateHost(Protocol):
-    """What a gate needs of its runtime: pausing and resuming connections
-    (``Backpressure.pause_delivering`` and ``resume_reading``)."""
+    """What a gate needs of its runtime's backpressure (``backpressure.Backpressure``):
+    pausing and resuming connections."""
 
     def pause_delivering(self, gate: Gate) -> Any: ...
 
@@ -56,10 +56,10 @@ class Gate:
     ``exempt()`` may have turned true.
     """
 
-    __slots__ = ("_exempt", "_lock", "_paused", "bytes", "high", "low", "rt")
+    __slots__ = ("_exempt", "_lock", "_paused", "bytes", "flow", "high", "low")
 
-    def __init__(self, rt: GateHost, exempt: Callable[[], bool], *, high: str, low: str) -> None:
-        self.rt = rt
+    def __init__(self, flow: GateHost, exempt: Callable[[], bool], *, high: str, low: str) -> None:
+        self.flow = flow  # the runtime's backpressure: pauses and resumes connections
         self._exempt = exempt
         self.high: int = config.get(high)
         self.low: int = config.get(low)
@@ -73,7 +73,7 @@ class Gate:
             self.bytes += n
             if self.bytes <= self.high or self.high <= 0 or self._exempt():
                 return
-            conn = self.rt.pause_delivering(self)
+            conn = self.flow.pause_delivering(self)
             if conn is None:
                 return
             self._paused.append(conn)
@@ -84,7 +84,7 @@ class Gate:
             if not self._exempt():
                 return
             conns, self._paused = self._paused, []
-        self.rt.resume_reading(conns, self)
+        self.flow.resume_reading(conns, self)
 
     def taken(self, n: int) -> None:
         """The consumer took ``n`` bytes (any thread)."""
@@ -93,7 +93,7 @@ class Gate:
             if not self._paused or self.bytes > self.low:
                 return
             conns, self._paused = self._paused, []
-        self.rt.resume_reading(conns, self)
+        self.flow.resume_reading(conns, self)
 
     def exempt_changed(self) -> None:
         """The consumer may have started waiting: let go of what this gate paused."""
@@ -101,7 +101,7 @@ class Gate:
             if not self._paused or not self._exempt():
                 return
             conns, self._paused = self._paused, []
-        self.rt.resume_reading(conns, self)
+        self.flow.resume_reading(conns, self)
 
     def close(self) -> None:
         """The consumer is gone: read on (what arrives now is refused, not queued)."""
@@ -109,7 +109,7 @@ class Gate:
             conns, self._paused = self._paused, []
             self.high = 0
         if conns:
-            self.rt.resume_reading(conns, self)
+            self.flow.resume_reading(conns, self)
 
     @property
     def holding(self) -> bool:

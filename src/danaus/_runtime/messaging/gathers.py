@@ -2,15 +2,16 @@
 its own actor's reply) and passes the replies on, up to the parent (a node's) or to
 the caller (the root's, `RootGather`).
 
-A gather reaches the node through the narrow `GatherRuntime` (open a port,
-watch a proc, send), which the runtime satisfies; the tree router hands itself as
-the `GatherRouter` holding it and the counters.
+A gather calls only what `GatherCalls` holds (open a port, watch a proc, send),
+which the runtime hands the tree router; the router hands itself as the
+`GatherRouter` holding those calls and the counters.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._errors import SupervisionError
@@ -24,28 +25,18 @@ from .gather_body import Entry, encode_entries
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-__all__ = ["GatherBase", "GatherRouter", "GatherRuntime", "NodeGather", "RootGather"]
+__all__ = ["GatherBase", "GatherCalls", "GatherRouter", "NodeGather", "RootGather"]
 
 
-class GatherRuntime(Protocol):
-    """What a gather needs of the node's runtime."""
+@dataclass(frozen=True, slots=True)
+class GatherCalls:
+    """What a gather calls: the router's ports, the peers' loss watch, the sender."""
 
-    def open_port(self, handler: Any) -> PortId: ...
-
-    def close_port(self, port: int) -> None: ...
-
-    def watch(self, proc: ProcId, port: int) -> str | None: ...
-
-    def unwatch(self, procs: Iterable[str], port: int) -> None: ...
-
-    def send(
-        self,
-        proc: ProcId,
-        header: tuple[Any, ...],
-        body: bytes | memoryview = b"",
-        buffers: Sequence[Any] = (),
-        on_fail: Callable[[str], None] | None = None,
-    ) -> None: ...
+    open_port: Callable[[Any], PortId]
+    close_port: Callable[[int], None]
+    watch: Callable[[ProcId, int], str | None]  # returns the reason if lost already
+    unwatch: Callable[[Iterable[str], int], None]
+    send: Callable[..., None]
 
 
 class _GatherStats(Protocol):
@@ -53,10 +44,10 @@ class _GatherStats(Protocol):
 
 
 class GatherRouter(Protocol):
-    """What a gather needs of the tree router: the runtime and the counters."""
+    """What a gather needs of the tree router: the calls it hands on and the counters."""
 
     @property
-    def rt(self) -> GatherRuntime: ...
+    def gather(self) -> GatherCalls: ...
 
     @property
     def stats(self) -> _GatherStats: ...
@@ -71,7 +62,7 @@ class GatherBase:
 
     def __init__(self, router: GatherRouter, selection: Selection, expected: int) -> None:
         self.router = router
-        self.rt = router.rt
+        self.calls = router.gather
         self.selection = selection
         self.expected = expected  # answers still due: subtrees, plus the local reply
         self._children: dict[int, tuple[int, str]] = {}  # child lo -> (hi, proc name)
@@ -82,12 +73,12 @@ class GatherBase:
         self._lock = threading.Lock()
         self._armed = False
         self._done = False
-        self.port: PortId | None = self.rt.open_port(self)
+        self.port: PortId | None = self.calls.open_port(self)
 
     def expect_child(self, lo: int, hi: int, proc: ProcId) -> str | None:
         """Wait for subtree ``[lo, hi)`` of ``proc``; returns why if ``proc`` is lost already."""
         assert self.port is not None
-        reason = self.rt.watch(proc, self.port.port)
+        reason = self.calls.watch(proc, self.port.port)
         if reason is not None:
             return reason
         with self._lock:
@@ -182,8 +173,8 @@ class GatherBase:
 
     def _close(self) -> None:
         if self.port is not None:
-            self.rt.close_port(self.port.port)
-            self.rt.unwatch(self._watched, self.port.port)
+            self.calls.close_port(self.port.port)
+            self.calls.unwatch(self._watched, self.port.port)
 
     def _lost(self, lo: int, hi: int, why: str) -> None:
         raise NotImplementedError
@@ -236,7 +227,7 @@ class NodeGather(GatherBase):
         self.router.stats.gathers_out += 1
         count = len(entries) + len(slots)
         # If the parent is gone, its own parent fails this subtree: nothing to do here.
-        self.rt.send(h.port.proc, Gather(h.port.port, h.lo, count), body, bufs, _ignore)
+        self.calls.send(h.port.proc, Gather(h.port.port, h.lo, count), body, bufs, _ignore)
 
 
 class RootGather(GatherBase):

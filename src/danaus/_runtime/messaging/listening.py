@@ -47,10 +47,11 @@ class Listeners:
     """Where this proc listens, and the accepting of connections (see the module).
 
     ``name``: the proc's name; ``unix``: its Unix (or ``inproc:``) address entry;
-    ``secret()``/``insecure()``: the runtime's job secret and whether it may listen
-    on TCP without one; ``accepted(conn)``: a new connection to keep (the runtime's
-    links); ``dispatch``/``on_closed``: where a connection's frames and its close
-    go; ``call_on_loop(fn)``: run ``fn`` on the I/O thread; ``closed()``: the
+    ``secret``/``insecure``: the job secret and whether it may listen on TCP
+    without one (the runtime's ``set_secret()``/``allow_insecure()`` change
+    them); ``accepted(conn)``: a new connection to keep (the runtime's links);
+    ``dispatch``/``on_closed``: where a connection's frames and its close go;
+    ``call_on_loop(fn)``: run ``fn`` on the I/O thread; ``closed()``: the
     runtime has closed.
     """
 
@@ -62,8 +63,8 @@ class Listeners:
         network: inproc.Network,
         batching: Batching,
         *,
-        secret: Callable[[], bytes | None],
-        insecure: Callable[[], bool],
+        secret: bytes | None,
+        insecure: bool,
         accepted: Callable[[Connection], None],
         dispatch: Callable[[Connection, Frame], None],
         on_closed: Callable[[Connection, BaseException | None], None],
@@ -75,8 +76,10 @@ class Listeners:
         self.unix = unix
         self._network = network
         self._batching = batching
-        self._secret = secret
-        self._insecure = insecure
+        # The job secret TCP peers must prove they hold (None: none yet; the runtime's
+        # set_secret() changes it), and whether TCP without one is allowed.
+        self.secret = secret
+        self.insecure = insecure
         self._accepted = accepted
         self._dispatch = dispatch
         self._on_closed = on_closed
@@ -116,7 +119,7 @@ class Listeners:
         (unless insecure)."""
         if self._tcp is not None:
             return f"tcp://{self.advertised}", False
-        if self._secret() is None and not self._insecure():
+        if self.secret is None and not self.insecure:
             raise RuntimeError(
                 f"proc {self.name} refuses to listen on TCP ({bind}) without a job "
                 "secret: anyone who reaches the port could run code in it. Set DANAUS_SECRET "
@@ -199,7 +202,7 @@ class Listeners:
             self._backoff = 0.0
             if tcp:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            secret = self._secret()
+            secret = self.secret
             hs = Handshake(secret, "server") if tcp and secret is not None else None
             try:
                 conn = Connection(

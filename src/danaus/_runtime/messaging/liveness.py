@@ -175,6 +175,18 @@ def peer_pid(sock: socket.socket) -> int | None:
     return pid if pid > 0 else None
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists, as ``kill(pid, 0)`` tells: one of another user
+    counts, and so does a zombie (see ``ProcView`` for what ``/proc`` says of it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass(frozen=True)
 class ProcView:
     """What the kernel says of a local process right now."""

@@ -22,7 +22,16 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["BOUNDS", "RATIO", "EndpointStats", "MessageRow", "Recent", "Tracer", "percentile"]
+__all__ = [
+    "BOUNDS",
+    "RATIO",
+    "EndpointStats",
+    "MessageRow",
+    "Observing",
+    "Recent",
+    "Tracer",
+    "percentile",
+]
 
 #: How much wider each latency bucket is than the one before: 2^(1/8), about 9 %, so a
 #: quantile interpolated anywhere within its bucket (as Prometheus's
@@ -296,3 +305,14 @@ def _items(ring: collections.deque[Any]) -> list[Any]:
         except RuntimeError:  # "deque mutated during iteration"
             continue
     return []
+
+
+class Observing:
+    """What one runtime records of itself (``rt.observing``): whether endpoint metrics
+    are on, the recent rings ``danaus.telemetry.query`` reads (with metrics), and the
+    sections other layers add to this proc's STATS snapshot (name -> plain data)."""
+
+    def __init__(self, metrics: bool, ring_size: int, messages_per_s: int) -> None:
+        self.metrics = metrics
+        self.recent: Recent | None = Recent(ring_size, messages_per_s) if metrics else None
+        self.observers: dict[str, Callable[[], Any]] = {}

@@ -60,7 +60,7 @@ from ..._wire.protocol import (
     decode_header,
     wire,
 )
-from .faces import OffloadRuntime
+from .faces import OffloadCalls
 from .offload_memory import Held, Slot, bucket, copy_into, own, size_of
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ _SHARED = hasattr(os, "memfd_create") and hasattr(mmap, "MAP_SHARED")
 class Offloader:
     """The offload state of one runtime."""
 
-    def __init__(self, rt: OffloadRuntime) -> None:
-        self.rt = rt
+    def __init__(self, calls: OffloadCalls) -> None:
+        self.calls = calls
         self.min = config.get("offload_min")  # bytes; 0 disables
         self.enabled = self.min > 0 and vm.available()
         self.ok_peers: set[str] = set()  # peers that can read our memory
@@ -122,11 +122,11 @@ class Offloader:
         self._readers: concurrent.futures.ThreadPoolExecutor | None = None  # parts of big reads
         self.copied_off_loop = 0  # bytes the copier thread read out of senders (a statistic)
         self._probe_addr: int | None = None  # where _PROBE is (hello_extra finds it on first use)
-        rt.register(Kind.OFFLOAD, self._on_offload)
-        rt.register(Kind.OFFLOAD_OK, self._on_ok)
-        rt.register(Kind.RELEASE, self._on_release)
-        rt.register(Kind.RETURN, self._on_return)
-        rt.lost_callbacks.append(self._on_lost)
+        calls.register(Kind.OFFLOAD, self._on_offload)
+        calls.register(Kind.OFFLOAD_OK, self._on_ok)
+        calls.register(Kind.RELEASE, self._on_release)
+        calls.register(Kind.RETURN, self._on_return)
+        calls.on_peer_lost(self._on_lost)
 
     def hello_extra(self) -> tuple[Any, ...]:
         if not self.enabled:
@@ -149,7 +149,7 @@ class Offloader:
         except OSError:
             return  # not allowed (ptrace rules): the socket carries everything
         if buf == _PROBE:
-            self.rt.send(conn.peer, OffloadOk(self.rt.proc_id.name), on_fail=lambda r: None)
+            self.calls.send(conn.peer, OffloadOk(self.calls.me().name), on_fail=lambda r: None)
 
     def _on_ok(self, conn: Connection, msg: Message) -> None:
         self.ok_peers.add(msg.header.name)
@@ -359,7 +359,7 @@ class Offloader:
         if held is not None:
             if held.on_left is not None:
                 held.on_left()
-            self.rt.notify_room()
+            self.calls.notify_room()
 
     def _on_lost(self, name: str, reason: str) -> None:
         with self._lock:
@@ -427,7 +427,9 @@ class Offloader:
         # may reuse them at once (else it would count them lent until we are lost).
         copied = [d[4] for d in descs if len(d) >= 5 and d[4] not in mapped]
         try:
-            self.rt.loop.call_soon_threadsafe(self._copied, conn, msg, hold, buffers, error, copied)
+            self.calls.loop.call_soon_threadsafe(
+                self._copied, conn, msg, hold, buffers, error, copied
+            )
         except RuntimeError:  # the loop is closed: the runtime is gone
             return False
         return True
@@ -486,7 +488,7 @@ class Offloader:
         thread just emptied the queue (drops are of large buffers: few)."""
         self._returns.append((peer, uid))
         try:
-            self.rt.loop.call_soon_threadsafe(self._send_returns)
+            self.calls.loop.call_soon_threadsafe(self._send_returns)
         except RuntimeError:  # the loop is closed: the runtime is gone
             pass
 
@@ -496,7 +498,7 @@ class Offloader:
             peer, uid = self._returns.popleft()
             by_peer.setdefault(peer, []).append(uid)
         for peer, uids in by_peer.items():
-            self.rt.send(peer, Return(tuple(uids)), on_fail=lambda r: None)
+            self.calls.send(peer, Return(tuple(uids)), on_fail=lambda r: None)
 
     def _copied(
         self,
@@ -511,13 +513,13 @@ class Offloader:
         token, _descs, inner = msg.header
         try:
             if conn.peer is not None:
-                self.rt.send(conn.peer, Release(token), on_fail=lambda r: None)
+                self.calls.send(conn.peer, Release(token), on_fail=lambda r: None)
                 if copied:
-                    self.rt.send(conn.peer, Return(tuple(copied)), on_fail=lambda r: None)
+                    self.calls.send(conn.peer, Return(tuple(copied)), on_fail=lambda r: None)
             if error is not None:
                 self._undelivered(conn, inner, error)
             elif not conn.closed:
-                self.rt._dispatch(conn, Frame(inner, msg.body, buffers))
+                self.calls.dispatch(conn, Frame(inner, msg.body, buffers))
         finally:
             conn.resume(hold)
 
@@ -529,9 +531,9 @@ class Offloader:
         except Exception:  # not a header we can answer: the error above is all there is
             return
         if kind == Kind.CALL and header.port is not None:
-            self.rt.undeliverable(header.port, header.slot, reason)
+            self.calls.undeliverable(header.port, header.slot, reason)
         elif kind == Kind.REPLY:
-            handler = self.rt.ports.get(header.port)
+            handler = self.calls.port(header.port)
             if handler is not None:
                 body, _ = codec.dumps(
                     SupervisionError(f"a reply was lost: {reason}", reason=reason)
@@ -539,4 +541,4 @@ class Offloader:
                 lost = Reply(header.port, header.slot, STATUS_ERROR)
                 handler.deliver(Message(Kind.REPLY, lost, memoryview(body), []))
             elif header.sender is not None:
-                self.rt.bounce(header.sender, f"port {header.port}", reason)
+                self.calls.bounce(header.sender, f"port {header.port}", reason)

@@ -1,6 +1,6 @@
 """The peers of a runtime: procs it waits for, talks to, and has lost.
 
-A mixin of `Runtime`. A peer is *pending*
+A part of `Runtime` (``rt.peers``). A peer is *pending*
 from ``expect()`` (we spawned it) until its READY; *lost* from ``peer_lost()``
 on, for good (proc names are never reused, except the agent/client pair of a
 re-attach, which ``forget_peer`` resets). Losing a peer tells, at once,
@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..._wire.ids import ProcId
@@ -41,7 +41,6 @@ class _Peer:
 
     __slots__ = (
         "boot_error",
-        "calls",
         "conn",
         "dialing",
         "link",
@@ -74,8 +73,6 @@ class _Peer:
         self.ready_cbs: list[Callable[[str | None], None]] = []
         # What its READY said went wrong at boot, for a ``when_ready`` that comes after it.
         self.boot_error: str | None = None
-        # Ports of calls to one actor of this proc (``watch_call``): no lock, see there.
-        self.calls: set[int] = set()
 
 
 def _discard(_: object) -> None:
@@ -83,39 +80,56 @@ def _discard(_: object) -> None:
 
 
 class PeerTable:
-    """Peer bookkeeping (mixed into ``Runtime``)."""
+    """The peers of one runtime: what it knows of each proc, and who waits on which.
 
-    loop: asyncio.AbstractEventLoop
-    proc_id: ProcId
-    ports: dict[int, Any]
-    lost_callbacks: list[Callable[[str, str], None]]
-    exited: dict[str, str]
-    _lock: threading.RLock
-    _peers: dict[str, _Peer]
-    _spares: dict[str, Connection]
-    _watchers: dict[str, set[int]]
-    _exit_waiters: dict[str, list[Callable[[str], None]]]
-    _lost_waiters: dict[str, list[Callable[[str], None]]]
-    notify_room: Callable[[], None]  # wakes senders held back (the runtime's backpressure)
+    A part the runtime builds and hands the callables it needs: ``call_soon``
+    (the I/O thread), ``connect`` / ``publish`` / ``adopt`` (the links: dial a
+    peer, let queued frames go on its connection, take a connection it
+    dialled), ``port`` (a local port's handler, told of losses it watches),
+    ``notify_room`` (backpressure: senders held back by a lost peer give up).
+    The links and the sender share ``table`` and ``lock`` with it.
+    """
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        raise NotImplementedError
-
-    def _connect(self, peer: _Peer) -> None:
-        raise NotImplementedError
-
-    def _publish(self, peer: _Peer) -> None:
-        raise NotImplementedError
-
-    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        me: Callable[[], ProcId],
+        call_soon: Callable[..., None],
+        connect: Callable[[_Peer], None],
+        publish: Callable[[_Peer], None],
+        adopt: Callable[[_Peer, Connection, bool], None],
+        port: Callable[[int], Any],
+        open_ports: Callable[[], list[tuple[int, Any]]],
+        notify_room: Callable[[], None],
+    ) -> None:
+        self.loop = loop
+        self._me = me
+        self.call_soon = call_soon
+        self._connect = connect
+        self._publish = publish
+        self._adopt = adopt
+        self._port = port
+        self._open_ports = open_ports
+        self.notify_room = notify_room
+        self.table: dict[str, _Peer] = {}  # proc name -> what we know of it
+        self.spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
+        # Guards the peer table (table and each _Peer's connections, queue and state),
+        # _watchers, spares, exited and the exit/loss waiters.
+        self.lock = threading.RLock()
+        self._watchers: dict[str, set[int]] = {}
+        # Called with (name, reason) for every peer lost (other layers add theirs).
+        self.lost_callbacks: list[Callable[[str, str], None]] = []
+        self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
+        self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
+        self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
 
     # -- peers: expected, ready, lost ----------------------------------------
 
     def expect(self, proc: ProcId, on_ready: Callable[[str | None], None] | None = None) -> None:
         """Declare a proc being spawned for us: frames to it wait for its READY."""
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+        with self.lock:
+            peer = self.table.setdefault(proc.name, _Peer(proc, pending=True))
             if on_ready is not None:
                 peer.ready_cbs.append(on_ready)
 
@@ -123,18 +137,19 @@ class PeerTable:
         """``cb(None)`` once ``proc`` is up, ``cb(error)`` if its READY reported a boot
         error, or ``cb(reason)`` if it is lost first; at once when that is known already
         (a READY may come before the spawner asks)."""
-        with self._lock:
-            peer = self._peers.get(proc.name)
+        with self.lock:
+            peer = self.table.get(proc.name)
             if peer is not None and peer.pending and peer.lost is None:
                 peer.ready_cbs.append(cb)
                 return
             reason = None if peer is None else peer.lost or peer.boot_error
         cb(reason)
 
-    def _on_ready(self, conn: Connection, msg: Message) -> None:
+    def on_ready(self, conn: Connection, msg: Message) -> None:
+        """A READY frame: a proc we expect is up (or failed to boot)."""
         proc, error = msg.header
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=True))
+        with self.lock:
+            peer = self.table.setdefault(proc.name, _Peer(proc, pending=True))
             peer.proc = proc  # its real address (a remote proc picks its TCP port at boot)
             cbs, peer.ready_cbs = peer.ready_cbs, []
             peer.pending = False
@@ -148,9 +163,10 @@ class PeerTable:
         for cb in cbs:
             cb(error)
 
-    def _on_lost_report(self, conn: Connection, msg: Message) -> None:
+    def on_lost_report(self, conn: Connection, msg: Message) -> None:
+        """A LOST frame: the host agent saw a proc exit."""
         name, reason = msg.header
-        with self._lock:
+        with self.lock:
             self.exited[name] = reason
             waiters = self._exit_waiters.pop(name, [])
         self.peer_lost(name, reason)
@@ -166,7 +182,7 @@ class PeerTable:
         done = [False]
 
         def once(how: str) -> None:
-            with self._lock:
+            with self.lock:
                 if done[0]:
                     return
                 done[0] = True
@@ -180,9 +196,9 @@ class PeerTable:
         def after_loss(reason: str) -> None:
             _discard(self.loop.call_later(grace, once, reason))
 
-        with self._lock:
+        with self.lock:
             how = self.exited.get(name)
-            lost = self._peers[name].lost if name in self._peers else None
+            lost = self.table[name].lost if name in self.table else None
             if how is None:
                 self._exit_waiters.setdefault(name, []).append(once)
                 if lost is None:
@@ -193,8 +209,8 @@ class PeerTable:
             self.call_soon(after_loss, lost)
 
     def mark_stopping(self, proc: ProcId) -> None:
-        with self._lock:
-            peer = self._peers.setdefault(proc.name, _Peer(proc, pending=False))
+        with self.lock:
+            peer = self.table.setdefault(proc.name, _Peer(proc, pending=False))
             peer.stopping = True
 
     def forget_peer(self, name: str) -> None:
@@ -203,12 +219,12 @@ class PeerTable:
         Only for peers whose name is reused on purpose (a worker agent and its
         client across a healed partition); procs never reuse names.
         """
-        with self._lock:
-            peer = self._peers.pop(name, None)
+        with self.lock:
+            peer = self.table.pop(name, None)
             self.exited.pop(name, None)
             self._watchers.pop(name, None)
             self._lost_waiters.pop(name, None)
-            spare = self._spares.pop(name, None)
+            spare = self.spares.pop(name, None)
         if peer is not None:
             for conn in (peer.link, peer.dialing, peer.waiting):
                 if conn is not None and not conn.closed and conn is not spare:
@@ -217,73 +233,78 @@ class PeerTable:
             # It dialled us again while we held it lost (that connection was
             # welcomed but left unused): now that it is back, that is our connection.
             fresh = _Peer(spare.peer, pending=False)
-            with self._lock:
-                self._peers[name] = fresh
-            self._adopt(fresh, spare, welcome=False)  # welcomed when it dialled
+            with self.lock:
+                self.table[name] = fresh
+            self._adopt(fresh, spare, False)  # welcomed when it dialled
 
     def learn(self, proc: ProcId) -> None:
         """Use ``proc``'s address (a better one than it advertises) from now on."""
-        with self._lock:
-            peer = self._peers.get(proc.name)
+        with self.lock:
+            peer = self.table.get(proc.name)
             if peer is None:
-                self._peers[proc.name] = _Peer(proc, pending=False)
+                self.table[proc.name] = _Peer(proc, pending=False)
             else:
                 peer.proc = proc
 
     def resolve(self, proc: ProcId) -> ProcId:
         """``proc`` with the freshest address known here (procs report theirs when READY)."""
-        if proc.name == self.proc_id.name:
-            return self.proc_id
-        peer = self._peers.get(proc.name)
+        me = self._me()
+        if proc.name == me.name:
+            return me
+        peer = self.table.get(proc.name)
         return peer.proc if peer is not None else proc
 
     def is_pending(self, name: str) -> bool:
         """True while proc ``name`` was spawned for us and has not said READY (nor been lost)."""
-        peer = self._peers.get(name)
+        peer = self.table.get(name)
         return peer is not None and peer.pending and peer.lost is None
 
     def spawned_here(self, name: str) -> bool:
         """True if proc ``name`` was spawned for us (its host agent reports its exit to us)."""
-        peer = self._peers.get(name)
+        peer = self.table.get(name)
         return peer is not None and peer.spawned
 
     def is_stopping(self, name: str) -> bool:
         """True once we asked proc ``name`` to stop (its loss is then no failure)."""
-        peer = self._peers.get(name)
+        peer = self.table.get(name)
         return peer is not None and peer.stopping
 
-    def watch_call(self, proc: ProcId, port: int) -> str | None:
-        """``watch(proc, port)`` for one call, without the lock (any thread).
+    def unwatch(self, procs: Iterable[str], port: int) -> None:
+        """Stop telling ``port`` about the loss of ``procs`` (names)."""
+        with self.lock:
+            for name in procs:
+                ports = self._watchers.get(name)
+                if ports is not None:
+                    ports.discard(port)
+                    if not ports:
+                        del self._watchers[name]
 
-        The port goes into the peer's ``calls`` set, then ``lost`` is read:
-        ``peer_lost`` sets ``lost`` before it copies the set, so a port added
-        after that copy sees ``lost`` here, and one added before it is in the
-        copy (it may hear of the loss both ways; its handler takes the first).
-        Undo with ``unwatch_call``.
-        """
-        peer = self._peers.get(proc.name)
-        if peer is None:
-            with self._lock:
-                peer = self._peers.get(proc.name)
+    def watch(self, proc: ProcId, port: int) -> str | None:
+        """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
+        return self.watch_all((proc,), port).get(proc.name)
+
+    def watch_all(self, procs: Iterable[ProcId], port: int) -> dict[str, str]:
+        """`watch` of each of ``procs`` (under one lock); the reasons of those lost already."""
+        lost: dict[str, str] = {}
+        with self.lock:
+            for proc in procs:
+                peer = self.table.get(proc.name)
                 if peer is None:
-                    peer = self._peers[proc.name] = _Peer(proc, pending=False)
-        peer.calls.add(port)
-        return peer.lost
-
-    def unwatch_call(self, proc: ProcId, port: int) -> None:
-        """Undo ``watch_call`` (any thread; set.discard is atomic)."""
-        peer = self._peers.get(proc.name)
-        if peer is not None:
-            peer.calls.discard(port)
+                    peer = self.table[proc.name] = _Peer(proc, pending=False)
+                if peer.lost is not None:
+                    lost[proc.name] = peer.lost
+                else:
+                    self._watchers.setdefault(proc.name, set()).add(port)
+        return lost
 
     def is_lost(self, name: str) -> str | None:
-        peer = self._peers.get(name)
+        peer = self.table.get(name)
         return peer.lost if peer is not None else None
 
     def peer_lost(self, name: str, reason: str) -> None:
         """Declare proc ``name`` lost (I/O thread): fail everything that waits on it."""
-        with self._lock:
-            peer = self._peers.get(name)
+        with self.lock:
+            peer = self.table.get(name)
             if peer is None:
                 return  # never talked to it: nothing waits on it
             if peer.lost is not None:
@@ -294,12 +315,14 @@ class PeerTable:
             cbs, peer.ready_cbs = peer.ready_cbs, []
             conns = [peer.link, peer.dialing, peer.waiting]
             watchers = self._watchers.pop(name, set())
-        # After ``lost`` is set: a call watched from now on sees it (``watch_call``).
-        # (Copying a set of ints runs no Python code: whole under the GIL.)
-        watchers |= peer.calls.copy()
         for conn in conns:
             if conn is not None and not conn.closed:
                 conn.close()
+        # The ports of calls to one actor of this proc (a handler whose ``lost_with``
+        # names it: ``OneCall``) are found now, not registered per call. A port opened
+        # after this look sends after the connections closed and ``lost`` was set: its
+        # send fails, and that fails it. (Copying the table runs no Python code.)
+        watchers |= {p for p, h in self._open_ports() if getattr(h, "lost_with", "") == name}
         self.notify_room()  # senders held back by this peer's backlog give up
         # Every waiter is told, even if telling one of them fails.
         calls: list[Callable[[], Any]] = []
@@ -307,7 +330,7 @@ class PeerTable:
         calls += [functools.partial(f, reason) for _, f, _ in queued if f is not None]
         calls += [functools.partial(cb, reason) for cb in cbs]
         for port in watchers:
-            handler = self.ports.get(port)
+            handler = self._port(port)
             if handler is not None:
                 calls.append(functools.partial(handler.peer_lost, name, reason))
         calls += [functools.partial(cb, name, reason) for cb in list(self.lost_callbacks)]

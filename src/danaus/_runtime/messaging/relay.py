@@ -1,6 +1,6 @@
 """Relaying through a gateway: a client that the procs cannot reach (``attach``).
 
-A part of `Runtime` (``rt.relay``),
+A part of `Runtime` (``calls.relay``),
 in two roles. A client that called ``attach(addr)`` dials the worker at
 ``addr`` and sends ``GATEWAY`` instead of ``HELLO``; the worker, now its
 *gateway*, opens a relay port for it and answers ``GATEWAY_OK`` with that
@@ -56,7 +56,7 @@ from ..._wire.protocol import (
     decode,
     wire,
 )
-from .faces import RelayRuntime
+from .faces import RelayCalls
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -96,7 +96,7 @@ class RelayedConnection(InprocConnection):
     """
 
     def __init__(self, relay: Relay, side: _Side, chan: int) -> None:
-        super().__init__(relay.rt.loop)
+        super().__init__(relay.calls.loop)
         self._relay = relay
         self._side = side
         self.chan = chan
@@ -150,8 +150,8 @@ class RelayedConnection(InprocConnection):
 class Relay:
     """This runtime's gateway connections and the connections relayed through them."""
 
-    def __init__(self, rt: RelayRuntime) -> None:
-        self.rt = rt
+    def __init__(self, calls: RelayCalls) -> None:
+        self.calls = calls
         self.sides: dict[Any, _Side] = {}  # gateway connection -> its side (either role)
         self.pipes: dict[Any, tuple[_Side, int]] = {}  # a real relayed connection -> where
         self.via: str | None = None  # client: "via:tcp://..." once attached
@@ -159,12 +159,13 @@ class Relay:
         self.lost: str | None = None  # client: why the gateway connection closed
         # client, while attach() waits: (side, outcome list, event)
         self._attaching: tuple[_Side, list[str | None], threading.Event] | None = None
-        rt.register(Kind.GATEWAY, self._on_gateway)
-        rt.register(Kind.GATEWAY_OK, self._on_gateway_ok)
-        rt.register(Kind.OPEN, self._on_open)
-        rt.register(Kind.RELAYED, self._on_relayed)
-        rt.register(Kind.SHUT, self._on_shut)
-        rt.register(Kind.ROUTE, self._on_stray_route)
+        calls.register(Kind.GATEWAY, self._on_gateway)
+        calls.register(Kind.GATEWAY_OK, self._on_gateway_ok)
+        on_side = self._on_side_frame  # each handler gets the gateway connection's side
+        calls.register(Kind.OPEN, functools.partial(on_side, self._on_open))
+        calls.register(Kind.RELAYED, functools.partial(on_side, self._on_relayed))
+        calls.register(Kind.SHUT, functools.partial(on_side, self._on_shut))
+        calls.register(Kind.ROUTE, self._on_stray_route)
 
     # -- the client ------------------------------------------------------------
 
@@ -180,9 +181,9 @@ class Relay:
         conns: list[Connection] = []
 
         def start() -> None:
-            rt = self.rt
+            calls = self.calls
             try:
-                conn = rt.dial(addr, rt._dispatch)
+                conn = calls.dial(addr, calls.dispatch)
             except Exception as e:
                 outcome.append(f"cannot connect to {addr}: {e}")
                 done.set()
@@ -191,13 +192,13 @@ class Relay:
             side = _Side(conn, 2)
             self.sides[conn] = side
             self._attaching = (side, outcome, done)
-            conn.on_drained = rt.notify_room
+            conn.on_drained = calls.notify_room
             try:
-                conn.send(encode_frame(wire(Gateway(rt.proc_id, PROTOCOL_VERSION))))
+                conn.send(encode_frame(wire(Gateway(calls.me(), PROTOCOL_VERSION))))
             except Exception:
                 log.debug("the gateway connection to %s closed at once", addr, exc_info=True)
 
-        self.rt.call_soon(start)
+        self.calls.call_soon(start)
         if not done.wait(timeout):
 
             def give_up() -> None:  # on the I/O thread, so it cannot cross GATEWAY_OK
@@ -210,7 +211,7 @@ class Relay:
                     conn.fail_now(f"no answer within {timeout:g} s")
                 done.set()
 
-            self.rt.call_soon(give_up)
+            self.calls.call_soon(give_up)
             if not done.wait(timeout):  # the I/O thread itself is stuck
                 outcome.append(f"the worker did not answer within {timeout:g} s")
         if outcome and outcome[0] is not None:
@@ -228,60 +229,62 @@ class Relay:
         self._attaching = None
         self.gateway = side
         self.via = "via:" + msg.header.relay
-        self.rt.advertise_via(self.via)
+        self.calls.advertise_via(self.via)
         attaching[1].append(None)
         attaching[2].set()
 
     def dial(self, peer: _Peer) -> None:
         """Open a relayed connection to ``peer`` and say HELLO on it (client)."""
-        rt = self.rt
+        calls = self.calls
         side = self.gateway
         name = peer.proc.name
         if side is None or side.ctl.closed:
-            rt.peer_lost(name, f"cannot connect to proc {name}: the gateway is lost: {self.lost}")
+            calls.peer_lost(
+                name, f"cannot connect to proc {name}: the gateway is lost: {self.lost}"
+            )
             return
         chan = next(side.chans)
         conn = RelayedConnection(self, side, chan)
-        conn.bind(rt._dispatch, rt._on_conn_closed)
+        conn.bind(calls.dispatch, calls.conn_closed)
         side.ends[chan] = conn
         try:
             side.ctl.send(encode_frame(wire(Open(chan, peer.proc))))
         except Exception as e:
             side.ends.pop(chan, None)
-            rt.peer_lost(name, f"cannot connect to proc {name}: the gateway is lost: {e}")
+            calls.peer_lost(name, f"cannot connect to proc {name}: the gateway is lost: {e}")
             return
-        rt._dialing(peer, conn, ())
+        calls.dialing(peer, conn, ())
 
     # -- the gateway -------------------------------------------------------------
 
     def _on_gateway(self, conn: Connection, msg: Message) -> None:
         """A client asks this worker to be its gateway."""
         proc, version = msg.header
-        rt = self.rt
+        calls = self.calls
         reason = None
         if version != PROTOCOL_VERSION:
             reason = (
-                f"proc {rt.proc_id.name} speaks danaus protocol version {PROTOCOL_VERSION} "
+                f"proc {calls.me().name} speaks danaus protocol version {PROTOCOL_VERSION} "
                 f"but client {proc.name} speaks version {version}: run the same danaus "
                 "release on every host"
             )
-        elif not conn.tcp or rt.tcp_advertise is None or conn in self.sides or conn.peer:
-            reason = f"proc {rt.proc_id.name} is not a worker listening on TCP: no gateway"
+        elif not conn.tcp or calls.tcp_advertise() is None or conn in self.sides or conn.peer:
+            reason = f"proc {calls.me().name} is not a worker listening on TCP: no gateway"
         if reason is not None:
             conn.send(encode_frame(wire(Refused(reason))))
             conn.flush_and_close()
             return
         side = _Side(conn, 1)
         try:
-            side.listener, relay = rt.open_relay_port(functools.partial(self._routed, side))
+            side.listener, relay = calls.open_relay_port(functools.partial(self._routed, side))
         except OSError as e:
             conn.send(encode_frame(wire(Refused(f"no relay port: {e}"))))
             conn.flush_and_close()
             return
         self.sides[conn] = side
-        conn.on_drained = rt.notify_room
+        conn.on_drained = calls.notify_room
         log.info("gateway for client %s, relay port %s", proc.name, relay)
-        conn.send(encode_frame(wire(GatewayOk(rt.proc_id, relay))))
+        conn.send(encode_frame(wire(GatewayOk(calls.me(), relay))))
 
     def _routed(self, side: _Side, conn: Connection, frame: Frame) -> None:
         """A frame on a connection to the relay port: the first names its target."""
@@ -314,31 +317,33 @@ class Relay:
 
     # -- both roles ------------------------------------------------------------------
 
-    def _side_of(self, conn: Connection, msg: Message) -> _Side | None:
+    def _on_side_frame(
+        self, on_side: Callable[[_Side, Message], None], conn: Connection, msg: Message
+    ) -> None:
+        """A frame only a gateway connection carries (OPEN, RELAYED, SHUT): to
+        ``on_side(side, msg)``; on any other connection, it fails that connection."""
         side = self.sides.get(conn)
         if side is None:
             conn.fail_now(f"{msg.kind.name} on a connection that is no gateway connection")
-        return side
-
-    def _on_open(self, conn: Connection, msg: Message) -> None:
-        """The other end opens relayed connection ``chan`` to ``target``."""
-        side = self._side_of(conn, msg)
-        if side is None:
             return
+        on_side(side, msg)
+
+    def _on_open(self, side: _Side, msg: Message) -> None:
+        """The other end opens relayed connection ``chan`` to ``target``."""
         chan, target = msg.header
-        rt = self.rt
-        if side is self.gateway and target.name == rt.proc_id.name:
+        calls = self.calls
+        if side is self.gateway and target.name == calls.me().name:
             end = RelayedConnection(self, side, chan)  # a proc dialled this client
             side.ends[chan] = end
-            rt.accept_relayed(end)
+            calls.accept_relayed(end)
             return
         try:
-            entry = choose(target.addr, rt.host, rt.transport.inproc)
+            entry = choose(target.addr, calls.host, calls.inproc)
             if side is self.gateway and not entry.startswith("unix:"):
                 raise OSError(f"proc {target.name} is not on this host")
             if entry.startswith("via:"):
                 raise OSError(f"proc {target.name} is reached through a gateway itself")
-            pipe = rt.dial(entry, functools.partial(self._piped, side, chan))
+            pipe = calls.dial(entry, functools.partial(self._piped, side, chan))
         except Exception as e:
             self._shut(side, chan, f"cannot connect to proc {target.name}: {e}")
             return
@@ -355,10 +360,7 @@ class Relay:
         except Exception:
             log.debug("the gateway connection closed under relayed frames", exc_info=True)
 
-    def _on_relayed(self, conn: Connection, msg: Message) -> None:
-        side = self._side_of(conn, msg)
-        if side is None:
-            return
+    def _on_relayed(self, side: _Side, msg: Message) -> None:
         chan, header = msg.header
         end = side.ends.get(chan)
         if end is None:
@@ -371,10 +373,7 @@ class Relay:
         except Exception:
             log.debug("a relayed connection closed under a frame", exc_info=True)
 
-    def _on_shut(self, conn: Connection, msg: Message) -> None:
-        side = self._side_of(conn, msg)
-        if side is None:
-            return
+    def _on_shut(self, side: _Side, msg: Message) -> None:
         chan, reason = msg.header
         end = side.ends.pop(chan, None)
         if type(end) is RelayedConnection:
@@ -426,7 +425,7 @@ class Relay:
         if side is self.gateway:
             self.lost = reason
         if side.listener is not None:
-            self.rt.close_relay_port(side.listener)
+            self.calls.close_relay_port(side.listener)
             side.listener = None
         ends, side.ends = side.ends, {}
         for end in ends.values():
@@ -440,5 +439,5 @@ class Relay:
         """The runtime closes: stop listening on the relay ports (I/O thread)."""
         for side in list(self.sides.values()):
             if side.listener is not None:
-                self.rt.close_relay_port(side.listener)
+                self.calls.close_relay_port(side.listener)
                 side.listener = None

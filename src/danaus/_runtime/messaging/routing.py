@@ -77,6 +77,14 @@ class Router:
         # calls that came before their actor's mailbox (I/O thread): (mesh, rank) -> calls
         self._early: dict[tuple[str, int], list[tuple[ProcId | None, Message]]] = {}
 
+    def set_bounce(self, bounce: Callable[[ActorId | None, str, str], None]) -> None:
+        """Return undeliverable messages with ``bounce(sender, dest, reason)`` from now on."""
+        self._bounce = bounce
+
+    def bounce(self, sender: ActorId | None, dest: str, reason: str) -> None:
+        """A message from ``sender`` to ``dest`` could not be delivered: return it."""
+        self._bounce(sender, dest, reason)
+
     # -- ports ----------------------------------------------------------------
 
     def open_port(self, handler: PortHandler) -> PortId:

@@ -19,13 +19,13 @@ headers are in ``danaus._wire.protocol``)::
               (``register``; a second registration for a kind is refused)
 
 A composition root: each concern is a part that the runtime builds and
-hands the callables it needs, never itself (so no part reaches through
-another): ``listeners`` (listening.py), ``links`` (links.py: one connection
-per peer and its handshake), ``sender`` (sending.py: ``send``, backpressure
-on the sending side, large messages lent or copied), ``router`` (routing.py:
-ports and mailboxes), ``backpressure`` (backpressure.py), ``heartbeat``
-(liveness.py), and the offloader, cast tree and relay. The peer table is
-the base class ``PeerTable`` (``peers.py``).
+hands the callables it needs, never itself, so no part reaches through
+another (the offloader, cast tree and relay get records of them: faces.py).
+Callers use the part they need: ``peers`` (peers.py), ``listeners``
+(listening.py), ``links`` (links.py: one connection per peer), ``sender``
+(sending.py; ``send`` is its method), ``router`` (routing.py: ports and
+mailboxes), ``backpressure``, ``heartbeat`` (liveness.py), ``observing``
+(metrics.py), ``offload``, ``tree``, ``relay``.
 
 Failure detection: a peer is *lost* when our connection with it hits EOF or
 an error, when connecting to it is refused, or when the host agent reports its
@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -63,19 +62,19 @@ from ..._wire.protocol import (
 )
 from . import liveness
 from .backpressure import Backpressure
+from .faces import OffloadCalls, RelayCalls, TreeCalls
+from .gathers import GatherCalls
 from .links import Links
 from .listening import Listeners
-from .metrics import Recent, Tracer
+from .metrics import Observing, Tracer
 from .offload import Offloader
-from .peers import PeerTable, _Peer
+from .peers import PeerTable
 from .relay import Relay
 from .routing import Mailbox, PortHandler, Router
 from .sending import Sender
 from .tree import TreeRouter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from ..._wire.ids import ActorId
 
 __all__ = [
@@ -111,10 +110,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-class Runtime(PeerTable):
+class Runtime:
     """One proc's runtime. Build it, ``start()`` it, then use it from any thread."""
-
-    listeners: Listeners  # declared: mypy checks the relay's face (faces.py) before it is set
 
     def __init__(
         self,
@@ -147,174 +144,213 @@ class Runtime(PeerTable):
         self.job_dir = job_dir
         self.inproc = inproc
         self.host = host or host_token()
-        self._secret = secret
-        self._insecure = insecure  # may listen on TCP without a secret (danaus worker --insecure)
-        self._unix = f"inproc:{name}" if inproc else f"unix:{os.path.join(job_dir, name + '.sock')}"
-        self.proc_id = ProcId(name, join(self._unix, f"host:{self.host}"))
+        unix = f"inproc:{name}" if inproc else f"unix:{os.path.join(job_dir, name + '.sock')}"
+        self.proc_id = ProcId(name, join(unix, f"host:{self.host}"))
         self.loop = loop if loop is not None else _new_loop()
         self.thread: threading.Thread | None = None
         self._owns_transport = transport is None
         self.transport = transport if transport is not None else Transport()
-        self._network = self.transport.inproc
-        self._batching = self.transport.batching
-        # A thread of this process starts to wait: held write batches go out now.
-        self.flush_held: Callable[[], None] = self._batching.flush_held
+        network, batching = self.transport.inproc, self.transport.batching
         self.handlers: dict[Kind, Handler] = {}
-        # Routing to mailboxes and ports (routing.py); the dicts are the router's,
-        # named here too since every layer above reads them.
-        self.router = Router(self.loop, self.proc_id, self.bounce, self.undeliverable)
-        self.mailboxes: dict[tuple[str, int], Mailbox] = self.router.mailboxes
-        self.ports: dict[int, PortHandler] = self.router.ports
-        self.open_port = self.router.open_port
-        self.close_port = self.router.close_port
-        self.mailbox_added = self.router.mailbox_added
-        self.register(Kind.CALL, self.router.on_call)
-        self.register(Kind.REPLY, self.router.on_reply)
-        self.register(Kind.READY, self._on_ready)
-        self.register(Kind.LOST, self._on_lost_report)
-        self.register(Kind.PING, _ignore_frame)
-        self.tree = TreeRouter(self)  # CAST and GATHER: messages to many actors (tree.py)
-        self.relay = Relay(self)  # a gateway's relaying, or an attached client's (relay.py)
-        self._watchers: dict[str, set[int]] = {}
-        self._peers: dict[str, _Peer] = {}
-        self._spares: dict[str, Connection] = {}  # welcomed while we held their proc lost
-        # Guards the peer table (_peers and each _Peer's connections, queue and state),
-        # _watchers, _spares, exited and the exit/loss waiters.
-        self._lock = threading.RLock()
-        self.lost_callbacks: list[Callable[[str, str], None]] = []
-        self.offload = Offloader(self)
-        self.exited: dict[str, str] = {}  # procs the host agent saw exit -> how
-        self._exit_waiters: dict[str, list[Callable[[str], None]]] = {}
-        self._lost_waiters: dict[str, list[Callable[[str], None]]] = {}
         self.closed = False
         # how this proc was started (empty in the client); read it, never assign it
         self.boot: dict[str, Any] = boot if boot is not None else {}
-        # _bounce(sender, dest, reason): return an undeliverable message (set_bounce_handler)
-        self._bounce: Callable[[ActorId | None, str, str], None] = _log_bounce
-        # Observing: endpoint metrics on or off; spans recorded while a trace runs;
-        # sections a layer adds to this proc's STATS snapshot (name -> plain data).
-        self.metrics: bool = bool(config.get("metrics"))
-        # Recent messages, spans and ended actors for danaus.telemetry.query (with metrics).
-        self.recent: Recent | None = (
-            Recent(config.get("query_ring_size"), config.get("query_messages_per_s"))
-            if self.metrics
-            else None
+        # Observing: endpoint metrics on or off, the recent rings, the STATS sections.
+        self.observing = Observing(
+            bool(config.get("metrics")),
+            config.get("query_ring_size"),
+            config.get("query_messages_per_s"),
         )
         # Read on hot paths, so a plain attribute: read it anywhere, set it with set_tracer().
         self.tracer: Tracer | None = None
-        self.observers: dict[str, Callable[[], Any]] = {}
+        me = self._me
+        # Routing to mailboxes and ports (routing.py); undeliverable messages are
+        # returned through its bounce handler (set_bounce_handler()).
+        self.router = Router(self.loop, self.proc_id, _log_bounce, self.undeliverable)
+        # The peers: expected, ready, lost, and who waits on which (peers.py).
+        self.peers = PeerTable(
+            self.loop,
+            me=me,
+            call_soon=self.call_soon,
+            connect=lambda peer: self.links.connect(peer),
+            publish=lambda peer: self.links.publish(peer),
+            adopt=lambda peer, conn, welcome: self.links.adopt(peer, conn, welcome),
+            port=self.router.ports.get,
+            open_ports=lambda: list(self.router.ports.items()),
+            notify_room=lambda: self.backpressure.notify_room(),
+        )
+        peers = self.peers
+        self.register(Kind.CALL, self.router.on_call)
+        self.register(Kind.REPLY, self.router.on_reply)
+        self.register(Kind.READY, peers.on_ready)
+        self.register(Kind.LOST, peers.on_lost_report)
+        self.register(Kind.PING, _ignore_frame)
+        # Large buffers to peers on this host skip the socket (offload.py).
+        self.offload = Offloader(
+            OffloadCalls(
+                loop=self.loop,
+                me=me,
+                register=self.register,
+                on_peer_lost=peers.lost_callbacks.append,
+                dispatch=self._dispatch,
+                send=lambda *args, **kw: self.sender.send(*args, **kw),
+                port=self.router.ports.get,
+                bounce=self.router.bounce,
+                undeliverable=self.undeliverable,
+                notify_room=lambda: self.backpressure.notify_room(),
+            )
+        )
+        offload = self.offload
         # Backpressure (backpressure.py): held-back senders, paused connections, waits.
         self.backpressure = Backpressure(
             self.loop,
             on_io_thread=self.on_io_thread,
             call_soon=self.call_soon,
             closed=lambda: self.closed,
-            is_lost=self.is_lost,
-            offloaded=self.offload.held_of,
-            flush_held=self.flush_held,
+            is_lost=peers.is_lost,
+            offloaded=offload.held_of,
+            flush_held=batching.flush_held,
         )
-        self.notify_room = self.backpressure.notify_room
-        self.begin_wait = self.backpressure.begin_wait
-        self.end_wait = self.backpressure.end_wait
-        self.pause_delivering = self.backpressure.pause_delivering
-        self.resume_reading = self.backpressure.resume_reading
         # One connection per peer, dialled or accepted, and its handshake (links.py).
         self.links = Links(
             self.loop,
             self.host,
-            self._network,
-            self._batching,
-            self._peers,
-            self._lock,
-            self.exited,
-            spares=self._spares,
-            me=lambda: self.proc_id,
-            peer_lost=self.peer_lost,
-            offload_hello=lambda conn, extra: self.offload.on_hello(conn, extra),
-            hello_extra=lambda: self.offload.hello_extra(),
+            network,
+            batching,
+            peers.table,
+            peers.lock,
+            peers.exited,
+            spares=peers.spares,
+            me=me,
+            peer_lost=peers.peer_lost,
+            offload_hello=offload.on_hello,
+            hello_extra=offload.hello_extra,
             relay_via=lambda: self.relay.via,
             relay_dial=lambda peer: self.relay.dial(peer),
             relay_closed=lambda conn, exc: self.relay.closed(conn, exc),
             dispatch=self._dispatch,
-            notify_room=self.notify_room,
-            secret=lambda: self._secret,
+            notify_room=self.backpressure.notify_room,
+            secret=lambda: self.listeners.secret,
             closed=lambda: self.closed,
             forget_handshake=lambda conn: self.listeners.handshaking.pop(conn, None),
             direct_frame=self.router.direct_frame,
         )
-        self.register(Kind.HELLO, self.links.on_hello)
-        self.register(Kind.WELCOME, self.links.on_welcome)
-        self.register(Kind.REFUSED, self.links.on_refused)
-        self.all_connections = self.links.all_connections
-        self.connections = self.links.connections
-        self.dial = self.links.dial
-        self.accept_relayed = self.links.accept_relayed
-        self._dialing = self.links.dialing
-        self._on_conn_closed = self.links.on_closed
+        links = self.links
+        self.register(Kind.HELLO, links.on_hello)
+        self.register(Kind.WELCOME, links.on_welcome)
+        self.register(Kind.REFUSED, links.on_refused)
         # Where this proc listens, and accepting connections (listening.py).
         self.listeners = Listeners(
             self.loop,
             name,
-            self._unix,
-            self._network,
-            self._batching,
-            secret=lambda: self._secret,
-            insecure=lambda: self._insecure,
-            accepted=self.links.accepted,
+            unix,
+            network,
+            batching,
+            secret=secret,
+            insecure=insecure,
+            accepted=links.accepted,
             dispatch=self._dispatch,
-            on_closed=self.links.on_closed,
+            on_closed=links.on_closed,
             call_on_loop=self._on_loop,
             closed=lambda: self.closed,
         )
         # Writes frames to peers from any thread (sending.py); ``send`` is its method.
         self.sender = Sender(
-            self._peers,
-            self._lock,
-            offloading=self.offload.ok_peers,
-            offloaded=self.offload.held_of,
-            wrap=self.offload.wrap,
+            peers.table,
+            peers.lock,
+            offloading=offload.ok_peers,
+            offloaded=offload.held_of,
+            wrap=offload.wrap,
             high=lambda: self.backpressure.send_high,
             wait_for_room=self.backpressure.wait_for_room,
             wait_sent=self.backpressure.wait_sent,
             on_io_thread=self.on_io_thread,
             call_soon=self.call_soon,
-            connect=self.links.connect,
+            connect=links.connect,
         )
         self.send = self.sender.send
+        # CAST and GATHER: messages to many actors through a tree of procs (tree.py).
+        self.tree = TreeRouter(
+            TreeCalls(
+                me=me,
+                register=self.register,
+                handler=self.handlers.get,
+                send=self.send,
+                reply=self.reply,
+                bounce=self.router.bounce,
+                resolve=peers.resolve,
+                is_lost=peers.is_lost,
+                deliver_call=self.router.deliver_call,
+                port=self.router.ports.get,
+                gather=GatherCalls(
+                    open_port=self.router.open_port,
+                    close_port=self.router.close_port,
+                    watch=peers.watch,
+                    unwatch=peers.unwatch,
+                    send=self.send,
+                ),
+            )
+        )
+        # A gateway's relaying, or an attached client's (relay.py).
+        self.relay = Relay(
+            RelayCalls(
+                loop=self.loop,
+                me=me,
+                host=self.host,
+                inproc=network,
+                tcp_advertise=lambda: self.listeners.tcp_advertise,
+                call_soon=self.call_soon,
+                register=self.register,
+                dispatch=self._dispatch,
+                dial=links.dial,
+                dialing=links.dialing,
+                conn_closed=links.on_closed,
+                accept_relayed=links.accept_relayed,
+                advertise_via=self.advertise_via,
+                open_relay_port=self.listeners.open_relay_port,
+                close_relay_port=self.listeners.close_relay_port,
+                peer_lost=peers.peer_lost,
+                notify_room=self.backpressure.notify_room,
+            )
+        )
         # Pings quiet connections, drops those whose peer is judged lost (liveness.py).
         self.heartbeat = liveness.Heartbeat(
-            self.loop, self.all_connections, lambda: self.proc_id.name, lambda: self.closed
+            self.loop, links.all_connections, lambda: self.proc_id.name, lambda: self.closed
         )
+
+    def _me(self) -> ProcId:
+        """This proc's id: its address changes when it starts listening on TCP."""
+        return self.proc_id
 
     # -- inputs and hooks: set through these methods, never by assignment from outside ---
 
     @property
     def secret(self) -> bytes | None:
         """The job secret that TCP peers must prove they hold (None: none yet)."""
-        return self._secret
+        return self.listeners.secret
 
     def set_secret(self, secret: bytes) -> None:
         """Use job secret ``secret`` from now on (e.g. ``attach_to_workers(secret=...)``):
         connections made or accepted later authenticate with it."""
-        self._secret = secret
+        self.listeners.secret = secret
 
     @property
     def insecure(self) -> bool:
         """Whether this runtime may listen on TCP without a secret."""
-        return self._insecure
+        return self.listeners.insecure
 
     def allow_insecure(self) -> None:
         """Let this runtime listen on TCP without a secret (``DANAUS_INSECURE=1``)."""
-        self._insecure = True
+        self.listeners.insecure = True
 
     def set_bounce_handler(self, handler: Callable[[ActorId | None, str, str], None]) -> None:
         """``handler(sender, dest, reason)`` returns undeliverable messages to their
         senders from now on (the actor layer's; until then they are logged)."""
-        self._bounce = handler
+        self.router.set_bounce(handler)
 
     def bounce(self, sender: ActorId | None, dest: str, reason: str) -> None:
         """A message from ``sender`` to ``dest`` could not be delivered: return it."""
-        self._bounce(sender, dest, reason)
+        self.router.bounce(sender, dest, reason)
 
     def set_block_hook(self, hook: Callable[[bool], None] | None) -> None:
         """``hook(True)`` before and ``hook(False)`` after a thread waits on a
@@ -379,7 +415,7 @@ class Runtime(PeerTable):
         """
         entry, new = self.listeners.listen_tcp(bind, advertise, port)
         if new:
-            self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
+            self._set_proc_id(join(self.listeners.unix, entry, f"host:{self.host}"))
         return entry
 
     @property
@@ -443,25 +479,16 @@ class Runtime(PeerTable):
         self.closed = True
         self.listeners.close()
         self.relay.close()
-        for conn in self.all_connections():
+        for conn in self.links.all_connections():
             conn.flush_and_close()
         if self._owns_transport:
             self.transport.close()  # what is held went out in flush_and_close
 
-    # -- the peer table's hooks into the links ------------------------------------
+    # -- receiving ------------------------------------------------------------
 
     def flushed(self) -> bool:
         """True once every connection is closed (after ``close()``)."""
         return not self.links.all_connections()
-
-    def _connect(self, peer: _Peer) -> None:
-        self.links.connect(peer)
-
-    def _publish(self, peer: _Peer) -> None:
-        self.links.publish(peer)
-
-    def _adopt(self, peer: _Peer, conn: Connection, welcome: bool = True) -> None:
-        self.links.adopt(peer, conn, welcome)
 
     def _dispatch(self, conn: Connection, frame: Frame) -> None:
         try:
@@ -488,7 +515,7 @@ class Runtime(PeerTable):
 
     def reader_for(self, proc: ProcId) -> Connection | None:
         """The connection to ``proc`` if a waiting thread may read it directly."""
-        peer = self._peers.get(proc.name)
+        peer = self.peers.table.get(proc.name)
         conn = peer.conn if peer is not None else None
         return conn if getattr(conn, "direct_frame", None) is not None else None
 
@@ -497,7 +524,7 @@ class Runtime(PeerTable):
     def outbound_bytes(self, name: str) -> int:
         """Bytes of frames to proc ``name`` this process still holds (queued, in its
         connection's backlog, offloaded and not yet read): a statistic."""
-        peer = self._peers.get(name)
+        peer = self.peers.table.get(name)
         return 0 if peer is None else self.backpressure.outbound(peer)
 
     # -- relaying (relay.py) ------------------------------------------------------
@@ -506,42 +533,9 @@ class Runtime(PeerTable):
         """Be reached through a gateway's relay port (``via:tcp://...``) instead of TCP:
         an attached client, and the procs it spawns on its host. Call before the
         address travels (it changes ``proc_id``)."""
-        self._set_proc_id(join(self._unix, entry, f"host:{self.host}"))
+        self._set_proc_id(join(self.listeners.unix, entry, f"host:{self.host}"))
 
-    def open_relay_port(
-        self, on_frame: Callable[[Connection, Frame], None]
-    ) -> tuple[socket.socket, str]:
-        """Listen on another TCP port of the interface of ``listen_tcp`` whose
-        connections' frames go to ``on_frame`` (a gateway's relay port; I/O thread).
-        Returns the socket and its advertised ``tcp://`` address."""
-        return self.listeners.open_relay_port(on_frame)
-
-    def close_relay_port(self, lsock: socket.socket) -> None:
-        """Stop listening on a relay port (I/O thread); its connections stay."""
-        self.listeners.close_relay_port(lsock)
-
-    # -- ports ----------------------------------------------------------------
-
-    def unwatch(self, procs: Iterable[str], port: int) -> None:
-        """Stop telling ``port`` about the loss of ``procs`` (names)."""
-        with self._lock:
-            for name in procs:
-                ports = self._watchers.get(name)
-                if ports is not None:
-                    ports.discard(port)
-                    if not ports:
-                        del self._watchers[name]
-
-    def watch(self, proc: ProcId, port: int) -> str | None:
-        """Tell port ``port`` if ``proc`` is lost. Returns the reason if it already is."""
-        with self._lock:
-            peer = self._peers.get(proc.name)
-            if peer is None:
-                peer = self._peers[proc.name] = _Peer(proc, pending=False)
-            if peer.lost is not None:
-                return peer.lost
-            self._watchers.setdefault(proc.name, set()).add(port)
-            return None
+    # -- replies --------------------------------------------------------------
 
     def reply(
         self,
@@ -565,7 +559,7 @@ class Runtime(PeerTable):
             )
         if port.proc.name == self.proc_id.name:
             # A gather port of this proc's cast tree takes its own actor's reply directly.
-            local = getattr(self.ports.get(port.port), "local_reply", None)
+            local = getattr(self.router.ports.get(port.port), "local_reply", None)
             if local is not None:
                 local(index, status, body, bufs)
                 return len(body)

@@ -72,6 +72,22 @@ class _Give:
             memory.staging.give(n)
 
 
+def _fits(peer: _Peer | None, body: bytes | memoryview, buffers: Sequence[ReadableBuffer]) -> bool:
+    """Whether a frame of ``body`` and ``buffers`` goes to ``peer``'s socket in one write
+    (its ``one_write``), which then beats an offload: the sending thread hands the
+    caller's memory to the kernel at once, and the receiver's waiting thread reads it
+    itself, where the one-sided copy takes a copier thread and two hops through the
+    receiver's I/O thread (a 1 MiB call at 2.7x the wake-ups and CPU, see
+    benchmarks/RESULTS.md)."""
+    one_write: int = getattr(peer.conn, "one_write", 0) if peer is not None else 0
+    if not one_write:
+        return False
+    n = len(body)
+    for b in buffers:
+        n += len(b) if type(b) is bytes else memoryview(b).nbytes
+    return n < one_write
+
+
 def _has_large(parts: list[Any]) -> bool:
     """Whether a frame part would take long to copy (``offload.own`` copies it in chunks)."""
     return any(not isinstance(p, bytes) and memoryview(p).nbytes >= memory.SMALL for p in parts)
@@ -133,7 +149,7 @@ class Sender:
         waits for the peer to come up), ``on_fail(reason)`` is called, or
         [`SupervisionError`][danaus.actor.SupervisionError] raised if there is no ``on_fail``.
         ``pickled``, when given, is the pickle of ``wire(header)`` (a caller
-        that caches header bytes); it is used when there are no buffers.
+        that caches header bytes); it is used unless the frame is offloaded.
         """
         peers = self._peers
         name = proc.name
@@ -157,7 +173,7 @@ class Sender:
         elif not buffers:
             parts = encode_frame(wire(header), body)
         else:
-            self.send_buffers(proc, header, body, buffers, on_fail)
+            self.send_buffers(proc, header, body, buffers, on_fail, pickled)
             return
         if peer is not None and peer.conn is not None and not peer.conn.closed:
             try:
@@ -174,11 +190,12 @@ class Sender:
         body: bytes | memoryview,
         buffers: Sequence[ReadableBuffer],
         on_fail: Callable[[str], None] | None,
+        pickled: bytes | None = None,
     ) -> None:
         """``send`` of a frame with out-of-band buffers: those of a large message are
         lent (no copy; this thread waits until they have left) or copied within the
-        ``staging_max`` budget (see ``send_snapshot_max``)."""
-        raw = wire(header)
+        ``staging_max`` budget (see ``send_snapshot_max``). ``pickled``: the header's
+        pickle, when the caller has it (used unless the frame is offloaded)."""
         large = _large(buffers)
         on_left: Callable[[], None] | None = None
         sent: threading.Event | None = None
@@ -193,11 +210,15 @@ class Sender:
                     memory.staging.take(large)
                 on_left = _Give(large)
         offloaded = False
-        if self._offloading:
+        if self._offloading and not _fits(self._peers.get(proc.name), body, buffers):
             raw, buffers, offloaded = self._wrap(
-                proc.name, raw, buffers, on_left, lend=sent is not None
+                proc.name, wire(header), buffers, on_left, lend=sent is not None
             )
-        parts = encode_frame(raw, body, buffers)
+            parts = encode_frame(raw, body, buffers)
+        elif pickled is not None:
+            parts = encode_pickled(pickled, body, buffers)
+        else:
+            parts = encode_frame(wire(header), body, buffers)
         conn_left = None if offloaded else on_left
         try:
             peer = self._peers.get(proc.name)

@@ -51,7 +51,7 @@ from ..._mesh.tree import Selection, node_children, root_children
 from ..._wire.frame import flat
 from ..._wire.ids import ProcId
 from ..._wire.protocol import STATUS_ERROR, STATUS_OK, Call, Cast, Kind, Message, StopActor
-from .faces import TreeRuntime
+from .faces import TreeCalls
 from .gather_body import decode_entries, encode_entries
 from .gathers import GatherBase, NodeGather, RootGather
 
@@ -136,8 +136,9 @@ class Subtree:
 class TreeRouter:
     """The cast tree side of one runtime: sends casts, forwards them, gathers replies."""
 
-    def __init__(self, rt: TreeRuntime) -> None:
-        self.rt = rt
+    def __init__(self, calls: TreeCalls) -> None:
+        self.calls = calls
+        self.gather = calls.gather  # what its gathers call (gathers.GatherRouter)
         self.stats = TreeStats()
         # (mesh, lo, hi) -> procs of ranks [lo, hi): this proc's subtrees (I/O thread)
         self._routes: collections.OrderedDict[tuple[str, int, int], tuple[ProcId, ...]] = (
@@ -150,8 +151,8 @@ class TreeRouter:
         # numbering, route installation and the sends of one cast are atomic, so
         # casts from several threads of this proc leave in one order on every path.
         self._lock = threading.RLock()
-        rt.register(Kind.CAST, self._on_cast)
-        rt.register(Kind.GATHER, self._on_gather)
+        calls.register(Kind.CAST, self._on_cast)
+        calls.register(Kind.GATHER, self._on_gather)
 
     # -- the sender ------------------------------------------------------------
 
@@ -222,7 +223,7 @@ class TreeRouter:
         base = tree.base
         proc = tree.table[lo - base]
         parent = tree.parent
-        lost = self.rt.is_lost(proc.name)
+        lost = self.calls.is_lost(proc.name)
         if lost is None and parent is not None:
             lost = parent.expect_child(lo, hi, proc)
         if lost is not None:
@@ -234,7 +235,7 @@ class TreeRouter:
             # Routes are dialled by other procs, which know only what they say: each
             # proc's freshest address here (one on another host reports its TCP port in
             # its READY; the mesh holds the address its spawner first gave it).
-            routes = tuple(self.rt.resolve(p) for p in tree.table[lo - base : hi - base])
+            routes = tuple(self.calls.resolve(p) for p in tree.table[lo - base : hi - base])
         sub = Cast(
             h.mesh,
             h.name,
@@ -255,7 +256,7 @@ class TreeRouter:
             h.trace,
         )
         self.stats.forwarded += 1
-        self.rt.send(
+        self.calls.send(
             proc,
             sub,
             tree.body,
@@ -298,10 +299,10 @@ class TreeRouter:
                     actor=f"{header.name}[{rank}]",
                     reason=why,
                 )
-                self.rt.reply(header.port, slot, STATUS_ERROR, err)
+                self.calls.reply(header.port, slot, STATUS_ERROR, err)
         elif header.sender is not None:
             for _, rank in ranks:
-                self.rt.bounce(header.sender, f"{header.name}[{rank}].{header.method}()", why)
+                self.calls.bounce(header.sender, f"{header.name}[{rank}].{header.method}()", why)
         else:
             log.error(
                 "a broadcast of %s.%s() did not reach %d actors: %s",
@@ -364,7 +365,7 @@ class TreeRouter:
         if table is None:
             if kids:
                 why = (
-                    f"proc {self.rt.proc_id.name} has no routes for actor mesh {h.name!r} (it "
+                    f"proc {self.calls.me().name} has no routes for actor mesh {h.name!r} (it "
                     "keeps the tree_route_meshes most recently used meshes; raise that setting)"
                 )
                 lost = [sr for a, b in kids for sr in selection.ranks_in(a, b)]
@@ -379,10 +380,10 @@ class TreeRouter:
         if local and h.flags & FLAG_STOP:
             port = agg.port if agg is not None else h.port
             slot = selection.slot_at(below[0])
-            stop = self.rt.handlers.get(Kind.STOP_ACTOR)
+            stop = self.calls.handler(Kind.STOP_ACTOR)
             if stop is None or port is None:  # no actor layer here: nothing to stop
                 if port is not None:
-                    self.rt.reply(port, slot, STATUS_OK, None)
+                    self.calls.reply(port, slot, STATUS_OK, None)
             else:
                 stop(
                     conn,
@@ -404,13 +405,13 @@ class TreeRouter:
                 h.flags,
                 h.trace,
             )
-            self.rt.router.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
+            self.calls.deliver_call(Message(Kind.CALL, call, msg.body, msg.buffers), None)
         if agg is not None:
             agg.armed()
 
     def _on_gather(self, conn: Connection, msg: Message) -> None:
         self.stats.gathers_in += 1
-        handler = self.rt.ports.get(msg.header.port)
+        handler = self.calls.port(msg.header.port)
         deliver = getattr(handler, "deliver_gather", None)
         if deliver is None:
             return  # that gather gave up on this subtree already (its proc was declared lost)

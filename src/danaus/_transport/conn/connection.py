@@ -15,6 +15,7 @@ from ..._errors import ConnectionClosedError, PeerBrokenError
 from ..._wire.frame import Frame, FrameError
 from ..auth import TAG, AuthError, Handshake, Session
 from .batching import Batching
+from .buffers import set_unix_sndbuf
 from .direct import DirectReader
 from .opening import Opening
 from .reader import FrameReader
@@ -63,7 +64,7 @@ class Connection:
     want_drain: Callable[[int], None]
     pause: Callable[[Hashable], None]
     resume: Callable[[Hashable], None]
-    read_directly: Callable[..., bool]
+    read_directly: Callable[..., bool | None]
     _on_readable: Callable[[], None]
 
     def __init__(
@@ -82,6 +83,9 @@ class Connection:
         batching: Batching | None = None,
     ) -> None:
         sock.setblocking(False)
+        # Bytes a frame may have to be written in one sendmsg, the socket's send buffer
+        # permitting (Unix sockets only, whose buffer we enlarge: see UNIX_SNDBUF).
+        self.one_write = set_unix_sndbuf(sock) if sock.family == socket.AF_UNIX else 0
         if tls is not None:
             # TLS first (non-blocking, driven by the loop), then the secret's handshake
             # inside it. SSL sockets have no sendmsg: frames are written part by part.

@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable
 from typing import Protocol
 
+from .loop import clock_of
 from .stats import ConnStats
 
 
@@ -46,9 +47,10 @@ class ConnCore(Protocol):
 
 class Part:
     """What each part of a connection keeps of it, read on every frame: the connection,
-    its socket, loop, descriptor, whether it is TLS, and the counters."""
+    its socket, loop, descriptor, whether it is TLS, the counters, and the loop's
+    clock (``_now()``, what ``loop.time()`` returns)."""
 
-    __slots__ = ("_conn", "_fd", "_loop", "_sock", "_stats", "_tls")
+    __slots__ = ("_conn", "_fd", "_loop", "_now", "_sock", "_stats", "_tls")
 
     def __init__(self, conn: ConnCore, stats: ConnStats) -> None:
         self._conn = conn
@@ -57,3 +59,4 @@ class Part:
         self._fd = conn.fd
         self._tls = conn.tls
         self._stats = stats
+        self._now = clock_of(conn.loop)

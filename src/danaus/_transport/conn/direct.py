@@ -124,16 +124,19 @@ class DirectReader(Part):
         except (OSError, ValueError):  # gone from the set, or the epoll object closed
             pass
 
-    def read_directly(self, done: Callable[[], bool], timeout: float, bell: int = -1) -> bool:
+    def read_directly(
+        self, done: Callable[[], bool], timeout: float, bell: int = -1
+    ) -> bool | None:
         """Read this connection on the calling thread, for up to ``timeout`` s, until
-        ``done()`` (any thread but the I/O thread).
+        ``done()`` (any thread but the I/O thread); returns whether ``done()`` held
+        when it stopped.
 
         A thread about to block for a reply that will come on this connection
         reads it itself: the I/O thread is neither woken nor handed anything,
         which saves two thread wake-ups per round trip. Each frame read goes
         to ``direct_frame``; the first one it declines, and every frame after
         it, goes to the I/O thread in order. ``bell`` is a descriptor that
-        ends the wait when readable (the caller drains it). Returns False,
+        ends the wait when readable (the caller drains it). Returns None,
         having done nothing, when the role cannot be taken (the I/O thread is
         reading, the connection is TLS, paused, closing, receiving a large
         frame...): the caller then waits the usual way.
@@ -141,10 +144,11 @@ class DirectReader(Part):
         Before it blocks, the reader polls without blocking for up to
         ``spin_wait`` s: an answer that comes that soon is read by a thread
         that never slept, which on a virtual machine saves the wake-up and the
-        cold caches after it (see ``_spin_for``).
+        cold caches after it (see ``_spun_missed``).
         """
         if not self._take_role():
-            return False
+            return None
+        finished = False
         try:
             poll = self._polls.get(bell)  # the role holder's alone: no lock needed
             if poll is None:
@@ -156,10 +160,22 @@ class DirectReader(Part):
                     poll.register(bell, select.POLLIN)
             now = time.monotonic()
             deadline = now + timeout
-            spin = min(self._spin_for(), timeout)
+            # How long to poll before blocking. Spinning pays when the answer comes
+            # within ``spin_wait``; after a wait of more than ``_SPIN_NEAR`` spins (a
+            # peer doing real work) the next waits skip it (``_spun_missed``).
+            if self._spin_skip:
+                self._spin_skip -= 1
+                spin = 0.0
+            else:
+                spin = min(config.values.spin_wait, timeout) if _SPIN_OK else 0.0
             spin_end = now + spin if spin > 0 else 0.0
             hit = False
-            while not done():
+            # ``done()`` is asked once the role is ours (until then the I/O thread may
+            # have read it) and after each read: from now on what the reader waits for
+            # comes in a frame read here, or (a failure found by another thread, which
+            # closes the connection) with the wake-up that ends the poll.
+            finished = done()
+            while not finished:
                 if spin_end:
                     ready = poll.poll(0)
                     if not ready:
@@ -174,38 +190,35 @@ class DirectReader(Part):
                     ready = poll.poll(wait_ms)
                     if not ready or wait_ms == 0:
                         break
-                if any(fd == bell for fd, _ in ready) or self._read_once():
+                if bell >= 0 and any(fd == bell for fd, _ in ready):
                     break
+                if self._read_once():
+                    break
+                finished = done()
             if spin > 0:
-                self._spun(hit, time.monotonic() - now, spin)
+                if hit:
+                    self._stats.spins_hit += 1
+                    self._spin_backoff = 0
+                elif spin < timeout:
+                    # Spun for nothing, then slept. (A spin as long as the read, cut
+                    # short by the caller's timeout slice, never slept: no miss; the
+                    # caller's next read spins on.)
+                    self._spun_missed(time.monotonic() - now, spin)
         finally:
             self._give_role()
-        return True
+        return finished
 
-    def _spin_for(self) -> float:
-        """How long this direct read polls before it blocks (the role holder's).
+    def _spun_missed(self, waited: float, spin: float) -> None:
+        """Account for a spin that missed (the role holder's): ``waited`` s in all.
 
-        Spinning pays when the answer comes within ``spin_wait``. When the
-        wait lasted more than ``_SPIN_NEAR`` times the spin (a peer doing real
-        work), the next waits skip spinning, 1, 2, 4 ... up to
+        When the wait lasted more than ``_SPIN_NEAR`` times the spin (a peer
+        doing real work), the next waits skip spinning, 1, 2, 4 ... up to
         ``_SPIN_SKIP_MAX`` of them, so such a peer costs at most one spin in
         65 waits; a hit starts again from no skip. A nearer miss does not
         skip: the peer was only slow to wake, and if both ends stopped
         spinning for that, both would stay slow to wake, each waiting longer
         than the other spins, for good.
         """
-        if self._spin_skip:
-            self._spin_skip -= 1
-            return 0.0
-        spin: float = config.get("spin_wait")
-        return spin if _SPIN_OK else 0.0
-
-    def _spun(self, hit: bool, waited: float, spin: float) -> None:
-        """Account for one spin (the role holder's): ``waited`` s in all."""
-        if hit:
-            self._stats.spins_hit += 1
-            self._spin_backoff = 0
-            return
         self._stats.spins_missed += 1
         if waited > _SPIN_NEAR * spin:
             self._spin_skip = self._spin_backoff = min(2 * self._spin_backoff or 1, _SPIN_SKIP_MAX)
@@ -277,7 +290,7 @@ class DirectReader(Part):
             return True
         stats = self._stats
         stats.bytes_recv += n
-        conn.last_recv = self._loop.time()
+        conn.last_recv = self._now()
         try:
             frames = decoder.feed(n)
         except PeerBrokenError as e:  # the I/O thread closes the connection

@@ -86,7 +86,7 @@ class FrameReader(Part):
         conn = self._conn
         if self.paused_by or conn.closed:
             return
-        conn.last_recv = self._loop.time()  # we stopped listening; the peer did not go quiet
+        conn.last_recv = self._now()  # we stopped listening; the peer did not go quiet
         self._direct.sel_op(self._loop.add_reader, self._fd, conn._on_readable)
         self._loop.call_soon(conn._on_readable)  # bytes TLS decrypted already wake no reader
 
@@ -117,7 +117,7 @@ class FrameReader(Part):
             on_frame(conn, held.popleft())
             if self.paused_by or conn.closed:
                 return
-        conn.last_recv = self._loop.time()
+        conn.last_recv = self._now()
         decoder = self.decoder
         assert decoder is not None  # made when the handshake succeeded
         if decoder.handoff is not None:
@@ -205,7 +205,7 @@ class FrameReader(Part):
                 filled += n
                 stats.bytes_recv += n
                 stats.recv_off_loop += n
-                conn.last_recv = self._loop.time()
+                conn.last_recv = self._now()
             if filled == whole:
                 frame = decoder.finish(big)
         except PeerBrokenError as e:  # FrameError, AuthError, a broken socket

@@ -29,6 +29,13 @@ from .stats import ConnStats
 _HOLD_MAX = 16 << 10  # frames up to this size (one bytes part) may be held for a batch
 
 
+def _closed_error(conn: ConnCore) -> TransportError:
+    """What a send on the closed ``conn`` raises: why it closed, when that is a transport
+    error (the peer broke), else that it is closed."""
+    exc = conn.close_exc
+    return exc if isinstance(exc, TransportError) else ConnectionClosedError("connection is closed")
+
+
 class WriteBatcher(Part):
     """The write side of one connection (any thread). It owns the backlog that
     waits for the socket and its byte count, the frames sent before the session
@@ -159,13 +166,9 @@ class WriteBatcher(Part):
         with self.lock:
             conn = self._conn
             if conn.closed:
-                raise (
-                    conn.close_exc
-                    if isinstance(conn.close_exc, TransportError)
-                    else ConnectionClosedError("connection is closed")
-                )
+                raise _closed_error(conn)
             self._stats.frames_sent += 1
-            now = self._loop.time()
+            now = self._now()
             last, self.last_send = self.last_send, now
             if self._sealing:
                 # Sealed once the handshake gives the key; a snapshot, since the caller
@@ -182,7 +185,7 @@ class WriteBatcher(Part):
             hold = self._hold
             batching = self._batching
             if hold or (
-                now - last < config.get("send_batch_delay") and self._hold_epoch == batching.epoch
+                now - last < config.values.send_batch_delay and self._hold_epoch == batching.epoch
             ):
                 if self._hold_frame(parts, hold):
                     return
@@ -196,7 +199,7 @@ class WriteBatcher(Part):
                 self._queue_locked(snapshot(parts))
                 self._arm_writer_locked()
                 return
-            window = config.get("coalesce_window")
+            window = config.values.coalesce_window
             if window > 0 and now - last < window and not _on_loop_thread(self._loop):
                 # Frames are coming in a burst: let the I/O thread write them together
                 # (one syscall, one wake-up of the peer) instead of one by one.
@@ -211,13 +214,9 @@ class WriteBatcher(Part):
         with self.lock:
             conn = self._conn
             if conn.closed:
-                raise (
-                    conn.close_exc
-                    if isinstance(conn.close_exc, TransportError)
-                    else ConnectionClosedError("connection is closed")
-                )
+                raise _closed_error(conn)
             self._stats.frames_sent += 1
-            self.last_send = self._loop.time()
+            self.last_send = self._now()
             if self._sealing:
                 kept = owned_views(as_views(parts)) if copy else parts
                 self._unsealed.append((kept, on_left))
@@ -264,7 +263,7 @@ class WriteBatcher(Part):
             or _on_loop_thread(self._loop)
         ):
             return False
-        batch = config.get("send_batch")
+        batch = config.values.send_batch
         if batch <= 1:
             return False
         hold.append(parts[0])
@@ -281,7 +280,7 @@ class WriteBatcher(Part):
         return True
 
     def _arm_hold_timer(self) -> None:
-        self._loop.call_later(config.get("send_batch_delay"), self._hold_timer_fired)
+        self._loop.call_later(config.values.send_batch_delay, self._hold_timer_fired)
 
     def _hold_timer_fired(self) -> None:
         self._hold_timer = False
