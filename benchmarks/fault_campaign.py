@@ -561,11 +561,19 @@ class Faults:
         self.lab, self.work, self.rng, self.t = lab, work, rng, lab.timing
         self.hosts: list[int] = []  # the hosts hit
         self.victims: list[int] = []  # the procs running there when it was hit
+        self.calc_hit = 0  # of them, calc ranks
+        self.replicas_hit = 0  # and training members
 
     def _hit(self, h: int) -> None:
         keep = {self.lab.workers[h].proc.pid, *_children(self.lab.workers[h].proc.pid)}
         self.hosts.append(h)
-        self.victims += [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
+        here = [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
+        self.victims += here
+        # Which workloads the fault hits: what must then be restarted or replaced.
+        with contextlib.suppress(Exception):
+            self.calc_hit += len(set(here) & set(self.work.calc_pids()))
+        with contextlib.suppress(Exception):
+            self.replicas_hit += len(set(here) & {p for _, p in self.work.mesh.members()})
 
     def _busy_hosts(self) -> list[int]:
         """Hosts where both a rank and a replica run now, so a fault there is a fault to
@@ -600,6 +608,7 @@ class Faults:
     def kill_proc(self) -> str:
         calc = self.rng.choice(self.work.calc_pids())
         member = self.rng.choice(self.work.mesh.members())[1]
+        self.calc_hit, self.replicas_hit = 1, 1
         os.kill(calc, signal.SIGKILL)
         os.kill(member, signal.SIGKILL)
         return f"killed calc pid {calc} and replica pid {member}"
@@ -607,6 +616,7 @@ class Faults:
     def kill_during_restart(self) -> str:
         calcs = self.rng.sample(self.work.calc_pids(), 2)
         members = self.rng.sample([pid for _, pid in self.work.mesh.members()], 2)
+        self.calc_hit, self.replicas_hit = 2, 2
         os.kill(calcs[0], signal.SIGKILL)
         os.kill(members[0], signal.SIGKILL)
         time.sleep(0.02)
@@ -727,6 +737,8 @@ class FaultRecord:
     steps_lost: int = 0
     victims: int = 0  # procs on the host(s) the client lost
     victims_left: int = 0  # of those, still running once the host was back
+    calc_hit: int = 0  # calc ranks among the procs the fault hit
+    replicas_hit: int = 0  # training members among them
     during: Counters = field(default_factory=Counters)
     notes: list[str] = field(default_factory=list)
 
@@ -858,6 +870,7 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
         rec.runnable, rec.detail = False, str(e)
         return rec
     rec.victims = len(faults.victims)
+    rec.calc_hit, rec.replicas_hit = faults.calc_hit, faults.replicas_hit
     _revive(lab)
     if kind in HOST_LOST:
         # Cut off or frozen longer than the liveness limit: the worker stops the procs
@@ -870,8 +883,9 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
                 w.rejoin(h)
     if kind in LOSES_PROCS:
         # Full size counts once the loss was seen: before, it is still the old size.
-        def seen() -> bool:
-            return len(w.sup.restarts) > restarts0 and w.mesh.stats().lost > stats0.lost
+        def seen() -> bool:  # by each workload the fault hit
+            calc = not faults.calc_hit or len(w.sup.restarts) > restarts0
+            return calc and (not faults.replicas_hit or w.mesh.stats().lost > stats0.lost)
 
         if not wait_for(seen, 3 * lab.timing.limit + 10):
             rec.notes.append("the loss was not seen by both the supervisor and the mesh")
