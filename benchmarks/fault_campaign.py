@@ -811,7 +811,13 @@ def _what(pid: int | str) -> tuple[list[str], list[str]]:
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
-                targets.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                # A worker's log of this client's session (logs/<client>/danaus.log)
+                # opens at the session's first warning there (a fault may be the first)
+                # and closes with the session: the session's, not a leftover.
+                if pid != "self" and target.endswith("/danaus.log") and "/logs/" in target:
+                    continue
+                targets.append(target)
     return names, targets
 
 
