@@ -812,9 +812,9 @@ def _what(pid: int | str) -> tuple[list[str], list[str]]:
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                # A worker's log of this client's session (logs/<client>/danaus.log)
-                # opens at the session's first warning there (a fault may be the first)
-                # and closes with the session: the session's, not a leftover.
+                # A worker's log of this client's job (logs/<job>/danaus.log) opens at
+                # the job's first warning there (a fault may be the first) and is
+                # closed when the worker takes its next job: the job's, not a leftover.
                 if pid != "self" and target.endswith("/danaus.log") and "/logs/" in target:
                     continue
                 targets.append(target)
