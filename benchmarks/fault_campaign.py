@@ -3,6 +3,7 @@
 ::
 
     .venv/bin/python benchmarks/fault_campaign.py campaign [--reps 3] [--kinds a,b] [--short]
+    .venv/bin/python benchmarks/fault_campaign.py campaign --short --reps 1 --mixed  # CI's
     .venv/bin/python benchmarks/fault_campaign.py soak --minutes 30 [--short]
 
 Both make a lab of 5 hosts (``danaus._netlab``: network namespaces on a bridge, a
@@ -30,13 +31,21 @@ spawns and stops of meshes, training) for ``--minutes`` with a fault every 30 s
 (the kinds in turn), checks sequence numbers at every receiver, and samples
 RSS, threads and descriptors of every process each minute.
 
-``--short``: the form the test suite runs (liveness limit 2 s, faults a few
-seconds long). Output: a table on stdout; ``--json PATH`` writes the raw rows.
+``--short``: faults a few seconds long (liveness limit 5 s, as in full);
+``campaign --short --reps 1 --mixed`` (each kind once, with the soak's traffic)
+is what ``tests/multihost/test_fault_campaign.py`` runs in the default suite.
+The workers' zygotes preload torch (``zygote_preload``): replacements are forks.
+Leftovers are counted against a baseline taken after a warm-up (the traffic
+without training, a killed proc, an unhandled failure, a printed line: what
+the client makes once per session) and named: thread names, ``ss`` lines of
+leftover sockets, leftover procs with their state and open files.
+Output: a table on stdout; ``--json PATH`` writes the raw rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import itertools
 import json
@@ -45,6 +54,7 @@ import random
 import secrets
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -71,12 +81,14 @@ from danaus.actor import (  # noqa: E402
     attach_to_workers,
     current_rank,
     endpoint,
+    this_host,
 )
 from danaus.supervisor import Supervisor  # noqa: E402
 
 HOSTS = 4  # the workload's hosts; one more is the spare
 PROCS_PER_HOST = 2
 STATE_SIZE = "64m"
+PRELOAD = "torch"  # what every proc of the lab starts with (zygote_preload)
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,10 @@ class Calc(Actor):
         return os.getpid()
 
     @endpoint
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    @endpoint
     def stream(self, port: Any, start: int, n: int) -> int:
         """Send ``(rank, seq)`` for seq in start..start+n-1 through ``port``, in order."""
         for seq in range(start, start + n):
@@ -189,12 +205,18 @@ class Lab:
         self.settings = {
             "DANAUS_HEARTBEAT_INTERVAL": str(timing.interval),
             "DANAUS_HEARTBEAT_TIMEOUT": str(timing.limit),
+            # Each worker's zygote imports torch once: a replacement replica is a fork
+            # with torch loaded, not a process importing it (seconds, under load tens).
+            "DANAUS_ZYGOTE_PRELOAD": PRELOAD,
         }
         self.net = _netlab.Network.make()
         self.workers: list[_netlab.Worker] = []
         try:
             self.hosts = [self.net.add_host() for _ in range(HOSTS + 1)]
-            self.workers = [self._start(h) for h in self.hosts]
+            # All at once: each worker's start (its imports) waits for no other's.
+            self.workers = _netlab.start_workers(
+                self.hosts, self.secret, self.settings, state_size=STATE_SIZE
+            )
         except BaseException:
             self.close()
             raise
@@ -308,7 +330,9 @@ class Workload:
     """Calls with known answers, training, and (``mixed``) streams through ports, RDMA
     transfers and spawns and stops of meshes; each loop in a thread of its own."""
 
-    def __init__(self, lab: Lab, mixed: bool, rng: random.Random) -> None:
+    def __init__(self, lab: Lab, mixed: bool, rng: random.Random, elastic: bool = True) -> None:
+        """``elastic=False`` (the warm-up): no training, a proc on this host instead (where
+        the elastic coordinator would run)."""
         from elastic_ddp import Trainer
 
         from danaus.elastic import ElasticMesh
@@ -327,14 +351,24 @@ class Workload:
         )  # fmt: skip
         self.calc: Any = self.sup.spawn(self.procs, "calc", Calc)
         self.calc.pid.call().get(timeout=120)
-        self.mesh = ElasticMesh(Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=60.0)
-        self.mesh.add_hosts(self.spare)  # replacements may go to the spare host
+        self.mesh: Any = None
+        self.local: Any = None
+        if elastic:
+            self.mesh = ElasticMesh(
+                Trainer, replicas=HOSTS, spares=1, hosts=self.hosts, timeout=60.0
+            )
+            self.mesh.add_hosts(self.spare)  # replacements may go to the spare host
+        else:
+            self.local = this_host().spawn_procs(per_host={"procs": 1})
+            self.local.spawn("local", Calc).pid.call_one().get(timeout=120)
         self.worlds: list[tuple[float, int]] = []
         self.lock = threading.Lock()
         # Where new meshes go, by host: a host the client lost is attached again when back.
         self.meshes: dict[int, Any] = {h: self.hosts.slice(hosts=h) for h in range(HOSTS)}
         self.rejoined: list[Any] = []
-        loops: list[Callable[[], None]] = [self._calls, self._train]
+        loops: list[Callable[[], None]] = [self._calls]
+        if elastic:
+            loops.append(self._train)
         if mixed:
             loops += [self._streams, self._rdma, self._spawns]
         self.threads = [
@@ -498,15 +532,19 @@ class Workload:
             if t.is_alive():
                 self.c.hanging += 1
                 self.notes.append(f"{t.name} did not end")
-        try:
-            digests = self.mesh.call("digest")
-            if len(set(digests)) != 1:
-                self.c.wrong += 1
-                self.notes.append("replicas differ")
-        except Exception as e:
-            self.train_errors.append(f"digest: {e!r:.300}")
-        with contextlib.suppress(Exception):
-            self.mesh.stop()
+        if self.mesh is not None:
+            try:
+                digests = self.mesh.call("digest")
+                if len(set(digests)) != 1:
+                    self.c.wrong += 1
+                    self.notes.append("replicas differ")
+            except Exception as e:
+                self.train_errors.append(f"digest: {e!r:.300}")
+            with contextlib.suppress(Exception):
+                self.mesh.stop()
+        if self.local is not None:
+            with contextlib.suppress(Exception):
+                self.local.stop().get(timeout=60)
         with contextlib.suppress(Exception):
             self.sup.stop()
         for hm in (self.hosts, self.spare, *self.rejoined):
@@ -528,24 +566,33 @@ class Faults:
         self.lab, self.work, self.rng, self.t = lab, work, rng, lab.timing
         self.hosts: list[int] = []  # the hosts hit
         self.victims: list[int] = []  # the procs running there when it was hit
+        self.calc_hit = 0  # of them, calc ranks
+        self.replicas_hit = 0  # and training members
 
     def _hit(self, h: int) -> None:
         keep = {self.lab.workers[h].proc.pid, *_children(self.lab.workers[h].proc.pid)}
         self.hosts.append(h)
-        self.victims += [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
+        here = [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
+        self.victims += here
+        # Which workloads the fault hits: what must then be restarted or replaced.
+        with contextlib.suppress(Exception):
+            self.calc_hit += len(set(here) & set(self.work.calc_pids()))
+        with contextlib.suppress(Exception):
+            self.replicas_hit += len(set(here) & {p for _, p in self.work.mesh.members()})
 
     def _busy_hosts(self) -> list[int]:
-        """The workload's hosts (not the spare) where both a rank and a replica run now,
-        so a fault there is a fault to both; all of them if none is."""
+        """Hosts where both a rank and a replica run now, so a fault there is a fault to
+        both: the workload's hosts first, else the spare host (restarts and
+        replacements move there); else those with a replica; else all of them."""
         with contextlib.suppress(Exception):
-            pids = self.work.calc_pids(), [p for _, p in self.work.mesh.members()]
-            busy = [
-                h
-                for h in range(HOSTS)
-                if all(any(self._host_of(p) == h for p in group) for group in pids)
-            ]
-            if busy:
-                return busy
+            calc = {self._host_of(p) for p in self.work.calc_pids()}
+            train = {self._host_of(p) for _, p in self.work.mesh.members()}
+            for group in (range(HOSTS), range(HOSTS + 1)):
+                busy = [h for h in group if h in calc and h in train]
+                if busy:
+                    return busy
+            if train - {-1}:
+                return sorted(train - {-1})
         return list(range(HOSTS))
 
     def _host_of(self, pid: int) -> int:
@@ -566,6 +613,7 @@ class Faults:
     def kill_proc(self) -> str:
         calc = self.rng.choice(self.work.calc_pids())
         member = self.rng.choice(self.work.mesh.members())[1]
+        self.calc_hit, self.replicas_hit = 1, 1
         os.kill(calc, signal.SIGKILL)
         os.kill(member, signal.SIGKILL)
         return f"killed calc pid {calc} and replica pid {member}"
@@ -573,6 +621,7 @@ class Faults:
     def kill_during_restart(self) -> str:
         calcs = self.rng.sample(self.work.calc_pids(), 2)
         members = self.rng.sample([pid for _, pid in self.work.mesh.members()], 2)
+        self.calc_hit, self.replicas_hit = 2, 2
         os.kill(calcs[0], signal.SIGKILL)
         os.kill(members[0], signal.SIGKILL)
         time.sleep(0.02)
@@ -693,6 +742,8 @@ class FaultRecord:
     steps_lost: int = 0
     victims: int = 0  # procs on the host(s) the client lost
     victims_left: int = 0  # of those, still running once the host was back
+    calc_hit: int = 0  # calc ranks among the procs the fault hit
+    replicas_hit: int = 0  # training members among them
     during: Counters = field(default_factory=Counters)
     notes: list[str] = field(default_factory=list)
 
@@ -718,33 +769,94 @@ class Report:
 
 
 class Baseline:
-    """The client's threads and descriptors, and each live worker's."""
+    """The client's threads and descriptors, and each live worker's: counts, and what
+    each is (thread names, descriptor targets), so a leftover can be named."""
 
     def __init__(self, lab: Lab) -> None:
-        self.client = (_count("self", "task"), _count("self", "fd"))
-        self.workers = {
-            w.proc.pid: (_count(w.proc.pid, "task"), _count(w.proc.pid, "fd"))
-            for w in lab.workers
-            if w.proc.poll() is None
-        }
+        self.client = _what("self")
+        self.workers = {w.proc.pid: _what(w.proc.pid) for w in lab.workers if w.proc.poll() is None}
 
     def excess(self, lab: Lab) -> tuple[int, int, str]:
-        threads = _count("self", "task") - self.client[0]
-        fds = _count("self", "fd") - self.client[1]
+        now = _what("self")
+        threads = len(now[0]) - len(self.client[0])
+        fds = len(now[1]) - len(self.client[1])
         notes = []
         if threads > 0 or fds > 0:
-            notes.append(f"client +{threads} threads +{fds} fds")
+            notes.append(
+                f"client +{threads} threads +{fds} fds{_diff(self.client, now)}"
+                f"{_sockets(self.client, now, None)}"
+            )
         for w in lab.workers:
             was = self.workers.get(w.proc.pid)
             if was is None or w.proc.poll() is not None:
                 continue
-            dt = _count(w.proc.pid, "task") - was[0]
-            df = _count(w.proc.pid, "fd") - was[1]
+            cur = _what(w.proc.pid)
+            dt, df = len(cur[0]) - len(was[0]), len(cur[1]) - len(was[1])
             if dt > 0 or df > 0:
-                notes.append(f"worker {w.host.index} +{dt} threads +{df} fds")
+                notes.append(
+                    f"worker {w.host.index} +{dt} threads +{df} fds{_diff(was, cur)}"
+                    f"{_sockets(was, cur, w.host)}"
+                )
             threads += max(0, dt)
             fds += max(0, df)
         return max(0, threads), max(0, fds), "; ".join(notes)
+
+
+def _what(pid: int | str) -> tuple[list[str], list[str]]:
+    """The names of ``pid``'s threads and the targets of its descriptors."""
+    names: list[str] = []
+    targets: list[str] = []
+    if pid == "self":  # this process: its threads by their Python names
+        names = [t.name.rstrip("0123456789-") for t in threading.enumerate()]
+        names += ["(not Python)"] * max(0, _count("self", "task") - len(names))
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task") if pid != "self" else ():
+            with contextlib.suppress(OSError):
+                names.append(Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip())
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                # A worker's log of this client's job (logs/<job>/danaus.log) opens at
+                # the job's first warning there (a fault may be the first) and is
+                # closed when the worker takes its next job: the job's, not a leftover.
+                if pid != "self" and target.endswith("/danaus.log") and "/logs/" in target:
+                    continue
+                targets.append(target)
+    return names, targets
+
+
+def _sockets(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]], host: Any) -> str:
+    """The sockets ``now`` has and ``was`` had not, as ``ss`` shows them (their peers)."""
+    inodes = {t[len("socket:[") : -1] for t in now[1] if t.startswith("socket:[")}
+    inodes -= {t[len("socket:[") : -1] for t in was[1] if t.startswith("socket:[")}
+    if not inodes:
+        return ""
+    argv = ["ss", "-tanxe"] if host is None else host.exec_argv("ss", "-tanxe")
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [
+        " ".join(ln.split()[:6])
+        for ln in out.splitlines()
+        if any(f"ino:{i} " in ln + " " for i in inodes)
+    ]
+    return f" [{'; '.join(lines)}]" if lines else f" [sockets {sorted(inodes)} not in ss]"
+
+
+def _diff(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]]) -> str:
+    """What ``now`` has more of than ``was``: thread names, descriptor kinds."""
+
+    def kind(t: str) -> str:
+        return t.split(":", 1)[0] if ":[" in t else t
+
+    more = []
+    for a, b in ((was[0], now[0]), ([kind(t) for t in was[1]], [kind(t) for t in now[1]])):
+        c = collections.Counter(b)
+        c.subtract(collections.Counter(a))
+        more += [f"{k} x{n}" for k, n in c.items() if n > 0]
+    return f" ({', '.join(more)})" if more else ""
 
 
 def _alive(pid: int) -> bool:
@@ -769,6 +881,7 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
         rec.runnable, rec.detail = False, str(e)
         return rec
     rec.victims = len(faults.victims)
+    rec.calc_hit, rec.replicas_hit = faults.calc_hit, faults.replicas_hit
     _revive(lab)
     if kind in HOST_LOST:
         # Cut off or frozen longer than the liveness limit: the worker stops the procs
@@ -781,8 +894,9 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
                 w.rejoin(h)
     if kind in LOSES_PROCS:
         # Full size counts once the loss was seen: before, it is still the old size.
-        def seen() -> bool:
-            return len(w.sup.restarts) > restarts0 and w.mesh.stats().lost > stats0.lost
+        def seen() -> bool:  # by each workload the fault hit
+            calc = not faults.calc_hit or len(w.sup.restarts) > restarts0
+            return calc and (not faults.replicas_hit or w.mesh.stats().lost > stats0.lost)
 
         if not wait_for(seen, 3 * lab.timing.limit + 10):
             rec.notes.append("the loss was not seen by both the supervisor and the mesh")
@@ -830,25 +944,47 @@ def run(
     save: Callable[[Report], None],
     each_kind: bool = False,
     soak_kinds: list[str] | None = None,
+    mixed: bool | None = None,
 ) -> Report:
     """``schedule``: the faults, in order, each once full size is back (the campaign);
     ``None``: the kinds in turn, one every ``every`` s (and once full size is back) for
     ``minutes`` (the soak), and on until each kind ran once if ``each_kind``."""
     rng = random.Random(seed)
     report = Report(mode, asdict(timing))
+    if mixed is None:
+        mixed = mode == "soak"
     kinds = list(soak_kinds or SOAK_FAULTS)
+    started = time.monotonic()
     with client(timing) as client_faults:
         lab = Lab(timing)
         try:
             # Once before counting: the client's threads and pools are made on first use.
-            warm = Workload(lab, mode == "soak", rng)
-            wait_for(lambda: warm.steps() >= 2 and warm.c.calls >= 2, 300)
+            print(f"lab up in {time.monotonic() - started:.0f} s", flush=True)
+            # The traffic without training (fast to start): what it makes once in the
+            # client lasts the session (connections, the local host agent, pools).
+            warm = Workload(lab, mixed, rng, elastic=False)
+            wait_for(lambda: warm.c.calls >= 2, 300)
+            # A fault too: what the client makes at its first failure (its log file and
+            # the thread that writes it) lasts the session.
+            os.kill(rng.choice(warm.calc_pids()), signal.SIGKILL)
+            wait_for(lambda: warm.sup.restarts and warm.c.calls_failed + warm.c.calls > 4, 60)
+            # And what it makes at the first failure nobody handles (the hook's thread)
+            # and at the first line a proc prints (the thread that prints it here).
+            pm = warm.hosts.slice(hosts=0).spawn_procs(per_host={"gpus": 1})
+            probe: Any = pm.spawn("warmup", Calc)
+            probe.say.call_one("warm-up").get(timeout=lab.timing.call_bound)
+            os.kill(probe.pid.call_one().get(timeout=lab.timing.call_bound), signal.SIGKILL)
+            wait_for(lambda: client_faults and _thread_named("danaus-logs"), 60)
+            client_faults.clear()
+            with contextlib.suppress(Exception):
+                pm.stop().get(timeout=lab.timing.call_bound)
             warm.close()
             wait_for(lambda: not lab.stray_pids(), 60)
             base = Baseline(lab)
-            w = Workload(lab, mode == "soak", rng)
+            w = Workload(lab, mixed, rng)
             wait_for(lambda: w.steps() >= 2 and w.c.calls >= 2, 300)
             t0 = time.monotonic()
+            print(f"workload up in {t0 - started:.0f} s", flush=True)
             next_sample = t0
             last_fault = t0
             n = 0
@@ -919,6 +1055,10 @@ def run(
     return report
 
 
+def _thread_named(name: str) -> bool:
+    return any(t.name == name for t in threading.enumerate())
+
+
 def _describe(pid: int) -> str:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -926,7 +1066,20 @@ def _describe(pid: int) -> str:
         state = next(x.split()[1] for x in status.splitlines() if x.startswith("State:"))
     except (OSError, StopIteration):
         return f"{pid} (gone)"
-    return f"{pid} (ppid {ppid}, state {state}, {_count(pid, 'task')} threads)"
+    wchan = ""
+    with contextlib.suppress(OSError):
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    files = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                t = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not t.startswith(("socket:", "pipe:", "anon_inode:", "/dev/")):
+                    files.add(t)
+    return (
+        f"{pid} (ppid {ppid}, state {state}, {_count(pid, 'task')} threads, wchan {wchan}, "
+        f"files {sorted(files)[:4]})"
+    )
 
 
 @contextlib.contextmanager
@@ -937,7 +1090,9 @@ def client(timing: Timing) -> Iterator[list[Any]]:
     danaus.actor.unhandled_fault_hook = faults.append
     try:
         with danaus.config.configured(
-            heartbeat_interval=timing.interval, heartbeat_timeout=timing.limit
+            heartbeat_interval=timing.interval,
+            heartbeat_timeout=timing.limit,
+            zygote_preload=PRELOAD,
         ):
             yield faults
     finally:
@@ -1101,6 +1256,10 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("campaign", help="each fault kind, --reps times, one at a time")
     c.add_argument("--reps", type=int, default=3)
     c.add_argument("--kinds", default=",".join(KINDS))
+    c.add_argument(
+        "--mixed", action="store_true",
+        help="the soak's traffic too (streams, RDMA, spawns), not only calls and training",
+    )  # fmt: skip
     s = sub.add_parser("soak", help="mixed traffic with a fault every 30 s")
     s.add_argument("--minutes", type=float, default=30.0)
     s.add_argument("--every", type=float, default=30.0, help="seconds between faults")
@@ -1128,7 +1287,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown fault kinds {unknown}; the kinds are {', '.join(KINDS)}")
     if args.cmd == "campaign":
         schedule = [k for k in kinds for _ in range(args.reps)]
-        report = run("campaign", timing, schedule, 0.0, 0.0, args.seed, save)
+        report = run(
+            "campaign", timing, schedule, 0.0, 0.0, args.seed, save, mixed=args.mixed
+        )  # fmt: skip
     else:
         report = run(
             "soak", timing, None, args.minutes, args.every, args.seed, save, args.each_kind,

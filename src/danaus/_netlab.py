@@ -475,6 +475,35 @@ def start_worker(
     (`fill_state()`); default: its sockets on an uncapped tmpfs, logs where
     ``log_dir`` says.
     """
+    return _listening(_launch(host, secret, env, state_size))
+
+
+def start_workers(
+    hosts: Sequence[Host], secret: str, env: Mapping[str, str] = {}, state_size: str | None = None
+) -> list[Worker]:
+    """``start_worker`` on each of ``hosts``, all starting at once (each worker's imports,
+    ``zygote_preload``'s included, wait for no other's); returns once every one listens.
+    Started from this thread: a worker dies with the thread that started it
+    (``PR_SET_PDEATHSIG``), so not from a pool's. If one fails, the others are reaped."""
+    launched: list[tuple[Host, subprocess.Popen[str], str]] = []
+    workers: list[Worker] = []
+    try:
+        for host in hosts:
+            launched.append(_launch(host, secret, env, state_size))
+        while launched:
+            workers.append(_listening(launched.pop(0)))
+    except BaseException:
+        for w in workers:
+            reap(w)
+        for host, proc, socket_dir in launched:
+            reap(Worker(host, proc, "", socket_dir))
+        raise
+    return workers
+
+
+def _launch(
+    host: Host, secret: str, env: Mapping[str, str], state_size: str | None
+) -> tuple[Host, subprocess.Popen[str], str]:
     socket_dir = f"/tmp/{host.netns}-{secrets.token_hex(3)}-sock"
     os.mkdir(socket_dir, 0o700)
     argv = host.exec_argv("sh", "-c", _WORKER_SH, sys.executable)
@@ -491,6 +520,12 @@ def start_worker(
         text=True,
         start_new_session=True,
     )
+    return host, proc, socket_dir
+
+
+def _listening(launched: tuple[Host, subprocess.Popen[str], str]) -> Worker:
+    """The worker ``_launch`` started, once it says where it listens."""
+    host, proc, socket_dir = launched
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stdout is not None
     stream = proc.stdout

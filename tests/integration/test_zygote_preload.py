@@ -74,3 +74,33 @@ def test_a_proc_imports_no_danaus_module_after_its_fork(client_script) -> None:
 def test_a_proc_inherits_the_zygote_s_objects_frozen(client_script) -> None:
     # Frozen objects are never walked by the proc's collector, so their pages stay shared.
     assert _probe(client_script)["frozen"] > 10_000
+
+
+_CLIENT_PRELOADED = """
+from danaus.actor import Actor, endpoint, this_host
+
+class Probe(Actor):
+    @endpoint
+    def loaded(self):
+        import sys
+        return [m for m in ("colorsys", "this_module_does_not_exist") if m in sys.modules]
+
+procs = this_host().spawn_procs(per_host={"gpus": 1})
+print("PROBE", procs.spawn("probe", Probe).loaded.call_one().get(timeout=60))
+procs.stop().get(timeout=60)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_zygote_preload_gives_every_proc_the_modules_it_names(
+    client_script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``zygote_preload`` (here through its environment variable): the zygote imports
+    the modules once and each proc starts with them (issue 44: a replacement replica
+    forks with torch loaded instead of importing it); one that cannot be imported is
+    reported and skipped, not fatal."""
+    monkeypatch.setenv("DANAUS_ZYGOTE_PRELOAD", "colorsys, this_module_does_not_exist")
+    result = client_script.run(_CLIENT_PRELOADED, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "PROBE ['colorsys']" in result.stdout, result.stdout
+    assert "No module named 'this_module_does_not_exist'" in result.stderr

@@ -48,6 +48,16 @@ def test_a_peer_that_showed_irregular_gaps_is_given_more_time_but_bounded() -> N
     assert wild == pytest.approx(MAX_STRETCH * TIMEOUT)
 
 
+def test_a_peer_not_yet_heard_long_enough_to_know_its_rhythm_gets_the_longest_silence() -> None:
+    """A proc just started (importing torch, it may hold its GIL for seconds) or a client
+    just attached: too few gaps to say it is steady, so no shorter deadline than the
+    stretch; once ``WARMUP`` gaps were seen, the steady peer gets the plain timeout."""
+    for n in (0, 1, liveness.WARMUP - 1):
+        assert _fed([INTERVAL] * n).deadline(INTERVAL, TIMEOUT) == MAX_STRETCH * TIMEOUT
+    steady = _fed([INTERVAL] * liveness.WARMUP).deadline(INTERVAL, TIMEOUT)
+    assert steady == pytest.approx(TIMEOUT)
+
+
 def test_the_window_forgets_old_gaps() -> None:
     d = _fed([INTERVAL, 2.5] * 50 + [INTERVAL] * liveness.WINDOW)
     assert d.deadline(INTERVAL, TIMEOUT) == pytest.approx(TIMEOUT)

@@ -152,16 +152,24 @@ class ElasticCoordinator(Actor):
         picks = self._pick_hosts(n)
         groups: dict[int, list[_Member]] = {}
         spawned: list[Any] = []
-        try:
-            for h, count in collections.Counter(picks).items():
-                groups[h] = await self._spawn_on(h, count, spawned)
-        except BaseException:  # nothing of a failed spawn is left behind
+        counts = collections.Counter(picks)
+        # Every host at once: one host's procs starting (importing the replica's
+        # modules) need not wait for another's.
+        results = await asyncio.gather(
+            *(self._spawn_on(h, count, spawned) for h, count in counts.items()),
+            return_exceptions=True,
+        )
+        for h, got in zip(counts, results, strict=True):
+            if not isinstance(got, BaseException):
+                groups[h] = got
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:  # nothing of a failed spawn is left behind
             for members in groups.values():
                 for m in members:
                     self.by_key.pop(m.mesh_key, None)
             for procs in spawned:
                 await self._stop_failed(procs)
-            raise
+            raise failed[0]
         # In the order picked: the first ``target`` are members, spread over the hosts.
         return [groups[h].pop(0) for h in picks]
 

@@ -87,9 +87,11 @@ class Node:
 
 
 def preload_modules() -> tuple[str, ...]:
-    """What a zygote imports before it forks procs: the bootstrap and its ``PRELOAD``."""
+    """What a zygote imports before it forks procs: the bootstrap, its ``PRELOAD``, and
+    the modules the ``zygote_preload`` setting names (``"torch,numpy"``)."""
     boot = _boothook.bootstrap()
-    return (boot.__name__, *boot.PRELOAD)
+    extra = [m.strip() for m in str(config.get("zygote_preload")).split(",") if m.strip()]
+    return tuple(dict.fromkeys((boot.__name__, *boot.PRELOAD, *extra)))
 
 
 # Held while a client node starts or ends: guards which node is this process's (_node).

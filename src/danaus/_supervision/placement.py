@@ -30,15 +30,19 @@ class Placer:
         self._spare_next = 0
         self.procs: list[ProcMesh] = []  # the procs restarts spawned (stopped with us)
 
-    def place(self, m: _MeshChild, ranks: set[int], ctx: Context) -> dict[int, ProcId]:
+    def place(
+        self, m: _MeshChild, ranks: set[int], ctx: Context
+    ) -> tuple[dict[int, ProcId], set[int]]:
         """Where each rank goes: its proc if alive, else a new proc on its host, else a
-        spare host's (spawned as ``ctx``). Updates the child's procs."""
+        spare host's (spawned as ``ctx``). Updates the child's procs. Returns the
+        placements and the ranks no host could take (their procs are unchanged)."""
         node = m.node
         rt = node.runtime
         logs = node.part(LogControl)
         self._forget_gone(rt)
         procs = list(m.ref.procs)
         by_agent: dict[ProcId | None, list[int]] = {}
+        unplaced: set[int] = set()
         for r in sorted(ranks):
             p = procs[r]
             if not rt.peers.is_lost(p.name) and p.name not in rt.peers.exited:
@@ -53,10 +57,11 @@ class Placer:
             if new is None:
                 new = self._spare_procs(len(rs), m.name, ctx)
             if new is None:
-                log.error(
-                    "supervisor %r: no host to restart %s%s on; they stay failed",
-                    self.name, m.name, rs,
+                log.warning(
+                    "supervisor %r: no host to restart %s%s on (their host is gone and "
+                    "no spare host took them)", self.name, m.name, rs,
                 )  # fmt: skip
+                unplaced.update(rs)
                 continue
             for r, p in zip(rs, new, strict=True):
                 procs[r] = p
@@ -65,7 +70,7 @@ class Placer:
             om = owned.get(m.ref.mesh_id)
             if om is not None:
                 om.ref = m.ref
-        return {r: procs[r] for r in ranks}
+        return {r: procs[r] for r in ranks if r not in unplaced}, unplaced
 
     def _forget_gone(self, rt: Any) -> None:
         """Let go of the procs restarts spawned that are all gone now: a replacement

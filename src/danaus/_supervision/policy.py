@@ -35,6 +35,13 @@ class Backoff:
         return float(min(self.cap, self.initial * 2 ** min(earlier, 64)))
 
 
+def retry_delay(tries: int, initial: float, cap: float) -> float:
+    """The wait before a supervisor places again ranks that no host took, after ``tries``
+    such tries in a row: ``initial`` seconds, doubled each time, at most ``cap`` (the
+    settings ``restart_retry_initial`` and ``restart_retry_cap``)."""
+    return float(min(cap, initial * 2 ** min(tries, 64)))
+
+
 @dataclass(frozen=True)
 class Restart:
     """One restart a supervisor made: when (``time.time()``), which child (a mesh's or a

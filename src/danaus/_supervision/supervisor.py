@@ -55,7 +55,7 @@ from .child import _MeshChild, spawn_ranks, stop_ranks
 from .failure import MeshFailure
 from .handle import SupervisedMesh
 from .placement import Placer
-from .policy import Backoff, Restart, checked
+from .policy import Backoff, Restart, checked, retry_delay
 from .supervised import supervised
 from .tree import _Tree
 
@@ -110,6 +110,7 @@ class Supervisor:
         self._status = "running"  # "gave up", "stopped"
         self._placer = Placer(name, spare_hosts)  # where restarted ranks go
         self._stop_event = threading.Event()
+        self._unplaced_tries = 0  # tries in a row that found no host for some rank
         reg = supervised()
         with reg.lock:
             reg.supervisors.append(self)
@@ -324,11 +325,23 @@ class Supervisor:
         return child.stopped or all(child.incarnation[r] != n for r, n in incarnations.items())
 
     def _handle(
-        self, child: Any, incarnations: dict[int, int], reason: str, failed_at: float
+        self,
+        child: Any,
+        incarnations: dict[int, int],
+        reason: str,
+        failed_at: float,
+        retry: bool = False,
     ) -> None:
+        """Restart what a failure of ``child``'s ranks (``incarnations``: rank -> the
+        incarnation that failed) calls for; ``retry``: place again ranks no host took
+        (only them: what the strategy restarted with them is up already)."""
         if self._status != "running" or self._stale(child, incarnations):
             return
         ranks = {r for r, n in incarnations.items() if r >= 0}
+        if retry:
+            ranks = {r for r in ranks if r in child.state.failed}
+            if not ranks:
+                return
         what = f"{child.name}{sorted(ranks)}" if ranks else child.name
         now = time.monotonic()
         with self._lock:
@@ -346,25 +359,75 @@ class Supervisor:
         delay = self.backoff.delay(earlier) if self.backoff is not None else 0.0
         if delay and self._tree.ended.wait(delay):
             return
-        # Failures that arrived meanwhile and that this restart covers are not restarted again.
-        targets = self._affected(child, ranks)
-        for c in self._picked(child):
-            if isinstance(c, Supervisor) and c._status != "stopped":
-                c._revive()  # a restarted supervisor starts afresh
-        self._restart(targets, reason)
+        if retry:
+            targets = {child: ranks}
+        else:
+            # Failures that arrived meanwhile and that this restart covers are not
+            # restarted again.
+            targets = self._affected(child, ranks)
+            for c in self._picked(child):
+                if isinstance(c, Supervisor) and c._status != "stopped":
+                    c._revive()  # a restarted supervisor starts afresh
+        unplaced = self._restart(targets, reason)
+        with self._lock:
+            self._history.append(time.monotonic())  # a try that placed nothing counts too
+        if unplaced:
+            self._retry_later(unplaced, reason, failed_at)
+        else:
+            self._unplaced_tries = 0
+        done = {m: rs - unplaced.get(m, set()) for m, rs in targets.items()}
+        done = {m: rs for m, rs in done.items() if rs}
+        if not done:
+            return  # nothing was restarted: no record
+        if isinstance(child, _MeshChild):
+            ranks -= unplaced.get(child, set())
         rec = Restart(
             time.time(), child.name, tuple(sorted(ranks)) if ranks else (), reason,
             delay, failed_at, self.name,
         )  # fmt: skip
-        _announce(self.name, rec, targets)  # before it is listed: whoever sees it can find the log
+        _announce(self.name, rec, done)  # before it is listed: whoever sees it can find the log
         with self._lock:
-            self._history.append(time.monotonic())
             self._restarts.append(rec)
+
+    def _retry_later(
+        self, unplaced: dict[_MeshChild, set[int]], reason: str, failed_at: float
+    ) -> None:
+        """No host took ``unplaced``: they stay failed (calls to them fail with
+        ``SupervisionError`` saying so) and are placed again after a backoff that
+        doubles from ``restart_retry_initial`` to ``restart_retry_cap`` (not a tight
+        loop of tries while no host is free); each try counts toward the intensity."""
+        delay = retry_delay(
+            self._unplaced_tries,
+            config.get("restart_retry_initial"),
+            config.get("restart_retry_cap"),
+        )
+        self._unplaced_tries += 1
+        tree = self._tree
+        for m, ranks in unplaced.items():
+            why = (
+                f"{reason} (no host could take it: its host is gone and no spare host "
+                f"did; supervisor {self.name!r} tries again in {delay:.1f} s)"
+            )
+            with m.state.lock:
+                for r in ranks:
+                    m.state.failed[r] = why
+            event = (self, m, {r: m.incarnation[r] for r in ranks}, reason, failed_at, True)
+            with tree.lock:
+                tree.later_locked(delay, event)
+        log.warning(
+            "supervisor %r: no host for %s; trying again in %.1f s", self.name,
+            ", ".join(f"{m.name}{sorted(r)}" for m, r in unplaced.items()), delay,
+        )  # fmt: skip
 
     # -- restarting ------------------------------------------------------------------------
 
-    def _restart(self, targets: dict[_MeshChild, set[int]], reason: str) -> None:
-        """Stop the healthy ones of ``targets``, spawn each rank again, release its calls."""
+    def _restart(
+        self, targets: dict[_MeshChild, set[int]], reason: str
+    ) -> dict[_MeshChild, set[int]]:
+        """Stop the healthy ones of ``targets``, spawn each rank again, release its calls.
+        Returns the ranks no host could take: they stay failed, and their held calls
+        are released to fail at once (none waits for a host that may never come)."""
+        unplaced: dict[_MeshChild, set[int]] = {}
         timeout = config.get("shutdown_timeout")
         stopping = []
         for m, ranks in targets.items():
@@ -379,7 +442,7 @@ class Supervisor:
         for m, ranks in targets.items():
             if m.stopped:
                 continue
-            placements = self._placer.place(m, ranks, self._ctx)
+            placements, missing = self._placer.place(m, ranks, self._ctx)
             with m.state.lock:
                 for r in placements:
                     m.incarnation[r] += 1
@@ -387,7 +450,10 @@ class Supervisor:
                     m.state.tracebacks.pop(r, None)
             m.state.stopped = False
             self._spawn(m, placements)
+            if missing:
+                unplaced[m] = missing
             m.release(set(ranks))
+        return unplaced
 
     # -- stopping and giving up --------------------------------------------------------------
 

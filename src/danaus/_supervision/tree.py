@@ -4,8 +4,11 @@ handles them, in order."""
 from __future__ import annotations
 
 import collections
+import heapq
+import itertools
 import logging
 import threading
+import time
 from typing import Any, Protocol
 
 log = logging.getLogger("danaus.supervision")
@@ -17,7 +20,12 @@ class Member(Protocol):
     name: str
 
     def _handle(
-        self, child: Any, incarnations: dict[int, int], reason: str, failed_at: float
+        self,
+        child: Any,
+        incarnations: dict[int, int],
+        reason: str,
+        failed_at: float,
+        retry: bool = False,
     ) -> None: ...
 
     def _give_up(self, failures: list[str], why: str | None = None) -> None: ...
@@ -29,15 +37,32 @@ class Member(Protocol):
 
 class _Tree:
     """One queue of failures, ``(supervisor, child, incarnations, reason, failed_at)``, and
-    the thread that hands each to its supervisor."""
+    the thread that hands each to its supervisor; and the events due later (a rank no
+    host could take, tried again after a backoff), on the same thread."""
 
     def __init__(self, name: str) -> None:
-        self.lock = threading.Lock()  # guards events and thread
+        self.lock = threading.Lock()  # guards events, delayed and thread
         self.wake = threading.Condition(self.lock)
         self.events: collections.deque[tuple[Any, ...]] = collections.deque()
+        # (due, seq, event), a heap: due is time.monotonic(); seq keeps equal dues in order.
+        self.delayed: list[tuple[float, int, tuple[Any, ...]]] = []
+        self._seq = itertools.count()
         self.thread: threading.Thread | None = None
         self.ended = threading.Event()
         self.name = name
+
+    def later_locked(self, delay: float, event: tuple[Any, ...]) -> None:
+        """Queue ``event`` in ``delay`` seconds (lock held); starts the thread if need be."""
+        heapq.heappush(self.delayed, (time.monotonic() + delay, next(self._seq), event))
+        self.start_locked()
+        self.wake.notify()
+
+    def due_locked(self, now: float) -> float | None:
+        """Move the delayed events due by ``now`` to the queue (lock held); the seconds
+        until the next one is due (None: none waits)."""
+        while self.delayed and self.delayed[0][0] <= now:
+            self.events.append(heapq.heappop(self.delayed)[2])
+        return self.delayed[0][0] - now if self.delayed else None
 
     def start_locked(self) -> None:
         """Start the thread if it is not running (lock held)."""
@@ -55,12 +80,16 @@ class _Tree:
     def _run(self) -> None:
         while True:
             with self.lock:
-                while not self.events and not self.ended.is_set():
-                    self.wake.wait()
+                while not self.ended.is_set():
+                    wait = self.due_locked(time.monotonic())
+                    if self.events:
+                        break
+                    self.wake.wait(wait)
                 ended = self.ended.is_set()
                 if ended:
-                    events = list(self.events)
+                    events = [*self.events, *(ev for _, _, ev in self.delayed)]
                     self.events.clear()
+                    self.delayed.clear()
                 else:
                     ev = self.events.popleft()
             if ended:

@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 import danaus._supervision.supervisor as supervisor_mod
+import danaus._supervision.tree as tree_mod
 from danaus._actor.api.mesh import MeshRef
 from danaus._mesh import Shape, Slice
+from danaus._supervision.policy import retry_delay
 from danaus._supervision.supervised import Supervised
 from danaus._supervision.supervisor import Backoff, Restart, Supervisor, _MeshChild
 from danaus._wire.ids import ActorId, ProcId
@@ -69,9 +71,12 @@ class Recorded:
     def __init__(self, sup: Supervisor) -> None:
         self.restarts: list[dict[str, set[int]]] = []
         self.gave_up: list[list[str]] = []
-        sup._restart = lambda targets, reason: self.restarts.append(  # type: ignore[method-assign]
-            {m.name: ranks for m, ranks in targets.items()}
-        )
+
+        def restart(targets: dict[_MeshChild, set[int]], reason: str) -> dict[Any, set[int]]:
+            self.restarts.append({m.name: ranks for m, ranks in targets.items()})
+            return {}  # every rank found a host
+
+        sup._restart = restart  # type: ignore[method-assign]
         sup._announce = lambda rec, targets: None  # type: ignore[method-assign]
         sup._give_up = lambda failures, why=None: self.gave_up.append(failures)  # type: ignore[method-assign]
 
@@ -125,7 +130,7 @@ def test_a_nested_supervisor_is_restarted_whole_whatever_the_strategy(clock: Clo
 def test_a_failure_holds_the_ranks_the_strategy_will_restart(clock: Clock) -> None:
     sup = Supervisor("rest_for_one")
     a, b = child(sup, "a", 2), child(sup, "b", 2)
-    sup._start_thread = lambda: None  # type: ignore[method-assign]
+    sup._tree.start_locked = lambda: None  # type: ignore[method-assign]  # no thread: the test looks
     assert sup._on_failure(a, 1, "boom", "", ()) is True
     assert (a.blocked, b.blocked) == ({0, 1}, {0, 1})
     (event,) = sup._tree.events
@@ -322,3 +327,86 @@ def test_describe_shows_the_tree_for_the_dashboard(clock: Clock) -> None:
     }  # fmt: skip
     assert sub.describe()["parent"] == "top"
     assert "rest_for_one" in repr(top) and "2 children" in repr(top)
+
+
+# -- no host for a rank: tries again with a backoff, never in a tight loop ------------------
+
+
+def test_the_wait_between_tries_to_place_doubles_up_to_its_cap() -> None:
+    assert [retry_delay(n, 0.5, 30.0) for n in range(9)] == [
+        0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0,
+    ]  # fmt: skip
+    assert retry_delay(10_000, 0.5, 30.0) == 30.0  # no overflow however many tries
+
+
+def test_a_rank_no_host_takes_stays_failed_and_is_tried_again_after_a_growing_wait(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No host for rank 1 (its host gone, no spare): the supervisor does not try again at
+    once (it did, hundreds of times a second), but after 0.5 s, 1 s, 2 s... of the fake
+    clock; calls to the rank fail meanwhile (it stays failed, saying why); once a host
+    takes it, the next rank without a host waits 0.5 s again."""
+    monkeypatch.setattr(tree_mod, "time", clock)
+    sup = Supervisor("one_for_all", max_restarts=100, period=60.0)
+    sup._tree.start_locked = lambda: None  # type: ignore[method-assign]  # the test is the thread
+    a, _ = child(sup, "a", 2), child(sup, "b", 1)
+    a.state = types.SimpleNamespace(failed={1: "its host died"}, lock=threading.Lock())
+    tried: list[tuple[float, dict[str, set[int]]]] = []
+    free_hosts = 0
+
+    def restart(targets: dict[_MeshChild, set[int]], reason: str) -> dict[Any, set[int]]:
+        tried.append((clock.now, {m.name: set(r) for m, r in targets.items()}))
+        if free_hosts:
+            return {}
+        return {a: {1}} if a in targets else {}
+
+    sup._restart = restart  # type: ignore[method-assign]
+    sup._handle(a, {1: a.incarnation[1]}, "its host died", 0.0)
+    # The strategy's first restart covers everything; rank 1 found no host.
+    assert tried == [(0.0, {"a": {0, 1}, "b": {0}})]
+    assert sup.restarts[0].ranks == () and sup.restarts[0].child == "a"
+    assert "tries again in 0.5 s" in a.state.failed[1]
+    waits = []
+    for _ in range(6):
+        ((due, _, _),) = sup._tree.delayed
+        waits.append(due - clock.now)
+        clock.now = due - 0.01  # not yet due: nothing is tried
+        assert sup._tree.due_locked(clock.now) == pytest.approx(0.01)
+        assert not sup._tree.events
+        clock.now = due
+        assert sup._tree.due_locked(clock.now) is None
+        sup._handle(*sup._tree.events.popleft()[1:])
+        # A try again is of the rank no host took only, not the strategy's whole restart.
+        assert tried[-1] == (clock.now, {"a": {1}})
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+    assert len(tried) == 7 and len(sup.restarts) == 1  # tries that placed nothing: no record
+    free_hosts = 1  # a host is back: the next try places it
+    ((due, _, _),) = sup._tree.delayed
+    clock.now = due
+    sup._tree.due_locked(clock.now)
+    a.state.failed.pop(1)  # as _restart does for a rank it placed
+    a.state.failed[1] = "still failed until placed"
+    sup._handle(*sup._tree.events.popleft()[1:])
+    assert sup._tree.delayed == [] and sup.restarts[-1].ranks == (1,)
+    assert sup._unplaced_tries == 0  # the next rank without a host waits 0.5 s again
+
+
+def test_tries_that_place_nothing_count_toward_the_intensity(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_mod, "time", clock)
+    sup = Supervisor("one_for_one", max_restarts=3, period=60.0)
+    sup._tree.start_locked = lambda: None  # type: ignore[method-assign]
+    a = child(sup, "a", 1)
+    a.state = types.SimpleNamespace(failed={0: "host died"}, lock=threading.Lock())
+    gave_up: list[list[str]] = []
+    sup._restart = lambda targets, reason: {a: {0}}  # type: ignore[method-assign]
+    sup._give_up = lambda failures, why=None: gave_up.append(failures)  # type: ignore[method-assign]
+    sup._handle(a, {0: 0}, "host died", 0.0)
+    for _ in range(3):
+        ((due, _, _),) = sup._tree.delayed
+        clock.now = due
+        sup._tree.due_locked(clock.now)
+        sup._handle(*sup._tree.events.popleft()[1:])
+    # 3 tries within the period, then the 4th exceeds it: the owner hears, no more tries.
+    assert len(gave_up) == 1 and len(gave_up[0]) == 4

@@ -86,6 +86,17 @@ CONNECTIONS: tuple[Setting, ...] = (
         "How long a job waits for a worker process it started to listen.",
     ),
     Setting(
+        "zygote_preload",
+        "str",
+        "",
+        "Modules (comma-separated, e.g. 'torch') that each host agent's zygote imports "
+        "once, before it forks any proc, besides danaus's own: every proc, a replacement "
+        "included, then starts with them loaded instead of importing them itself (torch: "
+        "seconds, holding the GIL for long stretches). Read by the worker or agent when it "
+        "starts; a module that fails to import is reported and skipped. Modules that start "
+        "threads at import (numpy's OpenBLAS unless OPENBLAS_NUM_THREADS=1) are warned about.",
+    ),
+    Setting(
         "job_probe_timeout",
         "duration",
         2.0,

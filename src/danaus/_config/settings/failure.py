@@ -22,6 +22,22 @@ FAILURE: tuple[Setting, ...] = (
         "(a phi-accrual detector).",
     ),
     Setting(
+        "restart_retry_initial",
+        "duration",
+        0.5,
+        "A supervisor that finds no host for a rank it restarts (its host gone, no spare "
+        "host taking it) tries again after this long, doubling each time, at most "
+        "restart_retry_cap; each try counts toward its restart intensity. Meanwhile calls "
+        "to the rank fail with SupervisionError.",
+    ),
+    Setting(
+        "restart_retry_cap",
+        "duration",
+        30.0,
+        "The longest wait between a supervisor's tries to place a rank no host took "
+        "(see restart_retry_initial).",
+    ),
+    Setting(
         "exit_report_grace",
         "duration",
         0.05,

@@ -101,6 +101,9 @@ class Agent:
         self.client: ProcId | None = None
         self.procs: dict[str, tuple[ProcId, ProcId]] = {}  # name -> (proc, owner)
         self.pids: dict[str, int] = {}
+        # Procs asked of the zygote for a client that is gone since: killed once forked
+        # (the ask was sent before the client was lost; its Forked comes after).
+        self.doomed: set[str] = set()
         # The local agent learns the secret on its lifeline; a worker's is its runtime's.
         self.secret: bytes | None = rt.secret
         self._lifeline = b""
@@ -150,6 +153,10 @@ class Agent:
             self.logs.client_gone()
             for proc in list(self.pids):
                 self._kill(proc)
+            # Asked of the zygote but not forked yet (a spawn read just before the
+            # client's loss): killed as its Forked comes, else it would run on, idle,
+            # for the worker's lifetime (found by the fault campaign after a SIGSTOP).
+            self.doomed |= set(self.procs) - set(self.pids)
 
     def _on_shutdown(self, conn: Connection, msg: Message) -> None:
         self._exit("the client shut the host down")
@@ -202,11 +209,15 @@ class Agent:
         if type(msg) is Forked:
             self.pids[msg.name] = msg.pid
             self.logs.forked(msg.name, msg.pid)
+            if msg.name in self.doomed:
+                self.doomed.discard(msg.name)
+                self._kill(msg.name)
             return
         if type(msg) is not Exited:
             raise TypeError(f"the zygote sent {msg!r:.200}, neither Forked nor Exited")
         name, status = msg.name, msg.status
         self.pids.pop(name, None)
+        self.doomed.discard(name)
         entry = self.procs.pop(name, None)
         if entry is None:
             return
@@ -264,11 +275,33 @@ def _child_main(name: str, boot: dict[str, Any]) -> int:
 
 
 def _preload(modules: list[str]) -> None:
+    """Import ``modules`` here, before the zygote is forked, so every proc starts with
+    them (the ``zygote_preload`` setting adds to danaus's own). The zygote forks: a
+    module that started a thread at import is named (a fork copies no thread)."""
+    before = _threads()
     for mod in modules:
         try:
             importlib.import_module(mod)
         except Exception:  # a preload is an optimisation: report and go on
             traceback.print_exc()
+        now = _threads()
+        if now > before:
+            print(
+                f"danaus: preloading {mod!r} started {now - before} thread(s); procs are "
+                "forked from this process, so those threads are absent in them (set "
+                "OMP_NUM_THREADS=1 / OPENBLAS_NUM_THREADS=1, or leave it out of "
+                "zygote_preload)",
+                file=sys.stderr,
+                flush=True,
+            )
+            before = now
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: nothing to say
+        return 1
 
 
 def _fork_zygote() -> tuple[int, int]:

@@ -110,10 +110,9 @@ class Links:
         self.outgoing: set[Connection] = set()  # connections we dialled, open
         self.incoming: set[Connection] = set()  # connections others dialled, open
         self._spares = spares  # welcomed while we held their proc lost (the peer table's)
-        # The other names a connection serves, all lost with it: the name it answered
-        # when dialled by address, and the provisional names of later dials by address
-        # that took it over (attaching to the same worker again).
-        self._aliases: dict[Connection, list[str]] = {}
+        self._aliases: dict[Connection, str] = {}  # dialled by address: the name it answered
+        # The names, besides the one it was dialled as, that share a connection.
+        self._sharers: dict[Connection, list[str]] = {}
 
     def all_connections(self) -> list[Connection]:
         """Every open connection: dialled, accepted, established or not (a snapshot)."""
@@ -234,14 +233,23 @@ class Links:
                     and not other.pending
                 ):
                     alias = other
-                    self._aliases.setdefault(conn, []).append(welcome.proc.name)
+                    self._aliases[conn] = welcome.proc.name
                 elif other.lost is None and other.link is not None and not other.link.closed:
                     # Attached again to a proc we share a connection with: the
                     # provisional name uses that one, and this one goes (the proc only
                     # reads it, and would keep it open, as we would, for nothing).
                     # It is lost with that one (else it kept the closed connection).
                     reuse = other.link
-                    self._aliases.setdefault(reuse, []).append(dialled)
+                elif other.lost is not None and (other.link is None or other.link.closed):
+                    # A worker we hold lost, attached again (back after a partition):
+                    # this connection is the spare that ``forget_peer`` (which the
+                    # attach calls next) takes up as the worker's own, so that neither
+                    # a dial to its name nor a later attach opens one more for the
+                    # session; its close loses the worker again.
+                    self._spares[welcome.proc.name] = conn
+                    self._aliases[conn] = welcome.proc.name
+            if reuse is not None:
+                self._sharers.setdefault(reuse, []).append(dialled)
         if waiting is not None:
             waiting.close()  # theirs lost to ours: they close it too
         if reuse is not None:
@@ -298,8 +306,12 @@ class Links:
         self.incoming.discard(conn)
         self.outgoing.discard(conn)
         self._forget_handshake(conn)
-        aliases = self._aliases.pop(conn, [])
+        alias = self._aliases.pop(conn, None)
         proc = conn.peer
+        with self._lock:
+            sharers = self._sharers.pop(conn, [])
+            if alias is not None and self._spares.get(alias) is conn:
+                del self._spares[alias]  # closed before the attach took it up
         if proc is None:
             self._relay_closed(conn, exc)  # a gateway connection, or one relayed through it
             return
@@ -311,7 +323,7 @@ class Links:
         with self._lock:
             if self._spares.get(proc.name) is conn:
                 del self._spares[proc.name]
-            for name in [proc.name, *aliases]:
+            for name in [proc.name, *([] if alias is None else [alias]), *sharers]:
                 peer = self._peers.get(name)
                 if peer is None:
                     continue

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_STRETCH",
     "PHI_THRESHOLD",
+    "WARMUP",
     "Heartbeat",
     "LocalProbe",
     "PhiAccrual",
@@ -64,6 +65,10 @@ PHI_THRESHOLD = 8.0
 MAX_STRETCH = 2.0
 #: Gaps remembered per peer.
 WINDOW = 200
+#: Gaps a peer must have shown before its rhythm is trusted: until then (a proc just
+#: started, which may hold its GIL for seconds while it imports torch, or a client
+#: that just attached) it is given the longest silence, ``MAX_STRETCH`` timeouts.
+WARMUP = 10
 
 
 def _phi(silence: float, mean: float, std: float) -> float:
@@ -136,7 +141,11 @@ class PhiAccrual:
 
     def deadline(self, interval: float, timeout: float) -> float:
         """The silence (seconds since the last frame) at which the peer is lost: where
-        phi reaches ``PHI_THRESHOLD``, never below ``timeout`` nor above the stretch."""
+        phi reaches ``PHI_THRESHOLD``, never below ``timeout`` nor above the stretch; the
+        stretch itself while fewer than ``WARMUP`` gaps were seen (nothing yet says
+        that the peer is steady)."""
+        if len(self._gaps) < WARMUP:
+            return MAX_STRETCH * timeout
         mu, sigma = self._law(interval, timeout)
         return min(MAX_STRETCH * timeout, max(timeout, mu + _Z * sigma))
 
