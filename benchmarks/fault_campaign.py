@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 
 import danaus.actor  # noqa: E402
 import danaus.config  # noqa: E402
-from danaus import _netlab  # noqa: E402
+from danaus import _netlab, _netlab_workers  # noqa: E402
 from danaus.actor import (  # noqa: E402
     Actor,
     Channel,
@@ -210,19 +210,19 @@ class Lab:
             "DANAUS_ZYGOTE_PRELOAD": PRELOAD,
         }
         self.net = _netlab.Network.make()
-        self.workers: list[_netlab.Worker] = []
+        self.workers: list[_netlab_workers.Worker] = []
         try:
             self.hosts = [self.net.add_host() for _ in range(HOSTS + 1)]
             # All at once: each worker's start (its imports) waits for no other's.
-            self.workers = _netlab.start_workers(
+            self.workers = _netlab_workers.start_workers(
                 self.hosts, self.secret, self.settings, state_size=STATE_SIZE
             )
         except BaseException:
             self.close()
             raise
 
-    def _start(self, host: _netlab.Host) -> _netlab.Worker:
-        return _netlab.start_worker(host, self.secret, self.settings, state_size=STATE_SIZE)
+    def _start(self, host: _netlab.Host) -> _netlab_workers.Worker:
+        return _netlab_workers.start_worker(host, self.secret, self.settings, state_size=STATE_SIZE)
 
     def mend(self) -> None:
         """Every link up and clean, every disk free, a live worker on every host."""
@@ -231,13 +231,13 @@ class Lab:
             if host.link.loss_pct:
                 host.set_link(loss_pct=0.0)
             w = self.workers[i]
-            for pid in _netlab.host_pids(host):
+            for pid in _netlab_workers.host_pids(host):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
             if w.proc.poll() is None:
-                _netlab.free_state(w)
+                _netlab_workers.free_state(w)
             else:
-                _netlab.reap(w)
+                _netlab_workers.reap(w)
                 self.workers[i] = self._start(host)
 
     def attach(self, indices: list[int]) -> Any:
@@ -256,13 +256,13 @@ class Lab:
                 keep.update(_children(w.proc.pid))
         out = []
         for host in self.hosts:
-            out += [p for p in _netlab.host_pids(host) if p not in keep]
+            out += [p for p in _netlab_workers.host_pids(host) if p not in keep]
         return out
 
     def close(self) -> None:
         for w in self.workers:
             with contextlib.suppress(Exception):
-                _netlab.reap(w)
+                _netlab_workers.reap(w)
         self.net.destroy()
 
 
@@ -572,7 +572,7 @@ class Faults:
     def _hit(self, h: int) -> None:
         keep = {self.lab.workers[h].proc.pid, *_children(self.lab.workers[h].proc.pid)}
         self.hosts.append(h)
-        here = [p for p in _netlab.host_pids(self.lab.hosts[h]) if p not in keep]
+        here = [p for p in _netlab_workers.host_pids(self.lab.hosts[h]) if p not in keep]
         self.victims += here
         # Which workloads the fault hits: what must then be restarted or replaced.
         with contextlib.suppress(Exception):
@@ -651,7 +651,7 @@ class Faults:
 
     def _stop(self, seconds: float) -> str:
         h = self._victim_host()
-        pids = _netlab.host_pids(self.lab.hosts[h])  # the worker and zygote too
+        pids = _netlab_workers.host_pids(self.lab.hosts[h])  # the worker and zygote too
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
@@ -697,7 +697,7 @@ class Faults:
     def disk_full(self) -> str:
         h = self._victim_host()
         w = self.lab.workers[h]
-        df = _netlab.fill_state(w)
+        df = _netlab_workers.fill_state(w)
         # New procs on the full host, while it is full: they must start or fail, not hang.
         spawn = "spawn ok"
         try:
@@ -712,7 +712,7 @@ class Faults:
         except Exception as e:
             spawn = f"spawn refused: {e!r:.120}"
         time.sleep(self.t.disk_for)
-        _netlab.free_state(w)
+        _netlab_workers.free_state(w)
         return f"host {h}'s state tmpfs full ({df}) for {self.t.disk_for} s; {spawn}"
 
 
@@ -1243,7 +1243,7 @@ def _revive(lab: Lab) -> None:
     """A worker a fault killed is started again on its host."""
     for i, host in enumerate(lab.hosts):
         if lab.workers[i].proc.poll() is not None:
-            _netlab.reap(lab.workers[i])
+            _netlab_workers.reap(lab.workers[i])
             lab.workers[i] = lab._start(host)
 
 

@@ -9,7 +9,7 @@ The hosts are those of the project's host lab (``danaus._netlab``: network
 namespaces on one bridge, links shaped with ``tc``). For each system and round
 the driver starts that system's worker in every host's namespace, as a user
 does on machines without a scheduler (danaus: ``python -m danaus worker``
-through ``_netlab.start_worker``; Monarch: ``run_worker_loop_forever(address=
+through ``_netlab_workers.start_worker``; Monarch: ``run_worker_loop_forever(address=
 "tcp://HOST:26600", ca="trust_all_connections")``), then runs the client
 (``systems/multihost_client.py``, under the system's interpreter) in the root
 namespace, which attaches to them with ``attach_to_workers`` and times:
@@ -59,7 +59,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "src"))
 
-from danaus import _netlab  # noqa: E402
+from danaus import _netlab, _netlab_workers  # noqa: E402
 
 CLIENT = HERE / "systems" / "multihost_client.py"
 MONARCH_PORT = 26600
@@ -216,7 +216,7 @@ class SystemRun:
         self.hosts = hosts
         self.secret = secrets.token_hex(32)
         self.group = CpuGroup.make(label)
-        self.danaus_workers: list[_netlab.Worker] = []
+        self.danaus_workers: list[_netlab_workers.Worker] = []
         self.monarch_workers: list[subprocess.Popen[Any]] = []
         # The Monarch workers' output, kept for the run and closed by close().
         self.logs = tempfile.TemporaryFile("w+")  # noqa: SIM115
@@ -230,7 +230,7 @@ class SystemRun:
             ctx = self.group.joined() if self.group is not None else contextlib.nullcontext()
             with ctx:
                 for h in self.hosts:
-                    self.danaus_workers.append(_netlab.start_worker(h, self.secret))
+                    self.danaus_workers.append(_netlab_workers.start_worker(h, self.secret))
             return [w.address for w in self.danaus_workers]
         addrs = []
         for h in self.hosts:
@@ -302,7 +302,7 @@ class SystemRun:
         """Stop the workers (and their procs); returns the processes the group still held."""
         for w in self.danaus_workers:
             with contextlib.suppress(Exception):
-                _netlab.reap(w)
+                _netlab_workers.reap(w)
         for p in self.monarch_workers:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
@@ -614,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, terminated)
     t0 = time.monotonic()
-    with _netlab.lab(need, link, workers=False) as (net, _):
+    with _netlab_workers.lab(need, link, workers=False) as (net, _):
         hosts = net.hosts[: a.hosts]
         doc["meta"]["hosts_ip"] = [h.ip for h in net.hosts]
         doc["meta"]["client_ip"] = net.gateway

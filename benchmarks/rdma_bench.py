@@ -164,11 +164,11 @@ def run_netns(sizes: list[int], repeat: int, deadline: float, budget: float) -> 
         return "skipped: creating network namespaces needs root on Linux"
     if shutil.which("ip") is None:
         return "skipped: no `ip` (iproute2) on PATH"
-    from danaus import _netlab
+    from danaus import _netlab_workers
 
     secret = os.environ["DANAUS_SECRET"]  # the one main() set: a client has one secret
     try:
-        with _netlab.lab(1, secret=secret) as (_, started):
+        with _netlab_workers.lab(1, secret=secret) as (_, started):
             workers = [w.address for w in started]
             hosts = attach_to_workers(workers=workers, secret=secret)
             try:

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ._netlab import DATACENTER, TC, Link, Network, _run, ip, lab, lab_bridges, remove_lab
+from ._netlab import DATACENTER, TC, Link, Network, _run, ip, lab_bridges, remove_lab
+from ._netlab_workers import lab
 
 
 def _link_from(args: argparse.Namespace) -> Link:

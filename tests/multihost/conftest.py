@@ -29,16 +29,15 @@ import pytest
 
 import danaus.actor
 import danaus.config
-from danaus import _netlab
+from danaus import _netlab_workers
 from danaus._netlab import (  # noqa: F401  (the tests import these from here)
     IP,
     SRC,
     Host,
     Network,
-    Worker,
-    python_path,
 )
 from danaus._netlab import ip as _ip  # noqa: F401
+from danaus._netlab_workers import Worker, python_path
 from danaus._runtime.node import this_node
 from danaus.actor import (
     Actor,
@@ -87,15 +86,15 @@ WORKER_SETTINGS = {
 
 def start_worker(host: Host, secret: str) -> Worker:
     """Start ``danaus worker`` in ``host``'s namespace, heartbeats like the client's."""
-    return _netlab.start_worker(host, secret, WORKER_SETTINGS)
+    return _netlab_workers.start_worker(host, secret, WORKER_SETTINGS)
 
 
 def _worker_env(secret: str, socket_dir: str) -> dict[str, str]:
     """A worker's environment here (``tests/jobs`` starts workers of its own with it)."""
-    return _netlab.worker_env(secret, socket_dir, WORKER_SETTINGS)
+    return _netlab_workers.worker_env(secret, socket_dir, WORKER_SETTINGS)
 
 
-_reap = _netlab.reap
+_reap = _netlab_workers.reap
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from danaus import _netlab
+from danaus import _netlab_workers
 from danaus.actor import Actor, SupervisionError, endpoint
 from danaus.supervisor import Supervisor
 from danaus.testing import wait_until
@@ -278,7 +278,7 @@ def test_a_spawn_the_worker_reads_as_it_loses_its_client_leaves_no_proc_behind(
     fault campaign's leftover procs, issue 44); it is killed as soon as it is forked."""
     w = fresh_worker()
     hm = attach_fresh([w])
-    frozen = _netlab.host_pids(w.host)  # the worker and its zygote
+    frozen = _netlab_workers.host_pids(w.host)  # the worker and its zygote
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
     try:
@@ -294,7 +294,7 @@ def test_a_spawn_the_worker_reads_as_it_loses_its_client_leaves_no_proc_behind(
     probe = again.spawn_procs(per_host={"gpus": 1}).spawn("after", Probe)
     keep = {*frozen, probe.facts.call_one().get(timeout=TIMEOUT).pid}
     wait_until(
-        lambda: [p for p in _netlab.host_pids(w.host) if p not in keep],
+        lambda: [p for p in _netlab_workers.host_pids(w.host) if p not in keep],
         TIMEOUT,
         "the proc forked for the lost client to be gone",
         until=lambda left: left == [],
