@@ -47,7 +47,7 @@ from ..core.collect import (
     set_future,
     wait_ready,
 )
-from ..core.context import Context, context, display_name, root_context
+from ..core.context import Context, context, display_name, root_if_outside
 from ..core.context import sender as sender_of
 from ..core.future import Deferred, Future, Pending, resolve
 from ..core.ports import Port
@@ -131,9 +131,13 @@ class Route:
         outside any actor, the root of the node the mesh belongs to (looked up once)."""
         return sender_of(self._root or self._find_root())
 
-    def _find_root(self) -> Context:
-        self._root = root_context()
-        return self._root
+    def _find_root(self) -> Context | None:
+        """The node's root context, kept once found; None inside an actor (its own
+        context sends, and a proc's root is not made for it)."""
+        root = root_if_outside()
+        if root is not None:
+            self._root = root
+        return root
 
     def check_usable(self) -> None:
         if self.state.stopped:

@@ -259,16 +259,27 @@ def root_context() -> Context:
     return _root_context()
 
 
-def sender(root: Context) -> tuple[ActorId | None, tuple[ActorId, ...]]:
+def root_if_outside() -> Context | None:
+    """The root context (`root_context()`, made on first use) when this thread runs
+    outside any actor; None inside one or acting as one (`acting_as`), where the root
+    is neither needed nor made: a proc whose root context exists names its log lines
+    after it, so a stream thread sending as its actor must not make it."""
+    if _current.get() is not None or getattr(_thread_ctx, "ctx", None) is not None:
+        return None
+    return _root_context()
+
+
+def sender(root: Context | None) -> tuple[ActorId | None, tuple[ActorId, ...]]:
     """Who a call sent now comes from (None outside an actor) and the chain it carries:
     the actors waiting (transitively) on the message being handled, plus this actor.
 
     ``root``: the root context (`root_context()`) of the node the call's mesh
-    belongs to, which its route holds: used outside any actor, with no lookup.
+    belongs to, which its route holds: used outside any actor, with no lookup
+    (None where the route has none: then it is looked up, if needed).
     """
     ctx = _current.get()
     if ctx is None:
-        ctx = getattr(_thread_ctx, "ctx", None) or root
+        ctx = getattr(_thread_ctx, "ctx", None) or root or _root_context()
     inst = ctx.actor_instance
     if inst._cell is None:
         return None, ctx._chain
