@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
-import subprocess
-import sys
 from typing import Any
 
 from danaus._actor.api.procs import owned_proc_meshes
 from danaus._actor.core import owned
 from danaus._runtime.node import this_node
-from danaus._transport.auth import new_secret
 from danaus._transport.conn.connection import Connection
-from danaus.actor import Actor, attach_to_workers, endpoint, this_host
+from danaus.actor import Actor, endpoint, this_host
 from danaus.testing import wait_until
 
 from .conftest import REPLY_TIMEOUT
@@ -101,47 +97,3 @@ def test_a_host_mesh_lets_go_of_a_stopped_mesh_and_keeps_the_live_ones() -> None
     assert not any(s is stopped._state for s in held) and any(s is live._state for s in held)
     live.stop().get(timeout=REPLY_TIMEOUT)
     assert not any(pm._state is live._state for pm in hm._state.proc_meshes)
-
-
-def test_a_worker_attached_twice_and_lost_leaves_no_connection_held() -> None:
-    rt = this_node().runtime
-    secret = rt.secret.decode() if rt.secret is not None else new_secret()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_")}
-    env.update(DANAUS_SECRET=secret, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "danaus", "worker", "--listen", "tcp://127.0.0.1:0"],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert worker.stdout is not None
-        line = worker.stdout.readline()
-        assert line.startswith("danaus worker listening on "), line
-        addr = line.split()[-1]
-        first = attach_to_workers(workers=[addr], secret=secret)
-        again = attach_to_workers(workers=[addr], secret=secret)  # as a host that came back
-        for hm in (first, again):
-            assert hm.initialized.get(timeout=REPLY_TIMEOUT) is True
-        (agent,) = again._agents()
-        assert agent is not None
-        os.killpg(worker.pid, signal.SIGKILL)  # the host is gone
-        wait_until(lambda: rt.peers.is_lost(agent.name), REPLY_TIMEOUT, "the worker to be lost")
-        # Every name the connections served is lost with them (the provisional names
-        # of both attaches too), and none of them holds its closed connection.
-        assert _lost_peers_holding_a_connection() == []
-        with rt.peers.lock:
-            stale = [
-                n
-                for n, p in rt.peers.table.items()
-                if p.lost is None and any(c is not None and c.closed for c in (p.conn, p.link))
-            ]
-        assert stale == []
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
-        if worker.stdout is not None:
-            worker.stdout.close()

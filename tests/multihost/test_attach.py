@@ -14,6 +14,7 @@ from typing import Any
 import danaus.config
 from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorMesh, endpoint, this_host
+from danaus.testing import wait_until
 
 from .conftest import TIMEOUT, Facts, Probe, where_am_i
 
@@ -158,3 +159,35 @@ def test_attaching_again_to_a_worker_opens_no_second_connection(fresh_worker, at
         assert probe.echo.call_one(k).get(timeout=TIMEOUT) == k
         again.stop().get(timeout=TIMEOUT)
         assert _sockets(worker.proc.pid) == held, f"attach {k + 2}"
+
+
+def test_a_worker_attached_twice_and_lost_leaves_no_connection_held(
+    fresh_worker, attach_fresh
+) -> None:
+    """Attached twice (a host that came back), then the host is gone: every name the
+    connections served is lost with them (the provisional names of both attaches too),
+    and none of them keeps its closed connection (the soak's client grew by one per
+    host loss). In tests/multihost: a test attaching the test process to a loopback
+    worker would fix the address it advertises for the rest of the run."""
+    rt = this_node().runtime
+    worker = fresh_worker()
+    first = attach_fresh([worker])
+    again = attach_fresh([worker])  # as a host that came back
+    for hm in (first, again):
+        assert hm.initialized.get(timeout=TIMEOUT) is True
+    (agent,) = again._agents()
+    assert agent is not None
+    worker.kill()  # the host is gone
+    wait_until(lambda: rt.peers.is_lost(agent.name), TIMEOUT, "the worker to be lost")
+    with rt.peers.lock:
+        holding = [
+            name
+            for name, p in rt.peers.table.items()
+            if p.lost is not None and (p.conn or p.link or p.dialing or p.waiting)
+        ]
+        stale = [
+            n
+            for n, p in rt.peers.table.items()
+            if p.lost is None and any(c is not None and c.closed for c in (p.conn, p.link))
+        ]
+    assert holding == [] and stale == []
