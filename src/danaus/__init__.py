@@ -67,6 +67,8 @@ _TENSOR_EXTRAS = {
 # its ``fetch_shard`` returns ``monarch.actor.Future`` (``ActorFuture`` is its older name).
 _FUTURE_NAMES = ("ActorFuture", "Future")
 
+# With the tensor engine's names (_tensor.TOP_LEVEL), written out: the API docs read
+# __all__ as strings only.
 __all__ = [
     "ActorFuture",
     "DanausError",
@@ -75,22 +77,40 @@ __all__ = [
     "NDSlice",
     "OpaqueRef",
     "Point",
+    "RemoteProcessGroup",
+    "RemoteTensorError",
     "Selection",
     "Shape",
     "Simulator",
     "Slice",
+    "Stream",
+    "Tensor",
     "builtins",
+    "call_on_shard_and_fetch",
     "clear_runtime_config",
+    "coalescing",
     "configure",
     "configured",
+    "fetch_shard",
     "function_resolvers",
+    "get_active_mesh",
+    "get_active_stream",
     "get_global_config",
     "get_runtime_config",
+    "grad_function",
+    "grad_generator",
+    "inspect",
+    "no_mesh",
+    "reduce",
+    "reduce_",
+    "remote",
     "set_meta",
+    "show",
+    "slice_mesh",
     "stats",
     "timer",
+    "to_mesh",
     "trace",
-    *_TENSOR_NAMES,
 ]
 
 
