@@ -113,6 +113,24 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
+class SlowExit(Actor):
+    """An exit handler that outlasts the proc's connections (as an exporter's last
+    flush does): they close when the runtime stops, before the interpreter exits."""
+
+    @endpoint
+    def arm(self, out: str) -> int:
+        pid = os.getpid()
+        atexit.register(_write_late, os.path.join(out, f"late-{pid}"), 2.5)
+        return pid
+
+
+def _write_late(path: str, delay: float) -> None:
+    import time
+
+    time.sleep(delay)
+    _write(path, "written at exit")
+
+
 # What Monarch's test_actor_mesh_stop matches for a call to a stopped actor mesh
 STOPPED = r"(?s)The actor .* and all its descendants have failed:.*stopped"
 
@@ -316,6 +334,18 @@ def test_proc_mesh_stop_ends_the_processes_after_a_normal_interpreter_exit(
     for pid in pids:
         assert (tmp_path / f"atexit-{pid}").read_text() == "atexit ran"
         assert (tmp_path / f"del-{pid}").read_text() == "finalised"
+
+
+@pytest.mark.timeout(45)
+def test_proc_mesh_stop_resolves_only_once_the_processes_have_ended(tmp_path: Path) -> None:
+    # Not when their connections close: each proc's exit handler still runs then, and
+    # a job.kill() right after stop() would cut it short (the last spans of an OTLP
+    # exporter were lost so under load).
+    pm = this_host().spawn_procs(per_host={"gpus": 2}, name="slow_exit")
+    pids = list(pm.spawn("slow_exit", SlowExit).arm.call(str(tmp_path)).get().values())
+    pm.stop().get(timeout=REPLY_TIMEOUT)
+    assert [p for p in pids if pid_alive(p)] == []
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(f"late-{p}" for p in pids)
 
 
 def test_proc_mesh_stop_runs_cleanup_of_its_actors(tmp_path: Path) -> None:

@@ -213,6 +213,20 @@ def receiver() -> Iterator[_Receiver]:
         r.close()
 
 
+def _wait_for_exports(receiver: _Receiver) -> None:
+    """Until 20 spans and the 8 meals have come; else fail saying what did come."""
+
+    def seen() -> str:
+        with receiver.lock:
+            last = {proc: v for proc, name, v in receiver.points if name == "meals"}
+            return f"{len(receiver.spans)} spans, meals per proc {last}"
+
+    try:
+        wait_until(lambda: len(receiver.spans) >= 20 and receiver.meals() == 8, timeout=60)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; exported: {seen()}") from None
+
+
 @pytest.mark.timeout(180)
 def test_spans_and_metrics_of_every_process_are_exported_over_otlp(receiver: _Receiver) -> None:
     env = {
@@ -223,7 +237,7 @@ def test_spans_and_metrics_of_every_process_are_exported_over_otlp(receiver: _Re
     }
     _run_client("otlp", env)
     # The procs export in their own processes, as they run and when they exit.
-    wait_until(lambda: len(receiver.spans) >= 20 and receiver.meals() == 8, timeout=60)
+    _wait_for_exports(receiver)
     with receiver.lock:
         spans = list(receiver.spans)
     _check_the_tree(spans)

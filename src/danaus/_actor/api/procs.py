@@ -208,7 +208,9 @@ class ProcMesh(MeshTrait):
     def stop(self, reason: str = "stopped by client") -> Future[None]:
         """Stop every actor on these procs, then the processes (they finalise normally).
 
-        Does not block; the future completes when every process has exited.
+        Does not block; the future completes when every process has exited (its host
+        agent saw it end, or was lost too; at most ``proc_exit_timeout`` after its
+        connection closed).
         Raises ``ValueError`` on a slice or a mesh this process did not spawn.
         """
         if not self._state.owned or len(self) != len(self._procs):
@@ -245,10 +247,15 @@ class ProcMesh(MeshTrait):
             flushed.add_done_callback(lambda _: set_future(cf, True, None))
 
         countdown = Countdown(len(procs), exited)
+        agents = log_control(node).agents
+        bound = config.get("proc_exit_timeout")
         for proc in procs:
             rt.peers.mark_stopping(proc)
             rt.send(proc, StopProc(None, 0, reason), on_fail=lambda r: None)
-            rt.peers.when_exited(proc.name, countdown.tick)
+            # Done when its host agent saw the process end, not when its connection
+            # closed: its exit handlers (a telemetry exporter's last flush) run after.
+            agent = agents.get(proc.name)
+            rt.peers.when_exited(proc.name, countdown.tick, agent=agent and agent.name, bound=bound)
         return Future._create(cf, "the procs to stop")
 
     def _let_go(self) -> None:

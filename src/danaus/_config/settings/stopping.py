@@ -12,6 +12,14 @@ STOPPING: tuple[Setting, ...] = (
         "How long a stopping proc waits for its actors' cleanup before it exits anyway.",
     ),
     Setting(
+        "proc_exit_timeout",
+        "duration",
+        30.0,
+        "How long ProcMesh.stop() waits for a stopped proc's host agent to report that "
+        "its process ended, once its connection has closed (exit handlers still run); "
+        "a lost agent ends the wait after a second.",
+    ),
+    Setting(
         "shutdown_timeout",
         "duration",
         10.0,

@@ -75,6 +75,15 @@ class _Peer:
         self.boot_error: str | None = None
 
 
+def _unlist(lists: dict[str, list[Any]], key: str, item: object) -> None:
+    """Remove ``item`` from ``lists[key]``, and the key once its list is empty."""
+    items = lists.get(key)
+    if items is not None and item in items:
+        items.remove(item)
+        if not items:
+            del lists[key]
+
+
 def _discard(_: object) -> None:
     pass
 
@@ -173,28 +182,55 @@ class PeerTable:
         for cb in waiters:
             cb(reason)
 
-    def when_exited(self, name: str, cb: Callable[[str], None], grace: float = 1.0) -> None:
+    def when_exited(
+        self,
+        name: str,
+        cb: Callable[[str], None],
+        grace: float = 1.0,
+        agent: str | None = None,
+        bound: float | None = None,
+    ) -> None:
         """``cb(how)`` once the host agent reports that proc ``name`` exited (we own it).
 
-        If the proc is lost but no report comes within ``grace`` seconds (its
-        agent is gone too), ``cb`` runs anyway: nothing waits forever.
+        The proc's connection closes before its process ends (its exit handlers,
+        an exporter's last flush, still run), so a loss alone does not mean it exited.
+        If it is lost and no report comes: with ``agent`` (the name of its host agent,
+        which reports the exit), ``cb`` runs ``grace`` seconds after the agent is lost
+        too, and while the agent lives it waits for the report, at most ``bound``
+        seconds from the proc's loss; without ``agent``, ``grace`` seconds after the
+        proc's loss. Nothing waits forever.
         """
         done = [False]
+        on_agent: list[Callable[[str], None]] = []  # waits on the agent's loss
 
         def once(how: str) -> None:
             with self.lock:
                 if done[0]:
                     return
                 done[0] = True
-                waiters = self._exit_waiters.get(name)
-                if waiters is not None and once in waiters:
-                    waiters.remove(once)
-                    if not waiters:
-                        del self._exit_waiters[name]
+                _unlist(self._exit_waiters, name, once)
+                for w in on_agent:  # the agent lives on: it keeps no closure per proc
+                    _unlist(self._lost_waiters, agent or "", w)
             cb(how)
 
-        def after_loss(reason: str) -> None:
+        def after_grace(reason: str) -> None:
             _discard(self.loop.call_later(grace, once, reason))
+
+        def after_loss(reason: str) -> None:
+            if agent is None:
+                after_grace(reason)
+                return
+            if bound is not None:
+                _discard(self.loop.call_later(bound, once, reason))
+            with self.lock:
+                peer = self.table.get(agent)
+                # An agent we never talked to cannot be heard of again: it counts as gone.
+                agent_gone = peer is None or peer.lost is not None
+                if not agent_gone and not done[0]:
+                    on_agent.append(lambda _: after_grace(reason))
+                    self._lost_waiters.setdefault(agent, []).append(on_agent[0])
+            if agent_gone:
+                after_grace(reason)
 
         with self.lock:
             how = self.exited.get(name)
