@@ -603,7 +603,14 @@ class Faults:
         return next((i for i, h in enumerate(self.lab.hosts) if h.netns_inode == inode), -1)
 
     def _victim_host(self) -> int:
-        h = self.rng.choice(self._busy_hosts())
+        busy = self._busy_hosts()
+        # Not a host that holds every replica: losing every copy of the model's state
+        # is a loss no elastic mesh survives (it needs a checkpoint).
+        with contextlib.suppress(Exception):
+            homes = {self._host_of(p) for _, p in self.work.mesh.members()}
+            if len(homes) == 1:
+                busy = [h for h in busy if h not in homes] or busy
+        h = self.rng.choice(busy)
         self._hit(h)
         return h
 
@@ -620,7 +627,10 @@ class Faults:
 
     def kill_during_restart(self) -> str:
         calcs = self.rng.sample(self.work.calc_pids(), 2)
-        members = self.rng.sample([pid for _, pid in self.work.mesh.members()], 2)
+        pids = [pid for _, pid in self.work.mesh.members()]
+        if len(pids) < 2:
+            raise NotRunnable(f"the training has {len(pids)} member(s) now, not 2 to kill")
+        members = self.rng.sample(pids, 2)
         self.calc_hit, self.replicas_hit = 2, 2
         os.kill(calcs[0], signal.SIGKILL)
         os.kill(members[0], signal.SIGKILL)
@@ -859,6 +869,10 @@ def _diff(was: tuple[list[str], list[str]], now: tuple[list[str], list[str]]) ->
     return f" ({', '.join(more)})" if more else ""
 
 
+class NotRunnable(Exception):
+    """A fault that cannot be injected in the workload's present state."""
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -877,7 +891,7 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
     injected_at = time.time()
     try:
         rec.detail = getattr(faults, kind)()
-    except _netlab.NetemUnavailable as e:
+    except (_netlab.NetemUnavailable, NotRunnable) as e:
         rec.runnable, rec.detail = False, str(e)
         return rec
     rec.victims = len(faults.victims)

@@ -134,16 +134,20 @@ class ElasticCoordinator(Actor):
     # -- spawning ---------------------------------------------------------------
 
     def _pick_hosts(self, n: int) -> list[int]:
-        """Host indices for ``n`` new replicas: the least loaded first, hosts that lost a
-        member in the last ``SUSPECT_S`` seconds last (they may be gone or cut off)."""
+        """Host indices for ``n`` new replicas: hosts that lost a member in the last
+        ``SUSPECT_S`` seconds last (they may be gone or cut off), then those with the
+        fewest members (a spare there spreads the members once admitted), then the
+        least loaded."""
         if self.hosts is None:
             return [0] * n
+        members = collections.Counter(m.host for m in self.members)
         load = collections.Counter(m.host for m in [*self.members, *self.spares])
         now = time.monotonic()
         picks: list[int] = []
         for _ in range(n):
             suspect = {h for h, t in self.suspect.items() if now - t < SUSPECT_S}
-            h = min(range(len(self.hosts)), key=lambda i: (i in suspect, load[i], i))
+            h = min(range(len(self.hosts)), key=lambda i: (i in suspect, members[i], load[i], i))
+            members[h] += 1  # each new one may be admitted: counted as a member
             load[h] += 1
             picks.append(h)
         return picks
@@ -341,7 +345,11 @@ class ElasticCoordinator(Actor):
     async def _admit(self) -> None:
         """Bring ready spares in, each with the state of a healthy member."""
         while len(self.members) < self.target and self.spares and self.members:
-            spare, source = self.spares[0], self.members[0]
+            # The spare on the host with the fewest members: the members spread over
+            # the hosts, so that losing one host does not lose every copy of the state.
+            on = collections.Counter(m.host for m in self.members)
+            spare = min(self.spares, key=lambda m: on[m.host])
+            source = self.members[0]
             try:
                 buf, sizes = await source.actor.elastic_state.call_one()
                 await spare.actor.elastic_load.call_one(buf, sizes, self.timeout)
@@ -353,7 +361,9 @@ class ElasticCoordinator(Actor):
                     raise _UserError() from e  # both alive: the copy itself failed
                 self._lose(gone, "lost while copying state")
                 continue
-            self.spares.pop(0)
+            if spare not in self.spares:  # lost meanwhile (``_lose`` made a new list)
+                continue
+            self.spares.remove(spare)
             self.members.append(spare)
             self.stats.restarts += 1
             self.dirty = True

@@ -11,6 +11,7 @@ replacement yields a fake spare, so every decision is seen without a process.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -319,3 +320,40 @@ def test_stats_say_whether_every_loss_was_recovered() -> None:
     assert not stats.recovered and stats.recovery_s is None
     stats.recoveries[-1] = (20.0, 23.0)
     assert stats.recovered and stats.recovery_s == 3.0
+
+
+def _on_hosts(coord: Coordinator, members: list[int], spares: list[int]) -> None:
+    """Members and spares on those host indices (fake replicas, none lost)."""
+
+    def member(host: int) -> _Member:
+        fake = FakeReplica(coord.next_id)
+        m = _Member(coord.next_id, fake, 1000 + coord.next_id, ("r", coord.next_id), host)
+        coord.by_key[m.mesh_key] = m
+        coord.next_id += 1
+        return m
+
+    coord.hosts = [object() for _ in range(1 + max(members + spares))]
+    coord.members = [member(h) for h in members]
+    coord.spares = [member(h) for h in spares]
+
+
+def test_a_spare_is_admitted_from_the_host_with_the_fewest_members() -> None:
+    # Spares that all came up on one host (the others were suspect then) must not
+    # make every member live there: losing that host would lose every copy of the state.
+    async def main() -> None:
+        coord, _ = coordinator(3)
+        _on_hosts(coord, members=[0, 1], spares=[1, 0, 2])
+        await coord._admit()
+        assert sorted(m.host for m in coord.members) == [0, 1, 2]
+        assert sorted(m.host for m in coord.spares) == [0, 1]
+
+    asyncio.run(main())
+
+
+def test_new_replicas_go_to_hosts_without_members_before_less_loaded_ones() -> None:
+    coord, _ = coordinator(2)
+    _on_hosts(coord, members=[0, 0], spares=[1, 1, 1])
+    coord.hosts.append(object())  # host 2: empty
+    assert coord._pick_hosts(2) == [2, 1]  # then host 1: spares only, no member
+    coord.suspect[2] = time.monotonic()  # lost a member just now: last choice
+    assert coord._pick_hosts(1) == [1]
