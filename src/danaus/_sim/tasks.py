@@ -23,9 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .._tensor.simulator import meta_stack
+from .._tensor.simulator import meta_stack, read_by_tasks
 
 __all__ = ["Borrow", "EventTask", "Task", "TaskState", "TraceEvent", "WorkerTaskManager"]
+
+
+read_by_tasks()  # set_meta labels every Task made from now on: it has an effect
 
 
 class TaskState(enum.Enum):

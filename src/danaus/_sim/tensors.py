@@ -95,28 +95,35 @@ class WorkerStorageTracker:
         self.storages: dict[int, set[int]] = {}  # storage key -> tensor ids
         self.storage_addresses: dict[int, int] = {}
         self._held: dict[int, Any] = {}  # key -> storage (so the key is not reused)
+        self._counted: set[int] = set()  # storages whose memory this worker counts
         self._next_address = 0
 
     def incr_ref(self, tensor_id: int) -> StorageEvent | None:
         """``tensor_id`` is in use: its storage's allocation if this is the storage's first
-        tensor (``None`` otherwise, or for a borrowed tensor)."""
+        tensor not borrowed (a borrowed tensor's storage is the lender's), else ``None``."""
         key, storage = _storage_key(self.fake_tensor_tracker.tensors[tensor_id])
+        borrowed = self.fake_tensor_tracker.is_borrowed(tensor_id)
         ids = self.storages.get(key)
         if ids is not None:
             ids.add(tensor_id)
-            return None
+            if borrowed or key in self._counted:
+                return None
+            # the storage was seen only through borrows so far: it is this worker's now
+            self._counted.add(key)
+            return StorageEvent(self.storage_addresses[key], storage.nbytes())
         self.storages[key] = {tensor_id}
         self._held[key] = storage
         address = self._next_address
         self._next_address += 128
         self.storage_addresses[key] = address
-        if self.fake_tensor_tracker.is_borrowed(tensor_id):
+        if borrowed:
             return None
+        self._counted.add(key)
         return StorageEvent(address, storage.nbytes())
 
     def decr_ref(self, tensor_id: int) -> StorageEvent | None:
         """``tensor_id`` is gone: its storage's release if it was the storage's last
-        tensor (``None`` otherwise, or for a borrowed tensor)."""
+        tensor and the storage was counted, else ``None``."""
         key, storage = _storage_key(self.fake_tensor_tracker.tensors[tensor_id])
         ids = self.storages.get(key)
         if ids is None or tensor_id not in ids:
@@ -127,8 +134,9 @@ class WorkerStorageTracker:
         del self.storages[key]
         del self._held[key]
         address = self.storage_addresses.pop(key)
-        if self.fake_tensor_tracker.is_borrowed(tensor_id):
+        if key not in self._counted:  # only borrows ever held it
             return None
+        self._counted.discard(key)
         return StorageEvent(address, storage.nbytes())
 
     def clone(self) -> WorkerStorageTracker:
@@ -137,6 +145,7 @@ class WorkerStorageTracker:
         out.storages = {k: set(v) for k, v in self.storages.items()}
         out.storage_addresses = dict(self.storage_addresses)
         out._held = dict(self._held)
+        out._counted = set(self._counted)
         out._next_address = self._next_address
         return out
 
@@ -322,4 +331,3 @@ class TensorManager:
         for tensor_id in out.tensors:
             self.fake_tensor_tracker.incr_ref(tensor_id)
         return out
-

@@ -275,13 +275,13 @@ class Worker:
         self.task_manager.add(task)
 
     def borrow_drop(self, borrow_id: int, now: int) -> None:
-        """The lender waits for the borrower's last use, then gets its tensor back."""
+        """The lender waits for the borrower's last use; the tensor is its own again (and
+        freed, if deleted meanwhile) when that wait ends."""
         task = self.wait_events.pop(borrow_id)
         borrow = self.borrows.pop(borrow_id)
         self.record_command(str(task.meta[0]), task.command_id, now, task.traceback)
-        lender = self.streams[task.wait_stream]
-        lender.wait_event(task)
-        lender.return_borrow(borrow)
+        task.borrow = borrow  # finishing the wait returns the borrow (Stream.maybe_finish)
+        self.streams[task.wait_stream].wait_event(task)
         self.streams[task.event_stream].borrow_drop(borrow)
 
     # -- tensors -------------------------------------------------------------------------
@@ -417,4 +417,3 @@ def write_trace(workers: Mapping[str, Worker], path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"traceEvents": trace}, f)
-

@@ -58,6 +58,11 @@ class _CudaStaysOnHost(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+@cache
+def _cuda_built() -> bool:
+    return bool(torch.backends.cuda.is_built())  # type: ignore[no-untyped-call]
+
+
 def fake_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` under ``FakeTensorMode``, on the fake-mode thread; its
     result (fake tensors for the tensors it made). Blocks until it returns; raises what
@@ -65,7 +70,7 @@ def fake_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
     def work() -> Any:
         with _fake_mode():  # entered on the worker thread: no mode of the caller's applies
-            if torch.backends.cuda.is_built():
+            if _cuda_built():
                 return fn(*args, **kwargs)
             with _CudaStaysOnHost():
                 return fn(*args, **kwargs)
