@@ -36,7 +36,7 @@ from .tensors import FakeTensorTracker, StreamMemoryTracker, TensorManager, Work
 
 __all__ = ["Stream", "Worker", "WorkerGroup", "run_until_idle", "write_trace"]
 
-KERNEL_LAUNCH_NS = 500  # Monarch's guess, as danaus.simulator.profiling.RuntimeEstimator's
+KERNEL_LAUNCH_NS = 500  # Monarch's guess (RuntimeEstimator's default too)
 
 
 class Stream:
