@@ -297,7 +297,7 @@ def test_a_borrow_waits_for_the_lender_and_the_lender_waits_for_the_last_use() -
     _step(w)
     use = w.streams[1].events[-1]
     assert (use.start, use.end) == (100, 110)  # after the lender's task
-    last = EventTask(w.streams[1].record_event(), 1, "other", 0, "main", 3, 3, borrow=b)
+    last = EventTask(w.streams[1].record_event(), 1, "other", 0, "main", 3, 3)
     w.borrow_last_use(last, 7)
     w.delete_refs([1], 4)  # the lender's name is deleted while lent
     assert 1 in w.streams[0].tensors
