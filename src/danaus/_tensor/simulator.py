@@ -17,7 +17,7 @@ from typing import Any
 
 from .._config import NoEffectWarning
 
-__all__ = ["meta_stack", "set_meta", "simulating"]
+__all__ = ["meta_stack", "read_by_tasks", "set_meta", "simulating"]
 
 _local = threading.local()
 _simulations = [0]  # simulated meshes alive (danaus._sim sets it: this layer cannot see it)
@@ -29,7 +29,15 @@ def simulating(on: bool) -> None:
         _simulations[0] = max(0, _simulations[0] + (1 if on else -1))
 
 
+def read_by_tasks() -> None:
+    """The task-queue workers (``danaus.simulator.task``) are loaded: every ``Task`` made
+    carries the labels, so ``set_meta`` has an effect without a simulated mesh."""
+    with _warn_lock:
+        _task_queue[0] = True
+
+
 _warned = [False]
+_task_queue = [False]
 _warn_lock = threading.Lock()
 
 
@@ -50,12 +58,13 @@ def set_meta(new_value: Any) -> Iterator[None]:
     """Label what the block issues with ``new_value`` (Monarch's simulator metadata).
 
     Blocks nest; the innermost value is ``meta_stack()[-1]``, which a simulated
-    mesh's tasks carry into the trace. With no simulation running the label
-    has no effect; the first such use in a process warns so with
+    mesh's tasks carry into the trace, as do the tasks of the task-queue workers
+    (``danaus.simulator.task``). With no simulation running and no task queue
+    loaded the label has no effect; the first such use in a process warns so with
     ``danaus.config.NoEffectWarning``. Never blocks.
     """
     with _warn_lock:
-        first = not _warned[0] and not _simulations[0]
+        first = not _warned[0] and not _simulations[0] and not _task_queue[0]
         if first:
             _warned[0] = True
     if first:

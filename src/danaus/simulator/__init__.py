@@ -8,8 +8,9 @@ Op costs are Monarch's fixed guesses by default, or measured on this
 machine and cached (``costs="measured"``); collectives and copies follow a
 communication model (``NetworkConfig``: ring and tree all-reduce, a
 bandwidth and a latency per link class). With ``group_workers=True`` ranks
-that receive the same commands are simulated once. Needs torch; see
-``docs/simulator.md``.
+that receive the same commands are simulated once. Monarch's task-queue
+model of the workers is in ``danaus.simulator.task``, ``tensor`` and ``worker``.
+Needs torch; see ``docs/simulator.md``.
 """
 
 from __future__ import annotations

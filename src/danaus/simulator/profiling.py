@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._sim.costs import FixedCosts
+from .._sim.workers import KERNEL_LAUNCH_NS
 from ..common import messages
 
 __all__ = ["RuntimeEstimator", "RuntimeProfiler", "TimingType"]
@@ -77,7 +78,7 @@ class RuntimeEstimator:
             return 1_000 if msg.from_ranks == msg.to_ranks else round(_FIXED.collective_cost * 1e9)
         if isinstance(msg, str) and msg == "kernel_launch":
             got = self._custom("_kernel_launch_time")
-            return got if got is not None else 500
+            return got if got is not None else KERNEL_LAUNCH_NS
         if isinstance(msg, str) and msg == "wait_event":
             got = self._custom("_wait_event_time")
             return got if got is not None else 500

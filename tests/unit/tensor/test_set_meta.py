@@ -15,6 +15,17 @@ from danaus.config import NoEffectWarning
 @pytest.fixture
 def fresh_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(simulator, "_warned", [False])
+    monkeypatch.setattr(simulator, "_task_queue", [False])  # as if no task queue were loaded
+
+
+def test_set_meta_does_not_warn_once_the_task_queue_reads_its_labels(
+    fresh_warning: None,
+) -> None:
+    simulator.read_by_tasks()  # what importing danaus.simulator.task does
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with danaus.set_meta("labelled"):
+            assert simulator.meta_stack() == ("labelled",)
 
 
 def test_set_meta_nests_on_a_stack_and_warns_once_that_it_has_no_effect(
