@@ -128,8 +128,6 @@ class _Epoch:
     def wait_work(self, work: Any, what: str) -> None:
         """Wait for gloo's ``work`` on this thread (not with a callback on its future:
         see the module doc), raising ``MembershipChanged`` on an abort or its failure."""
-        import datetime
-
         poll = datetime.timedelta(seconds=ABORT_POLL_S)
         while not self.aborted:
             try:
@@ -217,7 +215,9 @@ class ElasticReplica(Actor):
     def process_group(self) -> Any:
         """The gloo process group of the current membership, for collectives of your own.
         A collective on it can hang on a lost peer until the group's timeout; prefer
-        `all_reduce()`, which the coordinator can abort."""
+        `all_reduce()`, which the coordinator can abort. Wait for its work with
+        ``work.wait()``: a Python callback on the work's future runs on gloo's thread,
+        and aborts the process if the work ends while the interpreter finalizes."""
         return self._elastic_epoch().pg
 
     def all_reduce(self, tensors: Iterable[Any], *, average: bool = False) -> None:
