@@ -90,3 +90,39 @@ def test_the_actor_store_behaves_as_a_tcp_store_for_each_operation(rendezvous) -
     quick = dist.PrefixStore("semantics/", impatient)
     with pytest.raises(dist.DistStoreError, match="'semantics//never'"):
         quick.get("never")
+
+
+@pytest.mark.timeout(300)
+def test_a_closed_actor_store_fails_a_waiting_get_and_every_later_operation_at_once(
+    rendezvous,
+) -> None:
+    """``close()``: what an elastic replica does to the rendezvous of a membership that
+    ended, so that a group build waiting there for a lost member fails now, not after
+    its timeout (inside torch's C++, as the process may be ending)."""
+    import threading
+
+    import torch.distributed as dist
+
+    from danaus._tensor.rendezvous import actor_store
+    from danaus.testing import wait_until
+
+    member = actor_store(rendezvous.engine_store, 3600.0)  # a get waits an hour for its key
+    store = dist.PrefixStore("closing/", member)
+    errors: list[BaseException] = []
+
+    def get() -> None:
+        try:
+            store.get("never")
+        except Exception as e:
+            errors.append(e)
+
+    waiting = threading.Thread(target=get)
+    waiting.start()
+    wait_until(lambda: member._waiting, TIMEOUT, "the get in flight")
+    member.close("membership 3 ended")
+    waiting.join(TIMEOUT)  # far less than the hour
+    assert not waiting.is_alive()
+    assert len(errors) == 1 and "rendezvous store closed: membership 3 ended" in str(errors[0])
+    with pytest.raises(dist.DistStoreError, match="rendezvous store closed"):
+        member.set("later", b"x")
+    assert rendezvous.engine_store.store_check.call_one(["later"]).get(timeout=TIMEOUT) is False

@@ -420,6 +420,161 @@ def test_a_second_replica_killed_during_the_recovery_costs_no_step(tmp_path, und
         assert run.done["recovery_s"] == "not-recovered", run
 
 
+# -- a survivor's process ends cleanly: no abort from gloo or torch at its exit (issue 44) --
+
+# Rank 0 abandons an all_reduce (its membership aborted, as when a peer is lost) that rank
+# 1 never joins, then, while its interpreter finalizes, SIGKILLs rank 1 and waits for the
+# abandoned work, which fails there ("Connection closed by peer"): a Python callback that
+# all_reduce had put on the work's future ran on gloo's worker thread at that moment, and
+# the process aborted. The work's failure runs its future's callbacks before wait() returns.
+ABANDONED_ALL_REDUCE = """
+import builtins, datetime, os, signal, sys
+import torch
+import torch.distributed as dist
+from danaus._elastic.replica import ElasticReplica, Membership, MembershipChanged, _Epoch
+
+rank, path = int(sys.argv[1]), sys.argv[2]
+store = dist.FileStore(path, 2)
+pg = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=60))
+if rank == 1:
+    store.set("pid1", str(os.getpid()))
+    sys.stdin.read()  # never joins the collective; SIGKILLed by rank 0
+    raise SystemExit(0)
+
+
+class Works:  # the group, keeping the works it starts
+    def __init__(self, pg):
+        self.pg, self.works = pg, []
+
+    def allreduce(self, tensors):
+        work = self.pg.allreduce(tensors)
+        self.works.append(work)
+        return work
+
+
+class Replica(ElasticReplica):
+    pass
+
+
+replica = Replica()
+ep = _Epoch(Membership(0, 0, 2, 0))
+ep.pg = Works(pg)
+replica._elastic().epoch = ep
+ep.abort("a peer was lost")
+try:
+    replica.all_reduce([torch.ones(4)])
+except MembershipChanged:
+    pass
+(work,) = ep.pg.works
+pid1 = int(store.get("pid1"))
+
+
+class Finale:  # collected while the interpreter finalizes
+    def __del__(self, kill=os.kill, write=os.write):
+        kill(pid1, signal.SIGKILL)
+        try:
+            work.wait()
+        except RuntimeError:
+            write(1, b"the abandoned all_reduce failed\\n")
+        write(1, b"survived\\n")
+
+
+builtins._finale = Finale()
+builtins._keep = (pg, store, work)
+print("finalizing", flush=True)
+"""
+
+
+@pytest.mark.timeout(RUN_TIMEOUT)
+def test_an_abandoned_all_reduce_failing_as_the_process_ends_does_not_abort_it(tmp_path) -> None:
+    script = tmp_path / "abandoned.py"
+    script.write_text(ABANDONED_ALL_REDUCE)
+    env = client_env()
+    env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's connections stay on this host
+    env["OMP_NUM_THREADS"] = "1"
+
+    def start(rank: int) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(script), str(rank), str(tmp_path / "store")],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+
+    survivor, peer = start(0), start(1)
+    try:
+        out, err = survivor.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        for p in (survivor, peer):
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    assert "terminate called" not in err, err
+    assert survivor.returncode == 0, (survivor.returncode, out, err)
+    assert out.splitlines() == ["finalizing", "the abandoned all_reduce failed", "survived"], out
+    assert peer.returncode == -signal.SIGKILL
+
+
+class Witness(ElasticReplica):
+    """Writes its own stderr to ``<dir>/<pid>.err`` (with faulthandler's report of a fatal
+    signal), where an abort at its exit leaves its message. Replica 1 dies in step 2; replica
+    2 dies when told to join membership 1, before building its side of the group."""
+
+    def __init__(self, stderr_dir: str) -> None:
+        import faulthandler
+
+        import torch
+
+        f = open(os.path.join(stderr_dir, f"{os.getpid()}.err"), "w")  # noqa: SIM115
+        os.dup2(f.fileno(), 2)
+        faulthandler.enable(file=f)
+        self.f = f
+        self.w = torch.zeros(4)
+
+    def train_step(self, step: int) -> float:
+        import torch
+
+        if step == 2 and self.membership.replica == 1:
+            die()
+        g = torch.ones(4)
+        self.all_reduce([g])
+        self.g = g
+        return float(g[0])
+
+    def commit(self, step: int) -> None:
+        self.w += self.g
+
+    def state(self) -> list[Any]:
+        return [self.w]
+
+    @endpoint
+    async def elastic_join(
+        self, epoch: int, rank: int, world: int, replica: int, *rest: Any
+    ) -> Any:
+        if epoch == 1 and replica == 2:
+            die()
+        return await super().elastic_join(epoch, rank, world, replica, *rest)
+
+
+@pytest.mark.timeout(4 * RUN_TIMEOUT)
+def test_survivors_of_an_abandoned_reform_exit_cleanly_when_the_mesh_stops(tmp_path) -> None:
+    # The survivors' builds of membership 1 wait in the rendezvous for replica 2 (lost)
+    # when the mesh stops: a build thread inside torch's C++ as the interpreter finalized
+    # was ended there, and the process aborted or crashed ("terminate called without an
+    # active exception", SIGSEGV) -- every survivor, at every stop.
+    mesh = ElasticMesh(Witness, replicas=3, spares=1, timeout=20.0, args=(str(tmp_path),))
+    try:
+        for k in range(4):
+            mesh.step(k)
+        survivors = [p for _, p in mesh.members()]
+        assert len(survivors) == 2 and mesh.stats().lost == 2, mesh.stats()
+    finally:
+        mesh.stop()
+    assert wait_pids_gone(survivors) == []
+    for pid in survivors:
+        text = (tmp_path / f"{pid}.err").read_text()
+        assert "terminate called" not in text and "Fatal Python error" not in text, (pid, text)
+
+
 class _NotAReplica:
     pass
 

@@ -22,6 +22,18 @@ coordinator drives it with four calls per step and membership:
 An aborted group is never destroyed: its gloo threads may still wait on the
 lost peer until the group's timeout, and destroying it would join them. It is
 kept (with every older one) until the actor ends.
+
+No Python runs on gloo's threads, and no thread is left inside torch when the
+process ends. A survivor's abandoned collective ends when a peer closes its
+connection (``Connection closed by peer``), often as the procs stop together;
+a Python callback on its future then ran on gloo's worker thread during the
+interpreter's finalization, where taking the GIL ends the thread, and the
+process aborted (``terminate called after throwing an instance of
+'gloo::IoException'``). So `all_reduce` waits for its work on the step
+thread, in slices, looking for an abort between them. Likewise a group build
+abandoned in the rendezvous (waiting for a lost member) is made to fail at once
+by closing its membership's store on abort and at ``__cleanup__``, and runs on
+a non-daemon thread (joined before finalization, never ended inside torch).
 """
 
 from __future__ import annotations
@@ -79,12 +91,17 @@ class Membership:
         return range(self.rank, n, self.world_size)
 
 
+#: Seconds between two looks for an abort while a collective runs (its end is seen at once).
+ABORT_POLL_S = 0.01
+
+
 class _Epoch:
     """One membership on one replica: its process group and whether it was aborted."""
 
     def __init__(self, membership: Membership) -> None:
         self.membership = membership
         self.pg: Any = None
+        self.store: Any = None  # the membership's rendezvous store, closed on abort
         self.aborted = False
         self.why = ""
         self._lock = threading.Lock()
@@ -94,8 +111,37 @@ class _Epoch:
         with self._lock:
             self.aborted, self.why = True, why
             waiters = list(self._waiters)
+            store = self.store
         for ev in waiters:
             ev.set()
+        if store is not None:  # a build still waiting in the rendezvous fails at once
+            store.close(f"membership {self.membership.epoch} ended ({self.why})")
+
+    def attach_store(self, store: Any) -> None:
+        """Use ``store`` for this membership's build (closed at once if already aborted)."""
+        with self._lock:
+            self.store = store
+            aborted = self.aborted
+        if aborted:
+            store.close(f"membership {self.membership.epoch} ended ({self.why})")
+
+    def wait_work(self, work: Any, what: str) -> None:
+        """Wait for gloo's ``work`` on this thread (not with a callback on its future:
+        see the module doc), raising ``MembershipChanged`` on an abort or its failure."""
+        poll = datetime.timedelta(seconds=ABORT_POLL_S)
+        while not self.aborted:
+            try:
+                work.wait(poll)
+            except RuntimeError as e:
+                if not work.is_completed():
+                    continue  # this slice ran out ("Operation timed out!")
+                # A peer closed its connection, the group timed out.
+                raise MembershipChanged(f"{what} failed: {e}") from None
+            break
+        if self.aborted:
+            raise MembershipChanged(
+                f"{what}: membership {self.membership.epoch} ended ({self.why})"
+            )
 
     def wait(self, ev: threading.Event, what: str) -> None:
         """Wait for ``ev`` (set when the operation ends) or this epoch's abort."""
@@ -169,7 +215,9 @@ class ElasticReplica(Actor):
     def process_group(self) -> Any:
         """The gloo process group of the current membership, for collectives of your own.
         A collective on it can hang on a lost peer until the group's timeout; prefer
-        `all_reduce()`, which the coordinator can abort."""
+        `all_reduce()`, which the coordinator can abort. Wait for its work with
+        ``work.wait()``: a Python callback on the work's future runs on gloo's thread,
+        and aborts the process if the work ends while the interpreter finalizes."""
         return self._elastic_epoch().pg
 
     def all_reduce(self, tensors: Iterable[Any], *, average: bool = False) -> None:
@@ -189,13 +237,7 @@ class ElasticReplica(Actor):
             work = ep.pg.allreduce([flat])
         except RuntimeError as e:
             raise MembershipChanged(f"all_reduce could not start: {e}") from None
-        done = threading.Event()
-        work.get_future().add_done_callback(lambda _: done.set())
-        ep.wait(done, "all_reduce")
-        try:
-            work.wait()
-        except RuntimeError as e:  # a peer closed its connection, the group timed out
-            raise MembershipChanged(f"all_reduce failed: {e}") from None
+        ep.wait_work(work, "all_reduce")
         if average:
             flat /= ep.membership.world_size
         offset = 0
@@ -252,6 +294,7 @@ class ElasticReplica(Actor):
         # wait in its store (for a key of its lost member) until its timeout.
         member = actor_store(store, timeout)  # here: its calls go out as this replica
         st.retired.append(member)  # torch holds only its C++ side: kept alive with the groups
+        ep.attach_store(member)  # an abort (or the actor's end) fails its build at once
         try:
             await self._on_thread(self._join, st, ep, member, timeout)
         except MembershipChanged as e:
@@ -277,7 +320,10 @@ class ElasticReplica(Actor):
             finally:
                 done.set()
 
-        threading.Thread(target=build, name=f"elastic-join-{m.epoch}", daemon=True).start()
+        # Not a daemon: the interpreter joins it before finalizing, rather than ending it
+        # (pthread_exit) inside torch's C++ when it comes back to Python, which aborts
+        # the process. Its store is closed on abort, so it never waits for long.
+        threading.Thread(target=build, name=f"elastic-join-{m.epoch}", daemon=False).start()
         ep.wait(done, f"forming membership {m.epoch}")
         if "error" in built:
             raise MembershipChanged(f"forming membership {m.epoch} failed: {built['error']}")
@@ -306,6 +352,14 @@ class ElasticReplica(Actor):
         ep = st.epochs.get(epoch)
         if ep is not None:
             ep.abort(why)
+
+    async def __cleanup__(self, exc: BaseException | None) -> None:
+        """End every membership: a group build still waiting in the rendezvous fails at
+        once, so that its thread ends before the process does. A subclass that defines
+        ``__cleanup__`` calls this one (``await super().__cleanup__(exc)``)."""
+        st = self._elastic()
+        for ep in list(st.epochs.values()):
+            ep.abort("the replica is stopping")
 
     @endpoint
     async def elastic_state(self) -> tuple[RDMABuffer, list[int]]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import threading
 from typing import Any
 
 from .._actor.api.actor import Actor
@@ -154,6 +155,11 @@ def actor_store(server: Any, timeout: float) -> Any:
     store for as long as torch may use it: a ``PrefixStore`` or process group holds
     only its C++ side, and once the Python object is collected every operation
     fails ("Not implemented").
+
+    ``store.close(why)`` gives up on the rendezvous: every operation waiting then,
+    and every later one, raises ``DistStoreError`` at once. A process group being
+    built over the store then fails at once instead of waiting out its timeout
+    (for a member that will never come) inside torch's C++.
     """
     return _store_class()(server, timeout)
 
@@ -176,11 +182,45 @@ def _store_class() -> type[Any]:
             # proc's root (whose name would then prefix that thread's log records).
             self._sender = context()
             self.set_timeout(datetime.timedelta(seconds=timeout))
+            self._lock = threading.Lock()
+            self._closed: str | None = None  # why, once closed
+            self._waiting: set[threading.Event] = set()
+
+        def close(self, why: str = "closed") -> None:
+            """Fail every operation waiting now, and every later one (see ``actor_store``)."""
+            with self._lock:
+                if self._closed is not None:
+                    return
+                self._closed = why
+                waiting = list(self._waiting)
+            for ev in waiting:
+                ev.set()
+
+        def _closed_error(self) -> Exception:
+            return dist.DistStoreError(f"rendezvous store closed: {self._closed}")
 
         def _call(self, name: str, *args: Any, wait: float = 0.0) -> Any:
             endpoint = getattr(self._server, name)
-            with acting_as(self._sender):
-                return endpoint.call_one(*args).get(timeout=wait + _REPLY_GRACE)
+            woken = threading.Event()
+            with self._lock:
+                if self._closed is not None:
+                    raise self._closed_error()
+                self._waiting.add(woken)
+            try:
+                with acting_as(self._sender):
+                    fut = endpoint.call_one(*args)
+                fut.add_done_callback(lambda _: woken.set())
+                woken.wait(wait + _REPLY_GRACE)
+            finally:
+                with self._lock:
+                    self._waiting.discard(woken)
+            if not fut.done():
+                if self._closed is not None:
+                    raise self._closed_error()
+                raise TimeoutError(
+                    f"rendezvous store: no answer to {name} within {wait + _REPLY_GRACE} s"
+                )
+            return fut.get(timeout=0)
 
         def _timed_out(self, keys: list[str], wait: float) -> Exception:
             return dist.DistStoreError(

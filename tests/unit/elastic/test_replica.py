@@ -59,6 +59,104 @@ def test_a_wait_after_the_abort_fails_at_once_and_a_finished_one_returns() -> No
         ep.wait(threading.Event(), "forming membership 0")
 
 
+class _Work:
+    """A gloo work as ``_Epoch.wait_work`` sees it: ``wait(timeout)`` raises "Operation
+    timed out!" while it runs, then returns (or raises ``error``) once ``end`` is called."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+        self.waits = 0
+        self.waiting = threading.Event()  # a first slice began
+        self.sliced = threading.Event()  # a slice ran out and the next one began
+
+    def end(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.done.set()
+
+    def is_completed(self) -> bool:
+        return self.done.is_set()
+
+    def wait(self, timeout: Any) -> bool:
+        self.waits += 1
+        self.waiting.set()
+        if self.waits >= 2:
+            self.sliced.set()
+        if not self.done.wait(timeout.total_seconds()):
+            raise RuntimeError("Operation timed out!")
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+def _wait_on_thread(ep: _Epoch, work: _Work) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            ep.wait_work(work, "all_reduce")
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, errors
+
+
+def test_a_collective_is_waited_for_on_the_calling_thread_until_it_ends_or_fails() -> None:
+    ep = _Epoch(Membership(2, 0, 2, 0))
+    work = _Work()
+    t, errors = _wait_on_thread(ep, work)
+    assert work.sliced.wait(30)  # a slice ran out: it keeps waiting
+    work.end()
+    t.join(30)
+    assert not t.is_alive() and errors == []
+
+    failing = _Work()
+    t, errors = _wait_on_thread(ep, failing)
+    failing.end(RuntimeError("Connection closed by peer [127.0.0.1]:1234"))
+    t.join(30)
+    assert not t.is_alive()
+    assert [str(e) for e in errors] == [
+        "all_reduce failed: Connection closed by peer [127.0.0.1]:1234"
+    ]
+    assert isinstance(errors[0], MembershipChanged)
+
+
+def test_an_abort_ends_the_wait_for_a_collective_that_never_ends() -> None:
+    ep = _Epoch(Membership(4, 1, 3, 5))
+    work = _Work()  # the lost peer's share never comes
+    t, errors = _wait_on_thread(ep, work)
+    assert work.waiting.wait(30)
+    ep.abort("replicas [2] lost")
+    t.join(30)
+    assert not t.is_alive() and not work.is_completed()
+    assert [str(e) for e in errors] == ["all_reduce: membership 4 ended (replicas [2] lost)"]
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+
+    def close(self, why: str) -> None:
+        self.closed.append(why)
+
+
+def test_an_abort_closes_the_membership_store_before_or_after_it_is_attached() -> None:
+    ep = _Epoch(Membership(1, 0, 2, 0))
+    store = _Store()
+    ep.attach_store(store)
+    assert store.closed == []
+    ep.abort("replicas [1] lost")
+    assert store.closed == ["membership 1 ended (replicas [1] lost)"]
+
+    late = _Epoch(Membership(2, 0, 2, 0))
+    late.abort("the replica is stopping")  # an abort that overtook the join
+    overtaken = _Store()
+    late.attach_store(overtaken)
+    assert overtaken.closed == ["membership 2 ended (the replica is stopping)"]
+
+
 class Replica(ElasticReplica):
     def __init__(self) -> None:
         self.seen: list[Any] = []
