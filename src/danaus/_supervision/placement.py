@@ -67,7 +67,7 @@ class Placer:
                 procs[r] = p
         if tuple(procs) != m.ref.procs:
             m.ref = replace(m.ref, procs=tuple(procs))
-            om = owned.get(m.ref.mesh_id)
+            om = owned.get(m.node, m.ref.mesh_id)
             if om is not None:
                 om.ref = m.ref
         return {r: procs[r] for r in ranks if r not in unplaced}, unplaced

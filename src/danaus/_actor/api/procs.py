@@ -177,9 +177,10 @@ class ProcMesh(MeshTrait):
             log_control(self._node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         # The mesh belongs to this proc mesh's node (its route sends with its runtime).
-        state = _State(initialized=concurrent.futures.Future(), node=self._node())
+        node = self._node()
+        state = _State(initialized=concurrent.futures.Future(), node=node)
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
-        owned.register_actor_mesh(mesh)
+        owned.register_actor_mesh(node, mesh)
         init_cf = state.initialized
         assert init_cf is not None
         if self._state.stopped:
@@ -238,8 +239,8 @@ class ProcMesh(MeshTrait):
         me = self
 
         def exited() -> None:  # nothing on these procs is anyone's any more
-            owned.forget_on(names)
-            owned.forget_proc_mesh(None, me)
+            owned.forget_on(node, names)
+            owned.forget_proc_mesh(node, None, me)
             # then their last lines are printed (bounded wait)
             flushed = log_control(node).flush(procs, config.get("log_flush_timeout"))
             flushed.add_done_callback(lambda _: set_future(cf, True, None))
@@ -266,7 +267,7 @@ class ProcMesh(MeshTrait):
         for forget in self._state.on_stop:
             forget(self)
         self._state.on_stop.clear()
-        owned.forget_proc_mesh(None, self)
+        owned.forget_proc_mesh(node, None, self)
 
     def logging_option(
         self,
@@ -319,7 +320,9 @@ class ProcMesh(MeshTrait):
         the ``stats_timeout`` setting is listed with the reason instead of
         holding the answer up. ``danaus.stats(actor_mesh)`` gives one actor mesh's.
         """
-        return Future._create(_stats.mesh_stats(self._selected()), "the procs' statistics")
+        return Future._create(
+            _stats.mesh_stats(self._node().runtime, self._selected()), "the procs' statistics"
+        )
 
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 
@@ -369,8 +372,8 @@ class ProcMesh(MeshTrait):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        wait_ready(self._procs)
         rt = self._node().runtime
+        wait_ready(rt, self._procs)
         return (_rebuild_proc_mesh, (tuple(rt.peers.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
@@ -449,12 +452,12 @@ def spawn_on(
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
-        answers = _stats.ask_trace_start(procs, arrived)
+        answers = _stats.ask_trace_start(rt, procs, arrived)
         rt.tracer.late.append((tuple(procs), sent, arrived, answers))
     spawned = node.part(_Spawned)
     with spawned.lock:
         spawned.meshes.append(pm)
-    owned.register_proc_mesh(spawner, pm)
+    owned.register_proc_mesh(node, spawner, pm)
     return pm
 
 

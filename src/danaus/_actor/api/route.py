@@ -57,6 +57,7 @@ from .envelope import Headers, Method, encode_args, stopped
 if TYPE_CHECKING:
     from ..._mesh import Shape
     from ..._runtime.messaging.runtime import Runtime
+    from ..._runtime.node import Node
     from ..._wire.ids import ActorId, ProcId
 
 __all__ = ["DirectRoute", "Route", "TreeRoute"]
@@ -114,6 +115,13 @@ class Route:
         self._root: Context | None = None  # the root context of the mesh's node, once used
         self._reader: Any = None  # the connection to a one-actor mesh's proc (call_one)
 
+    @property
+    def node(self) -> Node:
+        """The node the mesh belongs to (its state has it before the route is made)."""
+        node: Node | None = self.state.node
+        assert node is not None, f"the route of {self.ref.name!r} was made before its node"
+        return node
+
     # -- what it sends to ------------------------------------------------------------
 
     def targets(self) -> list[Target]:
@@ -159,7 +167,7 @@ class Route:
             creator = str(me)
         else:
             creator = f"<{ref.owner.mesh}[{ref.owner.rank}]>"
-        om = owned.get(ref.mesh_id)  # the whole mesh, where its owner is this process
+        om = owned.get(self.node, ref.mesh_id)  # the whole mesh, where its owner is here
         extent = om.mesh.extent if om is not None else self.shape.extent
         if len(extent) and extent.nelements == len(ref.procs) and 0 <= rank < len(ref.procs):
             point = Point(rank, extent)  # the whole mesh: its point; a slice's is not the actor's
@@ -190,7 +198,9 @@ class Route:
         self.check_usable()
         if cap.refs:
             actors = tuple((r, p) for _, r, p in (self.targets() if targets is None else targets))
-            payload = cap.wrap(payload, handoff.Recipients(self.ref.mesh_id, m.what, actors))
+            payload = cap.wrap(
+                self.node, payload, handoff.Recipients(self.ref.mesh_id, m.what, actors)
+            )
         return payload
 
     def _refuse_broadcast(self, m: Method, rank: int, reason: Any) -> SupervisionError:
@@ -280,7 +290,7 @@ class Route:
         self.check_usable()
         actors = tuple((r, p) for _, r, p in targets)
         recipients = handoff.Recipients(self.ref.mesh_id, m.what, actors)
-        payload = cap.wrap(payload, recipients, hand_off=hand_off)
+        payload = cap.wrap(self.node, payload, recipients, hand_off=hand_off)
         self.send(m, payload, targets, None, to_failed=True)
 
     def to_port(
@@ -409,6 +419,8 @@ class DirectRoute(Route):
         tracer = rt.tracer
         t0 = tracer.now() if tracer is not None else 0
         headers = self.headers
+        if collector is None:  # a bounce goes back to its sender, on the mesh's node
+            bounce = functools.partial(return_to_sender, self.node)
         for index, rank, proc in targets:
             if index in skip:
                 continue
@@ -416,7 +428,7 @@ class DirectRoute(Route):
             on_fail = (
                 functools.partial(collector.fail, index)
                 if collector is not None
-                else functools.partial(return_to_sender, sender, f"{name}[{rank}].{m.name}()")
+                else functools.partial(bounce, sender, f"{name}[{rank}].{m.name}()")
             )
             pickled = None if bufs else m.pickled(rt.proc_id, header)
             rt.send(proc, header, body, bufs, on_fail, pickled=pickled)
@@ -461,7 +473,7 @@ class TreeRoute(Route):
         state = self.state
         if state.booted:
             return
-        wait_ready(self.ref.procs)
+        wait_ready(self.rt, self.ref.procs)
         state.booted = True
 
     def _known_failed(self, selection: Selection) -> list[tuple[int, int, str]]:
@@ -526,9 +538,10 @@ class TreeRoute(Route):
                 sink.fail(slot, why)
 
         else:
+            node = self.node
 
             def on_fail(slot: int, rank: int, why: str) -> None:
-                return_to_sender(header.sender, f"{name}[{rank}].{m.name}()", why)
+                return_to_sender(node, header.sender, f"{name}[{rank}].{m.name}()", why)
 
         self.rt.tree.cast(procs, selection, header, body, bufs, on_fail=on_fail)
 
