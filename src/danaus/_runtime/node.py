@@ -27,7 +27,7 @@ import secrets
 import shutil
 import subprocess
 import threading
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from .. import _boothook
 from .. import _config as config
@@ -35,7 +35,7 @@ from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
 from .messaging.runtime import Runtime
 
-__all__ = ["Node", "end", "freeze_heap", "preload_modules", "start", "this_node"]
+__all__ = ["Node", "bound", "end", "freeze_heap", "preload_modules", "start", "this_node"]
 
 T = TypeVar("T")
 
@@ -127,6 +127,20 @@ def this_node(*, start: bool = True) -> Node | None:
         node = _start(rt, client=True, boot={})
         freeze_heap()
         return node
+
+
+class _Held(Protocol):
+    node: Node | None
+
+
+def bound(state: _Held) -> Node:
+    """The node a mesh belongs to (``state``: the state its slices share): the one it was
+    made on, or, for a mesh unpickled in this process (it carries none), this process's,
+    looked up on first use and kept. The one lookup a value the user holds makes."""
+    node = state.node
+    if node is None:
+        node = state.node = this_node()
+    return node
 
 
 # Per process, not a node part: gc.freeze() is the interpreter's, done once a process.

@@ -135,7 +135,11 @@ class Activation:
             device = engine_for(mesh).device  # spawns the workers now, before the first op
         self.mesh = mesh
         self._closed = False
-        self._state = state = _state()  # ends on this node's stack, even after a new session
+        # Ends on this node's stack, even after a new session: the mesh's node, or (for
+        # ``no_mesh``, which holds none) the user's, looked up.
+        self._state = state = (
+            mesh._node().part(client.ClientState) if mesh is not None else _state()
+        )
         with state.lock:
             state.stack.append(mesh)
             state.acts.append(self)
@@ -191,7 +195,7 @@ def activate(mesh: ProcMesh) -> Activation:
 
 def deactivate(mesh: ProcMesh) -> None:
     """End the latest open activation of ``mesh`` (no-op if none). Does not block."""
-    state = _state()
+    state = mesh._node().part(client.ClientState)
     with state.lock:
         acts = [a for a in state.acts if same_mesh(a.mesh, mesh)]
     if acts:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._mesh import MeshTrait, Shape
-from ..._runtime.node import Node, this_node
+from ..._runtime.node import Node, bound
 from ..core import owned
 from ..core.collect import Countdown, set_future, wait_ready
 from ..core.endpoints import EndpointProperty, endpoints_of
@@ -76,10 +76,7 @@ class ActorMesh(MeshTrait, Generic[A]):
     def _node(self) -> Node:
         """The node this mesh belongs to: the one it was spawned from, or, for a mesh
         unpickled in this process, this process's (looked up once, then kept)."""
-        node = self._state.node
-        if node is None:
-            node = self._state.node = this_node()
-        return node
+        return bound(self._state)
 
     def _make_route(self, *, fixed: bool, tree: bool | None = None) -> Route:
         state = self._state

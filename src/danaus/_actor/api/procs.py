@@ -19,7 +19,7 @@ from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
 from ..._runtime.hosting.command import describe as describe_command
 from ..._runtime.logs.process import control as log_control
-from ..._runtime.node import Node, this_node
+from ..._runtime.node import Node, bound, this_node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
@@ -100,8 +100,9 @@ class ProcMesh(MeshTrait):
         self._host_mesh = host_mesh
 
     @classmethod
-    def _singleton(cls, proc: ProcId) -> ProcMesh:
-        state = _ProcState(owned=False)
+    def _singleton(cls, proc: ProcId, node: Node | None = None) -> ProcMesh:
+        """A one-proc mesh of ``proc``, reached from ``node`` (None: as an unpickled one)."""
+        state = _ProcState(owned=False, node=node)
         state.initialized.set_result(True)
         return cls((proc,), Shape.unity(), state, None)
 
@@ -118,10 +119,7 @@ class ProcMesh(MeshTrait):
     def _node(self) -> Node:
         """The node this proc mesh belongs to: the one it was spawned from, or, for a
         mesh unpickled in this process, this process's (looked up once, then kept)."""
-        node = self._state.node
-        if node is None:
-            node = self._state.node = this_node()
-        return node
+        return bound(self._state)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -332,20 +330,20 @@ class ProcMesh(MeshTrait):
         See ``danaus.Tensor``; does not block (spawns the tensor-engine workers
         on first use).
         """
-        return tensor_engine().activate(self)
+        return tensor_engine(self._node()).activate(self)
 
     def deactivate(self) -> None:
         """End this mesh's latest ``activate()``. Does not block."""
-        tensor_engine().deactivate(self)
+        tensor_engine(self._node()).deactivate(self)
 
     def rank(self, dims: Any) -> Any:
         """A mesh tensor holding each proc's coordinate along ``dims`` (a name or a list)."""
-        return tensor_engine().mesh_rank(self, dims)
+        return tensor_engine(self._node()).mesh_rank(self, dims)
 
     @property
     def ranks(self) -> Any:
         """``{dim: self.rank(dim)}`` for every dimension of this mesh."""
-        return tensor_engine().mesh_ranks(self)
+        return tensor_engine(self._node()).mesh_ranks(self)
 
     def rank_tensor(self, dim: Any) -> Any:
         """Monarch's name for `rank()`."""
@@ -363,7 +361,7 @@ class ProcMesh(MeshTrait):
         ``dims``. Raises ``ValueError`` for a dimension this mesh lacks or one
         named twice.
         """
-        return tensor_engine().process_group(self, dims)
+        return tensor_engine(self._node()).process_group(self, dims)
 
     async def __aenter__(self) -> ProcMesh:
         return self
@@ -387,6 +385,7 @@ def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:
 
 
 def spawn_on(
+    node: Node,
     agents: list[ProcId | None],
     per_host: dict[str, int],
     host_shape: Shape,
@@ -396,7 +395,8 @@ def spawn_on(
     binds: list[dict[str, str]] | None = None,
     commands: list[dict[str, Any]] | None = None,
 ) -> ProcMesh:
-    """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).
+    """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh),
+    from ``node`` (they belong to it).
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     ``binds``: the CPU/NUMA binding of each proc of a host, in order (``proc_bind``).
@@ -405,7 +405,6 @@ def spawn_on(
     The caller spawns the registry actor first (``controller.ensure_registry``), so
     that the procs can reach it before any of them starts.
     """
-    node = this_node()
     rt = node.runtime
     serve_dashboard = node.part(Extensions).serve_dashboard
     if config.get("dashboard") and not rt.boot and serve_dashboard is not None:
@@ -463,7 +462,7 @@ def spawn_on(
 
 def install(node: Node, boot: dict[str, Any]) -> None:
     """``context().actor_instance.proc`` on ``node`` is a one-proc ``ProcMesh``."""
-    node.part(ProcMeshOf).make = ProcMesh._singleton
+    node.part(ProcMeshOf).make = functools.partial(ProcMesh._singleton, node=node)
 
 
 def children(node: Node) -> list[dict[str, Any]]:
