@@ -361,7 +361,9 @@ class ActorCell:
         # context.set_context, without the call in between (one a message)
         _current.set(self.contexts[index, labels, sizes, chain])
         if prop.explicit_response_port:  # the endpoint answers through the port itself
-            reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
+            reply_to: Port[Any] = (
+                Port(port, index, rt=self.rt) if port is not None else _DroppingPort()
+            )
             args = (reply_to, *args)
         if row is not None:  # sampled for the messages table (on delivery)
             who = str(sender) if sender is not None else (port.proc.name if port else None)
