@@ -14,10 +14,13 @@ fresh one, so a client can stop and start again in the same process.
 
 There is one way to look the node up: `this_node()`. Only the public face
 calls it (a user's ``this_host()``, ``context()``, ``RDMABuffer(...)``, a
-command's entry point: code that holds nothing yet); everything below it
-reaches the node through what it already holds: a mesh carries the node it
-belongs to, a frame handler was given its node when the bootstrap installed
-it.
+job's ``state()``, a command's entry point: code that holds nothing yet);
+everything below it reaches the node through what it already holds: a mesh
+carries the node it belongs to (`bound()` binds one unpickled here to this
+process's), an actor's cell and ``Instance`` carry theirs, a frame handler
+and the ``Extensions`` hooks were given theirs when the bootstrap installed
+them, and what is made for a node (a dashboard, a transfer) is given it.
+``docs/internals/node.md`` lists who calls it.
 """
 
 from __future__ import annotations

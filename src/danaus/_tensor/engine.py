@@ -39,7 +39,7 @@ from .._actor.core.context import Context, acting_as, context
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
 from .._runtime.node import Node, this_node
-from . import client
+from .client import ClientState
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .rendezvous import RendezvousStore
 from .stream import get_active_stream
@@ -127,7 +127,7 @@ class Engine:
         self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
         self._lock = threading.Lock()  # guards broken and _pending
         self._queue: list[tuple[Shape, str, Any]] = []
-        self._client = node.part(client.ClientState)
+        self._client = node.part(ClientState)
         self._holders = 0  # threads' open coalescing blocks holding ops for this engine
         # Guards _queue, _holders, closed and the swap of _dead; notified when one is queued.
         self._cond = threading.Condition()

@@ -33,7 +33,6 @@ from ... import _config as config
 from ..._errors import SupervisionError
 from ..._mesh import Extent, Point, ValueMesh
 from ..._mesh.tree import Selection
-from ..._runtime.messaging.runtime import STATUS_EXC
 from ..._runtime.messaging.tree import FLAG_STOP
 from ..._wire import codec
 from ..._wire.frame import flat
@@ -50,9 +49,8 @@ from ..core.collect import (
 )
 from ..core.context import Context, context, display_name, root_if_outside
 from ..core.context import sender as sender_of
-from ..core.failing import exception_payload
 from ..core.future import Deferred, Future, Pending, resolve
-from ..core.ports import Port
+from ..core.ports import Port, PortSink
 from ..core.undeliverable import return_to_sender
 from .envelope import Headers, Method, encode_args, stopped
 
@@ -65,28 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["DirectRoute", "Route", "TreeRoute"]
 
 Target = tuple[int, int, "ProcId"]  # (index in the slice, rank in the whole mesh, proc)
-
-
-class _PortSink:
-    """Stands in for a collector when replies go to a user's port: forwards each one."""
-
-    def __init__(self, port: Port[Any], n: int, rt: Runtime) -> None:
-        self._port = port
-        self.port = port._port_id
-        self._rt = rt  # the route's: failures go out with the mesh's node's runtime
-
-    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
-        pass
-
-    def expect_all(self, expected: Any) -> None:
-        pass
-
-    def fail(self, index: int, reason: str) -> None:
-        why = SupervisionError(f"message undeliverable: {reason}", reason=reason)
-        self._port._send(STATUS_EXC, exception_payload(why), self._rt)
-
-    def fail_supervision(self, index: int, why: str) -> None:
-        self._port._send(STATUS_EXC, exception_payload(SupervisionError(why, reason=why)), self._rt)
 
 
 def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
@@ -312,7 +288,7 @@ class Route:
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
         payload = self.encode(m, args, kwargs, targets)
-        sink = None if port is None else _PortSink(port, len(targets), self.rt)
+        sink = None if port is None else PortSink(port, self.rt)
         self.send(m, payload, targets, sink)
 
 

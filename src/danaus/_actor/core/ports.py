@@ -32,7 +32,7 @@ from .future import Deferred, Future, resolve
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
 
-__all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
+__all__ = ["Channel", "Port", "PortReceiver", "PortSink", "Undeliverable", "current_sender"]
 
 R = TypeVar("R")
 
@@ -136,6 +136,30 @@ def _rebuild_port(port_id: PortId, index: int, once: bool, bounce: bool = True) 
     port: Port[Any] = Port(port_id, index, once=once)
     port.return_undeliverable = bounce
     return port
+
+
+class PortSink:
+    """Stands in for a collector when replies go to a user's port (the ``send`` adverb's
+    ``port=``): the replies go there themselves; a failure is sent on it with ``rt``,
+    the runtime of the route that sends."""
+
+    def __init__(self, port: Port[Any], rt: Runtime) -> None:
+        self._port = port
+        self.port = port._port_id
+        self._rt = rt
+
+    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
+        pass
+
+    def expect_all(self, expected: Any) -> None:
+        pass
+
+    def fail(self, index: int, reason: str) -> None:
+        why = SupervisionError(f"message undeliverable: {reason}", reason=reason)
+        self._port._send(STATUS_EXC, exception_payload(why), self._rt)
+
+    def fail_supervision(self, index: int, why: str) -> None:
+        self._port._send(STATUS_EXC, exception_payload(SupervisionError(why, reason=why)), self._rt)
 
 
 class _DroppingPort(Port[Any]):
