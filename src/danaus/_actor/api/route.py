@@ -122,7 +122,7 @@ class Route:
     def _find_root(self) -> Context | None:
         """The node's root context, kept once found; None inside an actor (its own
         context sends, and a proc's root is not made for it)."""
-        root = root_if_outside()
+        root = root_if_outside(self.state.node)  # the mesh's node's root
         if root is not None:
             self._root = root
         return root

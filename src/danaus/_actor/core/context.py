@@ -203,8 +203,11 @@ class _Root:
         self.ctx: Context | None = None
 
 
-def _root_context() -> Context:
-    node = this_node()
+def _root_context(node: Node | None = None) -> Context:
+    """``node``'s root context, made on first use; None: this process's node, looked up
+    (the public face: `context()` outside any actor holds nothing else)."""
+    if node is None:
+        node = this_node()
     root = node.part(_Root)
     if root.ctx is not None:
         return root.ctx
@@ -275,14 +278,14 @@ def root_context() -> Context:
     return _root_context()
 
 
-def root_if_outside() -> Context | None:
-    """The root context (`root_context()`, made on first use) when this thread runs
+def root_if_outside(node: Node | None) -> Context | None:
+    """``node``'s root context (`root_context()`, made on first use) when this thread runs
     outside any actor; None inside one or acting as one (`acting_as`), where the root
     is neither needed nor made: a proc whose root context exists names its log lines
     after it, so a stream thread sending as its actor must not make it."""
     if _current.get() is not None or getattr(_thread_ctx, "ctx", None) is not None:
         return None
-    return _root_context()
+    return _root_context(node)
 
 
 def sender(root: Context | None) -> tuple[ActorId | None, tuple[ActorId, ...]]:
