@@ -9,6 +9,7 @@ forked procs start with every subsystem imported.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 from ._actor.api import procs
@@ -37,29 +38,29 @@ def _tensor_engine() -> TensorEngine:
     return cast(TensorEngine, api)
 
 
-def _serve_dashboard() -> None:
+def _serve_dashboard(node: Node) -> None:
     from ._observe import dashboard
 
-    dashboard.serve_from_environment()
+    dashboard.serve_from_environment(node)
 
 
-def _dashboard_url() -> str | None:
+def _dashboard_url(node: Node) -> str | None:
     from ._observe import dashboard
 
-    dash = dashboard.serve_from_environment()
+    dash = dashboard.serve_from_environment(node)
     return dash.url if dash is not None else None
 
 
-def _query_engine_client() -> Any:
+def _query_engine_client(node: Node) -> Any:
     from ._observe import sql
 
-    return sql.QueryEngineClient()
+    return sql.QueryEngineClient(node)
 
 
-def _start_history(retention_s: float, snapshot_s: float) -> Any:
+def _start_history(node: Node, retention_s: float, snapshot_s: float) -> Any:
     from ._observe import history
 
-    return history.start(retention_s, snapshot_s)
+    return history.start(node, retention_s, snapshot_s)
 
 
 def _install_debugger(node: Node, boot: dict[str, Any]) -> None:
@@ -75,10 +76,11 @@ def _install_extensions(node: Node, boot: dict[str, Any]) -> None:
     """What the layers above the actor API add to it (``_actor/api/extensions.py``)."""
     ext = node.part(Extensions)
     ext.tensor_engine = _tensor_engine
-    ext.serve_dashboard = _serve_dashboard
-    ext.dashboard_url = _dashboard_url
-    ext.query_engine_client = _query_engine_client
-    ext.start_history = _start_history
+    # Each is handed the node it serves: what it starts belongs to this node's client.
+    ext.serve_dashboard = functools.partial(_serve_dashboard, node)
+    ext.dashboard_url = functools.partial(_dashboard_url, node)
+    ext.query_engine_client = functools.partial(_query_engine_client, node)
+    ext.start_history = functools.partial(_start_history, node)
 
 
 #: Each subsystem's installer, in the order they run: ``installer(node, boot)``.

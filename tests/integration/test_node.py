@@ -139,7 +139,7 @@ def test_a_thousand_meshes_leave_memory_and_descriptors_flat(client_script) -> N
                 marks[i] = {
                     "client": usage(),
                     "procs": list(probe.usage.call().get(timeout=30).values()),
-                    "owned": len(owned.actor_meshes()),
+                    "owned": len(owned.actor_meshes(this_node())),
                     "mailboxes": len(rt.router.mailboxes),
                     "peers": len(rt.peers.table),
                     "ports": len(rt.router.ports),

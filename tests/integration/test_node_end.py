@@ -100,7 +100,7 @@ before = {
     "coalescing": coalescing.active(),
     "listening": all(first_rt.transport.inproc.is_listening(n) for n in first_names),
     "owned_procs": len(first.part(Registry).proc_meshes) > 0,
-    "log_procs": logtail.procs(),
+    "log_procs": logtail.procs(first),
 }
 first_thread = first.part(Faults).thread
 first_dash = first.part(dashboard.FromEnvironment).dashboard
@@ -136,7 +136,7 @@ fresh = {
     "active_meshes": len(state.stack),
     "coalescing": coalescing.active(),
     "owned_proc_meshes": len(second.part(Registry).proc_meshes),
-    "log_procs": logtail.procs(),
+    "log_procs": logtail.procs(second),
 }
 block.__exit__(None, None, None)  # ends on the ended node's state, harmlessly
 sim.close()

@@ -8,6 +8,7 @@ from typing import Any
 
 import danaus
 from danaus._observe.state import StateCollector
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ProcMesh, endpoint, this_host
 
 from .conftest import TIMEOUT, Probe
@@ -43,7 +44,7 @@ def test_procs_an_actor_spawned_on_another_host_are_observed(
     [parent] = [p.proc for p in procs.slice(hosts=2, gpus=1).stats().get(timeout=TIMEOUT).procs]
     inner = launcher.launch.call_one().get(timeout=TIMEOUT)
     try:
-        state = StateCollector().collect()
+        state = StateCollector(this_node()).collect()
         by_name = {p["proc"]: (h, p) for h in state["hosts"] for p in h["procs"]}
         parent_host = by_name[parent][0]["host"]
         for name in inner:

@@ -16,6 +16,7 @@ import pytest
 
 import danaus.dashboard
 from danaus._observe import logtail
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ProcMesh, endpoint
 from danaus.testing import FaultRecorder, client_env, wait_until
 
@@ -112,7 +113,7 @@ def test_the_state_s_meshes_give_each_interval_s_calls_and_latency(procs: ProcMe
 
     plotted = procs.spawn("plotted", Worker)
     plotted.initialized.get(timeout=REPLY_TIMEOUT)
-    collector = StateCollector()  # its own: intervals between its own collections
+    collector = StateCollector(this_node())  # its own: intervals between its own collections
     first = _mesh_of(collector.collect(), "plotted")
     assert first["class"] == "Worker" and first["state"] == "alive"
     assert [(r["rank"], r["proc"], r["state"]) for r in first["ranks"]] == [
@@ -146,7 +147,7 @@ def test_a_rank_its_supervisor_is_restarting_shows_restarting(faults: FaultRecor
     try:
         kept = sup.spawn(pm, "kept", Worker)
         kept.initialized.get(timeout=REPLY_TIMEOUT)
-        collector = StateCollector()
+        collector = StateCollector(this_node())
         assert _mesh_of(collector.collect(), "kept")["state"] == "alive"
         kept.slice(gpus=1).boom.broadcast()  # the actor fails; its supervisor hears
         wait_until(

@@ -22,6 +22,7 @@ import pytest
 
 import danaus.dashboard
 from danaus._observe import history
+from danaus._runtime.node import this_node
 from danaus.actor import ProcMesh
 from danaus.testing import wait_until
 
@@ -112,7 +113,7 @@ def test_the_dashboard_plots_start_with_the_kept_history(
     """``/api/history``: each endpoint's calls per second and mean latency between the
     history's snapshots, which the page draws before its live samples."""
     assert _get(dashboard, "/api/history") == {"kept": False, "series": []}
-    h = history.start(3600, 0.1)
+    h = history.start(this_node(), 3600, 0.1)
     try:
         workers = procs.spawn("plotted", Worker)
         for _ in range(3):

@@ -18,6 +18,7 @@ import pytest
 from danaus._observe import monarch_tables
 from danaus._observe.sql import QueryEngineClient, QueryError
 from danaus._observe.tables import COLUMNS, collect
+from danaus._runtime.node import this_node
 from danaus.actor import Actor, ActorError, ProcMesh, endpoint, span
 from danaus.testing import FaultRecorder
 
@@ -75,7 +76,15 @@ class Traced(Actor):
             pass
 
 
-client = QueryEngineClient()
+class _Client:
+    """The query client of the current session's node, as ``job.state()`` gives it (a
+    client is made for its node; the tests' sessions may change between modules)."""
+
+    def query(self, sql: str) -> dict[str, Any]:
+        return QueryEngineClient(this_node()).query(sql)
+
+
+client = _Client()
 
 
 def _query(sql: str) -> dict[str, list[Any]]:
@@ -298,7 +307,7 @@ def test_views_work_on_a_history_file_as_on_live_rows(procs: ProcMesh, tmp_path:
     workers = procs.spawn("in_a_file", Worker)
     workers.ping.call().get(timeout=REPLY_TIMEOUT)
     con = duckdb.connect(str(tmp_path / "telemetry.duckdb"))
-    for table, rows in collect().items():
+    for table, rows in collect(this_node()).items():
         cols = COLUMNS[table]
         con.execute(f"CREATE TABLE {table} ({', '.join(f'{n} {t}' for n, t, _ in cols)})")
         if rows:

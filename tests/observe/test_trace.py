@@ -96,8 +96,8 @@ def test_a_proc_whose_clock_offset_was_lost_is_traced_with_a_warning(
     is lost: its spans are kept, and a warning names it (they may be misaligned)."""
     real = stats.ask_trace_start
 
-    def answer_lost(procs: Any, arrived: Any = None) -> Any:
-        real(procs, arrived)  # the procs are asked, and start tracing
+    def answer_lost(rt: Any, procs: Any, arrived: Any = None) -> Any:
+        real(rt, procs, arrived)  # the procs are asked, and start tracing
         lost: concurrent.futures.Future[Any] = concurrent.futures.Future()
         lost.set_exception(ConnectionError("the answer was lost on the way"))
         return lost

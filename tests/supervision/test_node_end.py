@@ -49,7 +49,7 @@ logtail.append("p-first", "a line of the first session")
 before = {
     "thread_alive": first_thread is not None and first_thread.is_alive(),
     "dash": first_dash is not None and not refuses(first_dash),
-    "procs": logtail.procs(),
+    "procs": logtail.procs(first),
 }
 shutdown_context().get(timeout=30)
 ended = {
@@ -66,8 +66,8 @@ fresh = {
     "new_node": n is not first and n is not None,
     "thread": n.part(Faults).thread,
     "dash_is_new": n.part(dashboard.FromEnvironment).dashboard not in (None, first_dash),
-    "procs": logtail.procs(),
-    "tail": logtail.tail("p-first"),
+    "procs": logtail.procs(n),
+    "tail": logtail.tail(n, "p-first"),
 }
 second.spawn("second", Worker).boom.broadcast()
 recorder.crashed("second", {0}, timeout=30)

@@ -403,6 +403,7 @@ def test_restarts_show_in_the_log_the_dashboard_top_and_traces(spawn_procs, sups
     import danaus
     from danaus._cli.observe import plain
     from danaus._observe.state import StateCollector
+    from danaus._runtime.node import this_node
 
     procs = spawn_procs(gpus=1)
     sup = sups(name="watched")
@@ -424,7 +425,7 @@ def test_restarts_show_in_the_log_the_dashboard_top_and_traces(spawn_procs, sups
     lines = [r.getMessage() for r in records if "restarted" in r.getMessage()]
     assert len(lines) == 1 and "'watched' restarted shown" in lines[0], lines
 
-    state = StateCollector().collect()
+    state = StateCollector(this_node()).collect()
     (shown,) = [r for r in state["restarts"] if r["supervisor"] == "watched"]
     assert shown["child"] == "shown" and shown["ranks"] == [0] and "boom" in shown["reason"]
     assert "RESTARTED shown[0] by supervisor 'watched'" in plain(state)

@@ -315,9 +315,10 @@ class JobTrait:
             running._job_state = got
         tcfg = getattr(self, "_telemetry_config", None)
         if tcfg is not None:
+            node = this_node()  # the public face: the user's ``job.state()`` holds no node
             if _telemetry.active_config() is not tcfg:
-                _telemetry.start(tcfg)
-            _telemetry.fill_state(running._job_state, tcfg)
+                _telemetry.start(node, tcfg)
+            _telemetry.fill_state(node, running._job_state, tcfg)
         return running._job_state
 
     def remote_mount(self, source: str, mntpoint: str | None = None, **kwargs: Any) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from .. import _config as config
 from .._actor.api.extensions import Extensions
 from .._actor.core import telemetry
-from .._runtime.node import this_node
+from .._runtime.node import Node, this_node
 
 __all__ = ["MeshAdminConfig", "TelemetryConfig", "active_config", "fill_state", "start"]
 
@@ -86,14 +86,15 @@ class TelemetryConfig:
             )
 
 
-def fill_state(state: Any, cfg: TelemetryConfig) -> None:
-    """Give a job's ``state`` (a ``JobState``) what telemetry started for ``cfg``:
+def fill_state(node: Node, state: Any, cfg: TelemetryConfig) -> None:
+    """Give a job's ``state`` (a ``JobState``) what telemetry started for ``cfg`` on
+    ``node`` (the client's):
     ``query_engine_client``, and ``dashboard_url`` with ``include_dashboard``
     (starting the dashboard now if it is not running yet). Leaves what the job's own
     ``_state()`` set; does nothing when telemetry did not start for ``cfg``."""
     if active_config() is not cfg:
         return
-    ext = this_node().part(Extensions)
+    ext = node.part(Extensions)
     if state.query_engine_client is None and ext.query_engine_client is not None:
         state.query_engine_client = ext.query_engine_client()
     if cfg.include_dashboard and state.dashboard_url is None and ext.dashboard_url is not None:
@@ -148,10 +149,10 @@ def make_config(config_: TelemetryConfig | None, kwargs: dict[str, Any]) -> Tele
     return TelemetryConfig(**kwargs)
 
 
-def start(cfg: TelemetryConfig) -> bool:
-    """Start telemetry as ``cfg`` says (``state()`` calls this); False, with a
-    ``RuntimeWarning``, when it cannot start."""
-    part = this_node().part(ActiveTelemetry)
+def start(node: Node, cfg: TelemetryConfig) -> bool:
+    """Start telemetry on ``node`` (the client's) as ``cfg`` says (``state()`` calls
+    this); False, with a ``RuntimeWarning``, when it cannot start."""
+    part = node.part(ActiveTelemetry)
     if part.previous is None:
         part.previous = {k: config.get(k) for k in ("telemetry", "dashboard", "dashboard_port")}
     try:
@@ -166,7 +167,7 @@ def start(cfg: TelemetryConfig) -> bool:
     if cfg.include_dashboard:
         config.configure(dashboard=True, dashboard_port=cfg.dashboard_port)
     part.config = cfg
-    keep = this_node().part(Extensions).start_history
+    keep = node.part(Extensions).start_history
     if keep is not None:
         try:
             keep(cfg.retention_secs, cfg.snapshot_interval_secs)

@@ -32,7 +32,7 @@ def stats(mesh: ActorMesh[Any] | ProcMesh) -> Future[MeshStats]:
     if isinstance(mesh, ActorMesh):
         ranks = mesh._shape.ranks()
         procs = [mesh._ref.procs[r] for r in ranks]
-        cf = mesh_stats(procs, mesh._ref.mesh_id, ranks)
+        cf = mesh_stats(mesh._node().runtime, procs, mesh._ref.mesh_id, ranks)
         return Future._create(cf, f"the statistics of actor mesh {mesh._ref.name!r}")
     raise TypeError(
         f"danaus.stats() takes an ActorMesh or a ProcMesh, got {mesh!r}; e.g. "

@@ -48,11 +48,10 @@ from typing import Any
 
 from .. import _config as config
 from .._actor.api import stats
-from .._runtime.node import this_node
+from .._runtime.node import Node, this_node
 from . import history
 from .prom import CONTENT_TYPE, cached_exposition
-from .sql import QueryError
-from .sql import query as run_query
+from .sql import QueryError, query_on
 from .state import StateCollector, discover, find_procs
 from .ui import assemble as ui_assemble
 from .ui import routes as ui_routes
@@ -79,12 +78,19 @@ class Dashboard(Served):
     """A running dashboard: ``url`` (with its token), ``stop()``."""
 
     def __init__(
-        self, host_: str, port: int, token: str | None = None, *, all_interfaces: bool = False
+        self,
+        node: Node,
+        host_: str,
+        port: int,
+        token: str | None = None,
+        *,
+        all_interfaces: bool = False,
     ) -> None:
         host_ = host_.strip() or DEFAULT_HOST  # empty: the default, not every interface
         _check_interface(host_, all_interfaces)
+        self.node = node  # the client it shows: its procs, its meshes, its job directory
         self.token = token or secrets.token_urlsafe(24)
-        self.collector = StateCollector()
+        self.collector = StateCollector(node)
         # Guards _latest and _version; notified on each new document and on stop.
         self._cond = threading.Condition()
         self._latest: dict[str, Any] | None = None
@@ -109,7 +115,7 @@ class Dashboard(Served):
             target=self._poll, name="danaus-dashboard-poll", daemon=True
         )
         self._poller.start()
-        self._discovery = os.path.join(this_node().runtime.job_dir, DISCOVERY_FILE)
+        self._discovery = os.path.join(node.runtime.job_dir, DISCOVERY_FILE)
         fd = os.open(self._discovery, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump({"url": self.url, "pid": os.getpid()}, f)
@@ -195,13 +201,28 @@ def serve(
         dash = danaus.dashboard.serve(port=8265)
         print(dash.url)   # http://127.0.0.1:8265/?token=...
     """
+    return _serve(None, port, host, all_interfaces)
+
+
+def _serve(
+    node: Node | None,
+    port: int | None = None,
+    host: str | None = None,
+    all_interfaces: bool | None = None,
+) -> Dashboard:
+    """`serve()` for ``node``'s client; None: the user's, looked up (started if need be)
+    once the arguments are known to be good."""
     if port is None:
         port = config.get("dashboard_port")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ValueError(f"port must be an int from 0 to 65535 (0: any free port), got {port!r}")
     if all_interfaces is None:
         all_interfaces = config.get("dashboard_all_interfaces")
-    return Dashboard(host or config.get("dashboard_host"), port, all_interfaces=all_interfaces)
+    host_ = host or config.get("dashboard_host")
+    if node is None:
+        _check_interface(host_.strip() or DEFAULT_HOST, all_interfaces)  # before any start
+        node = this_node()  # the public face: ``danaus.dashboard.serve()`` holds nothing
+    return Dashboard(node, host_, port, all_interfaces=all_interfaces)
 
 
 def _every_interface(host_: str) -> bool:
@@ -249,7 +270,7 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
     async def query(request: Any) -> Any:
         sql = request.query.get("sql", "")
         try:
-            rows = await blocking(run_query, sql)
+            rows = await blocking(query_on, dash.node, sql)
         except (QueryError, ImportError) as e:
             return as_json(400, {"error": str(e)})
         columns = list(rows[0]) if rows else []
@@ -279,10 +300,10 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
     async def stack(request: Any) -> Any:
         q = {k: request.query.getall(k) for k in request.query}
         try:
-            procs = await blocking(_stack_targets, q)
+            procs = await blocking(_stack_targets, dash.node, q)
         except ValueError as e:
             return as_json(400, {"error": str(e)})
-        answers = await asyncio.wrap_future(stats.ask_stacks(procs))
+        answers = await asyncio.wrap_future(stats.ask_stacks(dash.node.runtime, procs))
         return as_json(
             200,
             {
@@ -330,12 +351,12 @@ def _routes(dash: Dashboard) -> dict[str, Route]:
     }
 
 
-def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
-    rt = this_node().runtime
+def _stack_targets(node: Node, query: dict[str, list[str]]) -> list[Any]:
+    rt = node.runtime
     if "proc" in query:
         names = set(query["proc"])
         out = []
-        for entry in _all_procs():
+        for entry in _all_procs(node):
             if entry.name in names:
                 out.append(entry)
         if rt.proc_id.name in names:
@@ -345,13 +366,13 @@ def _stack_targets(query: dict[str, list[str]]) -> list[Any]:
             raise ValueError(f"no proc {sorted(missing)} in this client")
         return out
     if "mesh" in query:
-        return find_procs(query["mesh"][0], parse_coords(query.get("coords", [""])[0]))
+        return find_procs(node, query["mesh"][0], parse_coords(query.get("coords", [""])[0]))
     raise ValueError("say which procs: proc=NAME, or mesh=NAME with optional coords=dim=i,...")
 
 
-def _all_procs() -> list[Any]:
+def _all_procs(node: Node) -> list[Any]:
     """Every proc of the client's tree, those its actors spawned included."""
-    return [e["id"] for e in discover()]
+    return [e["id"] for e in discover(node)]
 
 
 def parse_coords(text: str) -> dict[str, int] | list[int] | None:
@@ -388,13 +409,14 @@ class FromEnvironment:
             dash.stop()
 
 
-def serve_from_environment() -> Dashboard | None:
-    """Start the dashboard once if the ``dashboard`` setting (``DANAUS_DASHBOARD=1``) is on."""
+def serve_from_environment(node: Node) -> Dashboard | None:
+    """Start ``node``'s dashboard once if the ``dashboard`` setting (``DANAUS_DASHBOARD=1``)
+    is on."""
     if not config.get("dashboard"):
         return None
-    part = this_node().part(FromEnvironment)
+    part = node.part(FromEnvironment)
     with part.lock:
         if part.dashboard is None:
-            part.dashboard = serve()
+            part.dashboard = _serve(node)
             print(f"danaus dashboard: {part.dashboard.url}", file=sys.stderr, flush=True)
         return part.dashboard

@@ -37,7 +37,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime.logs import dirs as logdir
-from .._runtime.node import this_node
+from .._runtime.node import Node, this_node
 from . import tables
 from .tables import COLUMNS
 
@@ -94,7 +94,7 @@ def open_file(path: str, read_only: bool) -> Any:
 class History:
     """The telemetry file of one client, and the thread that fills and sweeps it."""
 
-    def __init__(self, path: str, retention_s: float, snapshot_s: float) -> None:
+    def __init__(self, node: Node, path: str, retention_s: float, snapshot_s: float) -> None:
         self.path = path
         self.retention_s = float(retention_s)
         self.snapshot_s = float(snapshot_s)
@@ -105,7 +105,8 @@ class History:
         self.snapshots = 0
         self.swept = 0  # rows deleted by retention
         self._stop = threading.Event()
-        self._runtime = this_node().runtime
+        self._node = node  # the session's client: the procs it asks
+        self._runtime = node.runtime
         self.thread = threading.Thread(
             target=self._run, name="danaus-telemetry-history", daemon=True
         )
@@ -145,7 +146,7 @@ class History:
         node = this_node(start=False)
         if node is None or node.runtime is not self._runtime:
             return  # the session that started this history has ended
-        snap = tables.gather(rings=True, check=self._check)
+        snap = tables.gather(self._node, rings=True, check=self._check)
         taken = time.time()
         self._check()  # _actors reads the session's own records
         with self.lock:
@@ -324,7 +325,7 @@ def path_for(job: str) -> str:
     return os.path.join(logdir.job_dir(job), FILE)
 
 
-def start(retention_s: float, snapshot_s: float) -> History:
+def start(node: Node, retention_s: float, snapshot_s: float) -> History:
     """Keep this client's telemetry in its job directory's ``telemetry.duckdb``, as
     ``TelemetryConfig`` says (``JobTrait.enable_telemetry``, at ``state()``); a
     running history is reconfigured rather than started twice."""
@@ -334,9 +335,8 @@ def start(retention_s: float, snapshot_s: float) -> History:
         if h is not None:
             h.retention_s, h.snapshot_s = float(retention_s), float(snapshot_s)
             return h
-        rt = this_node().runtime
-        h = History(path_for(rt.proc_id.name), retention_s, snapshot_s)
-        this_node().part(_Holder).history = h  # closed when the session ends
+        h = History(node, path_for(node.runtime.proc_id.name), retention_s, snapshot_s)
+        node.part(_Holder).history = h  # closed when the session ends
         _active = h
         return h
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime.logs import process as logs
-from .._runtime.node import this_node
+from .._runtime.node import Node, this_node
 
 __all__ = ["Rings", "append", "clear", "procs", "tail"]
 
@@ -38,13 +38,12 @@ class Rings:
         self.rings: dict[str, collections.deque[tuple[float, str, str]]] = {}
 
 
-def _current() -> Rings | None:
-    node = this_node(start=False)
-    return None if node is None else node.part(Rings)
-
-
 def append(proc: str, line: str, stream: str = "stdout") -> None:
-    """Keep ``line`` (one line of proc ``proc``'s ``stream``) as its latest."""
+    """Keep ``line`` (one line of proc ``proc``'s ``stream``) as its latest.
+
+    The public face (docs/observing.md: lines delivered some other way): the caller
+    holds nothing, so this client's node is looked up.
+    """
     r = this_node().part(Rings)
     with r.lock:
         ring = r.rings.get(proc)
@@ -53,11 +52,12 @@ def append(proc: str, line: str, stream: str = "stdout") -> None:
         ring.append((time.time(), stream, line.rstrip("\n")))
 
 
-def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
+def tail(node: Node | None, proc: str, n: int | None = None) -> list[dict[str, Any]]:
     """The last ``n`` (default: all kept) lines of ``proc``, oldest first: those the
-    log forwarder printed in this client (``danaus._runtime.logs.process``), then any appended."""
-    forwarded = [(0.0, "", line) for line in _forwarded(proc)]
-    r = _current()
+    log forwarder printed in ``node``'s client (``danaus._runtime.logs.process``), then
+    any appended (none without a node)."""
+    forwarded = [(0.0, "", line) for line in _forwarded(node, proc)]
+    r = None if node is None else node.part(Rings)
     if r is None:
         ring = forwarded
     else:
@@ -68,25 +68,23 @@ def tail(proc: str, n: int | None = None) -> list[dict[str, Any]]:
     return [{"time": t, "stream": s, "line": line} for t, s, line in ring]
 
 
-def _forwarded(proc: str) -> list[str]:
+def _forwarded(node: Node | None, proc: str) -> list[str]:
     # The forwarder's own bounded tail of what it printed.
-    return logs.tail(this_node(start=False), proc, max(1, config.get("logtail_lines")))
+    return logs.tail(node, proc, max(1, config.get("logtail_lines")))
 
 
-def procs() -> list[str]:
-    """The procs that have lines kept."""
-    r = _current()
+def procs(node: Node | None) -> list[str]:
+    """The procs that have lines kept on ``node`` (none without a node)."""
+    r = None if node is None else node.part(Rings)
     if r is None:
         return []
     with r.lock:
         return list(r.rings)
 
 
-def clear(proc: str | None = None) -> None:
-    """Forget the lines of ``proc`` (or of every proc)."""
-    r = _current()
-    if r is None:
-        return
+def clear(node: Node, proc: str | None = None) -> None:
+    """Forget the lines of ``proc`` (or of every proc) kept on ``node``."""
+    r = node.part(Rings)
     with r.lock:
         if proc is None:
             r.rings.clear()

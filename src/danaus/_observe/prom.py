@@ -53,7 +53,8 @@ from typing import Any
 
 from .. import _config as config
 from .._runtime.messaging.metrics import BOUNDS
-from .._supervision.supervised import supervised
+from .._runtime.node import this_node
+from .._supervision.supervised import Supervised
 from . import web as _web
 from .tables import gather, gpu_of
 from .web import SECURITY_HEADERS, HttpServer, Served, aiohttp_web, blocking, url_host
@@ -87,7 +88,10 @@ class _MeshCollector:
             HistogramMetricFamily,
         )
 
-        snap = gather(rings=False)
+        # The process's registry serves whichever client session is current: a scrape (on
+        # the metrics server's thread) holds no node, so this is a public face's lookup.
+        node = this_node()
+        snap = gather(node, rings=False)
         ep_labels = ["mesh", "class", "proc_mesh", "endpoint", "rank"]
         calls = CounterMetricFamily(
             "danaus_endpoint_calls", "Calls an endpoint handled.", labels=ep_labels
@@ -271,7 +275,7 @@ class _MeshCollector:
             received.add_metric([mesh, rank], r)
         for state, n in states.items():
             procs.add_metric([state], n)
-        reg = supervised()
+        reg = node.part(Supervised)
         with reg.lock:
             sups = list(reg.supervisors)
         per: dict[tuple[str, str], int] = {}

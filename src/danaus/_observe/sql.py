@@ -26,10 +26,11 @@ import threading
 from typing import Any
 
 from .. import _config as config
+from .._runtime.node import Node, this_node
 from . import history, monarch_tables
 from .tables import COLUMNS, TABLES, collect
 
-__all__ = ["QueryEngineClient", "QueryError", "query", "query_file"]
+__all__ = ["QueryEngineClient", "QueryError", "query", "query_file", "query_on"]
 
 
 class QueryError(ValueError):
@@ -66,11 +67,16 @@ def query(sql: str) -> list[dict[str, Any]]:
     statement, for an answer over ``query_max_rows`` rows and for a query running
     over ``query_timeout``.
     """
-    names, rows = _run(sql)
+    return query_on(this_node(), sql)  # the public face: a user's query holds no node
+
+
+def query_on(node: Node, sql: str) -> list[dict[str, Any]]:
+    """`query()` over the procs of ``node``'s client (the dashboard's, which holds it)."""
+    names, rows = _run(node, sql)
     return [dict(zip(names, row, strict=True)) for row in rows]
 
 
-def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+def _run(node: Node, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
     """``query``'s work: the answer's column names and its rows (tuples)."""
     if not isinstance(sql, str):
         raise TypeError(f"query() takes the SQL as a str, got {type(sql).__name__}")
@@ -86,7 +92,7 @@ def _run(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
             return _execute(con, duckdb, sql)
         finally:
             con.close()
-    data = collect(tables_named(sql))
+    data = collect(node, tables_named(sql))
     con = duckdb.connect(
         ":memory:",
         config={
@@ -161,10 +167,13 @@ class QueryEngineClient:
     sidecar. Errors are [`query()`][danaus.telemetry.query]'s (``QueryError`` says what was
     wrong)."""
 
+    def __init__(self, node: Node) -> None:
+        self._node = node  # the client's whose job state it belongs to
+
     def query(self, sql: str) -> dict[str, Any]:
         """Run one SELECT over Monarch's telemetry tables: its column names and rows."""
         with monarch_tables.monarch_schema():
-            names, rows = _run(sql)
+            names, rows = _run(self._node, sql)
         return {"columns": names, "rows": [dict(zip(names, r, strict=True)) for r in rows]}
 
     def __repr__(self) -> str:

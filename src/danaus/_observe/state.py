@@ -20,12 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .._actor.api import stats
-from .._actor.api.procs import ProcMesh, owned_proc_meshes
+from .._actor.api.procs import ProcMesh, spawned_meshes
 from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
 from .._runtime.messaging.metrics import percentile
-from .._runtime.node import this_node
-from .._supervision.supervised import supervised
+from .._runtime.node import Node
+from .._supervision.supervised import Supervised
 from .._wire.ids import ProcId
 from . import logtail
 
@@ -37,7 +37,8 @@ FAILURE_LOG_LINES = 20  # log lines attached to each failure
 class StateCollector:
     """Collects the dashboard's document; keeps what it needs to compute rates."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: Node) -> None:
+        self._node = node  # the client's, whose procs it asks
         self._lock = threading.Lock()  # guards the rates' last samples (_prev, _prev_t) and _known
         self._prev: dict[tuple[str, ...], int] = {}
         self._prev_t: float | None = None
@@ -51,8 +52,9 @@ class StateCollector:
             return self._collect()
 
     def _collect(self) -> dict[str, Any]:
-        rt = this_node().runtime
-        entries = discover(self._known)
+        node = self._node
+        rt = node.runtime
+        entries = discover(node, self._known)
         now = time.time()
         dt = now - self._prev_t if self._prev_t is not None else None
         counters: dict[tuple[str, ...], int] = {}
@@ -92,7 +94,7 @@ class StateCollector:
                 "actors": [],
                 "connections": snap["connections"] if snap else [],
                 "rdma": (snap["sections"].get("rdma", []) if snap else []),
-                "logs": logtail.tail(p.name, 50),
+                "logs": logtail.tail(node, p.name, 50),
             }
             totals["procs"] += 1
             totals["alive"] += state == "alive"
@@ -118,8 +120,8 @@ class StateCollector:
             "totals": totals,
             "hosts": list(hosts.values()),
             "meshes": meshes,
-            "failures": _failures(),
-            "restarts": _restarts(),
+            "failures": _failures(node),
+            "restarts": _restarts(node),
         }
 
     def _actor(
@@ -167,7 +169,7 @@ class StateCollector:
         """Each actor mesh seen on the procs: its ranks' states (for the page's picture) and,
         per endpoint, the calls, rate and latency percentiles of the last interval alone
         (for its plots over time)."""
-        restarting = _restarting()
+        restarting = _restarting(self._node)
         members: dict[str, list[tuple[str, dict[str, Any], dict[str, Any]]]] = {}
         for proc, a, raw in seen:
             members.setdefault(a["mesh_id"], []).append((proc, a, raw))
@@ -230,9 +232,9 @@ def _mesh_state(states: list[str]) -> str:
     return "alive"
 
 
-def _restarting() -> dict[str, set[int]]:
+def _restarting(node: Node) -> dict[str, set[int]]:
     """mesh_id -> the ranks a supervisor of this client is restarting now."""
-    reg = supervised()
+    reg = node.part(Supervised)
     with reg.lock:
         sups = list(reg.supervisors)
     out: dict[str, set[int]] = {}
@@ -264,11 +266,11 @@ def _coords(index: int, labels: list[str], sizes: list[int]) -> dict[str, int]:
     return dict(reversed(list(out.items())))
 
 
-def _proc_entries() -> list[dict[str, Any]]:
+def _proc_entries(node: Node) -> list[dict[str, Any]]:
     """Every proc this client spawned and has not stopped, with its mesh and coordinates."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for n, pm in enumerate(owned_proc_meshes()):
+    for n, pm in enumerate(spawned_meshes(node)):
         ext = pm._shape.extent
         labels, sizes = list(ext.labels), list(ext.sizes)
         for i, p in enumerate(pm._procs):
@@ -290,7 +292,9 @@ def _proc_entries() -> list[dict[str, Any]]:
 
 
 def discover(
-    known: dict[str, dict[str, Any]] | None = None, check: Callable[[], None] | None = None
+    node: Node,
+    known: dict[str, dict[str, Any]] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Every proc of this client's tree, with its statistics: its own procs, then
     (level by level) the procs that their actors spawned.
@@ -303,8 +307,8 @@ def discover(
     bounded by ``stats_timeout``. A proc that does not answer this time is
     searched for children in ``known`` (its last snapshot), if given.
     """
-    rt = this_node().runtime
-    level = _proc_entries()
+    rt = node.runtime
+    level = _proc_entries(node)
     seen = {e["id"].name for e in level}
     out: list[dict[str, Any]] = []
     while level:
@@ -314,7 +318,7 @@ def discover(
         alive = [e for e in level if e["lost"] is None]
         if check is not None:  # a background thread stopping between rounds: raises
             check()
-        answers = stats.ask_stats([e["id"] for e in alive]).result()
+        answers = stats.ask_stats(rt, [e["id"] for e in alive]).result()
         for e in level:
             e["answer"] = (False, e["lost"])
         for e, answer in zip(alive, answers, strict=True):
@@ -363,20 +367,20 @@ def _children_of(parent: dict[str, Any], snap: dict[str, Any] | None) -> list[di
     return out
 
 
-def _restarts() -> list[dict[str, Any]]:
+def _restarts(node: Node) -> list[dict[str, Any]]:
     """Every restart the supervisors of this client made (``danaus.supervisor``), newest
     first."""
-    reg = supervised()
+    reg = node.part(Supervised)
     with reg.lock:
         sups = list(reg.supervisors)
     out = [r for sup in sups for r in sup.describe()["restarts"]]
     return sorted(out, key=lambda r: r["time"], reverse=True)
 
 
-def _failures() -> list[dict[str, Any]]:
+def _failures(node: Node) -> list[dict[str, Any]]:
     """Every failed actor of the meshes this client owns, newest mesh first."""
     out = []
-    for om in owned.actor_meshes():
+    for om in owned.actor_meshes(node):
         with om.state.lock:
             failed = dict(om.state.failed)
             tbs = dict(om.state.tracebacks)
@@ -390,13 +394,13 @@ def _failures() -> list[dict[str, Any]]:
                     "proc": proc,
                     "reason": reason,
                     "traceback": tbs.get(rank, ""),
-                    "logs": logtail.tail(proc, FAILURE_LOG_LINES) if proc else [],
+                    "logs": logtail.tail(node, proc, FAILURE_LOG_LINES) if proc else [],
                 }
             )
     return out
 
 
-def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[ProcId]:
+def find_procs(node: Node, mesh: str, coords: dict[str, int] | list[int] | None) -> list[ProcId]:
     """The procs of mesh ``mesh`` (an actor mesh's name, a proc mesh's index, or
     ``PROC/INDEX`` for a proc mesh that proc PROC spawned) at ``coords``.
 
@@ -405,19 +409,19 @@ def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[Pro
     the meshes there are when nothing matches.
     """
     candidates: list[tuple[list[str], list[int], list[ProcId | None]]] = []
-    for om in owned.actor_meshes():
+    for om in owned.actor_meshes(node):
         if om.ref.name == mesh and not om.state.stopped:
             ext = om.mesh._shape.extent
             candidates.append((list(ext.labels), list(ext.sizes), list(om.ref.procs)))
-    pms: list[ProcMesh] = owned_proc_meshes()
+    pms: list[ProcMesh] = spawned_meshes(node)
     if not candidates and mesh.isdigit() and int(mesh) < len(pms):
         pm = pms[int(mesh)]
         ext = pm._shape.extent
         candidates.append((list(ext.labels), list(ext.sizes), list(pm._procs)))
     if not candidates:
-        candidates = _nested_candidates(mesh)
+        candidates = _nested_candidates(node, mesh)
     if not candidates:
-        names = sorted({om.ref.name for om in owned.actor_meshes() if not om.state.stopped})
+        names = sorted({om.ref.name for om in owned.actor_meshes(node) if not om.state.stopped})
         raise ValueError(
             f"no mesh {mesh!r} in this client; actor meshes: {names}, proc meshes: "
             f"0..{len(pms) - 1} (by index), or PROC/INDEX for a proc mesh that proc PROC "
@@ -446,11 +450,13 @@ def find_procs(mesh: str, coords: dict[str, int] | list[int] | None) -> list[Pro
     return out
 
 
-def _nested_candidates(mesh: str) -> list[tuple[list[str], list[int], list[ProcId | None]]]:
+def _nested_candidates(
+    node: Node, mesh: str
+) -> list[tuple[list[str], list[int], list[ProcId | None]]]:
     """Meshes an actor spawned: a proc mesh by ``PARENT/INDEX``, or an actor mesh by name."""
     meshes: dict[str, list[dict[str, Any]]] = {}
     by_actor: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
-    for e in discover():
+    for e in discover(node):
         if e["parent"] is None:
             continue
         meshes.setdefault(e["mesh"], []).append(e)

@@ -23,7 +23,7 @@ from .._actor.api import stats as api_stats
 from .._actor.api.stats import EndpointMetrics
 from .._actor.core import owned
 from .._actor.tools import introspect
-from .._runtime.node import this_node
+from .._runtime.node import Node
 from .state import discover
 
 __all__ = ["COLUMNS", "TABLES", "Snapshot", "collect", "gather", "gpu_of"]
@@ -135,20 +135,26 @@ _GPU_NONE: dict[str, Any] = {"devices": [], "transfers": {}}  # a proc that answ
 class Snapshot:
     """One round of questions: every proc's entry (``discover``) and rings."""
 
-    def __init__(self, entries: list[dict[str, Any]], rings: dict[str, dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        entries: list[dict[str, Any]],
+        rings: dict[str, dict[str, Any]],
+        node: Node | None = None,
+    ) -> None:
         self.entries = entries  # discover()'s, plus the client's own proc
         self.rings = rings  # proc name -> introspect.recent()'s answer
+        self.node = node  # the client's, whose bookkeeping names actors of lost procs
 
 
-def gather(rings: bool = True, check: Callable[[], None] | None = None) -> Snapshot:
-    """Ask every proc of this client's tree (and read the client's own proc).
+def gather(node: Node, rings: bool = True, check: Callable[[], None] | None = None) -> Snapshot:
+    """Ask every proc of ``node``'s client's tree (and read the client's own proc).
 
     ``check`` is called before each round of questions (a background thread's way
     to stop between them: it raises)."""
     if check is not None:
         check()
-    rt = this_node().runtime
-    entries = discover(check=check)
+    rt = node.runtime
+    entries = discover(node, check=check)
     names = {e["id"].name for e in entries}
     if rt.proc_id.name not in names:
         entries.append(
@@ -167,20 +173,21 @@ def gather(rings: bool = True, check: Callable[[], None] | None = None) -> Snaps
         if check is not None:
             check()
         remote = [e["id"] for e in entries if e["answer"][0] and e["id"] != rt.proc_id]
-        for p, (ok, data) in zip(remote, api_stats.ask_recent(remote).result(), strict=True):
+        for p, (ok, data) in zip(remote, api_stats.ask_recent(rt, remote).result(), strict=True):
             if ok:
                 got[p.name] = data
         got[rt.proc_id.name] = introspect.recent(rt)
-    return Snapshot(entries, got)
+    return Snapshot(entries, got, node)
 
 
-def collect(tables: Iterable[str] = TABLES) -> dict[str, list[tuple[Any, ...]]]:
-    """The rows of ``tables`` (each a tuple in ``COLUMNS`` order), from one round."""
+def collect(node: Node, tables: Iterable[str] = TABLES) -> dict[str, list[tuple[Any, ...]]]:
+    """The rows of ``tables`` (each a tuple in ``COLUMNS`` order), from one round of
+    ``node``'s client."""
     wanted = set(tables)
     unknown = wanted - set(TABLES)
     if unknown:
         raise ValueError(f"no telemetry table {sorted(unknown)}; there are {list(TABLES)}")
-    snap = gather(rings=bool(wanted & _RING_TABLES))
+    snap = gather(node, rings=bool(wanted & _RING_TABLES))
     out: dict[str, list[tuple[Any, ...]]] = {}
     names = _mesh_names(snap)
     if "actors" in wanted:
@@ -243,7 +250,7 @@ def _actors(snap: Snapshot) -> list[tuple[Any, ...]]:
                 old[10] if old else None, 0,
             )  # fmt: skip
     # Actors on procs that are lost or silent: the client's own bookkeeping names them.
-    for om in owned.actor_meshes():
+    for om in owned.actor_meshes(snap.node) if snap.node is not None else ():
         for rank, p in enumerate(om.ref.procs):
             if p is None or p.name not in lost:
                 continue

@@ -41,7 +41,7 @@ from .._actor.api import stats
 from .._actor.core import telemetry
 from .._actor.tools import introspect
 from .._runtime.messaging.metrics import Tracer
-from .._runtime.node import this_node
+from .._runtime.node import Node, this_node
 from .._wire.ids import ProcId
 from .state import discover
 
@@ -62,29 +62,32 @@ class Trace:
         self._offsets: dict[str, int] = {}  # proc name -> its clock minus ours (ns)
         self._no_offset: dict[str, str] = {}  # proc name -> why its offset is unknown
         self._procs: list[ProcId] = []
+        self._node: Node | None = None  # the client's, from the block's start
         self._t0 = 0
         self._wall0 = 0
 
     def __enter__(self) -> Trace:
-        rt = this_node().runtime
+        node = self._node = this_node()  # the public face: ``with danaus.trace(...)``
+        rt = node.runtime
         if rt.tracer is not None:
             raise RuntimeError(
                 "a trace is already running in this client; traces do not nest (end the "
                 "first `with danaus.trace(...)` block before starting another)"
             )
-        self._procs = _live_procs()
+        self._procs = _live_procs(node)
         self._wall0, self._t0 = time.time_ns(), time.perf_counter_ns()
         rt.set_tracer(Tracer(config.get("trace_max_events")))
         arrived = [0] * len(self._procs)
         sent = time.perf_counter_ns()
-        answers = stats.ask_trace_start(self._procs, arrived).result()
+        answers = stats.ask_trace_start(rt, self._procs, arrived).result()
         self._learn_offsets(self._procs, sent, arrived, answers)
         return self
 
     def _learn_offsets(
         self, procs: list[ProcId], sent: int, arrived: list[int], answers: list[Any]
     ) -> None:
-        me = this_node().runtime.host
+        assert self._node is not None
+        me = self._node.runtime.host
         for p, t1, (ok, ans) in zip(procs, arrived, answers, strict=True):
             if not ok:
                 self._no_offset[p.name] = str(ans)
@@ -96,7 +99,9 @@ class Trace:
                 self._offsets[p.name] = ans["now_ns"] - (sent + t1) // 2
 
     def __exit__(self, *exc: object) -> None:  # the block's exception propagates
-        rt = this_node().runtime
+        node = self._node
+        assert node is not None, "a trace's block ended before it began"
+        rt = node.runtime
         tracer = rt.tracer
         late = tracer.late if tracer is not None else []
         for procs, sent, arrived, fut in late:
@@ -112,13 +117,15 @@ class Trace:
         # start, as their parent was tracing): learn their clocks now, then stop them too.
         # TRACE_START is idempotent: a proc already tracing just answers with its clock.
         started = {p.name for p in procs}
-        new = [p for p in _live_procs() if p.name not in started]
+        new = [p for p in _live_procs(node) if p.name not in started]
         if new:
             arrived = [0] * len(new)
             sent = time.perf_counter_ns()
-            self._learn_offsets(new, sent, arrived, stats.ask_trace_start(new, arrived).result())
+            self._learn_offsets(
+                new, sent, arrived, stats.ask_trace_start(rt, new, arrived).result()
+            )
             procs += new
-        answers = stats.ask_trace_stop(procs).result()
+        answers = stats.ask_trace_stop(rt, procs).result()
         parts = [(mine, 0)]
         missing = []
         for p, (ok, data) in zip(procs, answers, strict=True):
@@ -181,9 +188,9 @@ def _write_new(path: str, data: bytes) -> None:
         raise
 
 
-def _live_procs() -> list[ProcId]:
+def _live_procs(node: Node) -> list[ProcId]:
     """Every live proc of the client's tree: its own and those its actors spawned."""
-    return [e["id"] for e in discover() if e["lost"] is None]
+    return [e["id"] for e in discover(node) if e["lost"] is None]
 
 
 # -- Chrome trace JSON ------------------------------------------------------------------

@@ -223,7 +223,8 @@ class RDMABuffer(BufferRef):
             await buf.read_into(tensor)
         """
         t = check_timeout(timeout)
-        return Transfer([self._read_op(dst, "read_into")], t, f"read_into from {self}").lazy()
+        op = self._read_op(dst, "read_into")
+        return Transfer(this_node(), [op], t, f"read_into from {self}").lazy()
 
     def write_from(self, src: Any, *, timeout: float = 60) -> Future[None]:
         """Copy the local ``src`` into the buffer's leading bytes, when first waited for.
@@ -240,7 +241,8 @@ class RDMABuffer(BufferRef):
             buf.write_from(np.arange(10, dtype=np.int64)).get()
         """
         t = check_timeout(timeout)
-        return Transfer([self._write_op(src, "write_from")], t, f"write_from to {self}").lazy()
+        op = self._write_op(src, "write_from")
+        return Transfer(this_node(), [op], t, f"write_from to {self}").lazy()
 
     def drop(self) -> Future[None]:
         """Release the registration: the owner stops holding the memory. Returns at once.
@@ -427,7 +429,7 @@ class RDMAAction:
         t = check_timeout(timeout)
         n = len(self._ops)
         what = f"RDMAAction of {n} transfer{'s' if n != 1 else ''}"
-        return Transfer(list(self._ops), t, what).lazy()
+        return Transfer(this_node(), list(self._ops), t, what).lazy()
 
     def __len__(self) -> int:
         return len(self._ops)

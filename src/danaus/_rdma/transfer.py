@@ -38,7 +38,7 @@ from .._actor.core.collect import Collector, decode_reply, set_future
 from .._actor.core.future import Future
 from .._errors import InternalError, SupervisionError
 from .._runtime.messaging.runtime import Runtime
-from .._runtime.node import Node, this_node
+from .._runtime.node import Node
 from .._transport.auth import AuthError
 from .._wire.ids import PortId, ProcId
 from .._wire.protocol import Message, RdmaCheck, RdmaData, RdmaRelease
@@ -93,7 +93,7 @@ class Transfer:
     Monarch starts the coroutine behind its transfer futures.
     """
 
-    def __init__(self, ops: list[Op], timeout: float, what: str) -> None:
+    def __init__(self, node: Node, ops: list[Op], timeout: float, what: str) -> None:
         self.ops = ops
         self.timeout = timeout
         self.what = what
@@ -102,7 +102,7 @@ class Transfer:
         self._left = 0  # owner checks and copy parts not yet done
         self._timer: Any = None
         self._rt: Runtime | None = None
-        self._node: Node | None = None
+        self._node = node  # the node of the process that copies (the public call's)
         self._net: DataClient | None = None  # the node's data connections (other hosts)
         self._deadline = 0.0  # time.monotonic() at which the transfer times out
         self._socks: set[socket.socket] = set()  # data connections in use (other hosts)
@@ -115,7 +115,7 @@ class Transfer:
         return Future._create(self.cf, self.what)
 
     def _begin(self) -> None:
-        node = self._node = this_node()
+        node = self._node
         rt = self._rt = node.runtime
         self._deadline = time.monotonic() + self.timeout
         groups: dict[tuple[str, int, str], list[Op]] = {}
@@ -149,7 +149,6 @@ class Transfer:
 
     def _start_backend(self, name: str, own: bool, ops: list[Op]) -> None:
         """Hand the ops on one owner's buffers to the backend that moves them (backend.py)."""
-        assert self._node is not None
         try:
             backend = plane.for_name(name, self._node)
         except RuntimeError as e:
@@ -267,7 +266,6 @@ class Transfer:
         if not parts:
             release()
         finished = _Countdown(len(parts), release)
-        assert self._node is not None
         pool = self._node.part(CopyThreads).pool
         self._launch(pool, self._run_part, [(*part, local, finished) for part in parts], finished)
 
@@ -319,7 +317,6 @@ class Transfer:
         """Watch the owner for the whole transfer; learn its data server; then send parts."""
         if self.cf.done():
             return
-        assert self._node is not None
         client = self._net = self._node.part(DataClient)
         owner = rt.peers.resolve(ops[0].buf._owner_proc)
         watch = _OwnerWatch(self, rt, owner, key, ops)
@@ -458,7 +455,7 @@ class Transfer:
     def _copy_part(self, op: Op, off: int, n: int, local: bool) -> None:
         if self._stop():
             return
-        assert self._node is not None and self._rt is not None
+        assert self._rt is not None
         try:
             finished = copy_bytes(op, off, n, local, self._stop, self._node, self._rt)
         except OSError as e:

@@ -14,10 +14,13 @@ fresh one, so a client can stop and start again in the same process.
 
 There is one way to look the node up: `this_node()`. Only the public face
 calls it (a user's ``this_host()``, ``context()``, ``RDMABuffer(...)``, a
-command's entry point: code that holds nothing yet); everything below it
-reaches the node through what it already holds: a mesh carries the node it
-belongs to, a frame handler was given its node when the bootstrap installed
-it.
+job's ``state()``, a command's entry point: code that holds nothing yet);
+everything below it reaches the node through what it already holds: a mesh
+carries the node it belongs to (`bound()` binds one unpickled here to this
+process's), an actor's cell and ``Instance`` carry theirs, a frame handler
+and the ``Extensions`` hooks were given theirs when the bootstrap installed
+them, and what is made for a node (a dashboard, a transfer) is given it.
+``docs/internals/node.md`` lists who calls it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import secrets
 import shutil
 import subprocess
 import threading
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from .. import _boothook
 from .. import _config as config
@@ -35,7 +38,7 @@ from .._transport.address import make_job_dir
 from .._wire.ids import ProcId
 from .messaging.runtime import Runtime
 
-__all__ = ["Node", "end", "freeze_heap", "preload_modules", "start", "this_node"]
+__all__ = ["Node", "bound", "end", "freeze_heap", "preload_modules", "start", "this_node"]
 
 T = TypeVar("T")
 
@@ -127,6 +130,20 @@ def this_node(*, start: bool = True) -> Node | None:
         node = _start(rt, client=True, boot={})
         freeze_heap()
         return node
+
+
+class _Held(Protocol):
+    node: Node | None
+
+
+def bound(state: _Held) -> Node:
+    """The node a mesh belongs to (``state``: the state its slices share): the one it was
+    made on, or, for a mesh unpickled in this process (it carries none), this process's,
+    looked up on first use and kept. The one lookup a value the user holds makes."""
+    node = state.node
+    if node is None:
+        node = state.node = this_node()
+    return node
 
 
 # Per process, not a node part: gc.freeze() is the interpreter's, done once a process.

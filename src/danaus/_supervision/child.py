@@ -19,7 +19,7 @@ from .._runtime.node import Node
 from .._wire.ids import ActorId, ProcId
 from .._wire.protocol import Spawn, StopActor
 from . import monitor
-from .supervised import supervised
+from .supervised import Supervised
 
 log = logging.getLogger("danaus.supervision")
 
@@ -130,7 +130,7 @@ class _MeshChild:
         """Stopped by its user: never restarted, and what waits for it fails."""
         self.stopped = True
         self.state.stopped = True
-        supervised().forget(self.ref.mesh_id)
+        self.node.part(Supervised).forget(self.ref.mesh_id)
         self.release()  # held calls now hear that the mesh was stopped
         err = SupervisionError(
             f"actor mesh {self.name!r} was stopped", actor=self.name, reason="stopped"
@@ -187,7 +187,7 @@ def spawn_ranks(
             m.initialized(rank)
         elif rt.peers.is_lost(placements[rank].name):  # an __init__ that raised reports FAILED
             why = f"actor {m.name}[{rank}] could not be spawned: {value}"
-            new, _, _ = monitor._record(m.ref.mesh_id, rank, why)
+            new, _, _ = monitor._record(m.node, m.ref.mesh_id, rank, why)
             if new:
                 failed(m, rank, why)
 

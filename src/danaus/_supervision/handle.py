@@ -95,7 +95,7 @@ class SupervisedMesh(ActorMesh[A]):
 
         def finished(_: Any) -> None:
             if whole:
-                owned.forget(child.ref.mesh_id)
+                owned.forget(child.node, child.ref.mesh_id)
             set_future(cf, True, None)
 
         done.add_done_callback(finished)

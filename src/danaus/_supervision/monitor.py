@@ -53,9 +53,11 @@ def _display(rt: Runtime, owner: ActorId | None, om: owned.OwnedMesh, rank: int)
     return display_name(creator, cls.__module__, cls.__qualname__, om.ref.name, point)
 
 
-def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, Any, str]:
+def _record(
+    node: Node, mesh_id: str, rank: int, reason: str, tb: str = ""
+) -> tuple[bool, Any, str]:
     """Mark ``rank`` failed; False if it already was. Returns (new, mesh, name)."""
-    om = owned.get(mesh_id)
+    om = owned.get(node, mesh_id)
     if om is None:
         return True, None, mesh_id.rsplit(".", 1)[0]
     with om.state.lock:
@@ -70,9 +72,9 @@ def _record(mesh_id: str, rank: int, reason: str, tb: str = "") -> tuple[bool, A
 def _on_failed(node: Node, frame: Message) -> None:
     rt = node.runtime
     owner, mesh_id, rank, reason, tb, origin = frame.header
-    new, mesh, name = _record(mesh_id, rank, reason, tb)
-    if new and not intercept(mesh_id, rank, reason, tb):  # a supervisor restarts it
-        om = owned.get(mesh_id)
+    new, mesh, name = _record(node, mesh_id, rank, reason, tb)
+    if new and not intercept(node, mesh_id, rank, reason, tb):  # a supervisor restarts it
+        om = owned.get(node, mesh_id)
         # Monarch names the actor the failure started at, however deep it was
         actor = origin or (_display(rt, owner, om, rank) if om is not None else "")
         deliver(node, owner, MeshFailure(name, [rank], reason, tb, mesh, actor=actor))
@@ -94,7 +96,7 @@ def _on_lost(node: Node, logs: LogControl, proc_name: str, reason: str) -> None:
 def _report_lost(node: Node, logs: LogControl, proc_name: str, reason: str) -> None:
     rt = node.runtime
     tail = logs.tail(proc_name)
-    for om in owned.actor_meshes():
+    for om in owned.actor_meshes(node):
         if om.state.stopped:
             continue
         for rank, proc in enumerate(om.ref.procs):
@@ -104,8 +106,12 @@ def _report_lost(node: Node, logs: LogControl, proc_name: str, reason: str) -> N
             status = _monarch_status(reason)
             detail = f"actor {om.ref.name}[{rank}]" + (f": {reason}" if status != reason else "")
             why = f"the process this actor was running on failed: {status} ({detail})"
-            new, mesh, name = _record(om.ref.mesh_id, rank, why)
-            if new and om.owner is not None and not intercept(om.ref.mesh_id, rank, why, "", tail):
+            new, mesh, name = _record(node, om.ref.mesh_id, rank, why)
+            if (
+                new
+                and om.owner is not None
+                and not intercept(node, om.ref.mesh_id, rank, why, "", tail)
+            ):
                 actor = _display(rt, om.owner, om, rank)
                 failure = MeshFailure(name, [rank], why, "", mesh, tail, actor=actor)
                 deliver(node, om.owner, failure)

@@ -14,6 +14,7 @@ from .._actor.core.context import Context, acting_as
 from .._mesh import Shape
 from .._runtime.hosting import host
 from .._runtime.logs.process import LogControl
+from .._runtime.node import Node
 from .._wire.ids import ProcId
 from .child import _MeshChild
 
@@ -53,7 +54,7 @@ class Placer:
             )
             by_agent.setdefault(None if lost_agent else (agent or host.agent(node)), []).append(r)
         for agent, rs in by_agent.items():
-            new = self._new_procs(agent, len(rs), m.name, ctx) if agent is not None else None
+            new = self._new_procs(node, agent, len(rs), m.name, ctx) if agent is not None else None
             if new is None:
                 new = self._spare_procs(len(rs), m.name, ctx)
             if new is None:
@@ -67,7 +68,7 @@ class Placer:
                 procs[r] = p
         if tuple(procs) != m.ref.procs:
             m.ref = replace(m.ref, procs=tuple(procs))
-            om = owned.get(m.ref.mesh_id)
+            om = owned.get(m.node, m.ref.mesh_id)
             if om is not None:
                 om.ref = m.ref
         return {r: procs[r] for r in ranks if r not in unplaced}, unplaced
@@ -89,11 +90,11 @@ class Placer:
             pm._let_go()
 
     def _new_procs(
-        self, agent: ProcId | None, n: int, name: str, ctx: Context
+        self, node: Node, agent: ProcId | None, n: int, name: str, ctx: Context
     ) -> list[ProcId] | None:
         try:
             with acting_as(ctx):
-                pm = spawn_on([agent], {"procs": n}, Shape.unity(), None, name, None)
+                pm = spawn_on(node, [agent], {"procs": n}, Shape.unity(), None, name, None)
             self.procs.append(pm)
             pm.initialized.get(timeout=config.get("worker_start_timeout"))
         except Exception as e:

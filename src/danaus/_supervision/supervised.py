@@ -12,9 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .._runtime.node import this_node
+from .._runtime.node import Node
 
-__all__ = ["Supervised", "intercept", "supervised"]
+__all__ = ["Supervised", "intercept"]
 
 # on_failure(rank, reason, traceback, log_tail) -> handled
 Handler = Callable[[int, str, str, Any], bool]
@@ -44,14 +44,10 @@ class Supervised:
             sup._end_quietly()
 
 
-def supervised() -> Supervised:
-    return this_node().part(Supervised)
-
-
-def intercept(mesh_id: str, rank: int, reason: str, tb: str = "", tail: Any = ()) -> bool:
-    """Hand a failure of ``mesh_id[rank]`` to its supervisor; False if none watches it."""
-    node = this_node(start=False)
-    if node is None:
-        return False
+def intercept(
+    node: Node, mesh_id: str, rank: int, reason: str, tb: str = "", tail: Any = ()
+) -> bool:
+    """Hand a failure of ``mesh_id[rank]`` (a mesh of ``node``'s) to its supervisor;
+    False if none watches it."""
     handler = node.part(Supervised).handlers.get(mesh_id)
     return handler is not None and handler(rank, reason, tb, tail)

@@ -47,7 +47,7 @@ from .._actor.core.context import Context, acting_as, context
 from .._actor.core.future import Future
 from .._mesh import Shape, Slice
 from .._runtime.logs.dirs import NOTIFY
-from .._runtime.node import this_node
+from .._runtime.node import Node
 from .._wire import codec
 from .._wire.ids import ProcId
 from . import monitor
@@ -56,7 +56,7 @@ from .failure import MeshFailure
 from .handle import SupervisedMesh
 from .placement import Placer
 from .policy import Backoff, Restart, checked, retry_delay
-from .supervised import supervised
+from .supervised import Supervised
 from .tree import _Tree
 
 __all__ = ["Backoff", "Restart", "Supervisor"]
@@ -96,7 +96,7 @@ class Supervisor:
         self.backoff: Backoff | None = backoff
         self.name = name
         ctx = context()
-        self._node = this_node()  # the owner's node: a failure it gives up on goes there
+        self._node = ctx.actor_instance._home()  # the owner's: a failure it gives up on goes there
         self._ctx = Context(ctx.actor_instance, ctx.message_rank)  # the owner
         self._owner = ctx.actor_instance.actor_id
         self._parent: Supervisor | None = None
@@ -111,7 +111,7 @@ class Supervisor:
         self._placer = Placer(name, spare_hosts)  # where restarted ranks go
         self._stop_event = threading.Event()
         self._unplaced_tries = 0  # tries in a row that found no host for some rank
-        reg = supervised()
+        reg = self._node.part(Supervised)
         with reg.lock:
             reg.supervisors.append(self)
 
@@ -163,8 +163,8 @@ class Supervisor:
         child.handle = handle
         with self._lock:
             self._children.append(child)
-        supervised().watch(mesh_id, functools.partial(self._on_failure, child))
-        owned.register_actor_mesh(handle)
+        self._node.part(Supervised).watch(mesh_id, functools.partial(self._on_failure, child))
+        owned.register_actor_mesh(child.node, handle)
         self._spawn(child, {r: p for r, p in enumerate(ref.procs)})
         return handle  # type: ignore[return-value]
 
@@ -385,7 +385,9 @@ class Supervisor:
             time.time(), child.name, tuple(sorted(ranks)) if ranks else (), reason,
             delay, failed_at, self.name,
         )  # fmt: skip
-        _announce(self.name, rec, done)  # before it is listed: whoever sees it can find the log
+        _announce(
+            self._node, self.name, rec, done
+        )  # before it is listed: whoever sees it can find the log
         with self._lock:
             self._restarts.append(rec)
 
@@ -488,7 +490,7 @@ class Supervisor:
         for m in meshes:
             if final:
                 m.retire()
-                owned.forget(m.ref.mesh_id)
+                owned.forget(m.node, m.ref.mesh_id)
         if final:
             for sub in self._children_supervisors():
                 sub._status = status
@@ -521,7 +523,7 @@ class Supervisor:
         self._tree.end()
 
 
-def _announce(name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
+def _announce(node: Node, name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> None:
     """Log and trace one restart."""
     moved = ", ".join(f"{m.name}{sorted(r)}" for m, r in targets.items())
     log.warning(
@@ -532,8 +534,7 @@ def _announce(name: str, rec: Restart, targets: dict[_MeshChild, set[int]]) -> N
         rec.reason,
         extra={NOTIFY: True},  # the user hears of it in the terminal, once
     )
-    rt = this_node().runtime
-    tracer = rt.tracer
+    tracer = node.runtime.tracer
     if tracer is not None:
         t0 = tracer.now() - int((rec.time - rec.failed_at) * 1e9)
         tracer.span(

@@ -30,7 +30,7 @@ from torch.utils._device import _device_constructors
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 from . import client
-from .client import active_mesh, same_mesh
+from .client import ClientState, active_mesh, same_mesh
 from .engine import engine_for
 from .tensor import dispatch
 
@@ -135,7 +135,9 @@ class Activation:
             device = engine_for(mesh).device  # spawns the workers now, before the first op
         self.mesh = mesh
         self._closed = False
-        self._state = state = _state()  # ends on this node's stack, even after a new session
+        # Ends on this node's stack, even after a new session: the mesh's node, or (for
+        # ``no_mesh``, which holds none) the user's, looked up.
+        self._state = state = mesh._node().part(ClientState) if mesh is not None else _state()
         with state.lock:
             state.stack.append(mesh)
             state.acts.append(self)
@@ -191,7 +193,7 @@ def activate(mesh: ProcMesh) -> Activation:
 
 def deactivate(mesh: ProcMesh) -> None:
     """End the latest open activation of ``mesh`` (no-op if none). Does not block."""
-    state = _state()
+    state = mesh._node().part(ClientState)
     with state.lock:
         acts = [a for a in state.acts if same_mesh(a.mesh, mesh)]
     if acts:

@@ -38,8 +38,8 @@ from .._actor.api.procs import ProcMesh, this_proc
 from .._actor.core.context import Context, acting_as, context
 from .._errors import SupervisionError
 from .._mesh import Shape, Slice
-from .._runtime.node import this_node
-from . import client
+from .._runtime.node import Node, this_node
+from .client import ClientState
 from .messages import CallOp, Delete, Reduce, ReduceMany
 from .rendezvous import RendezvousStore
 from .stream import get_active_stream
@@ -64,8 +64,8 @@ class _Engines:
         self.by_token: weakref.WeakValueDictionary[str, Engine] = weakref.WeakValueDictionary()
 
 
-def _engines() -> weakref.WeakValueDictionary[str, Engine]:
-    return this_node().part(_Engines).by_token
+def _engines(node: Node) -> weakref.WeakValueDictionary[str, Engine]:
+    return node.part(_Engines).by_token
 
 
 class _EngineOwner(Actor):
@@ -77,10 +77,11 @@ class _EngineOwner(Actor):
 
     def __init__(self, token: str) -> None:
         self.token = token
+        self._node = context().actor_instance._home()  # the client's: its engines are there
 
     @endpoint
     def spawn_workers(self, procs: ProcMesh, args: tuple[Any, ...]) -> Any:
-        engine = _engines().get(self.token)
+        engine = _engines(self._node).get(self.token)
         if engine is not None:
             engine._sender = context()
         return procs.spawn("tensor_engine", TensorWorker, *args)
@@ -90,7 +91,7 @@ class _EngineOwner(Actor):
         return True
 
     def __supervise__(self, failure: Any) -> bool:
-        engine = _engines().get(self.token)
+        engine = _engines(self._node).get(self.token)
         if engine is not None:
             engine.on_failure(failure)
         return True
@@ -108,7 +109,8 @@ class Engine:
         # The keys process groups rendezvous through, in an actor of the client: reached by
         # actor calls only, never by a listening port (issue 40, N1).
         self.store: Any = this_proc().spawn(f"tensor_engine_store_{token}", RendezvousStore)
-        _engines()[token] = self
+        node = mesh._node()  # the node this engine belongs to: its mesh's
+        _engines(node)[token] = self
         self.broken: SupervisionError | None = None
         self._sender: Context | None = None  # the owner's identity, set by spawn_workers
         self._pending: set[concurrent.futures.Future[Any]] = set()
@@ -125,7 +127,7 @@ class Engine:
         self._live: dict[Any, tuple[int, str]] = {}  # weakref to handle -> (id, stream)
         self._lock = threading.Lock()  # guards broken and _pending
         self._queue: list[tuple[Shape, str, Any]] = []
-        self._client = client.state()  # of the node this engine belongs to
+        self._client = node.part(ClientState)
         self._holders = 0  # threads' open coalescing blocks holding ops for this engine
         # Guards _queue, _holders, closed and the swap of _dead; notified when one is queued.
         self._cond = threading.Condition()
@@ -368,9 +370,10 @@ _VALUE_CARRIERS = {"aten::lift_fresh", "aten::lift_fresh_copy", "aten::lift"}
 def flush_all() -> None:
     """Send what every live engine has queued (a coalescing block opens), and wake its
     sender."""
-    if this_node(start=False) is None:  # no node: no engine, and nothing to start one for
+    node = this_node(start=False)
+    if node is None:  # no node: no engine, and nothing to start one for
         return
-    for engine in list(_engines().values()):
+    for engine in list(_engines(node).values()):
         try:
             engine.flush()
         except Exception:  # its mesh is gone, say: its tensors' next use says so

@@ -27,7 +27,7 @@ from torch.utils import _pytree as pytree
 from .._actor.api.actor import Actor
 from .._actor.api.endpoint import endpoint
 from .._actor.core import handoff
-from .._actor.core.context import current_rank
+from .._actor.core.context import context, current_rank
 from . import gpu_timing
 from . import worker_collectives as collectives
 from .backends import StagedGroup, new_group
@@ -117,6 +117,7 @@ class TensorWorker(Actor):
         if threads > 0:  # process-wide, as torchrun's OMP_NUM_THREADS: procs share the cores
             torch.set_num_threads(threads)
         self.rank = current_rank().rank
+        self._node = context().actor_instance._home()  # its proc's: the handoffs it offers to
         mark_worker()  # remote functions here may make and read OpaqueRefs
         self.refs: dict[int, Any] = {}
         # process groups by (stream, ranks): each stream's collectives match up in its own order
@@ -401,7 +402,9 @@ class TensorWorker(Actor):
                 torch.cuda.current_stream().synchronize()
         except Exception as e:
             error = e
-        outcome = handoff.offer(cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank)
+        outcome = handoff.offer(
+            self._node, cmd.key, cmd.total, error or values, cmd.mesh_id, actor_rank
+        )
         if cuda:  # and what the endpoint queued on the default stream comes before what follows
             torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
         if outs is None:

@@ -254,7 +254,7 @@ def test_prometheus_series_of_gpus_and_transfers(
 ) -> None:
     pytest.importorskip("prometheus_client")
     snap = _snapshot(fake)
-    monkeypatch.setattr(prom, "gather", lambda rings=False: snap)
+    monkeypatch.setattr(prom, "gather", lambda node, rings=False: snap)
     text = prom.exposition().decode()
 
     def value(name: str, **labels: str) -> float:
@@ -275,7 +275,7 @@ def test_prometheus_series_of_gpus_and_transfers(
 def test_prometheus_has_no_gpu_series_without_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("prometheus_client")
     snap = Snapshot([_entry("cpu0", gpu.observe())], {})
-    monkeypatch.setattr(prom, "gather", lambda rings=False: snap)
+    monkeypatch.setattr(prom, "gather", lambda node, rings=False: snap)
     text = prom.exposition().decode()
     assert not re.search(r"^danaus_gpu_\w+\{", text, re.M)
     assert 'danaus_proc_transfers_total{host="h1",proc="cpu0"} 0.0' in text

@@ -112,7 +112,7 @@ def test_mesh_names_come_from_live_actors_then_from_ended_ones() -> None:
 
 def test_an_unknown_table_is_refused_before_any_proc_is_asked() -> None:
     with pytest.raises(ValueError, match=r"no telemetry table \['nope'\]; there are"):
-        tables.collect(["actors", "nope"])
+        tables.collect(None, ["actors", "nope"])  # type: ignore[arg-type]
 
 
 def test_a_mesh_state_is_the_most_alarming_of_its_ranks() -> None:

@@ -2,7 +2,7 @@
 restart intensity makes it give up, and how calls held for a restart are let go.
 
 The supervisors are real ``Supervisor`` objects; only their owner (``context()``) and
-their node's registry (``supervised()``) are stand-ins, and their children are
+their node (with its registry, ``node.part(Supervised)``) are stand-ins, and their children are
 ``_MeshChild`` records of meshes that were never spawned. The restart itself
 (stopping, placing, spawning) is recorded instead of done: that part is across
 processes (tests/supervision).
@@ -43,13 +43,17 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """Supervisors made in this test have a stand-in owner and registry, and this clock."""
     owner = ActorId(ProcId("client", "unix:/tmp/client"), "client", 0)
-    ctx = types.SimpleNamespace(
-        actor_instance=types.SimpleNamespace(actor_id=owner), message_rank=None
-    )
     registry = Supervised()
+    # The owner's node: its registry, and a runtime with no trace running.
+    node = types.SimpleNamespace(
+        part=lambda cls: registry, runtime=types.SimpleNamespace(tracer=None)
+    )
+    ctx = types.SimpleNamespace(
+        actor_instance=types.SimpleNamespace(actor_id=owner, _home=lambda: node),
+        message_rank=None,
+    )
     monkeypatch.setattr(supervisor_mod, "context", lambda: ctx)
     monkeypatch.setattr(supervisor_mod, "Context", lambda *a: ctx)
-    monkeypatch.setattr(supervisor_mod, "supervised", lambda: registry)
     c = Clock()
     monkeypatch.setattr(supervisor_mod, "time", c)
     return c

@@ -108,7 +108,7 @@ class Endpoint(Generic[P, R]):
         endpoint that raises fails the result tensors, not the actor. See
         ``docs/tensor.md``.
         """
-        return tensor_engine().actor_rref(self, args, kwargs)
+        return tensor_engine(self._route.node).actor_rref(self, args, kwargs)
 
     def _send_returning(
         self,

@@ -13,11 +13,12 @@ import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..._mesh import Shape
-from ..._runtime.node import this_node
+from ..._runtime.node import Node, this_node
+from ..core.context import context
 from ..core.future import Future
 from .actor import Actor
 from .endpoint import endpoint
-from .mesh import ActorMesh, MeshRef
+from .mesh import ActorMesh, MeshRef, _State
 from .procs import ProcMesh
 
 if TYPE_CHECKING:
@@ -47,8 +48,9 @@ class _ControllerController(Actor):
         if name in self.failures:
             raise ValueError(f"Failure on {name}: {self.failures[name]}")
         if name not in self.meshes:
-            rt = this_node().runtime
-            self.meshes[name] = ProcMesh._singleton(rt.proc_id).spawn(name, cls, *args, **kwargs)
+            node = context().actor_instance._home()  # this actor's: the client's node
+            here = ProcMesh._singleton(node.runtime.proc_id, node)
+            self.meshes[name] = here.spawn(name, cls, *args, **kwargs)
         return self.meshes[name]
 
     def __supervise__(self, failure: _Failure) -> bool:
@@ -64,27 +66,27 @@ class _Registry:
         self.spawned = False
 
 
-def ensure_registry() -> None:
-    """Spawn the registry actor in the client, once per session (a no-op in spawned procs)."""
-    node = this_node()
+def ensure_registry(node: Node) -> None:
+    """Spawn the registry actor in ``node``'s client, once per session (a no-op in
+    spawned procs)."""
     rt = node.runtime
     reg = node.part(_Registry)
     if rt.boot or reg.spawned:
         return
     with reg.lock:
         if not reg.spawned:
-            ProcMesh._singleton(rt.proc_id)._spawn(
+            ProcMesh._singleton(rt.proc_id, node)._spawn(
                 "controller_controller", _ControllerController, (), {}, _CC_ID
             )
             reg.spawned = True
 
 
-def _registry() -> ActorMesh[Any]:
-    ensure_registry()
-    rt = this_node().runtime
+def _registry(node: Node) -> ActorMesh[Any]:
+    ensure_registry(node)
+    rt = node.runtime
     client = rt.boot.get("client", rt.proc_id) if rt.boot else rt.proc_id
     ref = MeshRef(_CC_ID, "controller_controller", _ControllerController, (client,), None)
-    return ActorMesh(ref, Shape.unity())
+    return ActorMesh(ref, Shape.unity(), _State(node=node))
 
 
 def get_or_spawn_controller(name: str, Class: type[A], *args: Any, **kwargs: Any) -> Future[A]:
@@ -95,5 +97,6 @@ def get_or_spawn_controller(name: str, Class: type[A], *args: Any, **kwargs: Any
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"get_or_spawn_controller needs a non-empty string name, got {name!r}")
-    fut: Future[A] = _registry().get_or_spawn.call_one(name, Class, args, kwargs)
+    # The public face: called from the client or an actor, holding nothing.
+    fut: Future[A] = _registry(this_node()).get_or_spawn.call_one(name, Class, args, kwargs)
     return fut

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..._runtime.node import this_node
+from ..._runtime.node import Node
 
 __all__ = ["Extensions", "TensorEngine", "tensor_engine"]
 
@@ -51,9 +51,9 @@ class Extensions:
         self.start_history: Callable[[float, float], Any] | None = None
 
 
-def tensor_engine() -> TensorEngine:
-    """The tensor engine, loaded on first use."""
-    load = this_node().part(Extensions).tensor_engine
+def tensor_engine(node: Node) -> TensorEngine:
+    """The tensor engine, as installed on ``node`` (a mesh's), loaded on first use."""
+    load = node.part(Extensions).tensor_engine
     if load is None:
         raise RuntimeError(
             "the tensor engine is not installed on this node (danaus._bootstrap installs it)"

@@ -20,7 +20,7 @@ from typing import Any
 from ... import _config as config
 from ..._mesh import MeshTrait, Point, Shape
 from ..._runtime.hosting import binding
-from ..._runtime.node import this_node
+from ..._runtime.node import Node, bound, this_node
 from ..._wire.ids import ProcId
 from ..._wire.protocol import ShutdownHost
 from ..core.collect import Countdown, set_future
@@ -53,6 +53,9 @@ class _HostState:
     proc_meshes: list[ProcMesh] = field(default_factory=list)
     syncs: _Syncs = field(default_factory=_Syncs)  # sync_workspace's procs and directories
     lock: threading.Lock = field(default_factory=threading.Lock)  # guards proc_meshes
+    # The node the hosts are reached from: the one that attached them (or whose host it
+    # is); None for a mesh unpickled here until first used (then this process's).
+    node: Node | None = None
 
     def add(self, pm: ProcMesh) -> None:
         with self.lock:
@@ -96,6 +99,10 @@ class HostMesh(MeshTrait):
             lambda f: set_future(cf, f.exception() is None, f.exception() or True)
         )
         return Future._create(cf, "the hosts to attach")
+
+    def _node(self) -> Node:
+        """The node this mesh belongs to (see ``_HostState.node``)."""
+        return bound(self._state)
 
     def _agents(self) -> list[ProcId | None]:
         try:
@@ -164,8 +171,11 @@ class HostMesh(MeshTrait):
             bootstrap = functools.partial(
                 workspace_bootstrap, list(self._state.syncs.dsts), bootstrap
             )
-        ensure_registry()  # reachable by the procs before any of them starts
-        pm = spawn_on(self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands)
+        node = self._node()
+        ensure_registry(node)  # reachable by the procs before any of them starts
+        pm = spawn_on(
+            node, self._agents(), per_host, self._shape, bootstrap, name, self, binds, commands
+        )
         self._state.add(pm)
         return pm
 
@@ -237,8 +247,9 @@ class HostMesh(MeshTrait):
             with syncs.lock:
                 entry = syncs.procs.get(agents)
                 if entry is None:
-                    ensure_registry()
-                    pm = spawn_on(list(agents), {}, self._shape, None, "code_sync", self)
+                    node = self._node()
+                    ensure_registry(node)
+                    pm = spawn_on(node, list(agents), {}, self._shape, None, "code_sync", self)
                     entry = syncs.procs[agents] = (pm, pm.spawn("danaus_code_sync", CodeSyncActor))
                 dsts = list(workspace.dirs.values())
                 with self._state.lock:
@@ -267,7 +278,7 @@ class HostMesh(MeshTrait):
         futures = [pm.stop("the host mesh was shut down") for pm in self._state.take()]
         futures += self._state.syncs.stop()
         self._state.shut_down = True
-        rt = this_node().runtime
+        rt = self._node().runtime
         agents = [
             a for a in self._state.agents.result(config.get("attach_timeout")) if a is not None
         ]
@@ -330,13 +341,14 @@ def this_host() -> HostMesh:
 
     In the client it is the local machine; inside an actor, the host the actor runs on.
     """
-    hosts = this_node().part(_Hosts)
+    node = this_node()  # the public face: the user's call holds nothing
+    hosts = node.part(_Hosts)
     local = hosts.local
     if local is None:
         with hosts.lock:
             if hosts.local is None:
                 cf: concurrent.futures.Future[Any] = concurrent.futures.Future()
                 cf.set_result((None,))
-                hosts.local = HostMesh(Shape.unity(), _HostState(cf, owned=False))
+                hosts.local = HostMesh(Shape.unity(), _HostState(cf, owned=False, node=node))
             local = hosts.local
     return local

@@ -307,7 +307,7 @@ def attach_to_workers(
     for i, addr in enumerate(addrs):
         attempt(i, addr, ATTACH_RETRY_FIRST)
     shape = Shape(["hosts"], Slice.new_row_major([len(addrs)]))
-    return HostMesh(shape, _HostState(cf, owned=True, name=name))
+    return HostMesh(shape, _HostState(cf, owned=True, name=name, node=node))
 
 
 def _insecure() -> bool:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._mesh import MeshTrait, Shape
-from ..._runtime.node import this_node
+from ..._runtime.node import Node, bound
 from ..core import owned
 from ..core.collect import Countdown, set_future, wait_ready
 from ..core.endpoints import EndpointProperty, endpoints_of
@@ -73,11 +73,14 @@ class ActorMesh(MeshTrait, Generic[A]):
             route = self.__dict__["_route_"] = self._make_route(fixed=True)
         return route
 
+    def _node(self) -> Node:
+        """The node this mesh belongs to: the one it was spawned from, or, for a mesh
+        unpickled in this process, this process's (looked up once, then kept)."""
+        return bound(self._state)
+
     def _make_route(self, *, fixed: bool, tree: bool | None = None) -> Route:
         state = self._state
-        if state.node is None:
-            state.node = this_node()
-        rt = state.node.runtime
+        rt = self._node().runtime
         if tree is None:
             tree = state.tree
             if tree is None:  # the runtime keeps the decision for every copy of the mesh
@@ -136,10 +139,11 @@ class ActorMesh(MeshTrait, Generic[A]):
         if whole:
             self._state.stopped = True
         mesh_id = self._ref.mesh_id
+        node = self._node()
 
         def done() -> None:
             if whole:  # its owner holds it no more (nothing it does can fail now)
-                owned.forget(mesh_id)
+                owned.forget(node, mesh_id)
             set_future(cf, True, None)
 
         countdown = Countdown(len(ranks), done)
@@ -153,7 +157,7 @@ class ActorMesh(MeshTrait, Generic[A]):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        wait_ready(self._ref.procs)
+        wait_ready(self._node().runtime, self._ref.procs)
         rt = self._route.rt
         ref = dataclasses.replace(
             self._ref, procs=tuple(rt.peers.resolve(p) for p in self._ref.procs)

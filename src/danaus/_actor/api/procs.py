@@ -19,7 +19,7 @@ from ..._mesh import MeshTrait, Shape, Slice
 from ..._runtime.hosting import host
 from ..._runtime.hosting.command import describe as describe_command
 from ..._runtime.logs.process import control as log_control
-from ..._runtime.node import Node, this_node
+from ..._runtime.node import Node, bound, this_node
 from ..._wire import codec
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Spawn, StopProc
@@ -100,8 +100,9 @@ class ProcMesh(MeshTrait):
         self._host_mesh = host_mesh
 
     @classmethod
-    def _singleton(cls, proc: ProcId) -> ProcMesh:
-        state = _ProcState(owned=False)
+    def _singleton(cls, proc: ProcId, node: Node | None = None) -> ProcMesh:
+        """A one-proc mesh of ``proc``, reached from ``node`` (None: as an unpickled one)."""
+        state = _ProcState(owned=False, node=node)
         state.initialized.set_result(True)
         return cls((proc,), Shape.unity(), state, None)
 
@@ -118,10 +119,7 @@ class ProcMesh(MeshTrait):
     def _node(self) -> Node:
         """The node this proc mesh belongs to: the one it was spawned from, or, for a
         mesh unpickled in this process, this process's (looked up once, then kept)."""
-        node = self._state.node
-        if node is None:
-            node = self._state.node = this_node()
-        return node
+        return bound(self._state)
 
     @property
     def initialized(self) -> Future[bool]:
@@ -177,9 +175,10 @@ class ProcMesh(MeshTrait):
             log_control(self._node()).set_options(list(self._procs), label=name)
         ref = MeshRef(mesh_id, name, Class, tuple(procs), creator.actor_id)
         # The mesh belongs to this proc mesh's node (its route sends with its runtime).
-        state = _State(initialized=concurrent.futures.Future(), node=self._node())
+        node = self._node()
+        state = _State(initialized=concurrent.futures.Future(), node=node)
         mesh: ActorMesh[Any] = ActorMesh(ref, shape, state, self)
-        owned.register_actor_mesh(mesh)
+        owned.register_actor_mesh(node, mesh)
         init_cf = state.initialized
         assert init_cf is not None
         if self._state.stopped:
@@ -240,8 +239,8 @@ class ProcMesh(MeshTrait):
         me = self
 
         def exited() -> None:  # nothing on these procs is anyone's any more
-            owned.forget_on(names)
-            owned.forget_proc_mesh(None, me)
+            owned.forget_on(node, names)
+            owned.forget_proc_mesh(node, None, me)
             # then their last lines are printed (bounded wait)
             flushed = log_control(node).flush(procs, config.get("log_flush_timeout"))
             flushed.add_done_callback(lambda _: set_future(cf, True, None))
@@ -273,7 +272,7 @@ class ProcMesh(MeshTrait):
         for forget in self._state.on_stop:
             forget(self)
         self._state.on_stop.clear()
-        owned.forget_proc_mesh(None, self)
+        owned.forget_proc_mesh(node, None, self)
 
     def logging_option(
         self,
@@ -326,7 +325,9 @@ class ProcMesh(MeshTrait):
         the ``stats_timeout`` setting is listed with the reason instead of
         holding the answer up. ``danaus.stats(actor_mesh)`` gives one actor mesh's.
         """
-        return Future._create(_stats.mesh_stats(self._selected()), "the procs' statistics")
+        return Future._create(
+            _stats.mesh_stats(self._node().runtime, self._selected()), "the procs' statistics"
+        )
 
     # -- the tensor engine: an optional extra above this layer, loaded on first use -------
 
@@ -336,20 +337,20 @@ class ProcMesh(MeshTrait):
         See ``danaus.Tensor``; does not block (spawns the tensor-engine workers
         on first use).
         """
-        return tensor_engine().activate(self)
+        return tensor_engine(self._node()).activate(self)
 
     def deactivate(self) -> None:
         """End this mesh's latest ``activate()``. Does not block."""
-        tensor_engine().deactivate(self)
+        tensor_engine(self._node()).deactivate(self)
 
     def rank(self, dims: Any) -> Any:
         """A mesh tensor holding each proc's coordinate along ``dims`` (a name or a list)."""
-        return tensor_engine().mesh_rank(self, dims)
+        return tensor_engine(self._node()).mesh_rank(self, dims)
 
     @property
     def ranks(self) -> Any:
         """``{dim: self.rank(dim)}`` for every dimension of this mesh."""
-        return tensor_engine().mesh_ranks(self)
+        return tensor_engine(self._node()).mesh_ranks(self)
 
     def rank_tensor(self, dim: Any) -> Any:
         """Monarch's name for `rank()`."""
@@ -367,7 +368,7 @@ class ProcMesh(MeshTrait):
         ``dims``. Raises ``ValueError`` for a dimension this mesh lacks or one
         named twice.
         """
-        return tensor_engine().process_group(self, dims)
+        return tensor_engine(self._node()).process_group(self, dims)
 
     async def __aenter__(self) -> ProcMesh:
         return self
@@ -376,8 +377,8 @@ class ProcMesh(MeshTrait):
         await self.stop()
 
     def __reduce__(self) -> Any:
-        wait_ready(self._procs)
         rt = self._node().runtime
+        wait_ready(rt, self._procs)
         return (_rebuild_proc_mesh, (tuple(rt.peers.resolve(p) for p in self._procs), self._shape))
 
     def __repr__(self) -> str:
@@ -391,6 +392,7 @@ def _rebuild_proc_mesh(procs: tuple[ProcId, ...], shape: Shape) -> ProcMesh:
 
 
 def spawn_on(
+    node: Node,
     agents: list[ProcId | None],
     per_host: dict[str, int],
     host_shape: Shape,
@@ -400,7 +402,8 @@ def spawn_on(
     binds: list[dict[str, str]] | None = None,
     commands: list[dict[str, Any]] | None = None,
 ) -> ProcMesh:
-    """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh).
+    """Spawn ``per_host`` procs on each host (``agents[i]`` for the i-th host of the mesh),
+    from ``node`` (they belong to it).
 
     Returns the ``ProcMesh`` at once; its dimensions are the hosts' then ``per_host``'s.
     ``binds``: the CPU/NUMA binding of each proc of a host, in order (``proc_bind``).
@@ -409,7 +412,6 @@ def spawn_on(
     The caller spawns the registry actor first (``controller.ensure_registry``), so
     that the procs can reach it before any of them starts.
     """
-    node = this_node()
     rt = node.runtime
     serve_dashboard = node.part(Extensions).serve_dashboard
     if config.get("dashboard") and not rt.boot and serve_dashboard is not None:
@@ -456,18 +458,18 @@ def spawn_on(
     if rt.tracer is not None:  # a trace is running: these procs join it from the start
         sent = time.perf_counter_ns()
         arrived = [0] * len(procs)
-        answers = _stats.ask_trace_start(procs, arrived)
+        answers = _stats.ask_trace_start(rt, procs, arrived)
         rt.tracer.late.append((tuple(procs), sent, arrived, answers))
     spawned = node.part(_Spawned)
     with spawned.lock:
         spawned.meshes.append(pm)
-    owned.register_proc_mesh(spawner, pm)
+    owned.register_proc_mesh(node, spawner, pm)
     return pm
 
 
 def install(node: Node, boot: dict[str, Any]) -> None:
     """``context().actor_instance.proc`` on ``node`` is a one-proc ``ProcMesh``."""
-    node.part(ProcMeshOf).make = ProcMesh._singleton
+    node.part(ProcMeshOf).make = functools.partial(ProcMesh._singleton, node=node)
 
 
 def children(node: Node) -> list[dict[str, Any]]:

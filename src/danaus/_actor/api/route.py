@@ -50,38 +50,19 @@ from ..core.collect import (
 from ..core.context import Context, context, display_name, root_if_outside
 from ..core.context import sender as sender_of
 from ..core.future import Deferred, Future, Pending, resolve
-from ..core.ports import Port
+from ..core.ports import Port, PortSink
 from ..core.undeliverable import return_to_sender
 from .envelope import Headers, Method, encode_args, stopped
 
 if TYPE_CHECKING:
     from ..._mesh import Shape
     from ..._runtime.messaging.runtime import Runtime
+    from ..._runtime.node import Node
     from ..._wire.ids import ActorId, ProcId
 
 __all__ = ["DirectRoute", "Route", "TreeRoute"]
 
 Target = tuple[int, int, "ProcId"]  # (index in the slice, rank in the whole mesh, proc)
-
-
-class _PortSink:
-    """Stands in for a collector when replies go to a user's port: forwards each one."""
-
-    def __init__(self, port: Port[Any], n: int) -> None:
-        self._port = port
-        self.port = port._port_id
-
-    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
-        pass
-
-    def expect_all(self, expected: Any) -> None:
-        pass
-
-    def fail(self, index: int, reason: str) -> None:
-        self._port.exception(SupervisionError(f"message undeliverable: {reason}", reason=reason))
-
-    def fail_supervision(self, index: int, why: str) -> None:
-        self._port.exception(SupervisionError(why, reason=why))
 
 
 def _value_mesh(shape: Any, values: list[Any]) -> Deferred:
@@ -114,6 +95,13 @@ class Route:
         self._root: Context | None = None  # the root context of the mesh's node, once used
         self._reader: Any = None  # the connection to a one-actor mesh's proc (call_one)
 
+    @property
+    def node(self) -> Node:
+        """The node the mesh belongs to (its state has it before the route is made)."""
+        node: Node | None = self.state.node
+        assert node is not None, f"the route of {self.ref.name!r} was made before its node"
+        return node
+
     # -- what it sends to ------------------------------------------------------------
 
     def targets(self) -> list[Target]:
@@ -134,7 +122,7 @@ class Route:
     def _find_root(self) -> Context | None:
         """The node's root context, kept once found; None inside an actor (its own
         context sends, and a proc's root is not made for it)."""
-        root = root_if_outside()
+        root = root_if_outside(self.state.node)  # the mesh's node's root
         if root is not None:
             self._root = root
         return root
@@ -159,7 +147,7 @@ class Route:
             creator = str(me)
         else:
             creator = f"<{ref.owner.mesh}[{ref.owner.rank}]>"
-        om = owned.get(ref.mesh_id)  # the whole mesh, where its owner is this process
+        om = owned.get(self.node, ref.mesh_id)  # the whole mesh, where its owner is here
         extent = om.mesh.extent if om is not None else self.shape.extent
         if len(extent) and extent.nelements == len(ref.procs) and 0 <= rank < len(ref.procs):
             point = Point(rank, extent)  # the whole mesh: its point; a slice's is not the actor's
@@ -190,7 +178,9 @@ class Route:
         self.check_usable()
         if cap.refs:
             actors = tuple((r, p) for _, r, p in (self.targets() if targets is None else targets))
-            payload = cap.wrap(payload, handoff.Recipients(self.ref.mesh_id, m.what, actors))
+            payload = cap.wrap(
+                self.node, payload, handoff.Recipients(self.ref.mesh_id, m.what, actors)
+            )
         return payload
 
     def _refuse_broadcast(self, m: Method, rank: int, reason: Any) -> SupervisionError:
@@ -280,7 +270,7 @@ class Route:
         self.check_usable()
         actors = tuple((r, p) for _, r, p in targets)
         recipients = handoff.Recipients(self.ref.mesh_id, m.what, actors)
-        payload = cap.wrap(payload, recipients, hand_off=hand_off)
+        payload = cap.wrap(self.node, payload, recipients, hand_off=hand_off)
         self.send(m, payload, targets, None, to_failed=True)
 
     def to_port(
@@ -298,7 +288,8 @@ class Route:
         elif selection != "all":
             raise ValueError(f"selection must be 'all' or 'choose', got {selection!r}")
         payload = self.encode(m, args, kwargs, targets)
-        self.send(m, payload, targets, None if port is None else _PortSink(port, len(targets)))
+        sink = None if port is None else PortSink(port, self.rt)
+        self.send(m, payload, targets, sink)
 
 
 class DirectRoute(Route):
@@ -409,6 +400,8 @@ class DirectRoute(Route):
         tracer = rt.tracer
         t0 = tracer.now() if tracer is not None else 0
         headers = self.headers
+        if collector is None:  # a bounce goes back to its sender, on the mesh's node
+            bounce = functools.partial(return_to_sender, self.node)
         for index, rank, proc in targets:
             if index in skip:
                 continue
@@ -416,7 +409,7 @@ class DirectRoute(Route):
             on_fail = (
                 functools.partial(collector.fail, index)
                 if collector is not None
-                else functools.partial(return_to_sender, sender, f"{name}[{rank}].{m.name}()")
+                else functools.partial(bounce, sender, f"{name}[{rank}].{m.name}()")
             )
             pickled = None if bufs else m.pickled(rt.proc_id, header)
             rt.send(proc, header, body, bufs, on_fail, pickled=pickled)
@@ -461,7 +454,7 @@ class TreeRoute(Route):
         state = self.state
         if state.booted:
             return
-        wait_ready(self.ref.procs)
+        wait_ready(self.rt, self.ref.procs)
         state.booted = True
 
     def _known_failed(self, selection: Selection) -> list[tuple[int, int, str]]:
@@ -526,9 +519,10 @@ class TreeRoute(Route):
                 sink.fail(slot, why)
 
         else:
+            node = self.node
 
             def on_fail(slot: int, rank: int, why: str) -> None:
-                return_to_sender(header.sender, f"{name}[{rank}].{m.name}()", why)
+                return_to_sender(node, header.sender, f"{name}[{rank}].{m.name}()", why)
 
         self.rt.tree.cast(procs, selection, header, body, bufs, on_fail=on_fail)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ... import _config as config
 from ..._runtime.messaging.metrics import BOUNDS, percentile
-from ..._runtime.node import this_node
+from ..._runtime.messaging.runtime import Runtime
 from ..._wire.ids import ProcId
 from ..._wire.protocol import Stack, Stats, Telemetry, TraceStart, TraceStop
 from ..core.collect import Collector
@@ -44,19 +44,20 @@ __all__ = [
 
 
 def gather(
+    rt: Runtime,
     procs: Sequence[ProcId],
     make: Callable[[Any, int], Any],
     timeout: float,
     what: str,
     arrived: list[int] | None = None,
 ) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    """Send ``make(port, slot)`` to each proc; completes with ``(ok, answer or why)`` each.
+    """Send ``make(port, slot)`` to each proc (peers of ``rt``); completes with ``(ok,
+    answer or why)`` each.
 
     Never waits for more than ``timeout`` seconds: a proc that has not answered
     by then, or is lost, gets ``(False, "why")``. Does not block. ``arrived``
     (one slot per proc) receives each answer's ``perf_counter_ns()`` arrival.
     """
-    rt = this_node().runtime
     cf: concurrent.futures.Future[list[tuple[bool, Any]]] = concurrent.futures.Future()
     results: list[tuple[bool, Any] | None] = [None] * len(procs)
     lock = threading.Lock()  # guards results and left (against finish() completing cf)
@@ -103,27 +104,35 @@ def gather(
     return cf
 
 
-def ask_stats(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    return gather(procs, Stats, config.get("stats_timeout"), "stats")
+def ask_stats(
+    rt: Runtime, procs: Sequence[ProcId]
+) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    return gather(rt, procs, Stats, config.get("stats_timeout"), "stats")
 
 
-def ask_recent(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+def ask_recent(
+    rt: Runtime, procs: Sequence[ProcId]
+) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
     """Each proc's telemetry rings (``introspect.recent``)."""
-    return gather(procs, Telemetry, config.get("stats_timeout"), "telemetry")
+    return gather(rt, procs, Telemetry, config.get("stats_timeout"), "telemetry")
 
 
-def ask_stacks(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    return gather(procs, Stack, config.get("stack_timeout") + 5.0, "stack dump")
+def ask_stacks(
+    rt: Runtime, procs: Sequence[ProcId]
+) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    return gather(rt, procs, Stack, config.get("stack_timeout") + 5.0, "stack dump")
 
 
 def ask_trace_start(
-    procs: Sequence[ProcId], arrived: list[int] | None = None
+    rt: Runtime, procs: Sequence[ProcId], arrived: list[int] | None = None
 ) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    return gather(procs, TraceStart, config.get("stats_timeout"), "trace start", arrived)
+    return gather(rt, procs, TraceStart, config.get("stats_timeout"), "trace start", arrived)
 
 
-def ask_trace_stop(procs: Sequence[ProcId]) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
-    return gather(procs, TraceStop, config.get("stats_timeout") * 5, "trace stop")
+def ask_trace_stop(
+    rt: Runtime, procs: Sequence[ProcId]
+) -> concurrent.futures.Future[list[tuple[bool, Any]]]:
+    return gather(rt, procs, TraceStop, config.get("stats_timeout") * 5, "trace stop")
 
 
 # -- what mesh.stats() returns ------------------------------------------------------------
@@ -221,7 +230,10 @@ class MeshStats:
 
 
 def mesh_stats(
-    procs: Sequence[ProcId], mesh_id: str | None = None, ranks: Sequence[int] | None = None
+    rt: Runtime,
+    procs: Sequence[ProcId],
+    mesh_id: str | None = None,
+    ranks: Sequence[int] | None = None,
 ) -> concurrent.futures.Future[MeshStats]:
     """Ask ``procs`` for their statistics; only actor mesh ``mesh_id`` (``ranks``) if given."""
     unique = list(dict.fromkeys(procs))
@@ -234,7 +246,7 @@ def mesh_stats(
         except BaseException as e:  # never leave the caller waiting
             out.set_exception(e)
 
-    ask_stats(unique).add_done_callback(done)
+    ask_stats(rt, unique).add_done_callback(done)
     return out
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.messaging.runtime import Runtime
+from ..._runtime.node import Node
 from ..._wire.protocol import Message
 from . import owned, telemetry
 from .cell import ActorCell
@@ -29,7 +29,7 @@ __all__ = ["AsyncActorCell", "new_cell"]
 
 
 def new_cell(
-    rt: Runtime,
+    node: Node,
     mesh_id: str,
     rank: int,
     spawn: Message,
@@ -37,7 +37,7 @@ def new_cell(
 ) -> ActorCell:
     """The cell for the actor ``spawn`` makes: an async actor's or a sync one's."""
     cls = AsyncActorCell if spawn.header.mode == "async" else ActorCell
-    return cls(rt, mesh_id, rank, spawn, on_exit)
+    return cls(node, mesh_id, rank, spawn, on_exit)
 
 
 class AsyncActorCell(ActorCell):
@@ -110,7 +110,7 @@ class AsyncActorCell(ActorCell):
                 # when there are any: at interpreter exit (an actor of the client stopped
                 # by the at-exit handler) the default executor can no longer start.
                 inst = self.ctx_instance
-                if inst is not None and any(owned.owned_by(inst.actor_id)):
+                if inst is not None and any(owned.owned_by(self.node, inst.actor_id)):
                     await asyncio.get_running_loop().run_in_executor(
                         None, self._stop_children, item.reason
                     )

@@ -44,7 +44,8 @@ from ... import _config as config
 from ..._mesh import Extent, Point
 from ..._runtime.messaging.flow import frame_bytes
 from ..._runtime.messaging.metrics import EndpointStats
-from ..._runtime.messaging.runtime import STATUS_OK, Runtime
+from ..._runtime.messaging.runtime import STATUS_OK
+from ..._runtime.node import Node
 from ..._wire.ids import ActorId, PortId, ProcId
 from ..._wire.protocol import Message
 from . import logprefix as _logprefix  # noqa: F401  (installs the actor log prefix)
@@ -104,14 +105,15 @@ class ActorCell:
 
     def __init__(
         self,
-        rt: Runtime,
+        node: Node,
         mesh_id: str,
         rank: int,
         spawn: Message,
         on_exit: Callable[[ActorCell], None],
     ) -> None:
         _, _, init_port, _, labels, sizes, owner, mode = spawn.header
-        self.rt = rt
+        self.node = node  # the node of its proc: what the actor reaches, it reaches through this
+        self.rt = rt = node.runtime
         self.mesh_id = mesh_id
         self.rank = rank
         self.init_port: PortId = init_port
@@ -255,6 +257,7 @@ class ActorCell:
             cls.__qualname__,
             creator,
             class_module=cls.__module__,
+            node=self.node,
         )
         inst._cell = self
         self.ctx_instance = self.fate.instance = self.contexts.instance = inst
@@ -346,19 +349,21 @@ class ActorCell:
             decoded = decode(frame)
             if type(decoded) is Wrapped:  # arguments handed off on this proc (handoff.py)
                 wrapped = decoded
-                args, kwargs = wrapped.open(frame.buffers, decode_body)
+                args, kwargs = wrapped.open(self.node, frame.buffers, decode_body)
             else:
                 args, kwargs = decoded
         except BaseException as e:
             if wrapped is not None:
-                wrapped.finish(error=e)
+                wrapped.finish(self.node, error=e)
             fate.reply_exc(port, index, e)
             return None
         assert self.ctx_instance is not None
         # context.set_context, without the call in between (one a message)
         _current.set(self.contexts[index, labels, sizes, chain])
         if prop.explicit_response_port:  # the endpoint answers through the port itself
-            reply_to: Port[Any] = Port(port, index) if port is not None else _DroppingPort()
+            reply_to: Port[Any] = (
+                Port(port, index, rt=self.rt) if port is not None else _DroppingPort()
+            )
             args = (reply_to, *args)
         if row is not None:  # sampled for the messages table (on delivery)
             who = str(sender) if sender is not None else (port.proc.name if port else None)
@@ -386,9 +391,9 @@ class ActorCell:
             telemetry.end_endpoint_span(active, e)
         if wrapped is not None:
             if e is None:
-                wrapped.finish(value if wrapped.returns else None)
+                wrapped.finish(self.node, value if wrapped.returns else None)
             else:
-                wrapped.finish(error=e)
+                wrapped.finish(self.node, error=e)
         if self.debugging is not None:  # the common case costs one attribute read
             self.debugging.endpoint_done(self, e)
         self.meter.measured(prop.name, t0, e is None, port, index, row, active)
@@ -411,7 +416,7 @@ class ActorCell:
 
     def _stop_children(self, reason: str) -> None:
         if self.ctx_instance is not None:
-            owned.stop_owned(self.ctx_instance.actor_id, f"its owner stopped: {reason}")
+            owned.stop_owned(self.node, self.ctx_instance.actor_id, f"its owner stopped: {reason}")
 
     def _finish(self, item: Stop, cleanup: bool) -> None:
         """The stop: ``__cleanup__`` (``cleanup``: here), answer what is left, close the

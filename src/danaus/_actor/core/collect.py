@@ -20,7 +20,6 @@ from ..._errors import ActorError, InternalError, SupervisionError
 from ..._mesh import tree
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
 from ..._runtime.messaging.tree import RootGather
-from ..._runtime.node import this_node
 from ..._wire import codec
 from ..._wire.ids import PortId, ProcId
 from ..._wire.protocol import Kind, Message, Reply
@@ -286,9 +285,11 @@ class Countdown:
             self._on_zero()
 
 
-def wait_ready(procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0) -> None:
-    """Block until every proc in ``procs`` has booted or is lost (bounded by ``timeout``)."""
-    rt = this_node().runtime
+def wait_ready(
+    rt: Runtime, procs: tuple[ProcId, ...] | list[ProcId], timeout: float = 120.0
+) -> None:
+    """Block until every proc in ``procs`` (peers of ``rt``) has booted or is lost
+    (bounded by ``timeout``)."""
     if rt.on_io_thread():
         return
     done = threading.Event()

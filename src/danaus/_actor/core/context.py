@@ -46,6 +46,7 @@ class Instance:
         creator: Instance | None,
         proc_mesh: _ProcMesh | None = None,
         class_module: str = "",
+        node: Node | None = None,
     ) -> None:
         self.actor_id = actor_id
         self.name = name
@@ -55,6 +56,9 @@ class Instance:
         self.creator = creator
         self._proc_mesh = proc_mesh
         self._cell: Any = None  # the ActorCell hosting it, inside procs
+        # The node it runs on, given by whoever made it (its cell, or the node's root);
+        # None for an instance unpickled here, which is not running in this process.
+        self._node = node
 
     @property
     def proc_id(self) -> str:
@@ -65,10 +69,15 @@ class Instance:
     @property
     def proc(self) -> _ProcMesh:
         """This actor's own proc, as a one-proc mesh you can spawn on."""
-        make = this_node().part(ProcMeshOf).make
+        make = self._home().part(ProcMeshOf).make
         if make is None:
             raise RuntimeError("the actor API is not installed on this node (danaus._bootstrap)")
         return make(self.actor_id.proc)
+
+    def _home(self) -> Node:
+        """The node it runs on; for an instance unpickled here (user code holding one,
+        with no node of its own), this process's."""
+        return self._node if self._node is not None else this_node()
 
     @property
     def proc_mesh(self) -> _ProcMesh:
@@ -107,7 +116,7 @@ class Instance:
         """The proc meshes and actor meshes this instance spawned and has not stopped
         (``None`` when there are none), as Monarch's ``Instance._children``, which its
         test helpers read to stop what a test left running."""
-        actors, procs = owned.owned_by(self.actor_id)
+        actors, procs = owned.owned_by(self._home(), self.actor_id)
         shown = (m.mesh for m in actors if not getattr(m.ref.cls, "_danaus_internal", False))
         children = [*procs, *shown]
         return children or None
@@ -194,8 +203,11 @@ class _Root:
         self.ctx: Context | None = None
 
 
-def _root_context() -> Context:
-    node = this_node()
+def _root_context(node: Node | None = None) -> Context:
+    """``node``'s root context, made on first use; None: this process's node, looked up
+    (the public face: `context()` outside any actor holds nothing else)."""
+    if node is None:
+        node = this_node()
     root = node.part(_Root)
     if root.ctx is not None:
         return root.ctx
@@ -203,8 +215,15 @@ def _root_context() -> Context:
         if root.ctx is None:
             rt = node.runtime
             boot_instance = rt.boot.get("instance") if rt.boot else None
+            if boot_instance is not None:
+                boot_instance._node = node
             inst = boot_instance or Instance(
-                ActorId(rt.proc_id, "root", 0), "root", Point(0, _EMPTY), "RootClient", None
+                ActorId(rt.proc_id, "root", 0),
+                "root",
+                Point(0, _EMPTY),
+                "RootClient",
+                None,
+                node=node,
             )
             root.ctx = Context(inst, Point(0, _EMPTY))
         return root.ctx
@@ -259,14 +278,14 @@ def root_context() -> Context:
     return _root_context()
 
 
-def root_if_outside() -> Context | None:
-    """The root context (`root_context()`, made on first use) when this thread runs
+def root_if_outside(node: Node | None) -> Context | None:
+    """``node``'s root context (`root_context()`, made on first use) when this thread runs
     outside any actor; None inside one or acting as one (`acting_as`), where the root
     is neither needed nor made: a proc whose root context exists names its log lines
     after it, so a stream thread sending as its actor must not make it."""
     if _current.get() is not None or getattr(_thread_ctx, "ctx", None) is not None:
         return None
-    return _root_context()
+    return _root_context(node)
 
 
 def sender(root: Context | None) -> tuple[ActorId | None, tuple[ActorId, ...]]:

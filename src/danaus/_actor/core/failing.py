@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ..._errors import RemoteException, SupervisionError
 from ..._runtime.messaging.runtime import STATUS_ERROR, STATUS_EXC, STATUS_OK, Runtime
+from ..._runtime.node import Node
 from ..._wire import codec
 from ..._wire.ids import ActorId, PortId
 from ..._wire.protocol import Failed, Message
@@ -42,6 +43,8 @@ class Named(Protocol):
 
     @property
     def actor_id(self) -> ActorId: ...
+
+    def _home(self) -> Node: ...
 
 
 __all__ = ["Aborted", "Fate", "exception_payload", "refuse_stopped", "reply_stopped"]
@@ -210,7 +213,7 @@ class Fate:
         if self.instance is not None:
             stopping = threading.Thread(
                 target=owned.stop_owned,
-                args=(self.instance.actor_id, f"its owner failed: {reason}"),
+                args=(self.instance._home(), self.instance.actor_id, f"its owner failed: {reason}"),
                 daemon=True,
             )
             self.owned_stopping = stopping

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from ... import _config as config
-from ..._runtime.node import this_node
+from ..._runtime.node import Node
 from ..._wire import codec
 
 __all__ = [
@@ -95,6 +95,7 @@ class Capture:
 
     def wrap(
         self,
+        node: Node,
         payload: tuple[bytes, list[Any]],
         recipients: Recipients,
         hand_off: Callable[[str, int, list[tuple[int, Any]], Recipients], None] | None = None,
@@ -105,7 +106,7 @@ class Capture:
         none), and the endpoint's result goes back to the producers
         (``Wrapped.returns``).
         """
-        key = f"{this_node().runtime.proc_id.name}:{next(_handoffs().keys)}"
+        key = f"{node.runtime.proc_id.name}:{next(node.part(Handoffs).keys)}"
         if hand_off is not None:
             hand_off(key, len(self.refs), list(enumerate(obj for _, obj in self.refs)), recipients)
         else:
@@ -177,10 +178,6 @@ class Handoffs:
             self.slots.pop(key, None)
 
 
-def _handoffs() -> Handoffs:
-    return this_node().part(Handoffs)
-
-
 class Wrapped:
     """A call's pickled arguments that wait for handed-off values (what the actor receives)."""
 
@@ -190,12 +187,12 @@ class Wrapped:
         self.body = body
         self.returns = returns  # the endpoint's outcome goes to the producers (rref)
 
-    def open(self, buffers: Any, decode: Any) -> Any:
+    def open(self, node: Node, buffers: Any, decode: Any) -> Any:
         """Wait for the values, then unpickle the arguments with them (``decode(body, bufs)``).
 
         Raises what a producer offered instead of a value (its input failed).
         """
-        slot = _handoffs().slot(self.key)
+        slot = node.part(Handoffs).slot(self.key)
         slot.ready.wait()
         if slot.error is not None:
             raise slot.error
@@ -205,10 +202,10 @@ class Wrapped:
         finally:
             _local.values = None
 
-    def finish(self, result: Any = None, error: BaseException | None = None) -> None:
+    def finish(self, node: Node, result: Any = None, error: BaseException | None = None) -> None:
         """The endpoint has returned ``result`` or raised ``error`` (or could not run, with
         ``error`` saying why): the producers go on, and `offer()` returns that."""
-        h = _handoffs()
+        h = node.part(Handoffs)
         slot = h.slot(self.key)
         h.forget(self.key)
         slot.outcome = (True, result) if error is None else (False, error)
@@ -216,7 +213,12 @@ class Wrapped:
 
 
 def offer(
-    key: str, count: int, values: dict[int, Any] | BaseException, mesh_id: str, rank: int
+    node: Node,
+    key: str,
+    count: int,
+    values: dict[int, Any] | BaseException,
+    mesh_id: str,
+    rank: int,
 ) -> tuple[bool, Any] | None:
     """On a producer's thread: hand ``values`` (index -> value) to the call ``key``, then wait.
 
@@ -227,7 +229,7 @@ def offer(
     ``None`` if the actor ``(mesh_id, rank)`` of this proc stopped or failed
     without running the call.
     """
-    h = _handoffs()
+    h = node.part(Handoffs)
     slot = h.slot(key)
     with h.lock:
         if isinstance(values, BaseException):
@@ -236,7 +238,7 @@ def offer(
             slot.values.update(values)
         if slot.error is not None or len(slot.values) >= count:
             slot.ready.set()
-    rt = this_node().runtime
+    rt = node.runtime
     poll = config.get("handoff_poll_interval")
     while not slot.done.wait(poll):
         mailbox = rt.router.mailboxes.get((mesh_id, rank))

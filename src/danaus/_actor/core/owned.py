@@ -12,7 +12,7 @@ import threading
 from typing import Any, Protocol
 
 from ..._mesh import Extent, Shape
-from ..._runtime.node import this_node
+from ..._runtime.node import Node
 from ..._wire.ids import ActorId
 from .meshref import MeshRef, MeshState
 
@@ -89,25 +89,21 @@ class Registry:
         self.proc_meshes: dict[ActorId, list[Any]] = {}
 
 
-def _registry() -> Registry:
-    return this_node().part(Registry)
-
-
-def register_actor_mesh(mesh: SpawnedActorMesh) -> None:
-    r = _registry()
+def register_actor_mesh(node: Node, mesh: SpawnedActorMesh) -> None:
+    r = node.part(Registry)
     with r.lock:
         r.actor_meshes[mesh._ref.mesh_id] = OwnedMesh(mesh)
 
 
-def register_proc_mesh(owner: ActorId, pm: SpawnedProcMesh) -> None:
-    r = _registry()
+def register_proc_mesh(node: Node, owner: ActorId, pm: SpawnedProcMesh) -> None:
+    r = node.part(Registry)
     with r.lock:
         r.proc_meshes.setdefault(owner, []).append(pm)
 
 
-def forget_proc_mesh(owner: ActorId | None, pm: SpawnedProcMesh) -> None:
+def forget_proc_mesh(node: Node, owner: ActorId | None, pm: SpawnedProcMesh) -> None:
     """A proc mesh stopped: its owner no longer holds it."""
-    r = _registry()
+    r = node.part(Registry)
     with r.lock:
         for key in [owner] if owner is not None else list(r.proc_meshes):
             held = r.proc_meshes.get(key, [])
@@ -117,25 +113,25 @@ def forget_proc_mesh(owner: ActorId | None, pm: SpawnedProcMesh) -> None:
                 r.proc_meshes.pop(key, None)
 
 
-def actor_meshes() -> list[OwnedMesh]:
-    r = _registry()
+def actor_meshes(node: Node) -> list[OwnedMesh]:
+    r = node.part(Registry)
     with r.lock:
         return list(r.actor_meshes.values())
 
 
-def get(mesh_id: str) -> OwnedMesh | None:
-    return _registry().actor_meshes.get(mesh_id)
+def get(node: Node, mesh_id: str) -> OwnedMesh | None:
+    return node.part(Registry).actor_meshes.get(mesh_id)
 
 
-def forget(mesh_id: str) -> None:
-    r = _registry()
+def forget(node: Node, mesh_id: str) -> None:
+    r = node.part(Registry)
     with r.lock:
         r.actor_meshes.pop(mesh_id, None)
 
 
-def forget_on(proc_names: set[str]) -> None:
+def forget_on(node: Node, proc_names: set[str]) -> None:
     """Procs stopped: forget every actor mesh that lived on them only."""
-    r = _registry()
+    r = node.part(Registry)
     with r.lock:
         gone = [
             mid
@@ -146,18 +142,18 @@ def forget_on(proc_names: set[str]) -> None:
             del r.actor_meshes[mid]
 
 
-def owned_by(owner: ActorId) -> tuple[list[OwnedMesh], list[Any]]:
+def owned_by(node: Node, owner: ActorId) -> tuple[list[OwnedMesh], list[Any]]:
     """The actor meshes and proc meshes ``owner`` spawned and has not stopped."""
-    r = _registry()
+    r = node.part(Registry)
     with r.lock:
         actors = [m for m in r.actor_meshes.values() if m.owner == owner and not m.state.stopped]
         procs = [p for p in r.proc_meshes.get(owner, []) if not p._state.stopped]
     return actors, procs
 
 
-def stop_owned(owner: ActorId, reason: str, timeout: float = 10.0) -> None:
+def stop_owned(node: Node, owner: ActorId, reason: str, timeout: float = 10.0) -> None:
     """Stop every mesh ``owner`` owns and wait (bounded) for them: children go first."""
-    actors, procs = owned_by(owner)
+    actors, procs = owned_by(node, owner)
     stopping = [(m.mesh, m.mesh.stop(reason)) for m in actors] + [
         (p, p.stop(reason)) for p in procs
     ]

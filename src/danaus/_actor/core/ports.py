@@ -32,7 +32,7 @@ from .future import Deferred, Future, resolve
 if TYPE_CHECKING:
     from ..._runtime.messaging.runtime import Runtime
 
-__all__ = ["Channel", "Port", "PortReceiver", "Undeliverable", "current_sender"]
+__all__ = ["Channel", "Port", "PortReceiver", "PortSink", "Undeliverable", "current_sender"]
 
 R = TypeVar("R")
 
@@ -70,12 +70,17 @@ class Port(Generic[R]):
     ``send(value)`` and ``exception(exc)`` never block.
     """
 
-    def __init__(self, port_id: PortId, index: int = 0, *, once: bool = False) -> None:
+    def __init__(
+        self, port_id: PortId, index: int = 0, *, once: bool = False, rt: Runtime | None = None
+    ) -> None:
         self._port_id = port_id
         self._index = index
         self._once = once
         self._used = False
         self.return_undeliverable = True
+        # The runtime it sends with, when whoever made it had one (a channel, an actor's
+        # reply port); None for a port unpickled here, which sends with this process's.
+        self._rt = rt
 
     def send(self, value: R) -> None:
         """Send ``value`` to the receiver. ``TypeError`` if it cannot be pickled."""
@@ -95,13 +100,18 @@ class Port(Generic[R]):
         """
         await asyncio.to_thread(self.send, result)
 
-    def _send(self, status: int, value: Any) -> None:
+    def _send(self, status: int, value: Any, via: Runtime | None = None) -> None:
+        """Send ``value`` with ``status``, with the runtime ``via`` (a route's, sending a
+        failure on a user's port), the port's own, or (a port unpickled here, sent on by
+        the user's ``send()``: the public face) this process's."""
         if self._once and self._used:
             raise RuntimeError("this port was opened with once=True and has already been used")
         self._used = True
         body, bufs = codec.dumps_checked(value, "the value sent on the port")
         snapshot = [bytes(flat(b)) for b in bufs]  # the sender cannot know when it is read
-        rt = this_node().runtime
+        rt = via if via is not None else self._rt
+        if rt is None:
+            rt = this_node().runtime
         sender = current_sender() if self.return_undeliverable else None
         header = Reply(self._port_id.port, self._index, status, sender)
         dest = f"port {self._port_id}"
@@ -128,13 +138,37 @@ def _rebuild_port(port_id: PortId, index: int, once: bool, bounce: bool = True) 
     return port
 
 
+class PortSink:
+    """Stands in for a collector when replies go to a user's port (the ``send`` adverb's
+    ``port=``): the replies go there themselves; a failure is sent on it with ``rt``,
+    the runtime of the route that sends."""
+
+    def __init__(self, port: Port[Any], rt: Runtime) -> None:
+        self._port = port
+        self.port = port._port_id
+        self._rt = rt
+
+    def expect(self, index: int, proc: ProcId, label: str = "") -> None:
+        pass
+
+    def expect_all(self, expected: Any) -> None:
+        pass
+
+    def fail(self, index: int, reason: str) -> None:
+        why = SupervisionError(f"message undeliverable: {reason}", reason=reason)
+        self._port._send(STATUS_EXC, exception_payload(why), self._rt)
+
+    def fail_supervision(self, index: int, why: str) -> None:
+        self._port._send(STATUS_EXC, exception_payload(SupervisionError(why, reason=why)), self._rt)
+
+
 class _DroppingPort(Port[Any]):
     """The port an explicit-response endpoint gets when its caller wants no answer."""
 
     def __init__(self) -> None:
         pass
 
-    def _send(self, status: int, value: Any) -> None:
+    def _send(self, status: int, value: Any, via: Runtime | None = None) -> None:
         return None
 
     def __repr__(self) -> str:
@@ -258,8 +292,11 @@ class PortReceiver(Generic[R]):
     opened it stops.
     """
 
-    def __init__(self, once: bool = False) -> None:
-        rt = this_node().runtime
+    def __init__(self, once: bool = False, rt: Runtime | None = None) -> None:
+        # The public face (``Channel.open()``, a user's call holding nothing) looks the
+        # node up; ``rt``: the runtime of a caller that holds one.
+        if rt is None:
+            rt = this_node().runtime
         self._inbox = _Inbox(rt, once)
         self.port_id = self._inbox.port_id
         cell = _owning_cell()
@@ -326,7 +363,7 @@ class Channel(Generic[R]):
     def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
         """Open a channel; ``once=True`` for a single message."""
         receiver: PortReceiver[R] = PortReceiver(once)
-        return Port(receiver.port_id, 0, once=once), receiver
+        return Port(receiver.port_id, 0, once=once, rt=receiver._inbox._rt), receiver
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port[R], RankedPortReceiver[R]]:

@@ -53,7 +53,7 @@ def _on_spawn(node: Node, frame: Message) -> None:
         # key names the new actor); what it still holds queued is answered, not dropped.
         old.stop(None, 0, "replaced by a restart")
     on_exit = functools.partial(_on_exit, node)
-    rt.router.mailboxes[(mesh_id, rank)] = new_cell(rt, mesh_id, rank, frame, on_exit=on_exit)
+    rt.router.mailboxes[(mesh_id, rank)] = new_cell(node, mesh_id, rank, frame, on_exit=on_exit)
     rt.router.mailbox_added((mesh_id, rank))
 
 

@@ -13,12 +13,13 @@ sets it with `set_client_handler()`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from ..._runtime.messaging.runtime import Runtime
-from ..._runtime.node import Node, this_node
+from ..._runtime.node import Node
 from ..._wire.ids import ActorId
 from ..._wire.protocol import Bounce, Kind, Message
 from .cell import ActorCell
@@ -42,10 +43,9 @@ def set_client_handler(node: Node, handler: Callable[[Undeliverable], None]) -> 
     node.part(ClientHandler).handler = handler
 
 
-def return_to_sender(sender: ActorId | None, dest: str, reason: str) -> None:
-    """Give an undeliverable message back to ``sender`` (any thread)."""
+def return_to_sender(node: Node, sender: ActorId | None, dest: str, reason: str) -> None:
+    """Give an undeliverable message, sent on ``node``, back to ``sender`` (any thread)."""
     env = Undeliverable(sender, dest, reason)
-    node = this_node()
     rt = node.runtime
     if sender is None or (sender.mesh == "root" and not rt.boot):
         handler = node.part(ClientHandler).handler
@@ -82,4 +82,4 @@ def _on_bounce(rt: Runtime, frame: Message) -> None:
 def install(node: Node, boot: dict[str, Any]) -> None:
     rt = node.runtime
     rt.register(Kind.BOUNCE, lambda conn, msg: _on_bounce(rt, msg))
-    rt.set_bounce_handler(return_to_sender)
+    rt.set_bounce_handler(functools.partial(return_to_sender, node))

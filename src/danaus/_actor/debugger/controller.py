@@ -20,10 +20,10 @@ import tempfile
 from typing import Any
 
 from ... import _config as config
-from ..._runtime.node import this_node
 from ..api.actor import Actor
 from ..api.controller import get_or_spawn_controller
 from ..api.endpoint import concurrent_endpoint, endpoint
+from ..core.context import context
 from . import commands as cmds
 from .frontends import (
     MAX_LINE,
@@ -93,7 +93,8 @@ class DebugController(Actor):
         self._closing = False  # the controller stops: the prompt goes and does not come back
         self._announced = False
         self._loop = asyncio.get_running_loop()
-        rt = this_node().runtime
+        # Its own node's runtime (the client's: it is spawned there), from its context.
+        rt = self._rt = context().actor_instance._home().runtime
         self.socket_path = os.path.join(rt.job_dir, SOCKET_NAME)
         self._info_path = os.path.join(rt.job_dir, INFO_NAME)
         self._server: asyncio.AbstractServer | None = None
@@ -433,7 +434,7 @@ class DebugController(Actor):
         connection to it and the prompt's task, each awaited (none is left pending when
         the client exits), then its files."""
         self._closing = True
-        rt = this_node().runtime
+        rt = self._rt
         if self._on_lost in rt.peers.lost_callbacks:
             rt.peers.lost_callbacks.remove(self._on_lost)
         prompts = [t for t in (self._serving, self._repl) if t is not None]

@@ -6,8 +6,8 @@ import json
 import math
 from typing import Any
 
-from ..sql import QueryError
-from ..sql import query as run_query
+from ..._runtime.node import Node
+from ..sql import QueryError, query_on
 from ..web import SECURITY_HEADERS, aiohttp_web
 
 __all__ = ["BadRequest", "answer", "as_json", "json_route", "number", "quote", "table"]
@@ -53,11 +53,12 @@ def quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def table(sql: str) -> list[dict[str, Any]]:
-    """Rows of ``sql`` over the telemetry tables (``danaus.telemetry.query``: the live
-    procs, or the kept history when a job keeps one). Blocking: call through
-    ``web.blocking``. ``ImportError`` without DuckDB, ``QueryError`` for bad SQL."""
-    return [{k: _finite(v) for k, v in row.items()} for row in run_query(sql)]
+def table(node: Node, sql: str) -> list[dict[str, Any]]:
+    """Rows of ``sql`` over the telemetry tables of ``node``'s client
+    (``danaus.telemetry.query``: the live procs, or the kept history when a job keeps
+    one). Blocking: call through ``web.blocking``. ``ImportError`` without DuckDB,
+    ``QueryError`` for bad SQL."""
+    return [{k: _finite(v) for k, v in row.items()} for row in query_on(node, sql)]
 
 
 def _finite(v: Any) -> Any:

@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from ..._runtime.logs import dirs as logdir
-from ..._runtime.node import this_node
+from ..._runtime.node import Node
 from ..web import Route, blocking
 from .common import json_route, table
 
@@ -38,14 +38,15 @@ MAX_JOBS = 50  # the jobs listed from the log directory
 def routes(dash: Any) -> dict[str, Route]:
     async def get(request: Any) -> Any:
         state = await blocking(dash.state, True)
-        return await blocking(overview, state)
+        return await blocking(overview, dash.node, state)
 
     return {"/api/ui/overview": json_route(get)}
 
 
-def overview(state: dict[str, Any]) -> dict[str, Any]:
-    """The document (see the module's docstring) from the dashboard's ``state``."""
-    rows = table("SELECT * FROM actors ORDER BY mesh, rank, started")
+def overview(node: Node, state: dict[str, Any]) -> dict[str, Any]:
+    """The document (see the module's docstring) from the dashboard's ``state`` (of
+    ``node``'s client)."""
+    rows = table(node, "SELECT * FROM actors ORDER BY mesh, rank, started")
     restarts = state.get("restarts", [])
     failures = state.get("failures", [])
     counts: dict[tuple[str, int], int] = {}
@@ -100,8 +101,8 @@ def overview(state: dict[str, Any]) -> dict[str, Any]:
     ]
     return {
         "time": time.time(),
-        "job": _job(state),
-        "jobs": _jobs(),
+        "job": _job(node, state),
+        "jobs": _jobs(node),
         "meshes": _meshes(actors),
         "actors": actors,
         "failures": failures,
@@ -141,8 +142,8 @@ def _meshes(actors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _job(state: dict[str, Any]) -> dict[str, Any]:
-    rt = this_node().runtime
+def _job(node: Node, state: dict[str, Any]) -> dict[str, Any]:
+    rt = node.runtime
     kept = _history_path()
     return {
         "name": rt.proc_id.name,
@@ -168,9 +169,9 @@ def _history_path() -> str | None:
     return None if kept is None else str(kept.path)
 
 
-def _jobs() -> list[dict[str, Any]]:
-    """The jobs with a log directory on this host, newest first."""
-    current = this_node().runtime.proc_id.name
+def _jobs(node: Node) -> list[dict[str, Any]]:
+    """The jobs with a log directory on this host, newest first (``node``'s is current)."""
+    current = node.runtime.proc_id.name
     try:
         entries = [e for e in os.scandir(logdir.base_dir()) if e.is_dir(follow_symlinks=False)]
     except OSError:

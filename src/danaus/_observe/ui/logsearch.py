@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._runtime.logs import dirs as logdir
-from ..._runtime.node import this_node
+from ..._runtime.node import Node
 from .. import logtail
 from ..web import Route, blocking
 from .common import BadRequest, json_route, number, table
@@ -58,6 +58,7 @@ def routes(dash: Any) -> dict[str, Route]:
         procs = [p["proc"] for h in state.get("hosts", []) for p in h["procs"]]
         return await blocking(
             search,
+            dash.node,
             request.query.get("q", ""),
             request.query.get("mesh") or None,
             int(rank) if rank else None,
@@ -70,10 +71,10 @@ def routes(dash: Any) -> dict[str, Route]:
     return {"/api/ui/logs": json_route(get)}
 
 
-def sources(procs: list[str]) -> list[Source]:
+def sources(node: Node, procs: list[str]) -> list[Source]:
     """Every proc with lines: those with a log file in this job's directory on this host,
     then ``procs`` (the client's tree) that have none here, read from the client's tail."""
-    job = os.path.join(logdir.base_dir(), this_node().runtime.proc_id.name)
+    job = os.path.join(logdir.base_dir(), node.runtime.proc_id.name)
     out: list[Source] = []
     if os.path.isdir(job):
         for p in logdir.read_procs(job):
@@ -84,7 +85,7 @@ def sources(procs: list[str]) -> list[Source]:
             out.append(Source(p.proc, p.label, coords, p.host, p.path))
     _ranks(out)
     have = {s.proc for s in out}
-    for name in [*procs, *logtail.procs()]:
+    for name in [*procs, *logtail.procs(node)]:
         if name not in have:
             have.add(name)
             out.append(Source(name, "", {}, "", None))
@@ -114,10 +115,10 @@ def _ranks(found: list[Source]) -> None:
                 s.rank = None
 
 
-def _lines(src: Source) -> tuple[list[str], bool]:
+def _lines(node: Node, src: Source) -> tuple[list[str], bool]:
     """The source's lines (its file's last READ_BYTES), and whether the start was cut."""
     if src.path is None:
-        return [x["line"] for x in logtail.tail(src.proc)], False
+        return [x["line"] for x in logtail.tail(node, src.proc)], False
     try:
         with open(src.path, "rb") as f:
             size = f.seek(0, os.SEEK_END)
@@ -166,6 +167,7 @@ def _ends_traceback(line: str) -> bool:
 
 
 def search(
+    node: Node,
     q: str,
     mesh: str | None,
     rank: int | None,
@@ -175,8 +177,8 @@ def search(
     procs: list[str],
 ) -> dict[str, Any]:
     """The lines that match (see the module's docstring), the newest ``limit``."""
-    found = sources(procs)
-    wanted = _procs_of(mesh, rank, found) if mesh is not None or rank is not None else None
+    found = sources(node, procs)
+    wanted = _procs_of(node, mesh, rank, found) if mesh is not None or rank is not None else None
     needle = q.lower()
     floor = LEVELS.index(level) if level else -1
     matched: list[dict[str, Any]] = []
@@ -187,7 +189,7 @@ def search(
             continue
         if wanted is not None and src.proc not in wanted:
             continue
-        lines, cut = _lines(src)
+        lines, cut = _lines(node, src)
         lvls = levels(lines)
         hits = 0
         for i, (line, lv) in enumerate(zip(lines, lvls, strict=True)):
@@ -223,7 +225,7 @@ def search(
     }
 
 
-def _procs_of(mesh: str | None, rank: int | None, found: list[Source]) -> set[str]:
+def _procs_of(node: Node, mesh: str | None, rank: int | None, found: list[Source]) -> set[str]:
     """The procs of ``mesh`` (an actor mesh, as the actors table names it, or a proc
     mesh's label) at ``rank`` (any rank when None)."""
     out = {
@@ -232,7 +234,7 @@ def _procs_of(mesh: str | None, rank: int | None, found: list[Source]) -> set[st
         if (mesh is None or s.label == mesh) and (rank is None or s.rank == rank)
     }
     try:
-        rows = table("SELECT DISTINCT mesh, rank, proc FROM actors")
+        rows = table(node, "SELECT DISTINCT mesh, rank, proc FROM actors")
     except ImportError:
         rows = []  # without DuckDB: the proc meshes' labels alone
     for r in rows:

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from ... import _config as config
+from ..._runtime.node import Node
 from ..tables import COLUMNS
 from ..web import Route, blocking
 from .common import MAX_SECONDS, BadRequest, json_route, number, quote, table
@@ -43,7 +44,8 @@ _KEYS = ("mesh", "rank", "endpoint", "proc")
 class Recorder:
     """Without history: the metrics rows this dashboard read, a bounded ring per series."""
 
-    def __init__(self) -> None:
+    def __init__(self, node: Node) -> None:
+        self.node = node  # the dashboard's client, whose metrics table it reads
         self.lock = threading.Lock()  # guards series and last
         self.series: dict[tuple[Any, ...], collections.deque[tuple[float, float]]] = {}
         self.last = 0.0  # when the table was last read (monotonic)
@@ -54,7 +56,7 @@ class Recorder:
             if time.monotonic() - self.last < config.get("dashboard_interval"):
                 return
             self.last = time.monotonic()
-        rows = table("SELECT time, name, mesh, rank, endpoint, proc, value FROM metrics")
+        rows = table(self.node, "SELECT time, name, mesh, rank, endpoint, proc, value FROM metrics")
         with self.lock:
             for r in rows:
                 key = (r["name"], *(r[k] for k in _KEYS))
@@ -74,7 +76,7 @@ class Recorder:
 
 
 def routes(dash: Any) -> dict[str, Route]:
-    recorder = Recorder()
+    recorder = Recorder(dash.node)
 
     async def get(request: Any) -> Any:
         name = request.query.get("name", "") or "calls"
@@ -104,8 +106,9 @@ def series(recorder: Recorder, name: str, seconds: float, mesh: str | None) -> d
         if mesh:
             where += f" AND mesh = {quote(mesh)}"
         rows = table(
+            recorder.node,
             f"SELECT time, mesh, rank, endpoint, proc, value FROM metrics WHERE {where} "
-            "ORDER BY time"
+            "ORDER BY time",
         )
         by: dict[tuple[Any, ...], list[Any]] = {}
         for r in rows:

@@ -18,6 +18,7 @@ import json
 import time
 from typing import Any
 
+from ..._runtime.node import Node
 from ..web import Route, blocking
 from .common import MAX_SECONDS, BadRequest, answer, json_route, number, quote, table
 
@@ -28,11 +29,11 @@ MAX_EVENTS = 5000  # of spans, and of messages, in one answer
 
 def routes(dash: Any) -> dict[str, Route]:
     async def get(request: Any) -> Any:
-        return await blocking(events, *_params(request))
+        return await blocking(events, dash.node, *_params(request))
 
     async def trace(request: Any) -> Any:
         try:
-            doc = chrome_trace(await blocking(events, *_params(request)))
+            doc = chrome_trace(await blocking(events, dash.node, *_params(request)))
         except BadRequest as e:
             return answer(400, f"{e}\n".encode(), "text/plain")
         return answer(
@@ -50,8 +51,11 @@ def _params(request: Any) -> tuple[float, str | None, str | None]:
     return seconds, request.query.get("proc") or None, request.query.get("actor") or None
 
 
-def events(seconds: float, proc: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """The spans and messages that ended in the last ``seconds`` (see the docstring)."""
+def events(
+    node: Node, seconds: float, proc: str | None = None, actor: str | None = None
+) -> dict[str, Any]:
+    """The spans and messages of ``node``'s client that ended in the last ``seconds``
+    (see the docstring)."""
     now = time.time()
     since = now - seconds
     where = [f"ended >= {since!r}"]
@@ -60,15 +64,17 @@ def events(seconds: float, proc: str | None = None, actor: str | None = None) ->
     span_where = where + ([f"actor = {quote(actor)}"] if actor else [])
     msg_where = where + ([f"receiver = {quote(actor)}"] if actor else [])
     spans = table(
+        node,
         "SELECT name, actor, proc, host, started, ended, duration_s, trace_id, span_id, "
         f"parent_id, attributes FROM spans WHERE {' AND '.join(span_where)} "
-        f"ORDER BY ended DESC LIMIT {MAX_EVENTS + 1}"
+        f"ORDER BY ended DESC LIMIT {MAX_EVENTS + 1}",
     )
     messages = table(
+        node,
         "SELECT receiver, mesh, rank, proc, host, endpoint, sender, request_bytes, "
         "reply_bytes, arrived, started, ended, queued_s, handled_s, ok, sample_rate "
         f"FROM messages WHERE {' AND '.join(msg_where)} "
-        f"ORDER BY ended DESC LIMIT {MAX_EVENTS + 1}"
+        f"ORDER BY ended DESC LIMIT {MAX_EVENTS + 1}",
     )
     truncated = len(spans) > MAX_EVENTS or len(messages) > MAX_EVENTS
     spans, messages = spans[:MAX_EVENTS][::-1], messages[:MAX_EVENTS][::-1]
