@@ -595,6 +595,12 @@ class Faults:
                 return sorted(train - {-1})
         return list(range(HOSTS))
 
+    def member_hosts(self) -> list[int]:
+        """The host of each training member, in rank order (-1: not found)."""
+        with contextlib.suppress(Exception):
+            return [self._host_of(p) for _, p in self.work.mesh.members()]
+        return []
+
     def _host_of(self, pid: int) -> int:
         try:
             inode = os.stat(f"/proc/{pid}/ns/net").st_ino
@@ -890,7 +896,8 @@ def inject(lab: Lab, w: Workload, kind: str, n: int, t0: float, rng: random.Rand
     faults = Faults(lab, w, rng)
     injected_at = time.time()
     try:
-        rec.detail = getattr(faults, kind)()
+        homes = faults.member_hosts()  # before: where the copies of the state were
+        rec.detail = getattr(faults, kind)() + f" (training members on hosts {homes})"
     except (_netlab.NetemUnavailable, NotRunnable) as e:
         rec.runnable, rec.detail = False, str(e)
         return rec
