@@ -88,6 +88,29 @@ def _one_per_host(hosts: Any) -> list[Any]:
     return [flat.slice(elastic_hosts=i) for i in range(len(flat))]
 
 
+def _agent_names(host: Any) -> set[str]:
+    """The names of the host agents of host mesh ``host`` (none while unknown)."""
+    try:
+        return {a.name for a in host._agents() if a is not None}
+    except (AttributeError, TimeoutError):  # not attached yet, or not a host mesh
+        return set()
+
+
+def _peers(host: Any) -> Any:
+    """The peer table of the proc that holds host mesh ``host`` (None if unknown)."""
+    try:
+        return host._node().runtime.peers
+    except AttributeError:
+        return None
+
+
+def _lost_here(host: Any) -> bool:
+    """Whether this proc holds ``host``'s agent lost: a spawn there fails at once, for
+    good (a host back from a partition or restarted comes back by ``add_hosts``)."""
+    peers = _peers(host)
+    return peers is not None and any(peers.is_lost(n) for n in _agent_names(host))
+
+
 @dataclass
 class _Member:
     id: int
@@ -116,6 +139,7 @@ class ElasticCoordinator(Actor):
         # Where replicas go: one host mesh per host (None: this proc's host).
         self.hosts: list[Any] | None = None if hosts is None else _one_per_host(hosts)
         self.suspect: dict[int, float] = {}  # host index -> when a member there was lost
+        self.replaced: set[int] = set()  # host indices attached again under a new index
         self.args, self.kwargs, self.timeout = args, kwargs, timeout
         self.members: list[_Member] = []
         self.spares: list[_Member] = []
@@ -144,9 +168,16 @@ class ElasticCoordinator(Actor):
         load = collections.Counter(m.host for m in [*self.members, *self.spares])
         now = time.monotonic()
         picks: list[int] = []
+        # Not a host whose worker is lost (killed, or cut off and then attached again
+        # under a new index): a spawn there fails, and trying each in turn left every
+        # new replica on the one host that was not suspect.
+        live = [
+            i for i in range(len(self.hosts))
+            if i not in self.replaced and not _lost_here(self.hosts[i])
+        ] or list(range(len(self.hosts)))  # fmt: skip
         for _ in range(n):
             suspect = {h for h, t in self.suspect.items() if now - t < SUSPECT_S}
-            h = min(range(len(self.hosts)), key=lambda i: (i in suspect, members[i], load[i], i))
+            h = min(live, key=lambda i: (i in suspect, members[i], load[i], i))
             members[h] += 1  # each new one may be admitted: counted as a member
             load[h] += 1
             picks.append(h)
@@ -226,7 +257,16 @@ class ElasticCoordinator(Actor):
         many hosts the mesh may use."""
         if self.hosts is None:
             self.hosts = [this_host()]
-        self.hosts.extend(_one_per_host(hosts))
+        for host in _one_per_host(hosts):
+            names = _agent_names(host)
+            # The same worker attached again (back from a partition): only the new mesh
+            # is used, and its agent, held lost here, is reachable again.
+            self.replaced |= {i for i, h in enumerate(self.hosts) if names & _agent_names(h)}
+            peers = _peers(host)
+            for name in names:
+                if peers is not None and peers.is_lost(name):
+                    peers.forget_peer(name)
+            self.hosts.append(host)
         return len(self.hosts)
 
     async def _replace(self) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from danaus._elastic.coordinator import ElasticCoordinator, ElasticStats, _Membe
 from danaus._elastic.replica import ElasticReplica
 from danaus._errors import SupervisionError
 from danaus._supervision.failure import MeshFailure
+from danaus._wire.ids import ProcId
 
 
 class Call:
@@ -357,3 +359,60 @@ def test_new_replicas_go_to_hosts_without_members_before_less_loaded_ones() -> N
     assert coord._pick_hosts(2) == [2, 1]  # then host 1: spares only, no member
     coord.suspect[2] = time.monotonic()  # lost a member just now: last choice
     assert coord._pick_hosts(1) == [1]
+
+
+class Peers:
+    def __init__(self, lost: set[str]) -> None:
+        self.lost = lost
+
+    def is_lost(self, name: str) -> str | None:
+        return "gone" if name in self.lost else None
+
+    def forget_peer(self, name: str) -> None:
+        self.lost.discard(name)
+
+
+class FakeHost:
+    """A host mesh of one host whose agent is ``agent``, held by a proc with ``peers``."""
+
+    def __init__(self, agent: str, peers: Peers) -> None:
+        self.agent, self.peers = ProcId(agent, f"tcp:10.0.0.1:{len(agent)}"), peers
+
+    def _agents(self) -> list[ProcId]:
+        return [self.agent]
+
+    def _node(self) -> Any:
+        return SimpleNamespace(runtime=SimpleNamespace(peers=self.peers))
+
+    def flatten(self, _: str) -> FakeHost:
+        return self
+
+    def __len__(self) -> int:
+        return 1
+
+    def slice(self, **_: int) -> FakeHost:
+        return self
+
+
+def test_new_replicas_never_go_to_a_host_whose_worker_is_lost() -> None:
+    # Hosts killed earlier stay in the list; spawning there fails at once, and trying
+    # them in turn (each then suspect) sent every replacement to the one live host.
+    peers = Peers(lost={"w0", "w2"})
+    coord, _ = coordinator(2)
+    _on_hosts(coord, members=[1], spares=[])
+    coord.hosts = [FakeHost(f"w{i}", peers) for i in range(4)]
+    assert coord._pick_hosts(2) == [3, 1]
+
+
+def test_a_host_attached_again_replaces_its_old_entry_and_is_reachable() -> None:
+    async def main() -> None:
+        peers = Peers(lost={"w1"})  # cut off by a partition, then attached again
+        coord, _ = coordinator(2)
+        _on_hosts(coord, members=[0, 0], spares=[])
+        coord.hosts = [FakeHost("w0", peers), FakeHost("w1", peers)]
+        assert await coord.add_hosts(FakeHost("w1", peers)) == 3
+        assert peers.lost == set()  # this proc forgot the loss: the worker is back
+        assert coord.replaced == {1}
+        assert coord._pick_hosts(1) == [2]  # the new entry, not the stale one
+
+    asyncio.run(main())
