@@ -111,6 +111,26 @@ def _lost_here(host: Any) -> bool:
     return peers is not None and any(peers.is_lost(n) for n in _agent_names(host))
 
 
+def pick_hosts(
+    n: int, hosts: int, live: list[int], suspect: set[int], members: list[Any], spares: list[Any]
+) -> list[int]:
+    """Host indices (of ``hosts``) for ``n`` new replicas: only ``live`` ones, those whose
+    worker is not lost (killed, or cut off and attached again under a new index: a
+    spawn there fails, and trying each in turn once left every new replica on the one
+    host that was not suspect), unless none is; ``suspect`` ones (a member lost there
+    lately: they may be gone or cut off) last; then those with the fewest members (a
+    spare there spreads the members once admitted), then the least loaded."""
+    on = collections.Counter(m.host for m in members)
+    load = collections.Counter(m.host for m in [*members, *spares])
+    picks: list[int] = []
+    for _ in range(n):
+        h = min(live or range(hosts), key=lambda i: (i in suspect, on[i], load[i], i))
+        on[h] += 1  # each new one may be admitted: counted as a member
+        load[h] += 1
+        picks.append(h)
+    return picks
+
+
 @dataclass
 class _Member:
     id: int
@@ -158,30 +178,16 @@ class ElasticCoordinator(Actor):
     # -- spawning ---------------------------------------------------------------
 
     def _pick_hosts(self, n: int) -> list[int]:
-        """Host indices for ``n`` new replicas: hosts that lost a member in the last
-        ``SUSPECT_S`` seconds last (they may be gone or cut off), then those with the
-        fewest members (a spare there spreads the members once admitted), then the
-        least loaded."""
+        """Host indices for ``n`` new replicas (``pick_hosts``)."""
         if self.hosts is None:
             return [0] * n
-        members = collections.Counter(m.host for m in self.members)
-        load = collections.Counter(m.host for m in [*self.members, *self.spares])
         now = time.monotonic()
-        picks: list[int] = []
-        # Not a host whose worker is lost (killed, or cut off and then attached again
-        # under a new index): a spawn there fails, and trying each in turn left every
-        # new replica on the one host that was not suspect.
+        suspect = {h for h, t in self.suspect.items() if now - t < SUSPECT_S}
         live = [
             i for i in range(len(self.hosts))
             if i not in self.replaced and not _lost_here(self.hosts[i])
-        ] or list(range(len(self.hosts)))  # fmt: skip
-        for _ in range(n):
-            suspect = {h for h, t in self.suspect.items() if now - t < SUSPECT_S}
-            h = min(live, key=lambda i: (i in suspect, members[i], load[i], i))
-            members[h] += 1  # each new one may be admitted: counted as a member
-            load[h] += 1
-            picks.append(h)
-        return picks
+        ]  # fmt: skip
+        return pick_hosts(n, len(self.hosts), live, suspect, self.members, self.spares)
 
     async def _spawn(self, n: int) -> list[_Member]:
         picks = self._pick_hosts(n)

@@ -23,15 +23,6 @@ from typing import Any, NamedTuple
 
 from .tasks import Task, WorkerTaskManager
 
-__all__ = [
-    "FakeTensorTracker",
-    "MemoryEvent",
-    "StorageEvent",
-    "StreamMemoryTracker",
-    "TensorManager",
-    "WorkerStorageTracker",
-]
-
 log = logging.getLogger("danaus.simulator")
 
 Traceback = Sequence[_tb.FrameSummary]
