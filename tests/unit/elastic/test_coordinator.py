@@ -416,3 +416,13 @@ def test_a_host_attached_again_replaces_its_old_entry_and_is_reachable() -> None
         assert coord._pick_hosts(1) == [2]  # the new entry, not the stale one
 
     asyncio.run(main())
+
+
+def test_with_every_worker_lost_a_pick_still_names_a_host_to_try() -> None:
+    # Nothing to choose from: the spawn is tried (and fails, and is retried later)
+    # rather than the replacement having nowhere to go.
+    peers = Peers(lost={"w0", "w1"})
+    coord, _ = coordinator(1)
+    _on_hosts(coord, members=[0], spares=[])
+    coord.hosts = [FakeHost(f"w{i}", peers) for i in range(2)]
+    assert coord._pick_hosts(2) == [1, 0]

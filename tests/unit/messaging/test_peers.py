@@ -136,3 +136,11 @@ def test_without_its_agent_a_lost_proc_is_exited_after_the_grace() -> None:
     assert [d for d, _, _ in loop.timers] == [1.0]
     loop.run(1.0)
     assert exited == ["connection closed"]
+
+
+def test_a_stopped_proc_whose_agent_was_never_heard_from_is_exited_after_the_grace() -> None:
+    t, loop, exited = _stopping("a-stranger")  # no entry: it cannot be heard of again
+    t.peer_lost(PEER.name, "connection closed")
+    assert sorted(d for d, _, _ in loop.timers) == [1.0, 30.0]
+    loop.run(1.0)
+    assert exited == ["connection closed"]
